@@ -1,0 +1,162 @@
+"""Checkpoints: a directory with ``model.safetensors``, ``config.json`` and ``tokenizer.json``.
+
+``config.json`` is ``{"model": <ModelConfig fields>, ...}``; other top-level keys (training config,
+provenance, compute so far) are kept as ``meta``. An nfeval run directory is itself a checkpoint
+directory once training has finished; while it runs, its newest ``checkpoints/step_*`` is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from .artifacts import atomic_write_json, atomic_write_text
+from .config import ModelConfig, load_json
+from .model import Transformer
+from .tokenization import load_tokenizer
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+TOKENIZER = "tokenizer.json"
+
+
+@dataclass
+class Checkpoint:
+    model: Transformer
+    tokenizer: Tokenizer | None
+    config: ModelConfig
+    path: str
+    fingerprint: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def summary(ckpt: Checkpoint) -> dict[str, Any]:
+    """Returns the model block results files carry: path, fingerprint, architecture, sizes, training compute."""
+    cfg = ckpt.config
+    return {
+        "path": os.path.abspath(ckpt.path),
+        "fingerprint": ckpt.fingerprint,
+        "architecture": cfg.architecture,
+        "objective": cfg.objective,
+        "parameters": ckpt.model.num_params(),
+        "n_layer": cfg.n_layer,
+        "d_model": cfg.d_model,
+        "compute": ckpt.meta.get("compute"),
+    }
+
+
+def fingerprint_state_dict(state: dict[str, torch.Tensor]) -> str:
+    """Returns the sha256 of the weights: names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def fingerprint_model(model: torch.nn.Module) -> str:
+    """Returns the fingerprint of a model's current weights (as they would be saved)."""
+    return fingerprint_state_dict(model.state_dict())
+
+
+def save(
+    directory: str,
+    model: Transformer,
+    tokenizer: Tokenizer | None = None,
+    meta: dict[str, Any] | None = None,
+) -> str:
+    """Saves weights, config and tokenizer into ``directory`` (each file atomically); returns the fingerprint."""
+    os.makedirs(directory, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    fingerprint = fingerprint_state_dict(state)
+    tmp = os.path.join(directory, f".tmp-{WEIGHTS}")
+    save_file(state, tmp, metadata={"format": "pt", "fingerprint": fingerprint})
+    os.replace(tmp, os.path.join(directory, WEIGHTS))
+    if tokenizer is not None:
+        atomic_write_text(os.path.join(directory, TOKENIZER), tokenizer.to_str(pretty=True))
+    atomic_write_json(
+        os.path.join(directory, CONFIG),
+        {**(meta or {}), "model": model.cfg.to_dict(), "fingerprint": fingerprint},
+    )
+    return fingerprint
+
+
+def resolve(path: str) -> str:
+    """Returns the checkpoint directory for ``path``: itself, or a run dir's newest ``checkpoints/step_*``."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such checkpoint (expected a directory with {WEIGHTS} and {CONFIG})")
+    if os.path.isfile(os.path.join(path, WEIGHTS)):
+        return path
+    ckpts = os.path.join(path, "checkpoints")
+    if os.path.isdir(ckpts):
+        steps = sorted(d for d in os.listdir(ckpts) if os.path.isfile(os.path.join(ckpts, d, WEIGHTS)))
+        if steps:
+            return os.path.join(ckpts, steps[-1])
+    raise FileNotFoundError(f"{os.path.join(path, WEIGHTS)}: not found (is {path} an nfeval run or checkpoint?)")
+
+
+def read_config(directory: str) -> tuple[ModelConfig, dict[str, Any]]:
+    """Returns (model config, the rest of config.json) of a checkpoint directory."""
+    path = os.path.join(directory, CONFIG)
+    data = load_json(path)
+    if "model" not in data or not isinstance(data["model"], dict):
+        raise ValueError(f"{path}: missing object field 'model' (the model config)")
+    cfg = ModelConfig.from_dict(data["model"], source=f"{path} field 'model'")
+    return cfg, {k: v for k, v in data.items() if k != "model"}
+
+
+def load_state(directory: str, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Returns the checkpoint's tensors after checking every name and shape against ``model``."""
+    path = os.path.join(directory, WEIGHTS)
+    try:
+        state = load_file(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: not found") from None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"{path}: truncated or corrupt safetensors file ({e})") from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ValueError(f"{path}: tensor {missing[0]!r} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise ValueError(f"{path}: unexpected tensor {unexpected[0]!r} (config.json does not describe it)")
+    for name, t in state.items():
+        if t.shape != expected[name].shape:
+            raise ValueError(
+                f"{path}: tensor {name!r} has shape {tuple(t.shape)}, config.json implies {tuple(expected[name].shape)}"
+            )
+    return state
+
+
+def load(
+    path: str,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    fold_head_scale: bool = False,
+) -> Checkpoint:
+    """Returns the model (eval mode), tokenizer, config and fingerprint stored at ``path``.
+
+    ``fold_head_scale`` folds HeadScale gains into the attention output projections; the fingerprint
+    stays that of the stored weights, so caches keyed by it are shared with the unfolded model.
+    """
+    directory = resolve(path)
+    cfg, meta = read_config(directory)
+    model = Transformer(cfg)
+    state = load_state(directory, model)
+    model.load_state_dict(state)
+    fingerprint = fingerprint_state_dict(state)
+    if fold_head_scale:
+        model.fold_head_scale()
+    model.to(device=device, dtype=dtype).eval()
+    tok_path = os.path.join(directory, TOKENIZER)
+    tokenizer = load_tokenizer(tok_path) if os.path.isfile(tok_path) else None
+    return Checkpoint(model=model, tokenizer=tokenizer, config=cfg, path=directory, fingerprint=fingerprint, meta=meta)

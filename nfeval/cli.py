@@ -1,0 +1,62 @@
+"""The ``nfeval`` command. Thin: picks a subcommand, lets its module add arguments, calls its ``run``.
+
+Each subcommand lives in its own module with two functions: ``add_arguments(parser)`` and
+``run(args) -> int``. Only the chosen module is imported, so ``nfeval info`` does not pay for lm-eval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("nfeval.info", "architecture, parameter counts and fingerprint of a checkpoint or preset"),
+    "train": ("nfeval.train", "pretrain a causal or masked LM under a compute budget"),
+    "zeroshot": ("nfeval.zeroshot", "score a checkpoint zero-shot through lm-evaluation-harness"),
+    "lm-eval": ("nfeval.lm_eval_cli", "lm-eval's own CLI with nfeval's model and tasks registered"),
+    "glue": ("nfeval.glue", "fine-tune on GLUE, sweeping learning rates"),
+    "compare": ("nfeval.compare", "compute-matched comparison of training runs"),
+    "leaderboard": ("nfeval.leaderboard", "markdown/CSV/JSON leaderboard from zero-shot and GLUE results"),
+    "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
+}
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, without a traceback."""
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """Returns the parser; only ``command``'s module is imported to add its arguments."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="nfeval", description="NormFormer evaluation and benchmarking harness")
+    parser.add_argument("--version", action="version", version=f"nfeval {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line; returns the process exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
+        return importlib.import_module(COMMANDS[command][0]).main(argv[argv.index(command) + 1 :])
+    parser = build_parser(command if command in COMMANDS else None)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    except (UserError, ValueError, FileNotFoundError) as e:
+        print(f"nfeval {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""Model configuration and presets.
+
+A model is a ``ModelConfig``. Presets combine a *size* (fairseq's NormFormer recipe sizes plus CPU
+sizes for tests and demos) with an *architecture* (which normalisation ops are on). A preset name is
+``ARCH-SIZE`` (``normformer-125M``, ``prenorm-tiny``) or a bare size (Pre-LN baseline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+NORM_POSITIONS = ("pre", "post")
+HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
+ACTIVATIONS = ("gelu", "relu_squared")
+POSITION_TYPES = ("learned", "sinusoidal")
+OBJECTIVES = ("clm", "mlm")
+
+
+@dataclass
+class ModelConfig:
+    """Everything a forward pass needs. Pre-LN, Post-LN and NormFormer differ only in the flags."""
+
+    vocab_size: int = 50304
+    n_layer: int = 12
+    d_model: int = 768
+    n_head: int = 12
+    d_ffn: int = 3072
+    max_seq_len: int = 2048
+    objective: str = "clm"  # clm: causal decoder; mlm: bidirectional encoder
+    norm_position: str = "pre"
+    # NormFormer ops, named as fairseq's transformer_layer.py flags.
+    scale_attn: bool = False  # LayerNorm on the attention output, before the residual add
+    scale_fc: bool = False  # LayerNorm on the FFN-wide hidden, after the activation
+    scale_heads: bool = False  # HeadScale: one learned gain per head
+    scale_resids: bool = False  # ResScale: per-channel gain on the FFN residual
+    # fairseq scales the heads after out_proj (bias included); the paper's formula scales before.
+    head_scale_position: str = "after_out_proj"
+    # fairseq before 2021-11-03 scaled with einsum 'tbhd,h->tbdh', which also permutes channels.
+    head_scale_transpose_bug: bool = False
+    positions: str = "learned"
+    scale_embedding: bool = False  # multiply token embeddings by sqrt(d_model), as fairseq
+    activation: str = "gelu"
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int = 1  # fairseq's padding index; also offsets sinusoidal positions
+    final_norm: bool | None = None  # default: on for Pre-LN, off for Post-LN (fairseq)
+    embedding_norm: bool = False  # LayerNorm after the embeddings (RoBERTa-style encoders)
+
+    def __post_init__(self) -> None:
+        if self.final_norm is None:
+            self.final_norm = self.norm_position == "pre"
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first field that is out of range."""
+        choices = {
+            "norm_position": NORM_POSITIONS,
+            "head_scale_position": HEAD_SCALE_POSITIONS,
+            "activation": ACTIVATIONS,
+            "positions": POSITION_TYPES,
+            "objective": OBJECTIVES,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected one of {allowed}")
+        for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn", "max_seq_len"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected a positive integer")
+        if self.d_model % self.n_head:
+            raise ValueError(f"ModelConfig: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def causal(self) -> bool:
+        return self.objective == "clm"
+
+    @property
+    def architecture(self) -> str:
+        """Returns a short name for the normalisation scheme (the arch preset it matches, if any)."""
+        for name, flags in ARCHITECTURES.items():
+            if all(getattr(self, k) == v for k, v in flags.items()):
+                return name
+        on = [k for k in ("scale_attn", "scale_fc", "scale_heads", "scale_resids") if getattr(self, k)]
+        return f"{self.norm_position}norm+" + "+".join(on)
+
+    def normformer_param_count(self) -> int:
+        """Returns the number of parameters the NormFormer ops add over the same-size Pre-LN model."""
+        per_layer = 0
+        if self.scale_attn:
+            per_layer += 2 * self.d_model
+        if self.scale_fc:
+            per_layer += 2 * self.d_ffn
+        if self.scale_heads:
+            per_layer += self.n_head
+        if self.scale_resids:
+            per_layer += self.d_model
+        return self.n_layer * per_layer
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns a JSON-serialisable dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> "ModelConfig":
+        """Returns a config from a dict; unknown keys fail with a message naming ``source``."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown model config field(s) {unknown}; expected a subset of {sorted(known)}")
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        """Returns a copy with the given fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+# Sizes from fairseq's NormFormer recipe (examples/normformer), plus CPU sizes.
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(n_layer=2, d_model=64, n_head=4, d_ffn=256, max_seq_len=256),
+    "small": dict(n_layer=6, d_model=256, n_head=8, d_ffn=1024, max_seq_len=512),
+    "125M": dict(n_layer=12, d_model=768, n_head=12, d_ffn=3072, max_seq_len=2048),
+    "355M": dict(n_layer=24, d_model=1024, n_head=16, d_ffn=4096, max_seq_len=2048),
+    "1.3B": dict(n_layer=24, d_model=2048, n_head=32, d_ffn=8192, max_seq_len=2048),
+    "2.7B": dict(n_layer=32, d_model=2560, n_head=32, d_ffn=10240, max_seq_len=2048),
+}
+
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "prenorm": dict(norm_position="pre", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False),
+    "normformer": dict(norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=False),
+    "normformer-resscale": dict(norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=True),
+    "postnorm": dict(norm_position="post", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False),
+}
+
+# Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.
+CPU_VOCAB = {"tiny": 512, "small": 8192}
+
+
+def parse_preset(name: str) -> tuple[str, str]:
+    """Returns (architecture, size) for ``ARCH-SIZE`` or a bare ``SIZE``; raises ValueError if unknown."""
+    if name in SIZES:
+        return "prenorm", name
+    for arch in sorted(ARCHITECTURES, key=len, reverse=True):
+        if name.startswith(arch + "-") and name[len(arch) + 1 :] in SIZES:
+            return arch, name[len(arch) + 1 :]
+    raise ValueError(
+        f"unknown preset {name!r}: expected SIZE or ARCH-SIZE with ARCH in {sorted(ARCHITECTURES)} "
+        f"and SIZE in {list(SIZES)}"
+    )
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """Returns the ModelConfig of a preset name (see ``parse_preset``), with field overrides applied."""
+    arch, size = parse_preset(name)
+    fields: dict[str, Any] = {**SIZES[size], **ARCHITECTURES[arch]}
+    if size in CPU_VOCAB:
+        fields["vocab_size"] = CPU_VOCAB[size]
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+def load_json(path: str) -> dict[str, Any]:
+    """Returns the parsed JSON object in ``path``; errors name the file and position."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: file not found") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
+    return data

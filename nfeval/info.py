@@ -1,0 +1,56 @@
+"""``nfeval info``: what a checkpoint or preset is, in numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from . import checkpoint
+from .config import preset
+from .model import Transformer
+
+
+def describe(target: str) -> dict[str, Any]:
+    """Returns architecture, sizes, parameter counts and (for checkpoints) the fingerprint of ``target``."""
+    if os.path.exists(target):
+        ckpt = checkpoint.load(target)
+        model, fingerprint, source = ckpt.model, ckpt.fingerprint, ckpt.path
+    else:
+        model, fingerprint, source = Transformer(preset(target)), None, f"preset {target}"
+    cfg = model.cfg
+    return {
+        "source": source,
+        "architecture": cfg.architecture,
+        "objective": cfg.objective,
+        "layers": cfg.n_layer,
+        "d_model": cfg.d_model,
+        "d_ffn": cfg.d_ffn,
+        "heads": cfg.n_head,
+        "vocab_size": cfg.vocab_size,
+        "max_seq_len": cfg.max_seq_len,
+        "positions": cfg.positions,
+        "head_scale_position": cfg.head_scale_position if cfg.scale_heads else None,
+        "parameters": model.num_params(),
+        "normformer_parameters": cfg.normformer_param_count(),
+        "fingerprint": fingerprint,
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="PATH_OR_PRESET", help="checkpoint/run dir, or preset such as normformer-125M")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    info = describe(args.target)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    width = max(map(len, info))
+    for key, value in info.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
+            value = f"{value:,}"
+        print(f"{key:<{width}}  {'—' if value is None else value}")
+    return 0

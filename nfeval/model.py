@@ -1,0 +1,289 @@
+"""One Transformer for Pre-LN, Post-LN and NormFormer (causal decoder or bidirectional encoder).
+
+The block follows fairseq's ``transformer_layer.py``; NormFormer's extra ops are config flags:
+
+    residual = x
+    x = attn_norm(x)                     if pre-LN        (fairseq self_attn_layer_norm)
+    x = out_proj(attention(x))
+    x = x * head_gain (per head)         if scale_heads   (fairseq c_attn; after or before out_proj)
+    x = attn_out_norm(x)                 if scale_attn    (fairseq attn_ln)
+    x = residual + dropout(x)
+    x = attn_norm(x)                     if post-LN
+    residual = x
+    x = ffn_norm(x)                      if pre-LN        (fairseq final_layer_norm)
+    x = activation(fc1(x))
+    x = ffn_hidden_norm(x)               if scale_fc      (fairseq ffn_layernorm)
+    x = dropout(fc2(x))
+    residual = resid_gain * residual     if scale_resids  (fairseq w_resid)
+    x = residual + x
+    x = ffn_norm(x)                      if post-LN
+
+Padding is expected on the right; for a causal model the causal mask already hides it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+
+def sinusoidal_table(num_positions: int, dim: int, padding_idx: int) -> torch.Tensor:
+    """Returns fairseq's sinusoidal position table (``num_positions`` × ``dim``), row ``padding_idx`` zero."""
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(num_positions, dtype=torch.float)[:, None] * freq[None, :]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if dim % 2:
+        table = torch.cat([table, torch.zeros(num_positions, 1)], dim=1)
+    table[padding_idx] = 0
+    return table
+
+
+def activation_fn(name: str):
+    """Returns the activation function for a config name (exact GELU, as fairseq)."""
+    if name == "gelu":
+        return F.gelu
+    if name == "relu_squared":
+        return lambda x: F.relu(x).square()
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        cfg = self.cfg
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        y = F.scaled_dot_product_attention(
+            q, k, v,
+            attn_mask=attn_mask,
+            dropout_p=cfg.attn_dropout if self.training else 0.0,
+            is_causal=cfg.causal and attn_mask is None,
+        )
+        gain = self.head_gain
+        if gain is not None and cfg.head_scale_position == "before_out_proj":
+            y = y * gain.view(1, -1, 1, 1).to(y.dtype)
+        y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+        if gain is not None and cfg.head_scale_position == "after_out_proj":
+            y = y.view(B, T, cfg.n_head, cfg.head_dim) * gain.view(-1, 1).to(y.dtype)
+            if cfg.head_scale_transpose_bug:
+                y = y.transpose(-1, -2)
+            y = y.reshape(B, T, C)
+        return y
+
+    @torch.no_grad()
+    def fold_head_gain(self) -> None:
+        """Folds the head gains into ``out_proj`` so inference pays nothing for them; removes the gains."""
+        if self.head_gain is None:
+            return
+        cfg = self.cfg
+        per_channel = self.head_gain.repeat_interleave(cfg.head_dim)  # channel h*hd + j -> gain[h]
+        w, b = self.out_proj.weight, self.out_proj.bias
+        if cfg.head_scale_position == "before_out_proj":
+            w.mul_(per_channel[None, :])
+        else:
+            w.mul_(per_channel[:, None])
+            b.mul_(per_channel)
+            if cfg.head_scale_transpose_bug:
+                perm = torch.arange(cfg.d_model).view(cfg.n_head, cfg.head_dim).t().reshape(-1)
+                w.copy_(w[perm])
+                b.copy_(b[perm])
+        self.head_gain = None
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, eps = cfg.d_model, cfg.layer_norm_eps
+        self.pre = cfg.norm_position == "pre"
+        self.attn_norm = nn.LayerNorm(d, eps=eps)
+        self.attn = SelfAttention(cfg)
+        self.attn_out_norm = nn.LayerNorm(d, eps=eps) if cfg.scale_attn else None
+        self.ffn_norm = nn.LayerNorm(d, eps=eps)
+        self.fc1 = nn.Linear(d, cfg.d_ffn)
+        self.ffn_hidden_norm = nn.LayerNorm(cfg.d_ffn, eps=eps) if cfg.scale_fc else None
+        self.fc2 = nn.Linear(cfg.d_ffn, d)
+        self.resid_gain = nn.Parameter(torch.ones(d)) if cfg.scale_resids else None
+        self.act = activation_fn(cfg.activation)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        residual = x
+        if self.pre:
+            x = self.attn_norm(x)
+        x = self.attn(x, attn_mask)
+        if self.attn_out_norm is not None:
+            x = self.attn_out_norm(x)
+        x = residual + self.dropout(x)
+        if not self.pre:
+            x = self.attn_norm(x)
+
+        residual = x
+        if self.pre:
+            x = self.ffn_norm(x)
+        x = self.act(self.fc1(x))
+        if self.ffn_hidden_norm is not None:
+            x = self.ffn_hidden_norm(x)
+        x = self.dropout(self.fc2(x))
+        if self.resid_gain is not None:
+            residual = residual * self.resid_gain
+        x = residual + x
+        if not self.pre:
+            x = self.ffn_norm(x)
+        return x
+
+
+class Transformer(nn.Module):
+    """Token embedding, blocks, and the language-model head (tied; RoBERTa-style head for MLM)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.tok_emb = nn.Embedding(cfg.vocab_size, d)
+        if cfg.positions == "learned":
+            self.pos_emb = nn.Embedding(cfg.max_seq_len, d)
+        else:
+            self.pos_emb = None
+            # fairseq numbers positions from padding_idx + 1.
+            table = sinusoidal_table(cfg.max_seq_len + cfg.pad_token_id + 1, d, cfg.pad_token_id)
+            self.register_buffer("sin_pos", table[cfg.pad_token_id + 1 :].clone(), persistent=False)
+        self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
+        self.emb_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.final_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.final_norm else None
+        if cfg.objective == "mlm":
+            self.mlm_dense = nn.Linear(d, d)
+            self.mlm_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+            self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
+            if name.endswith(("out_proj.weight", "fc2.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if cfg.scale_embedding:
+            nn.init.normal_(self.tok_emb.weight, mean=0.0, std=d**-0.5)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, include_positions: bool = True) -> int:
+        """Returns the parameter count (tied weights counted once)."""
+        n = sum(p.numel() for p in self.parameters())
+        if not include_positions and self.pos_emb is not None:
+            n -= self.pos_emb.weight.numel()
+        return n
+
+    def encode(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Returns the final hidden states (B, T, d). ``padding_mask`` is True at real tokens."""
+        B, T = idx.shape
+        if T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len {self.cfg.max_seq_len}")
+        pos = self.pos_emb.weight[:T] if self.pos_emb is not None else self.sin_pos[:T]
+        x = self.tok_emb(idx) * self.emb_scale + pos
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        x = self.dropout(x)
+        attn_mask = None
+        if padding_mask is not None and not self.cfg.causal:
+            attn_mask = padding_mask[:, None, None, :].bool()
+        for block in self.blocks:
+            x = block(x, attn_mask)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Returns vocabulary logits for hidden states (output projection tied to the embedding)."""
+        if self.cfg.objective == "mlm":
+            hidden = self.mlm_norm(F.gelu(self.mlm_dense(hidden)))
+            return F.linear(hidden, self.tok_emb.weight, self.mlm_bias)
+        return F.linear(hidden, self.tok_emb.weight)
+
+    def forward(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Returns logits (B, T, vocab)."""
+        return self.lm_logits(self.encode(idx, padding_mask))
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Returns mean cross-entropy over targets != -100 (logits computed only where needed)."""
+        hidden = self.encode(idx, padding_mask)
+        keep = targets != -100
+        logits = self.lm_logits(hidden[keep])
+        return F.cross_entropy(logits.float(), targets[keep])
+
+    def fold_head_scale(self) -> None:
+        """Folds every HeadScale gain into its out_proj; afterwards the config says scale_heads=False."""
+        for block in self.blocks:
+            block.attn.fold_head_gain()
+        folded = self.cfg.replace(scale_heads=False)
+        self.cfg = folded
+        for block in self.blocks:
+            block.attn.cfg = folded
+
+
+class ClassificationHead(nn.Module):
+    """RoBERTa's sentence head: pooled token → dense → tanh → dropout → out_proj (num_labels)."""
+
+    def __init__(self, d_model: int, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(d_model, num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(pooled)))))
+
+
+class SequenceClassifier(nn.Module):
+    """A Transformer with a classification/regression head (num_labels=1 for regression).
+
+    Pools the first token for an encoder (as RoBERTa) and the last real token for a causal model.
+    """
+
+    def __init__(self, transformer: Transformer, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.transformer = transformer
+        self.head = ClassificationHead(transformer.cfg.d_model, num_labels, dropout)
+
+    def forward(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Returns (B, num_labels) scores."""
+        hidden = self.transformer.encode(idx, padding_mask)
+        if self.transformer.cfg.causal:
+            last = (padding_mask.long().sum(1) - 1) if padding_mask is not None else torch.full(
+                (idx.shape[0],), idx.shape[1] - 1, device=idx.device
+            )
+            pooled = hidden[torch.arange(idx.shape[0], device=idx.device), last]
+        else:
+            pooled = hidden[:, 0]
+        return self.head(pooled)
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Returns model FLOPs per trained token: 6·N (matmul params, tied head once) + 12·L·d·T attention.
+
+    N counts the weights that take part in matmuls: blocks plus the (tied) output projection; norms,
+    biases and position tables are negligible and left out, as in PaLM/nanoGPT's MFU accounting.
+    """
+    d, f, L = cfg.d_model, cfg.d_ffn, cfg.n_layer
+    n_matmul = L * (4 * d * d + 2 * d * f) + cfg.vocab_size * d
+    if cfg.objective == "mlm":
+        n_matmul += d * d
+    return 6.0 * n_matmul + 12.0 * L * d * seq_len

@@ -1,0 +1,52 @@
+"""Shared fixtures: a tiny tokenizer and tiny checkpoints built in the test, never downloaded."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from nfeval import checkpoint
+from nfeval.config import preset
+from nfeval.model import Transformer
+from nfeval.tokenization import train_bpe
+
+WORDS = (
+    "the a cat dog sat ran on under mat tree house river quickly slowly red blue green big small "
+    "when then because and but or if it is was were will be question answer yes no good bad"
+).split()
+
+
+def make_text(n_sentences: int = 400, seed: int = 0) -> list[str]:
+    """Returns simple English-like sentences, deterministic for a seed."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "." for _ in range(n_sentences)]
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return train_bpe(make_text(), vocab_size=300)
+
+
+def _save_tiny(path, tokenizer, arch: str, objective: str, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = preset(f"{arch}-tiny", vocab_size=tokenizer.get_vocab_size(), objective=objective, max_seq_len=128)
+    model = Transformer(cfg)
+    if cfg.scale_heads:  # non-trivial gains so folding and scaling are really exercised
+        for block in model.blocks:
+            block.attn.head_gain.data.uniform_(0.5, 1.5)
+    checkpoint.save(str(path), model, tokenizer, meta={"compute": {"tokens": 1000, "flops": 1e9, "wall_s": 1.0}})
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_clm_ckpt(tmp_path_factory, tiny_tokenizer):
+    """A random-weight NormFormer causal-LM checkpoint directory."""
+    return _save_tiny(tmp_path_factory.mktemp("clm"), tiny_tokenizer, "normformer", "clm")
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_ckpt(tmp_path_factory, tiny_tokenizer):
+    """A random-weight NormFormer masked-LM checkpoint directory."""
+    return _save_tiny(tmp_path_factory.mktemp("mlm"), tiny_tokenizer, "normformer", "mlm")
