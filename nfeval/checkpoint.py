@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from .artifacts import atomic_write_json, atomic_write_text
 from .config import ModelConfig, load_json
+from .fairseq_import import load_fairseq
 from .model import Transformer
 from .tokenization import load_tokenizer
 
@@ -142,21 +143,30 @@ def load(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     fold_head_scale: bool = False,
+    fairseq_head_scale_bug: bool = False,
 ) -> Checkpoint:
     """Returns the model (eval mode), tokenizer, config and fingerprint stored at ``path``.
 
+    ``path`` is a checkpoint/run directory, or a fairseq checkpoint file (converted on load; its
+    tokenizer is not carried, and ``fairseq_head_scale_bug`` reproduces pre-2021-11-03 HeadScale).
     ``fold_head_scale`` folds HeadScale gains into the attention output projections; the fingerprint
     stays that of the stored weights, so caches keyed by it are shared with the unfolded model.
     """
-    directory = resolve(path)
-    cfg, meta = read_config(directory)
-    model = Transformer(cfg)
-    state = load_state(directory, model)
-    model.load_state_dict(state)
+    if os.path.isfile(path):
+        model = load_fairseq(path, head_scale_transpose_bug=fairseq_head_scale_bug)
+        directory, tokenizer, meta = path, None, {"source": "fairseq"}
+        state = model.state_dict()
+    else:
+        directory = resolve(path)
+        cfg, meta = read_config(directory)
+        model = Transformer(cfg)
+        state = load_state(directory, model)
+        model.load_state_dict(state)
+        tok_path = os.path.join(directory, TOKENIZER)
+        tokenizer = load_tokenizer(tok_path) if os.path.isfile(tok_path) else None
+    cfg = model.cfg
     fingerprint = fingerprint_state_dict(state)
     if fold_head_scale:
         model.fold_head_scale()
     model.to(device=device, dtype=dtype).eval()
-    tok_path = os.path.join(directory, TOKENIZER)
-    tokenizer = load_tokenizer(tok_path) if os.path.isfile(tok_path) else None
     return Checkpoint(model=model, tokenizer=tokenizer, config=cfg, path=directory, fingerprint=fingerprint, meta=meta)

@@ -1,0 +1,142 @@
+"""Import a fairseq ``transformer_lm`` checkpoint (NormFormer or baseline) as an nfeval Transformer.
+
+fairseq's names map onto ours one to one (q/k/v projections are concatenated into ``qkv``):
+
+    decoder.embed_tokens              tok_emb            decoder.layers.N.attn_ln          attn_out_norm
+    decoder.embed_positions (learned) pos_emb (rows      decoder.layers.N.c_attn           attn.head_gain
+                                      from pad+1 on)     decoder.layers.N.ffn_layernorm    ffn_hidden_norm
+    decoder.layers.N.self_attn_layer_norm  attn_norm     decoder.layers.N.final_layer_norm ffn_norm
+    decoder.layers.N.self_attn.out_proj    attn.out_proj decoder.layers.N.w_resid          resid_gain
+    decoder.layer_norm                final_norm         decoder.output_projection         (tied)
+
+Checkpoints trained before fairseq's 2021-11-03 fix scaled heads with ``einsum('tbhd,h->tbdh')``;
+pass ``head_scale_transpose_bug=True`` to reproduce their forward exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from .config import ModelConfig
+from .model import Transformer
+
+LAYER_NAMES = {
+    "self_attn_layer_norm": "attn_norm",
+    "self_attn.out_proj": "attn.out_proj",
+    "attn_ln": "attn_out_norm",
+    "c_attn": "attn.head_gain",
+    "fc1": "fc1",
+    "fc2": "fc2",
+    "ffn_layernorm": "ffn_hidden_norm",
+    "final_layer_norm": "ffn_norm",
+    "w_resid": "resid_gain",
+}
+
+
+def _cfg_dict(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Returns the model hyper-parameters of a fairseq checkpoint as a plain dict (new cfg or old args)."""
+    if ckpt.get("cfg") is not None and ckpt["cfg"].get("model") is not None:
+        model_cfg = ckpt["cfg"]["model"]
+        return dict(model_cfg.items()) if hasattr(model_cfg, "items") else vars(model_cfg)
+    if ckpt.get("args") is not None:
+        return vars(ckpt["args"])
+    return {}
+
+
+def convert_state_dict(
+    state: dict[str, torch.Tensor], hparams: dict[str, Any], source: str, head_scale_transpose_bug: bool = False
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Returns (config, nfeval state dict) for a fairseq decoder state dict; errors name ``source`` and the key."""
+    if "decoder.embed_tokens.weight" not in state:
+        raise ValueError(f"{source}: no 'decoder.embed_tokens.weight': not a fairseq transformer_lm checkpoint")
+    emb = state["decoder.embed_tokens.weight"]
+    layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"decoder\.layers\.(\d+)\.", k))})
+    if not layers:
+        raise ValueError(f"{source}: no 'decoder.layers.N.*' tensors")
+    first = "decoder.layers.0."
+    d_model = emb.shape[1]
+    heads = state.get(first + "c_attn")
+    n_head = heads.shape[0] if heads is not None else hparams.get("decoder_attention_heads")
+    if n_head is None:
+        raise ValueError(f"{source}: cannot tell the number of heads (no c_attn and no decoder_attention_heads)")
+    pad = int(hparams.get("pad", 1))
+    learned = "decoder.embed_positions.weight" in state
+    max_len = (state["decoder.embed_positions.weight"].shape[0] - pad - 1) if learned else int(
+        hparams.get("max_target_positions") or hparams.get("tokens_per_sample") or 2048
+    )
+    out_proj = state.get("decoder.output_projection.weight")
+    if out_proj is not None and not torch.equal(out_proj, emb):
+        raise ValueError(f"{source}: 'decoder.output_projection.weight' is not tied to the embeddings (unsupported)")
+    cfg = ModelConfig(
+        vocab_size=emb.shape[0],
+        n_layer=len(layers),
+        d_model=d_model,
+        n_head=int(n_head),
+        d_ffn=state[first + "fc1.weight"].shape[0],
+        max_seq_len=max_len,
+        norm_position="pre" if hparams.get("decoder_normalize_before", "decoder.layer_norm.weight" in state) else "post",
+        final_norm="decoder.layer_norm.weight" in state,
+        scale_attn=first + "attn_ln.weight" in state,
+        scale_fc=first + "ffn_layernorm.weight" in state,
+        scale_heads=heads is not None,
+        scale_resids=first + "w_resid" in state,
+        head_scale_transpose_bug=head_scale_transpose_bug,
+        positions="learned" if learned else "sinusoidal",
+        scale_embedding=not hparams.get("no_scale_embedding", False),
+        activation="relu_squared" if hparams.get("activation_fn") == "relu_squared" else "gelu",
+        pad_token_id=pad,
+    )
+    out: dict[str, torch.Tensor] = {"tok_emb.weight": emb}
+    if learned:
+        out["pos_emb.weight"] = state["decoder.embed_positions.weight"][pad + 1 :]
+    if cfg.final_norm:
+        out["final_norm.weight"] = state["decoder.layer_norm.weight"]
+        out["final_norm.bias"] = state["decoder.layer_norm.bias"]
+    for i in layers:
+        src, dst = f"decoder.layers.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            parts = [f"{src}self_attn.{p}_proj.{kind}" for p in "qkv"]
+            missing = [p for p in parts if p not in state]
+            if missing:
+                raise ValueError(f"{source}: tensor {missing[0]!r} is missing")
+            out[f"{dst}attn.qkv.{kind}"] = torch.cat([state[p] for p in parts])
+        for name, tensor in state.items():
+            if not name.startswith(src) or ".self_attn." in name and "out_proj" not in name:
+                continue
+            rest = name[len(src) :]
+            base, _, kind = rest.rpartition(".") if rest not in LAYER_NAMES else (rest, "", "")
+            if base not in LAYER_NAMES:
+                raise ValueError(f"{source}: unexpected tensor {name!r}")
+            out[dst + LAYER_NAMES[base] + (f".{kind}" if kind else "")] = tensor
+    return cfg, out
+
+
+def load_fairseq(path: str, head_scale_transpose_bug: bool = False) -> Transformer:
+    """Returns the nfeval Transformer (eval mode) for a fairseq LM checkpoint file.
+
+    fairseq checkpoints are pickles (they hold argparse/omegaconf configs): load only files you trust.
+    """
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: fairseq checkpoint not found") from None
+    except ModuleNotFoundError as e:
+        raise ValueError(f"{path}: unpickling needs module {e.name!r} (pip install omegaconf for fairseq >= 0.10)") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise ValueError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
+    cfg, state = convert_state_dict(ckpt["model"], _cfg_dict(ckpt), path, head_scale_transpose_bug)
+    model = Transformer(cfg)
+    expected = model.state_dict()
+    for name, t in state.items():
+        if name not in expected:
+            raise ValueError(f"{path}: converted tensor {name!r} has no place in the model")
+        if t.shape != expected[name].shape:
+            raise ValueError(f"{path}: tensor {name!r} has shape {tuple(t.shape)}, expected {tuple(expected[name].shape)}")
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ValueError(f"{path}: no fairseq tensor for {missing[0]!r}")
+    model.load_state_dict(state)
+    return model.eval()
