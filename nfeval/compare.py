@@ -1,0 +1,375 @@
+"""``nfeval compare``: training runs side by side at equal compute.
+
+Reads each run dir's ``metrics.jsonl`` (``kind: val`` and ``kind: train`` lines) and ``config.json`` and
+reports, against a baseline run (the first, unless ``--baseline``):
+
+- validation perplexity of each run at an equal budget of FLOPs and of wall-clock seconds, the budget
+  being the smallest final compute among the runs (so nobody is extrapolated);
+- the fraction of the baseline's compute each run needed to reach the baseline's best validation
+  perplexity (the paper's "NormFormer reaches the baseline's perplexity with 60% of the compute"),
+  or "not reached";
+- steps and tokens seen, and the per-step time overhead (median step time over the baseline's, minus 1;
+  the median over logging intervals, leaving out the first, so start-up and compilation do not count).
+
+Between consecutive validation points perplexity is interpolated linearly in perplexity; values are
+never extrapolated past a run's first or last validation point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import hashlib
+import json
+import math
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .artifacts import atomic_write_json, hardware_key, provenance
+from .config import ModelConfig, load_json
+
+AXES = ("flops", "wall_s")
+AXIS_LABELS = {"flops": "FLOPs", "wall_s": "time"}
+REQUIRED = {"train": ("step", "tokens", "wall_s", "flops"), "val": ("step", "tokens", "wall_s", "flops", "val_ppl")}
+NOT_REACHED = "not reached"
+
+
+@dataclass
+class Run:
+    """One training run as read from its run dir."""
+
+    name: str
+    path: str
+    val: list[dict[str, Any]]  # validation points in step order (step, tokens, wall_s, flops, val_ppl)
+    progress: list[dict[str, Any]]  # every logged point in step order, for steps/tokens at a budget
+    step_time_s: float | None  # median training seconds per step (see step_time)
+    architecture: str | None
+    hardware: str | None
+    tokenizer_sha256: str | None
+    warnings: list[str]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
+    """Returns (validation points, training points, warnings) of a ``metrics.jsonl``, each list in step order.
+
+    A resumed run logs again the steps after its last checkpoint: the later line for a step wins. An
+    unparsable *last* line (a run killed mid-write) is dropped with a warning; any other bad line is an error.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: not found (expected the metrics.jsonl that nfeval train writes)") from None
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    points: dict[str, dict[int, dict]] = {"train": {}, "val": {}}
+    warnings = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == last:
+                warnings.append(f"{path}:{lineno}: ignored an unfinished last line")
+                continue
+            raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+        kind = record.get("kind")
+        if kind not in REQUIRED:
+            continue  # other line kinds belong to other tools
+        for key in REQUIRED[kind]:
+            value = record.get(key)
+            if key == "val_ppl" and _number(value) and math.isnan(value):
+                value = record[key] = math.inf  # a diverged run: never reaches anything
+            if not _number(value) or value < 0 or (key != "val_ppl" and not math.isfinite(value)):
+                raise ValueError(f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a non-negative number")
+        points[kind][int(record["step"])] = {**record, "line": lineno}
+    val, train = ([by_step[s] for s in sorted(by_step)] for by_step in (points["val"], points["train"]))
+    for series in (val, train):  # interpolation needs cumulative, strictly increasing compute
+        for axis in AXES:
+            for prev, cur in zip(series, series[1:]):
+                if cur[axis] <= prev[axis]:
+                    raise ValueError(
+                        f"{path}:{cur['line']}: {axis!r} is {cur[axis]} at step {cur['step']}, not above {prev[axis]} at "
+                        f"step {prev['step']}; expected cumulative values"
+                    )
+    return val, train, warnings
+
+
+def _tokenizer_sha256(run_dir: str) -> str | None:
+    path = os.path.join(run_dir, "tokenizer.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def step_time(train: list[dict]) -> float | None:
+    """Returns the median seconds per step over logging intervals after the first (start-up, compilation)."""
+    points = [(p["step"], p["wall_s"]) for p in train]
+    rates = [(w1 - w0) / (s1 - s0) for (s0, w0), (s1, w1) in zip(points, points[1:]) if s1 > s0]
+    if rates:
+        return statistics.median(rates)
+    return points[-1][1] / points[-1][0] if points and points[-1][0] > 0 else None
+
+
+def load_run(run_dir: str, name: str | None = None) -> Run:
+    """Returns the run stored in ``run_dir`` (``metrics.jsonl`` + ``config.json``); errors name file and line."""
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"{run_dir}: no such run directory")
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    val, train, warnings = read_metrics(metrics)
+    if not val:
+        raise ValueError(f"{metrics}: no 'val' lines; expected validation points to compare")
+    if not any(math.isfinite(p["val_ppl"]) for p in val):
+        warnings.append(f"{metrics}: every validation perplexity is infinite or NaN (diverged run)")
+    config_path = os.path.join(run_dir, "config.json")
+    config = load_json(config_path)
+    model = config.get("model")
+    architecture = ModelConfig.from_dict(model, source=f"{config_path} field 'model'").architecture if isinstance(model, dict) else None
+    hw = (config.get("compute") or {}).get("hardware") or (config.get("provenance") or {}).get("hardware")
+    if not isinstance(hw, dict):
+        warnings.append(f"{config_path}: no 'compute.hardware' or 'provenance.hardware'; wall-clock comparison unverified")
+    progress = {p["step"]: p for p in val} | {p["step"]: p for p in train}
+    return Run(
+        name=name or os.path.basename(os.path.normpath(run_dir)),
+        path=run_dir,
+        val=val,
+        progress=[progress[s] for s in sorted(progress)],
+        step_time_s=step_time(train),
+        architecture=architecture,
+        hardware=hardware_key(hw) if isinstance(hw, dict) else None,
+        tokenizer_sha256=_tokenizer_sha256(run_dir),
+        warnings=warnings,
+    )
+
+
+def interpolate(x: float, xs: list[float], ys: list[float]) -> float | None:
+    """Returns y at ``x`` by linear interpolation on increasing ``xs``; None outside [xs[0], xs[-1]]."""
+    if not xs or x < xs[0] or x > xs[-1]:
+        return None
+    i = bisect.bisect_left(xs, x)
+    if xs[i] == x:
+        return ys[i]
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    if math.isinf(y0) or math.isinf(y1):
+        return math.inf
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def crossing(val: list[dict], target: float) -> dict[str, Any] | None:
+    """Returns where validation perplexity first reaches ``target`` (step, tokens, flops, wall_s), or None.
+
+    The point is interpolated linearly in perplexity between the last validation point above the target
+    and the first at or below it. ``bound`` is "at_most" when the very first point is already at or below
+    the target (the crossing lies somewhere before it), else "interpolated".
+    """
+    for i, point in enumerate(val):
+        if point["val_ppl"] > target:
+            continue
+        if i == 0:
+            return {"bound": "at_most", **{k: point[k] for k in ("step", "tokens", *AXES)}}
+        prev = val[i - 1]
+        t = 1.0 if math.isinf(prev["val_ppl"]) else (prev["val_ppl"] - target) / (prev["val_ppl"] - point["val_ppl"])
+        return {"bound": "interpolated", **{k: prev[k] + t * (point[k] - prev[k]) for k in ("step", "tokens", *AXES)}}
+    return None
+
+
+def _at_budget(run: Run, axis: str, budget: float) -> dict[str, Any]:
+    xs = [0.0] + [p[axis] for p in run.progress]
+    return {
+        "val_ppl": interpolate(budget, [p[axis] for p in run.val], [p["val_ppl"] for p in run.val]),
+        "steps": interpolate(budget, xs, [0.0] + [p["step"] for p in run.progress]),
+        "tokens": interpolate(budget, xs, [0.0] + [p["tokens"] for p in run.progress]),
+    }
+
+
+def _check_comparable(runs: list[Run]) -> list[str]:
+    warnings = [w for run in runs for w in run.warnings]
+    keys = {run.name: run.hardware for run in runs}
+    if len(set(keys.values())) > 1:
+        detail = "; ".join(f"{name}: {key or 'unknown'}" for name, key in keys.items())
+        warnings.append(f"runs were measured on different hardware ({detail}): the wall-clock comparison is meaningless, FLOPs still hold")
+    shas = {run.name: run.tokenizer_sha256 for run in runs if run.tokenizer_sha256}
+    if len(set(shas.values())) > 1:
+        warnings.append(f"runs use different tokenizers ({', '.join(shas)}): their per-token perplexities are not comparable")
+    sizes = {run.name: run.progress[-1]["tokens"] / run.progress[-1]["step"] for run in runs if run.progress[-1]["step"] > 0}
+    if len({round(v) for v in sizes.values()}) > 1:
+        warnings.append("runs use different tokens per step: the per-step time overhead compares steps of different sizes")
+    return warnings
+
+
+def compare(run_dirs: list[str], baseline: str | None = None, names: list[str] | None = None) -> dict[str, Any]:
+    """Returns the compute-matched comparison of ``run_dirs`` as a JSON-safe dict (see the module docstring).
+
+    ``baseline`` (a run dir or a name) defaults to the first run; it is added when not among ``run_dirs``.
+    """
+    if names is not None and len(names) != len(run_dirs):
+        raise ValueError(f"--names: {len(names)} names for {len(run_dirs)} runs")
+    runs = [load_run(d, n) for d, n in zip(run_dirs, names or [None] * len(run_dirs))]
+    if not runs:
+        raise ValueError("compare: no run directories given")
+    if baseline is not None:
+        match = [r for r in runs if r.name == baseline or os.path.normpath(r.path) == os.path.normpath(baseline)]
+        runs = match[:1] + [r for r in runs if r is not match[0]] if match else [load_run(baseline)] + runs
+    if len({r.name for r in runs}) < len(runs):
+        raise ValueError(f"compare: run names {[r.name for r in runs]} are not unique; pass --names")
+    base = runs[0]
+    finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
+    if not finite:
+        raise ValueError(f"{os.path.join(base.path, 'metrics.jsonl')}: the baseline has no finite validation perplexity")
+    best = min(finite, key=lambda p: p["val_ppl"])
+    target = best["val_ppl"]
+    budget = {axis: min(r.val[-1][axis] for r in runs) for axis in AXES}
+    warnings = _check_comparable(runs)
+    rows = []
+    for run in runs:
+        reached = crossing(run.val, target)
+        finite_ppl = [p["val_ppl"] for p in run.val if math.isfinite(p["val_ppl"])]
+        last = run.progress[-1]
+        rows.append({
+            "name": run.name,
+            "path": os.path.abspath(run.path),
+            "architecture": run.architecture,
+            "hardware": run.hardware,
+            "steps": last["step"],
+            "tokens": last["tokens"],
+            "flops": last["flops"],
+            "wall_s": last["wall_s"],
+            "best_val_ppl": min(finite_ppl, default=None),
+            "final_val_ppl": run.val[-1]["val_ppl"],
+            "step_time_s": run.step_time_s,
+            "step_time_overhead": run.step_time_s / base.step_time_s - 1 if run.step_time_s and base.step_time_s else None,
+            "at_equal": {axis: _at_budget(run, axis, budget[axis]) for axis in AXES},
+            "val": [{k: p[k] for k in ("step", "tokens", *AXES, "val_ppl")} for p in run.val],
+            "to_target": {
+                "reached": reached is not None,
+                **(reached or {}),
+                "fraction": {axis: reached[axis] / best[axis] if reached else None for axis in AXES},
+            },
+        })
+    return _json_safe({
+        "nfeval": {"provenance": provenance()},
+        "baseline": base.name,
+        "target_val_ppl": target,
+        "baseline_at_target": {k: best[k] for k in ("step", "tokens", *AXES)},
+        "budget": budget,
+        "warnings": warnings,
+        "runs": rows,
+    })
+
+
+def _json_safe(obj: Any) -> Any:
+    """Returns ``obj`` with infinite/NaN floats (diverged runs) replaced by None, which JSON can carry."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
+
+
+def _si(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.{digits}g}{suffix}"
+    return f"{x:.{digits}g}"
+
+
+def _sci(x: float | None) -> str:
+    if x is None:
+        return "–"
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h" if seconds >= 360 else f"{seconds:.4g} s"
+
+
+def _ppl(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def _fraction(row: dict, axis: str) -> str:
+    target = row["to_target"]
+    if not target["reached"]:
+        return NOT_REACHED
+    return ("≤" if target["bound"] == "at_most" else "") + f"{target['fraction'][axis]:.3f}"
+
+
+def table(rows: list[list[str]], right: set[int]) -> list[str]:
+    """Returns ``rows`` (the first being the header) as aligned text lines; columns in ``right`` right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def format_comparison(result: dict[str, Any]) -> str:
+    """Returns the comparison as a text table with a header naming target and budget, warnings last."""
+    at = result["baseline_at_target"]
+    lines = [
+        f"baseline: {result['baseline']}; target = its best val ppl {_ppl(result['target_val_ppl'])} "
+        f"(step {at['step']}, {_sci(at['flops'])} FLOPs, {_hours(at['wall_s'])})",
+        f"equal-compute budget: {_sci(result['budget']['flops'])} FLOPs | {_hours(result['budget']['wall_s'])} of training time",
+        "",
+    ]
+    header = ["run", "arch", "steps", "tokens", "s/step", "overhead", "best ppl", "ppl@FLOPs", "ppl@time",
+              "tokens@time", "FLOPs to target", "time to target"]
+    body = [header]
+    for row in result["runs"]:
+        overhead = row["step_time_overhead"]
+        body.append([
+            row["name"],
+            row["architecture"] or "–",
+            str(row["steps"]),
+            _si(row["tokens"]),
+            "–" if row["step_time_s"] is None else f"{row['step_time_s']:.4g}",
+            "–" if overhead is None else f"{overhead:+.1%}",
+            _ppl(row["best_val_ppl"]),
+            _ppl(row["at_equal"]["flops"]["val_ppl"]),
+            _ppl(row["at_equal"]["wall_s"]["val_ppl"]),
+            _si(row["at_equal"]["wall_s"]["tokens"]),
+            _fraction(row, "flops"),
+            _fraction(row, "wall_s"),
+        ])
+    lines += table(body, right=set(range(2, len(header))))
+    lines += ["", "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by the first validation point)."]
+    lines += [f"warning: {w}" for w in result["warnings"]]
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run dirs written by nfeval train; the first is the baseline")
+    p.add_argument("--baseline", metavar="RUN_DIR_OR_NAME", help="baseline run (default: the first RUN_DIR)")
+    p.add_argument("--names", nargs="+", metavar="NAME", help="display names, one per RUN_DIR (default: dir basenames)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--out", metavar="FILE.json", help="also write the JSON to this file")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw validation perplexity vs FLOPs and vs wall-clock")
+
+
+def run(args: argparse.Namespace) -> int:
+    result = compare(args.runs, baseline=args.baseline, names=args.names)
+    if args.json:  # the table carries its warnings; JSON on stdout carries them too, repeated on stderr
+        for w in result["warnings"]:
+            print(f"nfeval compare: warning: {w}", file=sys.stderr)
+    if args.out:
+        atomic_write_json(args.out, result)
+    if args.plot:
+        from .plots import plot_curves
+
+        plot_curves(result, args.plot)
+    print(json.dumps(result, indent=2) if args.json else format_comparison(result))
+    return 0

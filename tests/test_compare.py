@@ -1,0 +1,174 @@
+"""nfeval compare on synthetic run dirs whose crossings and budgets are known by construction."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from matplotlib.image import imread
+
+from nfeval.cli import main
+from nfeval.compare import NOT_REACHED, compare, crossing, format_comparison, interpolate
+
+CPU = {"platform": "Linux", "processor": "x86_64", "cpu_count": 2, "torch_threads": 2}
+GPU = {**CPU, "cuda_device": "NVIDIA H100", "cuda_device_count": 8}
+
+
+def make_run(root, name, val, step_time=1.0, tokens_per_step=100, hardware=CPU, extra_lines=(), arch="prenorm"):
+    """Writes a run dir; ``val`` is [(step, flops, val_ppl)], with wall_s = step * step_time and a train
+    line at every validation step."""
+    run = root / name
+    run.mkdir()
+    lines = []
+    for step, flops, ppl in val:
+        common = {"step": step, "tokens": step * tokens_per_step, "wall_s": step * step_time, "flops": flops}
+        lines.append({"kind": "train", **common, "lr": 1e-3, "loss": 3.0, "grad_norm": 1.0, "tokens_per_s": 1.0, "mfu": 0.1})
+        lines.append({"kind": "val", **common, "val_loss": math.log(ppl), "val_ppl": ppl})
+    text = "\n".join(json.dumps(line) for line in lines) + "\n" + "".join(extra_lines)
+    (run / "metrics.jsonl").write_text(text)
+    model = {"n_layer": 2, "d_model": 64, "n_head": 2, "d_ffn": 256, "vocab_size": 300,
+             **({"scale_attn": True, "scale_fc": True, "scale_heads": True} if arch == "normformer" else {})}
+    (run / "config.json").write_text(json.dumps({"model": model, "train": {}, "provenance": {"hardware": hardware},
+                                                 "compute": {"hardware": hardware}}))
+    return str(run)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    # Baseline: best ppl 20 at step 40 (flops 400, wall 40 s).
+    base = make_run(tmp_path, "base", [(10, 100, 40.0), (20, 200, 30.0), (30, 300, 25.0), (40, 400, 20.0)])
+    # Candidate, 10% slower per step: crosses 20 halfway between steps 20 (ppl 24) and 30 (ppl 16).
+    cand = make_run(tmp_path, "cand", [(10, 100, 30.0), (20, 200, 24.0), (30, 300, 16.0)], step_time=1.1, arch="normformer")
+    return base, cand
+
+
+def test_known_crossing_gives_exact_fraction_on_both_axes(runs):
+    result = compare(list(runs))
+    base, cand = result["runs"]
+    assert result["baseline"] == "base" and result["target_val_ppl"] == 20.0
+    assert base["to_target"]["fraction"] == {"flops": 1.0, "wall_s": 1.0}
+    assert cand["to_target"]["reached"] and cand["to_target"]["bound"] == "interpolated"
+    assert cand["to_target"]["fraction"]["flops"] == 250 / 400
+    assert cand["to_target"]["fraction"]["wall_s"] == pytest.approx(27.5 / 40, rel=1e-12)
+    assert cand["to_target"]["step"] == 25 and cand["to_target"]["tokens"] == 2500
+    assert cand["architecture"] == "normformer" and base["architecture"] == "prenorm"
+
+
+def test_equal_compute_perplexity_steps_tokens_and_overhead(runs):
+    result = compare(list(runs))
+    assert result["budget"] == {"flops": 300, "wall_s": 33.0}  # the smaller final compute of the two runs
+    base, cand = result["runs"]
+    assert base["at_equal"]["flops"]["val_ppl"] == 25.0 and cand["at_equal"]["flops"]["val_ppl"] == 16.0
+    # at 33 s the baseline is between steps 30 (25.0) and 40 (20.0); the candidate at its last point.
+    assert base["at_equal"]["wall_s"]["val_ppl"] == pytest.approx(25.0 - 5.0 * 0.3)
+    assert cand["at_equal"]["wall_s"]["val_ppl"] == pytest.approx(16.0)
+    assert base["at_equal"]["wall_s"]["steps"] == pytest.approx(33) and cand["at_equal"]["wall_s"]["tokens"] == pytest.approx(3000)
+    assert (base["steps"], base["tokens"], cand["steps"], cand["tokens"]) == (40, 4000, 30, 3000)
+    assert base["step_time_overhead"] == 0.0 and cand["step_time_overhead"] == pytest.approx(0.1)
+    assert result["warnings"] == []
+
+
+def test_candidate_that_never_reaches_target_is_not_reached(tmp_path, runs):
+    slow = make_run(tmp_path, "slow", [(10, 100, 60.0), (20, 200, 45.0), (50, 500, 20.5)])
+    result = compare([runs[0], slow])
+    target = result["runs"][1]["to_target"]
+    assert target["reached"] is False and target["fraction"] == {"flops": None, "wall_s": None}
+    text = format_comparison(result)
+    row = next(line for line in text.splitlines() if line.startswith("slow"))
+    assert row.count(NOT_REACHED) == 2
+
+
+def test_unequal_logging_intervals(tmp_path, runs):
+    odd = make_run(tmp_path, "odd", [(5, 50, 50.0), (13, 130, 35.0), (31, 310, 22.0), (33, 330, 19.0), (70, 700, 15.0)])
+    result = compare([runs[0], odd])
+    row = result["runs"][1]
+    assert row["to_target"]["flops"] == pytest.approx(310 + 20 * 2 / 3)  # 22 -> 19 crosses 20 two thirds along
+    assert row["to_target"]["fraction"]["flops"] == pytest.approx((310 + 20 * 2 / 3) / 400, rel=1e-12)
+    assert result["budget"]["flops"] == 400
+    assert row["at_equal"]["flops"]["val_ppl"] == pytest.approx(19.0 - 4.0 * 70 / 370, rel=1e-12)
+    assert result["runs"][0]["at_equal"]["flops"]["val_ppl"] == 20.0
+
+
+def test_first_point_already_below_target_is_an_upper_bound(tmp_path, runs):
+    fast = make_run(tmp_path, "fast", [(10, 100, 18.0), (20, 200, 12.0)])
+    row = compare([runs[0], fast])["runs"][1]
+    assert row["to_target"]["bound"] == "at_most" and row["to_target"]["fraction"]["flops"] == 100 / 400
+    assert "≤0.250" in format_comparison(compare([runs[0], fast]))
+
+
+def test_interpolate_and_crossing_never_extrapolate():
+    assert interpolate(5, [10, 20], [1.0, 2.0]) is None and interpolate(25, [10, 20], [1.0, 2.0]) is None
+    assert interpolate(15, [10, 20], [1.0, 2.0]) == 1.5 and interpolate(20, [10, 20], [1.0, 2.0]) == 2.0
+    assert crossing([{"step": 1, "tokens": 1, "flops": 1, "wall_s": 1, "val_ppl": 30.0}], 20.0) is None
+
+
+def test_resumed_run_keeps_the_later_line_for_a_step(tmp_path, runs):
+    redo = json.dumps({"kind": "val", "step": 30, "tokens": 3000, "wall_s": 33.0, "flops": 300, "val_ppl": 21.0})
+    cand = make_run(tmp_path, "resumed", [(10, 100, 30.0), (20, 200, 24.0), (30, 300, 16.0)], step_time=1.1, extra_lines=[redo + "\n"])
+    row = compare([runs[0], cand])["runs"][1]
+    assert row["final_val_ppl"] == 21.0 and row["to_target"]["reached"] is False
+
+
+def test_base_line_can_be_chosen_and_baseline_outside_the_list_is_added(runs):
+    base, cand = runs
+    assert compare([base, cand], baseline="cand")["baseline"] == "cand"
+    result = compare([cand], baseline=base)
+    assert [r["name"] for r in result["runs"]] == ["base", "cand"]
+
+
+def test_different_hardware_warns_in_json_and_on_stderr(tmp_path, runs, capsys):
+    gpu = make_run(tmp_path, "gpu", [(10, 100, 30.0), (20, 200, 19.0)], hardware=GPU)
+    result = compare([runs[0], gpu])
+    assert any("different hardware" in w and "wall-clock" in w for w in result["warnings"])
+    assert main(["compare", runs[0], gpu, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "different hardware" in captured.err
+    assert "different hardware" in json.loads(captured.out)["warnings"][0]
+
+
+def test_cli_table_json_and_plot(tmp_path, runs, capsys):
+    out, png = tmp_path / "cmp.json", tmp_path / "curves.png"
+    assert main(["compare", *runs, "--out", str(out), "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "baseline: base" in text and "0.625" in text and "+10.0%" in text
+    assert json.loads(out.read_text())["runs"][1]["to_target"]["fraction"]["flops"] == 0.625
+    image = imread(str(png))
+    assert image.shape[0] > 200 and image.shape[1] > 400 and image.std() > 0
+
+
+def test_bad_metrics_lines_fail_naming_file_and_line(tmp_path, runs, capsys):
+    bad = make_run(tmp_path, "bad", [(10, 100, 30.0), (20, 200, 24.0)])
+    lines = (tmp_path / "bad" / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"val_ppl"', '"val_ppl_typo"')
+    (tmp_path / "bad" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["compare", runs[0], bad]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}/metrics.jsonl:2" in err and "'val_ppl'" in err and len(err.strip().splitlines()) == 1
+
+    lines[1] = "{not json"
+    (tmp_path / "bad" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: invalid JSON"):
+        compare([runs[0], bad])
+
+
+def test_non_cumulative_compute_is_rejected(tmp_path, runs):
+    bad = make_run(tmp_path, "bad", [(10, 100, 30.0), (20, 90, 24.0)])
+    with pytest.raises(ValueError, match=r"metrics.jsonl:4: 'flops' is 90 at step 20, not above 100"):
+        compare([runs[0], bad])
+
+
+def test_unfinished_last_line_is_dropped_with_a_warning(tmp_path, runs):
+    cut = make_run(tmp_path, "cut", [(10, 100, 30.0), (20, 200, 19.0)], extra_lines=['{"kind": "val", "step": 3'])
+    result = compare([runs[0], cut])
+    assert result["runs"][1]["steps"] == 20
+    assert any("unfinished last line" in w for w in result["warnings"])
+
+
+def test_step_time_leaves_out_startup_interval():
+    from nfeval.compare import step_time
+
+    train = [{"step": 10, "wall_s": 8.0}, {"step": 20, "wall_s": 9.0}, {"step": 30, "wall_s": 10.2}, {"step": 40, "wall_s": 11.1}]
+    assert step_time(train) == pytest.approx(0.1)  # median of 0.10, 0.12, 0.09; the 0.8 s/step start-up is left out
+    assert step_time(train[:1]) == pytest.approx(0.8)
+    assert step_time([]) is None
