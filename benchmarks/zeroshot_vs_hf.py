@@ -1,0 +1,87 @@
+"""End-to-end time and accuracy of ``nfeval zeroshot`` vs lm-eval's stock ``hf`` model, side by side.
+
+Both score the same Hugging Face GPT-2-shaped model (random weights, GPT-2's tokenizer from
+``../shared/data/tokenizer/gpt2``, saved to a temp dir) on the same first N PIQA and HellaSwag items
+of ``../shared/data/zeroshot``; the accuracies must agree.
+
+    python benchmarks/zeroshot_vs_hf.py [--limit 500] [--d-model 128] [--layers 4] [--batch-size 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def build_model(path: str, d_model: int, layers: int) -> str:
+    """Saves a random GPT2LMHeadModel with GPT-2's tokenizer to ``path``; returns ``path``."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from nfeval.tokenization import GPT2_EOT, gpt2_tokenizer
+
+    bpe = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=GPT2_EOT, eos_token=GPT2_EOT, pad_token="<pad>")
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=bpe.get_vocab_size(), n_embd=d_model, n_layer=layers, n_head=max(1, d_model // 64),
+                     n_positions=1024)  # fmt: skip
+    GPT2LMHeadModel(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--limit", type=int, default=500)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16)
+    args = parser.parse_args()
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    import tasks as nf_tasks
+    from nfeval import zeroshot
+
+    data_dir = str(SHARED / "zeroshot")
+    os.environ["NFEVAL_CACHE"] = tempfile.mkdtemp(prefix="nfeval-bench-cache-")
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_model(os.path.join(tmp, "gpt2-random"), args.d_model, args.layers)
+        names = ["piqa_local", "hellaswag_local"]
+
+        t0 = time.perf_counter()
+        manager = TaskManager(include_path=nf_tasks.TASKS_DIR, include_defaults=False, metadata={"data_dir": data_dir})
+        stock = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", tasks=names,
+                                        task_manager=manager, limit=args.limit, batch_size=args.batch_size,
+                                        device="cpu", log_samples=False)  # fmt: skip
+        t_hf = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        ours = zeroshot.evaluate(model_dir, tasks=["piqa", "hellaswag"], data_dir=data_dir, limit=args.limit,
+                                 batch_size=args.batch_size, device="cpu", use_cache=False)  # fmt: skip
+        t_nf = time.perf_counter() - t0
+
+    report = {"limit": args.limit, "model": f"GPT-2 shape d={args.d_model} L={args.layers} vocab=50259 (random)",
+              "threads": torch.get_num_threads(), "batch_size": args.batch_size,
+              "wall_s": {"lm_eval_hf": round(t_hf, 1), "nfeval_zeroshot": round(t_nf, 1)},
+              "speedup": round(t_hf / t_nf, 2), "accuracy": {}}  # fmt: skip
+    for task in names:
+        row = {}
+        for metric in ("acc,none", "acc_norm,none"):
+            row[metric] = {"hf": stock["results"][task][metric], "nfeval": ours["results"][task][metric]}
+        row["acc_per_token,none"] = {"nfeval": ours["results"][task]["acc_per_token,none"]}
+        row["match"] = all(v["hf"] == v["nfeval"] for k, v in row.items() if k in ("acc,none", "acc_norm,none"))
+        report["accuracy"][task] = row
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

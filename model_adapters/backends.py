@@ -1,0 +1,254 @@
+"""Causal LMs behind one interface: nfeval checkpoints and Hugging Face causal-LM directories.
+
+A ``Backend`` gives the scorer what it needs: tokenization, special ids, the context window, and
+``logits_at(idx, keep)`` (logits only where they are scored). ``identify`` fingerprints a model path
+without building the model, so cached results can be served without loading anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from nfeval import checkpoint
+from nfeval.tokenization import fingerprint_text, special_ids
+
+HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+HF_FILES = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+)  # fmt: skip
+
+
+def dtype_of(name: str | torch.dtype | None) -> torch.dtype:
+    """Returns the torch dtype for a name such as ``float32``/``fp32``/``bfloat16``/``bf16``."""
+    if isinstance(name, torch.dtype):
+        return name
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16, None: torch.float32, "auto": torch.float32}  # fmt: skip
+    if name not in table:
+        raise ValueError(f"dtype {name!r}: expected float32, bfloat16 or float16")
+    return table[name]
+
+
+def is_hf_dir(path: str) -> bool:
+    """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``)."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and not isinstance(data.get("model"), dict)
+
+
+def hash_files(paths: list[str]) -> str:
+    """Returns the sha256 over the names and bytes of ``paths`` (in the given order)."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def hf_files(path: str) -> list[str]:
+    """Returns the files of a HF model directory that decide its outputs: weights, config, tokenizer."""
+    names = sorted(os.listdir(path))
+    picked = [n for n in names if n.endswith(HF_WEIGHT_SUFFIXES) or n in HF_FILES or n.endswith(".index.json")]
+    return [os.path.join(path, n) for n in picked if os.path.isfile(os.path.join(path, n))]
+
+
+@dataclass
+class Identity:
+    """What a model path is, and the fingerprint results are cached under."""
+
+    kind: str  # "nfeval" | "hf"
+    path: str
+    fingerprint: str
+    tokenizer_fingerprint: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def identify(path: str) -> Identity:
+    """Returns the kind, fingerprint and summary of the model at ``path`` without building the model."""
+    if is_hf_dir(path):
+        files = hf_files(path)
+        weights = [f for f in files if f.endswith(HF_WEIGHT_SUFFIXES)]
+        if not weights:
+            raise FileNotFoundError(f"{path}: Hugging Face model directory without weight files (*.safetensors / *.bin)")
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        return Identity(
+            kind="hf",
+            path=os.path.abspath(path),
+            fingerprint=hash_files(weights + [os.path.join(path, "config.json")]),
+            tokenizer_fingerprint=hash_files([f for f in files if not f.endswith(HF_WEIGHT_SUFFIXES)]),
+            summary=hf_summary(path, cfg, weights),
+        )
+    directory = checkpoint.resolve(path)
+    cfg, meta = checkpoint.read_config(directory)
+    from safetensors.torch import load_file
+
+    from nfeval.model import Transformer
+
+    state = load_file(os.path.join(directory, checkpoint.WEIGHTS))
+    fingerprint = checkpoint.fingerprint_state_dict(state)
+    with torch.device("meta"):
+        skeleton = Transformer(cfg)
+    tok_path = os.path.join(directory, checkpoint.TOKENIZER)
+    ckpt = checkpoint.Checkpoint(model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta)
+    return Identity(
+        kind="nfeval",
+        path=os.path.abspath(directory),
+        fingerprint=fingerprint,
+        tokenizer_fingerprint=hash_files([tok_path]) if os.path.isfile(tok_path) else "none",
+        summary=checkpoint.summary(ckpt),
+    )
+
+
+def hf_summary(path: str, cfg: dict[str, Any], weights: list[str]) -> dict[str, Any]:
+    """Returns the HF-model equivalent of ``checkpoint.summary``."""
+    params = None
+    if all(w.endswith(".safetensors") for w in weights):
+        from safetensors import safe_open
+
+        params = 0
+        for w in weights:
+            with safe_open(w, framework="pt") as f:
+                params += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    return {
+        "path": os.path.abspath(path),
+        "fingerprint": None,  # filled by the caller (Identity.fingerprint)
+        "source": "huggingface",
+        "architecture": (cfg.get("architectures") or [cfg.get("model_type")])[0],
+        "objective": "clm",
+        "parameters": params,
+        "n_layer": cfg.get("num_hidden_layers", cfg.get("n_layer")),
+        "d_model": cfg.get("hidden_size", cfg.get("n_embd", cfg.get("d_model"))),
+        "compute": None,
+    }
+
+
+class Backend:
+    """The model, tokenizer and special ids the adapter scores with."""
+
+    kind: str
+    model: torch.nn.Module
+    device: torch.device
+    max_length: int
+    eot_id: int
+    prefix_id: int
+    pad_id: int
+    add_bos_default: bool | None
+
+    def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+    def token_text(self, token_id: int) -> str | None:
+        """Returns the text of one (special) token, to spot strings that already start with it."""
+        raise NotImplementedError
+
+    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class NFEvalBackend(Backend):
+    """An nfeval checkpoint: ``</s>`` (the tokenizer's EOS) is prepended to every scored text, as fairseq does."""
+
+    kind = "nfeval"
+
+    def __init__(self, ckpt: checkpoint.Checkpoint, device: torch.device):
+        if not ckpt.config.causal:
+            raise ValueError(f"{ckpt.path}: zero-shot scoring needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'")
+        if ckpt.tokenizer is None:
+            raise FileNotFoundError(f"{os.path.join(ckpt.path, checkpoint.TOKENIZER)}: not found (scoring needs the tokenizer)")
+        self.ckpt, self.model, self.tokenizer, self.device = ckpt, ckpt.model, ckpt.tokenizer, device
+        ids = special_ids(ckpt.tokenizer)
+        self.eot_id, self.prefix_id, self.pad_id = ids.eos, ids.eos, ids.pad
+        self.max_length = ckpt.config.max_seq_len
+        self.add_bos_default = True
+        self.tokenizer_fingerprint = hashlib.sha256(fingerprint_text(ckpt.tokenizer).encode()).hexdigest()
+
+    def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return [self.prefix_id] + ids if add_special_tokens else ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_text(self, token_id: int) -> str | None:
+        return self.tokenizer.id_to_token(token_id)
+
+    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        hidden = self.model.encode(idx)  # causal: right padding never reaches a real position
+        return self.model.lm_logits(hidden[keep])
+
+
+class HFBackend(Backend):
+    """A Hugging Face causal LM, tokenized exactly as lm-eval's HFLM does (so scores match HFLM's)."""
+
+    kind = "hf"
+
+    def __init__(self, model, tokenizer, device: torch.device, max_length: int | None = None):
+        from lm_eval.models.utils import configure_pad_token, resolve_max_length
+
+        self.model, self.device = model.eval(), device
+        self.tokenizer = configure_pad_token(tokenizer, model_config=model.config)
+        self.eot_id = self.tokenizer.eos_token_id
+        self.prefix_id = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.eot_id
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.max_length = max_length or resolve_max_length(model.config, self.tokenizer, default=2048)
+        self.add_bos_default = None
+        import inspect
+
+        self.slices_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
+        kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+        return self.tokenizer.encode(text, **kwargs)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_text(self, token_id: int) -> str | None:
+        return self.tokenizer.decode(token_id)
+
+    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        first = int(keep.any(0).nonzero()[0])  # earliest scored position in the batch
+        if self.slices_logits:
+            logits = self.model(idx, logits_to_keep=idx.shape[1] - first).logits
+        else:
+            logits = self.model(idx).logits[:, first:]
+        return logits[keep[:, first:]]
+
+
+def load(
+    pretrained: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    fold_head_scale: bool = True,
+    max_length: int | None = None,
+    tokenizer: Any = None,
+) -> Backend:
+    """Returns the backend for an nfeval checkpoint/run dir or a HF causal-LM directory."""
+    if is_hf_dir(pretrained):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(pretrained, dtype=dtype).to(device)
+        tok = tokenizer or AutoTokenizer.from_pretrained(pretrained)
+        return HFBackend(model, tok, device, max_length)
+    ckpt = checkpoint.load(pretrained, device=device, dtype=dtype, fold_head_scale=fold_head_scale)
+    backend = NFEvalBackend(ckpt, device)
+    if max_length:
+        backend.max_length = min(max_length, backend.max_length)
+    return backend

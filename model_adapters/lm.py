@@ -1,0 +1,218 @@
+"""``NFEvalLM``: lm-eval's ``TemplateLM`` over nfeval checkpoints and Hugging Face causal LMs.
+
+Registered in lm-eval as ``nfeval``::
+
+    lm-eval --model nfeval --model_args pretrained=RUN_DIR,dtype=bfloat16 --tasks piqa_local ...
+
+or used as an instance: ``lm_eval.simple_evaluate(model=NFEvalLM(pretrained=path), ...)``.
+Under torchrun each process scores its shard of the documents (lm-eval splits them by ``rank``) and
+the results meet on rank 0 through ``all_gather``/``gather_object``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from lm_eval import utils as lm_utils
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import handle_stop_sequences, has_bos_prefix, normalize_gen_kwargs, postprocess_generated_text
+from tqdm import tqdm
+
+from . import backends
+from .scorer import score
+
+
+def init_distributed(device: str | None) -> tuple[int, int]:
+    """Returns (rank, world size), joining the torchrun process group when launched under torchrun."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        use_cuda = torch.cuda.is_available() and (device is None or str(device).startswith("cuda"))
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+@register_model("nfeval")
+class NFEvalLM(TemplateLM):
+    """Scores an nfeval checkpoint (run dir or checkpoint dir) or a HF causal-LM directory.
+
+    ``add_bos_token``: prepend ``prefix_token_id`` to every scored text; default True for nfeval
+    checkpoints (fairseq prepends ``</s>``) and the tokenizer's own behaviour for HF models (as HFLM).
+    """
+
+    backend = "causal"
+
+    def __init__(
+        self,
+        pretrained: str | Any,
+        tokenizer: Any = None,
+        batch_size: int | str = 16,
+        max_batch_size: int | None = None,
+        device: str | None = None,
+        dtype: str | torch.dtype = "float32",
+        max_length: int | None = None,
+        add_bos_token: bool | None = None,
+        prefix_token_id: int | None = None,
+        fold_head_scale: bool = True,
+        progress: bool = True,
+        **unused: Any,
+    ) -> None:
+        super().__init__()
+        self._rank, self._world_size = init_distributed(device)
+        if device is None or (self._world_size > 1 and str(device).startswith("cuda")):
+            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+        self._device = torch.device(device)
+        if self._device.type == "cuda":
+            torch.cuda.set_device(self._device)
+        self.dtype = backends.dtype_of(dtype)
+        if isinstance(pretrained, str):
+            self.engine = backends.load(
+                pretrained, self._device, self.dtype, _as_bool(fold_head_scale), max_length and int(max_length), tokenizer
+            )
+        elif hasattr(pretrained, "model") and hasattr(pretrained, "fingerprint"):  # a loaded nfeval Checkpoint
+            self.engine = backends.NFEvalBackend(pretrained, self._device)
+        else:  # a loaded transformers model
+            if tokenizer is None:
+                raise ValueError("NFEvalLM: a transformers model needs its tokenizer (tokenizer=...)")
+            self.engine = backends.HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
+        self.batch_size = int(max_batch_size or 64) if str(batch_size).startswith("auto") else int(batch_size)
+        self.add_bos_token = self.engine.add_bos_default if add_bos_token is None else _as_bool(add_bos_token)
+        self.custom_prefix_token_id = None if prefix_token_id is None else int(prefix_token_id)
+        self.progress = _as_bool(progress)
+        self.tokenizer = getattr(self.engine, "tokenizer", None)
+
+    # ---------------------------------------------------------------- identity and tokenization
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.engine.eot_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        return self.custom_prefix_token_id if self.custom_prefix_token_id is not None else self.engine.prefix_id
+
+    @property
+    def max_length(self) -> int:
+        return self.engine.max_length
+
+    @property
+    def max_gen_toks(self) -> int:
+        return 256
+
+    @property
+    def tokenizer_name(self) -> str:
+        return f"nfeval-{self.engine.kind}"
+
+    def scoring_settings(self) -> dict[str, Any]:
+        """Returns what, besides the weights, decides the scores (part of result cache keys)."""
+        return {"add_bos_token": self.add_bos_token, "prefix_token_id": self.prefix_token_id,
+                "max_length": self.max_length, "dtype": str(self.dtype).removeprefix("torch.")}  # fmt: skip
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        if add_special_tokens is None:
+            if has_bos_prefix(string, self.engine.token_text(self.prefix_token_id)):
+                add_special_tokens = False
+            elif self.add_bos_token is not None:
+                add_special_tokens = self.add_bos_token
+        if self.engine.kind == "nfeval":  # the nfeval tokenizer adds nothing itself: the prefix is ours to add
+            ids = self.engine.encode(string, False)
+            return [self.prefix_token_id] + ids if add_special_tokens else ids
+        return self.engine.encode(string, add_special_tokens)
+
+    def tok_decode(self, tokens: list[int]) -> str:
+        return self.engine.decode(tokens)
+
+    # ---------------------------------------------------------------- scoring
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        pairs = [(ctx, cont) for _, ctx, cont in requests]
+        results = score(
+            self.engine.logits_at,
+            pairs,
+            max_length=self.max_length,
+            batch_size=self.batch_size,
+            device=self._device,
+            pad_id=self.engine.pad_id,
+            progress=self.progress and not disable_tqdm and self.rank == 0,
+        )
+        for (request, _, _), answer in zip(requests, results):
+            if request is not None:
+                self.cache_hook.add_partial("loglikelihood", request, answer)
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        windows, owners = [], []
+        for i, (string,) in enumerate(req.args for req in requests):
+            tokens = self.tok_encode(string, add_special_tokens=False)
+            for ctx, cont in map(
+                lm_utils.make_disjoint_window,
+                lm_utils.get_rolling_token_windows(
+                    token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1
+                ),
+            ):
+                windows.append((None, ctx, cont))
+                owners.append(i)
+        totals = [0.0] * len(requests)
+        for owner, (ll, _) in zip(owners, self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)):
+            totals[owner] += float(ll)
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+        return totals
+
+    @torch.no_grad()
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        eos = self.engine.token_text(self.eot_token_id)
+        out = []
+        for req in tqdm(requests, desc="Generating", disable=disable_tqdm or not self.progress or self.rank != 0):
+            context, gen_kwargs = req.args
+            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
+            until = handle_stop_sequences(kwargs.get("until"), eos=eos)
+            max_new = int(kwargs["max_gen_toks"])
+            ids = self.tok_encode(context)[-(self.max_length - max_new) :]
+            new: list[int] = []
+            for _ in range(max_new):
+                idx = torch.tensor([ids + new], device=self._device)
+                keep = torch.zeros_like(idx, dtype=torch.bool)
+                keep[0, -1] = True
+                token = int(self.engine.logits_at(idx, keep)[-1].argmax())
+                if token == self.eot_token_id:
+                    break
+                new.append(token)
+                if any(stop and stop in self.tok_decode(new) for stop in until):
+                    break
+            text = postprocess_generated_text(self.tok_decode(new), until, None)
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+            out.append(text)
+        return out
+
+    # ---------------------------------------------------------------- data parallel (lm-eval >= 0.4.12 hooks)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Returns the concatenation of ``tensor`` from every rank (0-d tensors become 1-d)."""
+        if self.world_size == 1:
+            return tensor
+        t = tensor.reshape(1) if tensor.dim() == 0 else tensor
+        parts = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        """Returns the list of ``obj`` from every rank on ``dst``, None elsewhere."""
+        if self.world_size == 1:
+            return [obj]
+        gathered = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(obj, gathered, dst=dst)
+        return gathered
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()
+
+
+def _as_bool(value: Any) -> bool:
+    return value.strip().lower() in ("1", "true", "yes") if isinstance(value, str) else bool(value)

@@ -1,0 +1,257 @@
+"""``nfeval zeroshot``: score a checkpoint on the five zero-shot tasks through lm-evaluation-harness.
+
+Tasks come from ``tasks/`` (``<task>_local`` with ``--data-dir``, else ``<task>_hub``); the model is
+``model_adapters.NFEvalLM``. Each task's results are cached under the model fingerprint, the scoring
+settings and a hash of the task (config, hook source, documents, limit, metric version), so a rerun
+is free and two models never share answers. The cache lives in ``$NFEVAL_CACHE`` (default
+``~/.cache/nfeval``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from .artifacts import atomic_write_json, provenance
+
+PER_TASK_KEYS = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "group_subtasks")
+
+
+def cache_dir() -> str:
+    """Returns the zero-shot results cache directory."""
+    return os.path.join(os.environ.get("NFEVAL_CACHE") or os.path.expanduser("~/.cache/nfeval"), "zeroshot")
+
+
+def stable_repr(obj: Any) -> Any:
+    """Returns a run-independent JSON stand-in: a function's source (never its address), else str()."""
+    if callable(obj):
+        try:
+            return inspect.getsource(obj)
+        except (OSError, TypeError):
+            return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    return str(obj)
+
+
+def sha256_json(obj: Any) -> str:
+    """Returns the sha256 of ``obj`` as canonical JSON."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=stable_repr).encode()).hexdigest()
+
+
+def task_hash(task) -> str:
+    """Returns a hash of everything about a task that decides its scores: config, hooks, documents."""
+    from tasks.gpt3 import METRICS_VERSION
+
+    cfg = task.dump_config()
+    meta = cfg.pop("metadata", None) or {}
+    cfg["metadata"] = {k: meta[k] for k in ("version", "uncond_context") if k in meta}
+    docs = hashlib.sha256()
+    for doc in task.eval_docs:
+        docs.update(json.dumps(doc, sort_keys=True, default=str).encode() + b"\n")
+    return sha256_json({"config": cfg, "class": inspect.getsource(type(task)), "docs": docs.hexdigest(),
+                        "metrics_version": METRICS_VERSION})  # fmt: skip
+
+
+def eval_split(task) -> str:
+    """Returns the split a task is scored on."""
+    return task.config.test_split if task.has_test_docs() else task.config.validation_split
+
+
+def task_manager(data_dir: str | None, names: list[str] | None = None):
+    """Returns lm-eval's TaskManager with nfeval's tasks registered and ``data_dir`` passed to the loaders.
+
+    lm-eval's own task index (seconds to build) is included only when ``names`` asks for a task of its.
+    """
+    from lm_eval.tasks import TaskManager
+
+    import tasks as nf_tasks
+
+    ours = {nf_tasks.registered_name(t, local) for t in nf_tasks.CANONICAL_TASKS for local in (True, False)}
+    return TaskManager(
+        include_path=nf_tasks.TASKS_DIR,
+        include_defaults=names is None or not set(names) <= ours,
+        metadata={"data_dir": data_dir} if data_dir else {},
+    )
+
+
+def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str, str]]:
+    """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data raises."""
+    import tasks as nf_tasks
+    from tasks.loaders import STORYCLOZE_HELP, MissingData
+
+    loaded, skipped = {}, {}
+    for name in names:
+        canonical = nf_tasks.canonical_name(name)
+        if canonical.startswith("storycloze") and not name.endswith("_local"):
+            skipped[name] = STORYCLOZE_HELP.format(root="DIR", year=canonical[-4:]) + ", then pass --data-dir DIR"
+            log(f"skipping {name}: {skipped[name]}")
+            continue
+        if name not in manager.all_tasks:
+            raise ValueError(f"--tasks: unknown task {name!r} (nfeval tasks: {', '.join(nf_tasks.CANONICAL_TASKS)})")
+        try:
+            loaded.update(manager.load([name])["tasks"])
+        except MissingData as e:
+            if not canonical.startswith("storycloze"):
+                raise
+            skipped[name] = str(e)
+            log(f"skipping {name}: {e}")
+        except (ValueError, FileNotFoundError):  # bad local data: its message names file, line and field
+            raise
+        except Exception as e:  # a Hub dataset that cannot be fetched (offline, gated, renamed)
+            if name.endswith("_hub"):
+                raise ValueError(f"{name}: could not load its Hub dataset ({type(e).__name__}: {e}); "
+                                 f"pass --data-dir DIR with local files instead") from None  # fmt: skip
+            raise
+    return loaded, skipped
+
+
+def make_table(out: dict[str, Any]) -> str:
+    """Returns the results as a plain-text table: task, metric, value, stderr, n."""
+    rows = [("task", "metric", "value", "stderr", "n")]
+    for task, res in out["results"].items():
+        n = out.get("n-samples", {}).get(task, {}).get("effective", "")
+        for key, value in res.items():
+            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+                continue
+            metric = key.split(",")[0]
+            stderr = res.get(key.replace(metric, f"{metric}_stderr", 1))
+            rows.append((task, metric, f"{value:.4f}", f"{stderr:.4f}" if isinstance(stderr, (int, float)) else "", str(n)))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def evaluate(
+    ckpt_path: str,
+    tasks: list[str] | None = None,
+    data_dir: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 16,
+    output: str | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+    use_cache: bool = True,
+    max_length: int | None = None,
+    log=None,
+) -> dict[str, Any] | None:
+    """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
+    results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
+    atomically when given; nothing is written when the data or the model is bad."""
+    import lm_eval
+    from lm_eval.utils import handle_non_serializable
+
+    import tasks as nf_tasks
+    from model_adapters import NFEvalLM, identify
+    from model_adapters.backends import dtype_of
+    from tasks.gpt3 import METRIC_DESCRIPTIONS
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    # our loaders take data_dir from the task metadata: lm-eval's per-task hint about it is noise here
+    logging.getLogger("lm_eval.api.task").addFilter(lambda r: "Custom kwargs can be passed" not in r.getMessage())
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"--data-dir {data_dir}: not a directory")
+    data_dir = os.path.abspath(data_dir) if data_dir else None
+    if limit is not None and int(limit) <= 0:
+        raise ValueError(f"--limit {limit}: expected a positive integer")
+    names = [nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)]
+    identity = identify(ckpt_path)
+    dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
+    manager = task_manager(data_dir, names)
+    loaded, skipped = load_tasks(names, manager, log)
+    if not loaded:
+        raise ValueError("no task left to score (all were skipped)")
+
+    settings = {"kind": identity.kind, "fingerprint": identity.fingerprint, "tokenizer": identity.tokenizer_fingerprint,
+                "dtype": dtype_name, "max_length": max_length, "lm_eval": lm_eval.__version__}  # fmt: skip
+    keys = {name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit}) for name, t in loaded.items()}
+    cached = {}
+    if use_cache:
+        for name, key in keys.items():
+            path = os.path.join(cache_dir(), f"{key}.json")
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    cached[name] = json.load(f)
+                log(f"{name}: cached result ({path})")
+
+    out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
+    todo = [t for name, t in loaded.items() if name not in cached]
+    if todo:
+        lm = NFEvalLM(pretrained=ckpt_path, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length)
+        fresh = lm_eval.simple_evaluate(model=lm, tasks=todo, limit=limit, log_samples=False, task_manager=manager)
+        if fresh is None:  # not rank 0 under torchrun
+            return None
+        fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
+        out.update({k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"})
+        for name in keys:
+            if name in cached:
+                continue
+            entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
+            cached[name] = entry
+            if use_cache:
+                atomic_write_json(os.path.join(cache_dir(), f"{keys[name]}.json"), entry)
+    for name in loaded:
+        for k, v in cached[name].items():
+            out.setdefault(k, {}).update(v)
+
+    model = dict(identity.summary, fingerprint=identity.fingerprint)
+    out["nfeval"] = {
+        "provenance": provenance(lm_eval_version=lm_eval.__version__, transformers_version=_version("transformers"),
+                                 datasets_version=_version("datasets")),  # fmt: skip
+        "model": model,
+        "batch_size": batch_size,
+        "dtype": dtype_name,
+        "device": device,
+        "data_dir": data_dir,
+        "limit": limit,
+        "tasks": {name: nf_tasks.canonical_name(name) for name in loaded},
+        "eval_split": {name: eval_split(t) for name, t in loaded.items()},
+        "skipped": skipped,
+        "cached_tasks": sorted(n for n in loaded if n not in {t.task_name for t in todo}),
+        "metrics": METRIC_DESCRIPTIONS,
+        "gpt3_metric": {name: nf_tasks.GPT3_METRIC.get(nf_tasks.canonical_name(name)) for name in loaded},
+    }
+    if output:
+        atomic_write_json(output, out)
+    return out
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval zeroshot``'s options."""
+    parser.add_argument("--ckpt", required=True, help="nfeval run/checkpoint dir, or a Hugging Face causal-LM dir")
+    parser.add_argument("--tasks", nargs="+", default=None,
+                        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
+                             "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)")  # fmt: skip
+    parser.add_argument("--data-dir", default=None, help="local task files (layout of ../shared/data/zeroshot); default: the Hub")
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N documents of each task")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when available)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
+    parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``nfeval zeroshot``; prints the table and where the results went."""
+    task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
+    out = evaluate(args.ckpt, tasks=task_list, data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size,
+                   output=args.output, device=args.device, dtype=args.dtype, use_cache=not args.no_cache,
+                   max_length=args.max_length)  # fmt: skip
+    if out is not None:
+        print(make_table(out))
+        if args.output:
+            print(f"results: {args.output}")
+    return 0

@@ -1,0 +1,108 @@
+"""GPT-3 scoring conventions as extra metrics beside lm-eval's own ``acc`` / ``acc_norm``.
+
+``GPT3Task`` is lm-eval's ``ConfigurableTask`` (same prompts, same requests, same ``acc``/``acc_norm``)
+plus, per the task YAML's ``metadata``:
+
+- ``acc_per_token``: argmax of the mean log-prob per continuation token (GPT-3's default). It needs the
+  continuation's token count, which a model adapter attaches to the log-likelihood it returns as
+  ``n_tokens`` (nfeval's adapter does; lm-eval's stock models do not, and then the metric is omitted).
+- ``acc_uncond`` (``metadata.uncond_context``, e.g. ``"Answer:"``): argmax of
+  ``logP(c|ctx) - logP(c|uncond_context)``, GPT-3's normalisation for OpenBookQA. The extra
+  unconditional requests come after the task's own, so the task's own requests are unchanged.
+
+A split counts only when the loaded dataset has it, so the eval split is ``test`` when the task names
+one and its file is there, else ``validation`` (local StoryCloze/OpenBookQA files may come with either).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from lm_eval.api.instance import Instance
+from lm_eval.api.registry import metric_registry, register_metric
+from lm_eval.api.task import ConfigurableTask
+
+# Bump when a metric's definition changes: it is part of every zero-shot cache key.
+METRICS_VERSION = 1
+
+METRIC_DESCRIPTIONS = {
+    "acc": "argmax of the summed continuation log-prob, unnormalised (lm-eval); for winogrande: partial scoring",
+    "acc_norm": "argmax of summed log-prob / continuation length in characters (lm-eval)",
+    "acc_per_token": "argmax of mean log-prob per continuation token (GPT-3 default)",
+    "acc_uncond": "argmax of logP(c|ctx) - logP(c|'Answer:') (GPT-3 unconditional normalisation)",
+}
+
+
+def _passthrough(items):
+    return items
+
+
+for _name in ("acc_per_token", "acc_uncond"):
+    if _name not in metric_registry:  # this module may be imported twice (package and YAML path)
+        register_metric(metric=_name, higher_is_better=True, output_type="multiple_choice", aggregation="mean")(
+            _passthrough
+        )
+
+
+class GPT3Task(ConfigurableTask):
+    """A multiple-choice ConfigurableTask that also reports the GPT-3 metrics named in its metric_list."""
+
+    def __init__(self, config: dict | None = None, **kwargs) -> None:
+        config = dict(config or {})
+        config.pop("class", None)
+        super().__init__(config=config, **kwargs)
+
+    @property
+    def uncond_context(self) -> str | None:
+        """Returns the unconditional context for ``acc_uncond``, or None when the task does not use it."""
+        if "acc_uncond" not in self._metric_fn_list:
+            return None
+        return (self.config.metadata or {}).get("uncond_context", "Answer:")
+
+    def _has_split(self, split: str | None) -> bool:
+        return split is not None and split in self.dataset
+
+    def has_training_docs(self) -> bool:
+        return self._has_split(self.config.training_split)
+
+    def has_validation_docs(self) -> bool:
+        return self._has_split(self.config.validation_split)
+
+    def has_test_docs(self) -> bool:
+        return self._has_split(self.config.test_split)
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        requests = super().construct_requests(doc, ctx, **dict(kwargs))
+        uncond = self.uncond_context
+        if uncond is None:
+            return requests
+        kwargs.pop("apply_chat_template", None)
+        kwargs.pop("chat_template", None)
+        delimiter = self.config.target_delimiter
+        extra = [
+            Instance(request_type="loglikelihood", doc=doc, arguments=(uncond, f"{delimiter}{choice}"), idx=len(requests) + i, **kwargs)
+            for i, choice in enumerate(self.doc_to_choice(doc))
+        ]
+        return requests + extra
+
+    def gold_index(self, doc) -> int:
+        """Returns the index of the correct choice, as lm-eval's process_results finds it."""
+        choices = self.doc_to_choice(doc)
+        gold = self.doc_to_text(doc) if self.multiple_input else self.doc_to_target(doc)
+        if isinstance(gold, str):
+            gold = choices.index(gold) if gold in choices else -100
+        return gold if isinstance(gold, int) and gold < len(choices) else -100
+
+    def process_results(self, doc, results):
+        n = len(self.doc_to_choice(doc))
+        own, uncond = results[:n], results[n:]
+        out = super().process_results(doc, own)
+        lls = np.array([ll for ll, _ in own], dtype=np.float64)
+        gold = self.gold_index(doc)
+        if "acc_per_token" in self._metric_fn_list:
+            counts = [getattr(ll, "n_tokens", None) for ll, _ in own]
+            if all(c for c in counts):
+                out["acc_per_token"] = float(np.argmax(lls / np.array(counts, dtype=np.float64)) == gold)
+        if self.uncond_context is not None and len(uncond) == n:
+            lls_u = np.array([ll for ll, _ in uncond], dtype=np.float64)
+            out["acc_uncond"] = float(np.argmax(lls - lls_u) == gold)
+        return out

@@ -1,0 +1,313 @@
+"""Local-file datasets for the ``*_local`` tasks (lm-eval ``custom_dataset`` hooks).
+
+Each loader finds the task's files under ``data_dir`` (task metadata ``data_dir``, else the
+``NFEVAL_DATA_DIR`` environment variable), accepts the Hugging Face column schema as JSONL (the
+layout of ``../shared/data/zeroshot``) or the official distribution format, checks every record, and
+returns a ``datasets.DatasetDict`` in the Hugging Face schema that lm-eval's built-in task reads.
+
+Layout under ``data_dir`` (first match wins):
+
+- ``piqa/validation.jsonl`` | ``piqa/valid.jsonl`` + ``piqa/valid-labels.lst`` (also under ``piqa/original/``)
+- ``hellaswag/validation.jsonl`` | ``hellaswag/hellaswag_val.jsonl``
+- ``winogrande/validation.jsonl`` | ``winogrande/dev.jsonl``
+- ``openbookqa/{validation,test}.jsonl`` (HF or official schema) | ``openbookqa/dev.jsonl``
+- ``storycloze/{2016,2018}/{validation,test}.jsonl`` | ``storycloze/*{spring2016,winter2018}*.csv``
+
+Bad records raise ``DataError`` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+from typing import Any, Callable
+
+import datasets
+
+
+class DataError(ValueError):
+    """A local data file is malformed; the message names the file, the line and the field."""
+
+
+class MissingData(FileNotFoundError):
+    """A task's local files are absent; the message says where to put them."""
+
+
+def data_root(data_dir: str | None = None) -> str:
+    """Returns the local data directory: ``data_dir``, else ``$NFEVAL_DATA_DIR``."""
+    root = data_dir or os.environ.get("NFEVAL_DATA_DIR")
+    if not root:
+        raise MissingData("local tasks need a data directory: pass --data-dir DIR (or metadata data_dir, or set NFEVAL_DATA_DIR)")
+    if not os.path.isdir(root):
+        raise MissingData(f"{root}: data directory not found")
+    return root
+
+
+def read_jsonl(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """Returns (line number, object) for each non-blank line of a JSONL file."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            rows.append((lineno, obj))
+    if not rows:
+        raise DataError(f"{path}: no records")
+    return rows
+
+
+def field(obj: dict, name: str, kind: type | tuple, where: str) -> Any:
+    """Returns ``obj[name]`` after checking it exists and has type ``kind``."""
+    if name not in obj:
+        raise DataError(f"{where}: missing field {name!r}")
+    value = obj[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise DataError(f"{where}: field {name!r} is {type(value).__name__} {value!r}, expected {expected}")
+    return value
+
+
+def label(obj: dict, name: str, allowed: list[str], where: str) -> str:
+    """Returns a label field as a string after checking it is one of ``allowed`` (int or str accepted)."""
+    value = field(obj, name, (int, str), where)
+    if str(value).strip() not in allowed:
+        raise DataError(f"{where}: field {name!r} = {value!r} is out of range, expected one of {allowed}")
+    return str(value).strip()
+
+
+def strings(obj: dict, name: str, n: int, where: str) -> list[str]:
+    """Returns a list field of exactly ``n`` strings."""
+    value = field(obj, name, list, where)
+    if len(value) != n or not all(isinstance(v, str) for v in value):
+        raise DataError(f"{where}: field {name!r} must be a list of {n} strings, got {value!r}"[:300])
+    return value
+
+
+def first_existing(root: str, *candidates: str) -> str | None:
+    """Returns the first of ``candidates`` (relative to ``root``) that is a file, or None."""
+    return next((os.path.join(root, c) for c in candidates if os.path.isfile(os.path.join(root, c))), None)
+
+
+def records(path: str, convert: Callable[[dict, str], dict]) -> list[dict]:
+    """Returns ``convert(obj, "FILE:LINE")`` for every record of a JSONL file."""
+    return [convert(obj, f"{path}:{lineno}") for lineno, obj in read_jsonl(path)]
+
+
+def missing(task: str, root: str, expected: str) -> MissingData:
+    return MissingData(f"{task}: no data under {root}; expected {expected}")
+
+
+# ---------------------------------------------------------------- PIQA
+
+def _piqa(obj: dict, where: str) -> dict:
+    return {
+        "goal": field(obj, "goal", str, where),
+        "sol1": field(obj, "sol1", str, where),
+        "sol2": field(obj, "sol2", str, where),
+        "label": int(label(obj, "label", ["0", "1"], where)),
+    }
+
+
+def piqa_rows(root: str) -> dict[str, list[dict]]:
+    """Returns PIQA validation rows from HF-schema JSONL or the official valid.jsonl + valid-labels.lst."""
+    hf = first_existing(root, "piqa/validation.jsonl")
+    if hf:
+        return {"validation": records(hf, _piqa)}
+    for sub in ("piqa", "piqa/original"):
+        data, labels = first_existing(root, f"{sub}/valid.jsonl"), first_existing(root, f"{sub}/valid-labels.lst")
+        if data and labels:
+            with open(labels, encoding="utf-8") as f:
+                lines = [(n, s.strip()) for n, s in enumerate(f, 1) if s.strip()]
+            objs = read_jsonl(data)
+            if len(lines) != len(objs):
+                raise DataError(f"{labels}: {len(lines)} labels for {len(objs)} records in {data}")
+            rows = []
+            for (lineno, obj), (label_line, value) in zip(objs, lines):
+                if value not in ("0", "1"):
+                    raise DataError(f"{labels}:{label_line}: field 'label' = {value!r} is out of range, expected 0 or 1")
+                rows.append(_piqa({**obj, "label": int(value)}, f"{data}:{lineno}"))
+            return {"validation": rows}
+    raise missing("piqa", root, "piqa/validation.jsonl, or piqa/valid.jsonl + piqa/valid-labels.lst")
+
+
+# ---------------------------------------------------------------- HellaSwag
+
+def _hellaswag(obj: dict, where: str) -> dict:
+    row = {
+        "ind": obj.get("ind", 0) if isinstance(obj.get("ind", 0), int) else 0,
+        "activity_label": field(obj, "activity_label", str, where),
+        "ctx_a": field(obj, "ctx_a", str, where),
+        "ctx_b": field(obj, "ctx_b", str, where),
+        "ctx": obj.get("ctx") if isinstance(obj.get("ctx"), str) else "",
+        "endings": strings(obj, "endings", 4, where),
+        "source_id": str(obj.get("source_id", "")),
+        "split": str(obj.get("split", "val")),
+        "split_type": str(obj.get("split_type", "")),
+        "label": label(obj, "label", ["0", "1", "2", "3"], where),
+    }
+    return row
+
+
+def hellaswag_rows(root: str) -> dict[str, list[dict]]:
+    """Returns HellaSwag validation rows from HF-schema JSONL or the official hellaswag_val.jsonl."""
+    path = first_existing(root, "hellaswag/validation.jsonl", "hellaswag/hellaswag_val.jsonl")
+    if not path:
+        raise missing("hellaswag", root, "hellaswag/validation.jsonl or hellaswag/hellaswag_val.jsonl")
+    return {"validation": records(path, _hellaswag)}
+
+
+# ---------------------------------------------------------------- WinoGrande
+
+def _winogrande(obj: dict, where: str) -> dict:
+    sentence = field(obj, "sentence", str, where)
+    if sentence.count("_") < 1:
+        raise DataError(f"{where}: field 'sentence' has no '_' blank")
+    return {
+        "sentence": sentence,
+        "option1": field(obj, "option1", str, where),
+        "option2": field(obj, "option2", str, where),
+        "answer": label(obj, "answer", ["1", "2"], where),
+    }
+
+
+def winogrande_rows(root: str) -> dict[str, list[dict]]:
+    """Returns WinoGrande dev rows from HF-schema JSONL or the official dev.jsonl."""
+    path = first_existing(root, "winogrande/validation.jsonl", "winogrande/dev.jsonl")
+    if not path:
+        raise missing("winogrande", root, "winogrande/validation.jsonl or winogrande/dev.jsonl")
+    return {"validation": records(path, _winogrande)}
+
+
+# ---------------------------------------------------------------- OpenBookQA
+
+def _openbookqa(obj: dict, where: str) -> dict:
+    if isinstance(obj.get("question"), dict):  # official: {"question": {"stem", "choices": [{text, label}]}}
+        q = obj["question"]
+        choices = field(q, "choices", list, f"{where} (question)")
+        if not all(isinstance(c, dict) and isinstance(c.get("text"), str) and isinstance(c.get("label"), str) for c in choices):
+            raise DataError(f"{where}: field 'question.choices' must be a list of {{text, label}} strings")
+        stem = field(q, "stem", str, f"{where} (question)")
+        texts, labels = [c["text"] for c in choices], [c["label"] for c in choices]
+    else:
+        stem = field(obj, "question_stem", str, where)
+        ch = field(obj, "choices", dict, where)
+        texts, labels = field(ch, "text", list, f"{where} (choices)"), field(ch, "label", list, f"{where} (choices)")
+        if len(texts) != len(labels) or not texts:
+            raise DataError(f"{where}: field 'choices' has {len(texts)} texts and {len(labels)} labels")
+    key = field(obj, "answerKey", str, where)
+    if key.lstrip() not in labels:
+        raise DataError(f"{where}: field 'answerKey' = {key!r} is out of range, expected one of {labels}")
+    return {"id": str(obj.get("id", "")), "question_stem": stem, "choices": {"text": texts, "label": labels}, "answerKey": key}
+
+
+def openbookqa_rows(root: str) -> dict[str, list[dict]]:
+    """Returns OpenBookQA rows: ``test`` (evaluated, as lm-eval's built-in) and ``validation`` when present."""
+    out = {}
+    for split, names in (("validation", ("validation.jsonl", "dev.jsonl")), ("test", ("test.jsonl",))):
+        path = first_existing(root, *(f"openbookqa/{n}" for n in names))
+        if path:
+            out[split] = records(path, _openbookqa)
+    if not out:
+        raise missing("openbookqa", root, "openbookqa/test.jsonl and/or openbookqa/validation.jsonl (or dev.jsonl)")
+    return out
+
+
+# ---------------------------------------------------------------- StoryCloze
+
+CSV_COLUMNS = {
+    "story_id": "InputStoryid",
+    "input_sentence_1": "InputSentence1",
+    "input_sentence_2": "InputSentence2",
+    "input_sentence_3": "InputSentence3",
+    "input_sentence_4": "InputSentence4",
+    "sentence_quiz1": "RandomFifthSentenceQuiz1",
+    "sentence_quiz2": "RandomFifthSentenceQuiz2",
+    "answer_right_ending": "AnswerRightEnding",
+}
+
+
+def _storycloze(obj: dict, where: str) -> dict:
+    row = {name: field(obj, name, str, where) for name in CSV_COLUMNS if name not in ("story_id", "answer_right_ending")}
+    row["story_id"] = str(obj.get("story_id", ""))
+    row["answer_right_ending"] = int(label(obj, "answer_right_ending", ["1", "2"], where))
+    return row
+
+
+def read_storycloze_csv(path: str) -> list[dict]:
+    """Returns rows of an official StoryCloze CSV in the HF schema."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f)
+        absent = [c for c in CSV_COLUMNS.values() if c not in (reader.fieldnames or [])]
+        if absent:
+            raise DataError(f"{path}:1: missing column {absent[0]!r} (expected {list(CSV_COLUMNS.values())})")
+        return [
+            _storycloze({hf: rec[col] for hf, col in CSV_COLUMNS.items()}, f"{path}:{lineno}")
+            for lineno, rec in enumerate(reader, 2)
+        ]
+
+
+STORYCLOZE_HELP = (
+    "StoryCloze is not public: request it at https://cs.rochester.edu/nlp/rocstories/ and put the CSVs "
+    "(e.g. 'cloze_test_val__spring2016 - cloze_test_ALL_val.csv', 'cloze_test_test__spring2016 - cloze_test_ALL_test.csv', "
+    "'cloze_test_val__winter2018-cloze_test_ALL_val - 1 - 1.csv') in {root}/storycloze/, "
+    "or HF-schema JSONL in {root}/storycloze/{year}/validation.jsonl and test.jsonl"
+)
+
+
+def storycloze_rows(root: str, year: str) -> dict[str, list[dict]]:
+    """Returns StoryCloze rows for ``year`` (2016 or 2018): ``validation`` and/or ``test``."""
+    season = {"2016": "spring2016", "2018": "winter2018"}[year]
+    out = {}
+    for split, tag in (("validation", "val"), ("test", "test")):
+        jsonl = first_existing(root, f"storycloze/{year}/{split}.jsonl")
+        if jsonl:
+            out[split] = records(jsonl, _storycloze)
+            continue
+        found = sorted(glob.glob(os.path.join(glob.escape(root), "storycloze", f"*_{tag}__{season}*.csv")))
+        if found:
+            out[split] = read_storycloze_csv(found[0])
+    if not out:
+        raise MissingData(f"storycloze_{year}: no data under {root}. " + STORYCLOZE_HELP.format(root=root, year=year))
+    return out
+
+
+# ---------------------------------------------------------------- lm-eval hooks
+
+ROWS: dict[str, Callable[[str], dict[str, list[dict]]]] = {
+    "piqa": piqa_rows,
+    "hellaswag": hellaswag_rows,
+    "winogrande": winogrande_rows,
+    "openbookqa": openbookqa_rows,
+    "storycloze_2016": lambda root: storycloze_rows(root, "2016"),
+    "storycloze_2018": lambda root: storycloze_rows(root, "2018"),
+}
+
+
+def load(canonical: str, data_dir: str | None = None) -> datasets.DatasetDict:
+    """Returns the task's local data as a DatasetDict in the Hugging Face schema."""
+    rows = ROWS[canonical](data_root(data_dir))
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(r) for split, r in rows.items()})
+
+
+def _hook(canonical: str):
+    def custom_dataset(data_dir: str | None = None, **_metadata) -> datasets.DatasetDict:
+        return load(canonical, data_dir)
+
+    custom_dataset.__name__ = f"load_{canonical}"
+    return custom_dataset
+
+
+piqa = _hook("piqa")
+hellaswag = _hook("hellaswag")
+winogrande = _hook("winogrande")
+openbookqa = _hook("openbookqa")
+storycloze_2016 = _hook("storycloze_2016")
+storycloze_2018 = _hook("storycloze_2018")
