@@ -72,6 +72,7 @@ def task_manager(data_dir: str | None, names: list[str] | None = None):
     import tasks as nf_tasks
 
     ours = {nf_tasks.registered_name(t, local) for t in nf_tasks.CANONICAL_TASKS for local in (True, False)}
+    ours.add("corpus_cloze")
     return TaskManager(
         include_path=nf_tasks.TASKS_DIR,
         include_defaults=names is None or not set(names) <= ours,

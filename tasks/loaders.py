@@ -279,6 +279,25 @@ def storycloze_rows(root: str, year: str) -> dict[str, list[dict]]:
     return out
 
 
+# ---------------------------------------------------------------- corpus cloze (nfeval/cloze.py)
+
+def _corpus_cloze(obj: dict, where: str) -> dict:
+    choices = field(obj, "choices", list, where)
+    if len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        raise DataError(f"{where}: field 'choices' must be a list of 2 or more strings")
+    gold = field(obj, "label", int, where)
+    if not 0 <= gold < len(choices):
+        raise DataError(f"{where}: field 'label' = {gold} is out of range, expected 0..{len(choices) - 1}")
+    return {"context": field(obj, "context", str, where), "choices": choices, "label": gold}
+
+
+def corpus_cloze_rows(root: str) -> dict[str, list[dict]]:
+    path = first_existing(root, "corpus_cloze/validation.jsonl")
+    if path is None:
+        raise missing("corpus_cloze", root, "corpus_cloze/validation.jsonl (written by nfeval demo)")
+    return {"validation": records(path, _corpus_cloze)}
+
+
 # ---------------------------------------------------------------- lm-eval hooks
 
 ROWS: dict[str, Callable[[str], dict[str, list[dict]]]] = {
@@ -288,6 +307,7 @@ ROWS: dict[str, Callable[[str], dict[str, list[dict]]]] = {
     "openbookqa": openbookqa_rows,
     "storycloze_2016": lambda root: storycloze_rows(root, "2016"),
     "storycloze_2018": lambda root: storycloze_rows(root, "2018"),
+    "corpus_cloze": corpus_cloze_rows,
 }
 
 
@@ -311,3 +331,4 @@ winogrande = _hook("winogrande")
 openbookqa = _hook("openbookqa")
 storycloze_2016 = _hook("storycloze_2016")
 storycloze_2018 = _hook("storycloze_2018")
+corpus_cloze = _hook("corpus_cloze")

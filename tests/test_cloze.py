@@ -38,3 +38,30 @@ def test_docs_hold_the_true_next_sentence_and_foreign_distractors():
 def test_too_little_text_is_an_error():
     with pytest.raises(ValueError, match="too small"):
         build_docs(["Only one document here. It has sentences. Three of them. And four."])
+
+
+def test_corpus_cloze_task_scores_through_lm_eval(tmp_path, tiny_clm_ckpt, monkeypatch):
+    from nfeval.cloze import write_jsonl
+    from nfeval.zeroshot import evaluate
+
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
+    docs = build_docs(documents(), n_items=12, seed=0)
+    write_jsonl(docs, str(tmp_path / "data" / "corpus_cloze" / "validation.jsonl"))
+    out = evaluate(tiny_clm_ckpt, tasks=["corpus_cloze"], data_dir=str(tmp_path / "data"), output=str(tmp_path / "zs.json"))
+    result = out["results"]["corpus_cloze"]
+    assert 0.0 <= result["acc,none"] <= 1.0 and "acc_per_token,none" in result
+    assert out["n-samples"]["corpus_cloze"]["effective"] == 12
+
+
+def test_corpus_cloze_bad_label_names_file_and_line(tmp_path, tiny_clm_ckpt, monkeypatch):
+    from nfeval.cloze import write_jsonl
+    from nfeval.zeroshot import evaluate
+
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
+    docs = build_docs(documents(), n_items=3, seed=0)
+    docs[1]["label"] = 7
+    path = tmp_path / "data" / "corpus_cloze" / "validation.jsonl"
+    write_jsonl(docs, str(path))
+    with pytest.raises(ValueError, match=rf"{path}:2: field 'label' = 7 is out of range"):
+        evaluate(tiny_clm_ckpt, tasks=["corpus_cloze"], data_dir=str(tmp_path / "data"), output=str(tmp_path / "zs.json"))
+    assert not (tmp_path / "zs.json").exists()
