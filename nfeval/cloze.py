@@ -33,6 +33,7 @@ def build_docs(
 ) -> list[dict]:
     """Returns up to ``n_items`` cloze docs ``{context, choices, label}``, deterministic for a seed.
 
+    The context is the up to ``context_sentences`` sentences before the target (at least one).
     Distractors come from other documents, and every choice has ``min_words``..``max_words`` words,
     so length alone gives little away.
     """
@@ -45,7 +46,7 @@ def build_docs(
     candidates = [
         (i, j)
         for i, sents in enumerate(per_doc)
-        for j in range(context_sentences, len(sents))
+        for j in range(1, len(sents))
         if ok(sents[j])
     ]
     if len({i for i, _ in pool}) < 2 or not candidates:
@@ -60,7 +61,8 @@ def build_docs(
                 distractors.append(sentence)
         label = rng.randrange(n_choices)
         choices = distractors[:label] + [per_doc[i][j]] + distractors[label:]
-        docs.append({"context": " ".join(per_doc[i][j - context_sentences : j]), "choices": choices, "label": label})
+        context = per_doc[i][max(0, j - context_sentences) : j]
+        docs.append({"context": " ".join(context), "choices": choices, "label": label})
     return docs
 
 

@@ -34,7 +34,8 @@ from .artifacts import atomic_write_text, provenance
 from .config import load_json
 
 ZEROSHOT_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "openbookqa")  # averaged, as in the paper
-EXTRA_ZEROSHOT_TASKS = ("storycloze_2018",)  # shown when present, not averaged
+# Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
+EXTRA_ZEROSHOT_TASKS = ("storycloze_2018", "corpus_cloze")
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 GLUE_SCORE_METRICS = {  # the metrics the GLUE leaderboard averages into a task's score
     "cola": ("mcc",), "sst2": ("accuracy",), "mrpc": ("accuracy", "f1"), "stsb": ("pearson", "spearman"),
@@ -42,12 +43,13 @@ GLUE_SCORE_METRICS = {  # the metrics the GLUE leaderboard averages into a task'
 }
 TITLES = {
     "hellaswag": "HellaSwag", "piqa": "PIQA", "winogrande": "WinoGrande", "storycloze_2016": "StoryCloze",
-    "storycloze_2018": "StoryCloze 2018", "openbookqa": "OpenBookQA", "cola": "CoLA", "sst2": "SST-2",
+    "storycloze_2018": "StoryCloze 2018", "corpus_cloze": "Corpus cloze", "openbookqa": "OpenBookQA", "cola": "CoLA", "sst2": "SST-2",
     "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE",
 }
 GPT3_METRICS = {
     "hellaswag": "acc_per_token", "piqa": "acc_per_token", "winogrande": "acc",
     "storycloze_2016": "acc_per_token", "storycloze_2018": "acc_per_token", "openbookqa": "acc_uncond",
+    "corpus_cloze": "acc_per_token",
 }
 METRIC_PRESETS = {
     "gpt3": GPT3_METRICS,

@@ -27,7 +27,7 @@ def test_docs_hold_the_true_next_sentence_and_foreign_distractors():
         assert len(doc["choices"]) == 4 and len(set(doc["choices"])) == 4
         source = next(i for i, s in enumerate(per_doc) if doc["context"] in " ".join(s))
         sents = per_doc[source]
-        j = next(j for j in range(3, len(sents)) if " ".join(sents[j - 3 : j]) == doc["context"])
+        j = next(j for j in range(1, len(sents)) if " ".join(sents[max(0, j - 3) : j]) == doc["context"])
         assert doc["choices"][doc["label"]] == sents[j]
         for k, choice in enumerate(doc["choices"]):
             if k != doc["label"]:

@@ -1,0 +1,284 @@
+"""``nfeval demo``: the whole pipeline, offline, on the embedded default corpus.
+
+1. a tokenizer trained on the embedded default corpus (CPython's own documentation text);
+2. a Pre-LN baseline and a NormFormer trained under the same wall-clock budget;
+3. ``nfeval compare`` of the two (validation perplexity at equal compute; compute to reach the
+   baseline's best perplexity);
+4. zero-shot through lm-eval: a held-out cloze task built from the corpus's validation split (always),
+   and the five public tasks on whatever local data ``--data-dir`` holds;
+5. a GLUE sweep when ``--glue-dir`` is given;
+6. a leaderboard (markdown, GPT-3 reference rows, plots);
+7. a closing summary.
+
+Every stage calls the same code as the command it stands for, and every stage resumes: a rerun with
+the same ``--out`` skips finished training runs, cached zero-shot results and finished GLUE points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .artifacts import atomic_write_json, atomic_write_text
+
+ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
+FIVE_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "openbookqa")
+
+
+@dataclass
+class DemoConfig:
+    out: str = "demo_out"
+    minutes: float = 10.0  # target for the whole demo; training gets TRAIN_SHARE of it
+    size: str = "tiny"
+    seq_len: int = 128
+    batch_size: int = 16
+    lr: float = 3e-3
+    vocab_size: int = 2048
+    data_dir: str | None = None
+    glue_dir: str | None = None
+    glue_tasks: tuple[str, ...] = ("rte",)
+    glue_epochs: int = 3
+    zeroshot_limit: int | None = 500
+    cloze_items: int = 500
+    device: str = "auto"
+    seed: int = 1
+    progress: bool = True
+
+    TRAIN_SHARE = 0.6
+
+    def seconds_per_model(self) -> float:
+        """Returns each model's training budget in seconds (the two runs share TRAIN_SHARE of the demo)."""
+        return self.minutes * 60 * self.TRAIN_SHARE / len(ARCHES)
+
+
+def log(message: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def shared_tokenizer(cfg: DemoConfig) -> str:
+    """Trains (once) the BPE both models share on the default corpus; returns its tokenizer.json path."""
+    from .data import default_corpus, get_tokenizer
+
+    path = os.path.join(cfg.out, "tokenizer.json")
+    if not os.path.isfile(path):
+        tok = get_tokenizer(None, default_corpus(), cfg.vocab_size)
+        atomic_write_text(path, tok.to_str(pretty=True))
+    return path
+
+
+def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
+    """Trains Pre-LN and NormFormer under the same wall-clock budget (resuming); returns {arch: run dir}."""
+    from .train import TrainConfig, train
+
+    runs = {}
+    for arch in ARCHES:
+        run_dir = os.path.join(cfg.out, "runs", arch)
+        tcfg = TrainConfig(
+            preset=f"{arch}-{cfg.size}",
+            tokenizer=tokenizer,
+            model={"max_seq_len": max(cfg.seq_len, 256)},
+            batch_size=cfg.batch_size,
+            seq_len=cfg.seq_len,
+            max_seconds=cfg.seconds_per_model(),
+            lr=cfg.lr,
+            warmup=0.05,
+            log_interval=25,
+            eval_interval=50,
+            eval_samples=128,
+            ckpt_interval=200,
+            device=cfg.device,
+            seed=cfg.seed,
+            progress=cfg.progress,
+        )
+        log(f"training {arch} for {tcfg.max_seconds:.0f} s of wall-clock → {run_dir}")
+        train(tcfg, run_dir, resume=os.path.isdir(os.path.join(run_dir, "checkpoints")) or os.path.isfile(os.path.join(run_dir, "model.safetensors")))
+        runs[arch] = run_dir
+    return runs
+
+
+def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
+    """Builds the cloze task's documents and a data folder holding them plus the user's task folders.
+
+    Returns (data dir, tasks to score).
+    """
+    from .cloze import build_docs, write_jsonl
+    from .data import default_corpus
+
+    data_dir = os.path.join(cfg.out, "zeroshot_data")
+    cloze = os.path.join(data_dir, "corpus_cloze", "validation.jsonl")
+    if not os.path.isfile(cloze):
+        write_jsonl(build_docs(default_corpus().valid, n_items=cfg.cloze_items, seed=cfg.seed), cloze)
+    tasks = ["corpus_cloze"]
+    if cfg.data_dir:
+        for task in FIVE_TASKS:
+            folder = "storycloze" if task.startswith("storycloze") else task
+            src = os.path.join(os.path.abspath(cfg.data_dir), folder)
+            dst = os.path.join(data_dir, folder)
+            if os.path.isdir(src):
+                if not os.path.lexists(dst):
+                    os.symlink(src, dst)
+                tasks.append(task)
+            else:
+                log(f"zero-shot: no {folder}/ under {cfg.data_dir}; {task} skipped")
+    else:
+        log("zero-shot: no --data-dir; the five public tasks are skipped (only the corpus cloze task runs)")
+    return data_dir, tasks
+
+
+def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
+    """Scores each run zero-shot (cached by model fingerprint); returns {arch: results file}."""
+    from .zeroshot import evaluate
+
+    data_dir, tasks = zeroshot_data(cfg)
+    files = {}
+    for arch, run_dir in runs.items():
+        out = os.path.join(cfg.out, "zeroshot", f"{arch}.json")
+        log(f"zero-shot {arch}: {', '.join(tasks)}")
+        evaluate(
+            run_dir, tasks=tasks, data_dir=data_dir, limit=cfg.zeroshot_limit, output=out,
+            device=None if cfg.device == "auto" else cfg.device,
+        )
+        files[arch] = out
+    return files
+
+
+def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
+    """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch: glue.json}."""
+    from .glue import Recipe, sweep
+
+    if not cfg.glue_dir:
+        log("GLUE: skipped (pass --glue-dir DIR with the GLUE TSVs, e.g. ../shared/data/glue)")
+        return {}
+    files = {}
+    # Small CPU models want larger learning rates than the base-model default grid.
+    lrs = [1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3]
+    for arch, run_dir in runs.items():
+        out = os.path.join(cfg.out, "glue", arch)
+        log(f"GLUE {arch}: {', '.join(cfg.glue_tasks)} × {len(lrs)} learning rates")
+        sweep(
+            run_dir, tasks=list(cfg.glue_tasks), lrs=lrs, out_dir=out, glue_dir=cfg.glue_dir,
+            recipe=Recipe(epochs=cfg.glue_epochs, max_len=cfg.seq_len),
+            device=None if cfg.device == "auto" else cfg.device, progress=cfg.progress,
+        )
+        files[arch] = os.path.join(out, "glue.json")
+    return files
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Runs every stage into ``cfg.out``; returns the summary (also written to ``summary.json``)."""
+    from .compare import compare, format_comparison
+    from .leaderboard import build, write
+
+    start = time.time()
+    os.makedirs(cfg.out, exist_ok=True)
+    log(f"output folder {os.path.abspath(cfg.out)}; target {cfg.minutes:g} min")
+    tokenizer = shared_tokenizer(cfg)
+    runs = train_models(cfg, tokenizer)
+
+    comparison = compare([runs[a] for a in ARCHES], names=list(ARCHES))
+    compare_text = format_comparison(comparison)
+    atomic_write_json(os.path.join(cfg.out, "compare.json"), comparison)
+    atomic_write_text(os.path.join(cfg.out, "compare.txt"), compare_text + "\n")
+    print(compare_text, flush=True)
+
+    zeroshot_files = run_zeroshot(cfg, runs)
+    glue_files = run_glue(cfg, runs)
+
+    board_path = os.path.join(cfg.out, "leaderboard.md")
+    board = build(list(zeroshot_files.values()) + list(glue_files.values()), reference="gpt3")
+    write(board, board_path, "md", title="nfeval demo", comparison=comparison)
+
+    summary = headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path)
+    summary["wall_s"] = round(time.time() - start, 1)
+    atomic_write_json(os.path.join(cfg.out, "summary.json"), summary)
+    print(format_summary(summary), flush=True)
+    return summary
+
+
+def _read(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path) -> dict[str, Any]:
+    """Returns the demo's headline numbers and where each artifact is."""
+    rows = {row["name"]: row for row in comparison["runs"]}
+    out: dict[str, Any] = {"artifacts": {
+        "runs": runs,
+        "compare": os.path.join(cfg.out, "compare.txt"),
+        "zeroshot": zeroshot_files,
+        "glue": glue_files,
+        "leaderboard": board_path,
+        "plots": sorted(os.path.join(cfg.out, f) for f in os.listdir(cfg.out) if f.endswith(".png")),
+    }, "models": {}}
+    for arch in ARCHES:
+        row = rows.get(arch, {})
+        model: dict[str, Any] = {
+            "best_val_ppl": row.get("best_val_ppl"),
+            "steps": row.get("steps"),
+            "tokens": row.get("tokens"),
+            "fraction_of_baseline_compute_to_its_best_ppl": (row.get("to_target") or {}).get("fraction"),
+        }
+        if arch in zeroshot_files:
+            results = _read(zeroshot_files[arch])["results"]
+            model["zeroshot"] = {t: {m.split(",")[0]: v for m, v in r.items() if m.split(",")[0] in ("acc", "acc_norm", "acc_per_token", "acc_uncond")} for t, r in results.items()}
+        if arch in glue_files:
+            glue = _read(glue_files[arch])
+            model["glue"] = {t: {"best_lr": r["best_lr"], **r["best"]} for t, r in glue["tasks"].items()}
+        out["models"][arch] = model
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """Returns the closing summary as text: artifact paths, then the headline numbers."""
+    a = summary["artifacts"]
+    lines = ["", "nfeval demo finished" + (f" in {summary['wall_s'] / 60:.1f} min" if "wall_s" in summary else ""), ""]
+    lines += [f"  runs          {', '.join(a['runs'].values())}", f"  comparison    {a['compare']}"]
+    lines += [f"  zero-shot     {', '.join(a['zeroshot'].values()) or '–'}", f"  GLUE          {', '.join(a['glue'].values()) or '– (no --glue-dir)'}"]
+    lines += [f"  leaderboard   {a['leaderboard']}", f"  plots         {', '.join(a['plots']) or '–'}", ""]
+    for arch, m in summary["models"].items():
+        ppl = m.get("best_val_ppl")
+        parts = [f"{arch:<11} best val ppl {ppl:.2f}" if ppl is not None else f"{arch:<11} best val ppl –"]
+        cloze = m.get("zeroshot", {}).get("corpus_cloze", {})
+        if "acc" in cloze:
+            parts.append(f"cloze acc {100 * cloze['acc']:.1f}% (acc_norm {100 * cloze.get('acc_norm', float('nan')):.1f}%)")
+        for task, g in m.get("glue", {}).items():
+            best = {k: v for k, v in g.items() if k != "best_lr"}
+            parts.append(f"{task} " + ", ".join(f"{k} {v:.3f}" for k, v in best.items() if isinstance(v, float)) + f" @ lr {g['best_lr']:g}")
+        lines.append("  " + " | ".join(parts))
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = DemoConfig()
+    p.add_argument("--out", default=d.out, help=f"output folder (default {d.out}); rerun to resume")
+    p.add_argument("--minutes", type=float, default=d.minutes, help=f"time target for the whole demo (default {d.minutes:g})")
+    p.add_argument("--size", default=d.size, choices=("tiny", "small"), help="model size preset")
+    p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
+    p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables the GLUE sweep")
+    p.add_argument("--glue-tasks", default=",".join(d.glue_tasks), help=f"comma-separated GLUE tasks (default {','.join(d.glue_tasks)})")
+    p.add_argument("--limit", type=int, default=d.zeroshot_limit, help=f"zero-shot items per task (default {d.zeroshot_limit}; 0 = all)")
+    p.add_argument("--device", default=d.device, help="auto, cpu or cuda")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.minutes <= 0:
+        raise ValueError(f"--minutes {args.minutes}: expected a positive number")
+    cfg = DemoConfig(
+        out=args.out, minutes=args.minutes, size=args.size, data_dir=args.data_dir, glue_dir=args.glue_dir,
+        glue_tasks=tuple(t.strip() for t in args.glue_tasks.split(",") if t.strip()),
+        zeroshot_limit=args.limit or None, device=args.device, seed=args.seed, progress=not args.no_progress,
+    )
+    for name in ("data_dir", "glue_dir"):
+        path = getattr(cfg, name)
+        if path and not os.path.isdir(path):
+            raise FileNotFoundError(f"--{name.replace('_', '-')} {path}: no such folder")
+    run_demo(cfg)
+    return 0
+
