@@ -1,0 +1,208 @@
+"""GLUE data: task specs and readers for the GLUE distribution TSVs (or the ``nyu-mll/glue`` hub copy).
+
+The TSVs are tab-separated and unquoted (quotes are part of the text). Columns are found by header
+name; CoLA has no header and is read by position. Every row must have as many columns as the header,
+and every label must be one the task knows; errors name the file and line and are raised while the
+data loads, before any training. Labels are stored as ints in the hub's order (so both sources agree)
+or, for STS-B, as floats in [0, 5].
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
+HUB_DATASET = "nyu-mll/glue"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    folder: str  # folder in the GLUE distribution
+    text_columns: tuple  # header names (or positions when there is no header): one, or a pair
+    label_column: str | int
+    labels: tuple[str, ...] | None  # label strings in id order; None for regression (STS-B)
+    dev_files: dict[str, str]  # dev split name -> file name
+    large: bool  # a large task: batch 32 in the RoBERTa recipe, 16 otherwise
+    fairseq_lr: float  # the learning rate of fairseq's RoBERTa GLUE recipe
+    hub_text_columns: tuple[str, ...] = ()
+    hub_dev_splits: dict[str, str] = field(default_factory=dict)  # dev split name -> hub split
+    num_columns: int | None = None  # for headerless files
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+
+SPECS: dict[str, TaskSpec] = {
+    s.name: s
+    for s in [
+        TaskSpec("cola", "CoLA", (3,), 1, ("0", "1"), {"dev": "dev.tsv"}, False, 1e-5,
+                 ("sentence",), {"dev": "validation"}, num_columns=4),
+        TaskSpec("sst2", "SST-2", ("sentence",), "label", ("0", "1"), {"dev": "dev.tsv"}, True, 1e-5,
+                 ("sentence",), {"dev": "validation"}),
+        TaskSpec("mrpc", "MRPC", ("#1 String", "#2 String"), "Quality", ("0", "1"), {"dev": "dev.tsv"}, False, 1e-5,
+                 ("sentence1", "sentence2"), {"dev": "validation"}),
+        TaskSpec("stsb", "STS-B", ("sentence1", "sentence2"), "score", None, {"dev": "dev.tsv"}, False, 2e-5,
+                 ("sentence1", "sentence2"), {"dev": "validation"}),
+        TaskSpec("qqp", "QQP", ("question1", "question2"), "is_duplicate", ("0", "1"), {"dev": "dev.tsv"}, True, 1e-5,
+                 ("question1", "question2"), {"dev": "validation"}),
+        TaskSpec("mnli", "MNLI", ("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"),
+                 {"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"}, True, 1e-5,
+                 ("premise", "hypothesis"), {"dev_matched": "validation_matched", "dev_mismatched": "validation_mismatched"}),
+        TaskSpec("qnli", "QNLI", ("question", "sentence"), "label", ("entailment", "not_entailment"), {"dev": "dev.tsv"},
+                 True, 1e-5, ("question", "sentence"), {"dev": "validation"}),
+        TaskSpec("rte", "RTE", ("sentence1", "sentence2"), "label", ("entailment", "not_entailment"), {"dev": "dev.tsv"},
+                 False, 2e-5, ("sentence1", "sentence2"), {"dev": "validation"}),
+    ]
+}
+
+
+@dataclass
+class Split:
+    """One split: texts (``text_b`` None for single-sentence tasks), labels, and where it came from."""
+
+    name: str
+    source: str
+    sha256: str
+    text_a: list[str]
+    text_b: list[str] | None
+    labels: list
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class TaskData:
+    spec: TaskSpec
+    train: Split
+    dev: dict[str, Split]
+
+    def fingerprint(self) -> dict[str, str]:
+        """Returns {split: sha256} of every split, for resume keys and provenance."""
+        return {s.name: s.sha256 for s in [self.train, *self.dev.values()]}
+
+
+def spec(task: str) -> TaskSpec:
+    """Returns the spec of a task key; ValueError naming the known tasks otherwise."""
+    if task not in SPECS:
+        raise ValueError(f"unknown GLUE task {task!r}: expected one of {', '.join(TASKS)}")
+    return SPECS[task]
+
+
+def _parse_label(spec: TaskSpec, value: str, where: str):
+    if spec.labels is None:
+        try:
+            score = float(value)
+        except ValueError:
+            raise ValueError(f"{where}: label {value!r} is not a number (expected an STS-B score in [0, 5])") from None
+        if not 0.0 <= score <= 5.0:
+            raise ValueError(f"{where}: score {score} is outside [0, 5]")
+        return score
+    if value not in spec.labels:
+        raise ValueError(f"{where}: unknown label {value!r} (expected one of {', '.join(spec.labels)})")
+    return spec.labels.index(value)
+
+
+def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
+    """Returns one split read from a GLUE TSV file; ValueError naming the file and line on bad rows."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: not found (the GLUE {spec.name} {split} file)") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        lineno = raw[: e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{lineno}: not valid UTF-8") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [line.removesuffix("\r") for line in lines]
+
+    if isinstance(spec.label_column, int):
+        ncols, first = spec.num_columns, 0
+        text_idx, label_idx = list(spec.text_columns), spec.label_column
+    else:
+        if not lines:
+            raise ValueError(f"{path}: empty file (expected a header line and examples)")
+        header = lines[0].split("\t")
+        wanted = [*spec.text_columns, spec.label_column]
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            raise ValueError(f"{path}:1: header lacks column(s) {missing} (expected {wanted} among the columns)")
+        ncols, first = len(header), 1
+        text_idx, label_idx = [header.index(c) for c in spec.text_columns], header.index(spec.label_column)
+
+    columns: list[list[str]] = [[] for _ in text_idx]
+    labels = []
+    for lineno in range(first, len(lines)):
+        where = f"{path}:{lineno + 1}"
+        cols = lines[lineno].split("\t")
+        if len(cols) != ncols:
+            raise ValueError(f"{where}: expected {ncols} tab-separated columns, got {len(cols)}")
+        for out, i in zip(columns, text_idx):
+            out.append(cols[i])
+        labels.append(_parse_label(spec, cols[label_idx], where))
+    if not labels:
+        raise ValueError(f"{path}: empty split: no examples" + (" after the header" if first else ""))
+    return Split(split, os.path.abspath(path), hashlib.sha256(raw).hexdigest(), columns[0],
+                 columns[1] if len(columns) > 1 else None, labels)
+
+
+def load_local(task: str, glue_dir: str) -> TaskData:
+    """Returns train and dev splits of ``task`` from a GLUE distribution folder (``<glue_dir>/<Task>/*.tsv``)."""
+    s = spec(task)
+    folder = os.path.join(glue_dir, s.folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{folder}: not found (expected the GLUE {task} folder with train.tsv and dev files)")
+    train = read_tsv(os.path.join(folder, "train.tsv"), s, "train")
+    dev = {name: read_tsv(os.path.join(folder, fname), s, name) for name, fname in s.dev_files.items()}
+    return TaskData(s, train, dev)
+
+
+def _hub_split(s: TaskSpec, ds, name: str, hub_split: str) -> Split:
+    where = f"{HUB_DATASET}/{s.name} split {hub_split}"
+    missing = [c for c in (*s.hub_text_columns, "label") if c not in ds.column_names]
+    if missing:
+        raise ValueError(f"{where}: missing column(s) {missing}")
+    labels = list(ds["label"])
+    if not labels:
+        raise ValueError(f"{where}: empty split: no examples")
+    for i, y in enumerate(labels):
+        bad = not 0.0 <= y <= 5.0 if s.is_regression else y not in range(s.num_labels)
+        if bad:
+            raise ValueError(f"{where} row {i}: unknown label {y!r}")
+    texts = [list(ds[c]) for c in s.hub_text_columns]
+    return Split(name, where, ds._fingerprint, texts[0], texts[1] if len(texts) > 1 else None,
+                 [float(y) if s.is_regression else int(y) for y in labels])
+
+
+def load_hub(task: str) -> TaskData:
+    """Returns train and dev splits of ``task`` from the Hugging Face hub copy of GLUE (needs network)."""
+    import datasets
+
+    s = spec(task)
+    try:
+        dd = datasets.load_dataset(HUB_DATASET, s.name)
+    except Exception as e:  # datasets raises many types when offline
+        raise FileNotFoundError(
+            f"could not load {HUB_DATASET} ({s.name}) from the hub ({type(e).__name__}: {e}); "
+            "pass --glue-dir with the GLUE TSVs instead"
+        ) from None
+    train = _hub_split(s, dd["train"], "train", "train")
+    dev = {name: _hub_split(s, dd[hub], name, hub) for name, hub in s.hub_dev_splits.items()}
+    return TaskData(s, train, dev)
+
+
+def load(task: str, glue_dir: str | None) -> TaskData:
+    """Returns a task's data from ``glue_dir`` when given, else from the hub."""
+    return load_local(task, glue_dir) if glue_dir else load_hub(task)

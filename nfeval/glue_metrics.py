@@ -1,0 +1,99 @@
+"""GLUE dev metrics, as the GLUE benchmark defines them, computed with scikit-learn and scipy.
+
+CoLA: Matthews correlation. STS-B: Pearson and Spearman correlation. MRPC, QQP: accuracy and F1 of
+the positive class (label 1). MNLI: accuracy on dev-matched (``accuracy_m``) and dev-mismatched
+(``accuracy_mm``). QNLI, RTE, SST-2: accuracy.
+
+Edge cases: a correlation with a constant input (or fewer than two points) is undefined; scikit-learn
+returns 0 for Matthews correlation then, and we report 0 for Pearson and Spearman too (scipy gives
+NaN), so that a collapsed model scores "no correlation" and best-LR selection stays well defined.
+F1 with no positive prediction is 0 (scikit-learn's ``zero_division=0``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+
+def accuracy(labels: Sequence, preds: Sequence) -> float:
+    """Returns the fraction of predictions equal to the labels."""
+    return float(accuracy_score(labels, preds))
+
+
+def f1(labels: Sequence, preds: Sequence) -> float:
+    """Returns F1 of the positive class (label 1); 0 when nothing is predicted or labelled positive."""
+    return float(f1_score(labels, preds, pos_label=1, average="binary", zero_division=0))
+
+
+def mcc(labels: Sequence, preds: Sequence) -> float:
+    """Returns Matthews correlation (scikit-learn: 0 when either side is constant)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(matthews_corrcoef(labels, preds))
+
+
+def _correlation(fn, labels: Sequence, preds: Sequence) -> float:
+    x, y = np.asarray(labels, dtype=float), np.asarray(preds, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return 0.0
+    value = float(fn(x, y)[0])
+    return 0.0 if math.isnan(value) else value
+
+
+def pearson(labels: Sequence, preds: Sequence) -> float:
+    """Returns Pearson's r (scipy); 0 for a constant input, where it is undefined."""
+    return _correlation(stats.pearsonr, labels, preds)
+
+
+def spearman(labels: Sequence, preds: Sequence) -> float:
+    """Returns Spearman's rho (scipy); 0 for a constant input, where it is undefined."""
+    return _correlation(stats.spearmanr, labels, preds)
+
+
+# task -> dev split -> {metric name: function}. Split names match nfeval.glue_data's task specs.
+SPLIT_METRICS: dict[str, dict[str, dict]] = {
+    "cola": {"dev": {"mcc": mcc}},
+    "sst2": {"dev": {"accuracy": accuracy}},
+    "mrpc": {"dev": {"accuracy": accuracy, "f1": f1}},
+    "stsb": {"dev": {"pearson": pearson, "spearman": spearman}},
+    "qqp": {"dev": {"accuracy": accuracy, "f1": f1}},
+    "mnli": {"dev_matched": {"accuracy_m": accuracy}, "dev_mismatched": {"accuracy_mm": accuracy}},
+    "qnli": {"dev": {"accuracy": accuracy}},
+    "rte": {"dev": {"accuracy": accuracy}},
+}
+
+# The metric that picks the best epoch and the best learning rate.
+MAIN_METRIC = {
+    "cola": "mcc", "sst2": "accuracy", "mrpc": "f1", "stsb": "pearson",
+    "qqp": "f1", "mnli": "accuracy_m", "qnli": "accuracy", "rte": "accuracy",
+}
+
+
+def compute(task: str, labels: Mapping[str, Sequence], preds: Mapping[str, Sequence]) -> dict[str, float]:
+    """Returns {metric: value} for ``task`` from labels and predictions keyed by dev split."""
+    out: dict[str, float] = {}
+    for split, fns in SPLIT_METRICS[task].items():
+        if len(labels[split]) != len(preds[split]):
+            raise ValueError(f"{task} {split}: {len(preds[split])} predictions for {len(labels[split])} labels")
+        for name, fn in fns.items():
+            out[name] = fn(labels[split], preds[split])
+    return out
+
+
+def task_score(task: str, metrics: Mapping[str, float]) -> float:
+    """Returns the task's GLUE score: the unweighted mean of its metrics (as the GLUE leaderboard)."""
+    names = [n for fns in SPLIT_METRICS[task].values() for n in fns]
+    return float(np.mean([metrics[n] for n in names]))
+
+
+def glue_average(scores: Mapping[str, float]) -> float:
+    """Returns the unweighted mean of per-task GLUE scores."""
+    if not scores:
+        raise ValueError("glue_average: no task scores")
+    return float(np.mean(list(scores.values())))
