@@ -32,15 +32,14 @@ from typing import Any
 
 from .artifacts import atomic_write_text, provenance
 from .config import load_json
+from .glue_data import TASKS as GLUE_TASKS
+from .glue_metrics import SPLIT_METRICS
 
 ZEROSHOT_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "openbookqa")  # averaged, as in the paper
 # Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
 EXTRA_ZEROSHOT_TASKS = ("storycloze_2018", "corpus_cloze")
-GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
-GLUE_SCORE_METRICS = {  # the metrics the GLUE leaderboard averages into a task's score
-    "cola": ("mcc",), "sst2": ("accuracy",), "mrpc": ("accuracy", "f1"), "stsb": ("pearson", "spearman"),
-    "qqp": ("accuracy", "f1"), "mnli": ("accuracy_m", "accuracy_mm"), "qnli": ("accuracy",), "rte": ("accuracy",),
-}
+# The metrics the GLUE leaderboard averages into a task's score: those glue.py computes per task.
+GLUE_SCORE_METRICS = {t: tuple(n for fns in SPLIT_METRICS[t].values() for n in fns) for t in GLUE_TASKS}
 TITLES = {
     "hellaswag": "HellaSwag", "piqa": "PIQA", "winogrande": "WinoGrande", "storycloze_2016": "StoryCloze",
     "storycloze_2018": "StoryCloze 2018", "corpus_cloze": "Corpus cloze", "openbookqa": "OpenBookQA", "cola": "CoLA", "sst2": "SST-2",
