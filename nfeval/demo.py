@@ -27,6 +27,7 @@ from .artifacts import atomic_write_json, atomic_write_text
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
 FIVE_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "openbookqa")
+CLOZE_CHOICES = 4
 
 
 @dataclass
@@ -87,7 +88,7 @@ def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
             lr=cfg.lr,
             warmup=0.05,
             log_interval=25,
-            eval_interval=50,
+            eval_interval=100,
             eval_samples=128,
             ckpt_interval=200,
             device=cfg.device,
@@ -111,7 +112,7 @@ def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
     data_dir = os.path.join(cfg.out, "zeroshot_data")
     cloze = os.path.join(data_dir, "corpus_cloze", "validation.jsonl")
     if not os.path.isfile(cloze):
-        write_jsonl(build_docs(default_corpus().valid, n_items=cfg.cloze_items, seed=cfg.seed), cloze)
+        write_jsonl(build_docs(default_corpus().valid, n_items=cfg.cloze_items, n_choices=CLOZE_CHOICES, seed=cfg.seed), cloze)
     tasks = ["corpus_cloze"]
     if cfg.data_dir:
         for task in FIVE_TASKS:
@@ -244,8 +245,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         ppl = m.get("best_val_ppl")
         parts = [f"{arch:<11} best val ppl {ppl:.2f}" if ppl is not None else f"{arch:<11} best val ppl –"]
         cloze = m.get("zeroshot", {}).get("corpus_cloze", {})
-        if "acc" in cloze:
-            parts.append(f"cloze acc {100 * cloze['acc']:.1f}% (acc_norm {100 * cloze.get('acc_norm', float('nan')):.1f}%)")
+        if "acc_per_token" in cloze:
+            parts.append(f"cloze acc_per_token {100 * cloze['acc_per_token']:.1f}% (acc {100 * cloze['acc']:.1f}%, chance {100 / CLOZE_CHOICES:.0f}%)")
         for task, g in m.get("glue", {}).items():
             best = {k: v for k, v in g.items() if k != "best_lr"}
             parts.append(f"{task} " + ", ".join(f"{k} {v:.3f}" for k, v in best.items() if isinstance(v, float)) + f" @ lr {g['best_lr']:g}")

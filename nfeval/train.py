@@ -10,10 +10,13 @@ default peak LR is GPT-3's 6e-4 for 125M (the recipe trains NormFormer-125M at 3
 Budgets. A run stops after ``--max-steps``, ``--max-tokens``, ``--max-flops`` or ``--max-seconds``
 (the first reached if several are given); the LR schedule spans exactly that many steps. Tokens and
 FLOPs give a step count directly (floor of budget / per-step amount). For a time budget the step
-count is decided before training, as the paper's equal-GPU-time runs: 2 + ``calibration_steps`` real
-training steps are run on the real model, optimizer and data, the median time of all but the first
-two (which pay for allocation and compilation) is taken as the step time, the model, optimizer and RNG
-are restored to their initial state, and the run gets floor(max_seconds / step time) steps. Under
+count is decided before training, as the paper's equal-GPU-time runs: real training steps are run on
+the real model, optimizer and data, first untimed warm-up steps (at least 2, and at least 2% of the
+budget up to 5 s: allocation, kernel selection and compilation settle there; a first run in a fresh
+process measured up to 2x slow over its first second on CPU), then timed steps (at least
+``calibration_steps``, and at least 3% of the budget up to 10 s); the median timed step is the step
+time, the model, optimizer and RNG are restored to their initial state, and the run gets
+floor(max_seconds / step time) steps. Under
 torchrun the slowest process's step time is used. The calibration is recorded in config.json
 (``train.budget``), and the run's real ``wall_s`` is reported beside the budget.
 
@@ -63,6 +66,9 @@ DTYPES = ("fp32", "bf16")
 METRICS = "metrics.jsonl"
 STATE = "training_state.pt"
 CALIBRATION_WARMUP = 2  # untimed steps before timing: allocation, autotuning, torch.compile's first graphs
+# Calibration also lasts a share of the budget (capped), so a run's first-second slowness cannot bias it.
+CALIBRATION_WARMUP_SHARE, CALIBRATION_WARMUP_CAP_S = 0.02, 5.0
+CALIBRATION_TIMED_SHARE, CALIBRATION_TIMED_CAP_S = 0.03, 10.0
 # Dense peak FLOP/s per GPU (NVIDIA datasheets; SXM parts); fp32 is the non-tensor-core rate.
 GPU_PEAKS = {
     "H200": {"bf16": 989e12, "fp32": 67e12},
@@ -510,14 +516,26 @@ class Trainer:
         """Sets total_steps from the time budget: times real steps, then restores the initial state."""
         cfg, d = self.cfg, self.d
         model_state = {k: v.clone() for k, v in self.wrapped.state_dict().items()}
-        times = []
+        warmup_s = min(CALIBRATION_WARMUP_SHARE * cfg.max_seconds, CALIBRATION_WARMUP_CAP_S)
+        timed_s = min(CALIBRATION_TIMED_SHARE * cfg.max_seconds, CALIBRATION_TIMED_CAP_S)
+        times: list[float] = []
+        n_warmup = None  # steps in the warm-up phase, known once it ends
         with torch.random.fork_rng(devices=[d.device] if d.device.type == "cuda" else []):  # RNG restored on exit
-            for i in range(CALIBRATION_WARMUP + cfg.calibration_steps):
+            while True:
                 t0 = time.perf_counter()
-                self.train_step(i, lr=0.0)
+                self.train_step(len(times), lr=0.0)
                 _sync(d.device)
                 times.append(time.perf_counter() - t0)
-        step_s = statistics.median(times[CALIBRATION_WARMUP:])
+                if n_warmup is None and len(times) >= CALIBRATION_WARMUP and sum(times) >= warmup_s:
+                    n_warmup = len(times)
+                done = n_warmup is not None and len(times) - n_warmup >= cfg.calibration_steps and sum(times[n_warmup:]) >= timed_s
+                if d.on:  # every process must run the same number of (collective) steps
+                    flag = torch.tensor(float(done), device=d.device)
+                    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+                    done = bool(flag.item())
+                if done:
+                    break
+        step_s = statistics.median(times[n_warmup:])
         if d.on:
             t = torch.tensor(step_s, device=d.device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -531,8 +549,9 @@ class Trainer:
         self.total_steps = min(self.budget["steps_by_budget"].values())
         check_warmup(cfg, self.total_steps)
         self.calibration = {
-            "method": f"median time of real steps after {CALIBRATION_WARMUP} untimed warm-up steps; model, optimizer and RNG restored afterwards",
-            "steps_timed": cfg.calibration_steps,
+            "method": "median time of real steps after untimed warm-up steps; model, optimizer and RNG restored afterwards",
+            "steps_warmup": n_warmup,
+            "steps_timed": len(times) - n_warmup,
             "step_s": step_s,
             "step_times_s": times,
         }

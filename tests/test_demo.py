@@ -86,7 +86,7 @@ def test_demo_end_to_end_and_resume(demo_cfg, capsys):
 
     assert json.load(open(os.path.join(out, "summary.json")))["models"].keys() == {"prenorm", "normformer"}
     printed = capsys.readouterr().out
-    assert "nfeval demo finished" in printed and "cloze acc" in printed and "leaderboard" in printed
+    assert "nfeval demo finished" in printed and "cloze acc_per_token" in printed and "leaderboard" in printed
     assert summary["models"]["normformer"]["zeroshot"]["corpus_cloze"]["acc"] >= 0.0
 
     # Rerun: every stage resumes from its artifacts; nothing is retrained.

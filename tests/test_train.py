@@ -111,7 +111,10 @@ def test_time_budget_calibrates_steps(corpus, tmp_path):
     summary = train(tiny(corpus, max_steps=None, max_seconds=0.3, calibration_steps=3, log_interval=0), str(run))
     train_cfg = json.loads((run / "config.json").read_text())["train"]
     cal = train_cfg["budget"]["calibration"]
-    assert len(cal["step_times_s"]) == 2 + 3 and cal["step_s"] > 0
+    assert cal["steps_warmup"] >= 2 and cal["steps_timed"] >= 3 and cal["step_s"] > 0
+    assert len(cal["step_times_s"]) == cal["steps_warmup"] + cal["steps_timed"]
+    assert sum(cal["step_times_s"][: cal["steps_warmup"]]) >= 0.02 * 0.3  # a share of the budget warms up
+    assert sum(cal["step_times_s"][cal["steps_warmup"] :]) >= 0.03 * 0.3
     assert summary["step"] == train_cfg["total_steps"] == int(0.3 // cal["step_s"])
     assert summary["wall_s"] < 3 * 0.3  # the estimate is honest: actual time near the budget
 
