@@ -81,7 +81,9 @@ def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
         tcfg = TrainConfig(
             preset=f"{arch}-{cfg.size}",
             tokenizer=tokenizer,
-            model={"max_seq_len": max(cfg.seq_len, 256)},
+            # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
+            # position, so zero-shot items longer than the training blocks still fit the window.
+            model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": max(cfg.seq_len, 1024)},
             batch_size=cfg.batch_size,
             seq_len=cfg.seq_len,
             max_seconds=cfg.seconds_per_model(),

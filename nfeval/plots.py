@@ -7,29 +7,19 @@ each file atomically.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
+
+from .artifacts import atomic_write_bytes
 
 
 def save_png(fig: Figure, path: str) -> str:
     """Writes ``fig`` to ``path`` as PNG via a temp file and a rename; returns ``path``."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".png")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 

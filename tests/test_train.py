@@ -244,5 +244,5 @@ def test_existing_run_needs_resume(corpus, tmp_path):
 def test_time_budget_calibration_leaves_no_trace(corpus, tmp_path):
     """Calibration steps are undone: the run then trains exactly like a step-budget run of equal length."""
     timed = train(tiny(corpus, max_steps=None, max_seconds=0.2, calibration_steps=2, log_interval=1, lr=3e-3, model={"dropout": 0.1}), str(tmp_path / "a"))
-    stepped = train(tiny(corpus, max_steps=timed["step"], log_interval=1, lr=3e-3, model={"dropout": 0.1}), str(tmp_path / "b"))
+    train(tiny(corpus, max_steps=timed["step"], log_interval=1, lr=3e-3, model={"dropout": 0.1}), str(tmp_path / "b"))
     assert [r["loss"] for r in metrics(tmp_path / "a")] == [r["loss"] for r in metrics(tmp_path / "b")]
