@@ -132,20 +132,25 @@ def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
     return data_dir, tasks
 
 
-def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
-    """Scores each run zero-shot (cached by model fingerprint); returns {arch: results file}."""
+def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
+    """Scores each run zero-shot (cached by model fingerprint); returns {arch: results files}.
+
+    The corpus cloze task is always scored whole; ``cfg.zeroshot_limit`` applies to the public tasks.
+    """
     from .zeroshot import evaluate
 
     data_dir, tasks = zeroshot_data(cfg)
-    files = {}
+    device = None if cfg.device == "auto" else cfg.device
+    files: dict[str, list[str]] = {}
     for arch, run_dir in runs.items():
-        out = os.path.join(cfg.out, "zeroshot", f"{arch}.json")
         log(f"zero-shot {arch}: {', '.join(tasks)}")
-        evaluate(
-            run_dir, tasks=tasks, data_dir=data_dir, limit=cfg.zeroshot_limit, output=out,
-            device=None if cfg.device == "auto" else cfg.device,
-        )
-        files[arch] = out
+        out = os.path.join(cfg.out, "zeroshot", f"{arch}_cloze.json")
+        evaluate(run_dir, tasks=["corpus_cloze"], data_dir=data_dir, output=out, device=device)
+        files[arch] = [out]
+        if len(tasks) > 1:
+            out = os.path.join(cfg.out, "zeroshot", f"{arch}.json")
+            evaluate(run_dir, tasks=tasks[1:], data_dir=data_dir, limit=cfg.zeroshot_limit, output=out, device=device)
+            files[arch].append(out)
     return files
 
 
@@ -192,7 +197,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     glue_files = run_glue(cfg, runs)
 
     board_path = os.path.join(cfg.out, "leaderboard.md")
-    board = build(list(zeroshot_files.values()) + list(glue_files.values()), reference="gpt3")
+    board = build([f for fs in zeroshot_files.values() for f in fs] + list(glue_files.values()), reference="gpt3")
     write(board, board_path, "md", title="nfeval demo", comparison=comparison)
 
     summary = headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path)
@@ -227,7 +232,7 @@ def headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path) -> d
             "fraction_of_baseline_compute_to_its_best_ppl": (row.get("to_target") or {}).get("fraction"),
         }
         if arch in zeroshot_files:
-            results = _read(zeroshot_files[arch])["results"]
+            results = {t: r for f in zeroshot_files[arch] for t, r in _read(f)["results"].items()}
             model["zeroshot"] = {t: {m.split(",")[0]: v for m, v in r.items() if m.split(",")[0] in ("acc", "acc_norm", "acc_per_token", "acc_uncond")} for t, r in results.items()}
         if arch in glue_files:
             glue = _read(glue_files[arch])
@@ -241,7 +246,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     a = summary["artifacts"]
     lines = ["", "nfeval demo finished" + (f" in {summary['wall_s'] / 60:.1f} min" if "wall_s" in summary else ""), ""]
     lines += [f"  runs          {', '.join(a['runs'].values())}", f"  comparison    {a['compare']}"]
-    lines += [f"  zero-shot     {', '.join(a['zeroshot'].values()) or '–'}", f"  GLUE          {', '.join(a['glue'].values()) or '– (no --glue-dir)'}"]
+    lines += [f"  zero-shot     {', '.join(f for fs in a['zeroshot'].values() for f in fs) or '–'}", f"  GLUE          {', '.join(a['glue'].values()) or '– (no --glue-dir)'}"]
     lines += [f"  leaderboard   {a['leaderboard']}", f"  plots         {', '.join(a['plots']) or '–'}", ""]
     for arch, m in summary["models"].items():
         ppl = m.get("best_val_ppl")
