@@ -134,7 +134,7 @@ def evaluate(
     batch_size: int = 16,
     output: str | None = None,
     device: str | None = None,
-    dtype: str = "float32",
+    dtype: str = "fp32",
     use_cache: bool = True,
     max_length: int | None = None,
     log=None,
@@ -240,7 +240,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when available)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="as nfeval train's --dtype")
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
 

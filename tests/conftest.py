@@ -24,6 +24,14 @@ def make_text(n_sentences: int = 400, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "." for _ in range(n_sentences)]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory):
+    """Points nfeval's caches (token shards, tokenizers, zero-shot results, peak FLOPs) at a temp dir."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NFEVAL_CACHE", str(tmp_path_factory.mktemp("nfeval_cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return train_bpe(make_text(), vocab_size=300)
