@@ -32,6 +32,16 @@ def isolated_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, which also stays fast on a busy machine and keeps
+    bitwise comparisons with one-thread subprocesses valid."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return train_bpe(make_text(), vocab_size=300)

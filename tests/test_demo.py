@@ -7,7 +7,6 @@ import os
 import random
 
 import pytest
-import torch
 
 from nfeval import checkpoint
 from nfeval.demo import DemoConfig, run_demo
@@ -45,7 +44,6 @@ def write_piqa(root) -> str:
 @pytest.fixture
 def demo_cfg(tmp_path, monkeypatch):
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
-    torch.set_num_threads(1)
     return DemoConfig(
         out=str(tmp_path / "demo"), minutes=0.05, size="tiny", seq_len=32, batch_size=4, vocab_size=300,
         data_dir=write_piqa(tmp_path / "zs"), glue_dir=write_rte(tmp_path / "glue"), glue_epochs=1,

@@ -40,15 +40,6 @@ def write_cat_tasks(root, n_train: int = 400, n_dev: int = 200):
     return str(root)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from more threads, and one thread stays fast on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture()
 def glue_dir(tmp_path):
     return write_cat_tasks(tmp_path / "glue")

@@ -39,15 +39,6 @@ def cache(tmp_path_factory, monkeypatch):
     return folder
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and subprocesses below use one too (bitwise comparisons)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny(corpus: str, **changes) -> TrainConfig:
     base = TrainConfig(
         preset="normformer-tiny", train_data=corpus, vocab_size=300, batch_size=2, seq_len=32, max_steps=6,
