@@ -26,7 +26,6 @@ from typing import Any
 from .artifacts import atomic_write_json, atomic_write_text
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
-FIVE_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "openbookqa")
 CLOZE_CHOICES = 4
 
 
@@ -117,7 +116,9 @@ def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
         write_jsonl(build_docs(default_corpus().valid, n_items=cfg.cloze_items, n_choices=CLOZE_CHOICES, seed=cfg.seed), cloze)
     tasks = ["corpus_cloze"]
     if cfg.data_dir:
-        for task in FIVE_TASKS:
+        from tasks import DEFAULT_TASKS
+
+        for task in DEFAULT_TASKS:
             folder = "storycloze" if task.startswith("storycloze") else task
             src = os.path.join(os.path.abspath(cfg.data_dir), folder)
             dst = os.path.join(data_dir, folder)

@@ -30,12 +30,14 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+import tasks as nf_tasks
+
 from .artifacts import atomic_write_text, provenance
 from .config import load_json
 from .glue_data import TASKS as GLUE_TASKS
 from .glue_metrics import SPLIT_METRICS
 
-ZEROSHOT_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "openbookqa")  # averaged, as in the paper
+ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
 # Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
 EXTRA_ZEROSHOT_TASKS = ("storycloze_2018", "corpus_cloze")
 # The metrics the GLUE leaderboard averages into a task's score: those glue.py computes per task.
@@ -45,11 +47,8 @@ TITLES = {
     "storycloze_2018": "StoryCloze 2018", "corpus_cloze": "Corpus cloze", "openbookqa": "OpenBookQA", "cola": "CoLA", "sst2": "SST-2",
     "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE",
 }
-GPT3_METRICS = {
-    "hellaswag": "acc_per_token", "piqa": "acc_per_token", "winogrande": "acc",
-    "storycloze_2016": "acc_per_token", "storycloze_2018": "acc_per_token", "openbookqa": "acc_uncond",
-    "corpus_cloze": "acc_per_token",
-}
+# GPT-3 scored cloze-style tasks per token, so the corpus cloze task follows that convention too.
+GPT3_METRICS = {**nf_tasks.GPT3_METRIC, "corpus_cloze": "acc_per_token"}
 METRIC_PRESETS = {
     "gpt3": GPT3_METRICS,
     "acc": dict.fromkeys(GPT3_METRICS, "acc"),
