@@ -12,6 +12,12 @@ from typing import Any
 import torch
 
 
+def cache_dir(*parts: str) -> str:
+    """Returns nfeval's cache folder (``$NFEVAL_CACHE``, default ``~/.cache/nfeval``) joined with ``parts``."""
+    root = os.environ.get("NFEVAL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nfeval")
+    return os.path.join(root, *parts)
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` via a temp file in the same folder and a rename (never half-written)."""
     folder = os.path.dirname(os.path.abspath(path))

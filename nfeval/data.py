@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from .artifacts import atomic_write_json, atomic_write_text
+from .artifacts import atomic_write_json, atomic_write_text, cache_dir
 from .config import load_json
 from .tokenization import SpecialIds, fingerprint_text, load_tokenizer, special_ids, train_bpe
 
@@ -56,11 +56,6 @@ class Corpus:
             "train_chars": sum(map(len, self.train)),
             "valid_chars": sum(map(len, self.valid)),
         }
-
-
-def cache_dir() -> str:
-    """Returns the cache folder: ``$NFEVAL_CACHE`` or ``~/.cache/nfeval``."""
-    return os.environ.get("NFEVAL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nfeval")
 
 
 def fingerprint_documents(train: list[str], valid: list[str]) -> str:

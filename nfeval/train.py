@@ -57,9 +57,9 @@ from torch import nn
 from tqdm import tqdm
 
 from . import checkpoint
-from .artifacts import atomic_write_json, atomic_write_text, hardware, hardware_key, provenance
+from .artifacts import atomic_write_json, atomic_write_text, cache_dir, hardware, hardware_key, provenance
 from .config import ModelConfig, load_json, parse_preset, preset
-from .data import Batches, TokenData, cache_dir, default_corpus, get_tokenizer, load_hf_corpus, load_text_corpus, token_shards
+from .data import Batches, TokenData, default_corpus, get_tokenizer, load_hf_corpus, load_text_corpus, token_shards
 from .model import Transformer, training_flops_per_token
 
 DTYPES = ("fp32", "bf16")

@@ -18,14 +18,9 @@ import os
 import sys
 from typing import Any
 
-from .artifacts import atomic_write_json, provenance
+from .artifacts import atomic_write_json, cache_dir, provenance
 
 PER_TASK_KEYS = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "group_subtasks")
-
-
-def cache_dir() -> str:
-    """Returns the zero-shot results cache directory."""
-    return os.path.join(os.environ.get("NFEVAL_CACHE") or os.path.expanduser("~/.cache/nfeval"), "zeroshot")
 
 
 def stable_repr(obj: Any) -> Any:
@@ -172,7 +167,7 @@ def evaluate(
     cached = {}
     if use_cache:
         for name, key in keys.items():
-            path = os.path.join(cache_dir(), f"{key}.json")
+            path = os.path.join(cache_dir("zeroshot"), f"{key}.json")
             if os.path.isfile(path):
                 with open(path, encoding="utf-8") as f:
                     cached[name] = json.load(f)
@@ -193,7 +188,7 @@ def evaluate(
             entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
             cached[name] = entry
             if use_cache:
-                atomic_write_json(os.path.join(cache_dir(), f"{keys[name]}.json"), entry)
+                atomic_write_json(os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json"), entry)
     for name in loaded:
         for k, v in cached[name].items():
             out.setdefault(k, {}).update(v)
