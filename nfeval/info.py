@@ -14,7 +14,7 @@ from .model import Transformer
 
 def describe(target: str) -> dict[str, Any]:
     """Returns architecture, sizes, parameter counts and (for checkpoints) the fingerprint of ``target``."""
-    if os.path.exists(target):
+    if os.path.exists(target) or os.sep in target or target.endswith(".pt"):  # a path, even a missing one
         ckpt = checkpoint.load(target)
         model, fingerprint, source = ckpt.model, ckpt.fingerprint, ckpt.path
     else:

@@ -119,4 +119,6 @@ def test_info_command(tiny_clm_ckpt, capsys):
     assert info["normformer_parameters"] == 2 * (2 * 64 + 2 * 256 + 4)
     assert main(["info", "normformer-bogus"]) == 2
     assert "unknown preset" in capsys.readouterr().err
+    assert main(["info", os.path.join(tiny_clm_ckpt, "missing")]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
     assert os.path.basename(tiny_clm_ckpt)
