@@ -97,7 +97,7 @@ def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
             progress=cfg.progress,
         )
         log(f"training {arch} for {tcfg.max_seconds:.0f} s of wall-clock → {run_dir}")
-        train(tcfg, run_dir, resume=os.path.isdir(os.path.join(run_dir, "checkpoints")) or os.path.isfile(os.path.join(run_dir, "model.safetensors")))
+        train(tcfg, run_dir, resume=True)  # a finished run is kept, a killed one continues, a new one starts
         runs[arch] = run_dir
     return runs
 
@@ -157,6 +157,7 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
 
 def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
     """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch: glue.json}."""
+    from .checkpoint import read_config
     from .glue import Recipe, sweep
 
     if not cfg.glue_dir:
@@ -166,7 +167,9 @@ def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
     # Small CPU models want larger learning rates than the base-model default grid.
     lrs = [1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3]
     for arch, run_dir in runs.items():
-        out = os.path.join(cfg.out, "glue", arch)
+        # Keyed by the weights: a retrained model (say, after a kill) starts a fresh sweep, never a mixed one.
+        fingerprint = read_config(run_dir)[1]["fingerprint"]
+        out = os.path.join(cfg.out, "glue", f"{arch}-{fingerprint[:12]}")
         log(f"GLUE {arch}: {', '.join(cfg.glue_tasks)} × {len(lrs)} learning rates")
         sweep(
             run_dir, tasks=list(cfg.glue_tasks), lrs=lrs, out_dir=out, glue_dir=cfg.glue_dir,

@@ -73,7 +73,8 @@ def test_demo_end_to_end_and_resume(demo_cfg, capsys):
         assert set(cloze["results"]) == {"corpus_cloze"} and set(zs["results"]) == {"piqa_local"}
         assert cloze["n-samples"]["corpus_cloze"]["effective"] == 24 and zs["n-samples"]["piqa_local"]["effective"] == 2
         assert zs["nfeval"]["model"]["fingerprint"] == cloze["nfeval"]["model"]["fingerprint"] == checkpoint.load(runs[arch]).fingerprint
-        glue = json.load(open(os.path.join(out, "glue", arch, "glue.json")))
+        glue = json.load(open(summary["artifacts"]["glue"][arch]))
+        assert os.path.basename(os.path.dirname(summary["artifacts"]["glue"][arch])).startswith(f"{arch}-{zs['nfeval']['model']['fingerprint'][:12]}")
         assert len(glue["tasks"]["rte"]["per_lr"]) == 7  # the seven-learning-rate sweep
         assert 0.0 <= glue["tasks"]["rte"]["best"]["accuracy"] <= 1.0
 
@@ -94,6 +95,14 @@ def test_demo_end_to_end_and_resume(demo_cfg, capsys):
     assert {arch: os.path.getmtime(os.path.join(r, "model.safetensors")) for arch, r in runs.items()} == before
     assert again["models"]["prenorm"]["best_val_ppl"] == summary["models"]["prenorm"]["best_val_ppl"]
     assert "0 to run" in capsys.readouterr().out  # the GLUE sweep found every point finished
+
+    # A run killed before its first checkpoint (config.json and metrics.jsonl written, no weights) restarts.
+    import shutil
+
+    os.remove(os.path.join(runs["prenorm"], "model.safetensors"))
+    shutil.rmtree(os.path.join(runs["prenorm"], "checkpoints"), ignore_errors=True)
+    run_demo(demo_cfg)
+    assert checkpoint.load(runs["prenorm"]).config.architecture == "prenorm"
 
 
 def test_demo_cli_rejects_bad_folders(tmp_path, capsys):
