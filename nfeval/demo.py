@@ -17,13 +17,13 @@ the same ``--out`` skips finished training runs, cached zero-shot results and fi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text
+from .config import load_json
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
 CLOZE_CHOICES = 4
@@ -211,11 +211,6 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     return summary
 
 
-def _read(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path) -> dict[str, Any]:
     """Returns the demo's headline numbers and where each artifact is."""
     rows = {row["name"]: row for row in comparison["runs"]}
@@ -236,10 +231,10 @@ def headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path) -> d
             "fraction_of_baseline_compute_to_its_best_ppl": (row.get("to_target") or {}).get("fraction"),
         }
         if arch in zeroshot_files:
-            results = {t: r for f in zeroshot_files[arch] for t, r in _read(f)["results"].items()}
+            results = {t: r for f in zeroshot_files[arch] for t, r in load_json(f)["results"].items()}
             model["zeroshot"] = {t: {m.split(",")[0]: v for m, v in r.items() if m.split(",")[0] in ("acc", "acc_norm", "acc_per_token", "acc_uncond")} for t, r in results.items()}
         if arch in glue_files:
-            glue = _read(glue_files[arch])
+            glue = load_json(glue_files[arch])
             model["glue"] = {t: {"best_lr": r["best_lr"], **r["best"]} for t, r in glue["tasks"].items()}
         out["models"][arch] = model
     return out

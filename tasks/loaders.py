@@ -101,6 +101,14 @@ def records(path: str, convert: Callable[[dict, str], dict]) -> list[dict]:
     return [convert(obj, f"{path}:{lineno}") for lineno, obj in read_jsonl(path)]
 
 
+def validation_rows(task: str, root: str, convert: Callable[[dict, str], dict], *candidates: str) -> dict[str, list[dict]]:
+    """Returns {"validation": rows} from the first of ``candidates`` under ``root``; names them all when none exists."""
+    path = first_existing(root, *candidates)
+    if path is None:
+        raise missing(task, root, " or ".join(candidates))
+    return {"validation": records(path, convert)}
+
+
 def missing(task: str, root: str, expected: str) -> MissingData:
     return MissingData(f"{task}: no data under {root}; expected {expected}")
 
@@ -158,10 +166,7 @@ def _hellaswag(obj: dict, where: str) -> dict:
 
 def hellaswag_rows(root: str) -> dict[str, list[dict]]:
     """Returns HellaSwag validation rows from HF-schema JSONL or the official hellaswag_val.jsonl."""
-    path = first_existing(root, "hellaswag/validation.jsonl", "hellaswag/hellaswag_val.jsonl")
-    if not path:
-        raise missing("hellaswag", root, "hellaswag/validation.jsonl or hellaswag/hellaswag_val.jsonl")
-    return {"validation": records(path, _hellaswag)}
+    return validation_rows("hellaswag", root, _hellaswag, "hellaswag/validation.jsonl", "hellaswag/hellaswag_val.jsonl")
 
 
 # ---------------------------------------------------------------- WinoGrande
@@ -180,10 +185,7 @@ def _winogrande(obj: dict, where: str) -> dict:
 
 def winogrande_rows(root: str) -> dict[str, list[dict]]:
     """Returns WinoGrande dev rows from HF-schema JSONL or the official dev.jsonl."""
-    path = first_existing(root, "winogrande/validation.jsonl", "winogrande/dev.jsonl")
-    if not path:
-        raise missing("winogrande", root, "winogrande/validation.jsonl or winogrande/dev.jsonl")
-    return {"validation": records(path, _winogrande)}
+    return validation_rows("winogrande", root, _winogrande, "winogrande/validation.jsonl", "winogrande/dev.jsonl")
 
 
 # ---------------------------------------------------------------- OpenBookQA
@@ -292,10 +294,8 @@ def _corpus_cloze(obj: dict, where: str) -> dict:
 
 
 def corpus_cloze_rows(root: str) -> dict[str, list[dict]]:
-    path = first_existing(root, "corpus_cloze/validation.jsonl")
-    if path is None:
-        raise missing("corpus_cloze", root, "corpus_cloze/validation.jsonl (written by nfeval demo)")
-    return {"validation": records(path, _corpus_cloze)}
+    """Returns the cloze rows ``nfeval demo`` writes (nfeval/cloze.py)."""
+    return validation_rows("corpus_cloze", root, _corpus_cloze, "corpus_cloze/validation.jsonl")
 
 
 # ---------------------------------------------------------------- lm-eval hooks
