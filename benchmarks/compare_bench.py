@@ -18,13 +18,13 @@ import os
 import tempfile
 import time
 
-from nfeval.compare import compare
+from nfeval.report.compare import compare
 
 L_INF, ALPHA, A_BASE, A_CAND, C_MAX = 2.0, 0.3, 40.0, 34.0, 1e18
 
 
 def loss(a: float, c: float) -> float:
-    return L_INF + a * c ** -ALPHA
+    return L_INF + a * c**-ALPHA
 
 
 def write_run(root: str, name: str, a: float, n_val: int, n_train_per_val: int = 1) -> str:
@@ -36,9 +36,13 @@ def write_run(root: str, name: str, a: float, n_val: int, n_train_per_val: int =
     for step in range(1, n_steps + 1):
         c = C_MAX * step / n_steps
         common = {"step": step, "tokens": step * 1000, "wall_s": c / 1e15, "flops": c}
-        lines.append(json.dumps({"kind": "train", **common, "lr": 1e-3, "loss": loss(a, c), "grad_norm": 1.0}))
+        lines.append(
+            json.dumps({"kind": "train", **common, "lr": 1e-3, "loss": loss(a, c), "grad_norm": 1.0})
+        )
         if step % n_train_per_val == 0:
-            lines.append(json.dumps({"kind": "val", **common, "val_loss": loss(a, c), "val_ppl": math.exp(loss(a, c))}))
+            lines.append(
+                json.dumps({"kind": "val", **common, "val_loss": loss(a, c), "val_ppl": math.exp(loss(a, c))})
+            )
     with open(os.path.join(run, "metrics.jsonl"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(run, "config.json"), "w") as f:

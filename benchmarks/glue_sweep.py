@@ -23,10 +23,13 @@ from pathlib import Path
 
 import torch
 
-from nfeval import checkpoint, glue, glue_data, glue_metrics
-from nfeval.config import ModelConfig
-from nfeval.model import Transformer
-from nfeval.tokenization import special_ids, train_bpe
+from nfeval.engine import checkpoint
+from nfeval.engine.config import ModelConfig
+from nfeval.engine.model import Transformer
+from nfeval.engine.tokenization import special_ids, train_bpe
+from nfeval.glue import data as glue_data
+from nfeval.glue import metrics as glue_metrics
+from nfeval.glue import sweep as glue
 
 DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 
@@ -47,18 +50,37 @@ def subset_glue_dir(glue_dir: str, task: str, n_train: int, out: str) -> str:
 
 def encoder_config(vocab: int, args) -> ModelConfig:
     """Returns a RoBERTa-shaped nfeval config (post-LN, embedding LayerNorm, learned positions)."""
-    return ModelConfig(vocab_size=vocab, n_layer=args.layers, d_model=args.d_model, n_head=args.heads,
-                       d_ffn=4 * args.d_model, max_seq_len=args.max_len, objective="mlm", norm_position="post",
-                       embedding_norm=True, final_norm=False)
+    return ModelConfig(
+        vocab_size=vocab,
+        n_layer=args.layers,
+        d_model=args.d_model,
+        n_head=args.heads,
+        d_ffn=4 * args.d_model,
+        max_seq_len=args.max_len,
+        objective="mlm",
+        norm_position="post",
+        embedding_norm=True,
+        final_norm=False,
+    )
 
 
 def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of nfeval's sweep."""
-    recipe = glue.Recipe(epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, eval_batch_size=64)
+    recipe = glue.Recipe(
+        epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, eval_batch_size=64
+    )
     out = tempfile.mkdtemp(prefix="nfeval-glue-bench-")
     t0 = time.perf_counter()
-    summary = glue.sweep(ckpt_dir, [args.task], args.lrs, out_dir=out, glue_dir=glue_dir, recipe=recipe,
-                         device="cpu", progress=False)
+    summary = glue.sweep(
+        ckpt_dir,
+        [args.task],
+        args.lrs,
+        out_dir=out,
+        glue_dir=glue_dir,
+        recipe=recipe,
+        device="cpu",
+        progress=False,
+    )
     seconds = time.perf_counter() - t0
     main = glue_metrics.MAIN_METRIC[args.task]
     scores = {}
@@ -73,47 +95,84 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
 def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of Trainer runs, padding to max length."""
     import datasets
-    from transformers import RobertaConfig, RobertaForSequenceClassification, Trainer, TrainingArguments
+    from transformers import (
+        RobertaConfig,
+        RobertaForSequenceClassification,
+        Trainer,
+        TrainingArguments,
+    )
 
     spec, tok = data.spec, ckpt.tokenizer
     sp = special_ids(tok)
 
     def padded(split: glue_data.Split) -> datasets.Dataset:
         ids = glue.encode(tok, split, args.max_len)
-        return datasets.Dataset.from_dict({
-            "input_ids": [s + [sp.pad] * (args.max_len - len(s)) for s in ids],
-            "attention_mask": [[1] * len(s) + [0] * (args.max_len - len(s)) for s in ids],
-            "labels": split.labels,
-        })
+        return datasets.Dataset.from_dict(
+            {
+                "input_ids": [s + [sp.pad] * (args.max_len - len(s)) for s in ids],
+                "attention_mask": [[1] * len(s) + [0] * (args.max_len - len(s)) for s in ids],
+                "labels": split.labels,
+            }
+        )
 
     train = padded(data.train)
     dev = {name: padded(split) for name, split in data.dev.items()}
-    (dev_name, dev_set), = dev.items()
+    ((dev_name, dev_set),) = dev.items()
     main = glue_metrics.MAIN_METRIC[spec.name]
 
     def compute_metrics(pred):
         preds = pred.predictions.argmax(-1) if not spec.is_regression else pred.predictions.squeeze(-1)
-        return glue_metrics.compute(spec.name, {dev_name: pred.label_ids.tolist()}, {dev_name: preds.tolist()})
+        return glue_metrics.compute(
+            spec.name, {dev_name: pred.label_ids.tolist()}, {dev_name: preds.tolist()}
+        )
 
     cfg = ckpt.config
-    hf_cfg = RobertaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layer,
-                           num_attention_heads=cfg.n_head, intermediate_size=cfg.d_ffn,
-                           max_position_embeddings=cfg.max_seq_len + sp.pad + 1, type_vocab_size=1,
-                           hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, pad_token_id=sp.pad,
-                           bos_token_id=sp.bos, eos_token_id=sp.eos, num_labels=spec.num_labels)
+    hf_cfg = RobertaConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        intermediate_size=cfg.d_ffn,
+        max_position_embeddings=cfg.max_seq_len + sp.pad + 1,
+        type_vocab_size=1,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        pad_token_id=sp.pad,
+        bos_token_id=sp.bos,
+        eos_token_id=sp.eos,
+        num_labels=spec.num_labels,
+    )
     t0, scores = time.perf_counter(), {}
     for lr in args.lrs:
         torch.manual_seed(0)
         model = RobertaForSequenceClassification(hf_cfg)
         targs = TrainingArguments(
-            output_dir=tempfile.mkdtemp(prefix="hf-glue-bench-"), learning_rate=lr, num_train_epochs=args.epochs,
-            per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64, warmup_steps=0.06,
-            lr_scheduler_type="linear", adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, weight_decay=0.1,
-            eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to="none", use_cpu=True,
-            disable_tqdm=True, seed=0,
+            output_dir=tempfile.mkdtemp(prefix="hf-glue-bench-"),
+            learning_rate=lr,
+            num_train_epochs=args.epochs,
+            per_device_train_batch_size=args.batch_size,
+            per_device_eval_batch_size=64,
+            warmup_steps=0.06,
+            lr_scheduler_type="linear",
+            adam_beta1=0.9,
+            adam_beta2=0.98,
+            adam_epsilon=1e-6,
+            weight_decay=0.1,
+            eval_strategy="epoch",
+            save_strategy="no",
+            logging_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            disable_tqdm=True,
+            seed=0,
         )
-        trainer = Trainer(model=model, args=targs, train_dataset=train, eval_dataset=dev_set,
-                          compute_metrics=compute_metrics)
+        trainer = Trainer(
+            model=model,
+            args=targs,
+            train_dataset=train,
+            eval_dataset=dev_set,
+            compute_metrics=compute_metrics,
+        )
         trainer.train()
         history = [h[f"eval_{main}"] for h in trainer.state.log_history if f"eval_{main}" in h]
         scores[lr] = (max(history), history[-1])
@@ -148,10 +207,12 @@ def main() -> None:
 
     seqs = glue.encode(tok, data.train, args.max_len)
     mean_len = sum(map(len, seqs)) / len(seqs)
-    print(f"task {args.task}: {len(data.train)} train / {sum(map(len, data.dev.values()))} dev examples, "
-          f"mean length {mean_len:.1f} tokens (max_len {args.max_len}); model {ckpt.model.num_params():,} params "
-          f"({args.layers} layers, d={args.d_model}); lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}; "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"task {args.task}: {len(data.train)} train / {sum(map(len, data.dev.values()))} dev examples, "
+        f"mean length {mean_len:.1f} tokens (max_len {args.max_len}); model {ckpt.model.num_params():,} params "
+        f"({args.layers} layers, d={args.d_model}); lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
     ours, our_scores = run_nfeval(ckpt_dir, glue_dir, args)
     theirs, their_scores = run_trainer(ckpt, data, args)
     main_metric = glue_metrics.MAIN_METRIC[args.task]
@@ -162,8 +223,10 @@ def main() -> None:
         print(f"| {lr:g} | {a:.4f} / {b:.4f} | {c:.4f} / {d:.4f} |")
     best_ours, best_theirs = max(s[0] for s in our_scores.values()), max(s[0] for s in their_scores.values())
     print(f"| best over grid | {best_ours:.4f} | {best_theirs:.4f} |")
-    print(f"\nsweep wall time: nfeval {ours:.1f} s, HF Trainer (pad to {args.max_len}) {theirs:.1f} s, "
-          f"speed-up {theirs / ours:.2f}x")
+    print(
+        f"\nsweep wall time: nfeval {ours:.1f} s, HF Trainer (pad to {args.max_len}) {theirs:.1f} s, "
+        f"speed-up {theirs / ours:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -19,17 +19,27 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from nfeval.artifacts import hardware, hardware_key
-from nfeval.config import preset
-from nfeval.model import Transformer, training_flops_per_token
-from nfeval.train import Objective, measure_matmul_flops
+from nfeval.engine.config import preset
+from nfeval.engine.model import Transformer, training_flops_per_token
+from nfeval.engine.train import Objective, measure_matmul_flops
 
 
 def hf_gpt2(cfg) -> torch.nn.Module:
     """Returns a random-weight GPT2LMHeadModel with nfeval's shape (exact GELU, no dropout, SDPA)."""
     hf = GPT2Config(
-        vocab_size=cfg.vocab_size, n_positions=cfg.max_seq_len, n_embd=cfg.d_model, n_layer=cfg.n_layer,
-        n_head=cfg.n_head, n_inner=cfg.d_ffn, activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.max_seq_len,
+        n_embd=cfg.d_model,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_inner=cfg.d_ffn,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
     )
     hf._attn_implementation = "sdpa"
     return GPT2LMHeadModel(hf)
@@ -47,6 +57,7 @@ class HFObjective(torch.nn.Module):
 
 def time_steps(obj, opt, x, y, dtype: str, steps: int) -> float:
     """Returns seconds per training step (after one untimed step)."""
+
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
             loss = obj(x, y)
@@ -79,31 +90,45 @@ def main() -> None:
         "HF GPT2LMHeadModel": HFObjective(hf_gpt2(prenorm)),
         "nfeval NormFormer": Objective(Transformer(normformer)),
     }
-    optims = {k: torch.optim.AdamW(v.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=True) for k, v in variants.items()}
+    optims = {
+        k: torch.optim.AdamW(v.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=True)
+        for k, v in variants.items()
+    }
     n_params = {k: sum(p.numel() for p in v.parameters()) for k, v in variants.items()}
     flops_per_token = training_flops_per_token(prenorm, args.seq)
-    peaks = {d: measure_matmul_flops(torch.device("cpu"), torch.bfloat16 if d == "bf16" else torch.float32) for d in ("fp32", "bf16")}
+    peaks = {
+        d: measure_matmul_flops(torch.device("cpu"), torch.bfloat16 if d == "bf16" else torch.float32)
+        for d in ("fp32", "bf16")
+    }
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for dtype in ("fp32", "bf16"):
             for name, obj in variants.items():
-                times.setdefault((name, dtype), []).append(time_steps(obj, optims[name], x, y, dtype, args.steps))
+                times.setdefault((name, dtype), []).append(
+                    time_steps(obj, optims[name], x, y, dtype, args.steps)
+                )
 
     tokens = args.batch * args.seq
     print(f"machine: {hardware_key(hardware())}; torch {torch.__version__}")
-    print(f"shape: {args.size} (L={prenorm.n_layer}, d={prenorm.d_model}, ffn={prenorm.d_ffn}, V={prenorm.vocab_size}), "
-          f"batch {args.batch} x seq {args.seq}; {args.rounds} interleaved rounds x {args.steps} steps; median")
+    print(
+        f"shape: {args.size} (L={prenorm.n_layer}, d={prenorm.d_model}, ffn={prenorm.d_ffn}, V={prenorm.vocab_size}), "
+        f"batch {args.batch} x seq {args.seq}; {args.rounds} interleaved rounds x {args.steps} steps; median"
+    )
     print(f"HF attention: {variants['HF GPT2LMHeadModel'].model.config._attn_implementation}")
     print("params: " + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in n_params.items()))
-    print(f"matmul peak (measured): fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s\n")
+    print(
+        f"matmul peak (measured): fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s\n"
+    )
     print("| dtype | model | step ms | tokens/s | MFU | vs HF GPT-2 | vs nfeval Pre-LN |")
     print("|---|---|---|---|---|---|---|")
     for dtype in ("fp32", "bf16"):
         med = {name: statistics.median(times[(name, dtype)]) for name in variants}
         for name in variants:
             tps = tokens / med[name]
-            print(f"| {dtype} | {name} | {med[name] * 1e3:.1f} | {tps:,.0f} | {tps * flops_per_token / peaks[dtype]:.1%} | "
-                  f"{med['HF GPT2LMHeadModel'] / med[name]:.3f}x speed | {med[name] / med['nfeval Pre-LN'] - 1:+.1%} time |")
+            print(
+                f"| {dtype} | {name} | {med[name] * 1e3:.1f} | {tps:,.0f} | {tps * flops_per_token / peaks[dtype]:.1%} | "
+                f"{med['HF GPT2LMHeadModel'] / med[name]:.3f}x speed | {med[name] / med['nfeval Pre-LN'] - 1:+.1%} time |"
+            )
 
 
 if __name__ == "__main__":

@@ -25,10 +25,12 @@ def build_model(path: str, d_model: int, layers: int) -> str:
     """Saves a random GPT2LMHeadModel with GPT-2's tokenizer to ``path``; returns ``path``."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from nfeval.tokenization import GPT2_EOT, gpt2_tokenizer
+    from nfeval.engine.tokenization import GPT2_EOT, gpt2_tokenizer
 
     bpe = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=GPT2_EOT, eos_token=GPT2_EOT, pad_token="<pad>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token=GPT2_EOT, eos_token=GPT2_EOT, pad_token="<pad>"
+    )
     torch.manual_seed(0)
     cfg = GPT2Config(vocab_size=bpe.get_vocab_size(), n_embd=d_model, n_layer=layers, n_head=max(1, d_model // 64),
                      n_positions=1024)  # fmt: skip
@@ -58,7 +60,9 @@ def main() -> None:
         names = ["piqa_local", "hellaswag_local"]
 
         t0 = time.perf_counter()
-        manager = TaskManager(include_path=nf_tasks.TASKS_DIR, include_defaults=False, metadata={"data_dir": data_dir})
+        manager = TaskManager(
+            include_path=nf_tasks.TASKS_DIR, include_defaults=False, metadata={"data_dir": data_dir}
+        )
         stock = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", tasks=names,
                                         task_manager=manager, limit=args.limit, batch_size=args.batch_size,
                                         device="cpu", log_samples=False)  # fmt: skip
@@ -78,7 +82,9 @@ def main() -> None:
         for metric in ("acc,none", "acc_norm,none"):
             row[metric] = {"hf": stock["results"][task][metric], "nfeval": ours["results"][task][metric]}
         row["acc_per_token,none"] = {"nfeval": ours["results"][task]["acc_per_token,none"]}
-        row["match"] = all(v["hf"] == v["nfeval"] for k, v in row.items() if k in ("acc,none", "acc_norm,none"))
+        row["match"] = all(
+            v["hf"] == v["nfeval"] for k, v in row.items() if k in ("acc,none", "acc_norm,none")
+        )
         report["accuracy"][task] = row
     print(json.dumps(report, indent=2))
 

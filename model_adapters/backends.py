@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from nfeval import checkpoint
-from nfeval.tokenization import fingerprint_text, special_ids
+from nfeval.engine import checkpoint
+from nfeval.engine.tokenization import fingerprint_text, special_ids
 
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 HF_FILES = (
@@ -61,7 +61,9 @@ def hash_files(paths: list[str]) -> str:
 def hf_files(path: str) -> list[str]:
     """Returns the files of a HF model directory that decide its outputs: weights, config, tokenizer."""
     names = sorted(os.listdir(path))
-    picked = [n for n in names if n.endswith(HF_WEIGHT_SUFFIXES) or n in HF_FILES or n.endswith(".index.json")]
+    picked = [
+        n for n in names if n.endswith(HF_WEIGHT_SUFFIXES) or n in HF_FILES or n.endswith(".index.json")
+    ]
     return [os.path.join(path, n) for n in picked if os.path.isfile(os.path.join(path, n))]
 
 
@@ -82,7 +84,9 @@ def identify(path: str) -> Identity:
         files = hf_files(path)
         weights = [f for f in files if f.endswith(HF_WEIGHT_SUFFIXES)]
         if not weights:
-            raise FileNotFoundError(f"{path}: Hugging Face model directory without weight files (*.safetensors / *.bin)")
+            raise FileNotFoundError(
+                f"{path}: Hugging Face model directory without weight files (*.safetensors / *.bin)"
+            )
         with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
             cfg = json.load(f)
         return Identity(
@@ -96,14 +100,16 @@ def identify(path: str) -> Identity:
     cfg, meta = checkpoint.read_config(directory)
     from safetensors.torch import load_file
 
-    from nfeval.model import Transformer
+    from nfeval.engine.model import Transformer
 
     state = load_file(os.path.join(directory, checkpoint.WEIGHTS))
     fingerprint = checkpoint.fingerprint_state_dict(state)
     with torch.device("meta"):
         skeleton = Transformer(cfg)
     tok_path = os.path.join(directory, checkpoint.TOKENIZER)
-    ckpt = checkpoint.Checkpoint(model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta)
+    ckpt = checkpoint.Checkpoint(
+        model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
+    )
     return Identity(
         kind="nfeval",
         path=os.path.abspath(directory),
@@ -169,9 +175,13 @@ class NFEvalBackend(Backend):
 
     def __init__(self, ckpt: checkpoint.Checkpoint, device: torch.device):
         if not ckpt.config.causal:
-            raise ValueError(f"{ckpt.path}: zero-shot scoring needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'")
+            raise ValueError(
+                f"{ckpt.path}: zero-shot scoring needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'"
+            )
         if ckpt.tokenizer is None:
-            raise FileNotFoundError(f"{os.path.join(ckpt.path, checkpoint.TOKENIZER)}: not found (scoring needs the tokenizer)")
+            raise FileNotFoundError(
+                f"{os.path.join(ckpt.path, checkpoint.TOKENIZER)}: not found (scoring needs the tokenizer)"
+            )
         self.ckpt, self.model, self.tokenizer, self.device = ckpt, ckpt.model, ckpt.tokenizer, device
         ids = special_ids(ckpt.tokenizer)
         self.eot_id, self.prefix_id, self.pad_id = ids.eos, ids.eos, ids.pad
@@ -205,7 +215,9 @@ class HFBackend(Backend):
         self.model, self.device = model.eval(), device
         self.tokenizer = configure_pad_token(tokenizer, model_config=model.config)
         self.eot_id = self.tokenizer.eos_token_id
-        self.prefix_id = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.eot_id
+        self.prefix_id = (
+            self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.eot_id
+        )
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.max_length = max_length or resolve_max_length(model.config, self.tokenizer, default=2048)
         self.add_bos_default = None

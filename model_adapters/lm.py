@@ -19,7 +19,12 @@ import torch.distributed as dist
 from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.models.utils import handle_stop_sequences, has_bos_prefix, normalize_gen_kwargs, postprocess_generated_text
+from lm_eval.models.utils import (
+    handle_stop_sequences,
+    has_bos_prefix,
+    normalize_gen_kwargs,
+    postprocess_generated_text,
+)
 from tqdm import tqdm
 
 from . import backends
@@ -72,9 +77,16 @@ class NFEvalLM(TemplateLM):
         self.dtype = backends.dtype_of(dtype)
         if isinstance(pretrained, str):
             self.engine = backends.load(
-                pretrained, self._device, self.dtype, _as_bool(fold_head_scale), max_length and int(max_length), tokenizer
+                pretrained,
+                self._device,
+                self.dtype,
+                _as_bool(fold_head_scale),
+                max_length and int(max_length),
+                tokenizer,
             )
-        elif hasattr(pretrained, "model") and hasattr(pretrained, "fingerprint"):  # a loaded nfeval Checkpoint
+        elif hasattr(pretrained, "model") and hasattr(
+            pretrained, "fingerprint"
+        ):  # a loaded nfeval Checkpoint
             self.engine = backends.NFEvalBackend(pretrained, self._device)
         else:  # a loaded transformers model
             if tokenizer is None:
@@ -94,7 +106,9 @@ class NFEvalLM(TemplateLM):
 
     @property
     def prefix_token_id(self) -> int:
-        return self.custom_prefix_token_id if self.custom_prefix_token_id is not None else self.engine.prefix_id
+        return (
+            self.custom_prefix_token_id if self.custom_prefix_token_id is not None else self.engine.prefix_id
+        )
 
     @property
     def max_length(self) -> int:
@@ -119,7 +133,9 @@ class NFEvalLM(TemplateLM):
                 add_special_tokens = False
             elif self.add_bos_token is not None:
                 add_special_tokens = self.add_bos_token
-        if self.engine.kind == "nfeval":  # the nfeval tokenizer adds nothing itself: the prefix is ours to add
+        if (
+            self.engine.kind == "nfeval"
+        ):  # the nfeval tokenizer adds nothing itself: the prefix is ours to add
             ids = self.engine.encode(string, False)
             return [self.prefix_token_id] + ids if add_special_tokens else ids
         return self.engine.encode(string, add_special_tokens)
@@ -129,7 +145,9 @@ class NFEvalLM(TemplateLM):
 
     # ---------------------------------------------------------------- scoring
 
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+    def _loglikelihood_tokens(
+        self, requests, disable_tqdm: bool = False, **kwargs
+    ) -> list[tuple[float, bool]]:
         pairs = [(ctx, cont) for _, ctx, cont in requests]
         results = score(
             self.engine.logits_at,
@@ -152,7 +170,10 @@ class NFEvalLM(TemplateLM):
             for ctx, cont in map(
                 lm_utils.make_disjoint_window,
                 lm_utils.get_rolling_token_windows(
-                    token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1
+                    token_list=tokens,
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
                 ),
             ):
                 windows.append((None, ctx, cont))
@@ -168,7 +189,9 @@ class NFEvalLM(TemplateLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         eos = self.engine.token_text(self.eot_token_id)
         out = []
-        for req in tqdm(requests, desc="Generating", disable=disable_tqdm or not self.progress or self.rank != 0):
+        for req in tqdm(
+            requests, desc="Generating", disable=disable_tqdm or not self.progress or self.rank != 0
+        ):
             context, gen_kwargs = req.args
             kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
             until = handle_stop_sequences(kwargs.get("until"), eos=eos)

@@ -31,7 +31,9 @@ class TokenLogLik(float):
         return (TokenLogLik, (float(self), self.n_tokens))
 
 
-def model_input(context: Sequence[int], continuation: Sequence[int], max_length: int) -> tuple[list[int], int]:
+def model_input(
+    context: Sequence[int], continuation: Sequence[int], max_length: int
+) -> tuple[list[int], int]:
     """Returns (input tokens, scored length): ``context + continuation`` minus its last token, cut from
     the left to ``max_length`` (as lm-eval's HFLM does)."""
     if not context or not continuation:

@@ -12,12 +12,15 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("nfeval.info", "architecture, parameter counts and fingerprint of a checkpoint or preset"),
-    "train": ("nfeval.train", "pretrain a causal or masked LM under a compute budget"),
+    "train": ("nfeval.engine.train", "pretrain a causal or masked LM under a compute budget"),
     "zeroshot": ("nfeval.zeroshot", "score a checkpoint zero-shot through lm-evaluation-harness"),
     "lm-eval": ("nfeval.lm_eval_cli", "lm-eval's own CLI with nfeval's model and tasks registered"),
-    "glue": ("nfeval.glue", "fine-tune on GLUE, sweeping learning rates"),
-    "compare": ("nfeval.compare", "compute-matched comparison of training runs"),
-    "leaderboard": ("nfeval.leaderboard", "markdown/CSV/JSON leaderboard from zero-shot and GLUE results"),
+    "glue": ("nfeval.glue.sweep", "fine-tune on GLUE, sweeping learning rates"),
+    "compare": ("nfeval.report.compare", "compute-matched comparison of training runs"),
+    "leaderboard": (
+        "nfeval.report.leaderboard",
+        "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
+    ),
     "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
 }
 
@@ -30,7 +33,9 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     """Returns the parser; only ``command``'s module is imported to add its arguments."""
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="nfeval", description="NormFormer evaluation and benchmarking harness")
+    parser = argparse.ArgumentParser(
+        prog="nfeval", description="NormFormer evaluation and benchmarking harness"
+    )
     parser.add_argument("--version", action="version", version=f"nfeval {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

@@ -43,14 +43,11 @@ def build_docs(
     ok = lambda s: min_words <= len(s.split()) <= max_words  # noqa: E731
     per_doc = [split_sentences(d) for d in documents]
     pool = [(i, s) for i, sents in enumerate(per_doc) for s in sents if ok(s)]
-    candidates = [
-        (i, j)
-        for i, sents in enumerate(per_doc)
-        for j in range(1, len(sents))
-        if ok(sents[j])
-    ]
+    candidates = [(i, j) for i, sents in enumerate(per_doc) for j in range(1, len(sents)) if ok(sents[j])]
     if len({i for i, _ in pool}) < 2 or not candidates:
-        raise ValueError("the validation text is too small to build a cloze task (need 2+ documents with sentences)")
+        raise ValueError(
+            "the validation text is too small to build a cloze task (need 2+ documents with sentences)"
+        )
     rng.shuffle(candidates)
     docs = []
     for i, j in candidates[:n_items]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text
-from .config import load_json
+from .engine.config import load_json
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
 CLOZE_CHOICES = 4
@@ -61,7 +61,7 @@ def log(message: str) -> None:
 
 def shared_tokenizer(cfg: DemoConfig) -> str:
     """Trains (once) the BPE both models share on the default corpus; returns its tokenizer.json path."""
-    from .data import default_corpus, get_tokenizer
+    from .engine.data import default_corpus, get_tokenizer
 
     path = os.path.join(cfg.out, "tokenizer.json")
     if not os.path.isfile(path):
@@ -72,7 +72,7 @@ def shared_tokenizer(cfg: DemoConfig) -> str:
 
 def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
     """Trains Pre-LN and NormFormer under the same wall-clock budget (resuming); returns {arch: run dir}."""
-    from .train import TrainConfig, train
+    from .engine.train import TrainConfig, train
 
     runs = {}
     for arch in ARCHES:
@@ -108,12 +108,17 @@ def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
     Returns (data dir, tasks to score).
     """
     from .cloze import build_docs, write_jsonl
-    from .data import default_corpus
+    from .engine.data import default_corpus
 
     data_dir = os.path.join(cfg.out, "zeroshot_data")
     cloze = os.path.join(data_dir, "corpus_cloze", "validation.jsonl")
     if not os.path.isfile(cloze):
-        write_jsonl(build_docs(default_corpus().valid, n_items=cfg.cloze_items, n_choices=CLOZE_CHOICES, seed=cfg.seed), cloze)
+        write_jsonl(
+            build_docs(
+                default_corpus().valid, n_items=cfg.cloze_items, n_choices=CLOZE_CHOICES, seed=cfg.seed
+            ),
+            cloze,
+        )
     tasks = ["corpus_cloze"]
     if cfg.data_dir:
         from tasks import DEFAULT_TASKS
@@ -150,15 +155,22 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
         files[arch] = [out]
         if len(tasks) > 1:
             out = os.path.join(cfg.out, "zeroshot", f"{arch}.json")
-            evaluate(run_dir, tasks=tasks[1:], data_dir=data_dir, limit=cfg.zeroshot_limit, output=out, device=device)
+            evaluate(
+                run_dir,
+                tasks=tasks[1:],
+                data_dir=data_dir,
+                limit=cfg.zeroshot_limit,
+                output=out,
+                device=device,
+            )
             files[arch].append(out)
     return files
 
 
 def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
     """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch: glue.json}."""
-    from .checkpoint import read_config
-    from .glue import Recipe, sweep
+    from .engine.checkpoint import read_config
+    from .glue.sweep import Recipe, sweep
 
     if not cfg.glue_dir:
         log("GLUE: skipped (pass --glue-dir DIR with the GLUE TSVs, e.g. ../shared/data/glue)")
@@ -172,9 +184,14 @@ def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
         out = os.path.join(cfg.out, "glue", f"{arch}-{fingerprint[:12]}")
         log(f"GLUE {arch}: {', '.join(cfg.glue_tasks)} × {len(lrs)} learning rates")
         sweep(
-            run_dir, tasks=list(cfg.glue_tasks), lrs=lrs, out_dir=out, glue_dir=cfg.glue_dir,
+            run_dir,
+            tasks=list(cfg.glue_tasks),
+            lrs=lrs,
+            out_dir=out,
+            glue_dir=cfg.glue_dir,
             recipe=Recipe(epochs=cfg.glue_epochs, max_len=cfg.seq_len),
-            device=None if cfg.device == "auto" else cfg.device, progress=cfg.progress,
+            device=None if cfg.device == "auto" else cfg.device,
+            progress=cfg.progress,
         )
         files[arch] = os.path.join(out, "glue.json")
     return files
@@ -182,8 +199,8 @@ def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Runs every stage into ``cfg.out``; returns the summary (also written to ``summary.json``)."""
-    from .compare import compare, format_comparison
-    from .leaderboard import build, write
+    from .report.compare import compare, format_comparison
+    from .report.leaderboard import build, write
 
     start = time.time()
     os.makedirs(cfg.out, exist_ok=True)
@@ -201,7 +218,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     glue_files = run_glue(cfg, runs)
 
     board_path = os.path.join(cfg.out, "leaderboard.md")
-    board = build([f for fs in zeroshot_files.values() for f in fs] + list(glue_files.values()), reference="gpt3")
+    board = build(
+        [f for fs in zeroshot_files.values() for f in fs] + list(glue_files.values()), reference="gpt3"
+    )
     write(board, board_path, "md", title="nfeval demo", comparison=comparison)
 
     summary = headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path)
@@ -214,14 +233,17 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 def headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path) -> dict[str, Any]:
     """Returns the demo's headline numbers and where each artifact is."""
     rows = {row["name"]: row for row in comparison["runs"]}
-    out: dict[str, Any] = {"artifacts": {
-        "runs": runs,
-        "compare": os.path.join(cfg.out, "compare.txt"),
-        "zeroshot": zeroshot_files,
-        "glue": glue_files,
-        "leaderboard": board_path,
-        "plots": sorted(os.path.join(cfg.out, f) for f in os.listdir(cfg.out) if f.endswith(".png")),
-    }, "models": {}}
+    out: dict[str, Any] = {
+        "artifacts": {
+            "runs": runs,
+            "compare": os.path.join(cfg.out, "compare.txt"),
+            "zeroshot": zeroshot_files,
+            "glue": glue_files,
+            "leaderboard": board_path,
+            "plots": sorted(os.path.join(cfg.out, f) for f in os.listdir(cfg.out) if f.endswith(".png")),
+        },
+        "models": {},
+    }
     for arch in ARCHES:
         row = rows.get(arch, {})
         model: dict[str, Any] = {
@@ -232,7 +254,14 @@ def headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path) -> d
         }
         if arch in zeroshot_files:
             results = {t: r for f in zeroshot_files[arch] for t, r in load_json(f)["results"].items()}
-            model["zeroshot"] = {t: {m.split(",")[0]: v for m, v in r.items() if m.split(",")[0] in ("acc", "acc_norm", "acc_per_token", "acc_uncond")} for t, r in results.items()}
+            model["zeroshot"] = {
+                t: {
+                    m.split(",")[0]: v
+                    for m, v in r.items()
+                    if m.split(",")[0] in ("acc", "acc_norm", "acc_per_token", "acc_uncond")
+                }
+                for t, r in results.items()
+            }
         if arch in glue_files:
             glue = load_json(glue_files[arch])
             model["glue"] = {t: {"best_lr": r["best_lr"], **r["best"]} for t, r in glue["tasks"].items()}
@@ -243,19 +272,32 @@ def headline(cfg, runs, comparison, zeroshot_files, glue_files, board_path) -> d
 def format_summary(summary: dict[str, Any]) -> str:
     """Returns the closing summary as text: artifact paths, then the headline numbers."""
     a = summary["artifacts"]
-    lines = ["", "nfeval demo finished" + (f" in {summary['wall_s'] / 60:.1f} min" if "wall_s" in summary else ""), ""]
+    lines = [
+        "",
+        "nfeval demo finished" + (f" in {summary['wall_s'] / 60:.1f} min" if "wall_s" in summary else ""),
+        "",
+    ]
     lines += [f"  runs          {', '.join(a['runs'].values())}", f"  comparison    {a['compare']}"]
-    lines += [f"  zero-shot     {', '.join(f for fs in a['zeroshot'].values() for f in fs) or '–'}", f"  GLUE          {', '.join(a['glue'].values()) or '– (no --glue-dir)'}"]
+    lines += [
+        f"  zero-shot     {', '.join(f for fs in a['zeroshot'].values() for f in fs) or '–'}",
+        f"  GLUE          {', '.join(a['glue'].values()) or '– (no --glue-dir)'}",
+    ]
     lines += [f"  leaderboard   {a['leaderboard']}", f"  plots         {', '.join(a['plots']) or '–'}", ""]
     for arch, m in summary["models"].items():
         ppl = m.get("best_val_ppl")
         parts = [f"{arch:<11} best val ppl {ppl:.2f}" if ppl is not None else f"{arch:<11} best val ppl –"]
         cloze = m.get("zeroshot", {}).get("corpus_cloze", {})
         if "acc_per_token" in cloze:
-            parts.append(f"cloze acc_per_token {100 * cloze['acc_per_token']:.1f}% (acc {100 * cloze['acc']:.1f}%, chance {100 / CLOZE_CHOICES:.0f}%)")
+            parts.append(
+                f"cloze acc_per_token {100 * cloze['acc_per_token']:.1f}% (acc {100 * cloze['acc']:.1f}%, chance {100 / CLOZE_CHOICES:.0f}%)"
+            )
         for task, g in m.get("glue", {}).items():
             best = {k: v for k, v in g.items() if k != "best_lr"}
-            parts.append(f"{task} " + ", ".join(f"{k} {v:.3f}" for k, v in best.items() if isinstance(v, float)) + f" @ lr {g['best_lr']:g}")
+            parts.append(
+                f"{task} "
+                + ", ".join(f"{k} {v:.3f}" for k, v in best.items() if isinstance(v, float))
+                + f" @ lr {g['best_lr']:g}"
+            )
         lines.append("  " + " | ".join(parts))
     return "\n".join(lines)
 
@@ -263,12 +305,26 @@ def format_summary(summary: dict[str, Any]) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = DemoConfig()
     p.add_argument("--out", default=d.out, help=f"output folder (default {d.out}); rerun to resume")
-    p.add_argument("--minutes", type=float, default=d.minutes, help=f"time target for the whole demo (default {d.minutes:g})")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=d.minutes,
+        help=f"time target for the whole demo (default {d.minutes:g})",
+    )
     p.add_argument("--size", default=d.size, choices=("tiny", "small"), help="model size preset")
     p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
     p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables the GLUE sweep")
-    p.add_argument("--glue-tasks", default=",".join(d.glue_tasks), help=f"comma-separated GLUE tasks (default {','.join(d.glue_tasks)})")
-    p.add_argument("--limit", type=int, default=d.zeroshot_limit, help=f"zero-shot items per task (default {d.zeroshot_limit}; 0 = all)")
+    p.add_argument(
+        "--glue-tasks",
+        default=",".join(d.glue_tasks),
+        help=f"comma-separated GLUE tasks (default {','.join(d.glue_tasks)})",
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=d.zeroshot_limit,
+        help=f"zero-shot items per task (default {d.zeroshot_limit}; 0 = all)",
+    )
     p.add_argument("--device", default=d.device, help="auto, cpu or cuda")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -278,9 +334,16 @@ def run(args: argparse.Namespace) -> int:
     if args.minutes <= 0:
         raise ValueError(f"--minutes {args.minutes}: expected a positive number")
     cfg = DemoConfig(
-        out=args.out, minutes=args.minutes, size=args.size, data_dir=args.data_dir, glue_dir=args.glue_dir,
+        out=args.out,
+        minutes=args.minutes,
+        size=args.size,
+        data_dir=args.data_dir,
+        glue_dir=args.glue_dir,
         glue_tasks=tuple(t.strip() for t in args.glue_tasks.split(",") if t.strip()),
-        zeroshot_limit=args.limit or None, device=args.device, seed=args.seed, progress=not args.no_progress,
+        zeroshot_limit=args.limit or None,
+        device=args.device,
+        seed=args.seed,
+        progress=not args.no_progress,
     )
     for name in ("data_dir", "glue_dir"):
         path = getattr(cfg, name)
@@ -288,4 +351,3 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--{name.replace('_', '-')} {path}: no such folder")
     run_demo(cfg)
     return 0
-

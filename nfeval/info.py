@@ -7,9 +7,9 @@ import json
 import os
 from typing import Any
 
-from . import checkpoint
-from .config import preset
-from .model import Transformer
+from .engine import checkpoint
+from .engine.config import preset
+from .engine.model import Transformer
 
 
 def describe(target: str) -> dict[str, Any]:
@@ -39,7 +39,9 @@ def describe(target: str) -> dict[str, Any]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="PATH_OR_PRESET", help="checkpoint/run dir, or preset such as normformer-125M")
+    p.add_argument(
+        "target", metavar="PATH_OR_PRESET", help="checkpoint/run dir, or preset such as normformer-125M"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 

@@ -20,7 +20,15 @@ from typing import Any
 
 from .artifacts import atomic_write_json, cache_dir, provenance
 
-PER_TASK_KEYS = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "group_subtasks")
+PER_TASK_KEYS = (
+    "results",
+    "configs",
+    "versions",
+    "n-shot",
+    "higher_is_better",
+    "n-samples",
+    "group_subtasks",
+)
 
 
 def stable_repr(obj: Any) -> Any:
@@ -84,11 +92,15 @@ def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str
     for name in names:
         canonical = nf_tasks.canonical_name(name)
         if canonical.startswith("storycloze") and not name.endswith("_local"):
-            skipped[name] = STORYCLOZE_HELP.format(root="DIR", year=canonical[-4:]) + ", then pass --data-dir DIR"
+            skipped[name] = (
+                STORYCLOZE_HELP.format(root="DIR", year=canonical[-4:]) + ", then pass --data-dir DIR"
+            )
             log(f"skipping {name}: {skipped[name]}")
             continue
         if name not in manager.all_tasks:
-            raise ValueError(f"--tasks: unknown task {name!r} (nfeval tasks: {', '.join(nf_tasks.CANONICAL_TASKS)})")
+            raise ValueError(
+                f"--tasks: unknown task {name!r} (nfeval tasks: {', '.join(nf_tasks.CANONICAL_TASKS)})"
+            )
         try:
             loaded.update(manager.load([name])["tasks"])
         except MissingData as e:
@@ -116,7 +128,15 @@ def make_table(out: dict[str, Any]) -> str:
                 continue
             metric = key.split(",")[0]
             stderr = res.get(key.replace(metric, f"{metric}_stderr", 1))
-            rows.append((task, metric, f"{value:.4f}", f"{stderr:.4f}" if isinstance(stderr, (int, float)) else "", str(n)))
+            rows.append(
+                (
+                    task,
+                    metric,
+                    f"{value:.4f}",
+                    f"{stderr:.4f}" if isinstance(stderr, (int, float)) else "",
+                    str(n),
+                )
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -147,13 +167,17 @@ def evaluate(
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     # our loaders take data_dir from the task metadata: lm-eval's per-task hint about it is noise here
-    logging.getLogger("lm_eval.api.task").addFilter(lambda r: "Custom kwargs can be passed" not in r.getMessage())
+    logging.getLogger("lm_eval.api.task").addFilter(
+        lambda r: "Custom kwargs can be passed" not in r.getMessage()
+    )
     if data_dir is not None and not os.path.isdir(data_dir):
         raise FileNotFoundError(f"--data-dir {data_dir}: not a directory")
     data_dir = os.path.abspath(data_dir) if data_dir else None
     if limit is not None and int(limit) <= 0:
         raise ValueError(f"--limit {limit}: expected a positive integer")
-    names = [nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)]
+    names = [
+        nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
+    ]
     identity = identify(ckpt_path)
     dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
     manager = task_manager(data_dir, names)
@@ -163,7 +187,10 @@ def evaluate(
 
     settings = {"kind": identity.kind, "fingerprint": identity.fingerprint, "tokenizer": identity.tokenizer_fingerprint,
                 "dtype": dtype_name, "max_length": max_length, "lm_eval": lm_eval.__version__}  # fmt: skip
-    keys = {name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit}) for name, t in loaded.items()}
+    keys = {
+        name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
+        for name, t in loaded.items()
+    }
     cached = {}
     if use_cache:
         for name, key in keys.items():
@@ -176,8 +203,12 @@ def evaluate(
     out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
     todo = [t for name, t in loaded.items() if name not in cached]
     if todo:
-        lm = NFEvalLM(pretrained=ckpt_path, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length)
-        fresh = lm_eval.simple_evaluate(model=lm, tasks=todo, limit=limit, log_samples=False, task_manager=manager)
+        lm = NFEvalLM(
+            pretrained=ckpt_path, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length
+        )
+        fresh = lm_eval.simple_evaluate(
+            model=lm, tasks=todo, limit=limit, log_samples=False, task_manager=manager
+        )
         if fresh is None:  # not rank 0 under torchrun
             return None
         fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
@@ -195,8 +226,11 @@ def evaluate(
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
     out["nfeval"] = {
-        "provenance": provenance(lm_eval_version=lm_eval.__version__, transformers_version=_version("transformers"),
-                                 datasets_version=_version("datasets")),  # fmt: skip
+        "provenance": provenance(
+            lm_eval_version=lm_eval.__version__,
+            transformers_version=_version("transformers"),
+            datasets_version=_version("datasets"),
+        ),  # fmt: skip
         "model": model,
         "batch_size": batch_size,
         "dtype": dtype_name,
@@ -226,16 +260,28 @@ def _version(package: str) -> str | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds ``nfeval zeroshot``'s options."""
-    parser.add_argument("--ckpt", required=True, help="nfeval run/checkpoint dir, or a Hugging Face causal-LM dir")
+    parser.add_argument(
+        "--ckpt", required=True, help="nfeval run/checkpoint dir, or a Hugging Face causal-LM dir"
+    )
     parser.add_argument("--tasks", nargs="+", default=None,
                         help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
                              "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)")  # fmt: skip
-    parser.add_argument("--data-dir", default=None, help="local task files (layout of ../shared/data/zeroshot); default: the Hub")
-    parser.add_argument("--limit", type=int, default=None, help="score only the first N documents of each task")
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="local task files (layout of ../shared/data/zeroshot); default: the Hub",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="score only the first N documents of each task"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)")
+    parser.add_argument(
+        "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when available)")
-    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="as nfeval train's --dtype")
+    parser.add_argument(
+        "--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="as nfeval train's --dtype"
+    )
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
 

@@ -38,9 +38,9 @@ def _passthrough(items):
 
 for _name in ("acc_per_token", "acc_uncond"):
     if _name not in metric_registry:  # this module may be imported twice (package and YAML path)
-        register_metric(metric=_name, higher_is_better=True, output_type="multiple_choice", aggregation="mean")(
-            _passthrough
-        )
+        register_metric(
+            metric=_name, higher_is_better=True, output_type="multiple_choice", aggregation="mean"
+        )(_passthrough)
 
 
 class GPT3Task(ConfigurableTask):
@@ -79,7 +79,13 @@ class GPT3Task(ConfigurableTask):
         kwargs.pop("chat_template", None)
         delimiter = self.config.target_delimiter
         extra = [
-            Instance(request_type="loglikelihood", doc=doc, arguments=(uncond, f"{delimiter}{choice}"), idx=len(requests) + i, **kwargs)
+            Instance(
+                request_type="loglikelihood",
+                doc=doc,
+                arguments=(uncond, f"{delimiter}{choice}"),
+                idx=len(requests) + i,
+                **kwargs,
+            )
             for i, choice in enumerate(self.doc_to_choice(doc))
         ]
         return requests + extra

@@ -22,7 +22,8 @@ import csv
 import glob
 import json
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import datasets
 
@@ -39,7 +40,9 @@ def data_root(data_dir: str | None = None) -> str:
     """Returns the local data directory: ``data_dir``, else ``$NFEVAL_DATA_DIR``."""
     root = data_dir or os.environ.get("NFEVAL_DATA_DIR")
     if not root:
-        raise MissingData("local tasks need a data directory: pass --data-dir DIR (or metadata data_dir, or set NFEVAL_DATA_DIR)")
+        raise MissingData(
+            "local tasks need a data directory: pass --data-dir DIR (or metadata data_dir, or set NFEVAL_DATA_DIR)"
+        )
     if not os.path.isdir(root):
         raise MissingData(f"{root}: data directory not found")
     return root
@@ -101,7 +104,9 @@ def records(path: str, convert: Callable[[dict, str], dict]) -> list[dict]:
     return [convert(obj, f"{path}:{lineno}") for lineno, obj in read_jsonl(path)]
 
 
-def validation_rows(task: str, root: str, convert: Callable[[dict, str], dict], *candidates: str) -> dict[str, list[dict]]:
+def validation_rows(
+    task: str, root: str, convert: Callable[[dict, str], dict], *candidates: str
+) -> dict[str, list[dict]]:
     """Returns {"validation": rows} from the first of ``candidates`` under ``root``; names them all when none exists."""
     path = first_existing(root, *candidates)
     if path is None:
@@ -114,6 +119,7 @@ def missing(task: str, root: str, expected: str) -> MissingData:
 
 
 # ---------------------------------------------------------------- PIQA
+
 
 def _piqa(obj: dict, where: str) -> dict:
     return {
@@ -130,7 +136,10 @@ def piqa_rows(root: str) -> dict[str, list[dict]]:
     if hf:
         return {"validation": records(hf, _piqa)}
     for sub in ("piqa", "piqa/original"):
-        data, labels = first_existing(root, f"{sub}/valid.jsonl"), first_existing(root, f"{sub}/valid-labels.lst")
+        data, labels = (
+            first_existing(root, f"{sub}/valid.jsonl"),
+            first_existing(root, f"{sub}/valid-labels.lst"),
+        )
         if data and labels:
             with open(labels, encoding="utf-8") as f:
                 lines = [(n, s.strip()) for n, s in enumerate(f, 1) if s.strip()]
@@ -140,13 +149,16 @@ def piqa_rows(root: str) -> dict[str, list[dict]]:
             rows = []
             for (lineno, obj), (label_line, value) in zip(objs, lines):
                 if value not in ("0", "1"):
-                    raise DataError(f"{labels}:{label_line}: field 'label' = {value!r} is out of range, expected 0 or 1")
+                    raise DataError(
+                        f"{labels}:{label_line}: field 'label' = {value!r} is out of range, expected 0 or 1"
+                    )
                 rows.append(_piqa({**obj, "label": int(value)}, f"{data}:{lineno}"))
             return {"validation": rows}
     raise missing("piqa", root, "piqa/validation.jsonl, or piqa/valid.jsonl + piqa/valid-labels.lst")
 
 
 # ---------------------------------------------------------------- HellaSwag
+
 
 def _hellaswag(obj: dict, where: str) -> dict:
     row = {
@@ -166,10 +178,13 @@ def _hellaswag(obj: dict, where: str) -> dict:
 
 def hellaswag_rows(root: str) -> dict[str, list[dict]]:
     """Returns HellaSwag validation rows from HF-schema JSONL or the official hellaswag_val.jsonl."""
-    return validation_rows("hellaswag", root, _hellaswag, "hellaswag/validation.jsonl", "hellaswag/hellaswag_val.jsonl")
+    return validation_rows(
+        "hellaswag", root, _hellaswag, "hellaswag/validation.jsonl", "hellaswag/hellaswag_val.jsonl"
+    )
 
 
 # ---------------------------------------------------------------- WinoGrande
+
 
 def _winogrande(obj: dict, where: str) -> dict:
     sentence = field(obj, "sentence", str, where)
@@ -185,29 +200,43 @@ def _winogrande(obj: dict, where: str) -> dict:
 
 def winogrande_rows(root: str) -> dict[str, list[dict]]:
     """Returns WinoGrande dev rows from HF-schema JSONL or the official dev.jsonl."""
-    return validation_rows("winogrande", root, _winogrande, "winogrande/validation.jsonl", "winogrande/dev.jsonl")
+    return validation_rows(
+        "winogrande", root, _winogrande, "winogrande/validation.jsonl", "winogrande/dev.jsonl"
+    )
 
 
 # ---------------------------------------------------------------- OpenBookQA
+
 
 def _openbookqa(obj: dict, where: str) -> dict:
     if isinstance(obj.get("question"), dict):  # official: {"question": {"stem", "choices": [{text, label}]}}
         q = obj["question"]
         choices = field(q, "choices", list, f"{where} (question)")
-        if not all(isinstance(c, dict) and isinstance(c.get("text"), str) and isinstance(c.get("label"), str) for c in choices):
+        if not all(
+            isinstance(c, dict) and isinstance(c.get("text"), str) and isinstance(c.get("label"), str)
+            for c in choices
+        ):
             raise DataError(f"{where}: field 'question.choices' must be a list of {{text, label}} strings")
         stem = field(q, "stem", str, f"{where} (question)")
         texts, labels = [c["text"] for c in choices], [c["label"] for c in choices]
     else:
         stem = field(obj, "question_stem", str, where)
         ch = field(obj, "choices", dict, where)
-        texts, labels = field(ch, "text", list, f"{where} (choices)"), field(ch, "label", list, f"{where} (choices)")
+        texts, labels = (
+            field(ch, "text", list, f"{where} (choices)"),
+            field(ch, "label", list, f"{where} (choices)"),
+        )
         if len(texts) != len(labels) or not texts:
             raise DataError(f"{where}: field 'choices' has {len(texts)} texts and {len(labels)} labels")
     key = field(obj, "answerKey", str, where)
     if key.lstrip() not in labels:
         raise DataError(f"{where}: field 'answerKey' = {key!r} is out of range, expected one of {labels}")
-    return {"id": str(obj.get("id", "")), "question_stem": stem, "choices": {"text": texts, "label": labels}, "answerKey": key}
+    return {
+        "id": str(obj.get("id", "")),
+        "question_stem": stem,
+        "choices": {"text": texts, "label": labels},
+        "answerKey": key,
+    }
 
 
 def openbookqa_rows(root: str) -> dict[str, list[dict]]:
@@ -218,7 +247,9 @@ def openbookqa_rows(root: str) -> dict[str, list[dict]]:
         if path:
             out[split] = records(path, _openbookqa)
     if not out:
-        raise missing("openbookqa", root, "openbookqa/test.jsonl and/or openbookqa/validation.jsonl (or dev.jsonl)")
+        raise missing(
+            "openbookqa", root, "openbookqa/test.jsonl and/or openbookqa/validation.jsonl (or dev.jsonl)"
+        )
     return out
 
 
@@ -237,7 +268,11 @@ CSV_COLUMNS = {
 
 
 def _storycloze(obj: dict, where: str) -> dict:
-    row = {name: field(obj, name, str, where) for name in CSV_COLUMNS if name not in ("story_id", "answer_right_ending")}
+    row = {
+        name: field(obj, name, str, where)
+        for name in CSV_COLUMNS
+        if name not in ("story_id", "answer_right_ending")
+    }
     row["story_id"] = str(obj.get("story_id", ""))
     row["answer_right_ending"] = int(label(obj, "answer_right_ending", ["1", "2"], where))
     return row
@@ -277,11 +312,14 @@ def storycloze_rows(root: str, year: str) -> dict[str, list[dict]]:
         if found:
             out[split] = read_storycloze_csv(found[0])
     if not out:
-        raise MissingData(f"storycloze_{year}: no data under {root}. " + STORYCLOZE_HELP.format(root=root, year=year))
+        raise MissingData(
+            f"storycloze_{year}: no data under {root}. " + STORYCLOZE_HELP.format(root=root, year=year)
+        )
     return out
 
 
 # ---------------------------------------------------------------- corpus cloze (nfeval/cloze.py)
+
 
 def _corpus_cloze(obj: dict, where: str) -> dict:
     choices = field(obj, "choices", list, where)

@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from nfeval import checkpoint
-from nfeval.config import preset
-from nfeval.model import Transformer
-from nfeval.tokenization import train_bpe
+from nfeval.engine import checkpoint
+from nfeval.engine.config import preset
+from nfeval.engine.model import Transformer
+from nfeval.engine.tokenization import train_bpe
 
 WORDS = (
     "the a cat dog sat ran on under mat tree house river quickly slowly red blue green big small "
@@ -21,7 +21,10 @@ WORDS = (
 def make_text(n_sentences: int = 400, seed: int = 0) -> list[str]:
     """Returns simple English-like sentences, deterministic for a seed."""
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "." for _ in range(n_sentences)]
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
+        for _ in range(n_sentences)
+    ]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,7 +57,9 @@ def _save_tiny(path, tokenizer, arch: str, objective: str, seed: int = 0):
     if cfg.scale_heads:  # non-trivial gains so folding and scaling are really exercised
         for block in model.blocks:
             block.attn.head_gain.data.uniform_(0.5, 1.5)
-    checkpoint.save(str(path), model, tokenizer, meta={"compute": {"tokens": 1000, "flops": 1e9, "wall_s": 1.0}})
+    checkpoint.save(
+        str(path), model, tokenizer, meta={"compute": {"tokens": 1000, "flops": 1e9, "wall_s": 1.0}}
+    )
     return str(path)
 
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from nfeval import checkpoint
 from nfeval.cli import main
+from nfeval.engine import checkpoint
 
 
 def test_save_load_identical_logits_and_fingerprint(tiny_clm_ckpt):

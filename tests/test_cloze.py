@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_text
 
 from nfeval.cloze import build_docs, split_sentences
-from conftest import make_text
 
 
 def documents(n_docs: int = 6) -> list[str]:
@@ -13,7 +13,11 @@ def documents(n_docs: int = 6) -> list[str]:
 
 
 def test_split_sentences():
-    assert split_sentences("One two.  Three four?\nFive six! seven") == ["One two.", "Three four?", "Five six! seven"]
+    assert split_sentences("One two.  Three four?\nFive six! seven") == [
+        "One two.",
+        "Three four?",
+        "Five six! seven",
+    ]
 
 
 def test_docs_hold_the_true_next_sentence_and_foreign_distractors():
@@ -47,7 +51,12 @@ def test_corpus_cloze_task_scores_through_lm_eval(tmp_path, tiny_clm_ckpt, monke
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     docs = build_docs(documents(), n_items=12, seed=0)
     write_jsonl(docs, str(tmp_path / "data" / "corpus_cloze" / "validation.jsonl"))
-    out = evaluate(tiny_clm_ckpt, tasks=["corpus_cloze"], data_dir=str(tmp_path / "data"), output=str(tmp_path / "zs.json"))
+    out = evaluate(
+        tiny_clm_ckpt,
+        tasks=["corpus_cloze"],
+        data_dir=str(tmp_path / "data"),
+        output=str(tmp_path / "zs.json"),
+    )
     result = out["results"]["corpus_cloze"]
     assert 0.0 <= result["acc,none"] <= 1.0 and "acc_per_token,none" in result
     assert out["n-samples"]["corpus_cloze"]["effective"] == 12
@@ -63,5 +72,10 @@ def test_corpus_cloze_bad_label_names_file_and_line(tmp_path, tiny_clm_ckpt, mon
     path = tmp_path / "data" / "corpus_cloze" / "validation.jsonl"
     write_jsonl(docs, str(path))
     with pytest.raises(ValueError, match=rf"{path}:2: field 'label' = 7 is out of range"):
-        evaluate(tiny_clm_ckpt, tasks=["corpus_cloze"], data_dir=str(tmp_path / "data"), output=str(tmp_path / "zs.json"))
+        evaluate(
+            tiny_clm_ckpt,
+            tasks=["corpus_cloze"],
+            data_dir=str(tmp_path / "data"),
+            output=str(tmp_path / "zs.json"),
+        )
     assert not (tmp_path / "zs.json").exists()

@@ -9,13 +9,21 @@ import pytest
 from matplotlib.image import imread
 
 from nfeval.cli import main
-from nfeval.compare import NOT_REACHED, compare, crossing, format_comparison, interpolate
+from nfeval.report.compare import (
+    NOT_REACHED,
+    compare,
+    crossing,
+    format_comparison,
+    interpolate,
+)
 
 CPU = {"platform": "Linux", "processor": "x86_64", "cpu_count": 2, "torch_threads": 2}
 GPU = {**CPU, "cuda_device": "NVIDIA H100", "cuda_device_count": 8}
 
 
-def make_run(root, name, val, step_time=1.0, tokens_per_step=100, hardware=CPU, extra_lines=(), arch="prenorm"):
+def make_run(
+    root, name, val, step_time=1.0, tokens_per_step=100, hardware=CPU, extra_lines=(), arch="prenorm"
+):
     """Writes a run dir; ``val`` is [(step, flops, val_ppl)], with wall_s = step * step_time and a train
     line at every validation step."""
     run = root / name
@@ -23,14 +31,38 @@ def make_run(root, name, val, step_time=1.0, tokens_per_step=100, hardware=CPU, 
     lines = []
     for step, flops, ppl in val:
         common = {"step": step, "tokens": step * tokens_per_step, "wall_s": step * step_time, "flops": flops}
-        lines.append({"kind": "train", **common, "lr": 1e-3, "loss": 3.0, "grad_norm": 1.0, "tokens_per_s": 1.0, "mfu": 0.1})
+        lines.append(
+            {
+                "kind": "train",
+                **common,
+                "lr": 1e-3,
+                "loss": 3.0,
+                "grad_norm": 1.0,
+                "tokens_per_s": 1.0,
+                "mfu": 0.1,
+            }
+        )
         lines.append({"kind": "val", **common, "val_loss": math.log(ppl), "val_ppl": ppl})
     text = "\n".join(json.dumps(line) for line in lines) + "\n" + "".join(extra_lines)
     (run / "metrics.jsonl").write_text(text)
-    model = {"n_layer": 2, "d_model": 64, "n_head": 2, "d_ffn": 256, "vocab_size": 300,
-             **({"scale_attn": True, "scale_fc": True, "scale_heads": True} if arch == "normformer" else {})}
-    (run / "config.json").write_text(json.dumps({"model": model, "train": {}, "provenance": {"hardware": hardware},
-                                                 "compute": {"hardware": hardware}}))
+    model = {
+        "n_layer": 2,
+        "d_model": 64,
+        "n_head": 2,
+        "d_ffn": 256,
+        "vocab_size": 300,
+        **({"scale_attn": True, "scale_fc": True, "scale_heads": True} if arch == "normformer" else {}),
+    }
+    (run / "config.json").write_text(
+        json.dumps(
+            {
+                "model": model,
+                "train": {},
+                "provenance": {"hardware": hardware},
+                "compute": {"hardware": hardware},
+            }
+        )
+    )
     return str(run)
 
 
@@ -39,7 +71,13 @@ def runs(tmp_path):
     # Baseline: best ppl 20 at step 40 (flops 400, wall 40 s).
     base = make_run(tmp_path, "base", [(10, 100, 40.0), (20, 200, 30.0), (30, 300, 25.0), (40, 400, 20.0)])
     # Candidate, 10% slower per step: crosses 20 halfway between steps 20 (ppl 24) and 30 (ppl 16).
-    cand = make_run(tmp_path, "cand", [(10, 100, 30.0), (20, 200, 24.0), (30, 300, 16.0)], step_time=1.1, arch="normformer")
+    cand = make_run(
+        tmp_path,
+        "cand",
+        [(10, 100, 30.0), (20, 200, 24.0), (30, 300, 16.0)],
+        step_time=1.1,
+        arch="normformer",
+    )
     return base, cand
 
 
@@ -63,7 +101,9 @@ def test_equal_compute_perplexity_steps_tokens_and_overhead(runs):
     # at 33 s the baseline is between steps 30 (25.0) and 40 (20.0); the candidate at its last point.
     assert base["at_equal"]["wall_s"]["val_ppl"] == pytest.approx(25.0 - 5.0 * 0.3)
     assert cand["at_equal"]["wall_s"]["val_ppl"] == pytest.approx(16.0)
-    assert base["at_equal"]["wall_s"]["steps"] == pytest.approx(33) and cand["at_equal"]["wall_s"]["tokens"] == pytest.approx(3000)
+    assert base["at_equal"]["wall_s"]["steps"] == pytest.approx(33) and cand["at_equal"]["wall_s"][
+        "tokens"
+    ] == pytest.approx(3000)
     assert (base["steps"], base["tokens"], cand["steps"], cand["tokens"]) == (40, 4000, 30, 3000)
     assert base["step_time_overhead"] == 0.0 and cand["step_time_overhead"] == pytest.approx(0.1)
     assert result["warnings"] == []
@@ -80,10 +120,14 @@ def test_candidate_that_never_reaches_target_is_not_reached(tmp_path, runs):
 
 
 def test_unequal_logging_intervals(tmp_path, runs):
-    odd = make_run(tmp_path, "odd", [(5, 50, 50.0), (13, 130, 35.0), (31, 310, 22.0), (33, 330, 19.0), (70, 700, 15.0)])
+    odd = make_run(
+        tmp_path, "odd", [(5, 50, 50.0), (13, 130, 35.0), (31, 310, 22.0), (33, 330, 19.0), (70, 700, 15.0)]
+    )
     result = compare([runs[0], odd])
     row = result["runs"][1]
-    assert row["to_target"]["flops"] == pytest.approx(310 + 20 * 2 / 3)  # 22 -> 19 crosses 20 two thirds along
+    assert row["to_target"]["flops"] == pytest.approx(
+        310 + 20 * 2 / 3
+    )  # 22 -> 19 crosses 20 two thirds along
     assert row["to_target"]["fraction"]["flops"] == pytest.approx((310 + 20 * 2 / 3) / 400, rel=1e-12)
     assert result["budget"]["flops"] == 400
     assert row["at_equal"]["flops"]["val_ppl"] == pytest.approx(19.0 - 4.0 * 70 / 370, rel=1e-12)
@@ -104,8 +148,16 @@ def test_interpolate_and_crossing_never_extrapolate():
 
 
 def test_resumed_run_keeps_the_later_line_for_a_step(tmp_path, runs):
-    redo = json.dumps({"kind": "val", "step": 30, "tokens": 3000, "wall_s": 33.0, "flops": 300, "val_ppl": 21.0})
-    cand = make_run(tmp_path, "resumed", [(10, 100, 30.0), (20, 200, 24.0), (30, 300, 16.0)], step_time=1.1, extra_lines=[redo + "\n"])
+    redo = json.dumps(
+        {"kind": "val", "step": 30, "tokens": 3000, "wall_s": 33.0, "flops": 300, "val_ppl": 21.0}
+    )
+    cand = make_run(
+        tmp_path,
+        "resumed",
+        [(10, 100, 30.0), (20, 200, 24.0), (30, 300, 16.0)],
+        step_time=1.1,
+        extra_lines=[redo + "\n"],
+    )
     row = compare([runs[0], cand])["runs"][1]
     assert row["final_val_ppl"] == 21.0 and row["to_target"]["reached"] is False
 
@@ -159,16 +211,25 @@ def test_non_cumulative_compute_is_rejected(tmp_path, runs):
 
 
 def test_unfinished_last_line_is_dropped_with_a_warning(tmp_path, runs):
-    cut = make_run(tmp_path, "cut", [(10, 100, 30.0), (20, 200, 19.0)], extra_lines=['{"kind": "val", "step": 3'])
+    cut = make_run(
+        tmp_path, "cut", [(10, 100, 30.0), (20, 200, 19.0)], extra_lines=['{"kind": "val", "step": 3']
+    )
     result = compare([runs[0], cut])
     assert result["runs"][1]["steps"] == 20
     assert any("unfinished last line" in w for w in result["warnings"])
 
 
 def test_step_time_leaves_out_startup_interval():
-    from nfeval.compare import step_time
+    from nfeval.report.compare import step_time
 
-    train = [{"step": 10, "wall_s": 8.0}, {"step": 20, "wall_s": 9.0}, {"step": 30, "wall_s": 10.2}, {"step": 40, "wall_s": 11.1}]
-    assert step_time(train) == pytest.approx(0.1)  # median of 0.10, 0.12, 0.09; the 0.8 s/step start-up is left out
+    train = [
+        {"step": 10, "wall_s": 8.0},
+        {"step": 20, "wall_s": 9.0},
+        {"step": 30, "wall_s": 10.2},
+        {"step": 40, "wall_s": 11.1},
+    ]
+    assert step_time(train) == pytest.approx(
+        0.1
+    )  # median of 0.10, 0.12, 0.09; the 0.8 s/step start-up is left out
     assert step_time(train[:1]) == pytest.approx(0.8)
     assert step_time([]) is None

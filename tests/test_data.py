@@ -1,4 +1,4 @@
-"""Corpora, token shards, batches and MLM masking (nfeval.data)."""
+"""Corpora, token shards, batches and MLM masking (nfeval.engine.data)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import make_text
-from nfeval import data
-from nfeval.tokenization import special_ids, train_bpe
+
+from nfeval.engine import data
+from nfeval.engine.tokenization import special_ids, train_bpe
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -25,7 +25,10 @@ def cache(tmp_path, monkeypatch):
 
 def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> Path:
     sentences = make_text(n_docs * 5, seed)
-    path.write_text("\n\n".join("\n".join(sentences[i : i + 5]) for i in range(0, len(sentences), 5)) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n\n".join("\n".join(sentences[i : i + 5]) for i in range(0, len(sentences), 5)) + "\n",
+        encoding="utf-8",
+    )
     return path
 
 
@@ -88,7 +91,9 @@ def test_token_shards_are_cached_and_exact(tmp_path, cache):
     assert tok.get_vocab_size() <= 300
     shards = data.token_shards(corpus, tok)
     eos = special_ids(tok).eos
-    expected = np.concatenate([np.array(tok.encode(d, add_special_tokens=False).ids + [eos]) for d in corpus.train])
+    expected = np.concatenate(
+        [np.array(tok.encode(d, add_special_tokens=False).ids + [eos]) for d in corpus.train]
+    )
     assert shards.train.dtype == np.uint16
     np.testing.assert_array_equal(np.asarray(shards.train), expected)
     bin_path = os.path.join(shards.path, "train.bin")
@@ -134,11 +139,13 @@ def test_mlm_masking_is_roberta_80_10_10():
     assert torch.equal(data.mask_tokens(tokens, 4, special, replacements, g2)[0], inputs)
 
 
-@pytest.mark.skipif(not (SHARED / "tokenizer" / "gpt2").is_dir(), reason="shared GPT-2 tokenizer files absent")
+@pytest.mark.skipif(
+    not (SHARED / "tokenizer" / "gpt2").is_dir(), reason="shared GPT-2 tokenizer files absent"
+)
 def test_gpt2_tokenizer_files(tmp_path):
     corpus = data.load_text_corpus(str(write_corpus(tmp_path / "c.txt")))
     tok = data.get_tokenizer(str(SHARED / "tokenizer" / "gpt2"), corpus, 0)
     shards = data.token_shards(corpus, tok)
     assert shards.specials.eos == 50256
     assert int(shards.train[-1]) == 50256
-    assert tok.decode(shards.train[: 20].tolist()).startswith(corpus.train[0][:10])
+    assert tok.decode(shards.train[:20].tolist()).startswith(corpus.train[0][:10])

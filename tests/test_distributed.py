@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import make_text
-from nfeval import checkpoint
+
+from nfeval.engine import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,30 +22,74 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     corpus = root / "train.txt"
     sentences = make_text(1200)
-    corpus.write_text("\n\n".join("\n".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)) + "\n", encoding="utf-8")
+    corpus.write_text(
+        "\n\n".join("\n".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)) + "\n",
+        encoding="utf-8",
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "NFEVAL_CACHE": str(root / "cache")}
     return root, str(corpus), env
 
 
 def launch(env: dict, out: Path, args: list[str], nproc: int) -> list[dict]:
-    runner = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
-    done = subprocess.run([*runner, "-m", "nfeval", "train", "--out", str(out), *args], env=env, capture_output=True, text=True, timeout=300)
+    runner = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+        if nproc > 1
+        else [sys.executable]
+    )
+    done = subprocess.run(
+        [*runner, "-m", "nfeval", "train", "--out", str(out), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    return [
+        r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"
+    ]
 
 
 def common(corpus: str, objective: str) -> list[str]:
-    return ["--preset", "normformer-tiny", "--train-data", corpus, "--vocab-size", "300", "--seq-len", "32", "--max-steps", "6",
-            "--log-interval", "1", "--eval-interval", "0", "--eval-samples", "8", "--peak-flops", "1e12", "--no-progress",
-            "--objective", objective, "--lr", "3e-3"]
+    return [
+        "--preset",
+        "normformer-tiny",
+        "--train-data",
+        corpus,
+        "--vocab-size",
+        "300",
+        "--seq-len",
+        "32",
+        "--max-steps",
+        "6",
+        "--log-interval",
+        "1",
+        "--eval-interval",
+        "0",
+        "--eval-samples",
+        "8",
+        "--peak-flops",
+        "1e12",
+        "--no-progress",
+        "--objective",
+        objective,
+        "--lr",
+        "3e-3",
+    ]
 
 
-@pytest.mark.parametrize("objective, sharding", [("clm", []), ("mlm", ["--fsdp"])], ids=["ddp-clm", "fsdp2-mlm"])
+@pytest.mark.parametrize(
+    "objective, sharding", [("clm", []), ("mlm", ["--fsdp"])], ids=["ddp-clm", "fsdp2-mlm"]
+)
 def test_two_processes_match_one(setup, objective, sharding):
     root, corpus, env = setup
     args = common(corpus, objective)
     one = launch(env, root / f"one-{objective}", [*args, "--batch-size", "4", "--grad-accum", "2"], nproc=1)
-    two = launch(env, root / f"two-{objective}", [*args, "--batch-size", "2", "--grad-accum", "2", *sharding, "--ckpt-interval", "3"], nproc=2)
+    two = launch(
+        env,
+        root / f"two-{objective}",
+        [*args, "--batch-size", "2", "--grad-accum", "2", *sharding, "--ckpt-interval", "3"],
+        nproc=2,
+    )
     assert [r["step"] for r in two] == list(range(1, 7))
     assert two[-1]["tokens"] == one[-1]["tokens"] == 6 * 8 * 32
     for a, b in zip(one, two):
@@ -55,16 +99,32 @@ def test_two_processes_match_one(setup, objective, sharding):
     # Weights are not compared: Adam turns the key-bias gradient (zero in exact arithmetic) into noise-sized steps.
     val1, val2 = (checkpoint.load(str(root / f"{n}-{objective}")) for n in ("one", "two"))
     assert val2.meta["compute"]["steps"] == 6 and val2.config == val1.config
-    vals = [json.loads(line)["val_loss"] for n in ("one", "two") for line in (root / f"{n}-{objective}" / "metrics.jsonl").read_text().splitlines() if '"val"' in line]
+    vals = [
+        json.loads(line)["val_loss"]
+        for n in ("one", "two")
+        for line in (root / f"{n}-{objective}" / "metrics.jsonl").read_text().splitlines()
+        if '"val"' in line
+    ]
     assert len(vals) == 2 and abs(vals[0] - vals[1]) < 1e-5
     config = json.loads((root / f"two-{objective}" / "config.json").read_text())
-    assert config["train"]["world_size"] == 2 and config["compute"]["device_hours"] == pytest.approx(2 * config["compute"]["wall_s"] / 3600)
+    assert config["train"]["world_size"] == 2 and config["compute"]["device_hours"] == pytest.approx(
+        2 * config["compute"]["wall_s"] / 3600
+    )
     assert (root / f"two-{objective}" / "checkpoints" / "step_00000003" / "training_state.pt").is_file()
 
 
 def test_fsdp2_resume_with_dropout_is_bitwise(setup):
     root, corpus, env = setup
-    args = [*common(corpus, "mlm"), "--batch-size", "2", "--fsdp", "--ckpt-interval", "3", "--set", "dropout=0.1"]
+    args = [
+        *common(corpus, "mlm"),
+        "--batch-size",
+        "2",
+        "--fsdp",
+        "--ckpt-interval",
+        "3",
+        "--set",
+        "dropout=0.1",
+    ]
     full = launch(env, root / "fsdp-full", args, nproc=2)
     shutil.copytree(root / "fsdp-full", root / "fsdp-resumed")
     (root / "fsdp-resumed" / "model.safetensors").unlink()  # as if killed after the step-3 checkpoint

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nfeval import checkpoint
-from nfeval.config import preset
-from nfeval.fairseq_import import LAYER_NAMES
-from nfeval.model import Transformer
+from nfeval.engine import checkpoint
+from nfeval.engine.config import preset
+from nfeval.engine.fairseq_import import LAYER_NAMES
+from nfeval.engine.model import Transformer
 
 
 def to_fairseq(model: Transformer) -> dict[str, torch.Tensor]:
@@ -71,7 +71,9 @@ def test_fairseq_errors_name_file_and_tensor(tmp_path):
     del state["decoder.layers.1.self_attn.k_proj.bias"]
     path = tmp_path / "bad.pt"
     torch.save({"model": state, "args": None}, path)
-    with pytest.raises(ValueError, match=r"bad\.pt: tensor 'decoder\.layers\.1\.self_attn\.k_proj\.bias' is missing"):
+    with pytest.raises(
+        ValueError, match=r"bad\.pt: tensor 'decoder\.layers\.1\.self_attn\.k_proj\.bias' is missing"
+    ):
         checkpoint.load(str(path))
     torch.save({"weights": {}}, path)
     with pytest.raises(ValueError, match="expected a fairseq checkpoint dict with key 'model'"):

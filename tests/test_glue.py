@@ -6,11 +6,12 @@ import random
 
 import pytest
 import torch
-
-from nfeval import checkpoint, cli, glue
-from nfeval.tokenization import special_ids
-
 from conftest import WORDS
+
+from nfeval import cli
+from nfeval.engine import checkpoint
+from nfeval.engine.tokenization import special_ids
+from nfeval.glue import sweep as glue
 
 WORDS_NO_CAT = [w for w in WORDS if w != "cat"]
 FAST = dict(epochs=3, batch_size=16, warmup_ratio=0.06)
@@ -33,10 +34,14 @@ def write_cat_tasks(root, n_train: int = 400, n_dev: int = 200):
         rows = []
         for i in range(n):
             a, b = i % 2 == 1, (i // 2) % 2 == 1
-            rows.append(f"{i}\tg\tf\ty\t{i}\tnone\tnone\t{sentence(rng, a)}\t{sentence(rng, b)}\t{2.5 * (a + b):.3f}\n")
+            rows.append(
+                f"{i}\tg\tf\ty\t{i}\tnone\tnone\t{sentence(rng, a)}\t{sentence(rng, b)}\t{2.5 * (a + b):.3f}\n"
+            )
         (root / "STS-B").mkdir(parents=True, exist_ok=True)
         (root / "STS-B" / f"{name}.tsv").write_text(
-            "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n" + "".join(rows))
+            "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+            + "".join(rows)
+        )
     return str(root)
 
 
@@ -89,8 +94,15 @@ def test_warmup_then_linear_decay():
 
 def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_dir, tmp_path):
     out = tmp_path / "results"
-    summary = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], out_dir=str(out), glue_dir=glue_dir,
-                         recipe=glue.Recipe(**FAST), progress=False)
+    summary = glue.sweep(
+        tiny_mlm_ckpt,
+        ["sst2"],
+        [1e-3],
+        out_dir=str(out),
+        glue_dir=glue_dir,
+        recipe=glue.Recipe(**FAST),
+        progress=False,
+    )
     result = json.loads((out / "glue" / "sst2" / "lr=0.001" / "seed=0" / "result.json").read_text())
     assert result["metrics"]["accuracy"] >= 0.9  # chance is 0.5
     assert len(result["history"]) == 3 and result["epoch"] in (1, 2, 3)
@@ -115,14 +127,28 @@ def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_d
 
 def test_causal_lm_pools_last_token_and_learns(tiny_clm_ckpt, glue_dir, tmp_path):
     # First-token pooling would sit at chance (0.5): in a causal model <s> sees nothing after it.
-    summary = glue.sweep(tiny_clm_ckpt, ["sst2"], [1e-3], out_dir=str(tmp_path), glue_dir=glue_dir,
-                         recipe=glue.Recipe(**{**FAST, "epochs": 5}), progress=False)
+    summary = glue.sweep(
+        tiny_clm_ckpt,
+        ["sst2"],
+        [1e-3],
+        out_dir=str(tmp_path),
+        glue_dir=glue_dir,
+        recipe=glue.Recipe(**{**FAST, "epochs": 5}),
+        progress=False,
+    )
     assert summary["tasks"]["sst2"]["best"]["accuracy"] >= 0.9
 
 
 def test_stsb_regression_learns_correlation(tiny_mlm_ckpt, glue_dir, tmp_path):
-    summary = glue.sweep(tiny_mlm_ckpt, ["stsb"], [1e-3], out_dir=str(tmp_path), glue_dir=glue_dir,
-                         recipe=glue.Recipe(**FAST), progress=False)
+    summary = glue.sweep(
+        tiny_mlm_ckpt,
+        ["stsb"],
+        [1e-3],
+        out_dir=str(tmp_path),
+        glue_dir=glue_dir,
+        recipe=glue.Recipe(**FAST),
+        progress=False,
+    )
     best = summary["tasks"]["stsb"]["best"]
     assert best["pearson"] > 0.5 and best["spearman"] > 0.5
     assert summary["tasks"]["stsb"]["score"] == pytest.approx((best["pearson"] + best["spearman"]) / 2)
@@ -141,24 +167,32 @@ def test_killed_sweep_resumes_without_redoing_points(tiny_mlm_ckpt, glue_dir, tm
 
     monkeypatch.setattr(glue, "run_point", dies_after_two)
     with pytest.raises(KeyboardInterrupt):
-        glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False)
+        glue.sweep(
+            tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False
+        )
     done = sorted(out.glob("glue/sst2/*/seed=0/result.json"))
     assert len(done) == 2 and not (out / "glue.json").exists()
     mtimes = {p: p.stat().st_mtime_ns for p in done}
 
     calls.clear()
     monkeypatch.setattr(glue, "run_point", lambda *a, **k: (calls.append(a[2]), real(*a, **k))[1])
-    summary = glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False)
+    summary = glue.sweep(
+        tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False
+    )
     assert calls == [3e-3]  # only the unfinished point ran
     assert {p: p.stat().st_mtime_ns for p in done} == mtimes
     assert set(summary["tasks"]["sst2"]["per_lr"]) == {"0.0003", "0.001", "0.003"}
 
     calls.clear()
-    glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False)
+    glue.sweep(
+        tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False
+    )
     assert calls == []  # a rerun of a finished sweep trains nothing
 
 
-def test_point_killed_mid_training_resumes_from_its_last_epoch(tiny_mlm_ckpt, glue_dir, tmp_path, monkeypatch):
+def test_point_killed_mid_training_resumes_from_its_last_epoch(
+    tiny_mlm_ckpt, glue_dir, tmp_path, monkeypatch
+):
     recipe = glue.Recipe(epochs=2, batch_size=16)
     args = dict(out_dir=None, glue_dir=glue_dir, recipe=recipe, progress=False)
     whole = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "whole")})
@@ -181,16 +215,32 @@ def test_point_killed_mid_training_resumes_from_its_last_epoch(tiny_mlm_ckpt, gl
     def trace(path):
         return [(h["epoch"], h["train_loss"], h["metrics"]) for h in json.loads(path.read_text())["history"]]
 
-    assert trace(point / "result.json") == trace(tmp_path / "whole" / "glue" / "sst2" / "lr=0.001" / "seed=0" / "result.json")
+    assert trace(point / "result.json") == trace(
+        tmp_path / "whole" / "glue" / "sst2" / "lr=0.001" / "seed=0" / "result.json"
+    )
     assert resumed["tasks"] == whole["tasks"]
 
 
 def test_rerun_with_another_recipe_is_refused(tiny_mlm_ckpt, glue_dir, tmp_path):
-    glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], out_dir=str(tmp_path), glue_dir=glue_dir,
-               recipe=glue.Recipe(epochs=1), progress=False)
+    glue.sweep(
+        tiny_mlm_ckpt,
+        ["sst2"],
+        [1e-3],
+        out_dir=str(tmp_path),
+        glue_dir=glue_dir,
+        recipe=glue.Recipe(epochs=1),
+        progress=False,
+    )
     with pytest.raises(ValueError, match=r"seed=0/result\.json: written for a different recipe"):
-        glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], out_dir=str(tmp_path), glue_dir=glue_dir,
-                   recipe=glue.Recipe(epochs=2), progress=False)
+        glue.sweep(
+            tiny_mlm_ckpt,
+            ["sst2"],
+            [1e-3],
+            out_dir=str(tmp_path),
+            glue_dir=glue_dir,
+            recipe=glue.Recipe(epochs=2),
+            progress=False,
+        )
 
 
 def test_cli_bad_input_fails_before_training(tiny_mlm_ckpt, glue_dir, tmp_path, capsys):
@@ -211,8 +261,25 @@ def test_cli_bad_input_fails_before_training(tiny_mlm_ckpt, glue_dir, tmp_path, 
 
 def test_cli_parallel_sweep_prints_table(tiny_mlm_ckpt, glue_dir, tmp_path, capsys):
     out = tmp_path / "results"
-    argv = ["glue", "--ckpt", tiny_mlm_ckpt, "--glue-dir", glue_dir, "--out", str(out), "--tasks", "sst2",
-            "--sweep", "--lrs", "1e-3,3e-3", "--epochs", "2", "--jobs", "2", "--no-progress"]
+    argv = [
+        "glue",
+        "--ckpt",
+        tiny_mlm_ckpt,
+        "--glue-dir",
+        glue_dir,
+        "--out",
+        str(out),
+        "--tasks",
+        "sst2",
+        "--sweep",
+        "--lrs",
+        "1e-3,3e-3",
+        "--epochs",
+        "2",
+        "--jobs",
+        "2",
+        "--no-progress",
+    ]
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert "2 point(s), 0 already finished, 2 to run" in text and "GLUE average over 1 task(s)" in text

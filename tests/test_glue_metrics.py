@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from nfeval import glue_metrics as gm
+from nfeval.glue import metrics as gm
 
 LABELS = [1, 1, 0, 0, 1, 0]
 PREDS = [1, 0, 0, 1, 1, 0]  # tp=2, tn=2, fp=1, fn=1
@@ -49,8 +49,11 @@ def test_correlation_of_constant_input_is_zero_not_nan():
 
 
 def test_compute_per_task_keys_and_splits():
-    mnli = gm.compute("mnli", {"dev_matched": [0, 1, 2], "dev_mismatched": [2, 2]},
-                      {"dev_matched": [0, 1, 1], "dev_mismatched": [2, 0]})
+    mnli = gm.compute(
+        "mnli",
+        {"dev_matched": [0, 1, 2], "dev_mismatched": [2, 2]},
+        {"dev_matched": [0, 1, 1], "dev_mismatched": [2, 0]},
+    )
     assert mnli == {"accuracy_m": pytest.approx(2 / 3), "accuracy_mm": 0.5}
     mrpc = gm.compute("mrpc", {"dev": LABELS}, {"dev": PREDS})
     assert mrpc == {"accuracy": pytest.approx(4 / 6), "f1": pytest.approx(2 / 3)}

@@ -11,7 +11,13 @@ import pytest
 from matplotlib.image import imread
 
 from nfeval.cli import main
-from nfeval.leaderboard import build, load_reference, nearest_by_size, render_csv, render_markdown
+from nfeval.report.leaderboard import (
+    build,
+    load_reference,
+    nearest_by_size,
+    render_csv,
+    render_markdown,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,19 +33,48 @@ NO_OBQA = {task: metrics for task, metrics in FULL.items() if task != "openbookq
 
 def zeroshot_file(path, fingerprint, run, parameters, scores, compute=None, **nfeval_extra):
     """Writes a zero-shot results file in lm-eval's schema plus the nfeval block; returns its path."""
-    results = {task: {f"{m},none": v for m, v in metrics.items()} | {"alias": task} for task, metrics in scores.items()}
-    model = {"path": f"/runs/{run}", "fingerprint": fingerprint, "architecture": "normformer", "objective": "clm",
-             "parameters": parameters, "n_layer": 12, "d_model": 768, "compute": compute}
-    data = {"results": results, "configs": {}, "versions": {}, "n-samples": {}, "higher_is_better": {},
-            "nfeval": {"provenance": {}, "model": model, "batch_size": 8, "dtype": "float32", "data_dir": None,
-                       "limit": None, **nfeval_extra}}
+    results = {
+        task: {f"{m},none": v for m, v in metrics.items()} | {"alias": task}
+        for task, metrics in scores.items()
+    }
+    model = {
+        "path": f"/runs/{run}",
+        "fingerprint": fingerprint,
+        "architecture": "normformer",
+        "objective": "clm",
+        "parameters": parameters,
+        "n_layer": 12,
+        "d_model": 768,
+        "compute": compute,
+    }
+    data = {
+        "results": results,
+        "configs": {},
+        "versions": {},
+        "n-samples": {},
+        "higher_is_better": {},
+        "nfeval": {
+            "provenance": {},
+            "model": model,
+            "batch_size": 8,
+            "dtype": "float32",
+            "data_dir": None,
+            "limit": None,
+            **nfeval_extra,
+        },
+    }
     path.write_text(json.dumps(data))
     return str(path)
 
 
 def glue_file(path, fingerprint, run, tasks):
-    model = {"path": f"/runs/{run}", "fingerprint": fingerprint, "architecture": "prenorm", "parameters": 355_000_000,
-             "compute": {"tokens": 1e9, "flops": 3e18, "device_hours": 12.0}}
+    model = {
+        "path": f"/runs/{run}",
+        "fingerprint": fingerprint,
+        "architecture": "prenorm",
+        "parameters": 355_000_000,
+        "compute": {"tokens": 1e9, "flops": 3e18, "device_hours": 12.0},
+    }
     data = {"nfeval": {"provenance": {}, "model": model, "recipe": {}}, "tasks": tasks, "glue_average": 0.5}
     path.write_text(json.dumps(data))
     return str(path)
@@ -48,7 +83,12 @@ def glue_file(path, fingerprint, run, tasks):
 COMPUTE_A = {"tokens": 3e8, "flops": 2.2e17, "device_hours": 1.5, "steps": 1000}
 COMPUTE_B = {"tokens": 3.1e8, "flops": 2.1e17, "device_hours": 1.45}
 GLUE_RESULTS = {
-    "cola": {"metric": "mcc", "best_lr": 1e-5, "best": {"mcc": 0.5}, "per_lr": {"1e-05": {"mcc": 0.5, "seeds": 1}}},
+    "cola": {
+        "metric": "mcc",
+        "best_lr": 1e-5,
+        "best": {"mcc": 0.5},
+        "per_lr": {"1e-05": {"mcc": 0.5, "seeds": 1}},
+    },
     "mrpc": {"metric": "f1", "best": {"accuracy": 0.8, "f1": 0.85}},
 }
 
@@ -79,8 +119,12 @@ def test_gpt3_reference_file_matches_the_issue_table():
     for model, row in zip(raw["models"], expected):
         assert [model["scores"][t] for t in tasks] == [float(v) for v in row[1:]], model["name"]
     assert {t: raw["tasks"][t]["metric"] for t in tasks} == {
-        "hellaswag": "acc_per_token", "piqa": "acc_per_token", "winogrande": "acc",
-        "storycloze_2016": "acc_per_token", "openbookqa": "acc_uncond"}
+        "hellaswag": "acc_per_token",
+        "piqa": "acc_per_token",
+        "winogrande": "acc",
+        "storycloze_2016": "acc_per_token",
+        "openbookqa": "acc_uncond",
+    }
     assert "Brown et al. 2020" in raw["citation"] and "H.1" in raw["citation"]
     assert [m["parameters"] for m in raw["models"]][:2] == [125_000_000, 350_000_000]
     ref = load_reference("gpt3")
@@ -137,7 +181,11 @@ def test_zeroshot_and_glue_rows_join_by_fingerprint(tmp_path, files):
     a, _, _ = files
     g = glue_file(tmp_path / "g2.json", "a" * 64, "nf-125M", GLUE_RESULTS)
     board = build([a, g])
-    assert [r["name"] for r in board["zeroshot"]["rows"]] == [r["name"] for r in board["glue"]["rows"]] == ["nf-125M"]
+    assert (
+        [r["name"] for r in board["zeroshot"]["rows"]]
+        == [r["name"] for r in board["glue"]["rows"]]
+        == ["nf-125M"]
+    )
     (row,) = csv.DictReader(io.StringIO(render_csv(board)))
     assert float(row["piqa/acc_per_token"]) == 0.625 and float(row["cola/mcc"]) == 0.5
     assert float(row["glue_average"]) == pytest.approx((0.5 + (0.8 + 0.85) / 2) / 2)
@@ -157,7 +205,10 @@ def test_reference_cell_follows_the_metric_convention(files):
 
 def test_reference_rows_nearest_in_size():
     models = load_reference("gpt3")["models"]
-    assert [m["name"] for m in nearest_by_size(models, [100_000_000, 1_500_000_000])] == ["GPT-3 Small 125M", "GPT-3 XL 1.3B"]
+    assert [m["name"] for m in nearest_by_size(models, [100_000_000, 1_500_000_000])] == [
+        "GPT-3 Small 125M",
+        "GPT-3 XL 1.3B",
+    ]
     assert len(nearest_by_size(models, [])) == 8
 
 
@@ -167,19 +218,36 @@ def test_custom_reference_file_is_validated(tmp_path, files):
     raw["models"][1]["scores"]["piqa"] = 170.2
     bad = tmp_path / "ref.json"
     bad.write_text(json.dumps(raw))
-    with pytest.raises(ValueError, match=r"ref.json: key 'models.1.scores.piqa' is 170.2; expected a number in \[0, 100\]"):
+    with pytest.raises(
+        ValueError, match=r"ref.json: key 'models.1.scores.piqa' is 170.2; expected a number in \[0, 100\]"
+    ):
         build([a], reference=str(bad))
 
 
 def test_grouping_by_flops_separates_compute_matched_groups(tmp_path, files):
     a, b, _ = files
-    c = zeroshot_file(tmp_path / "c.json", "d" * 64, "big", 350_000_000, FULL, {"tokens": 1e9, "flops": 9e17, "device_hours": 6.0})
+    c = zeroshot_file(
+        tmp_path / "c.json",
+        "d" * 64,
+        "big",
+        350_000_000,
+        FULL,
+        {"tokens": 1e9, "flops": 9e17, "device_hours": 6.0},
+    )
     board = build([c, a, b], group_by="flops")
     rows = board["zeroshot"]["rows"]
     assert [(r["name"], r["group"]) for r in rows] == [
-        ("pre-125M", "≈ 2.1e17–2.2e17 FLOPs"), ("nf-125M", "≈ 2.1e17–2.2e17 FLOPs"), ("big", "≈ 9e17 FLOPs")]
+        ("pre-125M", "≈ 2.1e17–2.2e17 FLOPs"),
+        ("nf-125M", "≈ 2.1e17–2.2e17 FLOPs"),
+        ("big", "≈ 9e17 FLOPs"),
+    ]
     text = render_markdown(board)
-    assert text.index("**≈ 2.1e17–2.2e17 FLOPs**") < text.index("| nf-125M") < text.index("**≈ 9e17 FLOPs**") < text.index("| big")
+    assert (
+        text.index("**≈ 2.1e17–2.2e17 FLOPs**")
+        < text.index("| nf-125M")
+        < text.index("**≈ 9e17 FLOPs**")
+        < text.index("| big")
+    )
 
 
 def test_subset_scores_are_marked(tmp_path):
@@ -192,11 +260,26 @@ def test_subset_scores_are_marked(tmp_path):
     "mutate, key",
     [
         (lambda d: d["nfeval"].pop("model"), "'nfeval.model' is missing"),
-        (lambda d: d["results"]["piqa"].update({"acc_per_token,none": "0.6"}), "'results.piqa.acc_per_token,none' is '0.6'"),
-        (lambda d: d["results"]["piqa"].update({"acc_per_token,none": 62.5}), "'results.piqa.acc_per_token,none' is 62.5"),
-        (lambda d: d["nfeval"]["model"].update({"parameters": "125M"}), "'nfeval.model.parameters' is '125M'"),
-        (lambda d: d["nfeval"]["model"]["compute"].update({"flops": "lots"}), "'nfeval.model.compute.flops' is 'lots'"),
-        (lambda d: d.pop("results"), "key 'results' (zero-shot results) or 'tasks' (GLUE summary) is missing"),
+        (
+            lambda d: d["results"]["piqa"].update({"acc_per_token,none": "0.6"}),
+            "'results.piqa.acc_per_token,none' is '0.6'",
+        ),
+        (
+            lambda d: d["results"]["piqa"].update({"acc_per_token,none": 62.5}),
+            "'results.piqa.acc_per_token,none' is 62.5",
+        ),
+        (
+            lambda d: d["nfeval"]["model"].update({"parameters": "125M"}),
+            "'nfeval.model.parameters' is '125M'",
+        ),
+        (
+            lambda d: d["nfeval"]["model"]["compute"].update({"flops": "lots"}),
+            "'nfeval.model.compute.flops' is 'lots'",
+        ),
+        (
+            lambda d: d.pop("results"),
+            "key 'results' (zero-shot results) or 'tasks' (GLUE summary) is missing",
+        ),
         (lambda d: d["nfeval"].update({"tasks": {"piqa": 3}}), "'nfeval.tasks.piqa' is 3"),
     ],
 )
@@ -211,7 +294,9 @@ def test_malformed_zeroshot_file_names_file_and_key(tmp_path, files, capsys, mut
 
 
 def test_malformed_glue_file_names_file_and_key(tmp_path):
-    bad = glue_file(tmp_path / "bad.json", "f" * 64, "x", {"cola": {"metric": "mcc", "best": {"accuracy": 0.7}}})
+    bad = glue_file(
+        tmp_path / "bad.json", "f" * 64, "x", {"cola": {"metric": "mcc", "best": {"accuracy": 0.7}}}
+    )
     with pytest.raises(ValueError, match=r"bad.json: key 'tasks.cola.best.mcc' is missing"):
         build([bad])
 
@@ -227,20 +312,29 @@ def test_local_task_variant_counts_as_its_canonical_task(tmp_path):
 
 def test_conflicting_results_for_one_task_are_rejected(tmp_path, files):
     a, _, _ = files
-    again = zeroshot_file(tmp_path / "again.json", "a" * 64, "nf-125M", 124_000_000, {"piqa": {"acc_per_token": 0.7}}, COMPUTE_A)
-    with pytest.raises(ValueError, match=r"again.json: task 'piqa' of model aaaaaaaaaaaa is also in .*a.json"):
+    again = zeroshot_file(
+        tmp_path / "again.json", "a" * 64, "nf-125M", 124_000_000, {"piqa": {"acc_per_token": 0.7}}, COMPUTE_A
+    )
+    with pytest.raises(
+        ValueError, match=r"again.json: task 'piqa' of model aaaaaaaaaaaa is also in .*a.json"
+    ):
         build([a, again])
 
 
 def test_cli_writes_markdown_plots_csv_and_json(tmp_path, files, capsys):
-    from test_compare import make_run  # tests/ is on sys.path under pytest's default import mode
+    from test_compare import (
+        make_run,  # tests/ is on sys.path under pytest's default import mode
+    )
 
     base = make_run(tmp_path, "base", [(10, 100, 40.0), (20, 200, 30.0)])
     cand = make_run(tmp_path, "cand", [(10, 100, 35.0), (20, 200, 28.0)])
     out = tmp_path / "boards" / "main.md"
     assert main(["leaderboard", *files, "--out", str(out), "--reference", "gpt3", "--runs", base, cand]) == 0
     text = out.read_text()
-    assert "![Zero-shot accuracy](main_zeroshot.png)" in text and "![Validation perplexity vs compute](main_curves.png)" in text
+    assert (
+        "![Zero-shot accuracy](main_zeroshot.png)" in text
+        and "![Validation perplexity vs compute](main_curves.png)" in text
+    )
     for png in ("main_zeroshot.png", "main_curves.png"):
         image = imread(str(out.parent / png))
         assert image.shape[0] > 200 and image.shape[1] > 400 and image.std() > 0

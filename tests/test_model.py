@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nfeval.config import ARCHITECTURES, SIZES, preset
-from nfeval.model import Block, SelfAttention, Transformer, sinusoidal_table
+from nfeval.engine.config import ARCHITECTURES, SIZES, preset
+from nfeval.engine.model import Block, SelfAttention, Transformer, sinusoidal_table
 
 
 def tiny(arch: str = "normformer", **kw):
@@ -79,14 +79,20 @@ def reference_block(block: Block, x: torch.Tensor, cfg) -> torch.Tensor:
     return x
 
 
-FLAG_COMBOS = list(itertools.product(("pre", "post"), (False, True), (False, True), (False, True), (False, True)))
+FLAG_COMBOS = list(
+    itertools.product(("pre", "post"), (False, True), (False, True), (False, True), (False, True))
+)
 
 
 @pytest.mark.parametrize("norm_position,scale_attn,scale_fc,scale_heads,scale_resids", FLAG_COMBOS)
 def test_block_matches_fairseq_reference(norm_position, scale_attn, scale_fc, scale_heads, scale_resids):
     cfg = tiny(
-        "prenorm", norm_position=norm_position, scale_attn=scale_attn, scale_fc=scale_fc,
-        scale_heads=scale_heads, scale_resids=scale_resids,
+        "prenorm",
+        norm_position=norm_position,
+        scale_attn=scale_attn,
+        scale_fc=scale_fc,
+        scale_heads=scale_heads,
+        scale_resids=scale_resids,
     )
     block = Block(cfg).eval()
     randomize(block)
@@ -201,7 +207,9 @@ def test_loss_ignores_minus_100_and_matches_full_logits():
     torch.testing.assert_close(model.loss(idx, targets), expected)
 
 
-@pytest.mark.parametrize("position,bug", [("after_out_proj", False), ("before_out_proj", False), ("after_out_proj", True)])
+@pytest.mark.parametrize(
+    "position,bug", [("after_out_proj", False), ("before_out_proj", False), ("after_out_proj", True)]
+)
 def test_fold_head_scale_keeps_logits(position, bug):
     torch.manual_seed(0)
     model = Transformer(tiny("normformer", head_scale_position=position, head_scale_transpose_bug=bug)).eval()

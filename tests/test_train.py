@@ -1,4 +1,4 @@
-"""The training engine (nfeval.train): budgets, schedule, run dir, resume after kill -9, NaN stop, errors."""
+"""The training engine (nfeval.engine.train): budgets, schedule, run dir, resume after kill -9, NaN stop, errors."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import make_text
-from nfeval import checkpoint, cli
-from nfeval.model import Transformer
-from nfeval.train import TrainConfig, TrainingDiverged, lr_at, train
+
+from nfeval import cli
+from nfeval.engine import checkpoint
+from nfeval.engine.model import Transformer
+from nfeval.engine.train import TrainConfig, TrainingDiverged, lr_at, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 def corpus(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("corpus") / "train.txt"
     sentences = make_text(1200)
-    path.write_text("\n\n".join("\n".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n\n".join("\n".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)) + "\n",
+        encoding="utf-8",
+    )
     return str(path)
 
 
@@ -41,8 +45,18 @@ def cache(tmp_path_factory, monkeypatch):
 
 def tiny(corpus: str, **changes) -> TrainConfig:
     base = TrainConfig(
-        preset="normformer-tiny", train_data=corpus, vocab_size=300, batch_size=2, seq_len=32, max_steps=6,
-        log_interval=1, eval_interval=0, eval_samples=8, ckpt_interval=0, peak_flops=1e12, progress=False,
+        preset="normformer-tiny",
+        train_data=corpus,
+        vocab_size=300,
+        batch_size=2,
+        seq_len=32,
+        max_steps=6,
+        log_interval=1,
+        eval_interval=0,
+        eval_samples=8,
+        ckpt_interval=0,
+        peak_flops=1e12,
+        progress=False,
     )
     return dataclasses.replace(base, **changes)
 
@@ -55,25 +69,48 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
     cfg = TrainConfig(max_steps=100, lr=1e-3, warmup=10)
     lrs = [lr_at(cfg, s, 100) for s in range(100)]
     assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)
-    assert lrs[10] == lrs[9] and all(a > b for a, b in zip(lrs[10:], lrs[11:]))  # as fairseq: peak, then decay
+    assert lrs[10] == lrs[9] and all(
+        a > b for a, b in zip(lrs[10:], lrs[11:])
+    )  # as fairseq: peak, then decay
     assert lrs[-1] == pytest.approx(1e-3 / 90)
     assert lr_at(cfg, 100, 100) == 0.0
-    assert lr_at(TrainConfig(max_steps=1, warmup=0.1), 0, 1000) == pytest.approx(6e-4 / 100)  # fraction of the run
+    assert lr_at(TrainConfig(max_steps=1, warmup=0.1), 0, 1000) == pytest.approx(
+        6e-4 / 100
+    )  # fraction of the run
 
 
 def test_run_dir_metrics_and_checkpoint(corpus, tmp_path):
     run = tmp_path / "run"
     summary = train(tiny(corpus, max_steps=20, eval_interval=10, ckpt_interval=10, lr=3e-3), str(run))
     assert summary["step"] == 20 and summary["tokens"] == 20 * 2 * 32
-    for name in ("config.json", "tokenizer.json", "metrics.jsonl", "model.safetensors", "checkpoints/step_00000010/training_state.pt"):
+    for name in (
+        "config.json",
+        "tokenizer.json",
+        "metrics.jsonl",
+        "model.safetensors",
+        "checkpoints/step_00000010/training_state.pt",
+    ):
         assert (run / name).is_file(), name
     rows = metrics(run)
     assert [r["step"] for r in rows] == list(range(1, 21))
-    assert set(rows[0]) == {"kind", "step", "tokens", "wall_s", "flops", "lr", "loss", "grad_norm", "tokens_per_s", "mfu"}
+    assert set(rows[0]) == {
+        "kind",
+        "step",
+        "tokens",
+        "wall_s",
+        "flops",
+        "lr",
+        "loss",
+        "grad_norm",
+        "tokens_per_s",
+        "mfu",
+    }
     assert all(b["wall_s"] > a["wall_s"] and b["flops"] > a["flops"] for a, b in zip(rows, rows[1:]))
     assert rows[-1]["loss"] < rows[0]["loss"] - 0.3
     vals = metrics(run, "val")
-    assert [v["step"] for v in vals] == [10, 20] and vals[1]["val_ppl"] == pytest.approx(math.exp(vals[1]["val_loss"]))
+    assert [v["step"] for v in vals] == [10, 20] and vals[1]["val_ppl"] == pytest.approx(
+        math.exp(vals[1]["val_loss"])
+    )
     assert summary["val_loss"] == vals[-1]["val_loss"]
     config = json.loads((run / "config.json").read_text())
     compute = config["compute"]
@@ -99,7 +136,9 @@ def test_budgets_give_step_counts(corpus, tmp_path):
 
 def test_time_budget_calibrates_steps(corpus, tmp_path):
     run = tmp_path / "time"
-    summary = train(tiny(corpus, max_steps=None, max_seconds=0.3, calibration_steps=3, log_interval=0), str(run))
+    summary = train(
+        tiny(corpus, max_steps=None, max_seconds=0.3, calibration_steps=3, log_interval=0), str(run)
+    )
     train_cfg = json.loads((run / "config.json").read_text())["train"]
     cal = train_cfg["budget"]["calibration"]
     assert cal["steps_warmup"] >= 2 and cal["steps_timed"] >= 3 and cal["step_s"] > 0
@@ -119,13 +158,41 @@ def test_mlm_and_bf16(corpus, tmp_path):
 
 
 def test_resume_after_kill_9_is_bitwise(corpus, tmp_path):
-    args = ["--preset", "normformer-tiny", "--train-data", corpus, "--vocab-size", "300", "--batch-size", "2",
-            "--seq-len", "32", "--max-steps", "300", "--log-interval", "1", "--eval-interval", "0", "--eval-samples", "8",
-            "--ckpt-interval", "20", "--peak-flops", "1e12", "--no-progress", "--set", "dropout=0.1"]
+    args = [
+        "--preset",
+        "normformer-tiny",
+        "--train-data",
+        corpus,
+        "--vocab-size",
+        "300",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "32",
+        "--max-steps",
+        "300",
+        "--log-interval",
+        "1",
+        "--eval-interval",
+        "0",
+        "--eval-samples",
+        "8",
+        "--ckpt-interval",
+        "20",
+        "--peak-flops",
+        "1e12",
+        "--no-progress",
+        "--set",
+        "dropout=0.1",
+    ]
     run = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "nfeval", "train", "--out", str(run), *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nfeval", "train", "--out", str(run), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     target = run / "checkpoints" / "step_00000040"
     deadline = time.time() + 120
     while not target.is_dir() and proc.poll() is None and time.time() < deadline:
@@ -135,18 +202,25 @@ def test_resume_after_kill_9_is_bitwise(corpus, tmp_path):
     assert target.is_dir(), proc.stderr.read().decode()[-2000:]
     assert not (run / "model.safetensors").exists(), "the run finished before it could be killed"
     assert max(r["step"] for r in metrics(run)) >= 40
-    resumed = subprocess.run([sys.executable, "-m", "nfeval", "train", "--out", str(run), "--resume", *args], env=env,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "nfeval", "train", "--out", str(run), "--resume", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
     reference = tmp_path / "reference"
     ns = cli.build_parser("train").parse_args(["train", "--out", str(reference), *args])
-    from nfeval.train import config_from_args
+    from nfeval.engine.train import config_from_args
 
     train(config_from_args(ns), str(reference))
     got, want = metrics(run), metrics(reference)
     assert [r["step"] for r in got] == list(range(1, 301))
-    assert [r["loss"] for r in got] == [r["loss"] for r in want]  # bitwise: dropout RNG and data position restored
+    assert [r["loss"] for r in got] == [
+        r["loss"] for r in want
+    ]  # bitwise: dropout RNG and data position restored
     assert [r["grad_norm"] for r in got] == [r["grad_norm"] for r in want]
     assert checkpoint.load(str(run)).fingerprint == checkpoint.load(str(reference)).fingerprint
 
@@ -194,7 +268,9 @@ def nfeval_train(*args: str) -> tuple[int, str]:
     ],
 )
 def test_bad_input_fails_before_work(corpus, tmp_path, extra, message):
-    code, err = nfeval_train("--out", str(tmp_path / "r"), "--train-data", corpus, "--vocab-size", "300", "--seq-len", "32", *extra)
+    code, err = nfeval_train(
+        "--out", str(tmp_path / "r"), "--train-data", corpus, "--vocab-size", "300", "--seq-len", "32", *extra
+    )
     assert code == 2
     assert re.search(message, err), err
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
@@ -212,15 +288,19 @@ def test_bad_corpus_fails_clearly(tmp_path):
 
 
 def test_config_file_then_flags(corpus, tmp_path):
-    from nfeval.train import config_from_args
+    from nfeval.engine.train import config_from_args
 
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"lr": 1e-3, "max_steps": 7, "model": {"dropout": 0.2}}), encoding="utf-8")
-    ns = cli.build_parser("train").parse_args(["train", "--out", "x", "--config", str(path), "--max-steps", "9", "--set", "attn_dropout=0.1"])
+    ns = cli.build_parser("train").parse_args(
+        ["train", "--out", "x", "--config", str(path), "--max-steps", "9", "--set", "attn_dropout=0.1"]
+    )
     cfg = config_from_args(ns)
     assert (cfg.lr, cfg.max_steps, cfg.model) == (1e-3, 9, {"dropout": 0.2, "attn_dropout": 0.1})
     path.write_text(json.dumps({"learning_rate": 1}), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"cfg\.json: unknown training config field\(s\) \['learning_rate'\]"):
+    with pytest.raises(
+        ValueError, match=r"cfg\.json: unknown training config field\(s\) \['learning_rate'\]"
+    ):
         config_from_args(cli.build_parser("train").parse_args(["train", "--out", "x", "--config", str(path)]))
 
 
@@ -234,6 +314,20 @@ def test_existing_run_needs_resume(corpus, tmp_path):
 
 def test_time_budget_calibration_leaves_no_trace(corpus, tmp_path):
     """Calibration steps are undone: the run then trains exactly like a step-budget run of equal length."""
-    timed = train(tiny(corpus, max_steps=None, max_seconds=0.2, calibration_steps=2, log_interval=1, lr=3e-3, model={"dropout": 0.1}), str(tmp_path / "a"))
-    train(tiny(corpus, max_steps=timed["step"], log_interval=1, lr=3e-3, model={"dropout": 0.1}), str(tmp_path / "b"))
+    timed = train(
+        tiny(
+            corpus,
+            max_steps=None,
+            max_seconds=0.2,
+            calibration_steps=2,
+            log_interval=1,
+            lr=3e-3,
+            model={"dropout": 0.1},
+        ),
+        str(tmp_path / "a"),
+    )
+    train(
+        tiny(corpus, max_steps=timed["step"], log_interval=1, lr=3e-3, model={"dropout": 0.1}),
+        str(tmp_path / "b"),
+    )
     assert [r["loss"] for r in metrics(tmp_path / "a")] == [r["loss"] for r in metrics(tmp_path / "b")]

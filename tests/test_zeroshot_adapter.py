@@ -8,7 +8,7 @@ from conftest import make_text
 from lm_eval.api.instance import Instance
 
 from model_adapters import NFEvalLM, TokenLogLik, identify
-from nfeval.tokenization import train_bpe
+from nfeval.engine.tokenization import train_bpe
 
 
 def build_hf_gpt2(path, seed: int = 0) -> str:
@@ -33,7 +33,10 @@ def hf_dir(tmp_path_factory):
 
 
 def requests_for(pairs):
-    return [Instance("loglikelihood", doc={}, arguments=p, idx=i, metadata=("t", i, 1)) for i, p in enumerate(pairs)]
+    return [
+        Instance("loglikelihood", doc={}, arguments=p, idx=i, metadata=("t", i, 1))
+        for i, p in enumerate(pairs)
+    ]
 
 
 PAIRS = [
@@ -41,7 +44,10 @@ PAIRS = [
     ("The cat sat on the ", "mat."),  # trailing space moves into the continuation
     ("", "A dog ran under the tree."),  # empty context: prefix token as context
     ("Question: is the river big?\nAnswer:", " yes"),
-    ("When the dog ran quickly and the cat sat slowly on a small red mat then", " it was good because the answer is no."),
+    (
+        "When the dog ran quickly and the cat sat slowly on a small red mat then",
+        " it was good because the answer is no.",
+    ),
     ("a", " b"),
 ]
 
@@ -52,7 +58,7 @@ def greedy_continuation(lm_model, context_ids, n):
     with torch.no_grad():
         for _ in range(n):
             ids.append(int(lm_model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(context_ids):]
+    return ids[len(context_ids) :]
 
 
 def test_hf_model_scores_equal_hflm(hf_dir):
@@ -84,7 +90,13 @@ def test_hf_rolling_loglikelihood_equals_hflm(hf_dir):
     ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=2, max_length=16, progress=False)
     text = " ".join(make_text(6, seed=3))  # longer than 16 tokens: several windows
     reqs = [Instance("loglikelihood_rolling", doc={}, arguments=(text,), idx=0, metadata=("t", 0, 1))]
-    assert abs(ref.loglikelihood_rolling(reqs, disable_tqdm=True)[0] - ours.loglikelihood_rolling(reqs, disable_tqdm=True)[0]) <= 1e-3
+    assert (
+        abs(
+            ref.loglikelihood_rolling(reqs, disable_tqdm=True)[0]
+            - ours.loglikelihood_rolling(reqs, disable_tqdm=True)[0]
+        )
+        <= 1e-3
+    )
 
 
 def test_nfeval_checkpoint_prefixes_eos_and_fold_is_exact(tiny_clm_ckpt):
@@ -115,7 +127,7 @@ def test_generate_until_stops_at_stop_sequence(tiny_clm_ckpt):
 
 
 def test_identify_fingerprints_without_loading(tiny_clm_ckpt, hf_dir):
-    from nfeval import checkpoint
+    from nfeval.engine import checkpoint
 
     ident = identify(tiny_clm_ckpt)
     assert ident.kind == "nfeval" and ident.fingerprint == checkpoint.load(tiny_clm_ckpt).fingerprint

@@ -19,7 +19,9 @@ from nfeval.cli import main as cli_main
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("zs_cli_data")
-    write_jsonl(root / "piqa" / "validation.jsonl", DOCS["piqa"] * 3)  # 6 docs: odd shards under 2 ranks are padded
+    write_jsonl(
+        root / "piqa" / "validation.jsonl", DOCS["piqa"] * 3
+    )  # 6 docs: odd shards under 2 ranks are padded
     write_jsonl(root / "openbookqa" / "test.jsonl", DOCS["openbookqa"])
     write_jsonl(root / "winogrande" / "validation.jsonl", DOCS["winogrande"])
     return str(root)
@@ -38,7 +40,9 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
     assert rc == 0
     printed = capsys.readouterr()
     assert "piqa_local" in printed.out and "acc_per_token" in printed.out and "stderr" in printed.out
-    assert "storycloze" in printed.err and "storycloze/" in printed.err  # skipped, with where to put the files
+    assert (
+        "storycloze" in printed.err and "storycloze/" in printed.err
+    )  # skipped, with where to put the files
     res = json.loads(out.read_text())
     assert set(res["results"]) == {"piqa_local", "openbookqa_local", "winogrande_local"}
     for key in ("acc,none", "acc_norm,none", "acc_per_token,none"):
@@ -48,11 +52,17 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
     assert nf["tasks"]["openbookqa_local"] == "openbookqa" and nf["eval_split"]["openbookqa_local"] == "test"
     assert nf["model"]["fingerprint"] and nf["model"]["compute"]["tokens"] == 1000
     assert nf["provenance"]["lm_eval_version"] == lm_eval.__version__ and nf["dtype"] == "float32"
-    assert nf["gpt3_metric"] == {"piqa_local": "acc_per_token", "openbookqa_local": "acc_uncond", "winogrande_local": "acc"}
+    assert nf["gpt3_metric"] == {
+        "piqa_local": "acc_per_token",
+        "openbookqa_local": "acc_uncond",
+        "winogrande_local": "acc",
+    }
     assert "storycloze_2016_local" in nf["skipped"] and nf["cached_tasks"] == []
     assert res["n-samples"]["piqa_local"]["effective"] == 6
 
-    again = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir, device="cpu")
+    again = zeroshot.evaluate(
+        tiny_clm_ckpt, tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir, device="cpu"
+    )
     assert sorted(again["nfeval"]["cached_tasks"]) == ["openbookqa_local", "piqa_local", "winogrande_local"]
     assert again["results"] == res["results"]
 
@@ -60,13 +70,16 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
 def test_cache_is_per_model(tiny_clm_ckpt, tmp_path, data_dir):
     from conftest import _save_tiny
 
-    from nfeval import checkpoint
+    from nfeval.engine import checkpoint
 
     tok = checkpoint.load(tiny_clm_ckpt).tokenizer
     other = _save_tiny(tmp_path / "other", tok, "normformer", "clm", seed=1)
     a = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=data_dir, device="cpu")
     b = zeroshot.evaluate(other, tasks=["piqa"], data_dir=data_dir, device="cpu")
-    assert b["nfeval"]["cached_tasks"] == [] and a["nfeval"]["model"]["fingerprint"] != b["nfeval"]["model"]["fingerprint"]
+    assert (
+        b["nfeval"]["cached_tasks"] == []
+        and a["nfeval"]["model"]["fingerprint"] != b["nfeval"]["model"]["fingerprint"]
+    )
 
 
 def test_folded_and_unfolded_give_identical_task_results(tiny_clm_ckpt, data_dir):
@@ -106,7 +119,9 @@ def test_lm_eval_cli_runs_the_nfeval_model(tiny_clm_ckpt, data_dir, tmp_path):
 
 
 def test_torchrun_two_ranks_equal_one(tiny_clm_ckpt, data_dir, tmp_path):
-    one = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa", "openbookqa"], data_dir=data_dir, device="cpu", use_cache=False)
+    one = zeroshot.evaluate(
+        tiny_clm_ckpt, tasks=["piqa", "openbookqa"], data_dir=data_dir, device="cpu", use_cache=False
+    )
     out = tmp_path / "dp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
            "-m", "nfeval", "zeroshot", "--ckpt", tiny_clm_ckpt, "--data-dir", data_dir, "--tasks", "piqa", "openbookqa",

@@ -75,7 +75,9 @@ def data_dir(tmp_path_factory):
 def builtin_task(name: str, yaml_path: str, files: dict[str, str]) -> ConfigurableTask:
     """Returns lm-eval's built-in task from its own YAML, with the dataset replaced by local JSON files."""
     cfg = load_yaml(BUILTIN / yaml_path, resolve_func=True)
-    cfg.update(dataset_path="json", dataset_name=None, dataset_kwargs={"data_files": files}, training_split=None)
+    cfg.update(
+        dataset_path="json", dataset_name=None, dataset_kwargs={"data_files": files}, training_split=None
+    )
     cfg.pop("tag", None)
     return ConfigurableTask(config=cfg)
 
@@ -89,15 +91,29 @@ CASES = [
     ("piqa", "piqa/piqa.yaml", {"validation": "piqa/validation.jsonl"}),
     ("hellaswag", "hellaswag/hellaswag.yaml", {"validation": "hellaswag/validation.jsonl"}),
     ("winogrande", "winogrande/default.yaml", {"validation": "winogrande/validation.jsonl"}),
-    ("openbookqa", "openbookqa/openbookqa.yaml", {"validation": "openbookqa/validation.jsonl", "test": "openbookqa/test.jsonl"}),
-    ("storycloze_2016", "storycloze/storycloze_2016.yaml", {"validation": "storycloze/2016/validation.jsonl", "test": "storycloze/2016/test.jsonl"}),
-    ("storycloze_2018", "storycloze/storycloze_2018.yaml", {"validation": "storycloze/2018/validation.jsonl", "test": "storycloze/2018/test.jsonl"}),
+    (
+        "openbookqa",
+        "openbookqa/openbookqa.yaml",
+        {"validation": "openbookqa/validation.jsonl", "test": "openbookqa/test.jsonl"},
+    ),
+    (
+        "storycloze_2016",
+        "storycloze/storycloze_2016.yaml",
+        {"validation": "storycloze/2016/validation.jsonl", "test": "storycloze/2016/test.jsonl"},
+    ),
+    (
+        "storycloze_2018",
+        "storycloze/storycloze_2018.yaml",
+        {"validation": "storycloze/2018/validation.jsonl", "test": "storycloze/2018/test.jsonl"},
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
 def manager(data_dir):
-    return TaskManager(include_path=nf_tasks.TASKS_DIR, include_defaults=False, metadata={"data_dir": str(data_dir)})
+    return TaskManager(
+        include_path=nf_tasks.TASKS_DIR, include_defaults=False, metadata={"data_dir": str(data_dir)}
+    )
 
 
 @pytest.mark.parametrize("canonical,yaml_path,files", CASES, ids=[c[0] for c in CASES])
@@ -115,7 +131,9 @@ def test_local_task_makes_the_builtin_requests(canonical, yaml_path, files, data
     if canonical == "openbookqa":  # plus GPT-3's unconditional requests, after the task's own
         extra = [r for r in got if r[1] >= 4]
         got = [r for r in got if r[1] < 4]
-        assert [r[2] for r in extra[:4]] == [("Answer:", " " + c) for c in DOCS["openbookqa"][0]["choices"]["text"]]
+        assert [r[2] for r in extra[:4]] == [
+            ("Answer:", " " + c) for c in DOCS["openbookqa"][0]["choices"]["text"]
+        ]
     assert want == got
 
 
@@ -124,14 +142,21 @@ def test_official_formats_load_as_the_hf_schema(tmp_path, data_dir):
     piqa = root / "piqa"
     write_jsonl(piqa / "valid.jsonl", [{k: v for k, v in d.items() if k != "label"} for d in DOCS["piqa"]])
     (piqa / "valid-labels.lst").write_text("".join(f"{d['label']}\n" for d in DOCS["piqa"]))
-    write_jsonl(root / "hellaswag" / "hellaswag_val.jsonl", [{**d, "label": int(d["label"])} for d in DOCS["hellaswag"]])
-    write_jsonl(root / "winogrande" / "dev.jsonl", [{"qID": str(i), **d} for i, d in enumerate(DOCS["winogrande"])])
+    write_jsonl(
+        root / "hellaswag" / "hellaswag_val.jsonl",
+        [{**d, "label": int(d["label"])} for d in DOCS["hellaswag"]],
+    )
+    write_jsonl(
+        root / "winogrande" / "dev.jsonl", [{"qID": str(i), **d} for i, d in enumerate(DOCS["winogrande"])]
+    )
     write_jsonl(root / "openbookqa" / "test.jsonl", [
         {"id": d["id"], "question": {"stem": d["question_stem"], "choices": [
             {"text": t, "label": lab} for t, lab in zip(d["choices"]["text"], d["choices"]["label"])]}, "answerKey": d["answerKey"]}
         for d in DOCS["openbookqa"]])  # fmt: skip
     (root / "storycloze").mkdir()
-    with open(root / "storycloze" / "cloze_test_test__spring2016 - cloze_test_ALL_test.csv", "w", newline="") as f:
+    with open(
+        root / "storycloze" / "cloze_test_test__spring2016 - cloze_test_ALL_test.csv", "w", newline=""
+    ) as f:
         w = csv.writer(f)
         w.writerow(["InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
                     "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])  # fmt: skip
@@ -144,7 +169,9 @@ def test_official_formats_load_as_the_hf_schema(tmp_path, data_dir):
     for task, keys in fields.items():
         official, hf = load(task, str(root)), load(task, str(data_dir))
         split = "test" if "test" in official else "validation"
-        assert [{k: r[k] for k in keys} for r in official[split]] == [{k: r[k] for k in keys} for r in hf[split]]
+        assert [{k: r[k] for k in keys} for r in official[split]] == [
+            {k: r[k] for k in keys} for r in hf[split]
+        ]
 
 
 @pytest.mark.parametrize(

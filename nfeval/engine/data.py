@@ -32,9 +32,15 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from .artifacts import atomic_write_json, atomic_write_text, cache_dir
+from ..artifacts import atomic_write_json, atomic_write_text, cache_dir
 from .config import load_json
-from .tokenization import SpecialIds, fingerprint_text, load_tokenizer, special_ids, train_bpe
+from .tokenization import (
+    SpecialIds,
+    fingerprint_text,
+    load_tokenizer,
+    special_ids,
+    train_bpe,
+)
 
 VALID_FRACTION = 0.05
 
@@ -88,7 +94,9 @@ def split_documents(docs: list[str], name: str) -> tuple[list[str], list[str]]:
     if len(docs) == 1:
         docs = [line for line in docs[0].split("\n") if line.strip()]
     if len(docs) < 2:
-        raise ValueError(f"{name}: too little text for a validation split (need at least 2 lines); pass validation data")
+        raise ValueError(
+            f"{name}: too little text for a validation split (need at least 2 lines); pass validation data"
+        )
     n_valid = max(1, math.ceil(VALID_FRACTION * len(docs)))
     return docs[:-n_valid], docs[-n_valid:]
 
@@ -134,7 +142,9 @@ def default_corpus() -> Corpus:
     """
     from pydoc_data.topics import topics
 
-    paragraphs = (para.strip("\n") for key in sorted(topics) for para in topics[key].split("\n\n") if para.strip())
+    paragraphs = (
+        para.strip("\n") for key in sorted(topics) for para in topics[key].split("\n\n") if para.strip()
+    )
     train, valid = [], []
     seen: set[str] = set()
     for name, docs in (("pydoc_data.topics", paragraphs), ("stdlib docstrings", _stdlib_docstrings())):
@@ -165,7 +175,9 @@ def read_documents(path: str) -> list[str]:
     """Returns the documents (blank-line separated) of a text file, or of every file under a folder in path order."""
     if os.path.isdir(path):
         files = sorted(
-            str(p) for p in Path(path).rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            str(p)
+            for p in Path(path).rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
         )
         if not files:
             raise ValueError(f"{path}: folder holds no text files")
@@ -198,11 +210,15 @@ def load_hf_corpus(name: str, config: str | None = None, text_column: str = "tex
     try:
         ds = datasets.load_dataset(name, config, **kwargs)
     except Exception as e:  # offline hub, unknown name, bad config: all reported the same way
-        raise ValueError(f"dataset {name!r}: cannot load with datasets.load_dataset ({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"dataset {name!r}: cannot load with datasets.load_dataset ({type(e).__name__}: {e})"
+        ) from None
     if "train" not in ds:
         raise ValueError(f"dataset {name!r}: no 'train' split (has {list(ds)})")
     if text_column not in ds["train"].column_names:
-        raise ValueError(f"dataset {name!r}: no column {text_column!r} (has {ds['train'].column_names}); pass --text-column")
+        raise ValueError(
+            f"dataset {name!r}: no column {text_column!r} (has {ds['train'].column_names}); pass --text-column"
+        )
     valid_split = next((s for s in ("validation", "valid", "test") if s in ds), None)
     valid = list(ds[valid_split][text_column]) if valid_split else None
     return make_corpus(f"hf:{name}" + (f"/{config}" if config else ""), list(ds["train"][text_column]), valid)
@@ -247,7 +263,12 @@ class TokenData:
 
     def describe(self) -> dict:
         """Returns the JSON block runs record about their token shards."""
-        return {"fingerprint": self.fingerprint, "train_tokens": int(len(self.train)), "valid_tokens": int(len(self.valid)), "path": self.path}
+        return {
+            "fingerprint": self.fingerprint,
+            "train_tokens": int(len(self.train)),
+            "valid_tokens": int(len(self.valid)),
+            "path": self.path,
+        }
 
 
 def token_shards(corpus: Corpus, tok: Tokenizer) -> TokenData:
@@ -266,13 +287,28 @@ def token_shards(corpus: Corpus, tok: Tokenizer) -> TokenData:
             ids.tofile(tmp)
             os.replace(tmp, os.path.join(folder, f"{split}.bin"))
             lengths[split] = int(len(ids))
-        atomic_write_json(meta_path, {"fingerprint": fingerprint, "dtype": np.dtype(dtype).name, "tokens": lengths, "corpus": corpus.describe()})
+        atomic_write_json(
+            meta_path,
+            {
+                "fingerprint": fingerprint,
+                "dtype": np.dtype(dtype).name,
+                "tokens": lengths,
+                "corpus": corpus.describe(),
+            },
+        )
     meta = load_json(meta_path)
     arrays = {
-        split: np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.dtype(meta["dtype"]), mode="r", shape=(meta["tokens"][split],))
+        split: np.memmap(
+            os.path.join(folder, f"{split}.bin"),
+            dtype=np.dtype(meta["dtype"]),
+            mode="r",
+            shape=(meta["tokens"][split],),
+        )
         for split in ("train", "valid")
     }
-    return TokenData(train=arrays["train"], valid=arrays["valid"], fingerprint=fingerprint, path=folder, specials=specials)
+    return TokenData(
+        train=arrays["train"], valid=arrays["valid"], fingerprint=fingerprint, path=folder, specials=specials
+    )
 
 
 class Blocks:
@@ -282,7 +318,9 @@ class Blocks:
     Masked LM: ``<s>`` + ``seq_len - 1`` tokens.
     """
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, objective: str, bos: int, seed: int, shuffle: bool = True):
+    def __init__(
+        self, tokens: np.ndarray, seq_len: int, objective: str, bos: int, seed: int, shuffle: bool = True
+    ):
         self.tokens, self.seq_len, self.objective, self.bos = tokens, seq_len, objective, bos
         self.stride = seq_len if objective == "clm" else seq_len - 1
         self.n_blocks = (len(tokens) - 1) // self.stride if objective == "clm" else len(tokens) // self.stride
@@ -291,7 +329,11 @@ class Blocks:
 
     def _order(self, epoch: int) -> np.ndarray:
         if self._perm is None or self._perm[0] != epoch:
-            perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_blocks) if self.shuffle else np.arange(self.n_blocks)
+            perm = (
+                np.random.default_rng([self.seed, epoch]).permutation(self.n_blocks)
+                if self.shuffle
+                else np.arange(self.n_blocks)
+            )
             self._perm = (epoch, perm)
         return self._perm[1]
 
@@ -301,7 +343,9 @@ class Blocks:
         for k in range(start, start + count):
             block = int(self._order(k // self.n_blocks)[k % self.n_blocks])
             span = self.seq_len + 1 if self.objective == "clm" else self.stride
-            rows.append(np.asarray(self.tokens[block * self.stride : block * self.stride + span], dtype=np.int64))
+            rows.append(
+                np.asarray(self.tokens[block * self.stride : block * self.stride + span], dtype=np.int64)
+            )
         out = torch.from_numpy(np.stack(rows))
         if self.objective == "mlm":
             out = torch.cat([torch.full((count, 1), self.bos, dtype=torch.long), out], dim=1)
@@ -333,15 +377,29 @@ def mask_tokens(
 class Batches:
     """The global batch of every step: (inputs, targets) of shape (global_batch, seq_len)."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, objective: str, specials: SpecialIds, vocab_size: int, seed: int, shuffle: bool = True):
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        seq_len: int,
+        objective: str,
+        specials: SpecialIds,
+        vocab_size: int,
+        seed: int,
+        shuffle: bool = True,
+    ):
         """``vocab_size`` is the tokenizer's: MLM random replacements are drawn from its non-special ids."""
         self.blocks = Blocks(tokens, seq_len, objective, specials.bos, seed, shuffle)
         if self.blocks.n_blocks < 1:
-            raise ValueError(f"corpus too small: {len(tokens)} tokens do not fill one sequence of {seq_len}; lower --seq-len or add text")
+            raise ValueError(
+                f"corpus too small: {len(tokens)} tokens do not fill one sequence of {seq_len}; lower --seq-len or add text"
+            )
         if objective == "mlm" and specials.mask is None:
             raise ValueError("masked LM needs a tokenizer with a <mask> token")
         self.objective, self.mask_id = objective, specials.mask
-        special = sorted({specials.bos, specials.eos, specials.pad} | ({specials.mask} if specials.mask is not None else set()))
+        special = sorted(
+            {specials.bos, specials.eos, specials.pad}
+            | ({specials.mask} if specials.mask is not None else set())
+        )
         self.special = torch.tensor(special, dtype=torch.long)
         self.replacements = torch.tensor(sorted(set(range(vocab_size)) - set(special)), dtype=torch.long)
 

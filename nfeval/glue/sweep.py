@@ -49,11 +49,12 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from . import checkpoint as ckpt_lib
-from . import glue_data, glue_metrics
-from .artifacts import atomic_write_json, provenance
-from .model import SequenceClassifier, Transformer
-from .tokenization import special_ids
+from ..artifacts import atomic_write_json, provenance
+from ..engine import checkpoint as ckpt_lib
+from ..engine.model import SequenceClassifier, Transformer
+from ..engine.tokenization import special_ids
+from . import data as glue_data
+from . import metrics as glue_metrics
 
 DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)
 RESULT = "result.json"
@@ -148,14 +149,18 @@ def encode(tokenizer, split: glue_data.Split, max_len: int) -> list[list[int]]:
 
 def encode_task(data: glue_data.TaskData, tokenizer, max_len: int) -> EncodedTask:
     """Returns every split of ``data`` encoded for a model."""
+
     def enc(split: glue_data.Split):
         return encode(tokenizer, split, max_len), split.labels
 
-    return EncodedTask(data.spec, data.fingerprint(), enc(data.train), {n: enc(s) for n, s in data.dev.items()})
+    return EncodedTask(
+        data.spec, data.fingerprint(), enc(data.train), {n: enc(s) for n, s in data.dev.items()}
+    )
 
 
-def length_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator | None = None,
-                   pool: int = 100) -> list[list[int]]:
+def length_batches(
+    lengths: Sequence[int], batch_size: int, generator: torch.Generator | None = None, pool: int = 100
+) -> list[list[int]]:
     """Returns batches of example indices grouped by length.
 
     With a generator (training): a random permutation, sorted by length within pools of ``pool``
@@ -172,7 +177,9 @@ def length_batches(lengths: Sequence[int], batch_size: int, generator: torch.Gen
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
-def collate(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def collate(
+    seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (ids, padding_mask) right-padded to the longest sequence; the mask is True at real tokens."""
     width = max(len(s) for s in seqs)
     ids = torch.tensor([[*s, *[pad_id] * (width - len(s))] for s in seqs], dtype=torch.long)
@@ -180,7 +187,9 @@ def collate(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) ->
     return ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
 
 
-def build_classifier(ckpt: ckpt_lib.Checkpoint, spec: glue_data.TaskSpec, recipe: Mapping, seed: int) -> SequenceClassifier:
+def build_classifier(
+    ckpt: ckpt_lib.Checkpoint, spec: glue_data.TaskSpec, recipe: Mapping, seed: int
+) -> SequenceClassifier:
     """Returns the checkpoint's transformer (with the recipe's dropout) under a fresh head seeded by ``seed``."""
     torch.manual_seed(seed)
     cfg = ckpt.model.cfg.replace(dropout=recipe["dropout"], attn_dropout=recipe["attn_dropout"])
@@ -191,6 +200,7 @@ def build_classifier(ckpt: ckpt_lib.Checkpoint, spec: glue_data.TaskSpec, recipe
 
 def lr_lambda(total: int, warmup: int):
     """Returns the LambdaLR factor: linear warmup over ``warmup`` updates, then linear decay to 0 at ``total``."""
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
@@ -200,8 +210,15 @@ def lr_lambda(total: int, warmup: int):
 
 
 @torch.no_grad()
-def predict(model: SequenceClassifier, seqs: list[list[int]], regression: bool, batch_size: int,
-            pad_id: int, device: torch.device, bf16: bool) -> list:
+def predict(
+    model: SequenceClassifier,
+    seqs: list[list[int]],
+    regression: bool,
+    batch_size: int,
+    pad_id: int,
+    device: torch.device,
+    bf16: bool,
+) -> list:
     """Returns one prediction per sequence (class index, or score for regression), in input order."""
     model.eval()
     preds: list = [None] * len(seqs)
@@ -215,13 +232,22 @@ def predict(model: SequenceClassifier, seqs: list[list[int]], regression: bool, 
     return preds
 
 
-def evaluate(model: SequenceClassifier, enc: EncodedTask, recipe: Mapping, pad_id: int, device: torch.device) -> dict[str, float]:
+def evaluate(
+    model: SequenceClassifier, enc: EncodedTask, recipe: Mapping, pad_id: int, device: torch.device
+) -> dict[str, float]:
     """Returns the task's dev metrics for the model as it is."""
     labels, preds = {}, {}
     for name, (seqs, ys) in enc.dev.items():
         labels[name] = ys
-        preds[name] = predict(model, seqs, enc.spec.is_regression, recipe["eval_batch_size"], pad_id, device,
-                              recipe["dtype"] == "bf16")
+        preds[name] = predict(
+            model,
+            seqs,
+            enc.spec.is_regression,
+            recipe["eval_batch_size"],
+            pad_id,
+            device,
+            recipe["dtype"] == "bf16",
+        )
     return glue_metrics.compute(enc.spec.name, labels, preds)
 
 
@@ -249,7 +275,9 @@ def finished_result(directory: str, key: Mapping) -> dict | None:
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: invalid JSON at line {e.lineno} ({e.msg}); delete it to recompute the point") from None
+        raise ValueError(
+            f"{path}: invalid JSON at line {e.lineno} ({e.msg}); delete it to recompute the point"
+        ) from None
     if not _same(result.get("key"), key):
         raise _mismatch(path, result.get("key") or {}, key)
     return result
@@ -266,8 +294,17 @@ def _save_state(path: str, state: dict) -> None:
         raise
 
 
-def run_point(ckpt: ckpt_lib.Checkpoint, enc: EncodedTask, lr: float, seed: int, recipe: Mapping,
-              directory: str, key: Mapping, device: str = "cpu", progress: bool = True) -> dict:
+def run_point(
+    ckpt: ckpt_lib.Checkpoint,
+    enc: EncodedTask,
+    lr: float,
+    seed: int,
+    recipe: Mapping,
+    directory: str,
+    key: Mapping,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict:
     """Fine-tunes one (task, lr, seed) point, resuming from its last finished epoch; returns its result.
 
     The result (also written atomically to ``directory/result.json``) holds the selected epoch's dev
@@ -283,8 +320,9 @@ def run_point(ckpt: ckpt_lib.Checkpoint, enc: EncodedTask, lr: float, seed: int,
     total = per_epoch * r["epochs"]
 
     model = build_classifier(ckpt, spec, r, seed).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(r["betas"]), eps=r["eps"],
-                            weight_decay=r["weight_decay"])
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=lr, betas=tuple(r["betas"]), eps=r["eps"], weight_decay=r["weight_decay"]
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, int(r["warmup_ratio"] * total)))
     history: list[dict] = []
     stats = {"examples": len(seqs), "updates": 0, "tokens": 0, "padded_tokens": 0, "wall_s": 0.0}
@@ -303,11 +341,19 @@ def run_point(ckpt: ckpt_lib.Checkpoint, enc: EncodedTask, lr: float, seed: int,
             torch.cuda.set_rng_state(state["cuda_rng"], dev)
         history, stats = state["history"], state["stats"]
 
-    bar = tqdm(total=total, initial=len(history) * per_epoch, disable=not progress, leave=False,
-               desc=f"{spec.name} lr={lr_key(lr)} seed={seed}", unit="upd")
+    bar = tqdm(
+        total=total,
+        initial=len(history) * per_epoch,
+        disable=not progress,
+        leave=False,
+        desc=f"{spec.name} lr={lr_key(lr)} seed={seed}",
+        unit="upd",
+    )
     for epoch in range(len(history), r["epochs"]):
         model.train()
-        order = length_batches(lengths, r["batch_size"], torch.Generator().manual_seed(seed * 100_003 + epoch))
+        order = length_batches(
+            lengths, r["batch_size"], torch.Generator().manual_seed(seed * 100_003 + epoch)
+        )
         t0, loss_sum = time.perf_counter(), torch.zeros((), device=dev)
         for batch in order:
             ids, mask = collate([seqs[i] for i in batch], pad_id, dev)
@@ -332,22 +378,39 @@ def run_point(ckpt: ckpt_lib.Checkpoint, enc: EncodedTask, lr: float, seed: int,
         stats["wall_s"] += time.perf_counter() - t0
         metrics = evaluate(model, enc, r, pad_id, dev)
         history.append({"epoch": epoch + 1, "train_loss": loss_sum.item() / len(order), "metrics": metrics})
-        bar.set_postfix({glue_metrics.MAIN_METRIC[spec.name]: round(metrics[glue_metrics.MAIN_METRIC[spec.name]], 4)})
+        bar.set_postfix(
+            {glue_metrics.MAIN_METRIC[spec.name]: round(metrics[glue_metrics.MAIN_METRIC[spec.name]], 4)}
+        )
         if epoch + 1 < r["epochs"]:
-            _save_state(state_path, {
-                "key": key, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(), "rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
-                "history": history, "stats": stats,
-            })
+            _save_state(
+                state_path,
+                {
+                    "key": key,
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
+                    "history": history,
+                    "stats": stats,
+                },
+            )
     bar.close()
 
     main = glue_metrics.MAIN_METRIC[spec.name]
     chosen = history[-1] if r["select"] == "last_epoch" else max(history, key=lambda h: h["metrics"][main])
     result = {
-        "task": spec.name, "lr": lr, "seed": seed, "metric": main,
-        "metrics": chosen["metrics"], "epoch": chosen["epoch"], "select": r["select"],
-        "history": history, "train": stats, "device": str(dev), "key": dict(key),
+        "task": spec.name,
+        "lr": lr,
+        "seed": seed,
+        "metric": main,
+        "metrics": chosen["metrics"],
+        "epoch": chosen["epoch"],
+        "select": r["select"],
+        "history": history,
+        "train": stats,
+        "device": str(dev),
+        "key": dict(key),
         "provenance": provenance(),
     }
     atomic_write_json(os.path.join(directory, RESULT), result)
@@ -376,8 +439,16 @@ def _worker_task(ckpt_path: str, glue_dir: str | None, task: str, max_len: int) 
     return encode_task(glue_data.load(task, glue_dir), _worker_ckpt(ckpt_path).tokenizer, max_len)
 
 
-def _worker_point(ckpt_path: str, glue_dir: str | None, task: str, lr: float, seed: int, recipe: dict,
-                  directory: str, key: dict) -> dict:
+def _worker_point(
+    ckpt_path: str,
+    glue_dir: str | None,
+    task: str,
+    lr: float,
+    seed: int,
+    recipe: dict,
+    directory: str,
+    key: dict,
+) -> dict:
     ckpt = _worker_ckpt(ckpt_path)
     enc = _worker_task(ckpt_path, glue_dir, task, recipe["max_len"])
     if ckpt.fingerprint != key["checkpoint"] or enc.fingerprint != key["data"]:
@@ -392,6 +463,7 @@ def _job_devices(device: str, jobs: int) -> list[str]:
 
 
 # --- the sweep ------------------------------------------------------------------------------------------
+
 
 def summarize(results: Mapping[str, Sequence[Mapping]]) -> dict[str, Any]:
     """Returns {task: {"metric", "best_lr", "best", "score", "per_lr"}} from each task's point results.
@@ -415,8 +487,13 @@ def summarize(results: Mapping[str, Sequence[Mapping]]) -> dict[str, Any]:
             per_lr[lr_key(lr)] = row
         best_lr = max(by_lr, key=lambda lr: (per_lr[lr_key(lr)][main], -lr))
         best = {m: v for m, v in per_lr[lr_key(best_lr)].items() if m not in ("seeds", "std")}
-        tasks[task] = {"metric": main, "best_lr": best_lr, "best": best,
-                       "score": glue_metrics.task_score(task, best), "per_lr": per_lr}
+        tasks[task] = {
+            "metric": main,
+            "best_lr": best_lr,
+            "best": best,
+            "score": glue_metrics.task_score(task, best),
+            "per_lr": per_lr,
+        }
     return tasks
 
 
@@ -424,7 +501,11 @@ def format_table(summary: Mapping[str, Any]) -> str:
     """Returns the summary as a text table: main metric per LR (best marked *), best LR, score, GLUE average."""
     tasks = summary["tasks"]
     lrs = sorted({float(k) for t in tasks.values() for k in t["per_lr"]})
-    head = f"{'task':<6} {'metric':<11}" + "".join(f"{lr_key(lr):>10}" for lr in lrs) + f"{'best_lr':>10}{'score':>8}"
+    head = (
+        f"{'task':<6} {'metric':<11}"
+        + "".join(f"{lr_key(lr):>10}" for lr in lrs)
+        + f"{'best_lr':>10}{'score':>8}"
+    )
     lines = [head, "-" * len(head)]
     for task, t in tasks.items():
         cells = ""
@@ -467,8 +548,12 @@ def sweep(
     if not tasks:
         raise ValueError("no GLUE task given")
     specs = [glue_data.spec(t) for t in tasks]  # unknown task names fail here, before any loading
-    grids = {t: list(dict.fromkeys(float(x) for x in (lrs.get(t) if isinstance(lrs, Mapping) else lrs) or DEFAULT_LRS))
-             for t in tasks}
+    grids = {
+        t: list(
+            dict.fromkeys(float(x) for x in (lrs.get(t) if isinstance(lrs, Mapping) else lrs) or DEFAULT_LRS)
+        )
+        for t in tasks
+    }
     for t, grid in grids.items():
         if any(not (lr > 0) for lr in grid):
             raise ValueError(f"{t}: learning rates must be positive, got {grid}")
@@ -484,8 +569,14 @@ def sweep(
     for t in tasks:
         for lr in grids[t]:
             for seed in range(seeds):
-                key = {"task": t, "lr": lr, "seed": seed, "checkpoint": ckpt.fingerprint,
-                       "data": data[t].fingerprint(), "recipe": resolved[t]}
+                key = {
+                    "task": t,
+                    "lr": lr,
+                    "seed": seed,
+                    "checkpoint": ckpt.fingerprint,
+                    "data": data[t].fingerprint(),
+                    "recipe": resolved[t],
+                }
                 directory = point_dir(out_dir, t, lr, seed)
                 done = finished_result(directory, key)
                 if done is not None:
@@ -493,7 +584,10 @@ def sweep(
                 else:
                     points.append((t, lr, seed, resolved[t], directory, key))
     total = sum(len(v) for v in results.values()) + len(points)
-    print(f"nfeval glue: {total} point(s), {total - len(points)} already finished, {len(points)} to run", flush=True)
+    print(
+        f"nfeval glue: {total} point(s), {total - len(points)} already finished, {len(points)} to run",
+        flush=True,
+    )
 
     bar = tqdm(total=len(points), disable=not progress or not points, desc="glue sweep", unit="point")
     if jobs == 1 or len(points) <= 1:
@@ -501,7 +595,9 @@ def sweep(
         for task, lr, seed, r, directory, key in points:
             if (task, r["max_len"]) not in encoded:
                 encoded[task, r["max_len"]] = encode_task(data[task], ckpt.tokenizer, r["max_len"])
-            results[task].append(run_point(ckpt, encoded[task, r["max_len"]], lr, seed, r, directory, key, device, progress))
+            results[task].append(
+                run_point(ckpt, encoded[task, r["max_len"]], lr, seed, r, directory, key, device, progress)
+            )
             bar.update(1)
     else:
         ctx = mp.get_context("spawn")
@@ -509,9 +605,13 @@ def sweep(
         for d in _job_devices(device, jobs):
             devices.put(d)
         threads = max(1, torch.get_num_threads() // jobs) if device == "cpu" else torch.get_num_threads()
-        with cf.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)) as pool:
-            futures = {pool.submit(_worker_point, ckpt.path, glue_dir, task, lr, seed, r, directory, key): task
-                       for task, lr, seed, r, directory, key in points}
+        with cf.ProcessPoolExecutor(
+            jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)
+        ) as pool:
+            futures = {
+                pool.submit(_worker_point, ckpt.path, glue_dir, task, lr, seed, r, directory, key): task
+                for task, lr, seed, r, directory, key in points
+            }
             try:
                 for fut in cf.as_completed(futures):
                     results[futures[fut]].append(fut.result())
@@ -559,17 +659,22 @@ def earlier_summary(path: str, fingerprint: str) -> dict:
         with open(path, encoding="utf-8") as f:
             summary = json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: invalid JSON at line {e.lineno} ({e.msg}); delete it to rebuild the summary") from None
+        raise ValueError(
+            f"{path}: invalid JSON at line {e.lineno} ({e.msg}); delete it to rebuild the summary"
+        ) from None
     return summary if summary.get("nfeval", {}).get("model", {}).get("fingerprint") == fingerprint else {}
 
 
 # --- command line -----------------------------------------------------------------------------------------
 
+
 def _floats(text: str) -> list[float]:
     try:
         values = [float(x) for x in text.replace(" ", ",").split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--lrs {text!r}: expected comma-separated numbers such as 1e-5,3e-5") from None
+        raise argparse.ArgumentTypeError(
+            f"--lrs {text!r}: expected comma-separated numbers such as 1e-5,3e-5"
+        ) from None
     if not values:
         raise argparse.ArgumentTypeError("--lrs: expected at least one learning rate")
     return values
@@ -578,25 +683,57 @@ def _floats(text: str) -> list[float]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Adds the ``nfeval glue`` options."""
     p.add_argument("--ckpt", required=True, help="nfeval run or checkpoint directory (masked or causal LM)")
-    p.add_argument("--glue-dir", help="folder with the GLUE distribution TSVs (CoLA/, SST-2/, ...); "
-                                      f"default: the hub copy {glue_data.HUB_DATASET}")
-    p.add_argument("--tasks", default=",".join(glue_data.TASKS),
-                   help=f"comma-separated tasks (default all: {','.join(glue_data.TASKS)})")
-    p.add_argument("--sweep", action="store_true", help="sweep the learning-rate grid (default grid: "
-                   + ", ".join(lr_key(x) for x in DEFAULT_LRS) + "); without it: fairseq's recipe LR per task")
+    p.add_argument(
+        "--glue-dir",
+        help="folder with the GLUE distribution TSVs (CoLA/, SST-2/, ...); "
+        f"default: the hub copy {glue_data.HUB_DATASET}",
+    )
+    p.add_argument(
+        "--tasks",
+        default=",".join(glue_data.TASKS),
+        help=f"comma-separated tasks (default all: {','.join(glue_data.TASKS)})",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="sweep the learning-rate grid (default grid: "
+        + ", ".join(lr_key(x) for x in DEFAULT_LRS)
+        + "); without it: fairseq's recipe LR per task",
+    )
     p.add_argument("--lrs", type=_floats, help="comma-separated learning rates (overrides the grid)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per learning rate: 0 .. N-1 (default 1)")
     p.add_argument("--epochs", type=int, default=Recipe.epochs, help=f"default {Recipe.epochs}")
     p.add_argument("--batch-size", type=int, help="default: 32 for MNLI/QNLI/QQP/SST-2, 16 for the others")
-    p.add_argument("--eval-batch-size", type=int, default=Recipe.eval_batch_size, help=f"default {Recipe.eval_batch_size}")
-    p.add_argument("--max-len", type=int, default=Recipe.max_len, help="max tokens per input (capped at the model's)")
-    p.add_argument("--warmup-ratio", type=float, default=Recipe.warmup_ratio,
-                   help=f"share of updates with linear warmup (default {Recipe.warmup_ratio})")
-    p.add_argument("--weight-decay", type=float, default=Recipe.weight_decay, help=f"default {Recipe.weight_decay}")
-    p.add_argument("--dropout", type=float, default=Recipe.dropout,
-                   help=f"dropout and attention dropout (default {Recipe.dropout})")
-    p.add_argument("--select", choices=SELECTIONS, default=Recipe.select,
-                   help="which epoch a point reports (default: the best on dev, as fairseq)")
+    p.add_argument(
+        "--eval-batch-size",
+        type=int,
+        default=Recipe.eval_batch_size,
+        help=f"default {Recipe.eval_batch_size}",
+    )
+    p.add_argument(
+        "--max-len", type=int, default=Recipe.max_len, help="max tokens per input (capped at the model's)"
+    )
+    p.add_argument(
+        "--warmup-ratio",
+        type=float,
+        default=Recipe.warmup_ratio,
+        help=f"share of updates with linear warmup (default {Recipe.warmup_ratio})",
+    )
+    p.add_argument(
+        "--weight-decay", type=float, default=Recipe.weight_decay, help=f"default {Recipe.weight_decay}"
+    )
+    p.add_argument(
+        "--dropout",
+        type=float,
+        default=Recipe.dropout,
+        help=f"dropout and attention dropout (default {Recipe.dropout})",
+    )
+    p.add_argument(
+        "--select",
+        choices=SELECTIONS,
+        default=Recipe.select,
+        help="which epoch a point reports (default: the best on dev, as fairseq)",
+    )
     p.add_argument("--dtype", choices=DTYPES, default=Recipe.dtype, help="auto: bf16 on GPUs that support it")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     p.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
@@ -610,11 +747,30 @@ def run(args: argparse.Namespace) -> int:
     for t in tasks:
         glue_data.spec(t)
     lrs = args.lrs if (args.lrs or args.sweep) else {t: [glue_data.SPECS[t].fairseq_lr] for t in tasks}
-    recipe = Recipe(epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
-                    max_len=args.max_len, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-                    dropout=args.dropout, attn_dropout=args.dropout, select=args.select, dtype=args.dtype)
-    summary = sweep(args.ckpt, tasks, lrs, seeds=args.seeds, out_dir=args.out, glue_dir=args.glue_dir,
-                    recipe=recipe, jobs=args.jobs, device=args.device, progress=not args.no_progress)
+    recipe = Recipe(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        eval_batch_size=args.eval_batch_size,
+        max_len=args.max_len,
+        warmup_ratio=args.warmup_ratio,
+        weight_decay=args.weight_decay,
+        dropout=args.dropout,
+        attn_dropout=args.dropout,
+        select=args.select,
+        dtype=args.dtype,
+    )
+    summary = sweep(
+        args.ckpt,
+        tasks,
+        lrs,
+        seeds=args.seeds,
+        out_dir=args.out,
+        glue_dir=args.glue_dir,
+        recipe=recipe,
+        jobs=args.jobs,
+        device=args.device,
+        progress=not args.no_progress,
+    )
     print(format_table(summary))
     print(f"summary: {os.path.join(args.out, 'glue.json')}")
     return 0

@@ -17,7 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from .artifacts import atomic_write_json, atomic_write_text
+from ..artifacts import atomic_write_json, atomic_write_text
 from .config import ModelConfig, load_json
 from .fairseq_import import load_fairseq
 from .model import Transformer
@@ -93,7 +93,9 @@ def save(
 def resolve(path: str) -> str:
     """Returns the checkpoint directory for ``path``: itself, or a run dir's newest ``checkpoints/step_*``."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such checkpoint (expected a directory with {WEIGHTS} and {CONFIG})")
+        raise FileNotFoundError(
+            f"{path}: no such checkpoint (expected a directory with {WEIGHTS} and {CONFIG})"
+        )
     if os.path.isfile(os.path.join(path, WEIGHTS)):
         return path
     ckpts = os.path.join(path, "checkpoints")
@@ -101,7 +103,9 @@ def resolve(path: str) -> str:
         steps = sorted(d for d in os.listdir(ckpts) if os.path.isfile(os.path.join(ckpts, d, WEIGHTS)))
         if steps:
             return os.path.join(ckpts, steps[-1])
-    raise FileNotFoundError(f"{os.path.join(path, WEIGHTS)}: not found (is {path} an nfeval run or checkpoint?)")
+    raise FileNotFoundError(
+        f"{os.path.join(path, WEIGHTS)}: not found (is {path} an nfeval run or checkpoint?)"
+    )
 
 
 def read_config(directory: str) -> tuple[ModelConfig, dict[str, Any]]:
@@ -126,7 +130,10 @@ def load_state(directory: str, model: torch.nn.Module) -> dict[str, torch.Tensor
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     if missing:
-        raise ValueError(f"{path}: tensor {missing[0]!r} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise ValueError(
+            f"{path}: tensor {missing[0]!r} is missing"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
     unexpected = sorted(set(state) - set(expected))
     if unexpected:
         raise ValueError(f"{path}: unexpected tensor {unexpected[0]!r} (config.json does not describe it)")
@@ -169,4 +176,6 @@ def load(
     if fold_head_scale:
         model.fold_head_scale()
     model.to(device=device, dtype=dtype).eval()
-    return Checkpoint(model=model, tokenizer=tokenizer, config=cfg, path=directory, fingerprint=fingerprint, meta=meta)
+    return Checkpoint(
+        model=model, tokenizer=tokenizer, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
+    )

@@ -56,7 +56,7 @@ def spearman(labels: Sequence, preds: Sequence) -> float:
     return _correlation(stats.spearmanr, labels, preds)
 
 
-# task -> dev split -> {metric name: function}. Split names match nfeval.glue_data's task specs.
+# task -> dev split -> {metric name: function}. Split names match nfeval.glue.data's task specs.
 SPLIT_METRICS: dict[str, dict[str, dict]] = {
     "cola": {"dev": {"mcc": mcc}},
     "sst2": {"dev": {"accuracy": accuracy}},
@@ -70,8 +70,14 @@ SPLIT_METRICS: dict[str, dict[str, dict]] = {
 
 # The metric that picks the best epoch and the best learning rate.
 MAIN_METRIC = {
-    "cola": "mcc", "sst2": "accuracy", "mrpc": "f1", "stsb": "pearson",
-    "qqp": "f1", "mnli": "accuracy_m", "qnli": "accuracy", "rte": "accuracy",
+    "cola": "mcc",
+    "sst2": "accuracy",
+    "mrpc": "f1",
+    "stsb": "pearson",
+    "qqp": "f1",
+    "mnli": "accuracy_m",
+    "qnli": "accuracy",
+    "rte": "accuracy",
 }
 
 
@@ -80,7 +86,9 @@ def compute(task: str, labels: Mapping[str, Sequence], preds: Mapping[str, Seque
     out: dict[str, float] = {}
     for split, fns in SPLIT_METRICS[task].items():
         if len(labels[split]) != len(preds[split]):
-            raise ValueError(f"{task} {split}: {len(preds[split])} predictions for {len(labels[split])} labels")
+            raise ValueError(
+                f"{task} {split}: {len(preds[split])} predictions for {len(labels[split])} labels"
+            )
         for name, fn in fns.items():
             out[name] = fn(labels[split], preds[split])
     return out

@@ -64,9 +64,13 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         cfg = self.cfg
         B, T, C = x.shape
-        q, k, v = (t.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        q, k, v = (
+            t.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
+        )
         y = F.scaled_dot_product_attention(
-            q, k, v,
+            q,
+            k,
+            v,
             attn_mask=attn_mask,
             dropout_p=cfg.attn_dropout if self.training else 0.0,
             is_causal=cfg.causal and attn_mask is None,
@@ -222,7 +226,9 @@ class Transformer(nn.Module):
         """Returns logits (B, T, vocab)."""
         return self.lm_logits(self.encode(idx, padding_mask))
 
-    def loss(self, idx: torch.Tensor, targets: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def loss(
+        self, idx: torch.Tensor, targets: torch.Tensor, padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Returns mean cross-entropy over targets != -100 (logits computed only where needed)."""
         hidden = self.encode(idx, padding_mask)
         keep = targets != -100
@@ -267,8 +273,10 @@ class SequenceClassifier(nn.Module):
         """Returns (B, num_labels) scores."""
         hidden = self.transformer.encode(idx, padding_mask)
         if self.transformer.cfg.causal:
-            last = (padding_mask.long().sum(1) - 1) if padding_mask is not None else torch.full(
-                (idx.shape[0],), idx.shape[1] - 1, device=idx.device
+            last = (
+                (padding_mask.long().sum(1) - 1)
+                if padding_mask is not None
+                else torch.full((idx.shape[0],), idx.shape[1] - 1, device=idx.device)
             )
             pooled = hidden[torch.arange(idx.shape[0], device=idx.device), last]
         else:

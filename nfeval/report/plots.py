@@ -12,7 +12,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
-from .artifacts import atomic_write_bytes
+from ..artifacts import atomic_write_bytes
 
 
 def save_png(fig: Figure, path: str) -> str:
@@ -32,14 +32,24 @@ def plot_curves(comparison: dict[str, Any], path: str) -> str:
     hours = longest >= 360
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     panels = fig.subplots(1, 2, sharey=True)
-    for ax, axis, label in zip(panels, ("flops", "wall_s"), ("training FLOPs", f"training wall-clock ({'h' if hours else 's'})")):
+    for ax, axis, label in zip(
+        panels, ("flops", "wall_s"), ("training FLOPs", f"training wall-clock ({'h' if hours else 's'})")
+    ):
         scale = 3600 if axis == "wall_s" and hours else 1
         for row in runs:
             points = [p for p in row["val"] if p["val_ppl"] is not None]
             baseline = " (baseline)" if row["name"] == comparison["baseline"] else ""
-            ax.plot([p[axis] / scale for p in points], [p["val_ppl"] for p in points], marker="o", ms=3, label=row["name"] + baseline)
+            ax.plot(
+                [p[axis] / scale for p in points],
+                [p["val_ppl"] for p in points],
+                marker="o",
+                ms=3,
+                label=row["name"] + baseline,
+            )
         ax.axhline(comparison["target_val_ppl"], ls="--", lw=0.8, color="grey", label="baseline's best")
-        ax.axvline(comparison["budget"][axis] / scale, ls=":", lw=0.8, color="black", label="equal-compute budget")
+        ax.axvline(
+            comparison["budget"][axis] / scale, ls=":", lw=0.8, color="black", label="equal-compute budget"
+        )
         ax.set_xlabel(label)
         ax.set_yscale("log")
         for ticks in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
@@ -51,7 +61,9 @@ def plot_curves(comparison: dict[str, Any], path: str) -> str:
     return save_png(fig, path)
 
 
-def plot_bars(columns: list[str], rows: list[tuple[str, list[float | None]]], path: str, title: str, ylabel: str) -> str:
+def plot_bars(
+    columns: list[str], rows: list[tuple[str, list[float | None]]], path: str, title: str, ylabel: str
+) -> str:
     """Draws a grouped bar chart, one group per column and one bar per (name, values) row; a missing
     value (None) gets no bar, never a zero-height one; returns ``path``."""
     fig = Figure(figsize=(max(6.0, 1.4 * len(columns) + 2), 4.2), layout="constrained")

@@ -28,12 +28,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .artifacts import atomic_write_json, hardware_key, provenance
-from .config import ModelConfig, load_json
+from ..artifacts import atomic_write_json, hardware_key, provenance
+from ..engine.config import ModelConfig, load_json
 
 AXES = ("flops", "wall_s")
 AXIS_LABELS = {"flops": "FLOPs", "wall_s": "time"}
-REQUIRED = {"train": ("step", "tokens", "wall_s", "flops"), "val": ("step", "tokens", "wall_s", "flops", "val_ppl")}
+REQUIRED = {
+    "train": ("step", "tokens", "wall_s", "flops"),
+    "val": ("step", "tokens", "wall_s", "flops", "val_ppl"),
+}
 NOT_REACHED = "not reached"
 
 
@@ -66,7 +69,9 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: not found (expected the metrics.jsonl that nfeval train writes)") from None
+        raise FileNotFoundError(
+            f"{path}: not found (expected the metrics.jsonl that nfeval train writes)"
+        ) from None
     last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
     points: dict[str, dict[int, dict]] = {"train": {}, "val": {}}
     warnings = []
@@ -90,7 +95,9 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
             if key == "val_ppl" and _number(value) and math.isnan(value):
                 value = record[key] = math.inf  # a diverged run: never reaches anything
             if not _number(value) or value < 0 or (key != "val_ppl" and not math.isfinite(value)):
-                raise ValueError(f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a non-negative number")
+                raise ValueError(
+                    f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a non-negative number"
+                )
         points[kind][int(record["step"])] = {**record, "line": lineno}
     val, train = ([by_step[s] for s in sorted(by_step)] for by_step in (points["val"], points["train"]))
     for series in (val, train):  # interpolation needs cumulative, strictly increasing compute
@@ -134,10 +141,16 @@ def load_run(run_dir: str, name: str | None = None) -> Run:
     config_path = os.path.join(run_dir, "config.json")
     config = load_json(config_path)
     model = config.get("model")
-    architecture = ModelConfig.from_dict(model, source=f"{config_path} field 'model'").architecture if isinstance(model, dict) else None
+    architecture = (
+        ModelConfig.from_dict(model, source=f"{config_path} field 'model'").architecture
+        if isinstance(model, dict)
+        else None
+    )
     hw = (config.get("compute") or {}).get("hardware") or (config.get("provenance") or {}).get("hardware")
     if not isinstance(hw, dict):
-        warnings.append(f"{config_path}: no 'compute.hardware' or 'provenance.hardware'; wall-clock comparison unverified")
+        warnings.append(
+            f"{config_path}: no 'compute.hardware' or 'provenance.hardware'; wall-clock comparison unverified"
+        )
     progress = {p["step"]: p for p in val} | {p["step"]: p for p in train}
     return Run(
         name=name or os.path.basename(os.path.normpath(run_dir)),
@@ -178,8 +191,15 @@ def crossing(val: list[dict], target: float) -> dict[str, Any] | None:
         if i == 0:
             return {"bound": "at_most", **{k: point[k] for k in ("step", "tokens", *AXES)}}
         prev = val[i - 1]
-        t = 1.0 if math.isinf(prev["val_ppl"]) else (prev["val_ppl"] - target) / (prev["val_ppl"] - point["val_ppl"])
-        return {"bound": "interpolated", **{k: prev[k] + t * (point[k] - prev[k]) for k in ("step", "tokens", *AXES)}}
+        t = (
+            1.0
+            if math.isinf(prev["val_ppl"])
+            else (prev["val_ppl"] - target) / (prev["val_ppl"] - point["val_ppl"])
+        )
+        return {
+            "bound": "interpolated",
+            **{k: prev[k] + t * (point[k] - prev[k]) for k in ("step", "tokens", *AXES)},
+        }
     return None
 
 
@@ -197,17 +217,29 @@ def _check_comparable(runs: list[Run]) -> list[str]:
     keys = {run.name: run.hardware for run in runs}
     if len(set(keys.values())) > 1:
         detail = "; ".join(f"{name}: {key or 'unknown'}" for name, key in keys.items())
-        warnings.append(f"runs were measured on different hardware ({detail}): the wall-clock comparison is meaningless, FLOPs still hold")
+        warnings.append(
+            f"runs were measured on different hardware ({detail}): the wall-clock comparison is meaningless, FLOPs still hold"
+        )
     shas = {run.name: run.tokenizer_sha256 for run in runs if run.tokenizer_sha256}
     if len(set(shas.values())) > 1:
-        warnings.append(f"runs use different tokenizers ({', '.join(shas)}): their per-token perplexities are not comparable")
-    sizes = {run.name: run.progress[-1]["tokens"] / run.progress[-1]["step"] for run in runs if run.progress[-1]["step"] > 0}
+        warnings.append(
+            f"runs use different tokenizers ({', '.join(shas)}): their per-token perplexities are not comparable"
+        )
+    sizes = {
+        run.name: run.progress[-1]["tokens"] / run.progress[-1]["step"]
+        for run in runs
+        if run.progress[-1]["step"] > 0
+    }
     if len({round(v) for v in sizes.values()}) > 1:
-        warnings.append("runs use different tokens per step: the per-step time overhead compares steps of different sizes")
+        warnings.append(
+            "runs use different tokens per step: the per-step time overhead compares steps of different sizes"
+        )
     return warnings
 
 
-def compare(run_dirs: list[str], baseline: str | None = None, names: list[str] | None = None) -> dict[str, Any]:
+def compare(
+    run_dirs: list[str], baseline: str | None = None, names: list[str] | None = None
+) -> dict[str, Any]:
     """Returns the compute-matched comparison of ``run_dirs`` as a JSON-safe dict (see the module docstring).
 
     ``baseline`` (a run dir or a name) defaults to the first run; it is added when not among ``run_dirs``.
@@ -218,14 +250,18 @@ def compare(run_dirs: list[str], baseline: str | None = None, names: list[str] |
     if not runs:
         raise ValueError("compare: no run directories given")
     if baseline is not None:
-        match = [r for r in runs if r.name == baseline or os.path.normpath(r.path) == os.path.normpath(baseline)]
+        match = [
+            r for r in runs if r.name == baseline or os.path.normpath(r.path) == os.path.normpath(baseline)
+        ]
         runs = match[:1] + [r for r in runs if r is not match[0]] if match else [load_run(baseline)] + runs
     if len({r.name for r in runs}) < len(runs):
         raise ValueError(f"compare: run names {[r.name for r in runs]} are not unique; pass --names")
     base = runs[0]
     finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
     if not finite:
-        raise ValueError(f"{os.path.join(base.path, 'metrics.jsonl')}: the baseline has no finite validation perplexity")
+        raise ValueError(
+            f"{os.path.join(base.path, 'metrics.jsonl')}: the baseline has no finite validation perplexity"
+        )
     best = min(finite, key=lambda p: p["val_ppl"])
     target = best["val_ppl"]
     budget = {axis: min(r.val[-1][axis] for r in runs) for axis in AXES}
@@ -235,36 +271,42 @@ def compare(run_dirs: list[str], baseline: str | None = None, names: list[str] |
         reached = crossing(run.val, target)
         finite_ppl = [p["val_ppl"] for p in run.val if math.isfinite(p["val_ppl"])]
         last = run.progress[-1]
-        rows.append({
-            "name": run.name,
-            "path": os.path.abspath(run.path),
-            "architecture": run.architecture,
-            "hardware": run.hardware,
-            "steps": last["step"],
-            "tokens": last["tokens"],
-            "flops": last["flops"],
-            "wall_s": last["wall_s"],
-            "best_val_ppl": min(finite_ppl, default=None),
-            "final_val_ppl": run.val[-1]["val_ppl"],
-            "step_time_s": run.step_time_s,
-            "step_time_overhead": run.step_time_s / base.step_time_s - 1 if run.step_time_s and base.step_time_s else None,
-            "at_equal": {axis: _at_budget(run, axis, budget[axis]) for axis in AXES},
-            "val": [{k: p[k] for k in ("step", "tokens", *AXES, "val_ppl")} for p in run.val],
-            "to_target": {
-                "reached": reached is not None,
-                **(reached or {}),
-                "fraction": {axis: reached[axis] / best[axis] if reached else None for axis in AXES},
-            },
-        })
-    return _json_safe({
-        "nfeval": {"provenance": provenance()},
-        "baseline": base.name,
-        "target_val_ppl": target,
-        "baseline_at_target": {k: best[k] for k in ("step", "tokens", *AXES)},
-        "budget": budget,
-        "warnings": warnings,
-        "runs": rows,
-    })
+        rows.append(
+            {
+                "name": run.name,
+                "path": os.path.abspath(run.path),
+                "architecture": run.architecture,
+                "hardware": run.hardware,
+                "steps": last["step"],
+                "tokens": last["tokens"],
+                "flops": last["flops"],
+                "wall_s": last["wall_s"],
+                "best_val_ppl": min(finite_ppl, default=None),
+                "final_val_ppl": run.val[-1]["val_ppl"],
+                "step_time_s": run.step_time_s,
+                "step_time_overhead": run.step_time_s / base.step_time_s - 1
+                if run.step_time_s and base.step_time_s
+                else None,
+                "at_equal": {axis: _at_budget(run, axis, budget[axis]) for axis in AXES},
+                "val": [{k: p[k] for k in ("step", "tokens", *AXES, "val_ppl")} for p in run.val],
+                "to_target": {
+                    "reached": reached is not None,
+                    **(reached or {}),
+                    "fraction": {axis: reached[axis] / best[axis] if reached else None for axis in AXES},
+                },
+            }
+        )
+    return _json_safe(
+        {
+            "nfeval": {"provenance": provenance()},
+            "baseline": base.name,
+            "target_val_ppl": target,
+            "baseline_at_target": {k: best[k] for k in ("step", "tokens", *AXES)},
+            "budget": budget,
+            "warnings": warnings,
+            "runs": rows,
+        }
+    )
 
 
 def _json_safe(obj: Any) -> Any:
@@ -326,38 +368,64 @@ def format_comparison(result: dict[str, Any]) -> str:
         f"equal-compute budget: {_sci(result['budget']['flops'])} FLOPs | {_hours(result['budget']['wall_s'])} of training time",
         "",
     ]
-    header = ["run", "arch", "steps", "tokens", "s/step", "overhead", "best ppl", "ppl@FLOPs", "ppl@time",
-              "tokens@time", "FLOPs to target", "time to target"]
+    header = [
+        "run",
+        "arch",
+        "steps",
+        "tokens",
+        "s/step",
+        "overhead",
+        "best ppl",
+        "ppl@FLOPs",
+        "ppl@time",
+        "tokens@time",
+        "FLOPs to target",
+        "time to target",
+    ]
     body = [header]
     for row in result["runs"]:
         overhead = row["step_time_overhead"]
-        body.append([
-            row["name"],
-            row["architecture"] or "–",
-            str(row["steps"]),
-            _si(row["tokens"]),
-            "–" if row["step_time_s"] is None else f"{row['step_time_s']:.4g}",
-            "–" if overhead is None else f"{overhead:+.1%}",
-            _ppl(row["best_val_ppl"]),
-            _ppl(row["at_equal"]["flops"]["val_ppl"]),
-            _ppl(row["at_equal"]["wall_s"]["val_ppl"]),
-            _si(row["at_equal"]["wall_s"]["tokens"]),
-            _fraction(row, "flops"),
-            _fraction(row, "wall_s"),
-        ])
+        body.append(
+            [
+                row["name"],
+                row["architecture"] or "–",
+                str(row["steps"]),
+                _si(row["tokens"]),
+                "–" if row["step_time_s"] is None else f"{row['step_time_s']:.4g}",
+                "–" if overhead is None else f"{overhead:+.1%}",
+                _ppl(row["best_val_ppl"]),
+                _ppl(row["at_equal"]["flops"]["val_ppl"]),
+                _ppl(row["at_equal"]["wall_s"]["val_ppl"]),
+                _si(row["at_equal"]["wall_s"]["tokens"]),
+                _fraction(row, "flops"),
+                _fraction(row, "wall_s"),
+            ]
+        )
     lines += table(body, right=set(range(2, len(header))))
-    lines += ["", "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by the first validation point)."]
+    lines += [
+        "",
+        "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by the first validation point).",
+    ]
     lines += [f"warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run dirs written by nfeval train; the first is the baseline")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run dirs written by nfeval train; the first is the baseline",
+    )
     p.add_argument("--baseline", metavar="RUN_DIR_OR_NAME", help="baseline run (default: the first RUN_DIR)")
-    p.add_argument("--names", nargs="+", metavar="NAME", help="display names, one per RUN_DIR (default: dir basenames)")
+    p.add_argument(
+        "--names", nargs="+", metavar="NAME", help="display names, one per RUN_DIR (default: dir basenames)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--out", metavar="FILE.json", help="also write the JSON to this file")
-    p.add_argument("--plot", metavar="FILE.png", help="also draw validation perplexity vs FLOPs and vs wall-clock")
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="also draw validation perplexity vs FLOPs and vs wall-clock"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

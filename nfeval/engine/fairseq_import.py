@@ -47,11 +47,16 @@ def _cfg_dict(ckpt: dict[str, Any]) -> dict[str, Any]:
 
 
 def convert_state_dict(
-    state: dict[str, torch.Tensor], hparams: dict[str, Any], source: str, head_scale_transpose_bug: bool = False
+    state: dict[str, torch.Tensor],
+    hparams: dict[str, Any],
+    source: str,
+    head_scale_transpose_bug: bool = False,
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Returns (config, nfeval state dict) for a fairseq decoder state dict; errors name ``source`` and the key."""
     if "decoder.embed_tokens.weight" not in state:
-        raise ValueError(f"{source}: no 'decoder.embed_tokens.weight': not a fairseq transformer_lm checkpoint")
+        raise ValueError(
+            f"{source}: no 'decoder.embed_tokens.weight': not a fairseq transformer_lm checkpoint"
+        )
     emb = state["decoder.embed_tokens.weight"]
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"decoder\.layers\.(\d+)\.", k))})
     if not layers:
@@ -61,15 +66,21 @@ def convert_state_dict(
     heads = state.get(first + "c_attn")
     n_head = heads.shape[0] if heads is not None else hparams.get("decoder_attention_heads")
     if n_head is None:
-        raise ValueError(f"{source}: cannot tell the number of heads (no c_attn and no decoder_attention_heads)")
+        raise ValueError(
+            f"{source}: cannot tell the number of heads (no c_attn and no decoder_attention_heads)"
+        )
     pad = int(hparams.get("pad", 1))
     learned = "decoder.embed_positions.weight" in state
-    max_len = (state["decoder.embed_positions.weight"].shape[0] - pad - 1) if learned else int(
-        hparams.get("max_target_positions") or hparams.get("tokens_per_sample") or 2048
+    max_len = (
+        (state["decoder.embed_positions.weight"].shape[0] - pad - 1)
+        if learned
+        else int(hparams.get("max_target_positions") or hparams.get("tokens_per_sample") or 2048)
     )
     out_proj = state.get("decoder.output_projection.weight")
     if out_proj is not None and not torch.equal(out_proj, emb):
-        raise ValueError(f"{source}: 'decoder.output_projection.weight' is not tied to the embeddings (unsupported)")
+        raise ValueError(
+            f"{source}: 'decoder.output_projection.weight' is not tied to the embeddings (unsupported)"
+        )
     cfg = ModelConfig(
         vocab_size=emb.shape[0],
         n_layer=len(layers),
@@ -77,7 +88,9 @@ def convert_state_dict(
         n_head=int(n_head),
         d_ffn=state[first + "fc1.weight"].shape[0],
         max_seq_len=max_len,
-        norm_position="pre" if hparams.get("decoder_normalize_before", "decoder.layer_norm.weight" in state) else "post",
+        norm_position="pre"
+        if hparams.get("decoder_normalize_before", "decoder.layer_norm.weight" in state)
+        else "post",
         final_norm="decoder.layer_norm.weight" in state,
         scale_attn=first + "attn_ln.weight" in state,
         scale_fc=first + "ffn_layernorm.weight" in state,
@@ -124,7 +137,9 @@ def load_fairseq(path: str, head_scale_transpose_bug: bool = False) -> Transform
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: fairseq checkpoint not found") from None
     except ModuleNotFoundError as e:
-        raise ValueError(f"{path}: unpickling needs module {e.name!r} (pip install omegaconf for fairseq >= 0.10)") from None
+        raise ValueError(
+            f"{path}: unpickling needs module {e.name!r} (pip install omegaconf for fairseq >= 0.10)"
+        ) from None
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise ValueError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
     cfg, state = convert_state_dict(ckpt["model"], _cfg_dict(ckpt), path, head_scale_transpose_bug)
@@ -134,7 +149,9 @@ def load_fairseq(path: str, head_scale_transpose_bug: bool = False) -> Transform
         if name not in expected:
             raise ValueError(f"{path}: converted tensor {name!r} has no place in the model")
         if t.shape != expected[name].shape:
-            raise ValueError(f"{path}: tensor {name!r} has shape {tuple(t.shape)}, expected {tuple(expected[name].shape)}")
+            raise ValueError(
+                f"{path}: tensor {name!r} has shape {tuple(t.shape)}, expected {tuple(expected[name].shape)}"
+            )
     missing = sorted(set(expected) - set(state))
     if missing:
         raise ValueError(f"{path}: no fairseq tensor for {missing[0]!r}")

@@ -108,15 +108,17 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "config") -> "ModelConfig":
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> ModelConfig:
         """Returns a config from a dict; unknown keys fail with a message naming ``source``."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"{source}: unknown model config field(s) {unknown}; expected a subset of {sorted(known)}")
+            raise ValueError(
+                f"{source}: unknown model config field(s) {unknown}; expected a subset of {sorted(known)}"
+            )
         return cls(**d)
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         """Returns a copy with the given fields changed."""
         return dataclasses.replace(self, **changes)
 
@@ -132,10 +134,18 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 ARCHITECTURES: dict[str, dict[str, Any]] = {
-    "prenorm": dict(norm_position="pre", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False),
-    "normformer": dict(norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=False),
-    "normformer-resscale": dict(norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=True),
-    "postnorm": dict(norm_position="post", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False),
+    "prenorm": dict(
+        norm_position="pre", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False
+    ),
+    "normformer": dict(
+        norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=False
+    ),
+    "normformer-resscale": dict(
+        norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=True
+    ),
+    "postnorm": dict(
+        norm_position="post", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False
+    ),
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

@@ -43,23 +43,103 @@ class TaskSpec:
 SPECS: dict[str, TaskSpec] = {
     s.name: s
     for s in [
-        TaskSpec("cola", "CoLA", (3,), 1, ("0", "1"), {"dev": "dev.tsv"}, False, 1e-5,
-                 ("sentence",), {"dev": "validation"}, num_columns=4),
-        TaskSpec("sst2", "SST-2", ("sentence",), "label", ("0", "1"), {"dev": "dev.tsv"}, True, 1e-5,
-                 ("sentence",), {"dev": "validation"}),
-        TaskSpec("mrpc", "MRPC", ("#1 String", "#2 String"), "Quality", ("0", "1"), {"dev": "dev.tsv"}, False, 1e-5,
-                 ("sentence1", "sentence2"), {"dev": "validation"}),
-        TaskSpec("stsb", "STS-B", ("sentence1", "sentence2"), "score", None, {"dev": "dev.tsv"}, False, 2e-5,
-                 ("sentence1", "sentence2"), {"dev": "validation"}),
-        TaskSpec("qqp", "QQP", ("question1", "question2"), "is_duplicate", ("0", "1"), {"dev": "dev.tsv"}, True, 1e-5,
-                 ("question1", "question2"), {"dev": "validation"}),
-        TaskSpec("mnli", "MNLI", ("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"),
-                 {"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"}, True, 1e-5,
-                 ("premise", "hypothesis"), {"dev_matched": "validation_matched", "dev_mismatched": "validation_mismatched"}),
-        TaskSpec("qnli", "QNLI", ("question", "sentence"), "label", ("entailment", "not_entailment"), {"dev": "dev.tsv"},
-                 True, 1e-5, ("question", "sentence"), {"dev": "validation"}),
-        TaskSpec("rte", "RTE", ("sentence1", "sentence2"), "label", ("entailment", "not_entailment"), {"dev": "dev.tsv"},
-                 False, 2e-5, ("sentence1", "sentence2"), {"dev": "validation"}),
+        TaskSpec(
+            "cola",
+            "CoLA",
+            (3,),
+            1,
+            ("0", "1"),
+            {"dev": "dev.tsv"},
+            False,
+            1e-5,
+            ("sentence",),
+            {"dev": "validation"},
+            num_columns=4,
+        ),
+        TaskSpec(
+            "sst2",
+            "SST-2",
+            ("sentence",),
+            "label",
+            ("0", "1"),
+            {"dev": "dev.tsv"},
+            True,
+            1e-5,
+            ("sentence",),
+            {"dev": "validation"},
+        ),
+        TaskSpec(
+            "mrpc",
+            "MRPC",
+            ("#1 String", "#2 String"),
+            "Quality",
+            ("0", "1"),
+            {"dev": "dev.tsv"},
+            False,
+            1e-5,
+            ("sentence1", "sentence2"),
+            {"dev": "validation"},
+        ),
+        TaskSpec(
+            "stsb",
+            "STS-B",
+            ("sentence1", "sentence2"),
+            "score",
+            None,
+            {"dev": "dev.tsv"},
+            False,
+            2e-5,
+            ("sentence1", "sentence2"),
+            {"dev": "validation"},
+        ),
+        TaskSpec(
+            "qqp",
+            "QQP",
+            ("question1", "question2"),
+            "is_duplicate",
+            ("0", "1"),
+            {"dev": "dev.tsv"},
+            True,
+            1e-5,
+            ("question1", "question2"),
+            {"dev": "validation"},
+        ),
+        TaskSpec(
+            "mnli",
+            "MNLI",
+            ("sentence1", "sentence2"),
+            "gold_label",
+            ("entailment", "neutral", "contradiction"),
+            {"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
+            True,
+            1e-5,
+            ("premise", "hypothesis"),
+            {"dev_matched": "validation_matched", "dev_mismatched": "validation_mismatched"},
+        ),
+        TaskSpec(
+            "qnli",
+            "QNLI",
+            ("question", "sentence"),
+            "label",
+            ("entailment", "not_entailment"),
+            {"dev": "dev.tsv"},
+            True,
+            1e-5,
+            ("question", "sentence"),
+            {"dev": "validation"},
+        ),
+        TaskSpec(
+            "rte",
+            "RTE",
+            ("sentence1", "sentence2"),
+            "label",
+            ("entailment", "not_entailment"),
+            {"dev": "dev.tsv"},
+            False,
+            2e-5,
+            ("sentence1", "sentence2"),
+            {"dev": "validation"},
+        ),
     ]
 }
 
@@ -102,7 +182,9 @@ def _parse_label(spec: TaskSpec, value: str, where: str):
         try:
             score = float(value)
         except ValueError:
-            raise ValueError(f"{where}: label {value!r} is not a number (expected an STS-B score in [0, 5])") from None
+            raise ValueError(
+                f"{where}: label {value!r} is not a number (expected an STS-B score in [0, 5])"
+            ) from None
         if not 0.0 <= score <= 5.0:
             raise ValueError(f"{where}: score {score} is outside [0, 5]")
         return score
@@ -138,7 +220,9 @@ def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
         wanted = [*spec.text_columns, spec.label_column]
         missing = [c for c in wanted if c not in header]
         if missing:
-            raise ValueError(f"{path}:1: header lacks column(s) {missing} (expected {wanted} among the columns)")
+            raise ValueError(
+                f"{path}:1: header lacks column(s) {missing} (expected {wanted} among the columns)"
+            )
         ncols, first = len(header), 1
         text_idx, label_idx = [header.index(c) for c in spec.text_columns], header.index(spec.label_column)
 
@@ -154,8 +238,14 @@ def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
         labels.append(_parse_label(spec, cols[label_idx], where))
     if not labels:
         raise ValueError(f"{path}: empty split: no examples" + (" after the header" if first else ""))
-    return Split(split, os.path.abspath(path), hashlib.sha256(raw).hexdigest(), columns[0],
-                 columns[1] if len(columns) > 1 else None, labels)
+    return Split(
+        split,
+        os.path.abspath(path),
+        hashlib.sha256(raw).hexdigest(),
+        columns[0],
+        columns[1] if len(columns) > 1 else None,
+        labels,
+    )
 
 
 def load_local(task: str, glue_dir: str) -> TaskData:
@@ -163,7 +253,9 @@ def load_local(task: str, glue_dir: str) -> TaskData:
     s = spec(task)
     folder = os.path.join(glue_dir, s.folder)
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{folder}: not found (expected the GLUE {task} folder with train.tsv and dev files)")
+        raise FileNotFoundError(
+            f"{folder}: not found (expected the GLUE {task} folder with train.tsv and dev files)"
+        )
     train = read_tsv(os.path.join(folder, "train.tsv"), s, "train")
     dev = {name: read_tsv(os.path.join(folder, fname), s, name) for name, fname in s.dev_files.items()}
     return TaskData(s, train, dev)
@@ -182,8 +274,14 @@ def _hub_split(s: TaskSpec, ds, name: str, hub_split: str) -> Split:
         if bad:
             raise ValueError(f"{where} row {i}: unknown label {y!r}")
     texts = [list(ds[c]) for c in s.hub_text_columns]
-    return Split(name, where, ds._fingerprint, texts[0], texts[1] if len(texts) > 1 else None,
-                 [float(y) if s.is_regression else int(y) for y in labels])
+    return Split(
+        name,
+        where,
+        ds._fingerprint,
+        texts[0],
+        texts[1] if len(texts) > 1 else None,
+        [float(y) if s.is_regression else int(y) for y in labels],
+    )
 
 
 def load_hub(task: str) -> TaskData:

@@ -83,7 +83,9 @@ def special_ids(tok: Tokenizer) -> SpecialIds:
 
     bos, eos, pad = first("<s>", GPT2_EOT), first("</s>", GPT2_EOT), first("<pad>")
     if bos is None or eos is None or pad is None:
-        raise ValueError("tokenizer has no BOS/EOS/PAD token: expected <s>, </s>, <pad> or GPT-2's <|endoftext|>")
+        raise ValueError(
+            "tokenizer has no BOS/EOS/PAD token: expected <s>, </s>, <pad> or GPT-2's <|endoftext|>"
+        )
     return SpecialIds(bos=bos, eos=eos, pad=pad, mask=first("<mask>"))
 
 

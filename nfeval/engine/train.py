@@ -29,7 +29,7 @@ measured matmul peak (1024² matmuls in the run's dtype, measured once per machi
 Resume. Checkpoints (``checkpoints/step_NNNNNNNN``: weights, config, tokenizer and
 ``training_state.pt`` with optimizer state, RNG states, step, samples consumed, counters) are
 written atomically. ``--resume`` continues from the newest one: the data position is the sample
-count (see ``nfeval.data``), the LR a function of the step, so a resumed fp32 CPU run reproduces the
+count (see ``nfeval.engine.data``), the LR a function of the step, so a resumed fp32 CPU run reproduces the
 uninterrupted run's losses bitwise. A non-finite loss or gradient norm stops the run before any
 further checkpoint is written, so the last checkpoint is the last good one.
 """
@@ -56,10 +56,25 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
+from ..artifacts import (
+    atomic_write_json,
+    atomic_write_text,
+    cache_dir,
+    hardware,
+    hardware_key,
+    provenance,
+)
 from . import checkpoint
-from .artifacts import atomic_write_json, atomic_write_text, cache_dir, hardware, hardware_key, provenance
 from .config import ModelConfig, load_json, parse_preset, preset
-from .data import Batches, TokenData, default_corpus, get_tokenizer, load_hf_corpus, load_text_corpus, token_shards
+from .data import (
+    Batches,
+    TokenData,
+    default_corpus,
+    get_tokenizer,
+    load_hf_corpus,
+    load_text_corpus,
+    token_shards,
+)
 from .model import Transformer, training_flops_per_token
 
 DTYPES = ("fp32", "bf16")
@@ -162,15 +177,19 @@ class TrainConfig:
         if self.seq_len is not None and self.seq_len < 2:
             raise ValueError(f"seq_len={self.seq_len!r}: expected at least 2")
         if not (self.lr > 0 and self.warmup >= 0 and 0 <= self.end_lr <= self.lr):
-            raise ValueError(f"lr={self.lr}, warmup={self.warmup}, end_lr={self.end_lr}: expected lr > 0, warmup >= 0, 0 <= end_lr <= lr")
+            raise ValueError(
+                f"lr={self.lr}, warmup={self.warmup}, end_lr={self.end_lr}: expected lr > 0, warmup >= 0, 0 <= end_lr <= lr"
+            )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str) -> "TrainConfig":
+    def from_dict(cls, d: dict[str, Any], source: str) -> TrainConfig:
         """Returns a TrainConfig from a dict; unknown keys fail naming ``source``."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"{source}: unknown training config field(s) {unknown}; expected a subset of {sorted(known)}")
+            raise ValueError(
+                f"{source}: unknown training config field(s) {unknown}; expected a subset of {sorted(known)}"
+            )
         return cls(**d)
 
 
@@ -197,13 +216,21 @@ def model_config(cfg: TrainConfig, tok_vocab: int, pad_id: int) -> ModelConfig:
     fields.update(cfg.model)
     mcfg = preset(cfg.preset, **fields)
     if mcfg.vocab_size < tok_vocab:
-        raise ValueError(f"model vocab_size={mcfg.vocab_size} is smaller than the tokenizer's {tok_vocab} tokens")
+        raise ValueError(
+            f"model vocab_size={mcfg.vocab_size} is smaller than the tokenizer's {tok_vocab} tokens"
+        )
     return mcfg
 
 
 def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
     """Returns the number of warmup steps (``warmup`` is steps if >= 1, else a fraction of the run)."""
-    return int(cfg.warmup) if cfg.warmup >= 1 else max(1, round(cfg.warmup * total_steps)) if cfg.warmup > 0 else 0
+    return (
+        int(cfg.warmup)
+        if cfg.warmup >= 1
+        else max(1, round(cfg.warmup * total_steps))
+        if cfg.warmup > 0
+        else 0
+    )
 
 
 def lr_at(cfg: TrainConfig, step: int, total_steps: int) -> float:
@@ -215,7 +242,9 @@ def lr_at(cfg: TrainConfig, step: int, total_steps: int) -> float:
     return (cfg.lr - cfg.end_lr) * remaining**cfg.lr_power + cfg.end_lr
 
 
-def steps_for_budget(cfg: TrainConfig, tokens_per_step: int, flops_per_step: float) -> tuple[int | None, dict[str, Any]]:
+def steps_for_budget(
+    cfg: TrainConfig, tokens_per_step: int, flops_per_step: float
+) -> tuple[int | None, dict[str, Any]]:
     """Returns (steps allowed by the step/token/FLOP budgets or None if only time is given, budget record)."""
     limits = {}
     if cfg.max_steps is not None:
@@ -237,7 +266,9 @@ def steps_for_budget(cfg: TrainConfig, tokens_per_step: int, flops_per_step: flo
 def check_warmup(cfg: TrainConfig, total_steps: int) -> None:
     """Raises ValueError when warmup does not leave room for decay."""
     if warmup_steps(cfg, total_steps) >= total_steps and cfg.warmup >= 1:
-        raise ValueError(f"impossible budget: warmup={cfg.warmup:g} steps is not shorter than the run ({total_steps} steps)")
+        raise ValueError(
+            f"impossible budget: warmup={cfg.warmup:g} steps is not shorter than the run ({total_steps} steps)"
+        )
 
 
 def peak_flops(cfg: TrainConfig, device: torch.device) -> tuple[float, str]:
@@ -258,7 +289,9 @@ def peak_flops(cfg: TrainConfig, device: torch.device) -> tuple[float, str]:
     return float(known[key]), "measured matmul peak (cached)"
 
 
-def measure_matmul_flops(device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 0.5) -> float:
+def measure_matmul_flops(
+    device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 0.5
+) -> float:
     """Returns the FLOP/s of repeated n×n matmuls on ``device`` (a practical peak for MFU)."""
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
@@ -301,7 +334,11 @@ def init_distributed(requested: str) -> Dist:
         raise ValueError(f"device={requested!r}: CUDA is not available on this machine")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return Dist(device=torch.device(requested if requested.startswith("cuda") else ("cuda" if want_cuda else "cpu")))
+        return Dist(
+            device=torch.device(
+                requested if requested.startswith("cuda") else ("cuda" if want_cuda else "cpu")
+            )
+        )
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local) if want_cuda else torch.device("cpu")
     if want_cuda:
@@ -343,7 +380,9 @@ def wrap(model: Transformer, cfg: TrainConfig, d: Dist) -> nn.Module:
             fully_shard(block, mesh=mesh)
         fully_shard(obj, mesh=mesh)
     elif d.on:
-        obj = nn.parallel.DistributedDataParallel(obj, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+        obj = nn.parallel.DistributedDataParallel(
+            obj, device_ids=[d.device.index] if d.device.type == "cuda" else None
+        )
     return obj
 
 
@@ -364,7 +403,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 def full_model_state(model: Transformer, cfg: TrainConfig, d: Dist) -> dict[str, torch.Tensor]:
     """Returns the full (unsharded) model state dict on CPU; collective under FSDP."""
     if d.on and cfg.fsdp:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
 
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     else:
@@ -375,16 +417,26 @@ def full_model_state(model: Transformer, cfg: TrainConfig, d: Dist) -> dict[str,
 def optimizer_state(obj: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, d: Dist) -> dict[str, Any]:
     """Returns the optimizer state to save (full, on rank 0, under FSDP; collective there)."""
     if d.on and cfg.fsdp:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
 
-        return get_optimizer_state_dict(obj, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return get_optimizer_state_dict(
+            obj, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
     return opt.state_dict()
 
 
-def load_optimizer_state(obj: nn.Module, opt: torch.optim.Optimizer, state: dict[str, Any], cfg: TrainConfig, d: Dist) -> None:
+def load_optimizer_state(
+    obj: nn.Module, opt: torch.optim.Optimizer, state: dict[str, Any], cfg: TrainConfig, d: Dist
+) -> None:
     """Restores optimizer state saved by ``optimizer_state``."""
     if d.on and cfg.fsdp:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
 
         set_optimizer_state_dict(obj, opt, state, options=StateDictOptions(full_state_dict=True))
     else:
@@ -393,7 +445,10 @@ def load_optimizer_state(obj: nn.Module, opt: torch.optim.Optimizer, state: dict
 
 def rng_state(d: Dist) -> list[dict[str, Any]]:
     """Returns every process's RNG states (rank order)."""
-    mine = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    mine = {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
     if not d.on:
         return [mine]
     everyone: list[Any] = [None] * d.world
@@ -404,7 +459,9 @@ def rng_state(d: Dist) -> list[dict[str, Any]]:
 def set_rng_state(states: list[dict[str, Any]], d: Dist) -> None:
     """Restores this process's RNG states from ``rng_state``'s list."""
     if len(states) != d.world:
-        raise ValueError(f"checkpoint was written by {len(states)} process(es); resume with the same number (now {d.world})")
+        raise ValueError(
+            f"checkpoint was written by {len(states)} process(es); resume with the same number (now {d.world})"
+        )
     mine = states[d.rank]
     torch.set_rng_state(mine["torch"])
     if mine["cuda"] is not None and torch.cuda.is_available():
@@ -416,7 +473,11 @@ def latest_checkpoint(out_dir: str) -> str | None:
     folder = os.path.join(out_dir, "checkpoints")
     if not os.path.isdir(folder):
         return None
-    done = sorted(n for n in os.listdir(folder) if n.startswith("step_") and os.path.isfile(os.path.join(folder, n, STATE)))
+    done = sorted(
+        n
+        for n in os.listdir(folder)
+        if n.startswith("step_") and os.path.isfile(os.path.join(folder, n, STATE))
+    )
     return os.path.join(folder, done[-1]) if done else None
 
 
@@ -432,7 +493,9 @@ def truncate_metrics(path: str, last_step: int) -> None:
 # ------------------------------------------------------------------------------------ the loop
 
 
-def evaluate(obj: nn.Module, batches: Batches, n: int, batch_size: int, cfg: TrainConfig, device: torch.device) -> float:
+def evaluate(
+    obj: nn.Module, batches: Batches, n: int, batch_size: int, cfg: TrainConfig, device: torch.device
+) -> float:
     """Returns the mean validation loss over the first ``n`` validation samples (the same on every rank).
 
     The samples and their MLM masks are drawn at once, so they do not depend on the batch size.
@@ -457,9 +520,15 @@ class Trainer:
             self.resume_from = latest_checkpoint(out_dir)
             saved = os.path.join(out_dir, checkpoint.CONFIG)
             if os.path.isfile(saved):  # the run's own config wins over what the command line says now
-                cfg = TrainConfig.from_dict(load_json(saved)["train"]["config"], source=f"{saved} field 'train.config'")
-        elif os.path.exists(os.path.join(out_dir, METRICS)) or os.path.exists(os.path.join(out_dir, checkpoint.CONFIG)):
-            raise ValueError(f"{out_dir}: already holds a run; pass --resume to continue it or choose another --out")
+                cfg = TrainConfig.from_dict(
+                    load_json(saved)["train"]["config"], source=f"{saved} field 'train.config'"
+                )
+        elif os.path.exists(os.path.join(out_dir, METRICS)) or os.path.exists(
+            os.path.join(out_dir, checkpoint.CONFIG)
+        ):
+            raise ValueError(
+                f"{out_dir}: already holds a run; pass --resume to continue it or choose another --out"
+            )
         cfg.validate()
         self.cfg = cfg
         self.d = init_distributed(cfg.device)
@@ -477,7 +546,9 @@ class Trainer:
         self.mcfg = model_config(cfg, self.tok.get_vocab_size(), self.tokens.specials.pad)
         self.seq_len = cfg.seq_len or self.mcfg.max_seq_len
         if self.seq_len > self.mcfg.max_seq_len:
-            raise ValueError(f"seq_len={self.seq_len} exceeds the model's max_seq_len={self.mcfg.max_seq_len}")
+            raise ValueError(
+                f"seq_len={self.seq_len} exceeds the model's max_seq_len={self.mcfg.max_seq_len}"
+            )
         self.global_batch = cfg.batch_size * cfg.grad_accum * d.world
         self.tokens_per_step = self.global_batch * self.seq_len
         self.flops_per_token = training_flops_per_token(self.mcfg, self.seq_len)
@@ -486,8 +557,18 @@ class Trainer:
         if self.total_steps is not None:
             check_warmup(cfg, self.total_steps)
         tok_vocab = self.tok.get_vocab_size()
-        self.train_batches = Batches(self.tokens.train, self.seq_len, self.mcfg.objective, self.tokens.specials, tok_vocab, cfg.seed)
-        self.valid_batches = Batches(self.tokens.valid, self.seq_len, self.mcfg.objective, self.tokens.specials, tok_vocab, cfg.seed, shuffle=False)
+        self.train_batches = Batches(
+            self.tokens.train, self.seq_len, self.mcfg.objective, self.tokens.specials, tok_vocab, cfg.seed
+        )
+        self.valid_batches = Batches(
+            self.tokens.valid,
+            self.seq_len,
+            self.mcfg.objective,
+            self.tokens.specials,
+            tok_vocab,
+            cfg.seed,
+            shuffle=False,
+        )
         self.n_eval = min(cfg.eval_samples, self.valid_batches.blocks.n_blocks)
 
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
@@ -520,7 +601,9 @@ class Trainer:
         timed_s = min(CALIBRATION_TIMED_SHARE * cfg.max_seconds, CALIBRATION_TIMED_CAP_S)
         times: list[float] = []
         n_warmup = None  # steps in the warm-up phase, known once it ends
-        with torch.random.fork_rng(devices=[d.device] if d.device.type == "cuda" else []):  # RNG restored on exit
+        with torch.random.fork_rng(
+            devices=[d.device] if d.device.type == "cuda" else []
+        ):  # RNG restored on exit
             while True:
                 t0 = time.perf_counter()
                 self.train_step(len(times), lr=0.0)
@@ -528,7 +611,11 @@ class Trainer:
                 times.append(time.perf_counter() - t0)
                 if n_warmup is None and len(times) >= CALIBRATION_WARMUP and sum(times) >= warmup_s:
                     n_warmup = len(times)
-                done = n_warmup is not None and len(times) - n_warmup >= cfg.calibration_steps and sum(times[n_warmup:]) >= timed_s
+                done = (
+                    n_warmup is not None
+                    and len(times) - n_warmup >= cfg.calibration_steps
+                    and sum(times[n_warmup:]) >= timed_s
+                )
                 if d.on:  # every process must run the same number of (collective) steps
                     flag = torch.tensor(float(done), device=d.device)
                     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
@@ -544,7 +631,9 @@ class Trainer:
         self.opt.state.clear()  # AdamW state is created lazily by the first step
         by_time = int(cfg.max_seconds // step_s)
         if by_time < 1:
-            raise ValueError(f"impossible budget: max_seconds={cfg.max_seconds} is less than one step ({step_s:.3g} s per step)")
+            raise ValueError(
+                f"impossible budget: max_seconds={cfg.max_seconds} is less than one step ({step_s:.3g} s per step)"
+            )
         self.budget["steps_by_budget"]["max_seconds"] = by_time
         self.total_steps = min(self.budget["steps_by_budget"].values())
         check_warmup(cfg, self.total_steps)
@@ -562,7 +651,9 @@ class Trainer:
         """Runs one optimizer update on the global batch of ``step``; returns (loss, grad norm) tensors."""
         cfg, d = self.cfg, self.d
         B = cfg.batch_size
-        x_all, y_all = self.train_batches.get(step * self.global_batch, self.global_batch, mask_seed=(cfg.seed << 32) + step)
+        x_all, y_all = self.train_batches.get(
+            step * self.global_batch, self.global_batch, mask_seed=(cfg.seed << 32) + step
+        )
         n_targets = max(int((y_all != -100).sum()), 1)
         for group in self.opt.param_groups:
             group["lr"] = lr
@@ -608,7 +699,11 @@ class Trainer:
             "flops_per_token": self.flops_per_token,
             "peak_flops": self.peak,
             "peak_flops_source": self.peak_source,
-            "data": {"corpus": self.corpus.describe(), "tokens": self.tokens.describe(), "tokenizer_vocab": self.tok.get_vocab_size()},
+            "data": {
+                "corpus": self.corpus.describe(),
+                "tokens": self.tokens.describe(),
+                "tokenizer_vocab": self.tok.get_vocab_size(),
+            },
         }
         compute = {
             "steps": self.step,
@@ -618,7 +713,11 @@ class Trainer:
             "device_hours": self.wall_s * self.d.world / 3600,
             "hardware": hardware(),
         }
-        return {"train": train, "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint), "compute": compute}
+        return {
+            "train": train,
+            "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint),
+            "compute": compute,
+        }
 
     def save_checkpoint(self) -> None:
         """Writes ``checkpoints/step_N`` atomically (a temp folder renamed into place)."""
@@ -633,8 +732,15 @@ class Trainer:
             shutil.rmtree(tmp, ignore_errors=True)
             checkpoint.save(tmp, self.cpu_model(state), self.tok, self.meta())
             torch.save(
-                {"step": self.step, "samples": self.step * self.global_batch, "wall_s": self.wall_s, "total_steps": self.total_steps,
-                 "calibration": self.calibration, "optimizer": opt_state, "rng": rng},
+                {
+                    "step": self.step,
+                    "samples": self.step * self.global_batch,
+                    "wall_s": self.wall_s,
+                    "total_steps": self.total_steps,
+                    "calibration": self.calibration,
+                    "optimizer": opt_state,
+                    "rng": rng,
+                },
                 os.path.join(tmp, STATE),
             )
             shutil.rmtree(final, ignore_errors=True)
@@ -664,12 +770,19 @@ class Trainer:
 
     def validate_now(self, bar: tqdm) -> float:
         # Eager module: a compiled one would recompile for no_grad and the last partial batch.
-        val = evaluate(self.wrapped, self.valid_batches, self.n_eval, self.cfg.batch_size, self.cfg, self.d.device)
+        val = evaluate(
+            self.wrapped, self.valid_batches, self.n_eval, self.cfg.batch_size, self.cfg, self.d.device
+        )
         self.log({"kind": "val", **self.counters(), "val_loss": val, "val_ppl": math.exp(min(val, 700))}, bar)
         return val
 
     def counters(self) -> dict[str, Any]:
-        return {"step": self.step, "tokens": self.step * self.tokens_per_step, "wall_s": self.wall_s, "flops": self.step * self.flops_per_step}
+        return {
+            "step": self.step,
+            "tokens": self.step * self.tokens_per_step,
+            "wall_s": self.wall_s,
+            "flops": self.step * self.flops_per_step,
+        }
 
     def run(self) -> dict[str, Any]:
         """Trains to the end of the budget; returns the run summary. Raises TrainingDiverged on NaN/inf."""
@@ -677,12 +790,27 @@ class Trainer:
         if d.main:
             os.makedirs(self.out_dir, exist_ok=True)
             truncate_metrics(os.path.join(self.out_dir, METRICS), self.step)
-            for stale in glob.glob(os.path.join(self.out_dir, "checkpoints", ".tmp-*")):  # from a killed checkpoint write
+            for stale in glob.glob(
+                os.path.join(self.out_dir, "checkpoints", ".tmp-*")
+            ):  # from a killed checkpoint write
                 shutil.rmtree(stale, ignore_errors=True)
-            atomic_write_json(os.path.join(self.out_dir, checkpoint.CONFIG), {**self.meta(), "model": self.mcfg.to_dict()})
+            atomic_write_json(
+                os.path.join(self.out_dir, checkpoint.CONFIG), {**self.meta(), "model": self.mcfg.to_dict()}
+            )
             atomic_write_text(os.path.join(self.out_dir, checkpoint.TOKENIZER), self.tok.to_str(pretty=True))
-        bar = tqdm(total=self.total_steps, initial=self.step, disable=not (d.main and cfg.progress), desc="train", unit="step")
-        iv_loss, iv_norm, iv_steps, iv_wall = torch.zeros((), device=d.device), torch.zeros((), device=d.device), 0, 0.0
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            disable=not (d.main and cfg.progress),
+            desc="train",
+            unit="step",
+        )
+        iv_loss, iv_norm, iv_steps, iv_wall = (
+            torch.zeros((), device=d.device),
+            torch.zeros((), device=d.device),
+            0,
+            0.0,
+        )
         val_loss = None
         t0 = time.perf_counter()
         while self.step < self.total_steps:
@@ -716,8 +844,18 @@ class Trainer:
                 )
             if boundary(cfg.log_interval):
                 tps = iv_steps * self.tokens_per_step / max(iv_wall, 1e-9)
-                self.log({"kind": "train", **self.counters(), "lr": lr, "loss": mean_loss, "grad_norm": mean_norm,
-                          "tokens_per_s": tps, "mfu": tps * self.flops_per_token / (self.peak * d.world)}, bar)
+                self.log(
+                    {
+                        "kind": "train",
+                        **self.counters(),
+                        "lr": lr,
+                        "loss": mean_loss,
+                        "grad_norm": mean_norm,
+                        "tokens_per_s": tps,
+                        "mfu": tps * self.flops_per_token / (self.peak * d.world),
+                    },
+                    bar,
+                )
                 bar.set_postfix(loss=f"{mean_loss:.3f}")
                 iv_loss.zero_(), iv_norm.zero_()
                 iv_steps, iv_wall = 0, 0.0
@@ -734,8 +872,12 @@ class Trainer:
         if d.main:
             fingerprint = checkpoint.save(self.out_dir, self.cpu_model(state), self.tok, self.meta())
         summary = {
-            "out_dir": self.out_dir, "fingerprint": fingerprint, **self.counters(), "total_steps": self.total_steps,
-            "val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 700)),
+            "out_dir": self.out_dir,
+            "fingerprint": fingerprint,
+            **self.counters(),
+            "total_steps": self.total_steps,
+            "val_loss": val_loss,
+            "val_ppl": math.exp(min(val_loss, 700)),
         }
         if d.on:
             dist.barrier()
@@ -764,8 +906,15 @@ def finished_summary(out_dir: str) -> dict[str, Any] | None:
         with jsonlines.open(os.path.join(out_dir, METRICS)) as reader:
             vals = [r for r in reader if r.get("kind") == "val"]
     val = vals[-1]["val_loss"] if vals else None
-    return {"out_dir": out_dir, "fingerprint": meta.get("fingerprint"), "step": compute["steps"], **{k: compute[k] for k in ("tokens", "wall_s", "flops")},
-            "total_steps": meta["train"]["total_steps"], "val_loss": val, "val_ppl": math.exp(min(val, 700)) if val is not None else None}
+    return {
+        "out_dir": out_dir,
+        "fingerprint": meta.get("fingerprint"),
+        "step": compute["steps"],
+        **{k: compute[k] for k in ("tokens", "wall_s", "flops")},
+        "total_steps": meta["train"]["total_steps"],
+        "val_loss": val,
+        "val_ppl": math.exp(min(val, 700)) if val is not None else None,
+    }
 
 
 # ---------------------------------------------------------------------------------------- CLI
@@ -776,28 +925,68 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--config", help="JSON file of TrainConfig fields; command-line flags override it")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="model config override, e.g. dropout=0.1 (repeatable)")
-    p.add_argument("--preset", help="model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="model config override, e.g. dropout=0.1 (repeatable)",
+    )
+    p.add_argument(
+        "--preset", help="model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)"
+    )
     p.add_argument("--objective", choices=["clm", "mlm"])
     p.add_argument("--train-data", help="text file or folder (documents separated by blank lines)")
-    p.add_argument("--valid-data", help="validation text file or folder (default: last 5%% of the training documents)")
+    p.add_argument(
+        "--valid-data", help="validation text file or folder (default: last 5%% of the training documents)"
+    )
     p.add_argument("--hf-dataset", help="Hugging Face dataset name (needs the hub or a local cache)")
     p.add_argument("--hf-config")
     p.add_argument("--text-column")
-    p.add_argument("--tokenizer", help="tokenizer.json or a folder with GPT-2's encoder.json + vocab.bpe (default: train a BPE)")
+    p.add_argument(
+        "--tokenizer",
+        help="tokenizer.json or a folder with GPT-2's encoder.json + vocab.bpe (default: train a BPE)",
+    )
     p.add_argument("--vocab-size", type=int, help="BPE vocabulary size when training a tokenizer")
-    for name in ("batch_size", "seq_len", "grad_accum", "max_steps", "calibration_steps", "log_interval", "eval_interval",
-                 "eval_samples", "ckpt_interval", "seed"):
+    for name in (
+        "batch_size",
+        "seq_len",
+        "grad_accum",
+        "max_steps",
+        "calibration_steps",
+        "log_interval",
+        "eval_interval",
+        "eval_samples",
+        "ckpt_interval",
+        "seed",
+    ):
         p.add_argument("--" + name.replace("_", "-"), type=int)
-    for name in ("max_tokens", "max_flops", "max_seconds", "lr", "warmup", "end_lr", "lr_power", "beta1", "beta2", "eps",
-                 "weight_decay", "clip_grad", "peak_flops"):
+    for name in (
+        "max_tokens",
+        "max_flops",
+        "max_seconds",
+        "lr",
+        "warmup",
+        "end_lr",
+        "lr_power",
+        "beta1",
+        "beta2",
+        "eps",
+        "weight_decay",
+        "clip_grad",
+        "peak_flops",
+    ):
         p.add_argument("--" + name.replace("_", "-"), type=float)
     p.add_argument("--dtype", choices=DTYPES)
     p.add_argument("--device", help="auto (default), cpu or cuda")
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     p.add_argument("--fsdp", action="store_true", default=None, help="shard with FSDP2 under torchrun")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar"
+    )
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

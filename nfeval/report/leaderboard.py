@@ -32,10 +32,10 @@ from typing import Any
 
 import tasks as nf_tasks
 
-from .artifacts import atomic_write_text, provenance
-from .config import load_json
-from .glue_data import TASKS as GLUE_TASKS
-from .glue_metrics import SPLIT_METRICS
+from ..artifacts import atomic_write_text, provenance
+from ..engine.config import load_json
+from ..glue.data import TASKS as GLUE_TASKS
+from ..glue.metrics import SPLIT_METRICS
 
 ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
 # Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
@@ -43,9 +43,21 @@ EXTRA_ZEROSHOT_TASKS = ("storycloze_2018", "corpus_cloze")
 # The metrics the GLUE leaderboard averages into a task's score: those glue.py computes per task.
 GLUE_SCORE_METRICS = {t: tuple(n for fns in SPLIT_METRICS[t].values() for n in fns) for t in GLUE_TASKS}
 TITLES = {
-    "hellaswag": "HellaSwag", "piqa": "PIQA", "winogrande": "WinoGrande", "storycloze_2016": "StoryCloze",
-    "storycloze_2018": "StoryCloze 2018", "corpus_cloze": "Corpus cloze", "openbookqa": "OpenBookQA", "cola": "CoLA", "sst2": "SST-2",
-    "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE",
+    "hellaswag": "HellaSwag",
+    "piqa": "PIQA",
+    "winogrande": "WinoGrande",
+    "storycloze_2016": "StoryCloze",
+    "storycloze_2018": "StoryCloze 2018",
+    "corpus_cloze": "Corpus cloze",
+    "openbookqa": "OpenBookQA",
+    "cola": "CoLA",
+    "sst2": "SST-2",
+    "mrpc": "MRPC",
+    "stsb": "STS-B",
+    "qqp": "QQP",
+    "mnli": "MNLI",
+    "qnli": "QNLI",
+    "rte": "RTE",
 }
 # GPT-3 scored cloze-style tasks per token, so the corpus cloze task follows that convention too.
 GPT3_METRICS = {**nf_tasks.GPT3_METRIC, "corpus_cloze": "acc_per_token"}
@@ -54,7 +66,12 @@ METRIC_PRESETS = {
     "acc": dict.fromkeys(GPT3_METRICS, "acc"),
     "acc_norm": dict.fromkeys(GPT3_METRICS, "acc_norm"),
 }
-GROUP_MEASURES = {"compute": "device_hours", "device-hours": "device_hours", "flops": "flops", "tokens": "tokens"}
+GROUP_MEASURES = {
+    "compute": "device_hours",
+    "device-hours": "device_hours",
+    "flops": "flops",
+    "tokens": "tokens",
+}
 GROUP_UNITS = {"device_hours": "device-hours", "flops": "FLOPs", "tokens": "tokens"}
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "leaderboards" / "reference"
 MISSING = "–"
@@ -62,16 +79,21 @@ MISSING = "–"
 
 # ---------------------------------------------------------------- reading, strictly on what we use
 
+
 def _describe(keys: list[str]) -> str:
     return ".".join(str(k) for k in keys)
 
 
-def _get(data: Any, keys: list[str], path: str, kind: type | tuple, expected: str, required: bool = True) -> Any:
+def _get(
+    data: Any, keys: list[str], path: str, kind: type | tuple, expected: str, required: bool = True
+) -> Any:
     """Returns ``data[k0][k1]…``; raises ValueError naming ``path`` and the key when missing (if required) or mistyped."""
     value = data
     for i, key in enumerate(keys):
         if not isinstance(value, dict):
-            raise ValueError(f"{path}: key {_describe(keys[:i])!r} is a {type(value).__name__}, expected an object")
+            raise ValueError(
+                f"{path}: key {_describe(keys[:i])!r} is a {type(value).__name__}, expected an object"
+            )
         if key not in value or value[key] is None:
             if required:
                 raise ValueError(f"{path}: key {_describe(keys)!r} is missing; expected {expected}")
@@ -86,7 +108,9 @@ def _get(data: Any, keys: list[str], path: str, kind: type | tuple, expected: st
 def _score(data: Any, keys: list[str], path: str, low: float = 0.0) -> float:
     value = _get(data, keys, path, (int, float), f"a number in [{low:g}, 1]")
     if not low <= value <= 1:
-        raise ValueError(f"{path}: key {_describe(keys)!r} is {value!r}; expected a number in [{low:g}, 1] (a fraction, not percent)")
+        raise ValueError(
+            f"{path}: key {_describe(keys)!r} is {value!r}; expected a number in [{low:g}, 1] (a fraction, not percent)"
+        )
     return float(value)
 
 
@@ -100,7 +124,9 @@ def _model_block(data: dict, path: str) -> dict[str, Any]:
         "parameters": _get(data, base + ["parameters"], path, int, "an integer", required=False),
     }
     if not info["fingerprint"] and not info["path"]:
-        raise ValueError(f"{path}: key 'nfeval.model.fingerprint' is missing; expected the model's fingerprint (or at least 'nfeval.model.path')")
+        raise ValueError(
+            f"{path}: key 'nfeval.model.fingerprint' is missing; expected the model's fingerprint (or at least 'nfeval.model.path')"
+        )
     _get(data, base + ["compute"], path, dict, "an object", required=False)
     for key in ("tokens", "flops", "device_hours"):
         info[key] = _get(data, base + ["compute", key], path, (int, float), "a number", required=False)
@@ -110,7 +136,10 @@ def _model_block(data: dict, path: str) -> dict[str, Any]:
 def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str, Any]]:
     """Returns {canonical task: {"metrics": lm-eval metric dict, "subset": bool, "source": path}} of a zero-shot file."""
     results = _get(data, ["results"], path, dict, "lm-eval's per-task results object")
-    aliases = _get(data, ["nfeval", "tasks"], path, dict, "an object {task name: canonical task}", required=False) or {}
+    aliases = (
+        _get(data, ["nfeval", "tasks"], path, dict, "an object {task name: canonical task}", required=False)
+        or {}
+    )
     canonical_names = ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS
     for name in aliases:
         _get(data, ["nfeval", "tasks", name], path, str, "the canonical task name (a string)")
@@ -120,7 +149,9 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
     for name in results:
         canonical = aliases.get(name, name)
         if canonical not in canonical_names:
-            warnings.append(f"{path}: ignored task {name!r} (not one of {canonical_names}; name its canonical task in 'nfeval.tasks')")
+            warnings.append(
+                f"{path}: ignored task {name!r} (not one of {canonical_names}; name its canonical task in 'nfeval.tasks')"
+            )
             continue
         metrics = _get(data, ["results", name], path, dict, "an object of lm-eval metrics")
         if canonical in tasks:
@@ -168,7 +199,9 @@ def _reference_path(spec: str) -> str:
         if (folder / f"{spec}.json").is_file():
             return str(folder / f"{spec}.json")
     known = sorted(p.stem for p in REFERENCE_DIR.glob("*.json"))
-    raise FileNotFoundError(f"--reference {spec}: no such file; expected a path to a reference JSON or one of {known}")
+    raise FileNotFoundError(
+        f"--reference {spec}: no such file; expected a path to a reference JSON or one of {known}"
+    )
 
 
 def load_reference(spec: str) -> dict[str, Any]:
@@ -184,7 +217,9 @@ def load_reference(spec: str) -> dict[str, Any]:
     tasks = _get(data, ["tasks"], path, dict, "an object {canonical task: {metric, convention}}")
     for task in tasks:
         if task not in ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS:
-            raise ValueError(f"{path}: key 'tasks.{task}' is not a canonical task; expected one of {ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS}")
+            raise ValueError(
+                f"{path}: key 'tasks.{task}' is not a canonical task; expected one of {ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS}"
+            )
         _get(data, ["tasks", task, "metric"], path, str, "the lm-eval metric following the same convention")
         _get(data, ["tasks", task, "convention"], path, str, "a description of the scoring convention")
     models = _get(data, ["models"], path, list, "a list of models")
@@ -199,16 +234,31 @@ def load_reference(spec: str) -> dict[str, Any]:
                 raise ValueError(f"{path}: key 'models.{i}.scores.{task}' names a task missing from 'tasks'")
             value = _get(entry, keys + ["scores", task], path, (int, float), f"a number in [0, {scale:g}]")
             if not 0 <= value <= scale:
-                raise ValueError(f"{path}: key 'models.{i}.scores.{task}' is {value!r}; expected a number in [0, {scale:g}] ({units})")
+                raise ValueError(
+                    f"{path}: key 'models.{i}.scores.{task}' is {value!r}; expected a number in [0, {scale:g}] ({units})"
+                )
         if _get(entry, keys + ["parameters"], path, int, "the parameter count (a positive integer)") <= 0:
-            raise ValueError(f"{path}: key 'models.{i}.parameters' is {model['parameters']!r}; expected a positive integer")
-        rows.append({
-            "name": _get(entry, keys + ["name"], path, str, "the model's name"),
-            "parameters": _get(entry, keys + ["parameters"], path, int, "the parameter count (a positive integer)"),
-            "tokens": _get(entry, keys + ["tokens"], path, (int, float), "a number", required=False),
-            "scores": {task: value / scale for task, value in scores.items()},
-        })
-    return {"name": name, "citation": citation, "architecture": data.get("architecture"), "tasks": tasks, "models": rows, "path": path}
+            raise ValueError(
+                f"{path}: key 'models.{i}.parameters' is {model['parameters']!r}; expected a positive integer"
+            )
+        rows.append(
+            {
+                "name": _get(entry, keys + ["name"], path, str, "the model's name"),
+                "parameters": _get(
+                    entry, keys + ["parameters"], path, int, "the parameter count (a positive integer)"
+                ),
+                "tokens": _get(entry, keys + ["tokens"], path, (int, float), "a number", required=False),
+                "scores": {task: value / scale for task, value in scores.items()},
+            }
+        )
+    return {
+        "name": name,
+        "citation": citation,
+        "architecture": data.get("architecture"),
+        "tasks": tasks,
+        "models": rows,
+        "path": path,
+    }
 
 
 def nearest_by_size(reference_models: list[dict], sizes: list[int]) -> list[dict]:
@@ -216,11 +266,15 @@ def nearest_by_size(reference_models: list[dict], sizes: list[int]) -> list[dict
     all of them when no size is known."""
     if not sizes:
         return list(reference_models)
-    picked = {min(range(len(reference_models)), key=lambda i: abs(math.log(reference_models[i]["parameters"] / n))) for n in sizes}
+    picked = {
+        min(range(len(reference_models)), key=lambda i: abs(math.log(reference_models[i]["parameters"] / n)))
+        for n in sizes
+    }
     return [m for i, m in enumerate(reference_models) if i in picked]
 
 
 # ---------------------------------------------------------------- building the board
+
 
 def _default_name(info: dict[str, Any]) -> str:
     if not info["path"]:
@@ -246,7 +300,9 @@ def _collect(paths: list[str], warnings: list[str]) -> list[dict[str, Any]]:
         for task, entry in tasks.items():
             if task in model[kind]:
                 other = model[kind][task]["source"]
-                raise ValueError(f"{path}: task {task!r} of model {key[:12]} is also in {other}; pass one result per task")
+                raise ValueError(
+                    f"{path}: task {task!r} of model {key[:12]} is also in {other}; pass one result per task"
+                )
             model[kind][task] = entry
     return list(models.values())
 
@@ -257,11 +313,19 @@ def _zeroshot_cell(entry: dict | None, metric: str, warnings: list[str]) -> dict
     key = f"{metric},none"
     if key not in entry["metrics"]:
         have = sorted(k.split(",")[0] for k in entry["metrics"] if "stderr" not in k)
-        warnings.append(f"{entry['source']}: key 'results.{entry['task']}.{key}' is missing (has {have}); shown as {MISSING}")
+        warnings.append(
+            f"{entry['source']}: key 'results.{entry['task']}.{key}' is missing (has {have}); shown as {MISSING}"
+        )
         return None
-    value = _score({"results": {entry["task"]: entry["metrics"]}}, ["results", entry["task"], key], entry["source"])
+    value = _score(
+        {"results": {entry["task"]: entry["metrics"]}}, ["results", entry["task"], key], entry["source"]
+    )
     stderr = entry["metrics"].get(f"{metric}_stderr,none")
-    return {"value": value, "stderr": stderr if isinstance(stderr, (int, float)) else None, "subset": entry["subset"]}
+    return {
+        "value": value,
+        "stderr": stderr if isinstance(stderr, (int, float)) else None,
+        "subset": entry["subset"],
+    }
 
 
 def _glue_cell(entry: dict | None, task: str, metric: str, warnings: list[str]) -> dict[str, Any] | None:
@@ -275,8 +339,14 @@ def _glue_cell(entry: dict | None, task: str, metric: str, warnings: list[str]) 
         return None
     missing = [m for m in GLUE_SCORE_METRICS[task] if m not in entry["best"]]
     if missing:
-        warnings.append(f"{source}: key 'tasks.{task}.best.{missing[0]}' is missing; no GLUE average for this model")
-    parts = [_score(wrapped, ["tasks", task, "best", m], source, low=-1.0) for m in GLUE_SCORE_METRICS[task] if m not in missing]
+        warnings.append(
+            f"{source}: key 'tasks.{task}.best.{missing[0]}' is missing; no GLUE average for this model"
+        )
+    parts = [
+        _score(wrapped, ["tasks", task, "best", m], source, low=-1.0)
+        for m in GLUE_SCORE_METRICS[task]
+        if m not in missing
+    ]
     return {
         "value": _score(wrapped, ["tasks", task, "best", metric], source, low=-1.0),
         "stderr": None,
@@ -305,7 +375,9 @@ def _groups(rows: list[dict], measure: str | None, tolerance: float) -> None:
     unit = GROUP_UNITS[measure]
     for group in groups:
         low, high = group[0][measure], group[-1][measure]
-        label = _compute(low, measure) if low == high else f"{_compute(low, measure)}–{_compute(high, measure)}"
+        label = (
+            _compute(low, measure) if low == high else f"{_compute(low, measure)}–{_compute(high, measure)}"
+        )
         for row in group:
             row["group"] = f"≈ {label} {unit}"
     for row in rows:
@@ -316,10 +388,17 @@ def _groups(rows: list[dict], measure: str | None, tolerance: float) -> None:
 
 def _row(model: dict[str, Any], name: str) -> dict[str, Any]:
     return {
-        "name": name, "fingerprint": model.get("fingerprint"), "path": model.get("path"),
-        "parameters": model.get("parameters"), "architecture": model.get("architecture"),
-        "tokens": model.get("tokens"), "flops": model.get("flops"), "device_hours": model.get("device_hours"),
-        "group": None, "reference": None, "sources": model.get("sources", []),
+        "name": name,
+        "fingerprint": model.get("fingerprint"),
+        "path": model.get("path"),
+        "parameters": model.get("parameters"),
+        "architecture": model.get("architecture"),
+        "tokens": model.get("tokens"),
+        "flops": model.get("flops"),
+        "device_hours": model.get("device_hours"),
+        "group": None,
+        "reference": None,
+        "sources": model.get("sources", []),
     }
 
 
@@ -336,10 +415,14 @@ def build(
     warnings: list[str] = []
     models = _collect(paths, warnings)
     if names is not None and len(names) != len(models):
-        raise ValueError(f"--names: {len(names)} names for {len(models)} models (rows are joined by fingerprint)")
+        raise ValueError(
+            f"--names: {len(names)} names for {len(models)} models (rows are joined by fingerprint)"
+        )
     labels = names or [_default_name(m) for m in models]
-    labels = [f"{label} ({m['fingerprint'][:8]})" if labels.count(label) > 1 and m["fingerprint"] else label
-              for label, m in zip(labels, models)]
+    labels = [
+        f"{label} ({m['fingerprint'][:8]})" if labels.count(label) > 1 and m["fingerprint"] else label
+        for label, m in zip(labels, models)
+    ]
     metrics = dict(GPT3_METRICS)
     for spec in metric or ["gpt3"]:
         if spec in METRIC_PRESETS:
@@ -348,7 +431,9 @@ def build(
             task, value = spec.split("=", 1)
             metrics[task] = value
         else:
-            raise ValueError(f"--metric {spec}: expected one of {sorted(METRIC_PRESETS)} or TASK=METRIC with TASK in {sorted(metrics)}")
+            raise ValueError(
+                f"--metric {spec}: expected one of {sorted(METRIC_PRESETS)} or TASK=METRIC with TASK in {sorted(metrics)}"
+            )
     measure = None if group_by == "none" else GROUP_MEASURES[group_by]
     board: dict[str, Any] = {
         "nfeval": {"provenance": provenance(), "inputs": list(paths)},
@@ -372,7 +457,9 @@ def build(
     return board
 
 
-def _zeroshot_table(models: list[tuple[dict, str]], metrics: dict[str, str], warnings: list[str]) -> dict[str, Any]:
+def _zeroshot_table(
+    models: list[tuple[dict, str]], metrics: dict[str, str], warnings: list[str]
+) -> dict[str, Any]:
     present = {t for m, _ in models for t in m["zeroshot"]}
     tasks = list(ZEROSHOT_TASKS) + [t for t in EXTRA_ZEROSHOT_TASKS if t in present]
     rows = []
@@ -391,12 +478,22 @@ def _reference_rows(table: dict[str, Any], reference: dict | None) -> list[dict[
         return []
     metric = {c["task"]: c["metric"] for c in table["columns"]}
     rows = []
-    for model in nearest_by_size(reference["models"], [r["parameters"] for r in table["rows"] if r["parameters"]]):
-        row = _row({"parameters": model["parameters"], "architecture": reference["architecture"], "tokens": model["tokens"]}, model["name"])
+    for model in nearest_by_size(
+        reference["models"], [r["parameters"] for r in table["rows"] if r["parameters"]]
+    ):
+        row = _row(
+            {
+                "parameters": model["parameters"],
+                "architecture": reference["architecture"],
+                "tokens": model["tokens"],
+            },
+            model["name"],
+        )
         row["reference"] = reference["name"]
         row["scores"] = {
             t: {"value": model["scores"][t], "stderr": None, "subset": False}
-            if t in model["scores"] and reference["tasks"][t]["metric"] == metric[t] else None
+            if t in model["scores"] and reference["tasks"][t]["metric"] == metric[t]
+            else None
             for t in metric
         }
         row["average"] = _average(row["scores"], ZEROSHOT_TASKS)
@@ -414,10 +511,14 @@ def _glue_table(models: list[tuple[dict, str]], warnings: list[str]) -> dict[str
         task_scores = [cell and cell["task_score"] for cell in row["scores"].values()]
         row["average"] = mean(task_scores) if all(v is not None for v in task_scores) else None
         rows.append(row)
-    return {"columns": [{"task": t, "title": TITLES[t], "metric": column_metric[t]} for t in tasks], "rows": rows}
+    return {
+        "columns": [{"task": t, "title": TITLES[t], "metric": column_metric[t]} for t in tasks],
+        "rows": rows,
+    }
 
 
 # ---------------------------------------------------------------- rendering
+
 
 def _si(x: float | None) -> str:
     if x is None:
@@ -451,12 +552,22 @@ def _markdown_table(table: dict[str, Any]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|---|---:|---|" + "---:|" * (len(header) - 3)]
     group = None
     for row in table["rows"]:
-        label = f"*reference: {row['reference']}*" if row["reference"] else (f"**{row['group']}**" if row["group"] else None)
+        label = (
+            f"*reference: {row['reference']}*"
+            if row["reference"]
+            else (f"**{row['group']}**" if row["group"] else None)
+        )
         if label and label != group:
             lines.append("| " + " | ".join([label] + [""] * (len(header) - 1)) + " |")
             group = label
-        cells = [row["name"], _si(row["parameters"]), row["architecture"] or MISSING, _si(row["tokens"]),
-                 _compute(row["flops"], "flops"), _compute(row["device_hours"], "device_hours")]
+        cells = [
+            row["name"],
+            _si(row["parameters"]),
+            row["architecture"] or MISSING,
+            _si(row["tokens"]),
+            _compute(row["flops"], "flops"),
+            _compute(row["device_hours"], "device_hours"),
+        ]
         cells += [_cell(row["scores"][c["task"]]) for c in table["columns"]]
         cells.append(MISSING if row["average"] is None else f"{100 * row['average']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
@@ -476,13 +587,23 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
     ref = board["reference"]
     if ref:
         columns = {c["task"]: c["metric"] for c in table["columns"]}
-        placed = [f"{TITLES[t]} {spec['split']} ({spec['convention']}: {spec['metric']})" if spec.get("split") else
-                  f"{TITLES[t]} ({spec['convention']}: {spec['metric']})" for t, spec in ref["tasks"].items()]
-        differ = [TITLES[t] for t, spec in ref["tasks"].items() if columns.get(t) not in (None, spec["metric"])]
-        notes.append(f"{ref['name']} rows: {ref['citation']}, the sizes nearest ours. Each reference number sits under the "
-                     f"column whose metric follows the same convention: {'; '.join(placed)}.")
+        placed = [
+            f"{TITLES[t]} {spec['split']} ({spec['convention']}: {spec['metric']})"
+            if spec.get("split")
+            else f"{TITLES[t]} ({spec['convention']}: {spec['metric']})"
+            for t, spec in ref["tasks"].items()
+        ]
+        differ = [
+            TITLES[t] for t, spec in ref["tasks"].items() if columns.get(t) not in (None, spec["metric"])
+        ]
+        notes.append(
+            f"{ref['name']} rows: {ref['citation']}, the sizes nearest ours. Each reference number sits under the "
+            f"column whose metric follows the same convention: {'; '.join(placed)}."
+        )
         if differ:
-            notes.append(f"{ref['name']} cells are {MISSING} for {', '.join(differ)}: this table's metric there follows another convention.")
+            notes.append(
+                f"{ref['name']} cells are {MISSING} for {', '.join(differ)}: this table's metric there follows another convention."
+            )
     return notes
 
 
@@ -493,13 +614,19 @@ def _sources(board: dict[str, Any]) -> list[str]:
             if row["reference"] or row["name"] in seen:
                 continue
             seen.add(row["name"])
-            fingerprint = f"fingerprint `{row['fingerprint'][:16]}`" if row["fingerprint"] else "no fingerprint"
+            fingerprint = (
+                f"fingerprint `{row['fingerprint'][:16]}`" if row["fingerprint"] else "no fingerprint"
+            )
             lines.append(f"- {row['name']}: {fingerprint}; {', '.join(row['sources'])}")
     return lines
 
 
-def render_markdown(board: dict[str, Any], title: str = "Leaderboard", images: dict[str, str] | None = None,
-                    comparison: str | None = None) -> str:
+def render_markdown(
+    board: dict[str, Any],
+    title: str = "Leaderboard",
+    images: dict[str, str] | None = None,
+    comparison: str | None = None,
+) -> str:
     """Returns the leaderboard as markdown: a zero-shot and/or a GLUE table, notes under each, sources last.
     ``images`` maps "zeroshot"/"curves" to a PNG file name to link; ``comparison`` is a compare table (text)."""
     images = images or {}
@@ -511,17 +638,25 @@ def render_markdown(board: dict[str, Any], title: str = "Leaderboard", images: d
             lines += [f"![Zero-shot accuracy]({images['zeroshot']})", ""]
     if "glue" in board:
         lines += ["## GLUE", ""] + _markdown_table(board["glue"]) + [""]
-        lines += [f"- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column names its metric. "
-                  f"{MISSING}: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean of a task's "
-                  f"metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and mismatched); "
-                  f"{MISSING} unless every task shown is present.", ""]
+        lines += [
+            f"- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column names its metric. "
+            f"{MISSING}: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean of a task's "
+            f"metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and mismatched); "
+            f"{MISSING} unless every task shown is present.",
+            "",
+        ]
     if comparison or "curves" in images:
         lines += ["## Training runs at equal compute", ""]
         lines += ["```text", comparison, "```", ""] if comparison else []
-        lines += [f"![Validation perplexity vs compute]({images['curves']})", ""] if "curves" in images else []
+        lines += (
+            [f"![Validation perplexity vs compute]({images['curves']})", ""] if "curves" in images else []
+        )
     if board["group_by"]:
-        lines += [f"Rows are grouped by training {GROUP_UNITS[board['group_by']]}: a group holds runs within its range "
-                  "(compute-matched).", ""]
+        lines += [
+            f"Rows are grouped by training {GROUP_UNITS[board['group_by']]}: a group holds runs within its range "
+            "(compute-matched).",
+            "",
+        ]
     lines += ["## Sources", ""] + _sources(board)
     return "\n".join(lines) + "\n"
 
@@ -529,14 +664,38 @@ def render_markdown(board: dict[str, Any], title: str = "Leaderboard", images: d
 def render_csv(board: dict[str, Any]) -> str:
     """Returns one CSV row per model (reference rows included) with raw fractions; missing scores are empty."""
     tables = [(name, board[name]) for name in ("zeroshot", "glue") if name in board]
-    header = ["model", "reference", "group", "parameters", "architecture", "tokens", "flops", "device_hours", "fingerprint"]
+    header = [
+        "model",
+        "reference",
+        "group",
+        "parameters",
+        "architecture",
+        "tokens",
+        "flops",
+        "device_hours",
+        "fingerprint",
+    ]
     for name, table in tables:
         header += [f"{c['task']}/{c['metric']}" for c in table["columns"]] + [f"{name}_average"]
     rows: dict[str, dict[str, Any]] = {}
     for name, table in tables:
         for row in table["rows"]:
-            out = rows.setdefault(row["name"], {k: row[k] for k in ("reference", "group", "parameters", "architecture",
-                                                                  "tokens", "flops", "device_hours", "fingerprint")})
+            out = rows.setdefault(
+                row["name"],
+                {
+                    k: row[k]
+                    for k in (
+                        "reference",
+                        "group",
+                        "parameters",
+                        "architecture",
+                        "tokens",
+                        "flops",
+                        "device_hours",
+                        "fingerprint",
+                    )
+                },
+            )
             out["model"] = row["name"]
             for c in table["columns"]:
                 cell = row["scores"][c["task"]]
@@ -550,8 +709,13 @@ def render_csv(board: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def render(board: dict[str, Any], fmt: str, title: str = "Leaderboard", images: dict[str, str] | None = None,
-           comparison: str | None = None) -> str:
+def render(
+    board: dict[str, Any],
+    fmt: str,
+    title: str = "Leaderboard",
+    images: dict[str, str] | None = None,
+    comparison: str | None = None,
+) -> str:
     """Returns ``board`` rendered as ``fmt`` (md, csv or json)."""
     if fmt == "md":
         return render_markdown(board, title, images, comparison)
@@ -560,7 +724,9 @@ def render(board: dict[str, Any], fmt: str, title: str = "Leaderboard", images: 
     return json.dumps(board, indent=2, default=str) + "\n"
 
 
-def write(board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard", comparison: dict | None = None) -> str:
+def write(
+    board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard", comparison: dict | None = None
+) -> str:
     """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
     (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered text."""
     from .plots import plot_bars, plot_curves
@@ -569,10 +735,20 @@ def write(board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard",
     stem = os.path.splitext(out)[0]
     if fmt == "md" and "zeroshot" in board:
         table = board["zeroshot"]
-        bars = [(r["name"], [None if r["scores"][c["task"]] is None else 100 * r["scores"][c["task"]]["value"]
-                             for c in table["columns"]]) for r in table["rows"]]
+        bars = [
+            (
+                r["name"],
+                [
+                    None if r["scores"][c["task"]] is None else 100 * r["scores"][c["task"]]["value"]
+                    for c in table["columns"]
+                ],
+            )
+            for r in table["rows"]
+        ]
         columns = [f"{c['title']}\n{c['metric']}" for c in table["columns"]]
-        images["zeroshot"] = os.path.basename(plot_bars(columns, bars, f"{stem}_zeroshot.png", "Zero-shot accuracy", "accuracy (%)"))
+        images["zeroshot"] = os.path.basename(
+            plot_bars(columns, bars, f"{stem}_zeroshot.png", "Zero-shot accuracy", "accuracy (%)")
+        )
     if fmt == "md" and comparison:
         from .compare import format_comparison
 
@@ -584,24 +760,51 @@ def write(board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard",
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="+", metavar="RESULTS", help="zero-shot results JSON and/or GLUE summary JSON files")
-    p.add_argument("--out", metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots")
+    p.add_argument(
+        "results", nargs="+", metavar="RESULTS", help="zero-shot results JSON and/or GLUE summary JSON files"
+    )
+    p.add_argument(
+        "--out", metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots"
+    )
     p.add_argument("--format", choices=("md", "csv", "json"), help="default: from --out's suffix, else md")
-    p.add_argument("--names", nargs="+", metavar="NAME", help="row names, one per model in order of first appearance")
+    p.add_argument(
+        "--names", nargs="+", metavar="NAME", help="row names, one per model in order of first appearance"
+    )
     p.add_argument("--reference", metavar="gpt3|PATH", help="add the reference rows nearest in size to ours")
-    p.add_argument("--metric", action="append", metavar="PRESET|TASK=METRIC",
-                   help="zero-shot metric per column: gpt3 (default), acc, acc_norm, or e.g. hellaswag=acc_norm; repeatable")
-    p.add_argument("--group-by", choices=("none", *GROUP_MEASURES), default="none",
-                   help="group compute-matched rows (compute = device-hours, the paper's equal GPU time)")
-    p.add_argument("--group-tolerance", type=float, default=0.1, help="relative spread within a group (default 0.1)")
-    p.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="also plot validation perplexity vs compute for these runs")
+    p.add_argument(
+        "--metric",
+        action="append",
+        metavar="PRESET|TASK=METRIC",
+        help="zero-shot metric per column: gpt3 (default), acc, acc_norm, or e.g. hellaswag=acc_norm; repeatable",
+    )
+    p.add_argument(
+        "--group-by",
+        choices=("none", *GROUP_MEASURES),
+        default="none",
+        help="group compute-matched rows (compute = device-hours, the paper's equal GPU time)",
+    )
+    p.add_argument(
+        "--group-tolerance", type=float, default=0.1, help="relative spread within a group (default 0.1)"
+    )
+    p.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="also plot validation perplexity vs compute for these runs",
+    )
     p.add_argument("--title", default="Leaderboard", help="markdown title")
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = args.format or {".csv": "csv", ".json": "json"}.get(os.path.splitext(args.out or "")[1], "md")
-    board = build(args.results, names=args.names, reference=args.reference, metric=args.metric,
-                  group_by=args.group_by, group_tolerance=args.group_tolerance)
+    board = build(
+        args.results,
+        names=args.names,
+        reference=args.reference,
+        metric=args.metric,
+        group_by=args.group_by,
+        group_tolerance=args.group_tolerance,
+    )
     for w in board["warnings"]:
         print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
     comparison = None

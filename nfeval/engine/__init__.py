@@ -1,0 +1,1 @@
+"""The training and inference engine: config, model, tokenization, data, checkpoints, training."""

@@ -1,0 +1,30 @@
+"""The one error contract of every command.
+
+Bad input from the user (a missing or malformed file, a bad flag or config value, a checkpoint that
+cannot be trusted or read) raises a ``UserError`` subclass whose message names the file, the line or
+field, and what was expected. The CLI prints such an error as one line and exits with status 2; any
+other exception is a bug and shows its traceback (``NFEVAL_TRACEBACK=1`` shows it for ``UserError``
+too). Each kind also subclasses the builtin it refines, so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, without a traceback, exit status 2."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config field, preset or command-line value is unknown, of the wrong type or out of range."""
+
+
+class DataError(UserError, ValueError):
+    """A data or results file is malformed; the message names the file, the line and the field."""
+
+
+class MissingDataError(UserError, FileNotFoundError):
+    """A file or folder the command needs does not exist; the message says what was expected there."""
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint is corrupt, truncated, untrusted or does not match its recorded fingerprint."""

@@ -1,0 +1,1 @@
+"""GLUE: data readers, metrics (scikit-learn) and the fine-tuning learning-rate sweep."""

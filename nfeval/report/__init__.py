@@ -1,0 +1,1 @@
+"""Reports: compute-matched comparisons, leaderboards, plots."""
