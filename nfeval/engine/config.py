@@ -191,6 +191,9 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
 # --- typed validation of config dataclasses ---------------------------------------------------------------
 
 
+CONFIG_NAMES = {"ModelConfig": "model config", "TrainConfig": "training config"}
+
+
 def _type_name(tp: Any) -> str:
     """Returns a reader's name for an annotation: 'an integer', 'a number or null', ..."""
     args = typing.get_args(tp)
@@ -238,7 +241,7 @@ def check_fields(
     unknown = sorted(set(values) - set(hints))
     if unknown:
         raise ConfigError(
-            f"{where(unknown[0])}: unknown {cls.__name__} field(s) {unknown}; expected a subset of {sorted(hints)}"
+            f"{where(unknown[0])}: unknown {CONFIG_NAMES.get(cls.__name__, cls.__name__)} field(s) {unknown}; expected a subset of {sorted(hints)}"
         )
     out = {}
     for name, value in values.items():

@@ -100,7 +100,8 @@ class TrainConfig:
             raise ConfigError("no budget: give at least one of max_steps, max_tokens, max_flops, max_seconds")
         for name in budgets:
             if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise bad(name, "a positive number (an impossible budget)")
+                where = sources.get(name, "config")
+                raise ConfigError(f"{where}: impossible budget: {name}={getattr(self, name)!r}, expected > 0")
         if self.seq_len is not None and self.seq_len < 2:
             raise bad("seq_len", "at least 2")
         if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB:
