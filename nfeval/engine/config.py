@@ -29,8 +29,8 @@ MODEL_CHOICES = {
     "positions": POSITION_TYPES,
     "objective": OBJECTIVES,
 }
-# The sizes: a stored config without them describes no model (they have no silent defaults).
-REQUIRED_MODEL_FIELDS = ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn", "max_seq_len")
+# The sizes that shape the weights: a stored config without them describes no model (no silent defaults).
+REQUIRED_MODEL_FIELDS = ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn")
 
 
 @dataclass
@@ -72,7 +72,7 @@ class ModelConfig:
     def validate(self, source: str = "ModelConfig") -> None:
         """Raises ConfigError naming ``source`` and the first field of the wrong type or out of range."""
         check_fields(type(self), self.__dict__, source, choices=MODEL_CHOICES)
-        for name in REQUIRED_MODEL_FIELDS:
+        for name in (*REQUIRED_MODEL_FIELDS, "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{source}: {name}={getattr(self, name)!r}: expected a positive integer")
         for name in ("dropout", "attn_dropout"):
