@@ -27,7 +27,6 @@ from typing import Any
 
 import datasets
 
-
 from nfeval.errors import DataError
 from nfeval.errors import MissingDataError as MissingData  # a task's local files are absent
 

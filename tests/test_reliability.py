@@ -181,8 +181,9 @@ def _probe_cases(ckpt, tmp_path):
     weights = trunc / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     yield ["zeroshot", "--ckpt", str(trunc), "--tasks", "piqa"], f"{weights}: truncated or corrupt"
-    for field, value, shown in (("n_head", "four", "n_head='four'"), ("n_layer", "2", "n_layer='2'"),
-                                ("dropout", None, "dropout=None"), ("d_model", ..., "['d_model']")):  # fmt: skip
+    probes = [("n_head", "four", "n_head='four'"), ("n_layer", "2", "n_layer='2'"),
+              ("dropout", None, "dropout=None"), ("d_model", ..., "['d_model']")]  # fmt: skip
+    for field, value, shown in probes:
         bad = shutil.copytree(ckpt, tmp_path / f"bad_{field}")
         edit_config(bad, **{field: value})
         yield ["info", str(bad)], shown
@@ -267,8 +268,8 @@ def test_zeroshot_scores_a_fairseq_file(tiny_clm_ckpt, tmp_path, monkeypatch):
     fs_dir = tmp_path / "fairseq"
     fs_dir.mkdir()
     cfg = ours.config
-    torch.save({"model": to_fairseq(ours.model), "args": None, "cfg": {"model": {"no_scale_embedding": True}}},
-               fs_dir / "model.pt")  # fmt: skip
+    fs_cfg = {"model": {"no_scale_embedding": True}}
+    torch.save({"model": to_fairseq(ours.model), "args": None, "cfg": fs_cfg}, fs_dir / "model.pt")
     assert not cfg.scale_embedding and cfg.positions == "learned"
     shutil.copy(os.path.join(tiny_clm_ckpt, "tokenizer.json"), fs_dir / "tokenizer.json")
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])

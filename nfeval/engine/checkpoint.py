@@ -120,12 +120,13 @@ def read_config(directory: str) -> tuple[ModelConfig, dict[str, Any]]:
 
 
 def check_fingerprint(directory: str, meta: dict[str, Any], fingerprint: str) -> None:
-    """Raises CheckpointError when config.json records a fingerprint other than the weights' ``fingerprint``."""
+    """Raises CheckpointError when config.json's recorded fingerprint differs from the weights' one."""
     recorded = meta.get("fingerprint")
     if recorded is not None and recorded != fingerprint:
         raise CheckpointError(
-            f"{os.path.join(directory, WEIGHTS)}: fingerprint mismatch: the weights hash to {fingerprint[:16]}…, "
-            f"{CONFIG} records {str(recorded)[:16]}… (the file was modified or damaged after saving)"
+            f"{os.path.join(directory, WEIGHTS)}: fingerprint mismatch: the weights hash to "
+            f"{fingerprint[:16]}…, {CONFIG} records {str(recorded)[:16]}… "
+            "(the file was modified or damaged after saving)"
         )
 
 

@@ -205,7 +205,7 @@ def _type_name(tp: Any) -> str:
 
 
 def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Returns (accepted, value) for ``value`` against annotation ``tp``; an int is widened where a float is."""
+    """Returns (accepted, value) for ``value`` against annotation ``tp`` (an int is widened to a float)."""
     if tp is Any:
         return True, value
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
@@ -241,7 +241,8 @@ def check_fields(
     unknown = sorted(set(values) - set(hints))
     if unknown:
         raise ConfigError(
-            f"{where(unknown[0])}: unknown {CONFIG_NAMES.get(cls.__name__, cls.__name__)} field(s) {unknown}; expected a subset of {sorted(hints)}"
+            f"{where(unknown[0])}: unknown {CONFIG_NAMES.get(cls.__name__, cls.__name__)} field(s) "
+            f"{unknown}; expected a subset of {sorted(hints)}"
         )
     out = {}
     for name, value in values.items():

@@ -42,8 +42,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> 
     """
     if vocab_size < MIN_BPE_VOCAB:
         raise ConfigError(
-            f"vocab_size={vocab_size}: expected at least {MIN_BPE_VOCAB} (256 bytes + {len(FAIRSEQ_SPECIALS)} "
-            "special tokens) for a byte-level BPE"
+            f"vocab_size={vocab_size}: expected at least {MIN_BPE_VOCAB} "
+            f"(256 bytes + {len(FAIRSEQ_SPECIALS)} special tokens) for a byte-level BPE"
         )
     tok = _byte_level(Tokenizer(models.BPE(unk_token=None)))
     trainer = trainers.BpeTrainer(

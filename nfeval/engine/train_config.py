@@ -68,7 +68,7 @@ class TrainConfig:
     progress: bool = True
 
     def validate(self, sources: Mapping[str, str] | None = None) -> None:
-        """Raises ConfigError naming the source (file, flag), field, value and expectation of the first bad field.
+        """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
 
         ``sources`` maps a field to where its value came from (``--config FILE``, ``flag --lr``);
         fields it does not name are reported as ``config``. Checks everything that needs no data.
@@ -122,7 +122,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> TrainConfig:
-        """Returns a TrainConfig from a dict; unknown keys and values of the wrong type fail naming ``source``."""
+        """Returns a TrainConfig from a dict; unknown keys and wrongly typed values fail naming ``source``."""
         if not isinstance(d.get("model", {}), dict):
             raise ConfigError(f"{source}: model={d['model']!r}: expected an object of ModelConfig fields")
         values = check_fields(cls, d, source, choices=TRAIN_CHOICES)

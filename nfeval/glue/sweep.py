@@ -56,9 +56,9 @@ from ..artifacts import atomic_write_json, provenance
 from ..engine import checkpoint as ckpt_lib
 from ..engine import torch_files
 from ..engine.config import load_json
-from ..errors import ConfigError, DataError, MissingDataError
 from ..engine.model import SequenceClassifier, Transformer
 from ..engine.tokenization import special_ids
+from ..errors import ConfigError, DataError, MissingDataError
 from . import data as glue_data
 from . import metrics as glue_metrics
 
