@@ -100,8 +100,12 @@ def identify(path: str, trust_checkpoint: bool = False) -> Identity:
     from nfeval.engine.model import Transformer
 
     if os.path.isfile(path):  # a fairseq checkpoint file
-        ckpt = checkpoint.load(path, trust_checkpoint=trust_checkpoint)
         directory, tok_path = path, os.path.join(os.path.dirname(path), checkpoint.TOKENIZER)
+        if not os.path.isfile(tok_path):
+            raise MissingDataError(
+                f"{tok_path}: not found (scoring a fairseq file needs its tokenizer beside it)"
+            )
+        ckpt = checkpoint.load(path, trust_checkpoint=trust_checkpoint)
     else:
         directory = checkpoint.resolve(path)
         cfg, meta = checkpoint.read_config(directory)

@@ -372,7 +372,7 @@ def run_point(
     os.makedirs(directory, exist_ok=True)
     state_path = os.path.join(directory, STATE)
     if os.path.isfile(state_path):
-        state = torch.load(state_path, map_location="cpu", weights_only=True)
+        state = torch_files.load(state_path)
         if not _same(state["key"], key):
             raise _mismatch(state_path, state["key"], key)
         model.load_state_dict(state["model"])
