@@ -213,15 +213,12 @@ def evaluate(
     out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
     todo = [t for name, t in loaded.items() if name not in cached]
     if todo:
-        model_arg: Any = ckpt_path
-        if trust_checkpoint and os.path.isfile(ckpt_path):  # NFEvalLM(pretrained=PATH) never trusts a pickle
-            from nfeval.engine import checkpoint
-
-            model_arg = checkpoint.load(
-                ckpt_path, dtype=dtype_of(dtype), fold_head_scale=True, trust_checkpoint=True
-            )
         lm = NFEvalLM(
-            pretrained=model_arg, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length
+            pretrained=_trusted_or_path(ckpt_path, device, dtype) if trust_checkpoint else ckpt_path,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            max_length=max_length,
         )
         fresh = lm_eval.simple_evaluate(
             model=lm, tasks=todo, limit=limit, log_samples=False, task_manager=manager
@@ -264,6 +261,22 @@ def evaluate(
     if output:
         atomic_write_json(output, out)
     return out
+
+
+def _trusted_or_path(ckpt_path: str, device: str | None, dtype: str) -> Any:
+    """Returns the model to score under --trust-checkpoint: a fairseq file loaded here with trust (NFEvalLM
+    never trusts a pickle given as a path), else the path itself."""
+    if not os.path.isfile(ckpt_path):
+        return ckpt_path
+    import torch
+
+    from model_adapters.backends import dtype_of
+    from nfeval.engine import checkpoint
+
+    cuda = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+    return checkpoint.load(
+        ckpt_path, device=device or cuda, dtype=dtype_of(dtype), fold_head_scale=True, trust_checkpoint=True
+    )
 
 
 def _version(package: str) -> str | None:

@@ -276,7 +276,8 @@ def test_zeroshot_scores_a_fairseq_file(tiny_clm_ckpt, tmp_path, monkeypatch):
     kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", use_cache=False)
     via_fairseq = zeroshot.evaluate(str(fs_dir / "model.pt"), **kw)
     direct = zeroshot.evaluate(tiny_clm_ckpt, **kw)
-    assert via_fairseq["results"] == direct["results"]
+    trusted = zeroshot.evaluate(str(fs_dir / "model.pt"), trust_checkpoint=True, **kw)
+    assert via_fairseq["results"] == direct["results"] == trusted["results"]
 
 
 # --- 5. checkpoint integrity ------------------------------------------------------------------------------
@@ -351,3 +352,23 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
     sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
     second = sweep(tiny_mlm_ckpt, ["sst2"], [2e-3], **kw)  # another grid into the same folder
     assert set(second["tasks"]["sst2"]["per_lr"]) == {"0.001", "0.002"}
+
+
+def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
+    import queue
+
+    from nfeval.glue import sweep
+
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(str(d)))
+    old = torch.get_num_threads()
+    try:
+        for device in ("cuda:1", "cpu"):
+            devices = queue.Queue()
+            devices.put(device)
+            sweep._init_worker(devices, 1, trust_checkpoint=False)
+            assert sweep._WORKER["device"] == device and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(old)
+        sweep._WORKER.clear()
+    assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU
