@@ -8,7 +8,6 @@ without building the model, so cached results can be served without loading anyt
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -17,7 +16,9 @@ from typing import Any
 import torch
 
 from nfeval.engine import checkpoint
+from nfeval.engine.config import load_json
 from nfeval.engine.tokenization import fingerprint_text, special_ids
+from nfeval.errors import CheckpointError, ConfigError, DataError, MissingDataError
 
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 HF_FILES = (
@@ -33,16 +34,15 @@ def dtype_of(name: str | torch.dtype | None) -> torch.dtype:
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
              "float16": torch.float16, "fp16": torch.float16, None: torch.float32, "auto": torch.float32}  # fmt: skip
     if name not in table:
-        raise ValueError(f"dtype {name!r}: expected float32, bfloat16 or float16")
+        raise ConfigError(f"dtype {name!r}: expected float32, bfloat16 or float16")
     return table[name]
 
 
 def is_hf_dir(path: str) -> bool:
     """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``)."""
     try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError):
+        data = load_json(os.path.join(path, "config.json"))
+    except (MissingDataError, DataError):  # not HF's: the nfeval loader reports a broken config.json
         return False
     return isinstance(data, dict) and "model_type" in data and not isinstance(data.get("model"), dict)
 
@@ -78,17 +78,18 @@ class Identity:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def identify(path: str) -> Identity:
-    """Returns the kind, fingerprint and summary of the model at ``path`` without building the model."""
+def identify(path: str, trust_checkpoint: bool = False) -> Identity:
+    """Returns the kind, fingerprint and summary of the model at ``path`` without building the model
+    (a fairseq checkpoint file is converted to find its fingerprint). Weights that do not match the
+    fingerprint recorded in config.json, or a truncated weights file, raise CheckpointError."""
     if is_hf_dir(path):
         files = hf_files(path)
         weights = [f for f in files if f.endswith(HF_WEIGHT_SUFFIXES)]
         if not weights:
-            raise FileNotFoundError(
+            raise MissingDataError(
                 f"{path}: Hugging Face model directory without weight files (*.safetensors / *.bin)"
             )
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            cfg = json.load(f)
+        cfg = load_json(os.path.join(path, "config.json"))
         return Identity(
             kind="hf",
             path=os.path.abspath(path),
@@ -96,20 +97,28 @@ def identify(path: str) -> Identity:
             tokenizer_fingerprint=hash_files([f for f in files if not f.endswith(HF_WEIGHT_SUFFIXES)]),
             summary=hf_summary(path, cfg, weights),
         )
-    directory = checkpoint.resolve(path)
-    cfg, meta = checkpoint.read_config(directory)
-    from safetensors.torch import load_file
-
     from nfeval.engine.model import Transformer
 
-    state = load_file(os.path.join(directory, checkpoint.WEIGHTS))
-    fingerprint = checkpoint.fingerprint_state_dict(state)
-    with torch.device("meta"):
-        skeleton = Transformer(cfg)
-    tok_path = os.path.join(directory, checkpoint.TOKENIZER)
-    ckpt = checkpoint.Checkpoint(
-        model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
-    )
+    if os.path.isfile(path):  # a fairseq checkpoint file
+        directory, tok_path = path, os.path.join(os.path.dirname(path), checkpoint.TOKENIZER)
+        if not os.path.isfile(tok_path):
+            raise MissingDataError(
+                f"{tok_path}: not found (scoring a fairseq file needs its tokenizer beside it)"
+            )
+        ckpt = checkpoint.load(path, trust_checkpoint=trust_checkpoint)
+    else:
+        directory = checkpoint.resolve(path)
+        cfg, meta = checkpoint.read_config(directory)
+        with torch.device("meta"):
+            skeleton = Transformer(cfg)
+        state = checkpoint.load_state(directory, skeleton)
+        fingerprint = checkpoint.fingerprint_state_dict(state)
+        checkpoint.check_fingerprint(directory, meta, fingerprint)
+        tok_path = os.path.join(directory, checkpoint.TOKENIZER)
+        ckpt = checkpoint.Checkpoint(
+            model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
+        )
+    fingerprint = ckpt.fingerprint
     return Identity(
         kind="nfeval",
         path=os.path.abspath(directory),
@@ -175,12 +184,13 @@ class NFEvalBackend(Backend):
 
     def __init__(self, ckpt: checkpoint.Checkpoint, device: torch.device):
         if not ckpt.config.causal:
-            raise ValueError(
+            raise CheckpointError(
                 f"{ckpt.path}: zero-shot scoring needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'"
             )
         if ckpt.tokenizer is None:
-            raise FileNotFoundError(
-                f"{os.path.join(ckpt.path, checkpoint.TOKENIZER)}: not found (scoring needs the tokenizer)"
+            beside = os.path.dirname(ckpt.path) if os.path.isfile(ckpt.path) else ckpt.path
+            raise MissingDataError(
+                f"{os.path.join(beside, checkpoint.TOKENIZER)}: not found (scoring needs the tokenizer)"
             )
         self.ckpt, self.model, self.tokenizer, self.device = ckpt, ckpt.model, ckpt.tokenizer, device
         ids = special_ids(ckpt.tokenizer)
@@ -251,15 +261,22 @@ def load(
     fold_head_scale: bool = True,
     max_length: int | None = None,
     tokenizer: Any = None,
+    trust_checkpoint: bool = False,
 ) -> Backend:
-    """Returns the backend for an nfeval checkpoint/run dir or a HF causal-LM directory."""
+    """Returns the backend for an nfeval checkpoint/run dir, a fairseq file or a HF causal-LM directory."""
     if is_hf_dir(pretrained):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(pretrained, dtype=dtype).to(device)
         tok = tokenizer or AutoTokenizer.from_pretrained(pretrained)
         return HFBackend(model, tok, device, max_length)
-    ckpt = checkpoint.load(pretrained, device=device, dtype=dtype, fold_head_scale=fold_head_scale)
+    ckpt = checkpoint.load(
+        pretrained,
+        device=device,
+        dtype=dtype,
+        fold_head_scale=fold_head_scale,
+        trust_checkpoint=trust_checkpoint,
+    )
     backend = NFEvalBackend(ckpt, device)
     if max_length:
         backend.max_length = min(max_length, backend.max_length)

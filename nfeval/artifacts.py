@@ -24,6 +24,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600: give the user's usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -33,6 +34,13 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def current_umask() -> int:
+    """Returns the process umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str, text: str) -> None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from .errors import UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("nfeval.info", "architecture, parameter counts and fingerprint of a checkpoint or preset"),
@@ -23,10 +26,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
 }
-
-
-class UserError(Exception):
-    """Bad input from the user: printed as one line, without a traceback."""
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
@@ -58,9 +57,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
-    except (UserError, ValueError, FileNotFoundError) as e:
-        print(f"nfeval {args.command}: error: {e}", file=sys.stderr)
+    except UserError as e:  # any other exception is a bug: its traceback shows
+        if os.environ.get("NFEVAL_TRACEBACK") == "1":
+            raise
+        print(f"nfeval {args.command}: error: {one_line(e)}", file=sys.stderr)
         return 2
+
+
+def one_line(error: BaseException) -> str:
+    """Returns the error's message on one line (a user error is reported as exactly one line)."""
+    return " ".join(str(error).split())
 
 
 if __name__ == "__main__":

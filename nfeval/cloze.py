@@ -13,6 +13,8 @@ import random
 import re
 from collections.abc import Sequence
 
+from .errors import ConfigError, DataError
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 
 
@@ -38,14 +40,14 @@ def build_docs(
     so length alone gives little away.
     """
     if n_choices < 2:
-        raise ValueError(f"n_choices={n_choices}: expected at least 2")
+        raise ConfigError(f"n_choices={n_choices}: expected at least 2")
     rng = random.Random(seed)
     ok = lambda s: min_words <= len(s.split()) <= max_words  # noqa: E731
     per_doc = [split_sentences(d) for d in documents]
     pool = [(i, s) for i, sents in enumerate(per_doc) for s in sents if ok(s)]
     candidates = [(i, j) for i, sents in enumerate(per_doc) for j in range(1, len(sents)) if ok(sents[j])]
     if len({i for i, _ in pool}) < 2 or not candidates:
-        raise ValueError(
+        raise DataError(
             "the validation text is too small to build a cloze task (need 2+ documents with sentences)"
         )
     rng.shuffle(candidates)

@@ -24,6 +24,7 @@ from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text
 from .engine.config import load_json
+from .errors import ConfigError, MissingDataError
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
 CLOZE_CHOICES = 4
@@ -332,7 +333,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.minutes <= 0:
-        raise ValueError(f"--minutes {args.minutes}: expected a positive number")
+        raise ConfigError(f"--minutes {args.minutes}: expected a positive number")
     cfg = DemoConfig(
         out=args.out,
         minutes=args.minutes,
@@ -348,6 +349,6 @@ def run(args: argparse.Namespace) -> int:
     for name in ("data_dir", "glue_dir"):
         path = getattr(cfg, name)
         if path and not os.path.isdir(path):
-            raise FileNotFoundError(f"--{name.replace('_', '-')} {path}: no such folder")
+            raise MissingDataError(f"--{name.replace('_', '-')} {path}: no such folder")
     run_demo(cfg)
     return 0

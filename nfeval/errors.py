@@ -28,3 +28,14 @@ class MissingDataError(UserError, FileNotFoundError):
 
 class CheckpointError(UserError, ValueError):
     """A checkpoint is corrupt, truncated, untrusted or does not match its recorded fingerprint."""
+
+
+def hub_unreachable(what: str, error: BaseException, instead: str) -> MissingDataError:
+    """Returns the one error every command raises when a Hugging Face Hub dataset cannot be loaded.
+
+    ``what`` names the dataset (and the task), ``instead`` the flag that reads local files instead.
+    """
+    return MissingDataError(
+        f"{what}: could not load the dataset from the Hugging Face Hub ({type(error).__name__}: "
+        f"{str(error).strip()[:300]}); {instead}"
+    )

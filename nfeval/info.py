@@ -7,16 +7,23 @@ import json
 import os
 from typing import Any
 
-from .engine import checkpoint
+from .engine import checkpoint, torch_files
 from .engine.config import preset
 from .engine.model import Transformer
 
 
-def describe(target: str) -> dict[str, Any]:
-    """Returns architecture, sizes, parameter counts and (for checkpoints) the fingerprint of ``target``."""
+def describe(target: str, trust_checkpoint: bool = False) -> dict[str, Any]:
+    """Returns architecture, sizes, parameter counts and (for checkpoints) the fingerprint of ``target``.
+
+    A checkpoint whose weights no longer match the fingerprint its config.json recorded is described
+    anyway, its fingerprint marked "fingerprint mismatch".
+    """
     if os.path.exists(target) or os.sep in target or target.endswith(".pt"):  # a path, even a missing one
-        ckpt = checkpoint.load(target)
+        ckpt = checkpoint.load(target, trust_checkpoint=trust_checkpoint, verify=False)
         model, fingerprint, source = ckpt.model, ckpt.fingerprint, ckpt.path
+        recorded = ckpt.meta.get("fingerprint")
+        if recorded is not None and recorded != fingerprint:
+            fingerprint = f"{fingerprint} (fingerprint mismatch: config.json records {recorded})"
     else:
         model, fingerprint, source = Transformer(preset(target)), None, f"preset {target}"
     cfg = model.cfg
@@ -43,10 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "target", metavar="PATH_OR_PRESET", help="checkpoint/run dir, or preset such as normformer-125M"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
-    info = describe(args.target)
+    info = describe(args.target, trust_checkpoint=args.trust_checkpoint)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0

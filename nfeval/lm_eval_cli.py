@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     import model_adapters  # noqa: F401  (registers the "nfeval" model)
     import tasks
 
+    from .cli import one_line
+    from .errors import UserError
+
     argv, data_dir = split_data_dir(list(sys.argv[1:] if argv is None else argv))
     old_argv, old_data_dir = sys.argv, os.environ.get("NFEVAL_DATA_DIR")
     sys.argv = ["nfeval lm-eval", *argv]  # lm-eval's parser reads sys.argv itself
@@ -50,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(args, "include_path"):
             args.include_path = [tasks.TASKS_DIR] + ([args.include_path] if args.include_path else [])
         cli.execute(args)
+    except UserError as e:  # bad data or model: one line, as every nfeval command
+        if os.environ.get("NFEVAL_TRACEBACK") == "1":
+            raise
+        print(f"nfeval lm-eval: error: {one_line(e)}", file=sys.stderr)
+        return 2
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     finally:

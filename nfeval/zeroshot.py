@@ -19,6 +19,8 @@ import sys
 from typing import Any
 
 from .artifacts import atomic_write_json, cache_dir, provenance
+from .engine.config import load_json
+from .errors import ConfigError, DataError, MissingDataError, UserError, hub_unreachable
 
 PER_TASK_KEYS = (
     "results",
@@ -98,7 +100,7 @@ def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str
             log(f"skipping {name}: {skipped[name]}")
             continue
         if name not in manager.all_tasks:
-            raise ValueError(
+            raise ConfigError(
                 f"--tasks: unknown task {name!r} (nfeval tasks: {', '.join(nf_tasks.CANONICAL_TASKS)})"
             )
         try:
@@ -108,12 +110,13 @@ def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str
                 raise
             skipped[name] = str(e)
             log(f"skipping {name}: {e}")
-        except (ValueError, FileNotFoundError):  # bad local data: its message names file, line and field
+        except UserError:  # bad local data: its message names file, line and field
             raise
         except Exception as e:  # a Hub dataset that cannot be fetched (offline, gated, renamed)
             if name.endswith("_hub"):
-                raise ValueError(f"{name}: could not load its Hub dataset ({type(e).__name__}: {e}); "
-                                 f"pass --data-dir DIR with local files instead") from None  # fmt: skip
+                raise hub_unreachable(
+                    f"task {name}", e, "pass --data-dir DIR with local files instead"
+                ) from None
             raise
     return loaded, skipped
 
@@ -153,10 +156,13 @@ def evaluate(
     use_cache: bool = True,
     max_length: int | None = None,
     log=None,
+    trust_checkpoint: bool = False,
 ) -> dict[str, Any] | None:
     """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
     results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
-    atomically when given; nothing is written when the data or the model is bad."""
+    atomically when given; nothing is written when the data or the model is bad. A fairseq checkpoint
+    file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``. A cache file
+    that is not valid JSON is reported (named) and recomputed."""
     import lm_eval
     from lm_eval.utils import handle_non_serializable
 
@@ -171,19 +177,20 @@ def evaluate(
         lambda r: "Custom kwargs can be passed" not in r.getMessage()
     )
     if data_dir is not None and not os.path.isdir(data_dir):
-        raise FileNotFoundError(f"--data-dir {data_dir}: not a directory")
+        raise MissingDataError(f"--data-dir {data_dir}: not a directory")
     data_dir = os.path.abspath(data_dir) if data_dir else None
-    if limit is not None and int(limit) <= 0:
-        raise ValueError(f"--limit {limit}: expected a positive integer")
+    for flag, value in (("--limit", limit), ("--batch-size", batch_size), ("--max-length", max_length)):
+        if value is not None and not (isinstance(value, int) and value > 0):
+            raise ConfigError(f"{flag} {value}: expected a positive integer")
     names = [
         nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
     ]
-    identity = identify(ckpt_path)
+    identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint)
     dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
     manager = task_manager(data_dir, names)
     loaded, skipped = load_tasks(names, manager, log)
     if not loaded:
-        raise ValueError("no task left to score (all were skipped)")
+        raise MissingDataError("no task left to score (all were skipped): " + "; ".join(skipped.values()))
 
     settings = {"kind": identity.kind, "fingerprint": identity.fingerprint, "tokenizer": identity.tokenizer_fingerprint,
                 "dtype": dtype_name, "max_length": max_length, "lm_eval": lm_eval.__version__}  # fmt: skip
@@ -196,15 +203,22 @@ def evaluate(
         for name, key in keys.items():
             path = os.path.join(cache_dir("zeroshot"), f"{key}.json")
             if os.path.isfile(path):
-                with open(path, encoding="utf-8") as f:
-                    cached[name] = json.load(f)
+                try:
+                    cached[name] = load_json(path)
+                except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
+                    log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
+                    continue
                 log(f"{name}: cached result ({path})")
 
     out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
     todo = [t for name, t in loaded.items() if name not in cached]
     if todo:
         lm = NFEvalLM(
-            pretrained=ckpt_path, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length
+            pretrained=_trusted_or_path(ckpt_path, device, dtype) if trust_checkpoint else ckpt_path,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            max_length=max_length,
         )
         fresh = lm_eval.simple_evaluate(
             model=lm, tasks=todo, limit=limit, log_samples=False, task_manager=manager
@@ -249,6 +263,22 @@ def evaluate(
     return out
 
 
+def _trusted_or_path(ckpt_path: str, device: str | None, dtype: str) -> Any:
+    """Returns the model to score under --trust-checkpoint: a fairseq file loaded here with trust (NFEvalLM
+    never trusts a pickle given as a path), else the path itself."""
+    if not os.path.isfile(ckpt_path):
+        return ckpt_path
+    import torch
+
+    from model_adapters.backends import dtype_of
+    from nfeval.engine import checkpoint
+
+    cuda = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+    return checkpoint.load(
+        ckpt_path, device=device or cuda, dtype=dtype_of(dtype), fold_head_scale=True, trust_checkpoint=True
+    )
+
+
 def _version(package: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -260,8 +290,13 @@ def _version(package: str) -> str | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds ``nfeval zeroshot``'s options."""
+    from .engine import torch_files
+
     parser.add_argument(
-        "--ckpt", required=True, help="nfeval run/checkpoint dir, or a Hugging Face causal-LM dir"
+        "--ckpt",
+        required=True,
+        help="nfeval run/checkpoint dir, a Hugging Face causal-LM dir, or a fairseq checkpoint file "
+        "(with its tokenizer.json beside it)",
     )
     parser.add_argument("--tasks", nargs="+", default=None,
                         help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
@@ -284,6 +319,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
+    parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -291,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
     task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
     out = evaluate(args.ckpt, tasks=task_list, data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size,
                    output=args.output, device=args.device, dtype=args.dtype, use_cache=not args.no_cache,
-                   max_length=args.max_length)  # fmt: skip
+                   max_length=args.max_length, trust_checkpoint=args.trust_checkpoint)  # fmt: skip
     if out is not None:
         print(make_table(out))
         if args.output:

@@ -27,13 +27,8 @@ from typing import Any
 
 import datasets
 
-
-class DataError(ValueError):
-    """A local data file is malformed; the message names the file, the line and the field."""
-
-
-class MissingData(FileNotFoundError):
-    """A task's local files are absent; the message says where to put them."""
+from nfeval.errors import DataError
+from nfeval.errors import MissingDataError as MissingData  # a task's local files are absent
 
 
 def data_root(data_dir: str | None = None) -> str:
@@ -41,7 +36,8 @@ def data_root(data_dir: str | None = None) -> str:
     root = data_dir or os.environ.get("NFEVAL_DATA_DIR")
     if not root:
         raise MissingData(
-            "local tasks need a data directory: pass --data-dir DIR (or metadata data_dir, or set NFEVAL_DATA_DIR)"
+            "local tasks need a data directory: pass --data-dir DIR to nfeval zeroshot / nfeval lm-eval, "
+            """or --metadata '{"data_dir": "DIR"}' to lm-eval, or set NFEVAL_DATA_DIR"""
         )
     if not os.path.isdir(root):
         raise MissingData(f"{root}: data directory not found")

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from ..artifacts import atomic_write_json, atomic_write_text
+from ..errors import CheckpointError, MissingDataError
 from .config import ModelConfig, load_json
 from .fairseq_import import load_fairseq
 from .model import Transformer
@@ -93,7 +94,7 @@ def save(
 def resolve(path: str) -> str:
     """Returns the checkpoint directory for ``path``: itself, or a run dir's newest ``checkpoints/step_*``."""
     if not os.path.exists(path):
-        raise FileNotFoundError(
+        raise MissingDataError(
             f"{path}: no such checkpoint (expected a directory with {WEIGHTS} and {CONFIG})"
         )
     if os.path.isfile(os.path.join(path, WEIGHTS)):
@@ -103,7 +104,7 @@ def resolve(path: str) -> str:
         steps = sorted(d for d in os.listdir(ckpts) if os.path.isfile(os.path.join(ckpts, d, WEIGHTS)))
         if steps:
             return os.path.join(ckpts, steps[-1])
-    raise FileNotFoundError(
+    raise MissingDataError(
         f"{os.path.join(path, WEIGHTS)}: not found (is {path} an nfeval run or checkpoint?)"
     )
 
@@ -113,9 +114,20 @@ def read_config(directory: str) -> tuple[ModelConfig, dict[str, Any]]:
     path = os.path.join(directory, CONFIG)
     data = load_json(path)
     if "model" not in data or not isinstance(data["model"], dict):
-        raise ValueError(f"{path}: missing object field 'model' (the model config)")
+        raise CheckpointError(f"{path}: missing object field 'model' (the model config)")
     cfg = ModelConfig.from_dict(data["model"], source=f"{path} field 'model'")
     return cfg, {k: v for k, v in data.items() if k != "model"}
+
+
+def check_fingerprint(directory: str, meta: dict[str, Any], fingerprint: str) -> None:
+    """Raises CheckpointError when config.json's recorded fingerprint differs from the weights' one."""
+    recorded = meta.get("fingerprint")
+    if recorded is not None and recorded != fingerprint:
+        raise CheckpointError(
+            f"{os.path.join(directory, WEIGHTS)}: fingerprint mismatch: the weights hash to "
+            f"{fingerprint[:16]}…, {CONFIG} records {str(recorded)[:16]}… "
+            "(the file was modified or damaged after saving)"
+        )
 
 
 def load_state(directory: str, model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -124,22 +136,24 @@ def load_state(directory: str, model: torch.nn.Module) -> dict[str, torch.Tensor
     try:
         state = load_file(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: not found") from None
+        raise MissingDataError(f"{path}: not found") from None
     except (SafetensorError, OSError, ValueError) as e:
-        raise ValueError(f"{path}: truncated or corrupt safetensors file ({e})") from None
+        raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({e})") from None
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     if missing:
-        raise ValueError(
+        raise CheckpointError(
             f"{path}: tensor {missing[0]!r} is missing"
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
         )
     unexpected = sorted(set(state) - set(expected))
     if unexpected:
-        raise ValueError(f"{path}: unexpected tensor {unexpected[0]!r} (config.json does not describe it)")
+        raise CheckpointError(
+            f"{path}: unexpected tensor {unexpected[0]!r} (config.json does not describe it)"
+        )
     for name, t in state.items():
         if t.shape != expected[name].shape:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path}: tensor {name!r} has shape {tuple(t.shape)}, config.json implies {tuple(expected[name].shape)}"
             )
     return state
@@ -151,17 +165,23 @@ def load(
     dtype: torch.dtype | None = None,
     fold_head_scale: bool = False,
     fairseq_head_scale_bug: bool = False,
+    trust_checkpoint: bool = False,
+    verify: bool = True,
 ) -> Checkpoint:
     """Returns the model (eval mode), tokenizer, config and fingerprint stored at ``path``.
 
-    ``path`` is a checkpoint/run directory, or a fairseq checkpoint file (converted on load; its
-    tokenizer is not carried, and ``fairseq_head_scale_bug`` reproduces pre-2021-11-03 HeadScale).
+    ``path`` is a checkpoint/run directory, or a fairseq checkpoint file (converted on load, unpickled
+    only as far as ``trust_checkpoint`` allows; its tokenizer is the ``tokenizer.json`` beside it, if
+    any, and ``fairseq_head_scale_bug`` reproduces pre-2021-11-03 HeadScale). ``verify`` checks the
+    weights against the fingerprint config.json recorded at save time (CheckpointError on a mismatch).
     ``fold_head_scale`` folds HeadScale gains into the attention output projections; the fingerprint
     stays that of the stored weights, so caches keyed by it are shared with the unfolded model.
     """
     if os.path.isfile(path):
-        model = load_fairseq(path, head_scale_transpose_bug=fairseq_head_scale_bug)
-        directory, tokenizer, meta = path, None, {"source": "fairseq"}
+        model = load_fairseq(path, head_scale_transpose_bug=fairseq_head_scale_bug, trust=trust_checkpoint)
+        directory, meta = path, {"source": "fairseq"}
+        tok_path = os.path.join(os.path.dirname(path), TOKENIZER)
+        tokenizer = load_tokenizer(tok_path) if os.path.isfile(tok_path) else None
         state = model.state_dict()
     else:
         directory = resolve(path)
@@ -173,6 +193,8 @@ def load(
         tokenizer = load_tokenizer(tok_path) if os.path.isfile(tok_path) else None
     cfg = model.cfg
     fingerprint = fingerprint_state_dict(state)
+    if verify:
+        check_fingerprint(directory, meta, fingerprint)
     if fold_head_scale:
         model.fold_head_scale()
     model.to(device=device, dtype=dtype).eval()

@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..errors import ConfigError, DataError, MissingDataError
 
 NORM_POSITIONS = ("pre", "post")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
 ACTIVATIONS = ("gelu", "relu_squared")
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
+MODEL_CHOICES = {
+    "norm_position": NORM_POSITIONS,
+    "head_scale_position": HEAD_SCALE_POSITIONS,
+    "activation": ACTIVATIONS,
+    "positions": POSITION_TYPES,
+    "objective": OBJECTIVES,
+}
+# The sizes that shape the weights: a stored config without them describes no model (no silent defaults).
+REQUIRED_MODEL_FIELDS = ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn")
 
 
 @dataclass
@@ -55,23 +69,19 @@ class ModelConfig:
             self.final_norm = self.norm_position == "pre"
         self.validate()
 
-    def validate(self) -> None:
-        """Raises ValueError naming the first field that is out of range."""
-        choices = {
-            "norm_position": NORM_POSITIONS,
-            "head_scale_position": HEAD_SCALE_POSITIONS,
-            "activation": ACTIVATIONS,
-            "positions": POSITION_TYPES,
-            "objective": OBJECTIVES,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected one of {allowed}")
-        for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn", "max_seq_len"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected a positive integer")
+    def validate(self, source: str = "ModelConfig") -> None:
+        """Raises ConfigError naming ``source`` and the first field of the wrong type or out of range."""
+        check_fields(type(self), self.__dict__, source, choices=MODEL_CHOICES)
+        for name in (*REQUIRED_MODEL_FIELDS, "max_seq_len"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{source}: {name}={getattr(self, name)!r}: expected a positive integer")
+        for name in ("dropout", "attn_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{source}: {name}={getattr(self, name)!r}: expected a number in [0, 1)")
+        if not self.layer_norm_eps > 0:
+            raise ConfigError(f"{source}: layer_norm_eps={self.layer_norm_eps!r}: expected a positive number")
         if self.d_model % self.n_head:
-            raise ValueError(f"ModelConfig: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+            raise ConfigError(f"{source}: d_model={self.d_model} is not divisible by n_head={self.n_head}")
 
     @property
     def head_dim(self) -> int:
@@ -109,14 +119,17 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> ModelConfig:
-        """Returns a config from a dict; unknown keys fail with a message naming ``source``."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(
-                f"{source}: unknown model config field(s) {unknown}; expected a subset of {sorted(known)}"
-            )
-        return cls(**d)
+        """Returns a config from a stored dict (a checkpoint's config.json); the size fields are required.
+
+        Unknown keys, missing size fields and values of the wrong type fail naming ``source`` and the field.
+        """
+        missing = [name for name in REQUIRED_MODEL_FIELDS if name not in d]
+        if missing:
+            raise ConfigError(f"{source}: missing model config field(s) {missing} (no defaults for sizes)")
+        values = check_fields(cls, d, source, choices=MODEL_CHOICES)
+        cfg = cls(**values)
+        cfg.validate(source)
+        return cfg
 
     def replace(self, **changes: Any) -> ModelConfig:
         """Returns a copy with the given fields changed."""
@@ -159,7 +172,7 @@ def parse_preset(name: str) -> tuple[str, str]:
     for arch in sorted(ARCHITECTURES, key=len, reverse=True):
         if name.startswith(arch + "-") and name[len(arch) + 1 :] in SIZES:
             return arch, name[len(arch) + 1 :]
-    raise ValueError(
+    raise ConfigError(
         f"unknown preset {name!r}: expected SIZE or ARCH-SIZE with ARCH in {sorted(ARCHITECTURES)} "
         f"and SIZE in {list(SIZES)}"
     )
@@ -175,15 +188,92 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
     return ModelConfig(**fields)
 
 
-def load_json(path: str) -> dict[str, Any]:
-    """Returns the parsed JSON object in ``path``; errors name the file and position."""
+# --- typed validation of config dataclasses ---------------------------------------------------------------
+
+
+CONFIG_NAMES = {"ModelConfig": "model config", "TrainConfig": "training config"}
+
+
+def _type_name(tp: Any) -> str:
+    """Returns a reader's name for an annotation: 'an integer', 'a number or null', ..."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+             type(None): "null", dict: "an object", list: "a list"}  # fmt: skip
+    return names.get(typing.get_origin(tp) or tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Returns (accepted, value) for ``value`` against annotation ``tp`` (an int is widened to a float)."""
+    if tp is Any:
+        return True, value
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, out = _coerce(value, arg)
+            if ok:
+                return True, out
+        return False, value
+    base = typing.get_origin(tp) or tp
+    if base is type(None):
+        return value is None, value
+    if base is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    return isinstance(value, base), value
+
+
+def check_fields(
+    cls: type, values: Mapping[str, Any], source: str | Mapping[str, str], choices: Mapping[str, tuple] = {}
+) -> dict[str, Any]:
+    """Returns ``values`` checked against the field annotations of dataclass ``cls`` (ints widened to float).
+
+    ``source`` names where the values came from (a file, ``--set``, a flag), or maps each field to its
+    source. Unknown fields, values of the wrong type and values outside ``choices`` raise ConfigError
+    naming the source, the field, the value and what was expected.
+    """
+    hints = typing.get_type_hints(cls)
+    where = (
+        (lambda name: source.get(name, "config")) if isinstance(source, Mapping) else (lambda name: source)
+    )
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        raise ConfigError(
+            f"{where(unknown[0])}: unknown {CONFIG_NAMES.get(cls.__name__, cls.__name__)} field(s) "
+            f"{unknown}; expected a subset of {sorted(hints)}"
+        )
+    out = {}
+    for name, value in values.items():
+        ok, out[name] = _coerce(value, hints[name])
+        if not ok:
+            raise ConfigError(f"{where(name)}: {name}={value!r}: expected {_type_name(hints[name])}")
+        if name in choices and value is not None and value not in choices[name]:
+            raise ConfigError(f"{where(name)}: {name}={value!r}: expected one of {list(choices[name])}")
+    return out
+
+
+def load_json(path: str, hint: str = "") -> Any:
+    """Returns the parsed JSON object in ``path``: the one reader of JSON files.
+
+    A missing file raises MissingDataError, unreadable or invalid JSON (or a top level that is not an
+    object) DataError; both name the file (and the line), followed by ``hint`` (what to do) if given.
+    """
+    suffix = f"; {hint}" if hint else ""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: file not found") from None
+        raise MissingDataError(f"{path}: file not found{suffix}") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        raise DataError(
+            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}{suffix}"
+        ) from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}){suffix}") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror}){suffix}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
+        raise DataError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}{suffix}")
     return data

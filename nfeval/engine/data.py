@@ -33,6 +33,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..artifacts import atomic_write_json, atomic_write_text, cache_dir
+from ..errors import DataError, MissingDataError, hub_unreachable
 from .config import load_json
 from .tokenization import (
     SpecialIds,
@@ -83,9 +84,9 @@ def make_corpus(name: str, train: list[str], valid: list[str] | None = None) -> 
         train, valid = split_documents(train, name)
     valid = [d for d in valid if d.strip()]
     if not train:
-        raise ValueError(f"{name}: no training text (the corpus is empty)")
+        raise DataError(f"{name}: no training text (the corpus is empty)")
     if not valid:
-        raise ValueError(f"{name}: no validation text (the validation corpus is empty)")
+        raise DataError(f"{name}: no validation text (the validation corpus is empty)")
     return Corpus(name=name, train=train, valid=valid, fingerprint=fingerprint_documents(train, valid))
 
 
@@ -94,7 +95,7 @@ def split_documents(docs: list[str], name: str) -> tuple[list[str], list[str]]:
     if len(docs) == 1:
         docs = [line for line in docs[0].split("\n") if line.strip()]
     if len(docs) < 2:
-        raise ValueError(
+        raise DataError(
             f"{name}: too little text for a validation split (need at least 2 lines); pass validation data"
         )
     n_valid = max(1, math.ceil(VALID_FRACTION * len(docs)))
@@ -166,7 +167,7 @@ def read_text_file(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise ValueError(
+        raise DataError(
             f"{path}: not UTF-8 text: invalid byte 0x{data[e.start]:02x} at line {line} (byte offset {e.start})"
         ) from None
 
@@ -180,17 +181,17 @@ def read_documents(path: str) -> list[str]:
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
         )
         if not files:
-            raise ValueError(f"{path}: folder holds no text files")
+            raise DataError(f"{path}: folder holds no text files")
     elif os.path.isfile(path):
         files = [path]
     else:
-        raise FileNotFoundError(f"{path}: no such file or folder")
+        raise MissingDataError(f"{path}: no such file or folder")
     docs: list[str] = []
     for file in files:
         text = read_text_file(file).replace("\r\n", "\n")
         file_docs = [d.strip("\n") for d in text.split("\n\n") if d.strip()]
         if not file_docs:
-            raise ValueError(f"{file}: empty (no text)")
+            raise DataError(f"{file}: empty (no text)")
         docs.extend(file_docs)
     return docs
 
@@ -210,13 +211,13 @@ def load_hf_corpus(name: str, config: str | None = None, text_column: str = "tex
     try:
         ds = datasets.load_dataset(name, config, **kwargs)
     except Exception as e:  # offline hub, unknown name, bad config: all reported the same way
-        raise ValueError(
-            f"dataset {name!r}: cannot load with datasets.load_dataset ({type(e).__name__}: {e})"
+        raise hub_unreachable(
+            f"dataset {name!r}", e, "pass --train-data with local text files instead"
         ) from None
     if "train" not in ds:
-        raise ValueError(f"dataset {name!r}: no 'train' split (has {list(ds)})")
+        raise DataError(f"dataset {name!r}: no 'train' split (has {list(ds)})")
     if text_column not in ds["train"].column_names:
-        raise ValueError(
+        raise DataError(
             f"dataset {name!r}: no column {text_column!r} (has {ds['train'].column_names}); pass --text-column"
         )
     valid_split = next((s for s in ("validation", "valid", "test") if s in ds), None)
@@ -390,11 +391,11 @@ class Batches:
         """``vocab_size`` is the tokenizer's: MLM random replacements are drawn from its non-special ids."""
         self.blocks = Blocks(tokens, seq_len, objective, specials.bos, seed, shuffle)
         if self.blocks.n_blocks < 1:
-            raise ValueError(
+            raise DataError(
                 f"corpus too small: {len(tokens)} tokens do not fill one sequence of {seq_len}; lower --seq-len or add text"
             )
         if objective == "mlm" and specials.mask is None:
-            raise ValueError("masked LM needs a tokenizer with a <mask> token")
+            raise DataError("masked LM needs a tokenizer with a <mask> token")
         self.objective, self.mask_id = objective, specials.mask
         special = sorted(
             {specials.bos, specials.eos, specials.pad}

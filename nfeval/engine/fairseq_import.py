@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from ..errors import CheckpointError
+from . import torch_files
 from .config import ModelConfig
 from .model import Transformer
 
@@ -54,19 +56,19 @@ def convert_state_dict(
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Returns (config, nfeval state dict) for a fairseq decoder state dict; errors name ``source`` and the key."""
     if "decoder.embed_tokens.weight" not in state:
-        raise ValueError(
+        raise CheckpointError(
             f"{source}: no 'decoder.embed_tokens.weight': not a fairseq transformer_lm checkpoint"
         )
     emb = state["decoder.embed_tokens.weight"]
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"decoder\.layers\.(\d+)\.", k))})
     if not layers:
-        raise ValueError(f"{source}: no 'decoder.layers.N.*' tensors")
+        raise CheckpointError(f"{source}: no 'decoder.layers.N.*' tensors")
     first = "decoder.layers.0."
     d_model = emb.shape[1]
     heads = state.get(first + "c_attn")
     n_head = heads.shape[0] if heads is not None else hparams.get("decoder_attention_heads")
     if n_head is None:
-        raise ValueError(
+        raise CheckpointError(
             f"{source}: cannot tell the number of heads (no c_attn and no decoder_attention_heads)"
         )
     pad = int(hparams.get("pad", 1))
@@ -78,7 +80,7 @@ def convert_state_dict(
     )
     out_proj = state.get("decoder.output_projection.weight")
     if out_proj is not None and not torch.equal(out_proj, emb):
-        raise ValueError(
+        raise CheckpointError(
             f"{source}: 'decoder.output_projection.weight' is not tied to the embeddings (unsupported)"
         )
     cfg = ModelConfig(
@@ -114,7 +116,7 @@ def convert_state_dict(
             parts = [f"{src}self_attn.{p}_proj.{kind}" for p in "qkv"]
             missing = [p for p in parts if p not in state]
             if missing:
-                raise ValueError(f"{source}: tensor {missing[0]!r} is missing")
+                raise CheckpointError(f"{source}: tensor {missing[0]!r} is missing")
             out[f"{dst}attn.qkv.{kind}"] = torch.cat([state[p] for p in parts])
         for name, tensor in state.items():
             if not name.startswith(src) or ".self_attn." in name and "out_proj" not in name:
@@ -122,38 +124,32 @@ def convert_state_dict(
             rest = name[len(src) :]
             base, _, kind = rest.rpartition(".") if rest not in LAYER_NAMES else (rest, "", "")
             if base not in LAYER_NAMES:
-                raise ValueError(f"{source}: unexpected tensor {name!r}")
+                raise CheckpointError(f"{source}: unexpected tensor {name!r}")
             out[dst + LAYER_NAMES[base] + (f".{kind}" if kind else "")] = tensor
     return cfg, out
 
 
-def load_fairseq(path: str, head_scale_transpose_bug: bool = False) -> Transformer:
+def load_fairseq(path: str, head_scale_transpose_bug: bool = False, trust: bool = False) -> Transformer:
     """Returns the nfeval Transformer (eval mode) for a fairseq LM checkpoint file.
 
-    fairseq checkpoints are pickles (they hold argparse/omegaconf configs): load only files you trust.
+    fairseq checkpoints are pickles. Their tensors and plain configs (argparse Namespace, dicts) load
+    without running code; anything else needs ``trust=True`` (``--trust-checkpoint``), see torch_files.
     """
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: fairseq checkpoint not found") from None
-    except ModuleNotFoundError as e:
-        raise ValueError(
-            f"{path}: unpickling needs module {e.name!r} (pip install omegaconf for fairseq >= 0.10)"
-        ) from None
+    ckpt = torch_files.load(path, trust=trust)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
-        raise ValueError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
+        raise CheckpointError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
     cfg, state = convert_state_dict(ckpt["model"], _cfg_dict(ckpt), path, head_scale_transpose_bug)
     model = Transformer(cfg)
     expected = model.state_dict()
     for name, t in state.items():
         if name not in expected:
-            raise ValueError(f"{path}: converted tensor {name!r} has no place in the model")
+            raise CheckpointError(f"{path}: converted tensor {name!r} has no place in the model")
         if t.shape != expected[name].shape:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path}: tensor {name!r} has shape {tuple(t.shape)}, expected {tuple(expected[name].shape)}"
             )
     missing = sorted(set(expected) - set(state))
     if missing:
-        raise ValueError(f"{path}: no fairseq tensor for {missing[0]!r}")
+        raise CheckpointError(f"{path}: no fairseq tensor for {missing[0]!r}")
     model.load_state_dict(state)
     return model.eval()

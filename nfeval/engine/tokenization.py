@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from ..errors import ConfigError, DataError, MissingDataError
+
 FAIRSEQ_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 GPT2_EOT = "<|endoftext|>"
+MIN_BPE_VOCAB = 256 + len(FAIRSEQ_SPECIALS)  # a byte-level BPE holds every byte plus the specials
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,15 @@ def _byte_level(tok: Tokenizer) -> Tokenizer:
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
-    """Returns a byte-level BPE tokenizer trained on ``texts`` with fairseq's specials first."""
+    """Returns a byte-level BPE tokenizer trained on ``texts`` with fairseq's specials first.
+
+    ``vocab_size`` below ``MIN_BPE_VOCAB`` raises ConfigError (the trainer would silently exceed it).
+    """
+    if vocab_size < MIN_BPE_VOCAB:
+        raise ConfigError(
+            f"vocab_size={vocab_size}: expected at least {MIN_BPE_VOCAB} "
+            f"(256 bytes + {len(FAIRSEQ_SPECIALS)} special tokens) for a byte-level BPE"
+        )
     tok = _byte_level(Tokenizer(models.BPE(unk_token=None)))
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -51,7 +62,7 @@ def gpt2_tokenizer(directory: str) -> Tokenizer:
     enc, bpe = os.path.join(directory, "encoder.json"), os.path.join(directory, "vocab.bpe")
     for path in (enc, bpe):
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: not found (a GPT-2 tokenizer needs encoder.json and vocab.bpe)")
+            raise MissingDataError(f"{path}: not found (a GPT-2 tokenizer needs encoder.json and vocab.bpe)")
     tok = _byte_level(Tokenizer(models.BPE.from_file(enc, bpe)))
     tok.add_special_tokens([GPT2_EOT, "<pad>", "<mask>"])
     return tok
@@ -65,13 +76,13 @@ def load_tokenizer(path: str) -> Tokenizer:
         elif os.path.isfile(os.path.join(path, "encoder.json")):
             return gpt2_tokenizer(path)
         else:
-            raise FileNotFoundError(f"{path}: no tokenizer.json, nor GPT-2's encoder.json + vocab.bpe")
+            raise MissingDataError(f"{path}: no tokenizer.json, nor GPT-2's encoder.json + vocab.bpe")
     try:
         return Tokenizer.from_file(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: tokenizer file not found") from None
+        raise MissingDataError(f"{path}: tokenizer file not found") from None
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
-        raise ValueError(f"{path}: not a valid tokenizer.json ({e})") from None
+        raise DataError(f"{path}: not a valid tokenizer.json ({e})") from None
 
 
 def special_ids(tok: Tokenizer) -> SpecialIds:
@@ -83,7 +94,7 @@ def special_ids(tok: Tokenizer) -> SpecialIds:
 
     bos, eos, pad = first("<s>", GPT2_EOT), first("</s>", GPT2_EOT), first("<pad>")
     if bos is None or eos is None or pad is None:
-        raise ValueError(
+        raise DataError(
             "tokenizer has no BOS/EOS/PAD token: expected <s>, </s>, <pad> or GPT-2's <|endoftext|>"
         )
     return SpecialIds(bos=bos, eos=eos, pad=pad, mask=first("<mask>"))

@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ModelConfig, load_json, parse_preset
+from ..errors import ConfigError
+from .config import MODEL_CHOICES, ModelConfig, check_fields, load_json, parse_preset
+from .tokenization import MIN_BPE_VOCAB
 
 DTYPES = ("fp32", "bf16")
+TRAIN_CHOICES = {"objective": ("clm", "mlm"), "dtype": DTYPES}
 
 
 @dataclass
@@ -63,78 +67,107 @@ class TrainConfig:
     seed: int = 1
     progress: bool = True
 
-    def validate(self) -> None:
-        """Raises ValueError naming the first bad field; checks everything that needs no data."""
-        parse_preset(self.preset)
-        unknown = sorted(set(self.model) - {f.name for f in dataclasses.fields(ModelConfig)})
-        if unknown:
-            raise ValueError(f"model overrides: unknown model config field(s) {unknown}")
-        if self.objective not in (None, "clm", "mlm"):
-            raise ValueError(f"objective={self.objective!r}: expected 'clm' or 'mlm'")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype={self.dtype!r}: expected one of {DTYPES}")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ValueError(f"device={self.device!r}: expected auto, cpu or cuda")
-        if self.train_data and self.hf_dataset:
-            raise ValueError("give either train_data or hf_dataset, not both")
-        if self.valid_data and not self.train_data:
-            raise ValueError("valid_data needs train_data")
-        for name in ("batch_size", "grad_accum", "calibration_steps", "eval_samples"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r}: expected a positive integer")
-        for name in ("log_interval", "eval_interval", "ckpt_interval"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"{name}={getattr(self, name)!r}: expected an integer >= 0")
-        budgets = {k: getattr(self, k) for k in ("max_steps", "max_tokens", "max_flops", "max_seconds")}
-        if all(v is None for v in budgets.values()):
-            raise ValueError("no budget: give at least one of max_steps, max_tokens, max_flops, max_seconds")
-        for name, value in budgets.items():
-            if value is not None and not value > 0:
-                raise ValueError(f"impossible budget: {name}={value!r}, expected a positive number")
-        if self.seq_len is not None and self.seq_len < 2:
-            raise ValueError(f"seq_len={self.seq_len!r}: expected at least 2")
-        if not (self.lr > 0 and self.warmup >= 0 and 0 <= self.end_lr <= self.lr):
-            raise ValueError(
-                f"lr={self.lr}, warmup={self.warmup}, end_lr={self.end_lr}: expected lr > 0, warmup >= 0, 0 <= end_lr <= lr"
+    def validate(self, sources: Mapping[str, str] | None = None) -> None:
+        """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
+
+        ``sources`` maps a field to where its value came from (``--config FILE``, ``flag --lr``);
+        fields it does not name are reported as ``config``. Checks everything that needs no data.
+        """
+        sources = sources or {}
+        check_fields(type(self), self.__dict__, sources, choices=TRAIN_CHOICES)
+
+        def bad(name: str, expected: str) -> ConfigError:
+            return ConfigError(
+                f"{sources.get(name, 'config')}: {name}={getattr(self, name)!r}: expected {expected}"
             )
+
+        parse_preset(self.preset)
+        check_fields(ModelConfig, self.model, sources.get("model", "model overrides"), choices=MODEL_CHOICES)
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise bad("device", "auto, cpu, cuda or cuda:N")
+        if self.train_data and self.hf_dataset:
+            raise ConfigError("give either train_data or hf_dataset, not both")
+        if self.valid_data and not self.train_data:
+            raise ConfigError("valid_data needs train_data")
+        for name in ("batch_size", "grad_accum", "calibration_steps", "eval_samples"):
+            if getattr(self, name) < 1:
+                raise bad(name, "a positive integer")
+        for name in ("log_interval", "eval_interval", "ckpt_interval"):
+            if getattr(self, name) < 0:
+                raise bad(name, "an integer >= 0")
+        budgets = ("max_steps", "max_tokens", "max_flops", "max_seconds")
+        if all(getattr(self, k) is None for k in budgets):
+            raise ConfigError("no budget: give at least one of max_steps, max_tokens, max_flops, max_seconds")
+        for name in budgets:
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                where = sources.get(name, "config")
+                raise ConfigError(f"{where}: impossible budget: {name}={getattr(self, name)!r}, expected > 0")
+        if self.seq_len is not None and self.seq_len < 2:
+            raise bad("seq_len", "at least 2")
+        if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB:
+            raise bad(
+                "vocab_size", f"at least {MIN_BPE_VOCAB} (256 bytes + {MIN_BPE_VOCAB - 256} special tokens)"
+            )
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise bad(name, "a number in [0, 1)")
+        for name in ("lr", "eps", "lr_power"):
+            if not getattr(self, name) > 0:
+                raise bad(name, "a positive number")
+        for name in ("warmup", "weight_decay", "clip_grad"):
+            if not getattr(self, name) >= 0:
+                raise bad(name, "a number >= 0")
+        if not 0 <= self.end_lr <= self.lr:
+            raise bad("end_lr", f"a number in [0, lr={self.lr}]")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> TrainConfig:
-        """Returns a TrainConfig from a dict; unknown keys fail naming ``source``."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(
-                f"{source}: unknown training config field(s) {unknown}; expected a subset of {sorted(known)}"
-            )
-        return cls(**d)
+        """Returns a TrainConfig from a dict; unknown keys and wrongly typed values fail naming ``source``."""
+        if not isinstance(d.get("model", {}), dict):
+            raise ConfigError(f"{source}: model={d['model']!r}: expected an object of ModelConfig fields")
+        values = check_fields(cls, d, source, choices=TRAIN_CHOICES)
+        check_fields(ModelConfig, values.get("model", {}), f"{source} field 'model'", choices=MODEL_CHOICES)
+        return cls(**values)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
-    """Returns model overrides from FIELD=VALUE strings (VALUE parsed as JSON when it is JSON)."""
+    """Returns model overrides from FIELD=VALUE strings (VALUE parsed as JSON when it is JSON).
+
+    Each FIELD must be a ModelConfig field and VALUE of its type; errors name ``--set`` and the field.
+    """
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+        check_fields(ModelConfig, {key: out[key]}, f"--set {item}", choices=MODEL_CHOICES)
     return out
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Returns the TrainConfig of defaults, then --config file, then command-line flags."""
+    """Returns the validated TrainConfig of defaults, then --config file, then command-line flags.
+
+    A bad value fails naming where it came from: ``--config FILE``, ``flag --NAME`` or ``--set``.
+    """
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     if args.config:
         values.update(TrainConfig.from_dict(load_json(args.config), source=args.config).__dict__)
+        sources = {name: f"--config {args.config}" for name in _FIELDS}
     for name in _FIELDS:
         v = getattr(args, name, None)
         if v is not None and name != "model":
-            values[name] = v
+            values[name], sources[name] = v, f"flag --{name.replace('_', '-')}"
     values["model"] = {**values.get("model", {}), **parse_set(args.set)}
-    return TrainConfig(**values)
+    if args.set:
+        sources["model"] = "--set / --config field 'model'" if args.config else "--set"
+    cfg = TrainConfig(**values)
+    cfg.validate(sources)
+    return cfg

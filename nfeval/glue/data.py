@@ -13,6 +13,8 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError, DataError, MissingDataError, hub_unreachable
+
 TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 HUB_DATASET = "nyu-mll/glue"
 
@@ -173,7 +175,7 @@ class TaskData:
 def spec(task: str) -> TaskSpec:
     """Returns the spec of a task key; ValueError naming the known tasks otherwise."""
     if task not in SPECS:
-        raise ValueError(f"unknown GLUE task {task!r}: expected one of {', '.join(TASKS)}")
+        raise ConfigError(f"unknown GLUE task {task!r}: expected one of {', '.join(TASKS)}")
     return SPECS[task]
 
 
@@ -182,14 +184,14 @@ def _parse_label(spec: TaskSpec, value: str, where: str):
         try:
             score = float(value)
         except ValueError:
-            raise ValueError(
+            raise DataError(
                 f"{where}: label {value!r} is not a number (expected an STS-B score in [0, 5])"
             ) from None
         if not 0.0 <= score <= 5.0:
-            raise ValueError(f"{where}: score {score} is outside [0, 5]")
+            raise DataError(f"{where}: score {score} is outside [0, 5]")
         return score
     if value not in spec.labels:
-        raise ValueError(f"{where}: unknown label {value!r} (expected one of {', '.join(spec.labels)})")
+        raise DataError(f"{where}: unknown label {value!r} (expected one of {', '.join(spec.labels)})")
     return spec.labels.index(value)
 
 
@@ -199,12 +201,12 @@ def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: not found (the GLUE {spec.name} {split} file)") from None
+        raise MissingDataError(f"{path}: not found (the GLUE {spec.name} {split} file)") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         lineno = raw[: e.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{lineno}: not valid UTF-8") from None
+        raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -215,12 +217,12 @@ def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
         text_idx, label_idx = list(spec.text_columns), spec.label_column
     else:
         if not lines:
-            raise ValueError(f"{path}: empty file (expected a header line and examples)")
+            raise DataError(f"{path}: empty file (expected a header line and examples)")
         header = lines[0].split("\t")
         wanted = [*spec.text_columns, spec.label_column]
         missing = [c for c in wanted if c not in header]
         if missing:
-            raise ValueError(
+            raise DataError(
                 f"{path}:1: header lacks column(s) {missing} (expected {wanted} among the columns)"
             )
         ncols, first = len(header), 1
@@ -232,12 +234,12 @@ def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
         where = f"{path}:{lineno + 1}"
         cols = lines[lineno].split("\t")
         if len(cols) != ncols:
-            raise ValueError(f"{where}: expected {ncols} tab-separated columns, got {len(cols)}")
+            raise DataError(f"{where}: expected {ncols} tab-separated columns, got {len(cols)}")
         for out, i in zip(columns, text_idx):
             out.append(cols[i])
         labels.append(_parse_label(spec, cols[label_idx], where))
     if not labels:
-        raise ValueError(f"{path}: empty split: no examples" + (" after the header" if first else ""))
+        raise DataError(f"{path}: empty split: no examples" + (" after the header" if first else ""))
     return Split(
         split,
         os.path.abspath(path),
@@ -253,7 +255,7 @@ def load_local(task: str, glue_dir: str) -> TaskData:
     s = spec(task)
     folder = os.path.join(glue_dir, s.folder)
     if not os.path.isdir(folder):
-        raise FileNotFoundError(
+        raise MissingDataError(
             f"{folder}: not found (expected the GLUE {task} folder with train.tsv and dev files)"
         )
     train = read_tsv(os.path.join(folder, "train.tsv"), s, "train")
@@ -265,14 +267,14 @@ def _hub_split(s: TaskSpec, ds, name: str, hub_split: str) -> Split:
     where = f"{HUB_DATASET}/{s.name} split {hub_split}"
     missing = [c for c in (*s.hub_text_columns, "label") if c not in ds.column_names]
     if missing:
-        raise ValueError(f"{where}: missing column(s) {missing}")
+        raise DataError(f"{where}: missing column(s) {missing}")
     labels = list(ds["label"])
     if not labels:
-        raise ValueError(f"{where}: empty split: no examples")
+        raise DataError(f"{where}: empty split: no examples")
     for i, y in enumerate(labels):
         bad = not 0.0 <= y <= 5.0 if s.is_regression else y not in range(s.num_labels)
         if bad:
-            raise ValueError(f"{where} row {i}: unknown label {y!r}")
+            raise DataError(f"{where} row {i}: unknown label {y!r}")
     texts = [list(ds[c]) for c in s.hub_text_columns]
     return Split(
         name,
@@ -292,9 +294,8 @@ def load_hub(task: str) -> TaskData:
     try:
         dd = datasets.load_dataset(HUB_DATASET, s.name)
     except Exception as e:  # datasets raises many types when offline
-        raise FileNotFoundError(
-            f"could not load {HUB_DATASET} ({s.name}) from the hub ({type(e).__name__}: {e}); "
-            "pass --glue-dir with the GLUE TSVs instead"
+        raise hub_unreachable(
+            f"{HUB_DATASET} ({s.name})", e, "pass --glue-dir with the GLUE TSVs instead"
         ) from None
     train = _hub_split(s, dd["train"], "train", "train")
     dev = {name: _hub_split(s, dd[hub], name, hub) for name, hub in s.hub_dev_splits.items()}

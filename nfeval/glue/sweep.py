@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import dataclasses
+import fcntl
 import functools
+import glob
 import json
 import math
 import multiprocessing as mp
@@ -41,7 +44,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +54,17 @@ from tqdm.auto import tqdm
 
 from ..artifacts import atomic_write_json, provenance
 from ..engine import checkpoint as ckpt_lib
+from ..engine import torch_files
+from ..engine.config import load_json
 from ..engine.model import SequenceClassifier, Transformer
 from ..engine.tokenization import special_ids
+from ..errors import ConfigError, DataError, MissingDataError
 from . import data as glue_data
 from . import metrics as glue_metrics
 
 DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)
 RESULT = "result.json"
+LOCK = ".lock"  # flock'ed while a sweep computes the point
 STATE = "state.pt"
 SELECTIONS = ("best_epoch", "last_epoch")
 DTYPES = ("auto", "bf16", "fp32")
@@ -83,17 +90,17 @@ class Recipe:
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
-            raise ValueError(f"recipe epochs={self.epochs}: expected at least 1")
+            raise ConfigError(f"recipe epochs={self.epochs}: expected at least 1")
         if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"recipe batch_size={self.batch_size}: expected a positive integer")
+            raise ConfigError(f"recipe batch_size={self.batch_size}: expected a positive integer")
         if self.max_len < 8:
-            raise ValueError(f"recipe max_len={self.max_len}: expected at least 8 tokens")
+            raise ConfigError(f"recipe max_len={self.max_len}: expected at least 8 tokens")
         if self.select not in SELECTIONS:
-            raise ValueError(f"recipe select={self.select!r}: expected one of {SELECTIONS}")
+            raise ConfigError(f"recipe select={self.select!r}: expected one of {SELECTIONS}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"recipe dtype={self.dtype!r}: expected one of {DTYPES}")
+            raise ConfigError(f"recipe dtype={self.dtype!r}: expected one of {DTYPES}")
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"recipe warmup_ratio={self.warmup_ratio}: expected a value in [0, 1)")
+            raise ConfigError(f"recipe warmup_ratio={self.warmup_ratio}: expected a value in [0, 1)")
 
     def resolve(self, spec: glue_data.TaskSpec, max_seq_len: int, device: str) -> dict[str, Any]:
         """Returns the recipe as run on ``spec``'s task: batch size, length cap and dtype filled in."""
@@ -255,9 +262,9 @@ def _same(a: Any, b: Any) -> bool:
     return json.loads(json.dumps(a)) == json.loads(json.dumps(b))
 
 
-def _mismatch(path: str, stored: Mapping, key: Mapping) -> ValueError:
+def _mismatch(path: str, stored: Mapping, key: Mapping) -> DataError:
     diff = [k for k in key if not _same(stored.get(k), key[k])]
-    return ValueError(
+    return DataError(
         f"{path}: written for a different {', '.join(diff)} than this run "
         "(use another --out folder, or delete the folder to recompute)"
     )
@@ -266,21 +273,56 @@ def _mismatch(path: str, stored: Mapping, key: Mapping) -> ValueError:
 def finished_result(directory: str, key: Mapping) -> dict | None:
     """Returns the point's result when it is finished for exactly ``key``; None if not finished.
 
-    Raises ValueError when a result exists for a different checkpoint, data or recipe.
+    Raises DataError when a result exists for a different checkpoint, data or recipe, or is not JSON.
     """
     path = os.path.join(directory, RESULT)
     if not os.path.isfile(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"{path}: invalid JSON at line {e.lineno} ({e.msg}); delete it to recompute the point"
-        ) from None
+    result = load_json(path, hint="delete it to recompute the point")
     if not _same(result.get("key"), key):
         raise _mismatch(path, result.get("key") or {}, key)
     return result
+
+
+@contextlib.contextmanager
+def point_lock(directory: str, wait: bool = False) -> Iterator[bool]:
+    """Holds the point's lock file while the block runs; yields False when another process holds it.
+
+    ``flock`` locks die with their process, so a killed sweep never leaves a stale lock behind.
+    """
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, LOCK), os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def claim_and_run(directory: str, key: Mapping, wait: bool, run: Callable[[], dict]) -> dict | None:
+    """Returns the point's result under its lock: read back when another sweep finished it meanwhile,
+    else computed by ``run()``; None when another live sweep holds the lock and ``wait`` is False."""
+    with point_lock(directory, wait) as held:
+        if not held:
+            return None
+        return finished_result(directory, key) or run()
+
+
+def finished_on_disk(out_dir: str, task: str, key: Mapping) -> list[dict]:
+    """Returns every finished point of ``task`` under ``out_dir`` for the same checkpoint, data and recipe
+    as ``key`` (any learning rate and seed): what concurrent sweeps into one folder computed together."""
+    same = ("checkpoint", "data", "recipe")
+    found = []
+    for path in sorted(glob.glob(os.path.join(out_dir, "glue", task, "lr=*", "seed=*", RESULT))):
+        result = load_json(path, hint="delete it to recompute the point")
+        stored = result.get("key") or {}
+        if all(_same(stored.get(k), key[k]) for k in same):
+            found.append(result)
+    return found
 
 
 def _save_state(path: str, state: dict) -> None:
@@ -330,7 +372,7 @@ def run_point(
     os.makedirs(directory, exist_ok=True)
     state_path = os.path.join(directory, STATE)
     if os.path.isfile(state_path):
-        state = torch.load(state_path, map_location="cpu", weights_only=True)
+        state = torch_files.load(state_path)
         if not _same(state["key"], key):
             raise _mismatch(state_path, state["key"], key)
         model.load_state_dict(state["model"])
@@ -424,14 +466,18 @@ def run_point(
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(devices, threads: int) -> None:
-    _WORKER["device"] = devices.get()
+def _init_worker(devices, threads: int, trust_checkpoint: bool) -> None:
+    """Binds this worker process to its device and its share of the CPU cores."""
+    device = devices.get()
+    _WORKER.update(device=device, trust_checkpoint=trust_checkpoint)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
     torch.set_num_threads(threads)
 
 
 @functools.lru_cache(maxsize=1)
 def _worker_ckpt(path: str) -> ckpt_lib.Checkpoint:
-    return ckpt_lib.load(path)
+    return ckpt_lib.load(path, trust_checkpoint=_WORKER.get("trust_checkpoint", False))
 
 
 @functools.lru_cache(maxsize=4)
@@ -448,21 +494,67 @@ def _worker_point(
     recipe: dict,
     directory: str,
     key: dict,
-) -> dict:
+) -> dict | None:
     ckpt = _worker_ckpt(ckpt_path)
     enc = _worker_task(ckpt_path, glue_dir, task, recipe["max_len"])
     if ckpt.fingerprint != key["checkpoint"] or enc.fingerprint != key["data"]:
-        raise ValueError(f"{ckpt_path} or the {task} data changed while the sweep was running")
-    return run_point(ckpt, enc, lr, seed, recipe, directory, key, _WORKER["device"], progress=False)
+        raise DataError(f"{ckpt_path} or the {task} data changed while the sweep was running")
+    run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, _WORKER["device"], False)
+    return claim_and_run(directory, key, wait=False, run=run)
 
 
 def _job_devices(device: str, jobs: int) -> list[str]:
-    if device == "cuda" and torch.cuda.device_count() > 1:
+    if device == "cuda" and torch.cuda.is_available():
         return [f"cuda:{i % torch.cuda.device_count()}" for i in range(jobs)]
     return [device] * jobs
 
 
 # --- the sweep ------------------------------------------------------------------------------------------
+
+
+def _run_here(ckpt, data, points, results, device, progress, bar, wait: bool) -> list[tuple]:
+    """Runs ``points`` in this process, appending to ``results``; returns the points another sweep holds."""
+    encoded: dict[tuple[str, int], EncodedTask] = {}
+    deferred = []
+    for point in points:
+        task, lr, seed, r, directory, key = point
+        if (task, r["max_len"]) not in encoded:
+            encoded[task, r["max_len"]] = encode_task(data[task], ckpt.tokenizer, r["max_len"])
+        enc = encoded[task, r["max_len"]]
+        run = functools.partial(run_point, ckpt, enc, lr, seed, r, directory, key, device, progress)
+        result = claim_and_run(directory, key, wait, run)
+        if result is None:
+            deferred.append(point)
+            continue
+        results[task].append(result)
+        bar.update(1)
+    return deferred
+
+
+def _run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar) -> list[tuple]:
+    """Runs ``points`` in ``jobs`` processes (one device each); returns the points another sweep holds."""
+    ctx = mp.get_context("spawn")
+    devices = ctx.Queue()
+    for d in _job_devices(device, jobs):
+        devices.put(d)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    deferred = []
+    with cf.ProcessPoolExecutor(
+        jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads, trust_checkpoint)
+    ) as pool:
+        futures = {pool.submit(_worker_point, ckpt.path, glue_dir, *point): point for point in points}
+        try:
+            for fut in cf.as_completed(futures):
+                result = fut.result()
+                if result is None:
+                    deferred.append(futures[fut])
+                    continue
+                results[futures[fut][0]].append(result)
+                bar.update(1)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return deferred
 
 
 def summarize(results: Mapping[str, Sequence[Mapping]]) -> dict[str, Any]:
@@ -532,21 +624,25 @@ def sweep(
     jobs: int = 1,
     device: str | None = None,
     progress: bool = True,
+    trust_checkpoint: bool = False,
 ) -> dict[str, Any]:
     """Fine-tunes every (task, lr, seed) point not yet finished, writes ``<out_dir>/glue.json``; returns it.
 
     ``lrs``: one grid for all tasks, a grid per task, or None for ``DEFAULT_LRS``. All data is read and
     checked before any training starts. The summary's GLUE average is the mean of the task scores of
     this sweep's tasks and of those kept from an earlier summary of the same checkpoint in ``out_dir``.
+    Concurrent sweeps into one ``out_dir`` never compute a point twice (a per-point lock: a point held by
+    another sweep is waited for at the end), and each task's summary covers every finished point on disk
+    for the same checkpoint, data and recipe.
     """
     recipe = recipe or Recipe()
     if seeds < 1:
-        raise ValueError(f"seeds={seeds}: expected at least 1")
+        raise ConfigError(f"--seeds {seeds}: expected at least 1")
     if jobs < 1:
-        raise ValueError(f"jobs={jobs}: expected at least 1")
+        raise ConfigError(f"--jobs {jobs}: expected at least 1")
     tasks = list(dict.fromkeys(tasks))
     if not tasks:
-        raise ValueError("no GLUE task given")
+        raise ConfigError("--tasks: no GLUE task given")
     specs = [glue_data.spec(t) for t in tasks]  # unknown task names fail here, before any loading
     grids = {
         t: list(
@@ -556,11 +652,11 @@ def sweep(
     }
     for t, grid in grids.items():
         if any(not (lr > 0) for lr in grid):
-            raise ValueError(f"{t}: learning rates must be positive, got {grid}")
+            raise ConfigError(f"--lrs: {t}: learning rates must be positive, got {grid}")
     if isinstance(ckpt, str):
-        ckpt = ckpt_lib.load(ckpt)
+        ckpt = ckpt_lib.load(ckpt, trust_checkpoint=trust_checkpoint)
     if ckpt.tokenizer is None:
-        raise FileNotFoundError(f"{ckpt.path}: no tokenizer.json (GLUE needs the checkpoint's tokenizer)")
+        raise MissingDataError(f"{ckpt.path}: no tokenizer.json (GLUE needs the checkpoint's tokenizer)")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     data = {t: glue_data.load(t, glue_dir) for t in tasks}
 
@@ -591,35 +687,18 @@ def sweep(
 
     bar = tqdm(total=len(points), disable=not progress or not points, desc="glue sweep", unit="point")
     if jobs == 1 or len(points) <= 1:
-        encoded: dict[tuple[str, int], EncodedTask] = {}
-        for task, lr, seed, r, directory, key in points:
-            if (task, r["max_len"]) not in encoded:
-                encoded[task, r["max_len"]] = encode_task(data[task], ckpt.tokenizer, r["max_len"])
-            results[task].append(
-                run_point(ckpt, encoded[task, r["max_len"]], lr, seed, r, directory, key, device, progress)
-            )
-            bar.update(1)
+        deferred = _run_here(ckpt, data, points, results, device, progress, bar, wait=False)
     else:
-        ctx = mp.get_context("spawn")
-        devices = ctx.Queue()
-        for d in _job_devices(device, jobs):
-            devices.put(d)
-        threads = max(1, torch.get_num_threads() // jobs) if device == "cpu" else torch.get_num_threads()
-        with cf.ProcessPoolExecutor(
-            jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)
-        ) as pool:
-            futures = {
-                pool.submit(_worker_point, ckpt.path, glue_dir, task, lr, seed, r, directory, key): task
-                for task, lr, seed, r, directory, key in points
-            }
-            try:
-                for fut in cf.as_completed(futures):
-                    results[futures[fut]].append(fut.result())
-                    bar.update(1)
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        deferred = _run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar)
+    if deferred:
+        print(f"nfeval glue: waiting for {len(deferred)} point(s) another sweep is running", flush=True)
+        _run_here(ckpt, data, deferred, results, device, progress, bar, wait=True)
     bar.close()
+    for t in tasks:  # points finished by concurrent sweeps into the same folder count too
+        seen = {(p["lr"], p["seed"]) for p in results[t]}
+        any_key = {"checkpoint": ckpt.fingerprint, "data": data[t].fingerprint(), "recipe": resolved[t]}
+        results[t] += [p for p in finished_on_disk(out_dir, t, any_key) if (p["lr"], p["seed"]) not in seen]
+        grids[t] = sorted({p["lr"] for p in results[t]})
 
     path = os.path.join(out_dir, "glue.json")
     source = os.path.abspath(glue_dir) if glue_dir else glue_data.HUB_DATASET
@@ -655,13 +734,7 @@ def earlier_summary(path: str, fingerprint: str) -> dict:
     """
     if not os.path.isfile(path):
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            summary = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"{path}: invalid JSON at line {e.lineno} ({e.msg}); delete it to rebuild the summary"
-        ) from None
+    summary = load_json(path, hint="delete it to rebuild the summary")
     return summary if summary.get("nfeval", {}).get("model", {}).get("fingerprint") == fingerprint else {}
 
 
@@ -739,6 +812,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
     p.add_argument("--out", default="results", help="results folder (default: results)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -770,6 +844,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         device=args.device,
         progress=not args.no_progress,
+        trust_checkpoint=args.trust_checkpoint,
     )
     print(format_table(summary))
     print(f"summary: {os.path.join(args.out, 'glue.json')}")

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..artifacts import atomic_write_json, hardware_key, provenance
 from ..engine.config import ModelConfig, load_json
+from ..errors import ConfigError, DataError, MissingDataError
 
 AXES = ("flops", "wall_s")
 AXIS_LABELS = {"flops": "FLOPs", "wall_s": "time"}
@@ -69,7 +70,7 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
     except FileNotFoundError:
-        raise FileNotFoundError(
+        raise MissingDataError(
             f"{path}: not found (expected the metrics.jsonl that nfeval train writes)"
         ) from None
     last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
@@ -84,9 +85,9 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
             if lineno == last:
                 warnings.append(f"{path}:{lineno}: ignored an unfinished last line")
                 continue
-            raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
         if not isinstance(record, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
         kind = record.get("kind")
         if kind not in REQUIRED:
             continue  # other line kinds belong to other tools
@@ -95,7 +96,7 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
             if key == "val_ppl" and _number(value) and math.isnan(value):
                 value = record[key] = math.inf  # a diverged run: never reaches anything
             if not _number(value) or value < 0 or (key != "val_ppl" and not math.isfinite(value)):
-                raise ValueError(
+                raise DataError(
                     f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a non-negative number"
                 )
         points[kind][int(record["step"])] = {**record, "line": lineno}
@@ -104,7 +105,7 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
         for axis in AXES:
             for prev, cur in zip(series, series[1:]):
                 if cur[axis] <= prev[axis]:
-                    raise ValueError(
+                    raise DataError(
                         f"{path}:{cur['line']}: {axis!r} is {cur[axis]} at step {cur['step']}, not above {prev[axis]} at "
                         f"step {prev['step']}; expected cumulative values"
                     )
@@ -131,11 +132,11 @@ def step_time(train: list[dict]) -> float | None:
 def load_run(run_dir: str, name: str | None = None) -> Run:
     """Returns the run stored in ``run_dir`` (``metrics.jsonl`` + ``config.json``); errors name file and line."""
     if not os.path.isdir(run_dir):
-        raise FileNotFoundError(f"{run_dir}: no such run directory")
+        raise MissingDataError(f"{run_dir}: no such run directory")
     metrics = os.path.join(run_dir, "metrics.jsonl")
     val, train, warnings = read_metrics(metrics)
     if not val:
-        raise ValueError(f"{metrics}: no 'val' lines; expected validation points to compare")
+        raise DataError(f"{metrics}: no 'val' lines; expected validation points to compare")
     if not any(math.isfinite(p["val_ppl"]) for p in val):
         warnings.append(f"{metrics}: every validation perplexity is infinite or NaN (diverged run)")
     config_path = os.path.join(run_dir, "config.json")
@@ -245,21 +246,21 @@ def compare(
     ``baseline`` (a run dir or a name) defaults to the first run; it is added when not among ``run_dirs``.
     """
     if names is not None and len(names) != len(run_dirs):
-        raise ValueError(f"--names: {len(names)} names for {len(run_dirs)} runs")
+        raise ConfigError(f"--names: {len(names)} names for {len(run_dirs)} runs")
     runs = [load_run(d, n) for d, n in zip(run_dirs, names or [None] * len(run_dirs))]
     if not runs:
-        raise ValueError("compare: no run directories given")
+        raise ConfigError("compare: no run directories given")
     if baseline is not None:
         match = [
             r for r in runs if r.name == baseline or os.path.normpath(r.path) == os.path.normpath(baseline)
         ]
         runs = match[:1] + [r for r in runs if r is not match[0]] if match else [load_run(baseline)] + runs
     if len({r.name for r in runs}) < len(runs):
-        raise ValueError(f"compare: run names {[r.name for r in runs]} are not unique; pass --names")
+        raise ConfigError(f"compare: run names {[r.name for r in runs]} are not unique; pass --names")
     base = runs[0]
     finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
     if not finite:
-        raise ValueError(
+        raise DataError(
             f"{os.path.join(base.path, 'metrics.jsonl')}: the baseline has no finite validation perplexity"
         )
     best = min(finite, key=lambda p: p["val_ppl"])

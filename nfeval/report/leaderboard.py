@@ -34,6 +34,7 @@ import tasks as nf_tasks
 
 from ..artifacts import atomic_write_text, provenance
 from ..engine.config import load_json
+from ..errors import DataError, MissingDataError
 from ..glue.data import TASKS as GLUE_TASKS
 from ..glue.metrics import SPLIT_METRICS
 
@@ -91,24 +92,24 @@ def _get(
     value = data
     for i, key in enumerate(keys):
         if not isinstance(value, dict):
-            raise ValueError(
+            raise DataError(
                 f"{path}: key {_describe(keys[:i])!r} is a {type(value).__name__}, expected an object"
             )
         if key not in value or value[key] is None:
             if required:
-                raise ValueError(f"{path}: key {_describe(keys)!r} is missing; expected {expected}")
+                raise DataError(f"{path}: key {_describe(keys)!r} is missing; expected {expected}")
             return None
         value = value[key]
     numeric = kind in ((int, float), int)
     if not isinstance(value, kind) or (numeric and (isinstance(value, bool) or not math.isfinite(value))):
-        raise ValueError(f"{path}: key {_describe(keys)!r} is {value!r}; expected {expected}")
+        raise DataError(f"{path}: key {_describe(keys)!r} is {value!r}; expected {expected}")
     return value
 
 
 def _score(data: Any, keys: list[str], path: str, low: float = 0.0) -> float:
     value = _get(data, keys, path, (int, float), f"a number in [{low:g}, 1]")
     if not low <= value <= 1:
-        raise ValueError(
+        raise DataError(
             f"{path}: key {_describe(keys)!r} is {value!r}; expected a number in [{low:g}, 1] (a fraction, not percent)"
         )
     return float(value)
@@ -124,7 +125,7 @@ def _model_block(data: dict, path: str) -> dict[str, Any]:
         "parameters": _get(data, base + ["parameters"], path, int, "an integer", required=False),
     }
     if not info["fingerprint"] and not info["path"]:
-        raise ValueError(
+        raise DataError(
             f"{path}: key 'nfeval.model.fingerprint' is missing; expected the model's fingerprint (or at least 'nfeval.model.path')"
         )
     _get(data, base + ["compute"], path, dict, "an object", required=False)
@@ -155,7 +156,7 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
             continue
         metrics = _get(data, ["results", name], path, dict, "an object of lm-eval metrics")
         if canonical in tasks:
-            raise ValueError(f"{path}: key 'results.{name}' is a second result for task {canonical!r}")
+            raise DataError(f"{path}: key 'results.{name}' is a second result for task {canonical!r}")
         counts = n_samples.get(name) if isinstance(n_samples.get(name), dict) else {}
         if counts.get("effective") is not None and counts.get("original") is not None:
             subset = counts["effective"] < counts["original"]
@@ -188,7 +189,7 @@ def read_results(path: str, warnings: list[str]) -> tuple[str, dict[str, Any], d
     elif "tasks" in data:
         kind, tasks = "glue", read_glue(data, path, warnings)
     else:
-        raise ValueError(f"{path}: key 'results' (zero-shot results) or 'tasks' (GLUE summary) is missing")
+        raise DataError(f"{path}: key 'results' (zero-shot results) or 'tasks' (GLUE summary) is missing")
     return kind, _model_block(data, path), tasks
 
 
@@ -199,7 +200,7 @@ def _reference_path(spec: str) -> str:
         if (folder / f"{spec}.json").is_file():
             return str(folder / f"{spec}.json")
     known = sorted(p.stem for p in REFERENCE_DIR.glob("*.json"))
-    raise FileNotFoundError(
+    raise MissingDataError(
         f"--reference {spec}: no such file; expected a path to a reference JSON or one of {known}"
     )
 
@@ -213,11 +214,11 @@ def load_reference(spec: str) -> dict[str, Any]:
     citation = _get(data, ["citation"], path, str, "the paper and table the numbers come from")
     units = _get(data, ["units"], path, str, "'percent' or 'fraction'")
     if units not in ("percent", "fraction"):
-        raise ValueError(f"{path}: key 'units' is {units!r}; expected 'percent' or 'fraction'")
+        raise DataError(f"{path}: key 'units' is {units!r}; expected 'percent' or 'fraction'")
     tasks = _get(data, ["tasks"], path, dict, "an object {canonical task: {metric, convention}}")
     for task in tasks:
         if task not in ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS:
-            raise ValueError(
+            raise DataError(
                 f"{path}: key 'tasks.{task}' is not a canonical task; expected one of {ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS}"
             )
         _get(data, ["tasks", task, "metric"], path, str, "the lm-eval metric following the same convention")
@@ -231,14 +232,14 @@ def load_reference(spec: str) -> dict[str, Any]:
         scores = _get(entry, keys + ["scores"], path, dict, "an object {task: score}")
         for task in scores:
             if task not in tasks:
-                raise ValueError(f"{path}: key 'models.{i}.scores.{task}' names a task missing from 'tasks'")
+                raise DataError(f"{path}: key 'models.{i}.scores.{task}' names a task missing from 'tasks'")
             value = _get(entry, keys + ["scores", task], path, (int, float), f"a number in [0, {scale:g}]")
             if not 0 <= value <= scale:
-                raise ValueError(
+                raise DataError(
                     f"{path}: key 'models.{i}.scores.{task}' is {value!r}; expected a number in [0, {scale:g}] ({units})"
                 )
         if _get(entry, keys + ["parameters"], path, int, "the parameter count (a positive integer)") <= 0:
-            raise ValueError(
+            raise DataError(
                 f"{path}: key 'models.{i}.parameters' is {model['parameters']!r}; expected a positive integer"
             )
         rows.append(
@@ -300,7 +301,7 @@ def _collect(paths: list[str], warnings: list[str]) -> list[dict[str, Any]]:
         for task, entry in tasks.items():
             if task in model[kind]:
                 other = model[kind][task]["source"]
-                raise ValueError(
+                raise DataError(
                     f"{path}: task {task!r} of model {key[:12]} is also in {other}; pass one result per task"
                 )
             model[kind][task] = entry
@@ -415,7 +416,7 @@ def build(
     warnings: list[str] = []
     models = _collect(paths, warnings)
     if names is not None and len(names) != len(models):
-        raise ValueError(
+        raise DataError(
             f"--names: {len(names)} names for {len(models)} models (rows are joined by fingerprint)"
         )
     labels = names or [_default_name(m) for m in models]
@@ -431,7 +432,7 @@ def build(
             task, value = spec.split("=", 1)
             metrics[task] = value
         else:
-            raise ValueError(
+            raise DataError(
                 f"--metric {spec}: expected one of {sorted(METRIC_PRESETS)} or TASK=METRIC with TASK in {sorted(metrics)}"
             )
     measure = None if group_by == "none" else GROUP_MEASURES[group_by]
@@ -451,7 +452,7 @@ def build(
         board["glue"] = _glue_table(glue, warnings)
         _groups(board["glue"]["rows"], measure, group_tolerance)
     if not zeroshot and not glue:
-        raise ValueError(f"leaderboard: no zero-shot or GLUE task results in {list(paths)}")
+        raise DataError(f"leaderboard: no zero-shot or GLUE task results in {list(paths)}")
     if board["reference"]:
         board["reference"] = {k: board["reference"][k] for k in ("name", "citation", "tasks", "path")}
     return board
