@@ -115,6 +115,7 @@ class Trainer:
         self._setup_model(weights_from)
         self.peak, self.peak_source = budget.peak_flops(cfg, self.par.device)
         self.step, self.wall_s, self.calibration = 0, 0.0, None
+        self.interval = self.new_interval()
         self.gradient_hooks: list[Callable[[Trainer, int], None]] = []
 
     def _setup_data(self) -> None:
@@ -179,6 +180,15 @@ class Trainer:
         self.par.load_optimizer_state(self.wrapped, self.opt, state["optimizer"])
         self.par.set_rng_state(state["rng"])
         self.step, self.wall_s, self.calibration = state["step"], state["wall_s"], state.get("calibration")
+        # The open log interval: its loss sum counted once (on rank 0), so the next line matches an
+        # uninterrupted run's even when log and checkpoint intervals do not line up.
+        saved = state["interval"]
+        self.interval = Interval(
+            loss=saved["loss"].to(self.par.device) * float(self.par.main),
+            norm=saved["norm"].to(self.par.device),
+            steps=saved["steps"],
+            wall_s=saved["wall_s"],
+        )
         if self.cfg.max_seconds is not None and self.calibration:
             self.total_steps = budget.steps_for_time(self.cfg, self.budget, self.calibration["step_s"])
         elif self.total_steps is None:
@@ -296,6 +306,9 @@ class Trainer:
         state = par.model_state(self.model)
         opt_state = par.optimizer_state(self.wrapped, self.opt)
         rng = par.rng_state()
+        iv = self.interval
+        interval = {"loss": par.all_reduce(iv.loss).cpu(), "norm": iv.norm.cpu(), "steps": iv.steps,
+                    "wall_s": iv.wall_s}  # fmt: skip
         if par.main:
             final = rundir.checkpoint_dir(self.out_dir, self.step)
             tmp = os.path.join(os.path.dirname(final), rundir.TMP_PREFIX + os.path.basename(final))
@@ -304,7 +317,7 @@ class Trainer:
             crash_point("checkpoint-mid")
             training_state = {"step": self.step, "samples": self.step * self.global_batch, "wall_s": self.wall_s,
                               "total_steps": self.total_steps, "calibration": self.calibration,
-                              "optimizer": opt_state, "rng": rng}  # fmt: skip
+                              "optimizer": opt_state, "rng": rng, "interval": interval}  # fmt: skip
             torch.save(training_state, os.path.join(tmp, rundir.STATE))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
@@ -343,6 +356,9 @@ class Trainer:
         )
         atomic_write_text(os.path.join(self.out_dir, rundir.TOKENIZER), self.tok.to_str(pretty=True))
 
+    def new_interval(self) -> Interval:
+        return Interval(torch.zeros((), device=self.par.device), torch.zeros((), device=self.par.device))
+
     def close_interval(self, iv: Interval, elapsed: float) -> tuple[float, float]:
         """Adds ``elapsed`` to the clocks; returns the interval's (mean global loss, mean grad norm).
         Raises TrainingDiverged (on every process alike) when either is not finite."""
@@ -376,11 +392,11 @@ class Trainer:
         self.prepare_run_dir()
         bar = tqdm(total=self.total_steps, initial=self.step, disable=not (par.main and cfg.progress),
                    desc="train", unit="step")  # fmt: skip
-        zeros = lambda: torch.zeros((), device=par.device)  # noqa: E731
-        iv, val_loss, t0 = Interval(zeros(), zeros()), None, time.perf_counter()
+        val_loss, t0 = None, time.perf_counter()
         while self.step < self.total_steps:
             lr = budget.lr_at(cfg, self.step, self.total_steps)
             loss, norm = self.train_step(self.step, lr)
+            iv = self.interval
             iv.loss += loss
             iv.norm += norm.to(iv.norm.dtype)
             iv.steps += 1
@@ -396,7 +412,7 @@ class Trainer:
             mean_loss, mean_norm = self.close_interval(iv, time.perf_counter() - t0)
             if due["log"]:
                 self.log_train(iv, lr, mean_loss, mean_norm, bar)
-                iv = Interval(zeros(), zeros())
+                self.interval = self.new_interval()
             if due["eval"]:
                 val_loss = self.validate_now(bar)
             if due["ckpt"] and not end:
