@@ -119,8 +119,12 @@ class NFEvalLM(TemplateLM):
 
     def scoring_settings(self) -> dict[str, Any]:
         """Returns what, besides the weights, decides the scores (part of result cache keys)."""
-        return {"add_bos_token": self.add_bos_token, "prefix_token_id": self.prefix_token_id,
-                "max_length": self.max_length, "dtype": str(self.dtype).removeprefix("torch.")}  # fmt: skip
+        return {
+            "add_bos_token": self.add_bos_token,
+            "prefix_token_id": self.prefix_token_id,
+            "max_length": self.max_length,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
         if add_special_tokens is None:

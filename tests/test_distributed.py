@@ -141,8 +141,21 @@ def test_misaligned_intervals_sharded_validation_and_ddp_resume(setup):
     """Log every 3 steps, validate every 2, checkpoint every 4: the 2-process losses (interval means and
     sharded validation) equal the 1-process ones; a DDP resume from step 4 is bitwise."""
     root, corpus, env = setup
-    args = [*common(corpus, "clm"), "--log-interval", "3", "--eval-interval", "2", "--ckpt-interval", "4",
-            "--eval-samples", "7", "--max-steps", "8", "--set", "dropout=0.0"]  # fmt: skip
+    args = [
+        *common(corpus, "clm"),
+        "--log-interval",
+        "3",
+        "--eval-interval",
+        "2",
+        "--ckpt-interval",
+        "4",
+        "--eval-samples",
+        "7",
+        "--max-steps",
+        "8",
+        "--set",
+        "dropout=0.0",
+    ]
     one = root / "mis-one"
     launch(env, one, [*args, "--batch-size", "4"], nproc=1)
     two = root / "mis-two"

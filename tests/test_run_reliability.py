@@ -15,8 +15,7 @@ from conftest import make_text
 
 from nfeval import cli
 from nfeval.engine import checkpoint, rundir
-from nfeval.engine.train import train
-from nfeval.engine.trainer import CRASH_AT
+from nfeval.engine.rundir import CRASH_AT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,16 +35,45 @@ def env(tmp_path_factory) -> dict:
 
 
 def args(corpus: str, *extra: str) -> list[str]:
-    return ["--preset", "normformer-tiny", "--train-data", corpus, "--vocab-size", "300", "--batch-size", "2",
-            "--seq-len", "32", "--max-steps", "8", "--log-interval", "1", "--eval-interval", "0",
-            "--eval-samples", "8", "--ckpt-interval", "3", "--peak-flops", "1e12", "--no-progress",
-            "--set", "dropout=0.1", *extra]  # fmt: skip
+    return [
+        "--preset",
+        "normformer-tiny",
+        "--train-data",
+        corpus,
+        "--vocab-size",
+        "300",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "32",
+        "--max-steps",
+        "8",
+        "--log-interval",
+        "1",
+        "--eval-interval",
+        "0",
+        "--eval-samples",
+        "8",
+        "--ckpt-interval",
+        "3",
+        "--peak-flops",
+        "1e12",
+        "--no-progress",
+        "--set",
+        "dropout=0.1",
+        *extra,
+    ]
 
 
 def nfeval_train(env: dict, out: Path, argv: list[str], crash_at: str | None = None):
     e = {**env, CRASH_AT: crash_at} if crash_at else env
-    return subprocess.run([sys.executable, "-m", "nfeval", "train", "--out", str(out), *argv],
-                          env=e, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "nfeval", "train", "--out", str(out), *argv],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def summary_of(stdout: str) -> dict:

@@ -103,7 +103,8 @@ def check_warmup(cfg: TrainConfig, total_steps: int) -> None:
     """Raises ValueError when warmup does not leave room for decay."""
     if warmup_steps(cfg, total_steps) >= total_steps and cfg.warmup >= 1:
         raise ValueError(
-            f"impossible budget: warmup={cfg.warmup:g} steps is not shorter than the run ({total_steps} steps)"
+            f"impossible budget: warmup={cfg.warmup:g} steps is not shorter than the run "
+            f"({total_steps} steps)"
         )
 
 
@@ -153,7 +154,8 @@ def steps_for_time(cfg: TrainConfig, budget: dict[str, Any], step_s: float) -> i
     by_time = int(cfg.max_seconds // step_s)
     if by_time < 1:
         raise ValueError(
-            f"impossible budget: max_seconds={cfg.max_seconds} is less than one step ({step_s:.3g} s per step)"
+            f"impossible budget: max_seconds={cfg.max_seconds} is less than one step "
+            f"({step_s:.3g} s per step)"
         )
     budget["steps_by_budget"]["max_seconds"] = by_time
     total = min(budget["steps_by_budget"].values())

@@ -40,7 +40,9 @@ def resolve_device(requested: str | None, cpu_fallback: bool = False) -> torch.d
         return torch.device(req)
     if not torch.cuda.is_available():
         if cpu_fallback:
-            warnings.warn(f"device={requested!r}: CUDA is not available on this machine; using the CPU", stacklevel=3)
+            warnings.warn(
+                f"device={requested!r}: CUDA is not available on this machine; using the CPU", stacklevel=3
+            )
             return torch.device("cpu")
         raise ValueError(f"device={requested!r}: CUDA is not available on this machine")
     device = torch.device(req)

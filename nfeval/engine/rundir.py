@@ -22,9 +22,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import zipfile
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from safetensors import SafetensorError, safe_open
 
 from ..artifacts import atomic_write_json, atomic_write_text
@@ -38,12 +41,29 @@ CHECKPOINTS = "checkpoints"
 STATE = "training_state.pt"  # a torch zip file of tensors and plain values: loads with weights_only=True
 COMPLETE = "complete.json"
 TMP_PREFIX = ".tmp-"
+CRASH_AT = "NFEVAL_TEST_CRASH_AT"  # tests: SIGKILL the writer at the named point (kill -9 tests)
 _STEP = re.compile(r"step_(\d{8})")
 
 
 def checkpoint_dir(run_dir: str, step: int) -> str:
     """Returns the folder of the checkpoint at ``step``."""
     return os.path.join(run_dir, CHECKPOINTS, f"step_{step:08d}")
+
+
+def write_checkpoint(
+    run_dir: str, step: int, write_model: Callable[[str], Any], training_state: dict[str, Any]
+) -> str:
+    """Writes checkpoint ``step`` atomically: ``write_model(folder)`` (weights, config, tokenizer) and
+    the training state into a temp folder, renamed into place; returns the checkpoint folder."""
+    final = checkpoint_dir(run_dir, step)
+    tmp = os.path.join(os.path.dirname(final), TMP_PREFIX + os.path.basename(final))
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_model(tmp)
+    crash_point("checkpoint-mid")
+    torch.save(training_state, os.path.join(tmp, STATE))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final
 
 
 def checkpoint_dirs(run_dir: str) -> list[str]:
@@ -177,3 +197,9 @@ def truncate_metrics(run_dir: str, last_step: int) -> None:
         return
     keep = [r for r in read_metrics(run_dir) if r.get("step", 0) <= last_step]
     atomic_write_text(os.path.join(run_dir, METRICS), "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def crash_point(name: str) -> None:
+    """Kills this process with SIGKILL when the test variable names this point (no cleanup runs)."""
+    if os.environ.get(CRASH_AT) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -45,13 +45,44 @@ from .train_config import DTYPES, TrainConfig, config_from_args, parse_set  # no
 from .trainer import Trainer, TrainingDiverged  # noqa: F401  (re-exported)
 
 # Fields a resume may change only with --override-resume (the schedule is recomputed from them) ...
-OVERRIDABLE = ("max_steps", "max_tokens", "max_flops", "max_seconds", "lr", "warmup", "end_lr", "lr_power",
-               "beta1", "beta2", "eps", "weight_decay", "clip_grad", "log_interval", "eval_interval",
-               "ckpt_interval")  # fmt: skip
+OVERRIDABLE = (
+    "max_steps",
+    "max_tokens",
+    "max_flops",
+    "max_seconds",
+    "lr",
+    "warmup",
+    "end_lr",
+    "lr_power",
+    "beta1",
+    "beta2",
+    "eps",
+    "weight_decay",
+    "clip_grad",
+    "log_interval",
+    "eval_interval",
+    "ckpt_interval",
+)
 # ... fields a resume never changes (data, model, batch and RNG define what the checkpoint is) ...
-FIXED = ("preset", "model", "objective", "train_data", "valid_data", "hf_dataset", "hf_config", "text_column",
-         "tokenizer", "vocab_size", "batch_size", "seq_len", "grad_accum", "dtype", "seed", "eval_samples",
-         "calibration_steps")  # fmt: skip
+FIXED = (
+    "preset",
+    "model",
+    "objective",
+    "train_data",
+    "valid_data",
+    "hf_dataset",
+    "hf_config",
+    "text_column",
+    "tokenizer",
+    "vocab_size",
+    "batch_size",
+    "seq_len",
+    "grad_accum",
+    "dtype",
+    "seed",
+    "eval_samples",
+    "calibration_steps",
+)
 # ... and how the resumed process runs, always taken from the request.
 FREE = ("device", "compile", "fsdp", "progress", "peak_flops")
 
@@ -165,10 +196,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--override-resume",
         action="store_true",
-        help="with --resume: take changed budget/optimizer/interval flags (e.g. --max-steps, --lr) instead of refusing",
+        help="with --resume: take changed budget/optimizer/interval flags (e.g. --max-steps, --lr) "
+        "instead of refusing",
     )
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="model config override, e.g. dropout=0.1 (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="model config override, e.g. dropout=0.1 (repeatable)",
+    )
     p.add_argument(
         "--preset", help="model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)"
     )
@@ -185,11 +222,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="tokenizer.json or a folder with GPT-2's encoder.json + vocab.bpe (default: train a BPE)",
     )
     p.add_argument("--vocab-size", type=int, help="BPE vocabulary size when training a tokenizer")
-    for name in ("batch_size", "seq_len", "grad_accum", "max_steps", "calibration_steps", "log_interval",
-                 "eval_interval", "eval_samples", "ckpt_interval", "seed"):  # fmt: skip
+    for name in (
+        "batch_size",
+        "seq_len",
+        "grad_accum",
+        "max_steps",
+        "calibration_steps",
+        "log_interval",
+        "eval_interval",
+        "eval_samples",
+        "ckpt_interval",
+        "seed",
+    ):
         p.add_argument("--" + name.replace("_", "-"), type=int)
-    for name in ("max_tokens", "max_flops", "max_seconds", "lr", "warmup", "end_lr", "lr_power", "beta1", "beta2",
-                 "eps", "weight_decay", "clip_grad", "peak_flops"):  # fmt: skip
+    for name in (
+        "max_tokens",
+        "max_flops",
+        "max_seconds",
+        "lr",
+        "warmup",
+        "end_lr",
+        "lr_power",
+        "beta1",
+        "beta2",
+        "eps",
+        "weight_decay",
+        "clip_grad",
+        "peak_flops",
+    ):
         p.add_argument("--" + name.replace("_", "-"), type=float)
     p.add_argument("--dtype", choices=DTYPES)
     p.add_argument("--device", help="auto (default), cpu or cuda")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -20,72 +18,24 @@ from typing import Any
 
 import jsonlines
 import torch
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from ..artifacts import atomic_write_json, atomic_write_text, hardware, provenance
 from ..errors import ConfigError
 from . import budget, checkpoint, rundir
-from .config import ModelConfig, preset
+from .config import preset
 from .data import (
     Batches,
-    default_corpus,
-    get_tokenizer,
-    load_hf_corpus,
-    load_text_corpus,
-    open_token_shards,
-    token_shards,
 )
 from .model import Transformer, training_flops_per_token
 from .objective import Objective, evaluate
 from .parallel import Single, make_strategy
-from .tokenization import special_ids
+from .run_inputs import load_data, model_config
 from .train_config import TrainConfig
-
-CRASH_AT = "NFEVAL_TEST_CRASH_AT"  # tests: SIGKILL this process at the named point (kill -9 tests)
 
 
 class TrainingDiverged(RuntimeError):
     """The loss or gradient norm became NaN/inf."""
-
-
-def crash_point(name: str) -> None:
-    """Kills this process with SIGKILL when the test variable names this point (no cleanup runs)."""
-    if os.environ.get(CRASH_AT) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def load_data(cfg: TrainConfig, default_vocab: int, par: Single) -> tuple[dict, Any, Tokenizer]:
-    """Returns (corpus description, token shards, tokenizer). Rank 0 reads the corpus and builds the
-    tokenizer and shards; every process then opens the shards, so none keeps the corpus text."""
-
-    def build() -> tuple[dict, str, str]:
-        if cfg.train_data:
-            corpus = load_text_corpus(cfg.train_data, cfg.valid_data)
-        elif cfg.hf_dataset:
-            corpus = load_hf_corpus(cfg.hf_dataset, cfg.hf_config, cfg.text_column)
-        else:
-            corpus = default_corpus()
-        tok = get_tokenizer(cfg.tokenizer, corpus, cfg.vocab_size or default_vocab)
-        return corpus.describe(), tok.to_str(), token_shards(corpus, tok).path
-
-    corpus_info, tok_json, folder = par.from_main(build)
-    tok = Tokenizer.from_str(tok_json)
-    return corpus_info, open_token_shards(folder, special_ids(tok)), tok
-
-
-def model_config(cfg: TrainConfig, tok_vocab: int, pad_id: int) -> ModelConfig:
-    """Returns the model config: the preset, the tokenizer's vocab (rounded up to 64) and pad id, overrides."""
-    fields = {"vocab_size": -(-tok_vocab // 64) * 64, "pad_token_id": pad_id}
-    if cfg.objective:
-        fields["objective"] = cfg.objective
-    fields.update(cfg.model)
-    mcfg = preset(cfg.preset, **fields)
-    if mcfg.vocab_size < tok_vocab:
-        raise ConfigError(
-            f"model vocab_size={mcfg.vocab_size} is smaller than the tokenizer's {tok_vocab} tokens"
-        )
-    return mcfg
 
 
 @dataclass
@@ -101,14 +51,18 @@ class Interval:
 class Trainer:
     """One run's model, optimizer, data and counters; ``run()`` trains to the end of the budget.
 
+    ``parallel``: the strategy (default: the one torchrun's environment and the config ask for).
+
     ``gradient_hooks``: callables ``hook(trainer, step)`` run once per update after the backward
     passes (gradients synced and clipped) and before the optimizer step, e.g. per-layer gradient
     statistics."""
 
-    def __init__(self, cfg: TrainConfig, out_dir: str, weights_from: str | None = None):
+    def __init__(
+        self, cfg: TrainConfig, out_dir: str, weights_from: str | None = None, parallel: Single | None = None
+    ):
         cfg.validate()
         self.cfg, self.out_dir = cfg, out_dir
-        self.par = make_strategy(cfg.device, cfg.fsdp, bf16=cfg.dtype == "bf16")
+        self.par = parallel or make_strategy(cfg.device, cfg.fsdp, bf16=cfg.dtype == "bf16")
         if cfg.dtype == "bf16" and self.par.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("dtype=bf16: this GPU does not support bfloat16")
         self._setup_data()
@@ -157,7 +111,7 @@ class Trainer:
         )
 
     @classmethod
-    def resume(cls, cfg: TrainConfig, out_dir: str) -> Trainer:
+    def resume(cls, cfg: TrainConfig, out_dir: str, parallel: Single | None = None) -> Trainer:
         """Returns a Trainer at the newest valid checkpoint of ``out_dir`` (a fresh one if there is none);
         says on stderr which checkpoint it resumes from and which newer ones it skipped."""
         path, skipped = rundir.newest_valid_checkpoint(out_dir, thorough=True)
@@ -168,7 +122,7 @@ class Trainer:
         if int(os.environ.get("RANK", "0")) == 0:
             for note in notes:
                 print(f"nfeval train: {note}", file=sys.stderr)
-        trainer = cls(cfg, out_dir, weights_from=path)
+        trainer = cls(cfg, out_dir, weights_from=path, parallel=parallel)
         if path:
             trainer.restore(
                 torch.load(os.path.join(path, rundir.STATE), map_location="cpu", weights_only=True)
@@ -261,8 +215,12 @@ class Trainer:
     # -- records ------------------------------------------------------------------------------
 
     def counters(self) -> dict[str, Any]:
-        return {"step": self.step, "tokens": self.step * self.tokens_per_step, "wall_s": self.wall_s,
-                "flops": self.step * self.flops_per_step}  # fmt: skip
+        return {
+            "step": self.step,
+            "tokens": self.step * self.tokens_per_step,
+            "wall_s": self.wall_s,
+            "flops": self.step * self.flops_per_step,
+        }
 
     def meta(self) -> dict[str, Any]:
         """Returns config.json's non-model blocks: resolved training config, data, provenance, compute."""
@@ -283,13 +241,21 @@ class Trainer:
                 "corpus": self.corpus_info,
                 "tokens": self.tokens.describe(),
                 "tokenizer_vocab": self.tok.get_vocab_size(),
-            },  # fmt: skip
+            },
         }
-        compute = {"steps": self.step, "tokens": self.step * self.tokens_per_step,
-                   "flops": self.step * self.flops_per_step, "wall_s": self.wall_s,
-                   "device_hours": self.wall_s * self.par.world / 3600, "hardware": hardware()}  # fmt: skip
-        return {"train": train, "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint),
-                "compute": compute}  # fmt: skip
+        compute = {
+            "steps": self.step,
+            "tokens": self.step * self.tokens_per_step,
+            "flops": self.step * self.flops_per_step,
+            "wall_s": self.wall_s,
+            "device_hours": self.wall_s * self.par.world / 3600,
+            "hardware": hardware(),
+        }
+        return {
+            "train": train,
+            "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint),
+            "compute": compute,
+        }
 
     def cpu_model(self, state: dict[str, torch.Tensor]) -> Transformer:
         """Returns a CPU Transformer holding ``state`` (what checkpoint.save writes)."""
@@ -307,20 +273,22 @@ class Trainer:
         opt_state = par.optimizer_state(self.wrapped, self.opt)
         rng = par.rng_state()
         iv = self.interval
-        interval = {"loss": par.all_reduce(iv.loss).cpu(), "norm": iv.norm.cpu(), "steps": iv.steps,
-                    "wall_s": iv.wall_s}  # fmt: skip
+        interval = {
+            "loss": par.all_reduce(iv.loss).cpu(),
+            "norm": iv.norm.cpu(),
+            "steps": iv.steps,
+            "wall_s": iv.wall_s,
+        }
         if par.main:
-            final = rundir.checkpoint_dir(self.out_dir, self.step)
-            tmp = os.path.join(os.path.dirname(final), rundir.TMP_PREFIX + os.path.basename(final))
-            shutil.rmtree(tmp, ignore_errors=True)
-            checkpoint.save(tmp, self.cpu_model(state), self.tok, self.meta())
-            crash_point("checkpoint-mid")
             training_state = {"step": self.step, "samples": self.step * self.global_batch, "wall_s": self.wall_s,
                               "total_steps": self.total_steps, "calibration": self.calibration,
                               "optimizer": opt_state, "rng": rng, "interval": interval}  # fmt: skip
-            torch.save(training_state, os.path.join(tmp, rundir.STATE))
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
+            rundir.write_checkpoint(
+                self.out_dir,
+                self.step,
+                lambda folder: checkpoint.save(folder, self.cpu_model(state), self.tok, self.meta()),
+                training_state,
+            )
         par.barrier()
 
     def log(self, row: dict[str, Any], bar: tqdm) -> None:
@@ -329,16 +297,25 @@ class Trainer:
         with jsonlines.open(os.path.join(self.out_dir, rundir.METRICS), mode="a", flush=True) as w:
             w.write(row)
         if row["kind"] == "train":
-            text = (f"step {row['step']:>6} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | gnorm "
-                    f"{row['grad_norm']:.3f} | {row['tokens_per_s']:,.0f} tok/s | mfu {row['mfu']:.1%}")  # fmt: skip
+            text = (
+                f"step {row['step']:>6} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | gnorm "
+                f"{row['grad_norm']:.3f} | {row['tokens_per_s']:,.0f} tok/s | mfu {row['mfu']:.1%}"
+            )
         else:
             text = f"step {row['step']:>6} | val loss {row['val_loss']:.4f} | val ppl {row['val_ppl']:.2f}"
         (bar.write if self.cfg.progress else print)(text)
 
     def validate_now(self, bar: tqdm) -> float:
         # Eager module: a compiled one would recompile for no_grad and the last partial batch.
-        val = evaluate(self.wrapped, self.valid_batches, self.n_eval, self.cfg.batch_size, self.cfg.seed,
-                       self.cfg.dtype == "bf16", self.par)  # fmt: skip
+        val = evaluate(
+            self.wrapped,
+            self.valid_batches,
+            self.n_eval,
+            self.cfg.batch_size,
+            self.cfg.seed,
+            self.cfg.dtype == "bf16",
+            self.par,
+        )
         self.log({"kind": "val", **self.counters(), "val_loss": val, "val_ppl": math.exp(min(val, 700))}, bar)
         return val
 
@@ -380,8 +357,18 @@ class Trainer:
     def log_train(self, iv: Interval, lr: float, mean_loss: float, mean_norm: float, bar: tqdm) -> None:
         tps = iv.steps * self.tokens_per_step / max(iv.wall_s, 1e-9)
         mfu = tps * self.flops_per_token / (self.peak * self.par.world)
-        self.log({"kind": "train", **self.counters(), "lr": lr, "loss": mean_loss, "grad_norm": mean_norm,
-                  "tokens_per_s": tps, "mfu": mfu}, bar)  # fmt: skip
+        self.log(
+            {
+                "kind": "train",
+                **self.counters(),
+                "lr": lr,
+                "loss": mean_loss,
+                "grad_norm": mean_norm,
+                "tokens_per_s": tps,
+                "mfu": mfu,
+            },
+            bar,
+        )
         bar.set_postfix(loss=f"{mean_loss:.3f}")
 
     def run(self) -> dict[str, Any]:
@@ -390,8 +377,13 @@ class Trainer:
         if cfg.max_seconds is not None and self.calibration is None:
             self.calibrate()
         self.prepare_run_dir()
-        bar = tqdm(total=self.total_steps, initial=self.step, disable=not (par.main and cfg.progress),
-                   desc="train", unit="step")  # fmt: skip
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            disable=not (par.main and cfg.progress),
+            desc="train",
+            unit="step",
+        )
         val_loss, t0 = None, time.perf_counter()
         while self.step < self.total_steps:
             lr = budget.lr_at(cfg, self.step, self.total_steps)
@@ -403,9 +395,14 @@ class Trainer:
             self.step += 1
             bar.update(1)
             end = self.step == self.total_steps
-            due = {k: end or (every > 0 and self.step % every == 0)
-                   for k, every in (("log", cfg.log_interval), ("eval", cfg.eval_interval),
-                                    ("ckpt", cfg.ckpt_interval))}  # fmt: skip
+            due = {
+                k: end or (every > 0 and self.step % every == 0)
+                for k, every in (
+                    ("log", cfg.log_interval),
+                    ("eval", cfg.eval_interval),
+                    ("ckpt", cfg.ckpt_interval),
+                )
+            }
             if not any(due.values()):
                 continue
             budget.synchronize(par.device)
@@ -424,13 +421,21 @@ class Trainer:
     def finish(self, val_loss: float) -> dict[str, Any]:
         """Writes the final weights, then the completion record (last); returns the run summary."""
         state = self.par.model_state(self.model)
-        summary = {"out_dir": self.out_dir, "fingerprint": None, **self.counters(), "total_steps": self.total_steps,
-                   "val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 700))}  # fmt: skip
+        summary = {
+            "out_dir": self.out_dir,
+            "fingerprint": None,
+            **self.counters(),
+            "total_steps": self.total_steps,
+            "val_loss": val_loss,
+            "val_ppl": math.exp(min(val_loss, 700)),
+        }
         if self.par.main:
             meta = self.meta()
             summary["fingerprint"] = checkpoint.save(self.out_dir, self.cpu_model(state), self.tok, meta)
-            crash_point("final-save")
-            rundir.mark_complete(self.out_dir, {**{k: v for k, v in summary.items() if k != "out_dir"},
-                                                "compute": meta["compute"]})  # fmt: skip
+            rundir.crash_point("final-save")
+            rundir.mark_complete(
+                self.out_dir,
+                {**{k: v for k, v in summary.items() if k != "out_dir"}, "compute": meta["compute"]},
+            )
         self.par.barrier()
         return summary
