@@ -133,9 +133,12 @@ def is_run_dir(path: str) -> bool:
 
 
 def completion(run_dir: str) -> dict[str, Any] | None:
-    """Returns the completion record of a finished run, or None if it has not finished."""
+    """Returns the completion record of a finished run, or None if it has not finished (a record
+    whose final weights are gone does not count)."""
     path = os.path.join(run_dir, COMPLETE)
-    return load_json(path) if os.path.isfile(path) else None
+    if not (os.path.isfile(path) and os.path.isfile(os.path.join(run_dir, WEIGHTS))):
+        return None
+    return load_json(path)
 
 
 def mark_complete(run_dir: str, record: dict[str, Any]) -> None:

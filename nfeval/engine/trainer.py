@@ -280,9 +280,10 @@ class Trainer:
             "wall_s": iv.wall_s,
         }
         if par.main:
-            training_state = {"step": self.step, "samples": self.step * self.global_batch, "wall_s": self.wall_s,
-                              "total_steps": self.total_steps, "calibration": self.calibration,
-                              "optimizer": opt_state, "rng": rng, "interval": interval}  # fmt: skip
+            training_state = {"step": self.step, "samples": self.step * self.global_batch,
+                              "wall_s": self.wall_s, "total_steps": self.total_steps,
+                              "calibration": self.calibration, "optimizer": opt_state, "rng": rng,
+                              "interval": interval}  # fmt: skip
             rundir.write_checkpoint(
                 self.out_dir,
                 self.step,
@@ -328,6 +329,8 @@ class Trainer:
         os.makedirs(self.out_dir, exist_ok=True)
         rundir.truncate_metrics(self.out_dir, self.step)
         rundir.clean_temp_files(self.out_dir)
+        if os.path.exists(os.path.join(self.out_dir, rundir.COMPLETE)):  # a stale record: this run is redone
+            os.remove(os.path.join(self.out_dir, rundir.COMPLETE))
         atomic_write_json(
             os.path.join(self.out_dir, rundir.CONFIG), {**self.meta(), "model": self.mcfg.to_dict()}
         )
