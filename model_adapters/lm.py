@@ -11,7 +11,6 @@ the results meet on rank 0 through ``all_gather``/``gather_object``.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -27,19 +26,19 @@ from lm_eval.models.utils import (
 )
 from tqdm import tqdm
 
+from nfeval.engine.parallel import join_process_group, resolve_device
+
 from . import backends
 from .scorer import score
 
 
-def init_distributed(device: str | None) -> tuple[int, int]:
-    """Returns (rank, world size), joining the torchrun process group when launched under torchrun."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        use_cuda = torch.cuda.is_available() and (device is None or str(device).startswith("cuda"))
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
+    """Returns (rank, world size, device), joining the torchrun process group when launched under
+    torchrun. A bare ``cuda`` means this process's GPU; without CUDA it warns and uses the CPU (as
+    lm-eval's HFLM does)."""
+    resolved = resolve_device(device, cpu_fallback=True)
+    rank, world = join_process_group(resolved)
+    return rank, world, resolved
 
 
 @register_model("nfeval")
@@ -68,12 +67,7 @@ class NFEvalLM(TemplateLM):
         **unused: Any,
     ) -> None:
         super().__init__()
-        self._rank, self._world_size = init_distributed(device)
-        if device is None or (self._world_size > 1 and str(device).startswith("cuda")):
-            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
-        self._device = torch.device(device)
-        if self._device.type == "cuda":
-            torch.cuda.set_device(self._device)
+        self._rank, self._world_size, self._device = init_distributed(device)
         self.dtype = backends.dtype_of(dtype)
         if isinstance(pretrained, str):
             self.engine = backends.load(
@@ -87,6 +81,7 @@ class NFEvalLM(TemplateLM):
         elif hasattr(pretrained, "model") and hasattr(
             pretrained, "fingerprint"
         ):  # a loaded nfeval Checkpoint
+            pretrained.model.to(device=self._device, dtype=self.dtype).eval()
             self.engine = backends.NFEvalBackend(pretrained, self._device)
         else:  # a loaded transformers model
             if tokenizer is None:
@@ -124,8 +119,12 @@ class NFEvalLM(TemplateLM):
 
     def scoring_settings(self) -> dict[str, Any]:
         """Returns what, besides the weights, decides the scores (part of result cache keys)."""
-        return {"add_bos_token": self.add_bos_token, "prefix_token_id": self.prefix_token_id,
-                "max_length": self.max_length, "dtype": str(self.dtype).removeprefix("torch.")}  # fmt: skip
+        return {
+            "add_bos_token": self.add_bos_token,
+            "prefix_token_id": self.prefix_token_id,
+            "max_length": self.max_length,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
         if add_special_tokens is None:

@@ -131,3 +131,68 @@ def test_fsdp2_resume_with_dropout_is_bitwise(setup):
     resumed = launch(env, root / "fsdp-resumed", [*args, "--resume"], nproc=2)
     assert [r["loss"] for r in resumed] == [r["loss"] for r in full]
     assert [r["step"] for r in resumed] == list(range(1, 7))
+
+
+def read(out: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
+
+
+def test_misaligned_intervals_sharded_validation_and_ddp_resume(setup):
+    """Log every 3 steps, validate every 2, checkpoint every 4: the 2-process losses (interval means and
+    sharded validation) equal the 1-process ones; a DDP resume from step 4 is bitwise."""
+    root, corpus, env = setup
+    args = [
+        *common(corpus, "clm"),
+        "--log-interval",
+        "3",
+        "--eval-interval",
+        "2",
+        "--ckpt-interval",
+        "4",
+        "--eval-samples",
+        "7",
+        "--max-steps",
+        "8",
+        "--set",
+        "dropout=0.0",
+    ]
+    one = root / "mis-one"
+    launch(env, one, [*args, "--batch-size", "4"], nproc=1)
+    two = root / "mis-two"
+    launch(env, two, [*args, "--batch-size", "2"], nproc=2)
+    for kind, key in (("train", "loss"), ("val", "val_loss")):
+        a, b = read(one, kind), read(two, kind)
+        assert (
+            [r["step"] for r in a]
+            == [r["step"] for r in b]
+            == ([3, 6, 8] if kind == "train" else [2, 4, 6, 8])
+        )
+        for x, y in zip(a, b):
+            assert abs(x[key] - y[key]) < 1e-5, (kind, x[key], y[key])
+    resumed = root / "mis-resumed"
+    shutil.copytree(two, resumed)
+    for name in ("complete.json", "model.safetensors"):  # as if killed during the final save
+        (resumed / name).unlink()
+    launch(env, resumed, [*args, "--batch-size", "2", "--resume"], nproc=2)
+    for kind in ("train", "val"):
+        assert read(resumed, kind) == [
+            {
+                **r,
+                "wall_s": s["wall_s"],
+                **({"tokens_per_s": s["tokens_per_s"], "mfu": s["mfu"]} if kind == "train" else {}),
+            }
+            for r, s in zip(read(two, kind), read(resumed, kind))
+        ]
+    assert checkpoint.load(str(resumed)).fingerprint == checkpoint.load(str(two)).fingerprint
+
+
+def test_time_budget_stops_every_rank_at_the_same_step(setup):
+    root, corpus, env = setup
+    args = [a for a in common(corpus, "clm") if a not in ("--max-steps", "6")]
+    out = root / "timed"
+    launch(env, out, [*args, "--batch-size", "2", "--max-seconds", "3", "--calibration-steps", "3"], nproc=2)
+    config = json.loads((out / "config.json").read_text())
+    calibration = config["train"]["budget"]["calibration"]
+    total = config["train"]["total_steps"]
+    assert calibration["steps_timed"] >= 3 and total == int(3 // calibration["step_s"])
+    assert read(out, "train")[-1]["step"] == total == config["compute"]["steps"]

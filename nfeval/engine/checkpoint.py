@@ -92,18 +92,20 @@ def save(
 
 
 def resolve(path: str) -> str:
-    """Returns the checkpoint directory for ``path``: itself, or a run dir's newest ``checkpoints/step_*``."""
+    """Returns the checkpoint directory for ``path``: a checkpoint directory itself, a finished run
+    dir itself, or an unfinished run's newest valid ``checkpoints/step_*`` (see ``rundir``)."""
+    from . import rundir
+
     if not os.path.exists(path):
         raise MissingDataError(
             f"{path}: no such checkpoint (expected a directory with {WEIGHTS} and {CONFIG})"
         )
-    if os.path.isfile(os.path.join(path, WEIGHTS)):
+    has_weights = os.path.isfile(os.path.join(path, WEIGHTS))
+    if has_weights and (not rundir.is_run_dir(path) or rundir.completion(path) is not None):
         return path
-    ckpts = os.path.join(path, "checkpoints")
-    if os.path.isdir(ckpts):
-        steps = sorted(d for d in os.listdir(ckpts) if os.path.isfile(os.path.join(ckpts, d, WEIGHTS)))
-        if steps:
-            return os.path.join(ckpts, steps[-1])
+    newest, _ = rundir.newest_valid_checkpoint(path)
+    if newest is not None:
+        return newest
     raise MissingDataError(
         f"{os.path.join(path, WEIGHTS)}: not found (is {path} an nfeval run or checkpoint?)"
     )

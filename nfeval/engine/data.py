@@ -297,7 +297,13 @@ def token_shards(corpus: Corpus, tok: Tokenizer) -> TokenData:
                 "corpus": corpus.describe(),
             },
         )
-    meta = load_json(meta_path)
+    return open_token_shards(folder, specials)
+
+
+def open_token_shards(folder: str, specials: SpecialIds) -> TokenData:
+    """Returns the token streams already built in ``folder`` (by ``token_shards``) as memmaps; needs no
+    corpus text, so processes other than the one that built them never hold it."""
+    meta = load_json(os.path.join(folder, "meta.json"))
     arrays = {
         split: np.memmap(
             os.path.join(folder, f"{split}.bin"),
@@ -308,7 +314,11 @@ def token_shards(corpus: Corpus, tok: Tokenizer) -> TokenData:
         for split in ("train", "valid")
     }
     return TokenData(
-        train=arrays["train"], valid=arrays["valid"], fingerprint=fingerprint, path=folder, specials=specials
+        train=arrays["train"],
+        valid=arrays["valid"],
+        fingerprint=meta["fingerprint"],
+        path=folder,
+        specials=specials,
     )
 
 

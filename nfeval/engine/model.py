@@ -284,14 +284,16 @@ class SequenceClassifier(nn.Module):
         return self.head(pooled)
 
 
-def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+def training_flops_per_token(cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15) -> float:
     """Returns model FLOPs per trained token: 6·N (matmul params, tied head once) + 12·L·d·T attention.
 
     N counts the weights that take part in matmuls: blocks plus the (tied) output projection; norms,
-    biases and position tables are negligible and left out, as in PaLM/nanoGPT's MFU accounting.
+    biases and position tables are negligible and left out, as in PaLM/nanoGPT's MFU accounting. A
+    masked LM runs its head (dense d×d + output projection) only on the masked positions, a
+    ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them).
     """
     d, f, L = cfg.d_model, cfg.d_ffn, cfg.n_layer
-    n_matmul = L * (4 * d * d + 2 * d * f) + cfg.vocab_size * d
+    n_head = cfg.vocab_size * d
     if cfg.objective == "mlm":
-        n_matmul += d * d
-    return 6.0 * n_matmul + 12.0 * L * d * seq_len
+        n_head = masked_fraction * (n_head + d * d)
+    return 6.0 * (L * (4 * d * d + 2 * d * f) + n_head) + 12.0 * L * d * seq_len

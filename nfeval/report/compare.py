@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts import atomic_write_json, hardware_key, provenance
+from ..engine import rundir
 from ..engine.config import ModelConfig, load_json
 from ..errors import ConfigError, DataError, MissingDataError
 
@@ -66,26 +67,9 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
     A resumed run logs again the steps after its last checkpoint: the later line for a step wins. An
     unparsable *last* line (a run killed mid-write) is dropped with a warning; any other bad line is an error.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except FileNotFoundError:
-        raise MissingDataError(
-            f"{path}: not found (expected the metrics.jsonl that nfeval train writes)"
-        ) from None
-    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    records, warnings = rundir.metric_records(path)
     points: dict[str, dict[int, dict]] = {"train": {}, "val": {}}
-    warnings = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            if lineno == last:
-                warnings.append(f"{path}:{lineno}: ignored an unfinished last line")
-                continue
-            raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+    for lineno, record in records:
         if not isinstance(record, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
         kind = record.get("kind")
@@ -113,7 +97,7 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
 
 
 def _tokenizer_sha256(run_dir: str) -> str | None:
-    path = os.path.join(run_dir, "tokenizer.json")
+    path = os.path.join(run_dir, rundir.TOKENIZER)
     if not os.path.isfile(path):
         return None
     with open(path, "rb") as f:
@@ -133,13 +117,13 @@ def load_run(run_dir: str, name: str | None = None) -> Run:
     """Returns the run stored in ``run_dir`` (``metrics.jsonl`` + ``config.json``); errors name file and line."""
     if not os.path.isdir(run_dir):
         raise MissingDataError(f"{run_dir}: no such run directory")
-    metrics = os.path.join(run_dir, "metrics.jsonl")
+    metrics = os.path.join(run_dir, rundir.METRICS)
     val, train, warnings = read_metrics(metrics)
     if not val:
         raise DataError(f"{metrics}: no 'val' lines; expected validation points to compare")
     if not any(math.isfinite(p["val_ppl"]) for p in val):
         warnings.append(f"{metrics}: every validation perplexity is infinite or NaN (diverged run)")
-    config_path = os.path.join(run_dir, "config.json")
+    config_path = os.path.join(run_dir, rundir.CONFIG)
     config = load_json(config_path)
     model = config.get("model")
     architecture = (
@@ -261,7 +245,7 @@ def compare(
     finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
     if not finite:
         raise DataError(
-            f"{os.path.join(base.path, 'metrics.jsonl')}: the baseline has no finite validation perplexity"
+            f"{os.path.join(base.path, rundir.METRICS)}: the baseline has no finite validation perplexity"
         )
     best = min(finite, key=lambda p: p["val_ppl"])
     target = best["val_ppl"]

@@ -33,6 +33,7 @@ from typing import Any
 import tasks as nf_tasks
 
 from ..artifacts import atomic_write_text, provenance
+from ..engine import rundir
 from ..engine.config import load_json
 from ..errors import DataError, MissingDataError
 from ..glue.data import TASKS as GLUE_TASKS
@@ -282,7 +283,7 @@ def _default_name(info: dict[str, Any]) -> str:
         return info["fingerprint"][:12]
     path = os.path.normpath(info["path"])
     base, parent = os.path.basename(path), os.path.dirname(path)
-    if re.fullmatch(r"step_\d+", base) and os.path.basename(parent) == "checkpoints":
+    if re.fullmatch(r"step_\d+", base) and os.path.basename(parent) == rundir.CHECKPOINTS:
         return f"{os.path.basename(os.path.dirname(parent))}@{base}"
     return base
 

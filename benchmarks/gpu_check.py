@@ -1,0 +1,386 @@
+"""One-call GPU check: the CUDA paths of a first GPU run, each checked and timed (≤ 8 min on one H100/H200).
+
+    python benchmarks/gpu_check.py [--out benchmarks/gpu_check] [--batch 8] [--seq 2048] [--steps 10]
+    python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check   # the same code on CPU, tiny shapes
+
+Checks (each reports its time and peak GPU memory; one failing does not stop the others):
+
+1. ``train_step_eager`` / ``train_step_compiled``: a normformer-125M bf16 training step (forward,
+   summed cross-entropy, backward, fused AdamW) on a random batch, eager and ``torch.compile``;
+   tokens/s and MFU against the datasheet's dense bf16 peak (``nfeval.engine.budget.GPU_PEAKS``).
+2. ``flash_attention``: the model's forward + backward with only the FLASH_ATTENTION SDPA backend
+   allowed (fails if the model's attention cannot use it), and flash vs math attention outputs.
+3. ``ddp_checkpoint_resume``: ``nfeval``'s Trainer under a 1-process DDP strategy (NCCL on GPU):
+   6 steps with a checkpoint at step 3, then a resume from it; losses and weights compared.
+4. ``zeroshot_cuda_vs_cpu``: the lm-eval adapter scores the same multiple-choice items with the
+   trained checkpoint on the GPU and on the CPU, both fp32; log-likelihoods, accuracy and greedy
+   generations compared.
+
+Writes ``gpu_check.json`` (figures) and ``gpu_check.md`` (a section for benchmarks/RESULTS.md) into
+``--out``; exits 1 if any check failed. ``--dry-run`` runs every path on the CPU with tiny shapes
+(compile with the ``aot_eager`` backend) so CI knows the script starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import random
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nfeval.artifacts import atomic_write_json, atomic_write_text, provenance  # noqa: E402
+from nfeval.engine import rundir  # noqa: E402
+from nfeval.engine.budget import gpu_peak, measure_matmul_flops, synchronize  # noqa: E402
+from nfeval.engine.config import preset  # noqa: E402
+from nfeval.engine.model import Transformer, training_flops_per_token  # noqa: E402
+from nfeval.engine.objective import Objective  # noqa: E402
+
+
+@dataclass
+class Setup:
+    device: torch.device
+    dry_run: bool
+    model: str  # preset of the throughput and flash checks
+    batch: int
+    seq: int
+    steps: int
+    work: Path  # scratch folder (corpus, runs, caches)
+
+
+def memory_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_gib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def run_check(name: str, fn: Callable[[], dict], s: Setup, results: dict) -> None:
+    """Runs one check, recording its status, seconds, peak memory and figures in ``results``."""
+    memory_reset(s.device)
+    t0 = time.perf_counter()
+    try:
+        figures, status = fn(), "ok"
+    except Exception as e:  # a failing check is a finding, not the end of the script
+        figures, status = (
+            {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]},
+            "failed",
+        )
+    results[name] = {
+        "status": status,
+        "seconds": time.perf_counter() - t0,
+        "peak_memory_gib": peak_memory_gib(s.device),
+        **figures,
+    }
+    print(
+        f"[{status}] {name}: {results[name]['seconds']:.1f} s {figures.get('error', '')}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def peak_bf16(device: torch.device) -> tuple[float, str]:
+    """Returns (dense bf16 peak FLOP/s, where it comes from) of the device."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        found = gpu_peak(name, "bf16")
+        if found:
+            return found[0], f"datasheet ({found[1]})"
+    return measure_matmul_flops(device, torch.bfloat16, seconds=0.2), "measured 1024² bf16 matmul"
+
+
+def train_step(s: Setup, compiled: bool) -> dict:
+    """Times a bf16 training step of the preset model; returns tokens/s, MFU and the last loss."""
+    torch.manual_seed(0)
+    cfg = preset(s.model, max_seq_len=max(s.seq, preset(s.model).max_seq_len))
+    model = Transformer(cfg).to(s.device)
+    obj = Objective(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=s.device.type == "cuda")
+    step_fn = torch.compile(obj, backend="aot_eager" if s.dry_run else "inductor") if compiled else obj
+    x = torch.randint(0, cfg.vocab_size, (s.batch, s.seq), device=s.device)
+    y = torch.randint(0, cfg.vocab_size, (s.batch, s.seq), device=s.device)
+
+    def step() -> torch.Tensor:
+        with torch.autocast(s.device.type, dtype=torch.bfloat16):
+            loss = step_fn(x, y) / y.numel()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    t0 = time.perf_counter()
+    step()
+    synchronize(s.device)
+    first_s = time.perf_counter() - t0
+    step()
+    synchronize(s.device)
+    t0 = time.perf_counter()
+    for _ in range(s.steps):
+        loss = step()
+    synchronize(s.device)
+    step_s = (time.perf_counter() - t0) / s.steps
+    if not torch.isfinite(loss):
+        raise RuntimeError(f"non-finite loss {float(loss)}")
+    tps = s.batch * s.seq / step_s
+    peak, source = peak_bf16(s.device)
+    flops = training_flops_per_token(cfg, s.seq)
+    return {
+        "preset": s.model,
+        "parameters": model.num_params(),
+        "batch": s.batch,
+        "seq_len": s.seq,
+        "first_step_s": first_s,
+        "step_ms": step_s * 1e3,
+        "tokens_per_s": tps,
+        "mfu": tps * flops / peak,
+        "peak_flops": peak,
+        "peak_source": source,
+        "loss": float(loss),
+    }
+
+
+def flash_attention(s: Setup) -> dict:
+    """Runs the model with only flash attention allowed; compares flash and math attention outputs."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    cfg = preset(s.model, max_seq_len=max(s.seq, preset(s.model).max_seq_len))
+    obj = Objective(Transformer(cfg).to(s.device))
+    x = torch.randint(0, cfg.vocab_size, (2, s.seq), device=s.device)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), torch.autocast(s.device.type, dtype=torch.bfloat16):
+        obj(x, x).backward()  # raises "No available kernel" if flash cannot run this attention
+    synchronize(s.device)
+    q, k, v = (
+        torch.randn(2, cfg.n_head, s.seq, cfg.head_dim, device=s.device, dtype=torch.bfloat16) for _ in "qkv"
+    )
+    outputs = {}
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+        with sdpa_kernel([backend]):
+            outputs[backend] = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True
+            ).float()
+    diff = float((outputs[SDPBackend.FLASH_ATTENTION] - outputs[SDPBackend.MATH]).abs().max())
+    if diff > 0.05:
+        raise RuntimeError(f"flash and math attention differ by {diff}")
+    return {"model_forward_backward_with_flash_only": True, "flash_vs_math_max_abs_diff": diff}
+
+
+def write_corpus(path: Path, n_docs: int = 300) -> str:
+    """Writes a small synthetic text corpus (documents separated by blank lines); returns its path."""
+    rng = random.Random(0)
+    words = [
+        "the",
+        "model",
+        "learns",
+        "a",
+        "norm",
+        "layer",
+        "scales",
+        "each",
+        "head",
+        "and",
+        "residual",
+        "gain",
+        "while",
+        "training",
+        "tokens",
+        "flow",
+        "through",
+        "blocks",
+        "of",
+        "attention",
+    ]
+    docs = [
+        "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) + "." for _ in range(5))
+        for _ in range(n_docs)
+    ]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ddp_checkpoint_resume(s: Setup) -> dict:
+    """Trains 6 steps under a 1-process DDP strategy with a checkpoint at 3, resumes from it, compares."""
+    from nfeval.engine.parallel import DDP
+    from nfeval.engine.train_config import TrainConfig
+    from nfeval.engine.trainer import Trainer
+
+    backend = "nccl" if s.device.type == "cuda" else "gloo"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group(backend, rank=0, world_size=1, timeout=datetime.timedelta(minutes=5))
+    try:
+        par = DDP(s.device, 0, 1, bf16=s.device.type == "cuda")
+        cfg = TrainConfig(
+            preset="normformer-tiny",
+            train_data=write_corpus(s.work / "corpus.txt"),
+            vocab_size=512,
+            batch_size=4,
+            seq_len=64,
+            max_steps=6,
+            log_interval=1,
+            eval_interval=3,
+            eval_samples=8,
+            ckpt_interval=3,
+            peak_flops=1e12,
+            progress=False,
+            lr=3e-3,
+            device=str(s.device),
+            dtype="bf16" if s.device.type == "cuda" else "fp32",
+        )
+        full_dir, resumed_dir = s.work / "ddp-full", s.work / "ddp-resumed"
+        full = Trainer(cfg, str(full_dir), parallel=par).run()
+        shutil.copytree(full_dir, resumed_dir)
+        for name in (rundir.COMPLETE, rundir.WEIGHTS):  # as if killed during the final save
+            (resumed_dir / name).unlink()
+        resumed = Trainer.resume(cfg, str(resumed_dir), parallel=par).run()
+    finally:
+        dist.destroy_process_group()
+    a, b = (rundir.read_metrics(str(d), "train") for d in (full_dir, resumed_dir))
+    diff = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b))
+    if [r["step"] for r in b] != list(range(1, 7)) or resumed["step"] != 6 or diff > 1e-2:
+        raise RuntimeError(f"resume differs: steps {[r['step'] for r in b]}, max loss difference {diff}")
+    return {
+        "backend": backend,
+        "steps": 6,
+        "losses_bitwise": diff == 0.0,
+        "max_loss_diff": diff,
+        "fingerprints_equal": full["fingerprint"] == resumed["fingerprint"],
+    }
+
+
+def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
+    """Scores multiple-choice items with the DDP check's checkpoint on the device and on the CPU (fp32)."""
+    from model_adapters.lm import NFEvalLM
+
+    run = s.work / "ddp-full"
+    if not (run / rundir.COMPLETE).is_file():
+        raise RuntimeError(f"{run}: the ddp_checkpoint_resume check did not leave a finished run")
+    lms = {
+        where: NFEvalLM(pretrained=str(run), device=where, dtype="float32", progress=False, batch_size=8)
+        for where in ("cpu", str(s.device))
+    }
+    sentences = [line for line in (s.work / "corpus.txt").read_text().splitlines() if line.strip()][:160]
+    items = [
+        (sentences[i], [sentences[(i + j * 7 + 1) % len(sentences)] for j in range(4)])
+        for i in range(0, 160, 4)
+    ]
+    scores, generations = {}, {}
+    for where, lm in lms.items():
+        requests = [
+            (None, lm.tok_encode(ctx), lm.tok_encode(" " + choice, add_special_tokens=False))
+            for ctx, choices in items
+            for choice in choices
+        ]
+        scores[where] = lm._loglikelihood_tokens(requests)
+        prompts = [SimpleNamespace(args=(ctx, {"until": ["\n"], "max_gen_toks": 12})) for ctx, _ in items[:4]]
+        generations[where] = lm.generate_until(prompts, disable_tqdm=True)
+    cpu, dev = scores["cpu"], scores[str(s.device)]
+    diff = max(abs(float(a[0]) - float(b[0])) for a, b in zip(cpu, dev))
+    acc = {
+        w: [max(range(4), key=lambda j: float(sc[4 * i + j][0])) for i in range(len(items))]
+        for w, sc in scores.items()
+    }
+    same = acc["cpu"] == acc[str(s.device)] and [a[1] for a in cpu] == [b[1] for b in dev]
+    if diff > 1e-3 or not same or generations["cpu"] != generations[str(s.device)]:
+        raise RuntimeError(f"device and CPU scores differ: max |Δ loglik| {diff}, same choices/greedy {same}")
+    return {
+        "items": len(items),
+        "requests": len(cpu),
+        "max_abs_loglik_diff": diff,
+        "choices_equal": True,
+        "greedy_generations_equal": True,
+    }
+
+
+def markdown(record: dict, command: str) -> str:
+    """Returns the RESULTS.md section: the command, the machine and one row per check."""
+    lines = [
+        "## GPU check",
+        "",
+        f"Command: `{command}` — device: {record['device']}, torch {torch.__version__}, "
+        f"{record['date']}; total {record['total_s']:.0f} s.",
+        "",
+        "| check | status | seconds | peak GPU memory (GiB) | figures |",
+        "|---|---|---:|---:|---|",
+    ]
+    skip = {"status", "seconds", "peak_memory_gib", "traceback"}
+    for name, r in record["checks"].items():
+        figures = ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items() if k not in skip
+        )
+        mem = f"{r['peak_memory_gib']:.2f}" if r["peak_memory_gib"] is not None else "–"
+        lines.append(f"| {name} | {r['status']} | {r['seconds']:.1f} | {mem} | {figures} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "gpu_check"))
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes: checks that every path starts")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=10)
+    args = p.parse_args(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device; run with --dry-run to check the paths on the CPU", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="nfeval-gpu-check-"))
+    os.environ["NFEVAL_CACHE"] = str(work / "cache")  # tokenizers and shards of the check stay in scratch
+    s = Setup(
+        device=torch.device("cpu") if args.dry_run else torch.device("cuda", 0),
+        dry_run=args.dry_run,
+        model="normformer-tiny" if args.dry_run else "normformer-125M",
+        batch=2 if args.dry_run else args.batch,
+        seq=32 if args.dry_run else args.seq,
+        steps=1 if args.dry_run else args.steps,
+        work=work,
+    )
+    results: dict = {}
+    t0 = time.perf_counter()
+    run_check("train_step_eager", lambda: train_step(s, compiled=False), s, results)
+    run_check("train_step_compiled", lambda: train_step(s, compiled=True), s, results)
+    run_check("flash_attention", lambda: flash_attention(s), s, results)
+    run_check("ddp_checkpoint_resume", lambda: ddp_checkpoint_resume(s), s, results)
+    run_check("zeroshot_cuda_vs_cpu", lambda: zeroshot_cuda_vs_cpu(s), s, results)
+    name = torch.cuda.get_device_name(s.device) if s.device.type == "cuda" else "CPU (dry run)"
+    record = {
+        "device": name,
+        "dry_run": args.dry_run,
+        "date": datetime.date.today().isoformat(),
+        "total_s": time.perf_counter() - t0,
+        "checks": results,
+        "provenance": provenance(),
+    }
+    command = "python benchmarks/gpu_check.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:]))
+    atomic_write_json(os.path.join(args.out, "gpu_check.json"), record)
+    atomic_write_text(os.path.join(args.out, "gpu_check.md"), markdown(record, command.strip()))
+    print(markdown(record, command.strip()))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(r["status"] == "ok" for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The layout of a training run directory, and the one place that reads and writes it.
+
+::
+
+    RUN/
+      config.json          model config + training config, data, provenance, compute so far
+      tokenizer.json
+      metrics.jsonl        one JSON line per log/validation point (appended; the last may be cut short)
+      checkpoints/step_NNNNNNNN/   model.safetensors, config.json, tokenizer.json, training_state.pt
+      model.safetensors    the final weights
+      complete.json        written last: the run finished, with its final compute and fingerprint
+
+A run is finished only when ``complete.json`` exists: a run killed while writing its final weights
+has none and resumes from its newest valid checkpoint. Every write goes through a temp name
+(``.tmp-*``) that readers never look at and a new run or resume deletes.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from ..artifacts import atomic_write_json, atomic_write_text
+from ..errors import DataError, MissingDataError
+from .config import load_json
+
+CONFIG = "config.json"
+TOKENIZER = "tokenizer.json"
+WEIGHTS = "model.safetensors"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+STATE = "training_state.pt"  # a torch zip file of tensors and plain values: loads with weights_only=True
+COMPLETE = "complete.json"
+TMP_PREFIX = ".tmp-"
+CRASH_AT = "NFEVAL_TEST_CRASH_AT"  # tests: SIGKILL the writer at the named point (kill -9 tests)
+_STEP = re.compile(r"step_(\d{8})")
+
+
+def checkpoint_dir(run_dir: str, step: int) -> str:
+    """Returns the folder of the checkpoint at ``step``."""
+    return os.path.join(run_dir, CHECKPOINTS, f"step_{step:08d}")
+
+
+def write_checkpoint(
+    run_dir: str, step: int, write_model: Callable[[str], Any], training_state: dict[str, Any]
+) -> str:
+    """Writes checkpoint ``step`` atomically: ``write_model(folder)`` (weights, config, tokenizer) and
+    the training state into a temp folder, renamed into place; returns the checkpoint folder."""
+    final = checkpoint_dir(run_dir, step)
+    tmp = os.path.join(os.path.dirname(final), TMP_PREFIX + os.path.basename(final))
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_model(tmp)
+    crash_point("checkpoint-mid")
+    torch.save(training_state, os.path.join(tmp, STATE))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final
+
+
+def checkpoint_dirs(run_dir: str) -> list[str]:
+    """Returns the run's ``checkpoints/step_*`` folders, oldest first (temp folders never included)."""
+    folder = os.path.join(run_dir, CHECKPOINTS)
+    if not os.path.isdir(folder):
+        return []
+    names = sorted(n for n in os.listdir(folder) if _STEP.fullmatch(n))
+    return [os.path.join(folder, n) for n in names]
+
+
+def checkpoint_problem(path: str, thorough: bool = False) -> str | None:
+    """Returns why ``path`` is not a usable checkpoint (None if it is).
+
+    Always checks that its weights and config exist and are not truncated; ``thorough`` (for
+    resuming) also checks the training state and the weights against the fingerprint config.json
+    records (reads every byte)."""
+    for name in (WEIGHTS, CONFIG):
+        if not os.path.isfile(os.path.join(path, name)):
+            return f"{name} is missing"
+    try:
+        with safe_open(os.path.join(path, WEIGHTS), "pt") as f:
+            names = list(f.keys())
+    except (SafetensorError, OSError, ValueError) as e:
+        return f"{WEIGHTS} is truncated or corrupt ({e})"
+    try:
+        recorded = load_json(os.path.join(path, CONFIG)).get("fingerprint")
+    except ValueError as e:
+        return str(e)
+    state = os.path.join(path, STATE)
+    if thorough:
+        if not os.path.isfile(state):
+            return f"{STATE} is missing"
+        try:
+            zipfile.ZipFile(state).close()
+        except (zipfile.BadZipFile, OSError) as e:
+            return f"{STATE} is truncated or corrupt ({e})"
+    if thorough and recorded:
+        from safetensors.torch import load_file
+
+        from .checkpoint import fingerprint_state_dict
+
+        if fingerprint_state_dict(load_file(os.path.join(path, WEIGHTS))) != recorded:
+            return f"{WEIGHTS} does not match the fingerprint recorded in {CONFIG}"
+    return None if names else f"{WEIGHTS} holds no tensors"
+
+
+def newest_valid_checkpoint(run_dir: str, thorough: bool = False) -> tuple[str | None, list[str]]:
+    """Returns (the newest usable checkpoint folder or None, a note for each newer one that was skipped)."""
+    skipped = []
+    for path in reversed(checkpoint_dirs(run_dir)):
+        problem = checkpoint_problem(path, thorough)
+        if problem is None:
+            return path, skipped
+        skipped.append(f"{path}: skipped, {problem}")
+    return None, skipped
+
+
+def checkpoint_step(path: str) -> int:
+    """Returns the step number of a ``step_NNNNNNNN`` folder."""
+    return int(_STEP.fullmatch(os.path.basename(os.path.normpath(path))).group(1))
+
+
+def is_run_dir(path: str) -> bool:
+    """Returns whether ``path`` is a training run (it has metrics or a checkpoints folder)."""
+    return os.path.isfile(os.path.join(path, METRICS)) or os.path.isdir(os.path.join(path, CHECKPOINTS))
+
+
+def completion(run_dir: str) -> dict[str, Any] | None:
+    """Returns the completion record of a finished run, or None if it has not finished (a record
+    whose final weights are gone does not count)."""
+    path = os.path.join(run_dir, COMPLETE)
+    if not (os.path.isfile(path) and os.path.isfile(os.path.join(run_dir, WEIGHTS))):
+        return None
+    return load_json(path)
+
+
+def mark_complete(run_dir: str, record: dict[str, Any]) -> None:
+    """Writes the completion record, the last file of a run (atomically)."""
+    atomic_write_json(os.path.join(run_dir, COMPLETE), record)
+
+
+def clean_temp_files(run_dir: str) -> list[str]:
+    """Deletes temp files and folders a killed writer left in the run; returns what was deleted."""
+    stale = glob.glob(os.path.join(run_dir, TMP_PREFIX + "*"))
+    stale += glob.glob(os.path.join(run_dir, CHECKPOINTS, TMP_PREFIX + "*"))
+    stale += glob.glob(os.path.join(run_dir, CHECKPOINTS, "step_*", TMP_PREFIX + "*"))
+    for path in stale:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
+    return stale
+
+
+def metric_records(path: str) -> tuple[list[tuple[int, Any]], list[str]]:
+    """Returns ((line number, parsed JSON) for each non-empty line of a metrics file, warnings).
+
+    An unparsable *last* line (a writer killed mid-line) is dropped with a warning; any other bad
+    line raises ValueError naming the file and line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        raise MissingDataError(
+            f"{path}: not found (expected the {METRICS} that nfeval train writes)"
+        ) from None
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    records, warnings = [], []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((lineno, json.loads(line)))
+        except json.JSONDecodeError as e:
+            if lineno != last:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            warnings.append(f"{path}:{lineno}: ignored an unfinished last line")
+    return records, warnings
+
+
+def read_metrics(run_dir: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """Returns the run's metrics rows (of ``kind`` if given), tolerating a cut-off last line."""
+    path = os.path.join(run_dir, METRICS)
+    if not os.path.isfile(path):
+        return []
+    rows = [r for _, r in metric_records(path)[0] if isinstance(r, dict)]
+    return [r for r in rows if kind is None or r.get("kind") == kind]
+
+
+def truncate_metrics(run_dir: str, last_step: int) -> None:
+    """Drops metrics lines logged after ``last_step`` (by a run killed after its last checkpoint)."""
+    if not os.path.isfile(os.path.join(run_dir, METRICS)):
+        return
+    keep = [r for r in read_metrics(run_dir) if r.get("step", 0) <= last_step]
+    atomic_write_text(os.path.join(run_dir, METRICS), "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def crash_point(name: str) -> None:
+    """Kills this process with SIGKILL when the test variable names this point (no cleanup runs)."""
+    if os.environ.get(CRASH_AT) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,444 @@
+"""The training loop: ``Trainer`` holds one run's model, optimizer, data and counters.
+
+Constructing a Trainer sets everything up and trains nothing; ``Trainer.resume`` builds one from a
+run's newest valid checkpoint; ``run()`` calibrates a time budget if needed, trains to the end of the
+budget and writes the final weights followed by the completion record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jsonlines
+import torch
+from tqdm import tqdm
+
+from ..artifacts import atomic_write_json, atomic_write_text, hardware, provenance
+from ..errors import ConfigError
+from . import budget, checkpoint, rundir
+from .config import preset
+from .data import (
+    Batches,
+)
+from .model import Transformer, training_flops_per_token
+from .objective import Objective, evaluate
+from .parallel import Single, make_strategy
+from .run_inputs import load_data, model_config
+from .train_config import TrainConfig
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or gradient norm became NaN/inf."""
+
+
+@dataclass
+class Interval:
+    """What the steps since the last log line add up to (this process's share of the loss)."""
+
+    loss: torch.Tensor
+    norm: torch.Tensor
+    steps: int = 0
+    wall_s: float = 0.0
+
+
+class Trainer:
+    """One run's model, optimizer, data and counters; ``run()`` trains to the end of the budget.
+
+    ``parallel``: the strategy (default: the one torchrun's environment and the config ask for).
+
+    ``gradient_hooks``: callables ``hook(trainer, step)`` run once per update after the backward
+    passes (gradients synced and clipped) and before the optimizer step, e.g. per-layer gradient
+    statistics."""
+
+    def __init__(
+        self, cfg: TrainConfig, out_dir: str, weights_from: str | None = None, parallel: Single | None = None
+    ):
+        cfg.validate()
+        self.cfg, self.out_dir = cfg, out_dir
+        self.par = parallel or make_strategy(cfg.device, cfg.fsdp, bf16=cfg.dtype == "bf16")
+        if cfg.dtype == "bf16" and self.par.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("dtype=bf16: this GPU does not support bfloat16")
+        self._setup_data()
+        self._setup_model(weights_from)
+        self.peak, self.peak_source = budget.peak_flops(cfg, self.par.device)
+        self.step, self.wall_s, self.calibration = 0, 0.0, None
+        self.interval = self.new_interval()
+        self.gradient_hooks: list[Callable[[Trainer, int], None]] = []
+
+    def _setup_data(self) -> None:
+        cfg, par = self.cfg, self.par
+        self.corpus_info, self.tokens, self.tok = load_data(cfg, preset(cfg.preset).vocab_size, par)
+        tok_vocab = self.tok.get_vocab_size()
+        self.mcfg = model_config(cfg, tok_vocab, self.tokens.specials.pad)
+        self.seq_len = cfg.seq_len or self.mcfg.max_seq_len
+        if self.seq_len > self.mcfg.max_seq_len:
+            raise ConfigError(
+                f"seq_len={self.seq_len} exceeds the model's max_seq_len={self.mcfg.max_seq_len}"
+            )
+        self.global_batch = cfg.batch_size * cfg.grad_accum * par.world
+        self.tokens_per_step = self.global_batch * self.seq_len
+        self.flops_per_token = training_flops_per_token(self.mcfg, self.seq_len)
+        self.flops_per_step = self.flops_per_token * self.tokens_per_step
+        self.total_steps, self.budget = budget.steps_for_budget(
+            cfg, self.tokens_per_step, self.flops_per_step
+        )
+        if self.total_steps is not None:
+            budget.check_warmup(cfg, self.total_steps)
+        args = (self.seq_len, self.mcfg.objective, self.tokens.specials, tok_vocab, cfg.seed)
+        self.train_batches = Batches(self.tokens.train, *args)
+        self.valid_batches = Batches(self.tokens.valid, *args, shuffle=False)
+        self.n_eval = min(cfg.eval_samples, self.valid_batches.blocks.n_blocks)
+
+    def _setup_model(self, weights_from: str | None) -> None:
+        cfg, par = self.cfg, self.par
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        self.model = Transformer(self.mcfg)
+        if weights_from:
+            self.model.load_state_dict(checkpoint.load_state(weights_from, self.model))
+        self.model.to(par.device)
+        torch.manual_seed(cfg.seed + par.rank)  # dropout differs across ranks
+        self.wrapped = par.wrap(Objective(self.model))  # DDP/FSDP hooks live here; self.obj is what is called
+        self.obj = torch.compile(self.wrapped) if cfg.compile else self.wrapped
+        self.opt = par.make_optimizer(
+            self.wrapped, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+
+    @classmethod
+    def resume(cls, cfg: TrainConfig, out_dir: str, parallel: Single | None = None) -> Trainer:
+        """Returns a Trainer at the newest valid checkpoint of ``out_dir`` (a fresh one if there is none);
+        says on stderr which checkpoint it resumes from and which newer ones it skipped."""
+        path, skipped = rundir.newest_valid_checkpoint(out_dir, thorough=True)
+        notes = [
+            *skipped,
+            f"resuming from {path}" if path else f"{out_dir}: no valid checkpoint; starting at step 0",
+        ]
+        if int(os.environ.get("RANK", "0")) == 0:
+            for note in notes:
+                print(f"nfeval train: {note}", file=sys.stderr)
+        trainer = cls(cfg, out_dir, weights_from=path, parallel=parallel)
+        if path:
+            trainer.restore(
+                torch.load(os.path.join(path, rundir.STATE), map_location="cpu", weights_only=True)
+            )
+        return trainer
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Restores optimizer, RNG and counters saved by ``save_checkpoint``."""
+        self.par.load_optimizer_state(self.wrapped, self.opt, state["optimizer"])
+        self.par.set_rng_state(state["rng"])
+        self.step, self.wall_s, self.calibration = state["step"], state["wall_s"], state.get("calibration")
+        # The open log interval: its loss sum counted once (on rank 0), so the next line matches an
+        # uninterrupted run's even when log and checkpoint intervals do not line up.
+        saved = state["interval"]
+        self.interval = Interval(
+            loss=saved["loss"].to(self.par.device) * float(self.par.main),
+            norm=saved["norm"].to(self.par.device),
+            steps=saved["steps"],
+            wall_s=saved["wall_s"],
+        )
+        if self.cfg.max_seconds is not None and self.calibration:
+            self.total_steps = budget.steps_for_time(self.cfg, self.budget, self.calibration["step_s"])
+        elif self.total_steps is None:
+            self.total_steps = state["total_steps"]
+
+    # -- budget -------------------------------------------------------------------------------
+
+    def calibrate(self) -> None:
+        """Sets total_steps from the time budget: times real steps, then restores the initial state."""
+        par = self.par
+        model_state = {k: v.clone() for k, v in self.wrapped.state_dict().items()}
+
+        def step(i: int) -> None:
+            self.train_step(i, lr=0.0)
+            budget.synchronize(par.device)
+
+        def all_done(done: bool) -> bool:  # every process must run the same number of (collective) steps
+            return bool(par.all_reduce(torch.tensor(float(done), device=par.device), op="min").item())
+
+        with torch.random.fork_rng(devices=[par.device] if par.device.type == "cuda" else []):
+            times, n_warmup = budget.time_steps(self.cfg, step, all_done)
+        step_s = budget.median_step_s(times, n_warmup)
+        step_s = float(par.all_reduce(torch.tensor(step_s, device=par.device), op="max"))
+        self.wrapped.load_state_dict(model_state)
+        self.opt.state.clear()  # AdamW state is created lazily by the first step
+        self.total_steps = budget.steps_for_time(self.cfg, self.budget, step_s)
+        self.calibration = budget.calibration_record(times, n_warmup, step_s)
+
+    # -- one step -----------------------------------------------------------------------------
+
+    def train_step(self, step: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs one optimizer update on the global batch of ``step``; returns (this process's share of
+        the loss, the global gradient norm) as tensors."""
+        cfg, par = self.cfg, self.par
+        B = cfg.batch_size
+        x_all, y_all = self.train_batches.get(
+            step * self.global_batch, self.global_batch, (cfg.seed << 32) + step
+        )
+        n_targets = max(int((y_all != -100).sum()), 1)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        loss = torch.zeros((), device=par.device)
+        for micro in range(cfg.grad_accum):
+            rows = slice((micro * par.world + par.rank) * B, (micro * par.world + par.rank + 1) * B)
+            x, y = (
+                x_all[rows].to(par.device, non_blocking=True),
+                y_all[rows].to(par.device, non_blocking=True),
+            )
+            sync = par.grad_sync(self.wrapped, enabled=micro == cfg.grad_accum - 1)
+            with sync, torch.autocast(par.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bf16"):
+                summed = self.obj(x, y)
+                # DDP/FSDP average gradients over ranks; scaling by world makes it the global-batch mean.
+                (summed * (par.world / n_targets)).backward()
+            loss += summed.detach() / n_targets
+        params = [p for p in self.wrapped.parameters() if p.grad is not None]
+        if cfg.clip_grad > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        for (
+            hook
+        ) in self.gradient_hooks:  # gradients are final here: after sync and clipping, before the update
+            hook(self, step)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss, norm
+
+    # -- records ------------------------------------------------------------------------------
+
+    def counters(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "tokens": self.step * self.tokens_per_step,
+            "wall_s": self.wall_s,
+            "flops": self.step * self.flops_per_step,
+        }
+
+    def meta(self) -> dict[str, Any]:
+        """Returns config.json's non-model blocks: resolved training config, data, provenance, compute."""
+        train = {
+            "config": dataclasses.asdict(self.cfg),
+            "total_steps": self.total_steps,
+            "warmup_steps": budget.warmup_steps(self.cfg, self.total_steps),
+            "seq_len": self.seq_len,
+            "global_batch": self.global_batch,
+            "world_size": self.par.world,
+            "parallel": self.par.name,
+            "device": str(self.par.device),
+            "budget": {**self.budget, "calibration": self.calibration},
+            "flops_per_token": self.flops_per_token,
+            "peak_flops": self.peak,
+            "peak_flops_source": self.peak_source,
+            "data": {
+                "corpus": self.corpus_info,
+                "tokens": self.tokens.describe(),
+                "tokenizer_vocab": self.tok.get_vocab_size(),
+            },
+        }
+        compute = {
+            "steps": self.step,
+            "tokens": self.step * self.tokens_per_step,
+            "flops": self.step * self.flops_per_step,
+            "wall_s": self.wall_s,
+            "device_hours": self.wall_s * self.par.world / 3600,
+            "hardware": hardware(),
+        }
+        return {
+            "train": train,
+            "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint),
+            "compute": compute,
+        }
+
+    def cpu_model(self, state: dict[str, torch.Tensor]) -> Transformer:
+        """Returns a CPU Transformer holding ``state`` (what checkpoint.save writes)."""
+        if self.par.name != "fsdp2" and self.par.device.type == "cpu":
+            return self.model
+        with torch.device("meta"):  # no init: it would draw from (and shift) the global RNG
+            model = Transformer(self.mcfg)
+        model.load_state_dict(state, assign=True)
+        return model
+
+    def save_checkpoint(self) -> None:
+        """Writes ``checkpoints/step_N`` atomically (a temp folder renamed into place)."""
+        par = self.par
+        state = par.model_state(self.model)
+        opt_state = par.optimizer_state(self.wrapped, self.opt)
+        rng = par.rng_state()
+        iv = self.interval
+        interval = {
+            "loss": par.all_reduce(iv.loss).cpu(),
+            "norm": iv.norm.cpu(),
+            "steps": iv.steps,
+            "wall_s": iv.wall_s,
+        }
+        if par.main:
+            training_state = {"step": self.step, "samples": self.step * self.global_batch,
+                              "wall_s": self.wall_s, "total_steps": self.total_steps,
+                              "calibration": self.calibration, "optimizer": opt_state, "rng": rng,
+                              "interval": interval}  # fmt: skip
+            rundir.write_checkpoint(
+                self.out_dir,
+                self.step,
+                lambda folder: checkpoint.save(folder, self.cpu_model(state), self.tok, self.meta()),
+                training_state,
+            )
+        par.barrier()
+
+    def log(self, row: dict[str, Any], bar: tqdm) -> None:
+        if not self.par.main:
+            return
+        with jsonlines.open(os.path.join(self.out_dir, rundir.METRICS), mode="a", flush=True) as w:
+            w.write(row)
+        if row["kind"] == "train":
+            text = (
+                f"step {row['step']:>6} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | gnorm "
+                f"{row['grad_norm']:.3f} | {row['tokens_per_s']:,.0f} tok/s | mfu {row['mfu']:.1%}"
+            )
+        else:
+            text = f"step {row['step']:>6} | val loss {row['val_loss']:.4f} | val ppl {row['val_ppl']:.2f}"
+        (bar.write if self.cfg.progress else print)(text)
+
+    def validate_now(self, bar: tqdm) -> float:
+        # Eager module: a compiled one would recompile for no_grad and the last partial batch.
+        val = evaluate(
+            self.wrapped,
+            self.valid_batches,
+            self.n_eval,
+            self.cfg.batch_size,
+            self.cfg.seed,
+            self.cfg.dtype == "bf16",
+            self.par,
+        )
+        self.log({"kind": "val", **self.counters(), "val_loss": val, "val_ppl": math.exp(min(val, 700))}, bar)
+        return val
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def prepare_run_dir(self) -> None:
+        """Rank 0: drops metrics after the resumed step and stale temp files; writes config and tokenizer."""
+        if not self.par.main:
+            return
+        os.makedirs(self.out_dir, exist_ok=True)
+        rundir.truncate_metrics(self.out_dir, self.step)
+        rundir.clean_temp_files(self.out_dir)
+        if os.path.exists(os.path.join(self.out_dir, rundir.COMPLETE)):  # a stale record: this run is redone
+            os.remove(os.path.join(self.out_dir, rundir.COMPLETE))
+        atomic_write_json(
+            os.path.join(self.out_dir, rundir.CONFIG), {**self.meta(), "model": self.mcfg.to_dict()}
+        )
+        atomic_write_text(os.path.join(self.out_dir, rundir.TOKENIZER), self.tok.to_str(pretty=True))
+
+    def new_interval(self) -> Interval:
+        return Interval(torch.zeros((), device=self.par.device), torch.zeros((), device=self.par.device))
+
+    def close_interval(self, iv: Interval, elapsed: float) -> tuple[float, float]:
+        """Adds ``elapsed`` to the clocks; returns the interval's (mean global loss, mean grad norm).
+        Raises TrainingDiverged (on every process alike) when either is not finite."""
+        self.wall_s += elapsed
+        iv.wall_s += elapsed
+        # A reduced copy: the interval's own sum stays this process's share until the next log line.
+        mean_loss = float(self.par.all_reduce(iv.loss)) / iv.steps
+        mean_norm = float(iv.norm) / iv.steps
+        if not (math.isfinite(mean_loss) and math.isfinite(mean_norm)):
+            last, _ = rundir.newest_valid_checkpoint(self.out_dir)
+            raise TrainingDiverged(
+                f"non-finite {'loss' if not math.isfinite(mean_loss) else 'gradient norm'} within steps "
+                f"{self.step - iv.steps + 1}-{self.step} (loss {mean_loss}, grad norm {mean_norm}); stopped. "
+                f"Last good checkpoint: {last or 'none (no checkpoint was written yet)'}. "
+                "Try a lower --lr, --clip-grad or fp32."
+            )
+        return mean_loss, mean_norm
+
+    def log_train(self, iv: Interval, lr: float, mean_loss: float, mean_norm: float, bar: tqdm) -> None:
+        tps = iv.steps * self.tokens_per_step / max(iv.wall_s, 1e-9)
+        mfu = tps * self.flops_per_token / (self.peak * self.par.world)
+        self.log(
+            {
+                "kind": "train",
+                **self.counters(),
+                "lr": lr,
+                "loss": mean_loss,
+                "grad_norm": mean_norm,
+                "tokens_per_s": tps,
+                "mfu": mfu,
+            },
+            bar,
+        )
+        bar.set_postfix(loss=f"{mean_loss:.3f}")
+
+    def run(self) -> dict[str, Any]:
+        """Trains to the end of the budget; returns the run summary. Raises TrainingDiverged on NaN/inf."""
+        cfg, par = self.cfg, self.par
+        if cfg.max_seconds is not None and self.calibration is None:
+            self.calibrate()
+        self.prepare_run_dir()
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            disable=not (par.main and cfg.progress),
+            desc="train",
+            unit="step",
+        )
+        val_loss, t0 = None, time.perf_counter()
+        while self.step < self.total_steps:
+            lr = budget.lr_at(cfg, self.step, self.total_steps)
+            loss, norm = self.train_step(self.step, lr)
+            iv = self.interval
+            iv.loss += loss
+            iv.norm += norm.to(iv.norm.dtype)
+            iv.steps += 1
+            self.step += 1
+            bar.update(1)
+            end = self.step == self.total_steps
+            due = {
+                k: end or (every > 0 and self.step % every == 0)
+                for k, every in (
+                    ("log", cfg.log_interval),
+                    ("eval", cfg.eval_interval),
+                    ("ckpt", cfg.ckpt_interval),
+                )
+            }
+            if not any(due.values()):
+                continue
+            budget.synchronize(par.device)
+            mean_loss, mean_norm = self.close_interval(iv, time.perf_counter() - t0)
+            if due["log"]:
+                self.log_train(iv, lr, mean_loss, mean_norm, bar)
+                self.interval = self.new_interval()
+            if due["eval"]:
+                val_loss = self.validate_now(bar)
+            if due["ckpt"] and not end:
+                self.save_checkpoint()
+            t0 = time.perf_counter()
+        bar.close()
+        return self.finish(val_loss if val_loss is not None else self.validate_now(bar))
+
+    def finish(self, val_loss: float) -> dict[str, Any]:
+        """Writes the final weights, then the completion record (last); returns the run summary."""
+        state = self.par.model_state(self.model)
+        summary = {
+            "out_dir": self.out_dir,
+            "fingerprint": None,
+            **self.counters(),
+            "total_steps": self.total_steps,
+            "val_loss": val_loss,
+            "val_ppl": math.exp(min(val_loss, 700)),
+        }
+        if self.par.main:
+            meta = self.meta()
+            summary["fingerprint"] = checkpoint.save(self.out_dir, self.cpu_model(state), self.tok, meta)
+            rundir.crash_point("final-save")
+            rundir.mark_complete(
+                self.out_dir,
+                {**{k: v for k, v in summary.items() if k != "out_dir"}, "compute": meta["compute"]},
+            )
+        self.par.barrier()
+        return summary
