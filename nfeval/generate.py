@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     prompts = args.prompt if args.prompt else read_prompts(args.prompts)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend, model = load_backend(args.ckpt, device, dtype_of(args.dtype), args.tokenizer)
+    if not sampling.greedy:
+        sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts
     start = time.perf_counter()
     records = generate_texts(backend, prompts, args.max_new_tokens, sampling, args.stop, args.batch_size,
                              progress=len(prompts) > args.batch_size)  # fmt: skip

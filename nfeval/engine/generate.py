@@ -79,13 +79,12 @@ class StopStrings:
         return any(s in text for s in self.stops)
 
 
-def next_tokens(
-    logits: torch.Tensor, sampling: Sampling, generators: list[torch.Generator | None]
-) -> torch.Tensor:
-    """Returns one token id per row of ``logits`` (B, V): the argmax, or a sample from row r's generator."""
-    if sampling.greedy:
+def next_tokens(logits: torch.Tensor, warpers, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """Returns one token id per row of ``logits`` (B, V): the argmax when ``warpers`` is None (greedy),
+    else a sample from the warped distribution with row r's generator."""
+    if warpers is None:
         return logits.argmax(-1)
-    probs = sampling.warpers()(None, logits.float()).softmax(-1)
+    probs = warpers(None, logits.float()).softmax(-1)
     return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators)])
 
 
@@ -130,10 +129,11 @@ def generate_batch(
         ids, position_ids=positions[:, :width] if padded else None, attn_mask=mask, cache=cache
     )
     logits = model.lm_logits(hidden[:, -1])
+    warpers = None if sampling.greedy else sampling.warpers()
     rows = list(range(len(prompts)))  # the prompts still in the batch, in batch order
     new: list[list[int]] = [[] for _ in prompts]
     for _ in range(max_new_tokens):
-        tokens = next_tokens(logits, sampling, [generators[r] for r in rows])
+        tokens = next_tokens(logits, warpers, [generators[r] for r in rows])
         keep = []
         for j, (r, t) in enumerate(zip(rows, tokens.tolist())):
             if t == eos_id:
