@@ -17,6 +17,7 @@ import torch
 
 from nfeval.engine import checkpoint
 from nfeval.engine.config import load_json
+from nfeval.engine.generate import Sampling, generate, left_pad
 from nfeval.engine.tokenization import fingerprint_text, special_ids
 from nfeval.errors import CheckpointError, ConfigError, DataError, MissingDataError
 
@@ -176,6 +177,11 @@ class Backend:
     def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling, stop: list[str],
+                 batch_size: int, progress: bool = False) -> list[list[int]]:  # fmt: skip
+        """Returns each prompt's new tokens (EOS excluded), ``batch_size`` prompts at a time."""
+        raise NotImplementedError
+
 
 class NFEvalBackend(Backend):
     """An nfeval checkpoint: ``</s>`` (the tokenizer's EOS) is prepended to every scored text, as fairseq does."""
@@ -212,6 +218,11 @@ class NFEvalBackend(Backend):
     def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         hidden = self.model.encode(idx)  # causal: right padding never reaches a real position
         return self.model.lm_logits(hidden[keep])
+
+    def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
+        return generate(self.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
+                        eos_id=self.eot_id, stop=stop, decode=self.decode, batch_size=batch_size,
+                        pad_id=self.pad_id, progress=progress)  # fmt: skip
 
 
 class HFBackend(Backend):
@@ -252,6 +263,26 @@ class HFBackend(Backend):
         else:
             logits = self.model(idx).logits[:, first:]
         return logits[keep[:, first:]]
+
+    def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
+        """The HF model's own ``generate`` (left-padded batches, its KV cache and stop strings)."""
+        out: list[list[int]] = []
+        for start in range(0, len(prompts), batch_size):
+            ids, real, _ = left_pad(prompts[start : start + batch_size], self.pad_id, 0, self.device)
+            if not sampling.greedy:
+                torch.manual_seed(sampling.seed + start)
+            seqs = self.model.generate(
+                ids, attention_mask=real.long(), max_new_tokens=max_new_tokens, do_sample=not sampling.greedy,
+                temperature=sampling.temperature or None, top_k=sampling.top_k or None, top_p=sampling.top_p,
+                eos_token_id=self.eot_id, pad_token_id=self.pad_id,
+                stop_strings=[s for s in stop if s] or None, tokenizer=self.tokenizer,
+            )  # fmt: skip
+            for row in seqs[:, ids.shape[1] :].tolist():
+                row = row[: row.index(self.eot_id)] if self.eot_id in row else row
+                while row and row[-1] == self.pad_id:  # HF pads the rows that stopped early
+                    row.pop()
+                out.append(row)
+        return out
 
 
 def load(

@@ -11,6 +11,7 @@ the results meet on rank 0 through ``all_gather``/``gather_object``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
@@ -24,8 +25,8 @@ from lm_eval.models.utils import (
     normalize_gen_kwargs,
     postprocess_generated_text,
 )
-from tqdm import tqdm
 
+from nfeval.engine.generate import Sampling
 from nfeval.engine.parallel import join_process_group, resolve_device
 
 from . import backends
@@ -184,32 +185,27 @@ class NFEvalLM(TemplateLM):
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
         return totals
 
-    @torch.no_grad()
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Generates for every request; requests with the same settings are generated in batches."""
+        groups: dict[str, list[int]] = {}  # generation settings (JSON) -> request indices
+        for i, req in enumerate(requests):
+            kwargs = normalize_gen_kwargs(req.args[1], self.max_gen_toks)
+            groups.setdefault(json.dumps(kwargs, sort_keys=True, default=str), []).append(i)
         eos = self.engine.token_text(self.eot_token_id)
-        out = []
-        for req in tqdm(
-            requests, desc="Generating", disable=disable_tqdm or not self.progress or self.rank != 0
-        ):
-            context, gen_kwargs = req.args
-            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
+        progress = self.progress and not disable_tqdm and self.rank == 0
+        out: list[str] = [""] * len(requests)
+        for key, members in groups.items():
+            kwargs = json.loads(key)
             until = handle_stop_sequences(kwargs.get("until"), eos=eos)
             max_new = int(kwargs["max_gen_toks"])
-            ids = self.tok_encode(context)[-(self.max_length - max_new) :]
-            new: list[int] = []
-            for _ in range(max_new):
-                idx = torch.tensor([ids + new], device=self._device)
-                keep = torch.zeros_like(idx, dtype=torch.bool)
-                keep[0, -1] = True
-                token = int(self.engine.logits_at(idx, keep)[-1].argmax())
-                if token == self.eot_token_id:
-                    break
-                new.append(token)
-                if any(stop and stop in self.tok_decode(new) for stop in until):
-                    break
-            text = postprocess_generated_text(self.tok_decode(new), until, None)
-            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
-            out.append(text)
+            keep = max(1, self.max_length - max_new)  # the context's most recent tokens
+            prompts = [self.tok_encode(requests[i].args[0])[-keep:] for i in members]
+            sampling = sampling_of(kwargs)
+            new = self.engine.generate(prompts, max_new, sampling, until, self.batch_size, progress)
+            for i, ids in zip(members, new):
+                text = postprocess_generated_text(self.tok_decode(ids), until, None)
+                self.cache_hook.add_partial("generate_until", requests[i].args, text)
+                out[i] = text
         return out
 
     # ---------------------------------------------------------------- data parallel (lm-eval >= 0.4.12 hooks)
@@ -234,6 +230,12 @@ class NFEvalLM(TemplateLM):
     def barrier(self) -> None:
         if self.world_size > 1:
             dist.barrier()
+
+
+def sampling_of(kwargs: dict[str, Any]) -> Sampling:
+    """Returns the Sampling for normalized lm-eval generation kwargs (temperature 0 when not sampling)."""
+    return Sampling(temperature=float(kwargs.get("temperature") or 0.0), top_k=int(kwargs.get("top_k") or 0),
+                    top_p=float(kwargs.get("top_p") or 1.0), seed=int(kwargs.get("seed") or 0))  # fmt: skip
 
 
 def _as_bool(value: Any) -> bool:

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("nfeval.info", "architecture, parameter counts and fingerprint of a checkpoint or preset"),
     "train": ("nfeval.engine.train", "pretrain a causal or masked LM under a compute budget"),
     "zeroshot": ("nfeval.zeroshot", "score a checkpoint zero-shot through lm-evaluation-harness"),
+    "generate": ("nfeval.generate", "continue prompts with a checkpoint (batched, KV cache), write JSONL"),
     "lm-eval": ("nfeval.lm_eval_cli", "lm-eval's own CLI with nfeval's model and tasks registered"),
     "glue": ("nfeval.glue.sweep", "fine-tune on GLUE, sweeping learning rates"),
     "compare": ("nfeval.report.compare", "compute-matched comparison of training runs"),

@@ -19,6 +19,12 @@ The block follows fairseq's ``transformer_layer.py``; NormFormer's extra ops are
     x = ffn_norm(x)                      if post-LN
 
 Padding is expected on the right; for a causal model the causal mask already hides it.
+
+Inference (``nfeval.engine.generate``) passes three optional arguments to ``encode``/``forward``:
+``cache`` (a ``KVCache``: each layer's keys and values of the tokens seen so far; the new tokens sit
+after them), ``position_ids`` (per-row positions, e.g. for left-padded prompts) and ``attn_mask``
+(bool, True where a query may attend a key; it replaces the causal mask). Without them the training
+forward runs SDPA with ``is_causal``.
 """
 
 from __future__ import annotations
@@ -53,6 +59,47 @@ def activation_fn(name: str):
     raise ValueError(f"unknown activation {name!r}")
 
 
+class LayerCache:
+    """One layer's keys and values (B, H, capacity, head_dim); the first ``KVCache.length`` are filled."""
+
+    def __init__(self, owner: KVCache, keys: torch.Tensor, values: torch.Tensor):
+        self.owner, self.keys, self.values = owner, keys, values
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stores the new tokens' keys/values after the cached ones; returns all of them so far."""
+        start, end = self.owner.length, self.owner.length + k.shape[2]
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
+class KVCache:
+    """Keys and values of every layer for the tokens seen so far, in buffers allocated once.
+
+    ``Transformer.encode`` appends the new tokens to every layer, then advances ``length``.
+    """
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, capacity: int, device=None, dtype=None):
+        if capacity > cfg.max_seq_len:
+            raise ValueError(f"cache capacity {capacity} exceeds max_seq_len {cfg.max_seq_len}")
+        shape = (batch_size, cfg.n_head, capacity, cfg.head_dim)
+        self.capacity, self.length = capacity, 0
+        self.layers = [
+            LayerCache(
+                self,
+                torch.empty(shape, device=device, dtype=dtype),
+                torch.empty(shape, device=device, dtype=dtype),
+            )
+            for _ in range(cfg.n_layer)
+        ]
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keeps only the batch rows ``rows`` (a LongTensor of indices), e.g. to drop finished ones."""
+        for layer in self.layers:
+            layer.keys = layer.keys.index_select(0, rows)
+            layer.values = layer.values.index_select(0, rows)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -61,19 +108,25 @@ class SelfAttention(nn.Module):
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, cache: LayerCache | None = None
+    ) -> torch.Tensor:
         cfg = self.cfg
         B, T, C = x.shape
         q, k, v = (
             t.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
         )
+        if cache is not None:
+            k, v = cache.append(k, v)
         y = F.scaled_dot_product_attention(
             q,
             k,
             v,
             attn_mask=attn_mask,
             dropout_p=cfg.attn_dropout if self.training else 0.0,
-            is_causal=cfg.causal and attn_mask is None,
+            # without a mask, a causal query sees every key before it: the SDPA causal mask when the
+            # queries are all the keys, no mask for one new query after cached ones (encode sees to it)
+            is_causal=cfg.causal and attn_mask is None and k.shape[2] == T,
         )
         gain = self.head_gain
         if gain is not None and cfg.head_scale_position == "before_out_proj":
@@ -122,11 +175,13 @@ class Block(nn.Module):
         self.act = activation_fn(cfg.activation)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, cache: LayerCache | None = None
+    ) -> torch.Tensor:
         residual = x
         if self.pre:
             x = self.attn_norm(x)
-        x = self.attn(x, attn_mask)
+        x = self.attn(x, attn_mask, cache)
         if self.attn_out_norm is not None:
             x = self.attn_out_norm(x)
         x = residual + self.dropout(x)
@@ -196,21 +251,41 @@ class Transformer(nn.Module):
             n -= self.pos_emb.weight.numel()
         return n
 
-    def encode(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Returns the final hidden states (B, T, d). ``padding_mask`` is True at real tokens."""
+    def encode(
+        self,
+        idx: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        *,
+        position_ids: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Returns the final hidden states (B, T, d) of ``idx``.
+
+        ``padding_mask`` (encoder only): True at real tokens. ``cache``: the tokens of ``idx`` follow the
+        cached ones, whose keys/values are used and to which theirs are appended. ``position_ids`` (B, T):
+        0-based positions (default: ``cache.length`` onwards). ``attn_mask`` (bool, broadcastable to
+        (B, H, T, cache.length + T)): True where a query may attend a key; it replaces the causal mask,
+        and every query must be allowed at least one key.
+        """
         B, T = idx.shape
-        if T > self.cfg.max_seq_len:
-            raise ValueError(f"sequence length {T} exceeds max_seq_len {self.cfg.max_seq_len}")
-        pos = self.pos_emb.weight[:T] if self.pos_emb is not None else self.sin_pos[:T]
+        past = cache.length if cache is not None else 0
+        if past + T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {past + T} exceeds max_seq_len {self.cfg.max_seq_len}")
+        table = self.pos_emb.weight if self.pos_emb is not None else self.sin_pos
+        pos = table[past : past + T] if position_ids is None else table[position_ids]
         x = self.tok_emb(idx) * self.emb_scale + pos
         if self.emb_norm is not None:
             x = self.emb_norm(x)
         x = self.dropout(x)
-        attn_mask = None
         if padding_mask is not None and not self.cfg.causal:
             attn_mask = padding_mask[:, None, None, :].bool()
-        for block in self.blocks:
-            x = block(x, attn_mask)
+        elif attn_mask is None and self.cfg.causal and past and T > 1:  # new queries after cached keys
+            attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=idx.device).tril(past)
+        for i, block in enumerate(self.blocks):
+            x = block(x, attn_mask, cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.length += T
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x
@@ -222,9 +297,18 @@ class Transformer(nn.Module):
             return F.linear(hidden, self.tok_emb.weight, self.mlm_bias)
         return F.linear(hidden, self.tok_emb.weight)
 
-    def forward(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Returns logits (B, T, vocab)."""
-        return self.lm_logits(self.encode(idx, padding_mask))
+    def forward(
+        self,
+        idx: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        *,
+        position_ids: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Returns logits (B, T, vocab); the keyword arguments are ``encode``'s."""
+        hidden = self.encode(idx, padding_mask, position_ids=position_ids, attn_mask=attn_mask, cache=cache)
+        return self.lm_logits(hidden)
 
     def loss(
         self, idx: torch.Tensor, targets: torch.Tensor, padding_mask: torch.Tensor | None = None
