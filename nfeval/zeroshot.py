@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from . import zeroshot_items
 from .artifacts import atomic_write_json, cache_dir, provenance
 
 PER_TASK_KEYS = (
@@ -191,11 +192,12 @@ def evaluate(
         name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
         for name, t in loaded.items()
     }
-    cached = {}
+    cached, items = {}, {}
     if use_cache:
         for name, key in keys.items():
             path = os.path.join(cache_dir("zeroshot"), f"{key}.json")
-            if os.path.isfile(path):
+            if os.path.isfile(path) and (item_record := zeroshot_items.read_cached(path)) is not None:
+                items[name] = item_record
                 with open(path, encoding="utf-8") as f:
                     cached[name] = json.load(f)
                 log(f"{name}: cached result ({path})")
@@ -207,10 +209,14 @@ def evaluate(
             pretrained=ckpt_path, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length
         )
         fresh = lm_eval.simple_evaluate(
-            model=lm, tasks=todo, limit=limit, log_samples=False, task_manager=manager
+            model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
         )
         if fresh is None:  # not rank 0 under torchrun
             return None
+        samples = fresh.pop("samples")
+        for t in todo:
+            name = t.task_name
+            items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
         fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
         out.update({k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"})
         for name in keys:
@@ -219,7 +225,9 @@ def evaluate(
             entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
             cached[name] = entry
             if use_cache:
-                atomic_write_json(os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json"), entry)
+                entry_path = os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json")
+                atomic_write_json(zeroshot_items.cache_path(entry_path), items[name])
+                atomic_write_json(entry_path, entry)
     for name in loaded:
         for k, v in cached[name].items():
             out.setdefault(k, {}).update(v)
@@ -246,6 +254,7 @@ def evaluate(
     }
     if output:
         atomic_write_json(output, out)
+        zeroshot_items.write_sidecar(output, {name: items[name] for name in loaded}, model)
     return out
 
 
