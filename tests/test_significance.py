@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats
-from sklearn.metrics import matthews_corrcoef
+from sklearn.metrics import f1_score, matthews_corrcoef
 
 from nfeval.report import significance as sig
 
@@ -24,9 +24,15 @@ def test_bootstrap_matches_scipy_percentile_interval():
     rng = np.random.default_rng(0)
     a, b = (rng.random(300) < 0.6).astype(float), (rng.random(300) < 0.5).astype(float)
     ours = sig.paired_bootstrap(sig.mean_difference, (a, b), n_resamples=2000, seed=7)
-    ref = stats.bootstrap((a, b), lambda x, y, axis=-1: x.mean(axis) - y.mean(axis), paired=True,
-                          vectorized=True, n_resamples=2000, method="percentile",
-                          rng=np.random.default_rng(7))  # fmt: skip
+    ref = stats.bootstrap(
+        (a, b),
+        lambda x, y, axis=-1: x.mean(axis) - y.mean(axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=2000,
+        method="percentile",
+        rng=np.random.default_rng(7),
+    )
     assert ours["low"] == pytest.approx(ref.confidence_interval.low, abs=1e-12)
     assert ours["high"] == pytest.approx(ref.confidence_interval.high, abs=1e-12)
     assert ours["difference"] == pytest.approx(a.mean() - b.mean())
@@ -51,6 +57,7 @@ def test_row_metrics_match_scikit_learn_and_scipy():
     x[:, 5] = x[:, 6]  # a tie: Spearman must use average ranks, as scipy
     for i in range(4):
         assert sig.mcc_rows(labels, preds)[i] == pytest.approx(matthews_corrcoef(labels[i], preds[i]))
+        assert sig.f1_rows(labels, preds)[i] == pytest.approx(f1_score(labels[i], preds[i]))
         assert sig.pearson_rows(x, y)[i] == pytest.approx(stats.pearsonr(x[i], y[i])[0])
         assert sig.spearman_rows(x, y)[i] == pytest.approx(stats.spearmanr(x[i], y[i])[0])
     assert sig.mcc_rows(np.ones((1, 5)), np.ones((1, 5)))[0] == 0.0  # undefined: 0, as scikit-learn

@@ -24,14 +24,23 @@ def data_dir(tmp_path_factory):
 def test_sidecar_written_and_kept_by_a_cached_rerun(tiny_clm_ckpt, data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     first = tmp_path / "a.json"
-    res = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir,
-                            output=str(first), device="cpu")  # fmt: skip
+    res = zeroshot.evaluate(
+        tiny_clm_ckpt,
+        tasks=["piqa", "openbookqa", "winogrande"],
+        data_dir=data_dir,
+        output=str(first),
+        device="cpu",
+    )
     items = json.loads((tmp_path / "a.items.json").read_text())
     assert items["nfeval"]["model"]["fingerprint"] == res["nfeval"]["model"]["fingerprint"]
     tasks = items["tasks"]
     assert tasks["piqa_local"]["doc_id"] == list(range(6)) and len(tasks["piqa_local"]["doc_hash"]) == 6
-    assert set(tasks["openbookqa_local"]["metrics"]) == {"acc,none", "acc_norm,none", "acc_per_token,none",
-                                                         "acc_uncond,none"}  # fmt: skip
+    assert set(tasks["openbookqa_local"]["metrics"]) == {
+        "acc,none",
+        "acc_norm,none",
+        "acc_per_token,none",
+        "acc_uncond,none",
+    }
     for name, record in tasks.items():
         for key, metric in record["metrics"].items():
             assert np.mean(metric["value"]) == pytest.approx(res["results"][name][key], abs=1e-12)
@@ -39,8 +48,13 @@ def test_sidecar_written_and_kept_by_a_cached_rerun(tiny_clm_ckpt, data_dir, tmp
             assert [float(c == g) for c, g in zip(metric["chosen"], record["gold"])] == metric["value"]
 
     again = tmp_path / "b.json"
-    rerun = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir,
-                              output=str(again), device="cpu")  # fmt: skip
+    rerun = zeroshot.evaluate(
+        tiny_clm_ckpt,
+        tasks=["piqa", "openbookqa", "winogrande"],
+        data_dir=data_dir,
+        output=str(again),
+        device="cpu",
+    )
     assert sorted(rerun["nfeval"]["cached_tasks"]) == sorted(tasks)
     assert zeroshot_items.read_sidecar(str(again)) == tasks
 

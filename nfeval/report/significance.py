@@ -96,6 +96,14 @@ def accuracy_rows(labels: np.ndarray, preds: np.ndarray) -> np.ndarray:
     return np.mean(labels == preds, axis=-1)
 
 
+def f1_rows(labels: np.ndarray, preds: np.ndarray) -> np.ndarray:
+    """Returns F1 of the positive class (1) of each row; 0 where nothing is labelled or predicted positive."""
+    y, p = labels.astype(bool), preds.astype(bool)
+    tp = np.sum(y & p, -1, dtype=float)
+    denom = np.sum(y, -1, dtype=float) + np.sum(p, -1, dtype=float)
+    return np.divide(2 * tp, denom, out=np.zeros_like(denom), where=denom > 0)
+
+
 def mcc_rows(labels: np.ndarray, preds: np.ndarray) -> np.ndarray:
     """Returns Matthews correlation of each row of binary labels/predictions; 0 where undefined (as
     scikit-learn's ``matthews_corrcoef``)."""
@@ -119,14 +127,25 @@ def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return pearson_rows(stats.rankdata(x, axis=-1), stats.rankdata(y, axis=-1))
 
 
-ROW_METRICS = {"accuracy": accuracy_rows, "mcc": mcc_rows, "pearson": pearson_rows, "spearman": spearman_rows}
+ROW_METRICS = {
+    "accuracy": accuracy_rows,
+    "f1": f1_rows,
+    "mcc": mcc_rows,
+    "pearson": pearson_rows,
+    "spearman": spearman_rows,
+}
 
 
-def labelled_difference(metric: str) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
-    """Returns ``difference(labels, preds_a, preds_b)`` = metric(A) - metric(B) per row, for a metric that
-    needs the labels (GLUE: accuracy, mcc, pearson, spearman)."""
+def seed_mean_difference(metric: str, seeds_a: int) -> Callable[..., np.ndarray]:
+    """Returns ``difference(labels, *preds)`` = mean over A's seeds of the metric minus the mean over B's,
+    per row, where ``preds`` holds A's ``seeds_a`` prediction arrays followed by B's (GLUE with --seeds)."""
     fn = ROW_METRICS[metric]
-    return lambda labels, a, b: fn(labels, a) - fn(labels, b)
+
+    def difference(labels: np.ndarray, *preds: np.ndarray) -> np.ndarray:
+        a, b = preds[:seeds_a], preds[seeds_a:]
+        return sum(fn(labels, p) for p in a) / len(a) - sum(fn(labels, p) for p in b) / len(b)
+
+    return difference
 
 
 def mean_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
