@@ -173,6 +173,10 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[
     }
     if n >= 2:
         std = float(arr.std(ddof=1))
-        low, high = stats.t.interval(confidence, n - 1, loc=out["mean"], scale=std / np.sqrt(n))
+        low, high = (
+            stats.t.interval(confidence, n - 1, loc=out["mean"], scale=std / np.sqrt(n))
+            if std > 0
+            else (out["mean"], out["mean"])  # identical values: scipy would give NaN
+        )
         out.update(std=std, low=float(low), high=float(high))
     return out
