@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lm-eval": ("nfeval.lm_eval_cli", "lm-eval's own CLI with nfeval's model and tasks registered"),
     "glue": ("nfeval.glue.sweep", "fine-tune on GLUE, sweeping learning rates"),
     "compare": ("nfeval.report.compare", "compute-matched comparison of training runs"),
+    "compare-scores": ("nfeval.report.compare_scores", "paired significance of two results files"),
     "leaderboard": (
         "nfeval.report.leaderboard",
         "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",

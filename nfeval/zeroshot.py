@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from . import zeroshot_items
 from .artifacts import atomic_write_json, cache_dir, provenance
 from .engine.config import load_json
 from .errors import ConfigError, DataError, MissingDataError, UserError, hub_unreachable
@@ -198,16 +199,19 @@ def evaluate(
         name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
         for name, t in loaded.items()
     }
-    cached = {}
+    cached, items = {}, {}
     if use_cache:
         for name, key in keys.items():
             path = os.path.join(cache_dir("zeroshot"), f"{key}.json")
-            if os.path.isfile(path):
-                try:
-                    cached[name] = load_json(path)
-                except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
-                    log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
-                    continue
+            if not os.path.isfile(path):
+                continue
+            try:
+                entry, item_record = load_json(path), zeroshot_items.read_cached(path)
+            except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
+                log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
+                continue
+            if item_record is not None:
+                items[name], cached[name] = item_record, entry
                 log(f"{name}: cached result ({path})")
 
     out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
@@ -221,10 +225,14 @@ def evaluate(
             max_length=max_length,
         )
         fresh = lm_eval.simple_evaluate(
-            model=lm, tasks=todo, limit=limit, log_samples=False, task_manager=manager
+            model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
         )
         if fresh is None:  # not rank 0 under torchrun
             return None
+        samples = fresh.pop("samples")
+        for t in todo:
+            name = t.task_name
+            items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
         fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
         out.update({k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"})
         for name in keys:
@@ -233,7 +241,9 @@ def evaluate(
             entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
             cached[name] = entry
             if use_cache:
-                atomic_write_json(os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json"), entry)
+                entry_path = os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json")
+                atomic_write_json(zeroshot_items.cache_path(entry_path), items[name])
+                atomic_write_json(entry_path, entry)
     for name in loaded:
         for k, v in cached[name].items():
             out.setdefault(k, {}).update(v)
@@ -260,6 +270,7 @@ def evaluate(
     }
     if output:
         atomic_write_json(output, out)
+        zeroshot_items.write_sidecar(output, {name: items[name] for name in loaded}, model)
     return out
 
 

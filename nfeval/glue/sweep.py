@@ -61,6 +61,7 @@ from ..engine.tokenization import special_ids
 from ..errors import ConfigError, DataError, MissingDataError
 from . import data as glue_data
 from . import metrics as glue_metrics
+from . import predictions as glue_predictions
 
 DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)
 RESULT = "result.json"
@@ -240,10 +241,15 @@ def predict(
 
 
 def evaluate(
-    model: SequenceClassifier, enc: EncodedTask, recipe: Mapping, pad_id: int, device: torch.device
+    model: SequenceClassifier,
+    enc: EncodedTask,
+    recipe: Mapping,
+    pad_id: int,
+    device: torch.device,
+    preds: dict | None = None,
 ) -> dict[str, float]:
-    """Returns the task's dev metrics for the model as it is."""
-    labels, preds = {}, {}
+    """Returns the task's dev metrics for the model as it is; fills ``preds`` {split: predictions} if given."""
+    labels, preds = {}, {} if preds is None else preds
     for name, (seqs, ys) in enc.dev.items():
         labels[name] = ys
         preds[name] = predict(
@@ -418,8 +424,11 @@ def run_point(
             bar.update(1)
         stats["updates"] += len(order)
         stats["wall_s"] += time.perf_counter() - t0
-        metrics = evaluate(model, enc, r, pad_id, dev)
+        preds: dict = {}
+        metrics = evaluate(model, enc, r, pad_id, dev, preds)
         history.append({"epoch": epoch + 1, "train_loss": loss_sum.item() / len(order), "metrics": metrics})
+        if glue_predictions.is_reported(history, glue_metrics.MAIN_METRIC[spec.name], r["select"]):
+            glue_predictions.write(directory, spec.name, lr, seed, epoch + 1, enc, preds)
         bar.set_postfix(
             {glue_metrics.MAIN_METRIC[spec.name]: round(metrics[glue_metrics.MAIN_METRIC[spec.name]], 4)}
         )

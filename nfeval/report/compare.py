@@ -398,9 +398,15 @@ def format_comparison(result: dict[str, Any]) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "runs",
-        nargs="+",
+        nargs="*",
         metavar="RUN_DIR",
         help="run dirs written by nfeval train; the first is the baseline",
+    )
+    p.add_argument(
+        "--group",
+        action="append",
+        metavar="NAME=GLOB",
+        help="runs of one architecture over seeds, e.g. prenorm='runs/pre-s*' (repeatable; replaces RUN_DIRs)",
     )
     p.add_argument("--baseline", metavar="RUN_DIR_OR_NAME", help="baseline run (default: the first RUN_DIR)")
     p.add_argument(
@@ -414,6 +420,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.group or not args.runs:
+        from .seeds import compare_groups, format_groups, parse_groups
+
+        if args.runs or args.names or args.plot:
+            raise ConfigError("compare: --group replaces RUN_DIRs, --names and --plot; pass one or the other")
+        result = compare_groups(parse_groups(args.group or []), baseline=args.baseline)
+        if args.out:
+            atomic_write_json(args.out, result)
+        print(json.dumps(result, indent=2) if args.json else format_groups(result))
+        return 0
     result = compare(args.runs, baseline=args.baseline, names=args.names)
     if args.json:  # the table carries its warnings; JSON on stdout carries them too, repeated on stderr
         for w in result["warnings"]:

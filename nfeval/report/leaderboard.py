@@ -38,6 +38,7 @@ from ..engine.config import load_json
 from ..errors import DataError, MissingDataError
 from ..glue.data import TASKS as GLUE_TASKS
 from ..glue.metrics import SPLIT_METRICS
+from . import paired
 
 ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
 # Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
@@ -545,7 +546,7 @@ def _compute(x: float | None, measure: str) -> str:
 def _cell(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return MISSING
-    return f"{100 * cell['value']:.1f}" + ("*" if cell["subset"] else "")
+    return f"{100 * cell['value']:.1f}" + ("*" if cell["subset"] else "") + paired.markdown_mark(cell)
 
 
 def _markdown_table(table: dict[str, Any]) -> list[str]:
@@ -659,6 +660,7 @@ def render_markdown(
             "(compute-matched).",
             "",
         ]
+    lines += paired.markdown_section(board)
     lines += ["## Sources", ""] + _sources(board)
     return "\n".join(lines) + "\n"
 
@@ -679,6 +681,10 @@ def render_csv(board: dict[str, Any]) -> str:
     ]
     for name, table in tables:
         header += [f"{c['task']}/{c['metric']}" for c in table["columns"]] + [f"{name}_average"]
+        if board.get("paired"):
+            header += [
+                k for c in table["columns"] for k in paired.csv_fields(f"{c['task']}/{c['metric']}", None)
+            ]
     rows: dict[str, dict[str, Any]] = {}
     for name, table in tables:
         for row in table["rows"]:
@@ -702,6 +708,7 @@ def render_csv(board: dict[str, Any]) -> str:
             for c in table["columns"]:
                 cell = row["scores"][c["task"]]
                 out[f"{c['task']}/{c['metric']}"] = None if cell is None else cell["value"]
+                out.update(paired.csv_fields(f"{c['task']}/{c['metric']}", cell))
             out[f"{name}_average"] = row["average"]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
@@ -795,6 +802,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also plot validation perplexity vs compute for these runs",
     )
     p.add_argument("--title", default="Leaderboard", help="markdown title")
+    p.add_argument(
+        "--baseline", metavar="NAME", help="add paired differences to this row (name or fingerprint)"
+    )
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples for --baseline")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap seed for --baseline")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -807,6 +819,8 @@ def run(args: argparse.Namespace) -> int:
         group_by=args.group_by,
         group_tolerance=args.group_tolerance,
     )
+    if args.baseline:
+        paired.add_to_board(board, args.baseline, n_resamples=args.resamples, seed=args.bootstrap_seed)
     for w in board["warnings"]:
         print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
     comparison = None

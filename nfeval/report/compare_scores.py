@@ -1,0 +1,90 @@
+"""``nfeval compare-scores A.json B.json``: is A's difference to B real? Paired, per task and metric.
+
+Both files are zero-shot results (``nfeval zeroshot``, with their ``.items.json`` sidecars) or GLUE
+summaries (``nfeval glue``, with each point's ``predictions.json``). For every task and metric in both,
+prints A's and B's scores, A − B with a paired bootstrap interval over items, and the exact McNemar
+p-value for accuracy metrics; "*" marks a difference whose interval excludes 0. See nfeval/report/paired.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..artifacts import atomic_write_json, provenance
+from ..errors import ConfigError
+from . import significance as sig
+from .compare import table
+from .paired import compare_files
+
+
+def compare_scores(
+    path_a: str,
+    path_b: str,
+    n_resamples: int = sig.N_RESAMPLES,
+    seed: int = sig.SEED,
+    confidence: float = sig.CONFIDENCE,
+) -> dict[str, Any]:
+    """Returns {"a", "b", "rows", "nfeval"}: the paired comparison of A (candidate) against B (baseline)."""
+    if n_resamples < 100:
+        raise ConfigError(f"--resamples {n_resamples}: expected at least 100")
+    if not 0 < confidence < 1:
+        raise ConfigError(f"--confidence {confidence}: expected a value in (0, 1)")
+    rows = compare_files(path_a, path_b, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    return {"nfeval": {"provenance": provenance()}, "a": path_a, "b": path_b, "rows": rows}
+
+
+def format_rows(result: dict[str, Any]) -> str:
+    """Returns the comparison as a text table, with a header naming A and B and the interval."""
+    rows = result["rows"]
+    conf = f"{100 * rows[0]['confidence']:g}%" if rows else "95%"
+    lines = [f"A: {result['a']}", f"B: {result['b']}", ""]
+    body = [["task", "metric", "n", "A", "B", "A − B", f"{conf} interval", "McNemar p", ""]]
+    for r in rows:
+        p = "–" if r["mcnemar_p"] is None else f"{r['mcnemar_p']:.3g}"
+        body.append(
+            [
+                r["task"],
+                r["metric"],
+                str(r["n"]),
+                f"{r['value']:.4f}",
+                f"{r['baseline']:.4f}",
+                f"{r['difference']:+.4f}",
+                f"[{r['low']:+.4f}, {r['high']:+.4f}]",
+                p,
+                "*" if r["significant"] else "",
+            ]
+        )
+    lines += table(body, right={2, 3, 4, 5, 6, 7})
+    n_res = rows[0]["n_resamples"] if rows else sig.N_RESAMPLES
+    lines += [
+        "",
+        f"paired bootstrap over items ({n_res} resamples, seed {rows[0]['seed'] if rows else 0}); "
+        "*: the interval excludes 0",
+    ]
+    if not rows:
+        lines.append("no task and metric in common")
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval compare-scores``' options."""
+    p.add_argument("a", metavar="A.json", help="candidate: zero-shot results or GLUE summary")
+    p.add_argument("b", metavar="B.json", help="baseline, of the same kind")
+    p.add_argument(
+        "--resamples", type=int, default=sig.N_RESAMPLES, help="bootstrap resamples (default %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=sig.SEED, help="bootstrap seed (default %(default)s)")
+    p.add_argument("--confidence", type=float, default=sig.CONFIDENCE, help="default %(default)s")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--out", metavar="FILE.json", help="also write the JSON to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``nfeval compare-scores``."""
+    result = compare_scores(args.a, args.b, args.resamples, args.seed, args.confidence)
+    if args.out:
+        atomic_write_json(args.out, result)
+    print(json.dumps(result, indent=2) if args.json else format_rows(result))
+    return 0

@@ -1,0 +1,151 @@
+"""``nfeval compare --group NAME=GLOB …``: compute-matched comparison over seeds, mean ± std with t-intervals.
+
+Each group holds several runs of one architecture (e.g. ``--group prenorm=runs/pre-s*``; runs sorted by
+name, numbers in natural order). Per group it reports, as mean ± std with a Student-t interval over runs:
+
+- validation perplexity at equal compute (equal FLOPs and equal wall-clock), the budget being the
+  smallest final compute among all runs of all groups, as ``nfeval compare``;
+- the fraction of the baseline's compute needed to reach the baseline's best validation perplexity.
+  Seeds pair by position: the i-th run of a group is measured against the i-th baseline run (its
+  target and its compute), so groups must hold the same number of runs. When some run never reaches
+  its target the fraction has no mean; the count reached is reported instead.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+from typing import Any
+
+from ..artifacts import provenance
+from ..errors import ConfigError, MissingDataError
+from . import significance as sig
+from .compare import AXES, AXIS_LABELS, _at_budget, _check_comparable, _json_safe, crossing, load_run, table
+
+
+def _natural(path: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
+def parse_groups(specs: list[str]) -> dict[str, list[str]]:
+    """Returns {group name: run dirs} from ``NAME=GLOB`` specs (repeatable; a name may recur)."""
+    groups: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, pattern = spec.partition("=")
+        if not sep or not name or not pattern:
+            raise ConfigError(f"--group {spec}: expected NAME=GLOB, e.g. prenorm=runs/pre-s*")
+        found = [p for p in glob.glob(pattern) if os.path.isdir(p)] or (
+            [pattern] if os.path.isdir(pattern) else []
+        )
+        if not found:
+            raise MissingDataError(f"--group {spec}: {pattern!r} matches no run directory")
+        groups.setdefault(name, []).extend(sorted(found, key=_natural))
+    return groups
+
+
+def _fraction(run, base, axis: str) -> float | None:
+    finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
+    if not finite:
+        return None
+    best = min(finite, key=lambda p: p["val_ppl"])
+    reached = crossing(run.val, best["val_ppl"])
+    return reached[axis] / best[axis] if reached else None
+
+
+def compare_groups(groups: dict[str, list[str]], baseline: str | None = None) -> dict[str, Any]:
+    """Returns the seed-group comparison as a JSON-safe dict (see the module docstring); ``baseline`` is a
+    group name, default the first group."""
+    if not groups:
+        raise ConfigError("compare: expected RUN_DIRs or --group NAME=GLOB")
+    baseline = baseline or next(iter(groups))
+    if baseline not in groups:
+        raise ConfigError(f"--baseline {baseline}: not a group; expected one of {list(groups)}")
+    runs = {name: [load_run(d) for d in dirs] for name, dirs in groups.items()}
+    sizes = {name: len(r) for name, r in runs.items()}
+    if len(set(sizes.values())) > 1:
+        raise ConfigError(
+            f"--group: groups hold {sizes} runs; seeds pair by position, so each group needs "
+            "the same number of runs"
+        )
+    every = [r for group in runs.values() for r in group]
+    budget = {axis: min(r.val[-1][axis] for r in every) for axis in AXES}
+    rows = []
+    for name, group in runs.items():
+        ppl = {axis: [_at_budget(r, axis, budget[axis])["val_ppl"] for r in group] for axis in AXES}
+        fractions = {axis: [_fraction(r, b, axis) for r, b in zip(group, runs[baseline])] for axis in AXES}
+        archs = sorted({r.architecture or "–" for r in group})
+        rows.append(
+            {
+                "name": name,
+                "runs": [os.path.abspath(r.path) for r in group],
+                "architecture": ", ".join(archs),
+                "n": len(group),
+                "ppl_at_equal": {axis: _summary(v) for axis, v in ppl.items()},
+                "to_target": {
+                    axis: {"reached": sum(f is not None for f in v), **_summary(v)}
+                    for axis, v in fractions.items()
+                },
+            }
+        )
+    return _json_safe(
+        {
+            "nfeval": {"provenance": provenance()},
+            "baseline": baseline,
+            "budget": budget,
+            "warnings": _check_comparable(every),
+            "groups": rows,
+        }
+    )
+
+
+def _summary(values: list[float | None]) -> dict[str, Any]:
+    """Returns t_interval's summary of ``values``, or mean/std/interval None when one is missing."""
+    if all(v is not None and math.isfinite(v) for v in values):
+        return {**sig.t_interval(values), "values": values}
+    return {"mean": None, "std": None, "low": None, "high": None, "n": len(values), "values": values}
+
+
+def _cell(s: dict[str, Any], digits: int) -> str:
+    if s["mean"] is None:
+        return f"not reached ({s['reached']}/{s['n']})" if "reached" in s else "–"
+    if s["std"] is None:
+        return f"{s['mean']:.{digits}f}"
+    return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f} [{s['low']:.{digits}f}, {s['high']:.{digits}f}]"
+
+
+def format_groups(result: dict[str, Any]) -> str:
+    """Returns the seed-group comparison as a text table with a header naming baseline and budget."""
+    conf = next(
+        (
+            s["confidence"]
+            for g in result["groups"]
+            for s in g["ppl_at_equal"].values()
+            if s.get("confidence")
+        ),
+        sig.CONFIDENCE,
+    )
+    budget = result["budget"]
+    lines = [
+        f"baseline group: {result['baseline']}; seeds pair by position; "
+        f"mean ± std [{100 * conf:g}% t-interval]",
+        f"equal-compute budget: {budget['flops']:.2e} FLOPs | {budget['wall_s']:.4g} s of training time",
+        "",
+    ]
+    header = ["group", "n", "arch"] + [f"ppl@{AXIS_LABELS[a]}" for a in AXES]
+    header += [f"{AXIS_LABELS[a]} to target" for a in AXES]
+    body = [header]
+    for g in result["groups"]:
+        body.append(
+            [g["name"], str(g["n"]), g["architecture"]]
+            + [_cell(g["ppl_at_equal"][a], 2) for a in AXES]
+            + [_cell(g["to_target"][a], 3) for a in AXES]
+        )
+    lines += table(body, right={1, 3, 4, 5, 6})
+    lines += [
+        "",
+        "'to target': fraction of the paired baseline run's compute needed to reach its best val ppl.",
+    ]
+    lines += [f"warning: {w}" for w in result["warnings"]]
+    return "\n".join(lines)
