@@ -62,6 +62,7 @@ class TrainConfig:
     peak_flops: float | None = None
     seed: int = 1
     progress: bool = True
+    lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune_results.tuned_lr's record
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad field; checks everything that needs no data."""
