@@ -237,14 +237,12 @@ def with_tuned_lr(cfg, tune_json: str, lr_given: bool = False):
 
 
 def describe_lr(train_config: dict[str, Any]) -> dict[str, Any]:
-    """Returns {"lr", "tuned", "source"} for a run's ``config.json`` field ``train.config``: the source reads
-    "tuned (N points, budget SPEC)" when the LR came from nfeval tune, else "untuned"."""
-    record = train_config.get("lr_from")
-    lr = train_config.get("lr")
+    """Returns {"lr", "tuned", "label"} for a run's ``config.json`` field ``train.config``; the label reads
+    "lr X, tuned (N points, budget SPEC)" when the LR came from nfeval tune, else "lr X, untuned"."""
+    lr, record = train_config.get("lr"), train_config.get("lr_from")
+    if not isinstance(lr, (int, float)):
+        return {"lr": None, "tuned": False, "label": "lr unknown"}
     if isinstance(record, dict):
-        return {
-            "lr": lr,
-            "tuned": True,
-            "source": f"tuned ({record.get('points')} points, budget {record.get('budget')})",
-        }
-    return {"lr": lr, "tuned": False, "source": "untuned"}
+        label = f"lr {lr:g}, tuned ({record.get('points')} points, budget {record.get('budget')})"
+        return {"lr": lr, "tuned": True, "label": label}
+    return {"lr": lr, "tuned": False, "label": f"lr {lr:g}, untuned"}
