@@ -230,3 +230,26 @@ def test_compare_shows_each_runs_lr_and_warns_when_only_one_side_is_tuned(tmp_pa
     text = format_comparison(result)
     assert "base: lr 0.0006, untuned | cand: lr 0.003, tuned (10 points, budget steps=2000)" in text
     assert "warning: base: untuned learning rate beside tuned runs" in text
+
+
+def test_leaderboard_sources_name_each_models_lr(tmp_path):
+    from test_leaderboard import FULL, zeroshot_file
+
+    from nfeval.report.leaderboard import build, render_markdown
+
+    record = {"points": 8, "budget": "steps=2000"}
+    files = []
+    for name, train_config in (("nf", {"lr": 3e-3, "lr_from": record}), ("pre", {"lr": 6e-4})):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"train": {"config": train_config}}))
+        path = zeroshot_file(tmp_path / f"{name}.json", name * 8, name, 125_000_000, FULL)
+        data = json.loads(open(path).read())
+        data["nfeval"]["model"]["path"] = str(run)
+        open(path, "w").write(json.dumps(data))
+        files.append(path)
+    board = build(files)
+    assert [r["lr"]["tuned"] for r in board["zeroshot"]["rows"] if not r["reference"]] == [True, False]
+    text = render_markdown(board)
+    assert "- nf: fingerprint `nfnfnfnfnfnfnfnf`; lr 0.003, tuned (8 points, budget steps=2000); " in text
+    assert "- pre: fingerprint `prepreprepreprep`; lr 0.0006, untuned; " in text
