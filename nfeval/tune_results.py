@@ -132,8 +132,8 @@ def format_table(summary: dict[str, Any]) -> str:
     lines += [
         "",
         f"final validation perplexity after budget {budget['spec']}, "
-        f"{len(summary['grid']['seeds'])} seed(s) per LR; * best LR; diverged LRs are never best;"
-        " spread = max/min over the LRs that did not diverge",
+        f"{len(summary['grid']['seeds'])} seed(s) per LR; * best LR",
+        "diverged LRs are never best; ppl spread = max/min over the LRs that did not diverge",
     ]
     lines += [f"missing: {m['preset']} lr={lr_key(m['lr'])} seed={m['seed']}" for m in summary["missing"]]
     lines += [f"warning: {w}" for w in summary["warnings"]]
