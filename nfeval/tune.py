@@ -215,9 +215,11 @@ def _check_inputs(
             raise MissingDataError(f"--{name.replace('_', '-')} {path}: no such file or folder")
 
 
-def _data_warnings(points: Sequence[dict]) -> list[str]:
-    """Raises DataError when one preset's points saw different data; warns when presets differ."""
+def _consistency_warnings(points: Sequence[dict]) -> list[str]:
+    """Raises DataError when one preset's points saw different data; warns when presets did, or when a
+    preset's finished points ran different step counts (a seconds budget is calibrated per point)."""
     by_preset: dict[str, set] = {}
+    warnings = []
     for p in points:
         by_preset.setdefault(p["preset"], set()).add(p.get("data_fingerprint"))
     for preset, prints in by_preset.items():
@@ -225,9 +227,16 @@ def _data_warnings(points: Sequence[dict]) -> list[str]:
             raise DataError(
                 f"the points of {preset} were trained on different data ({sorted(map(str, prints))})"
             )
+        steps = [p["step"] for p in points if p["preset"] == preset and p["status"] == tune_results.OK]
+        if len(set(steps)) > 1:
+            warnings.append(
+                f"{preset}: the points ran {min(steps)}–{max(steps)} steps (time budget: machine load)"
+            )
     if len({fp for prints in by_preset.values() for fp in prints}) > 1:
-        return ["presets were trained on different data or tokenizers: their perplexities are not comparable"]
-    return []
+        warnings.append(
+            "presets were trained on different data or tokenizers: their perplexities are not comparable"
+        )
+    return warnings
 
 
 def tune(
@@ -283,7 +292,7 @@ def tune(
         "presets": summary_presets,
         "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
         "missing": missing,
-        "warnings": _data_warnings(points) + tune_results.warnings_for(summary_presets),
+        "warnings": _consistency_warnings(points) + tune_results.warnings_for(summary_presets),
     }
     atomic_write_json(os.path.join(out_dir, "tune.json"), summary)
     if points:
