@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "zeroshot": ("nfeval.zeroshot", "score a checkpoint zero-shot through lm-evaluation-harness"),
     "generate": ("nfeval.generate", "continue prompts with a checkpoint (batched, KV cache), write JSONL"),
     "lm-eval": ("nfeval.lm_eval_cli", "lm-eval's own CLI with nfeval's model and tasks registered"),
+    "tune": ("nfeval.tune", "pretraining learning-rate sweep per architecture: the best LR of each preset"),
     "glue": ("nfeval.glue.sweep", "fine-tune on GLUE, sweeping learning rates"),
     "compare": ("nfeval.report.compare", "compute-matched comparison of training runs"),
     "compare-scores": ("nfeval.report.compare_scores", "paired significance of two results files"),

@@ -66,6 +66,7 @@ class TrainConfig:
     peak_flops: float | None = None
     seed: int = 1
     progress: bool = True
+    lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune_results.tuned_lr's record
 
     def validate(self, sources: Mapping[str, str] | None = None) -> None:
         """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
