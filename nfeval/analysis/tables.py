@@ -74,7 +74,7 @@ def stability_table(result: dict[str, Any]) -> list[str]:
     header = [
         "preset",
         "updates survived",
-        "survived all",
+        "seeds surviving all",
         "LR at divergence",
         "max |q·k|/√d",
         "fp16 overflow",
