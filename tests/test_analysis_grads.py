@@ -130,6 +130,7 @@ def test_recorder_in_a_training_loop(tmp_path):
     model = tiny("normformer")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     recorder = GradStatsRecorder(model, (2, 3), str(tmp_path))
+    assert recorder.summary() == {"window": [2, 3], "updates": 0, "file": GRAD_STATS, "mean": {}}
     expected = {}
     for update in range(1, 5):
         idx, targets = batch(seed=update)

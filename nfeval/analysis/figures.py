@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..report.plots import save_png
 
@@ -27,6 +28,7 @@ def plot_grads(result: dict[str, Any], path: str) -> str:
     right.set_title("Relative to the baseline (Figure 7)")
     for ax in (left, right):
         ax.set_xlabel("layer")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     left.set_yscale("log")
     left.legend(fontsize=8)
@@ -56,6 +58,7 @@ def plot_gains(result: dict[str, Any], path: str) -> str:
                 ax.plot(range(len(m["gains"][key])), m["gains"][key], marker="o", ms=3, label=m["name"])
         ax.set_title(f"mean {title} by layer")
         ax.set_xlabel("layer")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax, m in zip(axes[len(lines) :], with_heads):
@@ -91,7 +94,6 @@ def plot_stability(result: dict[str, Any], path: str) -> str:
             if r["diverged_at"] and r["loss"][-1] is not None:
                 left.plot(r["lr"][-1], r["loss"][-1], "x", color=color)
     left.set_xscale("log")
-    left.set_yscale("log")
     left.set_xlabel("learning rate")
     left.set_ylabel("training loss")
     left.set_title("Loss as the LR rises (x: divergence)")

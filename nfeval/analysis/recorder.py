@@ -80,7 +80,8 @@ class GradStatsRecorder:
 
     def summary(self) -> dict[str, Any]:
         """Returns {window, updates recorded, file, mean: {kind: per-layer mean over the window}}."""
-        rows = [r for r in read_grad_stats(self.path) if self.window[0] <= r["update"] <= self.window[1]]
+        rows = read_grad_stats(self.path) if os.path.isfile(self.path) else []
+        rows = [r for r in rows if self.window[0] <= r["update"] <= self.window[1]]
         return {
             "window": list(self.window),
             "updates": len(rows),
