@@ -67,6 +67,8 @@ class TrainConfig:
     seed: int = 1
     progress: bool = True
     lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune_results.tuned_lr's record
+    # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
+    grad_stats: str | None = None
 
     def validate(self, sources: Mapping[str, str] | None = None) -> None:
         """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
@@ -120,6 +122,10 @@ class TrainConfig:
                 raise bad(name, "a number >= 0")
         if not 0 <= self.end_lr <= self.lr:
             raise bad("end_lr", f"a number in [0, lr={self.lr}]")
+        if self.grad_stats is not None:
+            from ..analysis.recorder import parse_grad_stats
+
+            parse_grad_stats(self.grad_stats)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> TrainConfig:

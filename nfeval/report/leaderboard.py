@@ -677,6 +677,10 @@ def render_markdown(
             "",
         ]
     lines += paired.markdown_section(board)
+    if board.get("analysis"):  # `nfeval analyze` results given with --analysis
+        from ..analysis.tables import markdown_section
+
+        lines += markdown_section(board["analysis"])
     lines += ["## Sources", ""] + _sources(board)
     return "\n".join(lines) + "\n"
 
@@ -823,9 +827,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples for --baseline")
     p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap seed for --baseline")
+        "--analysis",
+        action="append",
+        metavar="FILE.json",
+        help="add an analysis section from `nfeval analyze` JSON (grads, gains, stability); repeatable",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analysis.tables import load_analysis
+
+    analyses = [load_analysis(path) for path in args.analysis or []]  # checked before any other work
     fmt = args.format or {".csv": "csv", ".json": "json"}.get(os.path.splitext(args.out or "")[1], "md")
     board = build(
         args.results,
@@ -837,6 +849,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.baseline:
         paired.add_to_board(board, args.baseline, n_resamples=args.resamples, seed=args.bootstrap_seed)
+    if analyses:
+        board["analysis"] = analyses
     for w in board["warnings"]:
         print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
     comparison = None
