@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "nfeval.report.leaderboard",
         "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
     ),
+    "export-hf": ("nfeval.export_hf", "export a causal LM as a Hugging Face model directory"),
     "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
 }
 
