@@ -180,8 +180,10 @@ def test_fairseq_file_exports_without_tokenizer(tmp_path):
 def test_bad_input_fails_before_writing(tmp_path, tiny_tokenizer, tiny_mlm_ckpt, capsys):
     out = tmp_path / "hf"
     (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.pt").write_text("{}")
     cases = [
         (str(tmp_path / "missing"), "no such checkpoint"),
+        (str(tmp_path / "notes.pt"), "not a fairseq checkpoint"),
         (str(tmp_path / "empty"), "model.safetensors"),
         (tiny_mlm_ckpt, "masked-LM checkpoints are not exported"),
     ]
@@ -195,6 +197,8 @@ def test_bad_input_fails_before_writing(tmp_path, tiny_tokenizer, tiny_mlm_ckpt,
     (out / "keep.txt").write_text("x")
     assert cli_main(["export-hf", src, "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err and (out / "keep.txt").exists()
+    assert cli_main(["export-hf", src, "--out", str(out), "--overwrite", "--tokenizer", str(tmp_path)]) == 2
+    assert "--tokenizer" in capsys.readouterr().err and (out / "keep.txt").exists()
     assert cli_main(["export-hf", src, "--out", str(out), "--overwrite"]) == 0
     assert not (out / "keep.txt").exists() and (out / "config.json").exists()
 

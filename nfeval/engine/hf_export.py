@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import pickle
 import re
 import shutil
 from typing import Any
@@ -37,7 +38,7 @@ from .tokenization import load_tokenizer, special_ids
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_template", "modeling_nfeval.py")
 GENERATED_PREFIX = "nfeval_"  # engine/model.py is written as nfeval_model.py, and so on
-LM_EVAL_MODEL_ARGS = "pretrained={dir},trust_remote_code=True,dtype=float32"
+LM_EVAL_MODEL_ARGS = "pretrained={dir},dtype=float32"  # + trust_remote_code=True for the nfeval format
 VERIFY_TOLERANCE = 1e-5
 
 # The fields GPT-2 fixes, with the value GPT-2 has; the other fields map onto GPT2Config.
@@ -234,6 +235,8 @@ def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) 
         ckpt = checkpoint.load(path, dtype=torch.float32, fairseq_head_scale_bug=fairseq_head_scale_bug)
     except (ValueError, FileNotFoundError) as e:
         raise CheckpointError(str(e)) from None
+    except (pickle.UnpicklingError, EOFError) as e:  # a file that is no torch checkpoint at all
+        raise CheckpointError(f"{path}: not a fairseq checkpoint (torch.load: {e})") from None
     if ckpt.config.objective != "clm":
         raise CheckpointError(
             f"{ckpt.path}: objective {ckpt.config.objective!r}: export-hf writes causal LMs "
@@ -307,7 +310,8 @@ def export_hf(
             "tokenizer": bool(tokens),
             "source": source,
             "max_abs_logit_diff": verify(tmp, ckpt, fmt),
-            "lm_eval_model_args": LM_EVAL_MODEL_ARGS.format(dir=out_dir),
+            "lm_eval_model_args": LM_EVAL_MODEL_ARGS.format(dir=out_dir)
+            + (",trust_remote_code=True" if fmt == "nfeval" else ""),
         }
         atomic_write_text(os.path.join(tmp, "README.md"), readme(summary))
         summary["files"] = sorted(os.listdir(tmp))
