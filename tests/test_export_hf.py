@@ -215,3 +215,42 @@ def test_remote_code_generates_greedily(tmp_path, tiny_tokenizer):
         for _ in range(4):
             ids = torch.cat([ids, nf(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(generated, ids)
+
+
+def test_remote_code_follows_relative_imports_and_refuses_the_rest(tmp_path, monkeypatch):
+    """A model.py that grows a module of its own (say a KV cache) still exports; a parent import fails."""
+    pkg = tmp_path / "fakepkg" / "engine"
+    pkg.mkdir(parents=True)
+    for folder in (pkg.parent, pkg):
+        (folder / "__init__.py").write_text("")
+    (pkg / "config.py").write_text("import dataclasses\n")
+    (pkg / "kv_cache.py").write_text("from .config import dataclasses\n")
+    (pkg / "model.py").write_text(
+        "import torch\nfrom .config import dataclasses\ndef f():\n    from .kv_cache import x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    files = remote_code_files("fakepkg.engine", "model")
+    assert sorted(files) == [
+        "modeling_nfeval.py",
+        "nfeval_config.py",
+        "nfeval_kv_cache.py",
+        "nfeval_model.py",
+    ]
+    assert files["nfeval_model.py"].endswith(
+        "from .nfeval_config import dataclasses\ndef f():\n    from .nfeval_kv_cache import x\n"
+    )
+    for bad in ("from .. import artifacts\n", "from fakepkg import errors\n", "import fakepkg.engine\n"):
+        (pkg / "kv_cache.py").write_text(bad)
+        with pytest.raises(RuntimeError, match="kv_cache.py:1"):
+            remote_code_files("fakepkg.engine", "model")
+
+
+def test_resaved_export_loads(tmp_path, tiny_tokenizer):
+    src = save_model(tmp_path / "ckpt", tiny_tokenizer, "normformer-resscale", positions="sinusoidal")
+    export_hf(src, str(tmp_path / "hf"))
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    model.save_pretrained(tmp_path / "resaved")  # as push_to_hub does: the remote code travels along
+    again = AutoModelForCausalLM.from_pretrained(tmp_path / "resaved", trust_remote_code=True)
+    idx = torch.randint(0, tiny_tokenizer.get_vocab_size(), (2, 12))
+    with torch.no_grad():
+        assert (again(idx).logits - nfeval_logits(src, idx)).abs().max().item() <= 1e-5

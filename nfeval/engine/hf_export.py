@@ -109,19 +109,20 @@ def gpt2_state_dict(state: dict[str, torch.Tensor], n_layer: int) -> dict[str, t
     return out
 
 
-def remote_code_files() -> dict[str, str]:
+def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> dict[str, str]:
     """Returns {file name: source} of the remote code: the HF wrapper plus nfeval's model modules.
 
-    Starts from ``engine/model.py`` and follows its relative imports (``from .config import ...``),
-    renaming each module ``nfeval_<name>`` so the files stand alone in the exported directory.
+    Starts from ``package.root`` (``engine/model.py``) and follows its relative imports (``from .config
+    import ...``), renaming each module ``nfeval_<name>`` so the files stand alone in the export.
+    Anything else that would tie the files to nfeval (``from .. import``, ``import nfeval``) fails.
     """
     files = {"modeling_nfeval.py": open(TEMPLATE, encoding="utf-8").read()}
-    todo = ["model"]
+    todo = [root]
     while todo:
         name = todo.pop()
         if GENERATED_PREFIX + name + ".py" in files:
             continue
-        path = importlib.util.find_spec(f"nfeval.engine.{name}").origin
+        path = importlib.util.find_spec(f"{package}.{name}").origin
         source = open(path, encoding="utf-8").read()
         for node in ast.walk(ast.parse(source, path)):
             if isinstance(node, ast.ImportFrom) and node.level > 0:
@@ -130,9 +131,13 @@ def remote_code_files() -> dict[str, str]:
                         f"{path}:{node.lineno}: only 'from .module import ...' can be exported"
                     )
                 todo.append(node.module)
-            names = [a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
-            if any(n.split(".")[0] == "nfeval" for n in names + [getattr(node, "module", None) or ""]):
-                raise RuntimeError(f"{path}:{node.lineno}: imports nfeval, which an export cannot")
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules.append(node.module)
+            if any(m.split(".")[0] == package.split(".")[0] for m in modules):
+                raise RuntimeError(
+                    f"{path}:{node.lineno}: imports {package.split('.')[0]}, which an export cannot"
+                )
         renamed = re.sub(
             r"^(\s*)from \.(\w+) import", rf"\1from .{GENERATED_PREFIX}\2 import", source, flags=re.M
         )

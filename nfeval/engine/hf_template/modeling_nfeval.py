@@ -46,9 +46,9 @@ class NFEvalConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
     def model_config(self) -> ModelConfig:
-        """Returns the nfeval ModelConfig these attributes describe (inference: no dropout)."""
+        """Returns the nfeval ModelConfig these attributes describe."""
         fields = {name: getattr(self, name) for name in MODEL_FIELDS}
-        return ModelConfig(**{**fields, "dropout": 0.0, "attn_dropout": 0.0})
+        return ModelConfig(**fields)
 
 
 class NFEvalForCausalLM(PreTrainedModel, GenerationMixin):
