@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
     ),
     "analyze": ("nfeval.analysis.cli", "the paper's analyses: gradient norms, learned gains, LR stability"),
+    "export-hf": ("nfeval.export_hf", "export a causal LM as a Hugging Face model directory"),
     "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
 }
 

@@ -827,6 +827,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples for --baseline")
     p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap seed for --baseline")
+    p.add_argument(
         "--analysis",
         action="append",
         metavar="FILE.json",

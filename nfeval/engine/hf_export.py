@@ -1,0 +1,378 @@
+"""Export an nfeval causal LM as a Hugging Face model directory.
+
+Two formats, chosen from the architecture:
+
+- ``gpt2``: when the model is exactly GPT-2 (see ``gpt2_mismatches``), transformers' own
+  ``GPT2LMHeadModel``: no remote code. GPT-2's ``Conv1D`` stores weights as (in, out), so every
+  projection is transposed; the head is tied to the token embedding, as ours is.
+- ``nfeval``: everything else (Post-LN, NormFormer, ResScale, sinusoidal positions, scaled
+  embeddings, ...), as remote code: ``modeling_nfeval.py`` (the HF wrapper in ``hf_template/``) over
+  ``nfeval_model.py`` and ``nfeval_config.py``, which are generated from nfeval's own ``model.py`` and
+  ``config.py`` with their relative imports renamed, so the export runs nfeval's forward pass without
+  nfeval installed.
+
+The tokenizer becomes a ``PreTrainedTokenizerFast`` that prepends ``</s>`` (the tokenizer's EOS) as
+fairseq and ``nfeval zeroshot`` do, with ``</s>`` as its BOS token (as Hugging Face's OPT tokenizer
+does), so lm-eval's stock ``hf`` model scores exactly what ``nfeval zeroshot`` scores.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import pickle
+import re
+import shutil
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, processors
+
+from ..artifacts import atomic_write_json, atomic_write_text, provenance
+from ..errors import CheckpointError, ConfigError
+from . import checkpoint
+from .config import ModelConfig
+from .tokenization import load_tokenizer, special_ids
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_template", "modeling_nfeval.py")
+GENERATED_PREFIX = "nfeval_"  # engine/model.py is written as nfeval_model.py, and so on
+LM_EVAL_MODEL_ARGS = "pretrained={dir},dtype=float32"  # + trust_remote_code=True for the nfeval format
+VERIFY_TOLERANCE = 1e-5
+
+# The fields GPT-2 fixes, with the value GPT-2 has; the other fields map onto GPT2Config.
+GPT2_FIELDS = {
+    "objective": "clm",
+    "norm_position": "pre",
+    "scale_attn": False,
+    "scale_fc": False,
+    "scale_heads": False,
+    "scale_resids": False,
+    "positions": "learned",
+    "scale_embedding": False,
+    "embedding_norm": False,
+    "final_norm": True,
+    "activation": "gelu",  # exact GELU: GPT2Config(activation_function="gelu"), not GPT-2's gelu_new
+}
+
+
+def gpt2_mismatches(cfg: ModelConfig) -> list[str]:
+    """Returns the fields (``name=value``) that keep ``cfg`` from being GPT-2; empty when it is GPT-2."""
+    return [f"{k}={getattr(cfg, k)!r}" for k, v in GPT2_FIELDS.items() if getattr(cfg, k) != v]
+
+
+def gpt2_config(cfg: ModelConfig, **extra: Any):
+    """Returns the ``GPT2Config`` of a GPT-2-shaped nfeval config."""
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.max_seq_len,
+        n_embd=cfg.d_model,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_inner=cfg.d_ffn,
+        activation_function="gelu",
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.attn_dropout,
+        layer_norm_epsilon=cfg.layer_norm_eps,
+        tie_word_embeddings=True,
+        **extra,
+    )
+
+
+def gpt2_state_dict(state: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    """Returns ``GPT2LMHeadModel`` tensors for an nfeval GPT-2-shaped state dict (Conv1D: transposed)."""
+    out = {
+        "transformer.wte.weight": state["tok_emb.weight"],
+        "transformer.wpe.weight": state["pos_emb.weight"],
+        "transformer.ln_f.weight": state["final_norm.weight"],
+        "transformer.ln_f.bias": state["final_norm.bias"],
+    }
+    renames = {"attn_norm": "ln_1", "ffn_norm": "ln_2"}
+    conv1d = {
+        "attn.qkv": "attn.c_attn",
+        "attn.out_proj": "attn.c_proj",
+        "fc1": "mlp.c_fc",
+        "fc2": "mlp.c_proj",
+    }
+    for i in range(n_layer):
+        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
+        for ours, theirs in renames.items():
+            for kind in ("weight", "bias"):
+                out[f"{dst}{theirs}.{kind}"] = state[f"{src}{ours}.{kind}"]
+        for ours, theirs in conv1d.items():
+            out[f"{dst}{theirs}.weight"] = state[f"{src}{ours}.weight"].t().contiguous()
+            out[f"{dst}{theirs}.bias"] = state[f"{src}{ours}.bias"]
+    return out
+
+
+def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> dict[str, str]:
+    """Returns {file name: source} of the remote code: the HF wrapper plus nfeval's model modules.
+
+    Starts from ``package.root`` (``engine/model.py``) and follows its relative imports (``from .config
+    import ...``), renaming each module ``nfeval_<name>`` so the files stand alone in the export.
+    Anything else that would tie the files to nfeval (``from .. import``, ``import nfeval``) fails.
+    """
+    files = {"modeling_nfeval.py": open(TEMPLATE, encoding="utf-8").read()}
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if GENERATED_PREFIX + name + ".py" in files:
+            continue
+        path = importlib.util.find_spec(f"{package}.{name}").origin
+        source = open(path, encoding="utf-8").read()
+        for node in ast.walk(ast.parse(source, path)):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                if node.level > 1 or node.module is None:
+                    raise RuntimeError(
+                        f"{path}:{node.lineno}: only 'from .module import ...' can be exported"
+                    )
+                todo.append(node.module)
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules.append(node.module)
+            if any(m.split(".")[0] == package.split(".")[0] for m in modules):
+                raise RuntimeError(
+                    f"{path}:{node.lineno}: imports {package.split('.')[0]}, which an export cannot"
+                )
+        renamed = re.sub(
+            r"^(\s*)from \.(\w+) import", rf"\1from .{GENERATED_PREFIX}\2 import", source, flags=re.M
+        )
+        files[GENERATED_PREFIX + name + ".py"] = renamed
+    return files
+
+
+def nfeval_config_json(cfg: ModelConfig, **extra: Any) -> dict[str, Any]:
+    """Returns the remote-code ``config.json``: nfeval's fields plus what transformers needs."""
+    return {
+        "architectures": ["NFEvalForCausalLM"],
+        "auto_map": {
+            "AutoConfig": "modeling_nfeval.NFEvalConfig",
+            "AutoModelForCausalLM": "modeling_nfeval.NFEvalForCausalLM",
+        },
+        "model_type": "nfeval",
+        **cfg.to_dict(),
+        "tie_word_embeddings": True,
+        "dtype": "float32",
+        **extra,
+    }
+
+
+def write_model(out: str, ckpt: checkpoint.Checkpoint, extra: dict[str, Any], pad_id: int | None) -> str:
+    """Writes config.json, weights and (for the nfeval format) the remote code; returns the format.
+
+    ``pad_id`` (the tokenizer's) goes into GPT-2's config only: nfeval's own ``pad_token_id`` also
+    offsets sinusoidal positions, so the remote-code config keeps the model's.
+    """
+    cfg = ckpt.config
+    state = {k: v.detach().float().cpu().contiguous() for k, v in ckpt.model.state_dict().items()}
+    if not gpt2_mismatches(cfg):
+        from transformers import GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(gpt2_config(cfg, pad_token_id=pad_id, **extra))
+        tensors = gpt2_state_dict(state, cfg.n_layer)
+        model.load_state_dict({**tensors, "lm_head.weight": tensors["transformer.wte.weight"]})
+        model.tie_weights()
+        model.save_pretrained(out)
+        return "gpt2"
+    save_file({f"transformer.{k}": v for k, v in state.items()}, os.path.join(out, "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    atomic_write_json(os.path.join(out, "config.json"), nfeval_config_json(cfg, **extra))
+    for name, source in remote_code_files().items():
+        atomic_write_text(os.path.join(out, name), source)
+    return "nfeval"
+
+
+def write_tokenizer(out: str, tok: Tokenizer, max_length: int) -> dict[str, int | None]:
+    """Writes a ``PreTrainedTokenizerFast`` that prepends ``</s>``; returns its special token ids."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_str(tok.to_str())  # a copy: the checkpoint's tokenizer stays as it is
+    ids = special_ids(tok)
+    prefix = tok.id_to_token(ids.eos)
+    prepend = processors.TemplateProcessing(
+        single=f"{prefix} $A", pair=f"{prefix} $A $B", special_tokens=[(prefix, ids.eos)]
+    )
+    tok.post_processor = (
+        prepend if tok.post_processor is None else processors.Sequence([tok.post_processor, prepend])
+    )
+    vocab = tok.get_vocab(with_added_tokens=True)
+    names = {"bos_token": prefix, "eos_token": prefix, "pad_token": tok.id_to_token(ids.pad),
+             "unk_token": "<unk>" if "<unk>" in vocab else None,
+             "mask_token": None if ids.mask is None else tok.id_to_token(ids.mask)}  # fmt: skip
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_max_length=max_length, **{k: v for k, v in names.items() if v}
+    )
+    fast.save_pretrained(out)
+    return {k.removesuffix("_token") + "_token_id": (vocab[v] if v else None) for k, v in names.items()}
+
+
+@torch.no_grad()
+def verify(out: str, ckpt: checkpoint.Checkpoint, fmt: str) -> float:
+    """Returns the largest |logit difference| between the export (loaded by transformers) and nfeval.
+
+    Raises RuntimeError when it exceeds ``VERIFY_TOLERANCE``: the export is then not written.
+    """
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=fmt == "nfeval", dtype=torch.float32)
+    model = ckpt.model.float().eval()
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, ckpt.config.vocab_size, (2, min(32, ckpt.config.max_seq_len)), generator=g)
+    diff = (hf.eval()(idx).logits - model(idx)).abs().max().item()
+    if diff > VERIFY_TOLERANCE:
+        raise RuntimeError(
+            f"{out}: exported logits differ from nfeval's by {diff:.2e} (> {VERIFY_TOLERANCE})"
+        )
+    return diff
+
+
+def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) -> checkpoint.Checkpoint:
+    """Returns the checkpoint to export (fp32, HeadScale unfolded), checked to be an exportable causal LM."""
+    if not os.path.exists(path):
+        raise CheckpointError(
+            f"{path}: no such checkpoint (expected an nfeval run/checkpoint dir or a fairseq .pt)"
+        )
+    try:
+        ckpt = checkpoint.load(path, dtype=torch.float32, fairseq_head_scale_bug=fairseq_head_scale_bug)
+    except (ValueError, FileNotFoundError) as e:
+        raise CheckpointError(str(e)) from None
+    except (pickle.UnpicklingError, EOFError) as e:  # a file that is no torch checkpoint at all
+        raise CheckpointError(f"{path}: not a fairseq checkpoint (torch.load: {e})") from None
+    if ckpt.config.objective != "clm":
+        raise CheckpointError(
+            f"{ckpt.path}: objective {ckpt.config.objective!r}: export-hf writes causal LMs "
+            "(AutoModelForCausalLM); masked-LM checkpoints are not exported"
+        )
+    if tokenizer is not None:
+        try:
+            ckpt.tokenizer = load_tokenizer(tokenizer)
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"--tokenizer: {e}") from None
+    if ckpt.tokenizer is not None and ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
+        raise ConfigError(
+            f"tokenizer has {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's vocab_size "
+            f"{ckpt.config.vocab_size}: its ids are not the model's"
+        )
+    return ckpt
+
+
+def check_out(out_dir: str, overwrite: bool) -> None:
+    """Raises ConfigError when ``out_dir`` holds files and ``overwrite`` is off, or is not a folder."""
+    if os.path.isfile(out_dir):
+        raise ConfigError(f"--out {out_dir}: is a file, expected a directory")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
+        raise ConfigError(f"--out {out_dir}: exists and is not empty (pass --overwrite to replace it)")
+
+
+def replace_dir(tmp: str, out_dir: str) -> None:
+    """Moves the finished ``tmp`` folder to ``out_dir``, replacing what was there only at the end."""
+    old = None
+    if os.path.exists(out_dir):
+        old = f"{out_dir.rstrip(os.sep)}.old-{os.getpid()}"
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old:
+        shutil.rmtree(old)
+
+
+def export_hf(
+    path: str,
+    out_dir: str,
+    tokenizer: str | None = None,
+    overwrite: bool = False,
+    fairseq_head_scale_bug: bool = False,
+) -> dict[str, Any]:
+    """Exports the causal LM at ``path`` to ``out_dir``; returns a summary (format, files, max logit diff).
+
+    Everything is written into a temp folder beside ``out_dir``, loaded back with transformers and
+    compared with nfeval's logits, and only then renamed into place.
+    """
+    check_out(out_dir, overwrite)
+    ckpt = load_source(path, tokenizer, fairseq_head_scale_bug)
+    out_dir = os.path.abspath(out_dir)
+    tmp = os.path.join(os.path.dirname(out_dir), f".{os.path.basename(out_dir)}.tmp-export")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        tokens: dict[str, int | None] = {}
+        if ckpt.tokenizer is not None:
+            tokens = write_tokenizer(tmp, ckpt.tokenizer, ckpt.config.max_seq_len)
+        source = {"path": os.path.abspath(path), "fingerprint": ckpt.fingerprint,
+                  "architecture": ckpt.config.architecture}  # fmt: skip
+        extra = {"bos_token_id": tokens.get("bos_token_id"), "eos_token_id": tokens.get("eos_token_id"),
+                 "nfeval_export": provenance(source=source)}  # fmt: skip
+        fmt = write_model(tmp, ckpt, extra, tokens.get("pad_token_id"))
+        summary = {
+            "out": out_dir,
+            "format": fmt,
+            "class": "GPT2LMHeadModel" if fmt == "gpt2" else "NFEvalForCausalLM",
+            "trust_remote_code": fmt == "nfeval",
+            "not_gpt2_because": gpt2_mismatches(ckpt.config),
+            "tokenizer": bool(tokens),
+            "source": source,
+            "max_abs_logit_diff": verify(tmp, ckpt, fmt),
+            "lm_eval_model_args": LM_EVAL_MODEL_ARGS.format(dir=out_dir)
+            + (",trust_remote_code=True" if fmt == "nfeval" else ""),
+        }
+        atomic_write_text(os.path.join(tmp, "README.md"), readme(summary))
+        summary["files"] = sorted(os.listdir(tmp))
+        replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return summary
+
+
+def readme(summary: dict[str, Any]) -> str:
+    """Returns the README.md written into the export: how to load it and score it as nfeval does."""
+    source = summary["source"]
+    if summary["trust_remote_code"]:
+        remote = ", trust_remote_code=True"
+        code = "remote code: modeling_nfeval.py over nfeval_model.py and nfeval_config.py; nfeval not needed"
+    else:
+        remote, code = "", "transformers' own GPT-2; no remote code"
+    if summary["tokenizer"]:
+        tok_load = "tok = AutoTokenizer.from_pretrained(DIR)  # prepends </s>, as fairseq and nfeval do\n"
+    else:
+        tok_load = "# no tokenizer: the source carried none (a fairseq checkpoint); export with --tokenizer\n"
+    why = "; ".join(summary["not_gpt2_because"]) or "—"
+    return f"""# nfeval export: {source["architecture"]} causal LM
+
+Exported by `nfeval export-hf` from `{source["path"]}` (weights sha256 `{source["fingerprint"]}`).
+
+- Format: `{summary["format"]}`, class `{summary["class"]}` ({code}).
+- Not GPT-2 because: {why}.
+- Logits checked against nfeval's at export time: max |diff| = {summary["max_abs_logit_diff"]:.2e} (fp32).
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained(DIR{remote})
+{tok_load}```
+
+## Tokenizer
+
+nfeval, like fairseq, scores every text as `</s>` followed by the text's tokens. The exported tokenizer
+does the same: `tok(text)` prepends `</s>` (add_special_tokens=True, the default), and its `bos_token`
+is `</s>` (as in Hugging Face's OPT tokenizer), so lm-eval uses `</s>` for empty contexts too. With
+`add_special_tokens=False` nothing is added. Since config.json names remote code, transformers may ask
+about it when the tokenizer alone is loaded in an interactive shell: answering N still loads it.
+
+## lm-evaluation-harness
+
+lm-eval's stock `hf` model gives the same zero-shot metrics as `nfeval zeroshot` on the source
+checkpoint with these model arguments (`add_bos_token` unset or True; False would drop the `</s>`
+and change every score):
+
+```
+lm_eval --model hf --model_args {summary["lm_eval_model_args"]} --tasks ...
+```
+
+nfeval's extra GPT-3-convention metrics (`acc_per_token`, `acc_uncond`, ...) come from nfeval's own
+model adapter; lm-eval's `hf` model reports lm-eval's `acc`/`acc_norm`, equal to nfeval's.
+The remote-code model ignores `attention_mask`: right padding (lm-eval's, for scoring) is fine;
+generation recomputes the whole prefix each step (no KV cache) and left-padded batches are unsupported.
+"""
