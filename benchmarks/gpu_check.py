@@ -13,8 +13,8 @@ Checks (each reports its time and peak GPU memory; one failing does not stop the
 3. ``ddp_checkpoint_resume``: ``nfeval``'s Trainer under a 1-process DDP strategy (NCCL on GPU):
    6 steps with a checkpoint at step 3, then a resume from it; losses and weights compared.
 4. ``zeroshot_cuda_vs_cpu``: the lm-eval adapter scores the same multiple-choice items with the
-   trained checkpoint on the GPU and on the CPU, both fp32; log-likelihoods, accuracy and greedy
-   generations compared.
+   trained checkpoint on the GPU and on the CPU, both fp32; log-likelihoods must agree to 1e-3,
+   differing choices, greedy flags and generations are counted.
 
 Writes ``gpu_check.json`` (figures) and ``gpu_check.md`` (a section for benchmarks/RESULTS.md) into
 ``--out``; exits 1 if any check failed. ``--dry-run`` runs every path on the CPU with tiny shapes
@@ -299,19 +299,18 @@ def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
         generations[where] = lm.generate_until(prompts, disable_tqdm=True)
     cpu, dev = scores["cpu"], scores[str(s.device)]
     diff = max(abs(float(a[0]) - float(b[0])) for a, b in zip(cpu, dev))
-    acc = {
-        w: [max(range(4), key=lambda j: float(sc[4 * i + j][0])) for i in range(len(items))]
-        for w, sc in scores.items()
-    }
-    same = acc["cpu"] == acc[str(s.device)] and [a[1] for a in cpu] == [b[1] for b in dev]
-    if diff > 1e-3 or not same or generations["cpu"] != generations[str(s.device)]:
-        raise RuntimeError(f"device and CPU scores differ: max |Δ loglik| {diff}, same choices/greedy {same}")
+    if diff > 1e-3:
+        raise RuntimeError(f"device and CPU log-likelihoods differ by up to {diff}")
+    # Choices, greedy flags and generations can flip on near-ties of a barely trained model: reported.
+    choice = {w: [max(range(4), key=lambda j: float(sc[4 * i + j][0])) for i in range(len(items))]
+              for w, sc in scores.items()}  # fmt: skip
     return {
         "items": len(items),
         "requests": len(cpu),
         "max_abs_loglik_diff": diff,
-        "choices_equal": True,
-        "greedy_generations_equal": True,
+        "choices_differing": sum(a != b for a, b in zip(choice["cpu"], choice[str(s.device)])),
+        "greedy_flags_differing": sum(a[1] != b[1] for a, b in zip(cpu, dev)),
+        "generations_differing": sum(a != b for a, b in zip(generations["cpu"], generations[str(s.device)])),
     }
 
 

@@ -209,6 +209,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset", help="model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)"
     )
+    add_config_flags(p)
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """Adds one flag per TrainConfig field (``--config`` and ``--set`` cover the rest)."""
     p.add_argument("--objective", choices=["clm", "mlm"])
     p.add_argument("--train-data", help="text file or folder (documents separated by blank lines)")
     p.add_argument(
