@@ -191,3 +191,59 @@ def test_glue_points_keep_predictions_and_pair(tiny_mlm_ckpt, tiny_clm_ckpt, tmp
         diff = summaries["mlm"][task]["best"][metric] - summaries["clm"][task]["best"][metric]
         assert rows[metric]["difference"] == pytest.approx(diff)
         assert rows[metric]["low"] <= rows[metric]["difference"] <= rows[metric]["high"]
+
+
+def write_glue(root, preds_by_seed: list[dict[str, list[int]]], labels: dict[str, list[int]]) -> str:
+    """Writes an MNLI GLUE summary, one point per seed at lr 1e-3 with its predictions; returns its path."""
+    metrics = []
+    for seed, preds in enumerate(preds_by_seed):
+        point = root / "glue" / "mnli" / "lr=0.001" / f"seed={seed}"
+        point.mkdir(parents=True)
+        m = {
+            f"accuracy_{s}": float(np.mean(np.array(preds[f"dev_{n}"]) == np.array(labels[f"dev_{n}"])))
+            for s, n in (("m", "matched"), ("mm", "mismatched"))
+        }
+        metrics.append(m)
+        (point / "result.json").write_text(json.dumps({"epoch": 2, "metrics": m}))
+        splits = {k: {"labels": labels[k], "preds": preds[k]} for k in labels}
+        (point / "predictions.json").write_text(
+            json.dumps({"epoch": 2, "data": {"dev": "x"}, "splits": splits})
+        )
+    best = {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}
+    summary = {
+        "tasks": {
+            "mnli": {
+                "metric": "accuracy_m",
+                "best_lr": 1e-3,
+                "best": best,
+                "per_lr": {"0.001": {**best, "seeds": len(metrics)}},
+            }
+        },
+        "nfeval": {"model": {"fingerprint": root.name, "path": str(root)}},
+    }
+    (root / "glue.json").write_text(json.dumps(summary))
+    return str(root / "glue.json")
+
+
+def test_glue_seeds_pair_as_the_mean_over_seeds(tmp_path):
+    rng = np.random.default_rng(5)
+    labels = {k: rng.integers(0, 3, 200).tolist() for k in ("dev_matched", "dev_mismatched")}
+
+    def noisy(p_right):
+        return {k: [y if rng.random() < p_right else (y + 1) % 3 for y in v] for k, v in labels.items()}
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a = write_glue(tmp_path / "a", [noisy(0.9), noisy(0.9)], labels)
+    b = write_glue(tmp_path / "b", [noisy(0.6)], labels)
+    rows = {r["metric"]: r for r in paired.compare_files(a, b, n_resamples=500)}
+    assert set(rows) == {"accuracy_m", "accuracy_mm"}
+    best_a = json.loads(open(a).read())["tasks"]["mnli"]["best"]
+    best_b = json.loads(open(b).read())["tasks"]["mnli"]["best"]
+    for metric, row in rows.items():
+        assert row["difference"] == pytest.approx(best_a[metric] - best_b[metric])
+        assert row["significant"] and row["mcnemar_p"] is None  # several seeds: no single pairing of outcomes
+    other = dict(labels, dev_matched=labels["dev_matched"][::-1])
+    (tmp_path / "c").mkdir()
+    c = write_glue(tmp_path / "c", [noisy(0.6)], other)
+    with pytest.raises(paired.UnpairedError, match="different dev labels"):
+        paired.compare_files(a, c)

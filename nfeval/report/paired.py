@@ -137,14 +137,15 @@ def glue_predictions_by_task(path: str) -> dict[str, dict[str, Any]]:
 
 def _glue_metric_row(task, metric, split, cand, ref, paths, options) -> dict[str, Any]:
     labels, pa, pb = cand["labels"][split], cand["preds"][split], ref["preds"][split]
-    difference = sig.seed_mean_difference(metric, len(pa))
-    fn = sig.ROW_METRICS[metric]
+    kind = "accuracy" if metric.startswith("accuracy") else metric  # MNLI: accuracy_m, accuracy_mm
+    difference = sig.seed_mean_difference(kind, len(pa))
+    fn = sig.ROW_METRICS[kind]
     for side, preds, path in ((cand, pa, paths[0]), (ref, pb, paths[1])):
         recomputed = float(np.mean([fn(labels[None, :], p[None, :])[0] for p in preds]))
         _check_reproduces(path, f"tasks.{task}.best.{metric}", side["best"][metric], recomputed)
     row = {"task": task, "metric": metric, "value": cand["best"][metric], "baseline": ref["best"][metric]}
     row.update(sig.paired_bootstrap(difference, (labels, *pa, *pb), **options))
-    single = len(pa) == 1 and len(pb) == 1 and metric.startswith("accuracy")
+    single = len(pa) == 1 and len(pb) == 1 and kind == "accuracy"
     row["mcnemar_p"] = sig.mcnemar(pa[0] == labels, pb[0] == labels)["p"] if single else None
     row["significant"] = not row["low"] <= 0 <= row["high"]
     return row

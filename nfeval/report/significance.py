@@ -4,10 +4,9 @@ Both models answered the same items, so the uncertainty of their difference is f
 independent standard errors suggest. This module gives:
 
 - ``paired_bootstrap``: a percentile interval for any difference of per-resample statistics, resampling
-  *items* (the same rows for both models), seeded, 10,000 resamples by default. It is a vectorised
-  index resample that draws exactly the indices ``scipy.stats.bootstrap(paired=True)`` draws for the
-  same generator (so its interval is scipy's percentile interval), about 3x faster on 10k items because
-  it takes one index draw for all arrays and batches it to a bounded memory;
+  *items* (the same rows for both models), seeded, 10,000 resamples by default: scipy's
+  ``stats.bootstrap(paired=True, vectorized=True)``, batched so memory stays bounded on large tasks.
+  (A hand-written index resample draws the very same indices and measured no faster.)
 - ``mcnemar``: the exact McNemar p-value, a two-sided binomial test on the discordant pairs
   (``scipy.stats.binomtest``);
 - row-wise (vectorised) accuracy, Matthews correlation, Pearson and Spearman for the bootstrap of
@@ -45,19 +44,22 @@ def paired_bootstrap(
     """
     data = [np.asarray(a) for a in arrays]
     n = len(data[0])
-    if n == 0 or any(len(a) != n for a in data):
+    if n < 2 or any(len(a) != n for a in data):
         raise ValueError(
-            f"paired_bootstrap: expected non-empty arrays of one length, got {[len(a) for a in data]}"
+            f"paired_bootstrap: expected arrays of one length (2 or more items), got {[len(a) for a in data]}"
         )
-    rng = np.random.default_rng(seed)
-    batch = max(1, min(n_resamples, MAX_BATCH_ELEMENTS // n))
-    out = np.empty(n_resamples)
-    for start in range(0, n_resamples, batch):
-        size = min(batch, n_resamples - start)
-        idx = rng.integers(0, n, size=(size, n))
-        out[start : start + size] = difference(*(a[idx] for a in data))
-    alpha = (1 - confidence) / 2
-    low, high = np.percentile(out, [100 * alpha, 100 * (1 - alpha)])
+    result = stats.bootstrap(
+        data,
+        lambda *rows, axis=-1: difference(*rows),
+        paired=True,
+        vectorized=True,
+        n_resamples=n_resamples,
+        batch=max(1, MAX_BATCH_ELEMENTS // n),
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    low, high = result.confidence_interval
     point = float(np.asarray(difference(*(a[None, :] for a in data))).reshape(-1)[0])
     return {
         "difference": point,
