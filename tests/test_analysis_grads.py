@@ -123,6 +123,11 @@ def test_window_parsing_and_clipping():
     for bad in ("950", "a:b", "10:5", "0:3"):
         with pytest.raises(ConfigError, match="expected START:END"):
             parse_grad_stats(bad)
+    from nfeval.engine.train_config import TrainConfig
+
+    TrainConfig(max_steps=10, grad_stats="950:1000").validate()
+    with pytest.raises(ConfigError, match="grad_stats='10:5'"):
+        TrainConfig(max_steps=10, grad_stats="10:5").validate()
 
 
 def test_recorder_in_a_training_loop(tmp_path):
