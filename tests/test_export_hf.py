@@ -157,7 +157,7 @@ def test_lm_eval_hf_matches_nfeval_zeroshot(tmp_path, tiny_tokenizer, data_dir, 
         assert len(hf_ll) == len(nf_ll) and max(abs(a - b) for a, b in zip(hf_ll, nf_ll)) <= 1e-4
 
 
-def test_fairseq_file_exports_without_tokenizer(tmp_path):
+def test_fairseq_file_exports_without_tokenizer_or_with_given_one(tmp_path, tiny_tokenizer):
     torch.manual_seed(0)
     model = Transformer(preset("normformer-tiny", positions="sinusoidal", scale_embedding=True)).eval()
     for block in model.blocks:
@@ -175,6 +175,18 @@ def test_fairseq_file_exports_without_tokenizer(tmp_path):
     with torch.no_grad():
         buggy = checkpoint.load(str(path), fairseq_head_scale_bug=True).model(idx)
         assert (hf(idx).logits - buggy).abs().max().item() <= 1e-5
+    tiny_tokenizer.save(str(tmp_path / "tokenizer.json"))
+    args = [
+        "export-hf",
+        str(path),
+        "--out",
+        str(tmp_path / "hf2"),
+        "--tokenizer",
+        str(tmp_path / "tokenizer.json"),
+    ]
+    assert cli_main(args) == 0
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf2")
+    assert tok("the cat").input_ids == [tok.eos_token_id] + tiny_tokenizer.encode("the cat").ids
 
 
 def test_bad_input_fails_before_writing(tmp_path, tiny_tokenizer, tiny_mlm_ckpt, capsys):

@@ -252,11 +252,11 @@ def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) 
             ckpt.tokenizer = load_tokenizer(tokenizer)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(f"--tokenizer: {e}") from None
-    if ckpt.tokenizer is not None and ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
-        raise ConfigError(
-            f"tokenizer has {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's vocab_size "
-            f"{ckpt.config.vocab_size}: its ids are not the model's"
-        )
+        if ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
+            raise ConfigError(
+                f"--tokenizer {tokenizer}: {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's "
+                f"vocab_size {ckpt.config.vocab_size}: its ids are not the model's"
+            )
     return ckpt
 
 
