@@ -362,7 +362,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, what_to_do in SET_BY_TUNE.items():
         if getattr(args, _hidden(flag)) is not None:
             raise ConfigError(f"{flag}: not a tune flag; {what_to_do}")
-    base = config_from_args(argparse.Namespace(**{**vars(args), "preset": None}))
+    field, value = parse_budget(args.budget)  # each point's budget; the base config needs one to be valid
+    base = config_from_args(argparse.Namespace(**{**vars(args), "preset": None, field: value}))
     summary = tune(
         base,
         args.preset,

@@ -195,7 +195,7 @@ def test_bad_input_fails_before_writing(tmp_path, tiny_tokenizer, tiny_mlm_ckpt,
     (tmp_path / "notes.pt").write_text("{}")
     cases = [
         (str(tmp_path / "missing"), "no such checkpoint"),
-        (str(tmp_path / "notes.pt"), "not a fairseq checkpoint"),
+        (str(tmp_path / "notes.pt"), "not a torch checkpoint"),
         (str(tmp_path / "empty"), "model.safetensors"),
         (tiny_mlm_ckpt, "masked-LM checkpoints are not exported"),
     ]
@@ -251,6 +251,10 @@ def test_remote_code_follows_relative_imports_and_refuses_the_rest(tmp_path, mon
     assert files["nfeval_model.py"].endswith(
         "from .nfeval_config import dataclasses\ndef f():\n    from .nfeval_kv_cache import x\n"
     )
+    (pkg.parent / "errors.py").write_text("class E(Exception): pass\n")
+    (pkg / "kv_cache.py").write_text("from ..errors import E\n")  # a parent-package module follows too
+    files = remote_code_files("fakepkg.engine", "model")
+    assert files["nfeval_kv_cache.py"] == "from .nfeval_errors import E\n" and "nfeval_errors.py" in files
     for bad in ("from .. import artifacts\n", "from fakepkg import errors\n", "import fakepkg.engine\n"):
         (pkg / "kv_cache.py").write_text(bad)
         with pytest.raises(RuntimeError, match="kv_cache.py:1"):

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from ..engine import checkpoint
 from ..engine.config import ModelConfig
 from ..engine.model import Transformer
+from ..errors import ConfigError
 
 FP16_MAX = 65504.0
 
@@ -42,13 +43,13 @@ class StabilitySettings:
     weight_decay: float = 0.01
 
     def validate(self) -> None:
-        """Raises ValueError naming the first setting out of range."""
+        """Raises ConfigError naming the first setting out of range."""
         if self.updates < 2:
-            raise ValueError(f"--updates {self.updates}: expected at least 2")
+            raise ConfigError(f"--updates {self.updates}: expected at least 2")
         if not 0 < self.lr_start <= self.lr_end:
-            raise ValueError(f"--lr-start {self.lr_start}, --lr-end {self.lr_end}: expected 0 < start <= end")
+            raise ConfigError(f"--lr-start {self.lr_start}, --lr-end {self.lr_end}: expected 0 < start <= end")
         if self.batch_size < 1 or self.seq_len < 2 or self.tolerance < 0:
-            raise ValueError("--batch-size >= 1, --seq-len >= 2 and --tolerance >= 0 expected")
+            raise ConfigError("--batch-size >= 1, --seq-len >= 2 and --tolerance >= 0 expected")
 
 
 def lr_schedule(settings: StabilitySettings) -> list[float]:

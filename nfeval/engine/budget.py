@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..artifacts import atomic_write_json, cache_dir, hardware, hardware_key
+from ..errors import ConfigError
 from .config import load_json
 from .train_config import TrainConfig
 
@@ -91,7 +92,7 @@ def steps_for_budget(
         limits["max_flops"] = int(cfg.max_flops // flops_per_step)
     for name, steps in limits.items():
         if steps < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"impossible budget: {name}={getattr(cfg, name)!r} is less than one step "
                 f"({tokens_per_step} tokens, {flops_per_step:.3g} FLOPs per step)"
             )
@@ -100,9 +101,9 @@ def steps_for_budget(
 
 
 def check_warmup(cfg: TrainConfig, total_steps: int) -> None:
-    """Raises ValueError when warmup does not leave room for decay."""
+    """Raises ConfigError when warmup does not leave room for decay."""
     if warmup_steps(cfg, total_steps) >= total_steps and cfg.warmup >= 1:
-        raise ValueError(
+        raise ConfigError(
             f"impossible budget: warmup={cfg.warmup:g} steps is not shorter than the run "
             f"({total_steps} steps)"
         )
@@ -153,7 +154,7 @@ def steps_for_time(cfg: TrainConfig, budget: dict[str, Any], step_s: float) -> i
     """Returns the run's total steps once the time budget is known (and records it in ``budget``)."""
     by_time = int(cfg.max_seconds // step_s)
     if by_time < 1:
-        raise ValueError(
+        raise ConfigError(
             f"impossible budget: max_seconds={cfg.max_seconds} is less than one step "
             f"({step_s:.3g} s per step)"
         )

@@ -205,7 +205,8 @@ def _type_name(tp: Any) -> str:
 
 
 def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Returns (accepted, value) for ``value`` against annotation ``tp`` (an int is widened to a float)."""
+    """Returns (accepted, value) for ``value`` against annotation ``tp`` (an int is widened to a float,
+    an integral float narrowed to an int)."""
     if tp is Any:
         return True, value
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
@@ -220,7 +221,9 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     if base is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return ok, float(value) if ok else value
-    if base is int:
+    if base is int:  # an integral float (1e9 from JSON, 10.0 from a float flag) is that integer
+        if isinstance(value, float) and value.is_integer():
+            return True, int(value)
         return isinstance(value, int) and not isinstance(value, bool), value
     return isinstance(value, base), value
 

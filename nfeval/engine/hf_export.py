@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
-import pickle
 import re
 import shutil
 from typing import Any
@@ -31,7 +30,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, processors
 
 from ..artifacts import atomic_write_json, atomic_write_text, provenance
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, MissingDataError
 from . import checkpoint
 from .config import ModelConfig
 from .tokenization import load_tokenizer, special_ids
@@ -113,35 +112,37 @@ def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> di
     """Returns {file name: source} of the remote code: the HF wrapper plus nfeval's model modules.
 
     Starts from ``package.root`` (``engine/model.py``) and follows its relative imports (``from .config
-    import ...``), renaming each module ``nfeval_<name>`` so the files stand alone in the export.
-    Anything else that would tie the files to nfeval (``from .. import``, ``import nfeval``) fails.
+    import ...``, ``from ..errors import ...``), renaming each module ``nfeval_<name>`` so the files
+    stand alone in the export. An import of nfeval itself (``import nfeval``) fails.
     """
+    top = package.split(".")[0]
     files = {"modeling_nfeval.py": open(TEMPLATE, encoding="utf-8").read()}
-    todo = [root]
+    todo, seen = [f"{package}.{root}"], set()
     while todo:
-        name = todo.pop()
-        if GENERATED_PREFIX + name + ".py" in files:
+        module = todo.pop()
+        if module in seen:
             continue
-        path = importlib.util.find_spec(f"{package}.{name}").origin
+        seen.add(module)
+        path = importlib.util.find_spec(module).origin
         source = open(path, encoding="utf-8").read()
+        parent = module.rpartition(".")[0]
         for node in ast.walk(ast.parse(source, path)):
             if isinstance(node, ast.ImportFrom) and node.level > 0:
-                if node.level > 1 or node.module is None:
-                    raise RuntimeError(
-                        f"{path}:{node.lineno}: only 'from .module import ...' can be exported"
-                    )
-                todo.append(node.module)
+                if node.module is None:
+                    raise RuntimeError(f"{path}:{node.lineno}: only 'from .module import ...' can be exported")
+                todo.append(importlib.util.resolve_name("." * node.level + node.module, parent))
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0:
                 modules.append(node.module)
-            if any(m.split(".")[0] == package.split(".")[0] for m in modules):
-                raise RuntimeError(
-                    f"{path}:{node.lineno}: imports {package.split('.')[0]}, which an export cannot"
-                )
+            if any(m.split(".")[0] == top for m in modules):
+                raise RuntimeError(f"{path}:{node.lineno}: imports {top}, which an export cannot")
         renamed = re.sub(
-            r"^(\s*)from \.(\w+) import", rf"\1from .{GENERATED_PREFIX}\2 import", source, flags=re.M
+            r"^(\s*)from \.+(\w+) import", rf"\1from .{GENERATED_PREFIX}\2 import", source, flags=re.M
         )
-        files[GENERATED_PREFIX + name + ".py"] = renamed
+        name = GENERATED_PREFIX + module.rpartition(".")[2] + ".py"
+        if name in files:
+            raise RuntimeError(f"{path}: two exported modules would both be named {name}")
+        files[name] = renamed
     return files
 
 
@@ -233,25 +234,17 @@ def verify(out: str, ckpt: checkpoint.Checkpoint, fmt: str) -> float:
 def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) -> checkpoint.Checkpoint:
     """Returns the checkpoint to export (fp32, HeadScale unfolded), checked to be an exportable causal LM."""
     if not os.path.exists(path):
-        raise CheckpointError(
+        raise MissingDataError(
             f"{path}: no such checkpoint (expected an nfeval run/checkpoint dir or a fairseq .pt)"
         )
-    try:
-        ckpt = checkpoint.load(path, dtype=torch.float32, fairseq_head_scale_bug=fairseq_head_scale_bug)
-    except (ValueError, FileNotFoundError) as e:
-        raise CheckpointError(str(e)) from None
-    except (pickle.UnpicklingError, EOFError) as e:  # a file that is no torch checkpoint at all
-        raise CheckpointError(f"{path}: not a fairseq checkpoint (torch.load: {e})") from None
+    ckpt = checkpoint.load(path, dtype=torch.float32, fairseq_head_scale_bug=fairseq_head_scale_bug)
     if ckpt.config.objective != "clm":
         raise CheckpointError(
             f"{ckpt.path}: objective {ckpt.config.objective!r}: export-hf writes causal LMs "
             "(AutoModelForCausalLM); masked-LM checkpoints are not exported"
         )
     if tokenizer is not None:
-        try:
-            ckpt.tokenizer = load_tokenizer(tokenizer)
-        except (ValueError, FileNotFoundError) as e:
-            raise ConfigError(f"--tokenizer: {e}") from None
+        ckpt.tokenizer = load_tokenizer(tokenizer)
         if ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
             raise ConfigError(
                 f"--tokenizer {tokenizer}: {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's "

@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..errors import ConfigError
+
 T = TypeVar("T")
 HOST_WAIT = datetime.timedelta(hours=12)  # rank 0 may tokenize (and train a BPE on) a large corpus
 _host_group: Any = None  # the long-timeout gloo group of this process, once joined
@@ -44,7 +46,7 @@ def resolve_device(requested: str | None, cpu_fallback: bool = False) -> torch.d
                 f"device={requested!r}: CUDA is not available on this machine; using the CPU", stacklevel=3
             )
             return torch.device("cpu")
-        raise ValueError(f"device={requested!r}: CUDA is not available on this machine")
+        raise ConfigError(f"device={requested!r}: CUDA is not available on this machine")
     device = torch.device(req)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if device.index is None or world > 1:  # under torchrun each process takes its own GPU
@@ -129,7 +131,7 @@ class Single:
     def set_rng_state(self, states: list[dict[str, Any]]) -> None:
         """Restores this process's RNG states from ``rng_state``'s list."""
         if len(states) != self.world:
-            raise ValueError(
+            raise ConfigError(
                 f"the checkpoint was written by {len(states)} process(es); resume with the same number "
                 f"(now {self.world}): the global batch and data order depend on it"
             )

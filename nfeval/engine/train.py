@@ -209,6 +209,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset", help="model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)"
     )
+    p.add_argument(
+        "--lr-from",
+        dest="tune_json",
+        metavar="TUNE_JSON",
+        help="train at --preset's tuned LR from `nfeval tune`'s tune.json (recorded in config.json)",
+    )
     add_config_flags(p)
 
 
@@ -261,6 +267,13 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     p.add_argument("--fsdp", action="store_true", default=None, help="shard with FSDP2 under torchrun")
     p.add_argument(
+        "--grad-stats",
+        nargs="?",
+        const="950:1000",
+        metavar="START:END",
+        help="log per-layer gradient statistics at updates START..END (default: the paper's 950:1000)",
+    )
+    p.add_argument(
         "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar"
     )
 
@@ -277,6 +290,10 @@ def given_fields(args: argparse.Namespace) -> set[str]:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if getattr(args, "tune_json", None):
+        from ..tune_results import with_tuned_lr
+
+        cfg = with_tuned_lr(cfg, args.tune_json, lr_given=args.lr is not None)
     try:
         summary = train(cfg, args.out, args.resume, args.override_resume, given_fields(args))
     except TrainingDiverged as e:

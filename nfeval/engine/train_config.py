@@ -70,14 +70,15 @@ class TrainConfig:
     # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
     grad_stats: str | None = None
 
-    def validate(self, sources: Mapping[str, str] | None = None) -> None:
+    def validate(self, sources: Mapping[str, str] | None = None, require_budget: bool = True) -> None:
         """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
 
         ``sources`` maps a field to where its value came from (``--config FILE``, ``flag --lr``);
         fields it does not name are reported as ``config``. Checks everything that needs no data.
+        ``require_budget=False``: a resume may take its budget from the saved run.
         """
         sources = sources or {}
-        check_fields(type(self), self.__dict__, sources, choices=TRAIN_CHOICES)
+        self.__dict__.update(check_fields(type(self), self.__dict__, sources, choices=TRAIN_CHOICES))
 
         def bad(name: str, expected: str) -> ConfigError:
             return ConfigError(
@@ -99,7 +100,7 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise bad(name, "an integer >= 0")
         budgets = ("max_steps", "max_tokens", "max_flops", "max_seconds")
-        if all(getattr(self, k) is None for k in budgets):
+        if require_budget and all(getattr(self, k) is None for k in budgets):
             raise ConfigError("no budget: give at least one of max_steps, max_tokens, max_flops, max_seconds")
         for name in budgets:
             if getattr(self, name) is not None and not getattr(self, name) > 0:
@@ -176,5 +177,5 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.set:
         sources["model"] = "--set / --config field 'model'" if args.config else "--set"
     cfg = TrainConfig(**values)
-    cfg.validate(sources)
+    cfg.validate(sources, require_budget=not getattr(args, "resume", False))
     return cfg

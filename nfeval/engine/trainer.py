@@ -54,8 +54,8 @@ class Trainer:
     ``parallel``: the strategy (default: the one torchrun's environment and the config ask for).
 
     ``gradient_hooks``: callables ``hook(trainer, step)`` run once per update after the backward
-    passes (gradients synced and clipped) and before the optimizer step, e.g. per-layer gradient
-    statistics."""
+    passes (gradients synced) and before clipping and the optimizer step, e.g. per-layer gradient
+    statistics (``--grad-stats``, added by ``run()`` after the time calibration)."""
 
     def __init__(
         self, cfg: TrainConfig, out_dir: str, weights_from: str | None = None, parallel: Single | None = None
@@ -71,6 +71,7 @@ class Trainer:
         self.step, self.wall_s, self.calibration = 0, 0.0, None
         self.interval = self.new_interval()
         self.gradient_hooks: list[Callable[[Trainer, int], None]] = []
+        self.grad_stats = None
 
     def _setup_data(self) -> None:
         cfg, par = self.cfg, self.par
@@ -197,6 +198,8 @@ class Trainer:
                 # DDP/FSDP average gradients over ranks; scaling by world makes it the global-batch mean.
                 (summed * (par.world / n_targets)).backward()
             loss += summed.detach() / n_targets
+        for hook in self.gradient_hooks:  # gradients are final here: synced, not yet clipped or applied
+            hook(self, step)
         params = [p for p in self.wrapped.parameters() if p.grad is not None]
         if cfg.clip_grad > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad)
@@ -204,10 +207,6 @@ class Trainer:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params])
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
-        for (
-            hook
-        ) in self.gradient_hooks:  # gradients are final here: after sync and clipping, before the update
-            hook(self, step)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return loss, norm
@@ -243,6 +242,8 @@ class Trainer:
                 "tokenizer_vocab": self.tok.get_vocab_size(),
             },
         }
+        if self.grad_stats is not None:
+            train["grad_stats"] = self.grad_stats.summary()
         compute = {
             "steps": self.step,
             "tokens": self.step * self.tokens_per_step,
@@ -379,6 +380,8 @@ class Trainer:
         cfg, par = self.cfg, self.par
         if cfg.max_seconds is not None and self.calibration is None:
             self.calibrate()
+        if cfg.grad_stats and self.grad_stats is None:
+            self.add_grad_stats()
         self.prepare_run_dir()
         bar = tqdm(
             total=self.total_steps,
@@ -420,6 +423,14 @@ class Trainer:
             t0 = time.perf_counter()
         bar.close()
         return self.finish(val_loss if val_loss is not None else self.validate_now(bar))
+
+    def add_grad_stats(self) -> None:
+        """Records per-layer gradient statistics over ``cfg.grad_stats``'s window (clipped to the run)."""
+        from ..analysis.recorder import GradStatsRecorder, clip_window, parse_grad_stats
+
+        window = clip_window(parse_grad_stats(self.cfg.grad_stats), self.total_steps)
+        self.grad_stats = GradStatsRecorder(self.model, window, self.out_dir, write=self.par.main)
+        self.gradient_hooks.append(lambda trainer, step: trainer.grad_stats.record(step + 1))
 
     def finish(self, val_loss: float) -> dict[str, Any]:
         """Writes the final weights, then the completion record (last); returns the run summary."""
