@@ -26,8 +26,10 @@ from nfeval.engine.generate import generate
 from nfeval.engine.model import Transformer
 
 # ../shared/data beside the checkout (searched upwards, so a worktree deeper down finds it too)
-SHARED = next((p / "shared" / "data" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
-              Path("../shared/data"))  # fmt: skip
+SHARED = next(
+    (p / "shared" / "data" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+    Path("../shared/data"),
+)
 
 
 def build_models(layers: int, d_model: int, seed: int = 0):
@@ -44,8 +46,8 @@ def build_models(layers: int, d_model: int, seed: int = 0):
     hf = GPT2LMHeadModel(hf_cfg).eval()
     src = ours.state_dict()
     state = {"transformer.wte.weight": src["tok_emb.weight"], "lm_head.weight": src["tok_emb.weight"],
-             "transformer.wpe.weight": src["pos_emb.weight"], "transformer.ln_f.weight": src["final_norm.weight"],
-             "transformer.ln_f.bias": src["final_norm.bias"]}  # fmt: skip
+             "transformer.wpe.weight": src["pos_emb.weight"], "transformer.ln_f.bias": src["final_norm.bias"],
+             "transformer.ln_f.weight": src["final_norm.weight"]}  # fmt: skip
     names = {"attn_norm": "ln_1", "ffn_norm": "ln_2", "attn.qkv": "attn.c_attn",
              "attn.out_proj": "attn.c_proj", "fc1": "mlp.c_fc", "fc2": "mlp.c_proj"}  # fmt: skip
     for i in range(layers):

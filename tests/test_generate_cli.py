@@ -66,6 +66,8 @@ def test_hf_backend_generates_the_hf_models_greedy_text(tmp_path):
                 new.append(token)
         want.append(lm.tok_decode(new))
     assert got == want
+    stop = got[0][len(got[0]) // 2 :][:2]  # HF's own stop strings end that row; the text is cut there
+    assert lm.generate_until(gen_requests([stop]), disable_tqdm=True) == [t.split(stop)[0] for t in got]
 
 
 def test_cli_prints_and_writes_jsonl_with_provenance(tiny_clm_ckpt, tmp_path, capsys):
