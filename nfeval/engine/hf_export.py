@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, processors
 
 from ..artifacts import atomic_write_json, atomic_write_text, provenance
-from ..errors import CheckpointError, ConfigError, MissingDataError
+from ..errors import CheckpointError, ConfigError, MissingDataError, UserError
 from . import checkpoint
 from .config import ModelConfig
 from .tokenization import load_tokenizer, special_ids
@@ -244,7 +244,10 @@ def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) 
             "(AutoModelForCausalLM); masked-LM checkpoints are not exported"
         )
     if tokenizer is not None:
-        ckpt.tokenizer = load_tokenizer(tokenizer)
+        try:
+            ckpt.tokenizer = load_tokenizer(tokenizer)
+        except UserError as e:
+            raise ConfigError(f"--tokenizer: {e}") from None
         if ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
             raise ConfigError(
                 f"--tokenizer {tokenizer}: {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's "
