@@ -331,3 +331,18 @@ def test_time_budget_calibration_leaves_no_trace(corpus, tmp_path):
         str(tmp_path / "b"),
     )
     assert [r["loss"] for r in metrics(tmp_path / "a")] == [r["loss"] for r in metrics(tmp_path / "b")]
+
+
+def test_grad_stats_window_is_recorded_before_clipping(corpus, tmp_path):
+    """--grad-stats logs each update of the window (gradients of the mean token loss, unclipped)."""
+    out = tmp_path / "run"
+    train(tiny(corpus, grad_stats="2:3", clip_grad=1e-6), str(out))
+    rows = [json.loads(line) for line in (out / "grad_stats.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [2, 3]
+    fc2 = rows[0]["values"]["fc2"]
+    assert len(fc2) == 2 and all(v > 1e-6 for v in fc2)  # a 1e-6 clip would have scaled them below that
+    summary = json.loads((out / "config.json").read_text())["train"]["grad_stats"]
+    assert summary["window"] == [2, 3] and summary["updates"] == 2
+    assert summary["mean"]["fc2"] == pytest.approx(
+        [(a + b) / 2 for a, b in zip(fc2, rows[1]["values"]["fc2"])]
+    )

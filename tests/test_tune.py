@@ -170,6 +170,16 @@ def test_smoke_tune_end_to_end_then_lr_from(corpus, tmp_path, capsys):
     )
     assert tune_results.describe_lr({"lr": 6e-4})["label"] == "lr 0.0006, untuned"
 
+    run = tmp_path / "run"  # nfeval train --lr-from takes the tuned LR and records where it came from
+    argv = ["train", "--preset", "normformer-tiny", "--lr-from", str(out / "tune.json"), "--max-steps", "2"]
+    argv += ["--train-data", corpus, "--vocab-size", "300", "--batch-size", "2", "--seq-len", "32"]
+    argv += ["--eval-samples", "8", "--peak-flops", "1e12", "--no-progress", "--out", str(run)]
+    assert cli.main(argv) == 0
+    trained = json.loads((run / "config.json").read_text())["train"]["config"]
+    assert trained["lr"] == lr and trained["lr_from"] == record
+    assert cli.main(argv[:-1] + [str(tmp_path / "run2"), "--lr", "1e-3"]) == 2
+    assert "--lr and --lr-from both given" in capsys.readouterr().err
+
 
 def test_lr_from_errors(tmp_path):
     path = tmp_path / "tune.json"
