@@ -176,6 +176,8 @@ def evaluate(
     from model_adapters.backends import dtype_of
     from tasks.gpt3 import METRIC_DESCRIPTIONS
 
+    from .lm_eval_git import quiet_git_hash
+
     log = log or (lambda msg: print(msg, file=sys.stderr))
     # our loaders take data_dir from the task metadata: lm-eval's per-task hint about it is noise here
     logging.getLogger("lm_eval.api.task").addFilter(
@@ -235,9 +237,10 @@ def evaluate(
             dtype=dtype,
             max_length=max_length,
         )
-        fresh = lm_eval.simple_evaluate(
-            model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
-        )
+        with quiet_git_hash():
+            fresh = lm_eval.simple_evaluate(
+                model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
+            )
         if fresh is None:  # not rank 0 under torchrun
             return None
         samples = fresh.pop("samples")
