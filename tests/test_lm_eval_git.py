@@ -10,7 +10,6 @@ import pytest
 
 from nfeval.lm_eval_git import quiet_git_hash
 
-
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="the noise comes from the git program")
 
 
