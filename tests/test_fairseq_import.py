@@ -3,6 +3,7 @@ score text through GPT-2 BPE + dict.txt exactly as the model fed the hand-mapped
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
@@ -204,3 +205,39 @@ def test_fairseq_unsupported_tensor_and_missing_bpe(tmp_path, bpe_dir):
     (tmp_path / "dup.txt").write_text("13 5\n13 4\n")
     with pytest.raises(DataError, match=r"dup\.txt: line 2: duplicate symbol '13'"):
         checkpoint.load(path, tokenizer=bpe_dir, fairseq_dict=str(tmp_path / "dup.txt"))
+
+
+def test_fairseq_cli_zeroshot_generate_info(tmp_path, bpe_dir, monkeypatch, capsys):
+    """The commands take a fairseq model.pt + dict.txt + --tokenizer; generation is the greedy
+    continuation of the model fed hand-mapped ids."""
+    from test_zeroshot_tasks import DOCS, write_jsonl
+
+    from nfeval.cli import main
+
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "fs").mkdir()
+    path, model, index = write_fairseq_lm(tmp_path / "fs", bpe_dir, cfg_flags=True)
+    write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
+    out = tmp_path / "zs.json"
+    argv = ["zeroshot", "--ckpt", path, "--tokenizer", bpe_dir, "--tasks", "piqa", "--data-dir",
+            str(tmp_path / "data"), "--device", "cpu", "--output", str(out)]  # fmt: skip
+    with pytest.warns(FairseqConfigWarning):
+        assert main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["nfeval"]["model"]["warnings"] and "piqa_local" in results["results"]
+    argv = ["generate", "--ckpt", path, "--tokenizer", bpe_dir, "--prompt", "The cat sat",
+            "--max-new-tokens", "4", "--device", "cpu", "--output", str(tmp_path / "g.jsonl")]  # fmt: skip
+    with pytest.warns(FairseqConfigWarning):
+        assert main(argv) == 0
+    record = json.loads((tmp_path / "g.jsonl").read_text().splitlines()[1])
+    ids = [2] + [index.get(i, 3) for i in gpt2_bpe(bpe_dir).encode("The cat sat").ids]
+    with torch.no_grad():
+        for _ in range(4):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    with pytest.warns(FairseqConfigWarning):
+        tok = checkpoint.load(path, tokenizer=bpe_dir).tokenizer
+    assert record["completion"] == tok.decode(ids[-4:]) and record["new_tokens"] == 4
+    capsys.readouterr()
+    assert main(["info", path, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert "scale_attn=True" in info["warnings"] and info["architecture"] == "prenorm"
