@@ -241,3 +241,12 @@ def test_fairseq_cli_zeroshot_generate_info(tmp_path, bpe_dir, monkeypatch, caps
     assert main(["info", path, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert "scale_attn=True" in info["warnings"] and info["architecture"] == "prenorm"
+
+
+def test_export_hf_refuses_a_dict_txt_tokenizer(tmp_path, bpe_dir):
+    from nfeval.engine.hf_export import export_hf
+
+    path, _, _ = write_fairseq_lm(tmp_path, bpe_dir)
+    with pytest.raises(ConfigError, match=r"model\.pt: has a fairseq dict\.txt beside it"):
+        export_hf(path, str(tmp_path / "hf"), tokenizer=bpe_dir)
+    assert not (tmp_path / "hf").exists()
