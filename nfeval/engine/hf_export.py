@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, processors
 
 from ..artifacts import atomic_write_json, atomic_write_text, provenance
-from ..errors import CheckpointError, ConfigError, MissingDataError
+from ..errors import CheckpointError, ConfigError, MissingDataError, UserError
 from . import checkpoint
 from .config import ModelConfig
 from .fairseq_tokenizer import dictionary_path
@@ -252,7 +252,10 @@ def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) 
             "exporting that two-step tokenizer is not supported (export without --tokenizer)"
         )
     if tokenizer is not None:
-        ckpt.tokenizer = load_tokenizer(tokenizer)
+        try:
+            ckpt.tokenizer = load_tokenizer(tokenizer)
+        except UserError as e:
+            raise type(e)(f"--tokenizer {e}") from None
         if ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
             raise ConfigError(
                 f"--tokenizer {tokenizer}: {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's "
