@@ -12,6 +12,7 @@ fairseq's LM task does.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import dataclass
@@ -154,7 +155,7 @@ def load_fairseq_tokenizer(dict_path: str, bpe_path: str | None, vocab_size: int
     return FairseqTokenizer(load_bpe(bpe_path), symbols)
 
 
-def add_fairseq_arguments(p, tokenizer: bool = True) -> None:
+def add_fairseq_arguments(p: argparse.ArgumentParser, tokenizer: bool = True) -> None:
     """Adds the options that read a fairseq checkpoint file: ``--tokenizer`` (unless the command has
     its own), ``--fairseq-dict`` and ``--fairseq-head-scale-bug``."""
     if tokenizer:

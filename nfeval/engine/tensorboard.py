@@ -64,4 +64,5 @@ class TensorBoardLog:
                 self.writer.add_scalar(f"grad_stats/{kind}/layer_{layer}", value, update)
 
     def close(self) -> None:
+        """Flushes and closes the event file."""
         self.writer.close()

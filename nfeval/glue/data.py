@@ -166,7 +166,7 @@ class TaskData:
     spec: TaskSpec
     train: Split
     dev: dict[str, Split]
-    test: dict = field(default_factory=dict)  # {name: submission.TestSplit}: unlabelled, for --predict-test
+    test: dict = field(default_factory=dict)  # {name: submission.UnlabelledSplit}, for --predict-test
 
     def fingerprint(self) -> dict[str, str]:
         """Returns {split: sha256} of the train and dev splits, for resume keys and provenance."""

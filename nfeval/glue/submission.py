@@ -56,7 +56,7 @@ INDEX_COLUMNS = ("index", "id")  # QQP's test file names it "id"
 
 
 @dataclass
-class TestSplit:
+class UnlabelledSplit:
     """A test split: the server's example ids and the texts (``text_b`` None for single sentences)."""
 
     name: str
@@ -67,7 +67,7 @@ class TestSplit:
     text_b: list[str] | None
 
 
-def read_test_tsv(path: str, spec: glue_data.TaskSpec, name: str) -> TestSplit:
+def read_test_tsv(path: str, spec: glue_data.TaskSpec, name: str) -> UnlabelledSplit:
     """Returns a GLUE test TSV (header with an index column and the task's text columns, no labels)."""
     try:
         with open(path, "rb") as f:
@@ -99,12 +99,12 @@ def read_test_tsv(path: str, spec: glue_data.TaskSpec, name: str) -> TestSplit:
     if not columns[0]:
         raise DataError(f"{path}: empty split: no examples after the header")
     text_b = columns[2] if len(columns) > 2 else None
-    return TestSplit(
+    return UnlabelledSplit(
         name, os.path.abspath(path), hashlib.sha256(raw).hexdigest(), columns[0], columns[1], text_b
     )
 
 
-def read_tests(task: str, glue_dir: str) -> dict[str, TestSplit]:
+def read_tests(task: str, glue_dir: str) -> dict[str, UnlabelledSplit]:
     """Returns the test splits of ``task`` present in the GLUE folder (none: an empty dict)."""
     spec = glue_data.spec(task)
     return {
@@ -173,7 +173,7 @@ def label_text(spec: glue_data.TaskSpec, pred) -> str:
     return spec.labels[int(pred)]
 
 
-def read_test_predictions(directory: str, tests: Mapping[str, TestSplit]) -> dict[str, Any]:
+def read_test_predictions(directory: str, tests: Mapping[str, UnlabelledSplit]) -> dict[str, Any]:
     """Returns a point's test predictions, checked to be for the current test files."""
     path = os.path.join(directory, TEST_PREDICTIONS)
     if not os.path.isfile(path):
