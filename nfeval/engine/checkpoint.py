@@ -181,8 +181,9 @@ def load(
     HeadScale; config/weights disagreements are warned about and kept in ``meta["warnings"]``).
     The tokenizer is ``tokenizer`` (a tokenizer.json or GPT-2 folder) when given, else the checkpoint's
     ``tokenizer.json``; a fairseq file with a ``dict.txt`` beside it (or ``fairseq_dict``) and a
-    ``tokenizer`` gets a ``FairseqTokenizer``: the BPE of ``tokenizer`` mapped through the dictionary. ``verify`` checks the
-    weights against the fingerprint config.json recorded at save time (CheckpointError on a mismatch).
+    ``tokenizer`` gets a ``FairseqTokenizer``: the BPE of ``tokenizer`` mapped through the dictionary.
+    ``verify`` checks the weights against the fingerprint config.json recorded at save time
+    (CheckpointError on a mismatch).
     ``fold_head_scale`` folds HeadScale gains into the attention output projections; the fingerprint
     stays that of the stored weights, so caches keyed by it are shared with the unfolded model.
     """
