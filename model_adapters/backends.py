@@ -79,34 +79,34 @@ class Identity:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def identify(path: str, trust_checkpoint: bool = False) -> Identity:
+def identify(
+    path: str,
+    trust_checkpoint: bool = False,
+    tokenizer: str | None = None,
+    fairseq_dict: str | None = None,
+    fairseq_head_scale_bug: bool = False,
+) -> Identity:
     """Returns the kind, fingerprint and summary of the model at ``path`` without building the model
     (a fairseq checkpoint file is converted to find its fingerprint). Weights that do not match the
-    fingerprint recorded in config.json, or a truncated weights file, raise CheckpointError."""
+    fingerprint recorded in config.json, or a truncated weights file, raise CheckpointError.
+    ``tokenizer``/``fairseq_dict`` override the checkpoint's tokenizer as ``checkpoint.load`` does."""
     if is_hf_dir(path):
-        files = hf_files(path)
-        weights = [f for f in files if f.endswith(HF_WEIGHT_SUFFIXES)]
-        if not weights:
-            raise MissingDataError(
-                f"{path}: Hugging Face model directory without weight files (*.safetensors / *.bin)"
+        if tokenizer is not None or fairseq_dict is not None:
+            raise ConfigError(
+                f"{path}: a Hugging Face model uses its own tokenizer (drop --tokenizer/--fairseq-dict)"
             )
-        cfg = load_json(os.path.join(path, "config.json"))
-        return Identity(
-            kind="hf",
-            path=os.path.abspath(path),
-            fingerprint=hash_files(weights + [os.path.join(path, "config.json")]),
-            tokenizer_fingerprint=hash_files([f for f in files if not f.endswith(HF_WEIGHT_SUFFIXES)]),
-            summary=hf_summary(path, cfg, weights),
-        )
+        return _identify_hf(path)
     from nfeval.engine.model import Transformer
 
-    if os.path.isfile(path):  # a fairseq checkpoint file
-        directory, tok_path = path, os.path.join(os.path.dirname(path), checkpoint.TOKENIZER)
-        if not os.path.isfile(tok_path):
-            raise MissingDataError(
-                f"{tok_path}: not found (scoring a fairseq file needs its tokenizer beside it)"
-            )
-        ckpt = checkpoint.load(path, trust_checkpoint=trust_checkpoint)
+    if os.path.isfile(path) or tokenizer is not None:  # the tokenizer comes from outside the directory
+        ckpt = checkpoint.load(
+            path, trust_checkpoint=trust_checkpoint, tokenizer=tokenizer, fairseq_dict=fairseq_dict,
+            fairseq_head_scale_bug=fairseq_head_scale_bug,
+        )  # fmt: skip
+        if ckpt.tokenizer is None:
+            raise MissingDataError(no_tokenizer_message(path))
+        tokenizer_fingerprint = hashlib.sha256(fingerprint_text(ckpt.tokenizer).encode()).hexdigest()
+        directory = ckpt.path
     else:
         directory = checkpoint.resolve(path)
         cfg, meta = checkpoint.read_config(directory)
@@ -116,6 +116,7 @@ def identify(path: str, trust_checkpoint: bool = False) -> Identity:
         fingerprint = checkpoint.fingerprint_state_dict(state)
         checkpoint.check_fingerprint(directory, meta, fingerprint)
         tok_path = os.path.join(directory, checkpoint.TOKENIZER)
+        tokenizer_fingerprint = hash_files([tok_path]) if os.path.isfile(tok_path) else "none"
         ckpt = checkpoint.Checkpoint(
             model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
         )
@@ -124,9 +125,38 @@ def identify(path: str, trust_checkpoint: bool = False) -> Identity:
         kind="nfeval",
         path=os.path.abspath(directory),
         fingerprint=fingerprint,
-        tokenizer_fingerprint=hash_files([tok_path]) if os.path.isfile(tok_path) else "none",
+        tokenizer_fingerprint=tokenizer_fingerprint,
         summary=checkpoint.summary(ckpt),
     )
+
+
+def _identify_hf(path: str) -> Identity:
+    """Returns the identity of a Hugging Face model directory (hashes of its weight and tokenizer files)."""
+    files = hf_files(path)
+    weights = [f for f in files if f.endswith(HF_WEIGHT_SUFFIXES)]
+    if not weights:
+        raise MissingDataError(
+            f"{path}: Hugging Face model directory without weight files (*.safetensors / *.bin)"
+        )
+    cfg = load_json(os.path.join(path, "config.json"))
+    return Identity(
+        kind="hf",
+        path=os.path.abspath(path),
+        fingerprint=hash_files(weights + [os.path.join(path, "config.json")]),
+        tokenizer_fingerprint=hash_files([f for f in files if not f.endswith(HF_WEIGHT_SUFFIXES)]),
+        summary=hf_summary(path, cfg, weights),
+    )
+
+
+def no_tokenizer_message(path: str) -> str:
+    """Returns what to do when the checkpoint at ``path`` carries no tokenizer."""
+    if os.path.isfile(path):
+        return (
+            f"{path}: no tokenizer for this fairseq checkpoint: pass --tokenizer DIR (GPT-2's encoder.json + "
+            "vocab.bpe) with its dict.txt beside it (or --fairseq-dict), or put a tokenizer.json beside it"
+        )
+    tok_path = os.path.join(path, checkpoint.TOKENIZER)
+    return f"{tok_path}: not found (scoring needs the tokenizer; or pass --tokenizer)"
 
 
 def hf_summary(path: str, cfg: dict[str, Any], weights: list[str]) -> dict[str, Any]:
@@ -194,10 +224,7 @@ class NFEvalBackend(Backend):
                 f"{ckpt.path}: zero-shot scoring needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'"
             )
         if ckpt.tokenizer is None:
-            beside = os.path.dirname(ckpt.path) if os.path.isfile(ckpt.path) else ckpt.path
-            raise MissingDataError(
-                f"{os.path.join(beside, checkpoint.TOKENIZER)}: not found (scoring needs the tokenizer)"
-            )
+            raise MissingDataError(no_tokenizer_message(ckpt.path))
         self.ckpt, self.model, self.tokenizer, self.device = ckpt, ckpt.model, ckpt.tokenizer, device
         ids = special_ids(ckpt.tokenizer)
         self.eot_id, self.prefix_id, self.pad_id = ids.eos, ids.eos, ids.pad

@@ -2,8 +2,9 @@
 
 The model is an nfeval run or checkpoint directory, a Hugging Face causal-LM directory (generated
 with the HF model's own ``generate``) or a fairseq checkpoint file (``--tokenizer`` gives its
-tokenizer). Prompts get the same prefix as scored texts (``</s>`` for nfeval and fairseq models, the
-tokenizer's own special tokens for HF models). The JSONL file starts with a header line (provenance,
+tokenizer: GPT-2's BPE folder, mapped through the dict.txt beside it or ``--fairseq-dict``). Prompts
+get the same prefix as scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own
+special tokens for HF models). The JSONL file starts with a header line (provenance,
 model fingerprint, settings), then one line per prompt.
 """
 
@@ -47,22 +48,30 @@ def read_prompts(path: str) -> list[str]:
     return prompts
 
 
-def load_backend(path: str, device: torch.device, dtype: torch.dtype, tokenizer: str | None = None):
-    """Returns (backend, model block with path/kind/fingerprint) for any ``--ckpt`` nfeval accepts."""
+def load_backend(
+    path: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    tokenizer: str | None = None,
+    fairseq_dict: str | None = None,
+    fairseq_head_scale_bug: bool = False,
+):
+    """Returns (backend, model block with path/kind/fingerprint) for any ``--ckpt`` nfeval accepts
+    (``tokenizer``/``fairseq_dict``/``fairseq_head_scale_bug`` as ``checkpoint.load`` takes them)."""
     from model_adapters import backends
 
     from .engine import checkpoint
-    from .engine.tokenization import load_tokenizer
 
     if backends.is_hf_dir(path):
         ident = backends.identify(path)
         backend = backends.load(path, device, dtype)
         return backend, {"kind": "hf", "path": ident.path, "fingerprint": ident.fingerprint}
-    ckpt = checkpoint.load(path, device=device, dtype=dtype, fold_head_scale=True)
-    if tokenizer is not None:
-        ckpt.tokenizer = load_tokenizer(tokenizer)
-    elif ckpt.tokenizer is None:
-        raise MissingDataError(f"{path}: the checkpoint carries no tokenizer; pass --tokenizer FILE")
+    ckpt = checkpoint.load(
+        path, device=device, dtype=dtype, fold_head_scale=True, tokenizer=tokenizer,
+        fairseq_dict=fairseq_dict, fairseq_head_scale_bug=fairseq_head_scale_bug,
+    )  # fmt: skip
+    if ckpt.tokenizer is None:
+        raise MissingDataError(backends.no_tokenizer_message(path))
     backend = backends.NFEvalBackend(ckpt, device)
     kind = ckpt.meta.get("source", "nfeval")
     return backend, {"kind": kind, "path": os.path.abspath(ckpt.path), "fingerprint": ckpt.fingerprint}
@@ -90,6 +99,8 @@ def generate_texts(
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .engine.fairseq_tokenizer import add_fairseq_arguments
+
     p.add_argument(
         "--ckpt", required=True, help="nfeval run/checkpoint dir, HF model dir or fairseq .pt file"
     )
@@ -104,7 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--output", metavar="FILE.jsonl", help="write the continuations as JSONL")
-    p.add_argument("--tokenizer", help="tokenizer.json to use (needed for fairseq checkpoints)")
+    add_fairseq_arguments(p)
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
 
@@ -120,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--output {args.output}: expected a .jsonl file name")
     prompts = args.prompt if args.prompt else read_prompts(args.prompts)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    backend, model = load_backend(args.ckpt, device, dtype_of(args.dtype), args.tokenizer)
+    backend, model = load_backend(args.ckpt, device, dtype_of(args.dtype), args.tokenizer, args.fairseq_dict,
+                                  args.fairseq_head_scale_bug)  # fmt: skip
     if not sampling.greedy:
         sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts
     start = time.perf_counter()

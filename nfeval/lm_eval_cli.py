@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .cli import one_line
     from .errors import UserError
+    from .lm_eval_git import quiet_git_hash
 
     argv, data_dir = split_data_dir(list(sys.argv[1:] if argv is None else argv))
     old_argv, old_data_dir = sys.argv, os.environ.get("NFEVAL_DATA_DIR")
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         args = cli.parse_args()
         if hasattr(args, "include_path"):
             args.include_path = [tasks.TASKS_DIR] + ([args.include_path] if args.include_path else [])
-        cli.execute(args)
+        with quiet_git_hash():
+            cli.execute(args)
     except UserError as e:  # bad data or model: one line, as every nfeval command
         if os.environ.get("NFEVAL_TRACEBACK") == "1":
             raise

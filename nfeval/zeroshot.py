@@ -158,11 +158,15 @@ def evaluate(
     max_length: int | None = None,
     log=None,
     trust_checkpoint: bool = False,
+    tokenizer: str | None = None,
+    fairseq_dict: str | None = None,
+    fairseq_head_scale_bug: bool = False,
 ) -> dict[str, Any] | None:
     """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
     results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
     atomically when given; nothing is written when the data or the model is bad. A fairseq checkpoint
-    file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``. A cache file
+    file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
+    ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
     that is not valid JSON is reported (named) and recomputed."""
     import lm_eval
     from lm_eval.utils import handle_non_serializable
@@ -171,6 +175,8 @@ def evaluate(
     from model_adapters import NFEvalLM, identify
     from model_adapters.backends import dtype_of
     from tasks.gpt3 import METRIC_DESCRIPTIONS
+
+    from .lm_eval_git import quiet_git_hash
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     # our loaders take data_dir from the task metadata: lm-eval's per-task hint about it is noise here
@@ -186,7 +192,12 @@ def evaluate(
     names = [
         nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
     ]
-    identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint)
+    loading = {
+        "tokenizer": tokenizer,
+        "fairseq_dict": fairseq_dict,
+        "fairseq_head_scale_bug": fairseq_head_scale_bug,
+    }
+    identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint, **loading)
     dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
     manager = task_manager(data_dir, names)
     loaded, skipped = load_tasks(names, manager, log)
@@ -195,6 +206,8 @@ def evaluate(
 
     settings = {"kind": identity.kind, "fingerprint": identity.fingerprint, "tokenizer": identity.tokenizer_fingerprint,
                 "dtype": dtype_name, "max_length": max_length, "lm_eval": lm_eval.__version__}  # fmt: skip
+    if fairseq_head_scale_bug:  # same weights, another forward: its own cache key (old keys unchanged)
+        settings["fairseq_head_scale_bug"] = True
     keys = {
         name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
         for name, t in loaded.items()
@@ -218,15 +231,16 @@ def evaluate(
     todo = [t for name, t in loaded.items() if name not in cached]
     if todo:
         lm = NFEvalLM(
-            pretrained=_trusted_or_path(ckpt_path, device, dtype) if trust_checkpoint else ckpt_path,
+            pretrained=_loaded_or_path(ckpt_path, device, dtype, trust_checkpoint, loading),
             batch_size=batch_size,
             device=device,
             dtype=dtype,
             max_length=max_length,
         )
-        fresh = lm_eval.simple_evaluate(
-            model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
-        )
+        with quiet_git_hash():
+            fresh = lm_eval.simple_evaluate(
+                model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
+            )
         if fresh is None:  # not rank 0 under torchrun
             return None
         samples = fresh.pop("samples")
@@ -274,10 +288,13 @@ def evaluate(
     return out
 
 
-def _trusted_or_path(ckpt_path: str, device: str | None, dtype: str) -> Any:
-    """Returns the model to score under --trust-checkpoint: a fairseq file loaded here with trust (NFEvalLM
-    never trusts a pickle given as a path), else the path itself."""
-    if not os.path.isfile(ckpt_path):
+def _loaded_or_path(
+    ckpt_path: str, device: str | None, dtype: str, trust_checkpoint: bool, loading: dict[str, Any]
+) -> Any:
+    """Returns what NFEvalLM scores: the checkpoint loaded here when it is a fairseq file or takes an
+    outside tokenizer (NFEvalLM loads paths with their own tokenizer and never trusts a pickle), else
+    the path itself."""
+    if not os.path.isfile(ckpt_path) and loading["tokenizer"] is None:
         return ckpt_path
     import torch
 
@@ -286,8 +303,9 @@ def _trusted_or_path(ckpt_path: str, device: str | None, dtype: str) -> Any:
 
     cuda = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
     return checkpoint.load(
-        ckpt_path, device=device or cuda, dtype=dtype_of(dtype), fold_head_scale=True, trust_checkpoint=True
-    )
+        ckpt_path, device=device or cuda, dtype=dtype_of(dtype), fold_head_scale=True,
+        trust_checkpoint=trust_checkpoint, **loading,
+    )  # fmt: skip
 
 
 def _version(package: str) -> str | None:
@@ -302,12 +320,13 @@ def _version(package: str) -> str | None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds ``nfeval zeroshot``'s options."""
     from .engine import torch_files
+    from .engine.fairseq_tokenizer import add_fairseq_arguments
 
     parser.add_argument(
         "--ckpt",
         required=True,
         help="nfeval run/checkpoint dir, a Hugging Face causal-LM dir, or a fairseq checkpoint file "
-        "(with its tokenizer.json beside it)",
+        "(with dict.txt beside it and --tokenizer GPT-2's BPE folder, or a tokenizer.json beside it)",
     )
     parser.add_argument("--tasks", nargs="+", default=None,
                         help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
@@ -331,6 +350,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
     parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
+    add_fairseq_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -338,7 +358,9 @@ def run(args: argparse.Namespace) -> int:
     task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
     out = evaluate(args.ckpt, tasks=task_list, data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size,
                    output=args.output, device=args.device, dtype=args.dtype, use_cache=not args.no_cache,
-                   max_length=args.max_length, trust_checkpoint=args.trust_checkpoint)  # fmt: skip
+                   max_length=args.max_length, trust_checkpoint=args.trust_checkpoint,
+                   tokenizer=args.tokenizer, fairseq_dict=args.fairseq_dict,
+                   fairseq_head_scale_bug=args.fairseq_head_scale_bug)  # fmt: skip
     if out is not None:
         print(make_table(out))
         if args.output:

@@ -38,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--fairseq-head-scale-bug", action="store_true", help="fairseq files from before 2021-11-03"
     )
+    g.add_argument(
+        "--fairseq-dict", metavar="FILE", help="fairseq dict.txt of a .pt file (default: dict.txt beside it)"
+    )
+    g.add_argument(
+        "--fairseq-head-scale-bug", action="store_true", help="fairseq files from before 2021-11-03"
+    )
     st = sub.add_parser("stability", help="increasing-LR stability test (Figure 5)")
     st.add_argument("--preset", action="append", required=True, help="preset to test (repeatable)")
     st.add_argument("--seeds", type=int, default=3, help="seeds 1..N (default 3)")
@@ -56,7 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _data_arguments(p: argparse.ArgumentParser, batches: bool) -> None:
     p.add_argument("--data", metavar="FILE", help="text file or folder (default: the embedded corpus)")
     p.add_argument(
-        "--tokenizer", help="tokenizer.json (default: the checkpoint's, else a BPE trained on the data)"
+        "--tokenizer",
+        help="tokenizer.json, or GPT-2's BPE folder for a fairseq .pt with a dict.txt "
+        "(default: the checkpoint's, else a BPE trained on the data)",
     )
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
@@ -119,9 +127,9 @@ def _target_and_batches(spec: str, args: argparse.Namespace) -> tuple[Any, Any, 
     """Returns (target, its batches, data fingerprint) for a --ckpt spec."""
     from .inputs import batches, check_vocab, load_target, token_data
 
-    target = load_target(spec, seed=args.seed)
+    target = load_target(spec, args.seed, args.fairseq_head_scale_bug, args.tokenizer, args.fairseq_dict)
     cfg = target.model.cfg
-    tokens, tok = token_data(args.data, args.tokenizer or target.tokenizer, cfg.vocab_size)
+    tokens, tok = token_data(args.data, target.tokenizer or args.tokenizer, cfg.vocab_size)
     tok_vocab = tok.get_vocab_size()
     check_vocab(target.name, cfg.vocab_size, tok_vocab)
     seq_len = min(args.seq_len, cfg.max_seq_len)

@@ -57,8 +57,15 @@ def check_model_spec(spec: str) -> None:
         )
 
 
-def load_target(spec: str, seed: int = 1, fairseq_head_scale_bug: bool = False) -> Target:
-    """Returns the model named by ``spec`` (see the module docstring) in fp32 on CPU, eval mode."""
+def load_target(
+    spec: str,
+    seed: int = 1,
+    fairseq_head_scale_bug: bool = False,
+    tokenizer: str | None = None,
+    fairseq_dict: str | None = None,
+) -> Target:
+    """Returns the model named by ``spec`` (see the module docstring) in fp32 on CPU, eval mode, with its
+    tokenizer (``tokenizer``/``fairseq_dict`` as ``checkpoint.load`` takes them; presets have none)."""
     check_model_spec(spec)
     if spec.startswith(PRESET_PREFIX):
         name = spec[len(PRESET_PREFIX) :]
@@ -68,7 +75,12 @@ def load_target(spec: str, seed: int = 1, fairseq_head_scale_bug: bool = False) 
         tokenizer = None
     else:
         try:
-            ckpt = checkpoint.load(spec, fairseq_head_scale_bug=fairseq_head_scale_bug)
+            ckpt = checkpoint.load(
+                spec,
+                fairseq_head_scale_bug=fairseq_head_scale_bug,
+                tokenizer=tokenizer,
+                fairseq_dict=fairseq_dict,
+            )
         except FileNotFoundError as e:
             raise MissingDataError(str(e)) from None
         except ValueError as e:
@@ -93,12 +105,12 @@ def token_data(
     """Returns (token shards, tokenizer) of ``data`` (a text file/folder; None: the embedded default corpus)
     tokenized by ``tokenizer`` (an object, a path, or None: a BPE of ``vocab_size`` trained on it)."""
     corpus = load_text_corpus(data) if data else default_corpus()
-    if isinstance(tokenizer, Tokenizer):
-        tok = tokenizer
-    elif tokenizer:
-        tok = load_tokenizer(tokenizer)
-    else:
+    if tokenizer is None:
         tok = get_tokenizer(None, corpus, vocab_size)
+    elif isinstance(tokenizer, str):
+        tok = load_tokenizer(tokenizer)
+    else:  # a loaded tokenizer (a tokenizers.Tokenizer or a FairseqTokenizer)
+        tok = tokenizer
     return token_shards(corpus, tok), tok
 
 

@@ -68,19 +68,21 @@ class GradStatsRecorder:
         self.model, self.window, self.write = model, window, write
         self.path = os.path.join(out_dir, GRAD_STATS)
 
-    def record(self, update: int) -> None:
-        """Logs the current ``.grad`` values if ``update`` (1-based) is inside the window."""
+    def record(self, update: int) -> dict[str, list[float]] | None:
+        """Logs the current ``.grad`` values if ``update`` (1-based) is inside the window; returns them
+        (None outside the window and on processes that do not write)."""
         if not self.window[0] <= update <= self.window[1]:
-            return
+            return None
         values = per_layer_mean_abs(self.model, lambda p: p.grad)
         if not self.write:
-            return
+            return None
         line = json.dumps({"update": update, "values": values}) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode("utf-8"))
         finally:
             os.close(fd)
+        return values
 
     def summary(self) -> dict[str, Any]:
         """Returns {window, updates recorded, file, mean: {kind: per-layer mean over the window}}."""

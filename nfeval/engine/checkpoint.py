@@ -18,9 +18,10 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from ..artifacts import atomic_write_json, atomic_write_text
-from ..errors import CheckpointError, MissingDataError
+from ..errors import CheckpointError, ConfigError, MissingDataError
 from .config import ModelConfig, load_json
 from .fairseq_import import load_fairseq
+from .fairseq_tokenizer import dictionary_path, load_fairseq_tokenizer
 from .model import Transformer
 from .tokenization import load_tokenizer
 
@@ -51,6 +52,7 @@ def summary(ckpt: Checkpoint) -> dict[str, Any]:
         "n_layer": cfg.n_layer,
         "d_model": cfg.d_model,
         "compute": ckpt.meta.get("compute"),
+        **({"warnings": ckpt.meta["warnings"]} if ckpt.meta.get("warnings") else {}),
     }
 
 
@@ -169,30 +171,43 @@ def load(
     fairseq_head_scale_bug: bool = False,
     trust_checkpoint: bool = False,
     verify: bool = True,
+    tokenizer: str | None = None,
+    fairseq_dict: str | None = None,
 ) -> Checkpoint:
     """Returns the model (eval mode), tokenizer, config and fingerprint stored at ``path``.
 
     ``path`` is a checkpoint/run directory, or a fairseq checkpoint file (converted on load, unpickled
-    only as far as ``trust_checkpoint`` allows; its tokenizer is the ``tokenizer.json`` beside it, if
-    any, and ``fairseq_head_scale_bug`` reproduces pre-2021-11-03 HeadScale). ``verify`` checks the
-    weights against the fingerprint config.json recorded at save time (CheckpointError on a mismatch).
+    only as far as ``trust_checkpoint`` allows; ``fairseq_head_scale_bug`` reproduces pre-2021-11-03
+    HeadScale; config/weights disagreements are warned about and kept in ``meta["warnings"]``).
+    The tokenizer is ``tokenizer`` (a tokenizer.json or GPT-2 folder) when given, else the checkpoint's
+    ``tokenizer.json``; a fairseq file with a ``dict.txt`` beside it (or ``fairseq_dict``) and a
+    ``tokenizer`` gets a ``FairseqTokenizer``: the BPE of ``tokenizer`` mapped through the dictionary.
+    ``verify`` checks the weights against the fingerprint config.json recorded at save time
+    (CheckpointError on a mismatch).
     ``fold_head_scale`` folds HeadScale gains into the attention output projections; the fingerprint
     stays that of the stored weights, so caches keyed by it are shared with the unfolded model.
     """
     if os.path.isfile(path):
-        model = load_fairseq(path, head_scale_transpose_bug=fairseq_head_scale_bug, trust=trust_checkpoint)
-        directory, meta = path, {"source": "fairseq"}
-        tok_path = os.path.join(os.path.dirname(path), TOKENIZER)
-        tokenizer = load_tokenizer(tok_path) if os.path.isfile(tok_path) else None
+        model, notes = load_fairseq(
+            path, head_scale_transpose_bug=fairseq_head_scale_bug, trust=trust_checkpoint
+        )
+        directory, meta = path, {"source": "fairseq", "warnings": notes}
+        dict_path = dictionary_path(path, fairseq_dict)
+        if dict_path is not None and (tokenizer is not None or fairseq_dict is not None):
+            meta["fairseq_dict"] = os.path.abspath(dict_path)
+            tok = load_fairseq_tokenizer(dict_path, tokenizer, model.cfg.vocab_size)
+        else:
+            tok = _plain_tokenizer(tokenizer, os.path.dirname(path))
         state = model.state_dict()
     else:
+        if fairseq_dict is not None:
+            raise ConfigError(f"--fairseq-dict {fairseq_dict}: only for fairseq checkpoint files, not {path}")
         directory = resolve(path)
         cfg, meta = read_config(directory)
         model = Transformer(cfg)
         state = load_state(directory, model)
         model.load_state_dict(state)
-        tok_path = os.path.join(directory, TOKENIZER)
-        tokenizer = load_tokenizer(tok_path) if os.path.isfile(tok_path) else None
+        tok = _plain_tokenizer(tokenizer, directory)
     cfg = model.cfg
     fingerprint = fingerprint_state_dict(state)
     if verify:
@@ -201,5 +216,13 @@ def load(
         model.fold_head_scale()
     model.to(device=device, dtype=dtype).eval()
     return Checkpoint(
-        model=model, tokenizer=tokenizer, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
+        model=model, tokenizer=tok, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
     )
+
+
+def _plain_tokenizer(tokenizer: str | None, directory: str) -> Tokenizer | None:
+    """Returns ``tokenizer`` loaded when given, else ``directory``'s tokenizer.json if any, else None."""
+    if tokenizer is not None:
+        return load_tokenizer(tokenizer)
+    tok_path = os.path.join(directory, TOKENIZER)
+    return load_tokenizer(tok_path) if os.path.isfile(tok_path) else None

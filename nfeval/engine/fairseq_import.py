@@ -16,6 +16,7 @@ pass ``head_scale_transpose_bug=True`` to reproduce their forward exactly.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 import torch
@@ -36,6 +37,36 @@ LAYER_NAMES = {
     "final_layer_norm": "ffn_norm",
     "w_resid": "resid_gain",
 }
+
+
+# Decoder tensors outside the layers that the importer maps (or, for the last two, safely drops).
+TOP_LEVEL = {
+    "decoder.embed_tokens.weight", "decoder.embed_positions.weight", "decoder.layer_norm.weight",
+    "decoder.layer_norm.bias", "decoder.output_projection.weight",
+    "decoder.embed_positions._float_tensor", "decoder.version",
+}  # fmt: skip
+QKV = re.compile(r"decoder\.layers\.\d+\.self_attn\.[qkv]_proj\.(weight|bias)$")
+# Each NormFormer flag of fairseq's config and the per-layer tensor it creates.
+NORMFORMER_TENSORS = {"scale_attn": "attn_ln", "scale_fc": "ffn_layernorm", "scale_heads": "c_attn",
+                      "scale_resids": "w_resid"}  # fmt: skip
+
+
+class FairseqConfigWarning(UserWarning):
+    """A fairseq checkpoint's config disagrees with its weights (the weights decide)."""
+
+
+def config_disagreements(hparams: dict[str, Any], cfg: ModelConfig, source: str) -> list[str]:
+    """Returns a note when the config sets NormFormer flags whose tensors the weights lack (fairseq's
+    hydra training path dropped these flags and trained a model without them); else an empty list."""
+    claimed = [flag for flag in NORMFORMER_TENSORS if hparams.get(flag) is True and not getattr(cfg, flag)]
+    if not claimed:
+        return []
+    tensors = ", ".join(NORMFORMER_TENSORS[flag] for flag in claimed)
+    return [
+        f"{source}: the checkpoint's config sets {', '.join(f'{f}=True' for f in claimed)} but its weights "
+        f"have no {tensors} tensors (fairseq's hydra path drops these flags); the weights decide: "
+        f"loading a {cfg.architecture} model"
+    ]
 
 
 def _cfg_dict(ckpt: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +94,11 @@ def convert_state_dict(
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"decoder\.layers\.(\d+)\.", k))})
     if not layers:
         raise CheckpointError(f"{source}: no 'decoder.layers.N.*' tensors")
+    unsupported = sorted(k for k in state if k not in TOP_LEVEL and not k.startswith("decoder.layers."))
+    if unsupported:
+        raise CheckpointError(
+            f"{source}: unsupported tensor {unsupported[0]!r} (not a transformer_lm_gpt part)"
+        )
     first = "decoder.layers.0."
     d_model = emb.shape[1]
     heads = state.get(first + "c_attn")
@@ -119,18 +155,21 @@ def convert_state_dict(
                 raise CheckpointError(f"{source}: tensor {missing[0]!r} is missing")
             out[f"{dst}attn.qkv.{kind}"] = torch.cat([state[p] for p in parts])
         for name, tensor in state.items():
-            if not name.startswith(src) or ".self_attn." in name and "out_proj" not in name:
+            if not name.startswith(src) or QKV.match(name):
                 continue
             rest = name[len(src) :]
             base, _, kind = rest.rpartition(".") if rest not in LAYER_NAMES else (rest, "", "")
             if base not in LAYER_NAMES:
-                raise CheckpointError(f"{source}: unexpected tensor {name!r}")
+                raise CheckpointError(f"{source}: unsupported tensor {name!r}")
             out[dst + LAYER_NAMES[base] + (f".{kind}" if kind else "")] = tensor
     return cfg, out
 
 
-def load_fairseq(path: str, head_scale_transpose_bug: bool = False, trust: bool = False) -> Transformer:
-    """Returns the nfeval Transformer (eval mode) for a fairseq LM checkpoint file.
+def load_fairseq(
+    path: str, head_scale_transpose_bug: bool = False, trust: bool = False
+) -> tuple[Transformer, list[str]]:
+    """Returns (the nfeval Transformer in eval mode, notes on config/weights disagreements) for a fairseq
+    LM checkpoint file; each note is also issued as a ``FairseqConfigWarning``.
 
     fairseq checkpoints are pickles. Their tensors and plain configs (argparse Namespace, dicts) load
     without running code; anything else needs ``trust=True`` (``--trust-checkpoint``), see torch_files.
@@ -138,7 +177,11 @@ def load_fairseq(path: str, head_scale_transpose_bug: bool = False, trust: bool 
     ckpt = torch_files.load(path, trust=trust)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
-    cfg, state = convert_state_dict(ckpt["model"], _cfg_dict(ckpt), path, head_scale_transpose_bug)
+    hparams = _cfg_dict(ckpt)
+    cfg, state = convert_state_dict(ckpt["model"], hparams, path, head_scale_transpose_bug)
+    notes = config_disagreements(hparams, cfg, path)
+    for note in notes:
+        warnings.warn(note, FairseqConfigWarning, stacklevel=2)
     model = Transformer(cfg)
     expected = model.state_dict()
     for name, t in state.items():
@@ -152,4 +195,4 @@ def load_fairseq(path: str, head_scale_transpose_bug: bool = False, trust: bool 
     if missing:
         raise CheckpointError(f"{path}: no fairseq tensor for {missing[0]!r}")
     model.load_state_dict(state)
-    return model.eval()
+    return model.eval(), notes

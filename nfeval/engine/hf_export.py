@@ -33,6 +33,7 @@ from ..artifacts import atomic_write_json, atomic_write_text, provenance
 from ..errors import CheckpointError, ConfigError, MissingDataError, UserError
 from . import checkpoint
 from .config import ModelConfig
+from .fairseq_tokenizer import dictionary_path
 from .tokenization import load_tokenizer, special_ids
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_template", "modeling_nfeval.py")
@@ -129,7 +130,9 @@ def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> di
         for node in ast.walk(ast.parse(source, path)):
             if isinstance(node, ast.ImportFrom) and node.level > 0:
                 if node.module is None:
-                    raise RuntimeError(f"{path}:{node.lineno}: only 'from .module import ...' can be exported")
+                    raise RuntimeError(
+                        f"{path}:{node.lineno}: only 'from .module import ...' can be exported"
+                    )
                 todo.append(importlib.util.resolve_name("." * node.level + node.module, parent))
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -243,11 +246,16 @@ def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) 
             f"{ckpt.path}: objective {ckpt.config.objective!r}: export-hf writes causal LMs "
             "(AutoModelForCausalLM); masked-LM checkpoints are not exported"
         )
+    if tokenizer is not None and os.path.isfile(path) and dictionary_path(path, None) is not None:
+        raise ConfigError(
+            f"{path}: has a fairseq dict.txt beside it: its ids are dict.txt indices, not the --tokenizer's; "
+            "exporting that two-step tokenizer is not supported (export without --tokenizer)"
+        )
     if tokenizer is not None:
         try:
             ckpt.tokenizer = load_tokenizer(tokenizer)
         except UserError as e:
-            raise ConfigError(f"--tokenizer: {e}") from None
+            raise type(e)(f"--tokenizer {e}") from None
         if ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
             raise ConfigError(
                 f"--tokenizer {tokenizer}: {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's "

@@ -57,13 +57,19 @@ def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> 
     return tok
 
 
-def gpt2_tokenizer(directory: str) -> Tokenizer:
-    """Returns GPT-2's tokenizer from ``encoder.json`` + ``vocab.bpe`` in ``directory``, plus <pad>/<mask>."""
+def gpt2_bpe(directory: str) -> Tokenizer:
+    """Returns GPT-2's byte-level BPE from ``encoder.json`` + ``vocab.bpe`` in ``directory``, no added tokens
+    (as fairseq's GPT-2 encoder, which splits ``<|endoftext|>`` like any text)."""
     enc, bpe = os.path.join(directory, "encoder.json"), os.path.join(directory, "vocab.bpe")
     for path in (enc, bpe):
         if not os.path.isfile(path):
             raise MissingDataError(f"{path}: not found (a GPT-2 tokenizer needs encoder.json and vocab.bpe)")
-    tok = _byte_level(Tokenizer(models.BPE.from_file(enc, bpe)))
+    return _byte_level(Tokenizer(models.BPE.from_file(enc, bpe)))
+
+
+def gpt2_tokenizer(directory: str) -> Tokenizer:
+    """Returns GPT-2's tokenizer from ``encoder.json`` + ``vocab.bpe`` in ``directory``, plus <pad>/<mask>."""
+    tok = gpt2_bpe(directory)
     tok.add_special_tokens([GPT2_EOT, "<pad>", "<mask>"])
     return tok
 

@@ -84,7 +84,7 @@ FIXED = (
     "calibration_steps",
 )
 # ... and how the resumed process runs, always taken from the request.
-FREE = ("device", "compile", "fsdp", "progress", "peak_flops")
+FREE = ("device", "compile", "fsdp", "progress", "peak_flops", "tensorboard")
 
 
 def train(
@@ -272,6 +272,14 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         const="950:1000",
         metavar="START:END",
         help="log per-layer gradient statistics at updates START..END (default: the paper's 950:1000)",
+    )
+    p.add_argument(
+        "--tensorboard",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="also log the metrics as TensorBoard events in DIR (default: RUN/tensorboard); "
+        "needs pip install 'nfeval[tensorboard]'",
     )
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar"

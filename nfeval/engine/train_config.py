@@ -69,6 +69,8 @@ class TrainConfig:
     lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune_results.tuned_lr's record
     # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
     grad_stats: str | None = None
+    # also log metrics as TensorBoard events in this folder ("": RUN/tensorboard); None: off
+    tensorboard: str | None = None
 
     def validate(self, sources: Mapping[str, str] | None = None, require_budget: bool = True) -> None:
         """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
@@ -127,6 +129,10 @@ class TrainConfig:
             from ..analysis.recorder import parse_grad_stats
 
             parse_grad_stats(self.grad_stats)
+        if self.tensorboard is not None:
+            from .tensorboard import check_available
+
+            check_available(sources.get("tensorboard", "tensorboard"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> TrainConfig:

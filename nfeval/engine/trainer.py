@@ -72,6 +72,7 @@ class Trainer:
         self.interval = self.new_interval()
         self.gradient_hooks: list[Callable[[Trainer, int], None]] = []
         self.grad_stats = None
+        self.tensorboard = None  # a TensorBoardLog on rank 0 while run() runs with cfg.tensorboard
 
     def _setup_data(self) -> None:
         cfg, par = self.cfg, self.par
@@ -298,6 +299,8 @@ class Trainer:
             return
         with jsonlines.open(os.path.join(self.out_dir, rundir.METRICS), mode="a", flush=True) as w:
             w.write(row)
+        if self.tensorboard is not None:
+            self.tensorboard.write(row)
         if row["kind"] == "train":
             text = (
                 f"step {row['step']:>6} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | gnorm "
@@ -383,6 +386,10 @@ class Trainer:
         if cfg.grad_stats and self.grad_stats is None:
             self.add_grad_stats()
         self.prepare_run_dir()
+        if cfg.tensorboard is not None and par.main:
+            from .tensorboard import TensorBoardLog, log_dir
+
+            self.tensorboard = TensorBoardLog(log_dir(cfg.tensorboard, self.out_dir), first_step=self.step)
         bar = tqdm(
             total=self.total_steps,
             initial=self.step,
@@ -422,7 +429,12 @@ class Trainer:
                 self.save_checkpoint()
             t0 = time.perf_counter()
         bar.close()
-        return self.finish(val_loss if val_loss is not None else self.validate_now(bar))
+        try:
+            return self.finish(val_loss if val_loss is not None else self.validate_now(bar))
+        finally:
+            if self.tensorboard is not None:
+                self.tensorboard.close()
+                self.tensorboard = None
 
     def add_grad_stats(self) -> None:
         """Records per-layer gradient statistics over ``cfg.grad_stats``'s window (clipped to the run)."""
@@ -430,7 +442,7 @@ class Trainer:
 
         window = clip_window(parse_grad_stats(self.cfg.grad_stats), self.total_steps)
         self.grad_stats = GradStatsRecorder(self.model, window, self.out_dir, write=self.par.main)
-        self.gradient_hooks.append(lambda trainer, step: trainer.grad_stats.record(step + 1))
+        self.gradient_hooks.append(record_grad_stats)
 
     def finish(self, val_loss: float) -> dict[str, Any]:
         """Writes the final weights, then the completion record (last); returns the run summary."""
@@ -453,3 +465,10 @@ class Trainer:
             )
         self.par.barrier()
         return summary
+
+
+def record_grad_stats(trainer: Trainer, step: int) -> None:
+    """Gradient hook: records update ``step + 1``'s statistics, also to TensorBoard when it is on."""
+    values = trainer.grad_stats.record(step + 1)
+    if values is not None and trainer.tensorboard is not None:
+        trainer.tensorboard.write_grad_stats(step + 1, values)

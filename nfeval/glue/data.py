@@ -166,9 +166,10 @@ class TaskData:
     spec: TaskSpec
     train: Split
     dev: dict[str, Split]
+    test: dict = field(default_factory=dict)  # {name: submission.UnlabelledSplit}, for --predict-test
 
     def fingerprint(self) -> dict[str, str]:
-        """Returns {split: sha256} of every split, for resume keys and provenance."""
+        """Returns {split: sha256} of the train and dev splits, for resume keys and provenance."""
         return {s.name: s.sha256 for s in [self.train, *self.dev.values()]}
 
 
@@ -251,7 +252,7 @@ def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
 
 
 def load_local(task: str, glue_dir: str) -> TaskData:
-    """Returns train and dev splits of ``task`` from a GLUE distribution folder (``<glue_dir>/<Task>/*.tsv``)."""
+    """Returns train, dev (and, where present, test) splits of ``task`` from a GLUE distribution folder."""
     s = spec(task)
     folder = os.path.join(glue_dir, s.folder)
     if not os.path.isdir(folder):
@@ -260,7 +261,9 @@ def load_local(task: str, glue_dir: str) -> TaskData:
         )
     train = read_tsv(os.path.join(folder, "train.tsv"), s, "train")
     dev = {name: read_tsv(os.path.join(folder, fname), s, name) for name, fname in s.dev_files.items()}
-    return TaskData(s, train, dev)
+    from .submission import read_tests
+
+    return TaskData(s, train, dev, read_tests(task, glue_dir))
 
 
 def _hub_split(s: TaskSpec, ds, name: str, hub_split: str) -> Split:

@@ -62,6 +62,7 @@ from ..errors import ConfigError, DataError, MissingDataError
 from . import data as glue_data
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
+from . import submission as glue_submission
 
 DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)
 RESULT = "result.json"
@@ -123,6 +124,8 @@ class EncodedTask:
     fingerprint: dict[str, str]
     train: tuple[list[list[int]], list]
     dev: dict[str, tuple[list[list[int]], list]]
+    test: dict[str, tuple[list[list[int]], list[str]]] = dataclasses.field(default_factory=dict)  # ids, index
+    test_fingerprint: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def lr_key(lr: float) -> str:
@@ -162,8 +165,10 @@ def encode_task(data: glue_data.TaskData, tokenizer, max_len: int) -> EncodedTas
         return encode(tokenizer, split, max_len), split.labels
 
     return EncodedTask(
-        data.spec, data.fingerprint(), enc(data.train), {n: enc(s) for n, s in data.dev.items()}
-    )
+        data.spec, data.fingerprint(), enc(data.train), {n: enc(s) for n, s in data.dev.items()},
+        {n: (encode(tokenizer, s, max_len), s.index) for n, s in data.test.items()},
+        {n: s.sha256 for n, s in data.test.items()},
+    )  # fmt: skip
 
 
 def length_batches(
@@ -429,6 +434,7 @@ def run_point(
         history.append({"epoch": epoch + 1, "train_loss": loss_sum.item() / len(order), "metrics": metrics})
         if glue_predictions.is_reported(history, glue_metrics.MAIN_METRIC[spec.name], r["select"]):
             glue_predictions.write(directory, spec.name, lr, seed, epoch + 1, enc, preds)
+            glue_submission.keep_test_predictions(directory, model, enc, r, pad_id, dev, epoch + 1)
         bar.set_postfix(
             {glue_metrics.MAIN_METRIC[spec.name]: round(metrics[glue_metrics.MAIN_METRIC[spec.name]], 4)}
         )
@@ -822,6 +828,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results", help="results folder (default: results)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
+    p.add_argument(
+        "--predict-test",
+        action="store_true",
+        help="write the GLUE server's submission files (OUT/glue/submission/*.tsv) from each task's "
+        "best-LR model; needs --glue-dir with the test files",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -842,6 +854,8 @@ def run(args: argparse.Namespace) -> int:
         select=args.select,
         dtype=args.dtype,
     )
+    if args.predict_test:
+        glue_submission.check_test_files(tasks, args.glue_dir)
     summary = sweep(
         args.ckpt,
         tasks,
@@ -857,4 +871,6 @@ def run(args: argparse.Namespace) -> int:
     )
     print(format_table(summary))
     print(f"summary: {os.path.join(args.out, 'glue.json')}")
+    if args.predict_test:
+        print(f"submission: {glue_submission.write_submission(args.out, summary, tasks, args.glue_dir)}")
     return 0
