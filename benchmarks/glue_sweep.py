@@ -28,6 +28,7 @@ from nfeval.engine.config import ModelConfig
 from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import special_ids, train_bpe
 from nfeval.glue import data as glue_data
+from nfeval.glue import finetune, points
 from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
 
@@ -85,7 +86,7 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
     main = glue_metrics.MAIN_METRIC[args.task]
     scores = {}
     for lr in args.lrs:
-        result_path = Path(glue.point_dir(out, args.task, lr, 0)) / glue.RESULT
+        result_path = Path(points.point_dir(out, args.task, lr, 0)) / points.RESULT
         history = json.loads(result_path.read_text())["history"]
         scores[lr] = (max(h["metrics"][main] for h in history), history[-1]["metrics"][main])
     assert summary["tasks"][args.task]["metric"] == main
@@ -106,7 +107,7 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     sp = special_ids(tok)
 
     def padded(split: glue_data.Split) -> datasets.Dataset:
-        ids = glue.encode(tok, split, args.max_len)
+        ids = finetune.encode(tok, split, args.max_len)
         return datasets.Dataset.from_dict(
             {
                 "input_ids": [s + [sp.pad] * (args.max_len - len(s)) for s in ids],
@@ -205,7 +206,7 @@ def main() -> None:
     checkpoint.save(ckpt_dir, Transformer(encoder_config(tok.get_vocab_size(), args)), tok)
     ckpt = checkpoint.load(ckpt_dir)
 
-    seqs = glue.encode(tok, data.train, args.max_len)
+    seqs = finetune.encode(tok, data.train, args.max_len)
     mean_len = sum(map(len, seqs)) / len(seqs)
     print(
         f"task {args.task}: {len(data.train)} train / {sum(map(len, data.dev.values()))} dev examples, "

@@ -62,7 +62,8 @@ def log(message: str) -> None:
 
 def shared_tokenizer(cfg: DemoConfig) -> str:
     """Trains (once) the BPE both models share on the default corpus; returns its tokenizer.json path."""
-    from .engine.data import default_corpus, get_tokenizer
+    from .engine.builtin_corpus import default_corpus
+    from .engine.data import get_tokenizer
 
     path = os.path.join(cfg.out, "tokenizer.json")
     if not os.path.isfile(path):
@@ -109,7 +110,7 @@ def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
     Returns (data dir, tasks to score).
     """
     from .cloze import build_docs, write_jsonl
-    from .engine.data import default_corpus
+    from .engine.builtin_corpus import default_corpus
 
     data_dir = os.path.join(cfg.out, "zeroshot_data")
     cloze = os.path.join(data_dir, "corpus_cloze", "validation.jsonl")
@@ -200,7 +201,8 @@ def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Runs every stage into ``cfg.out``; returns the summary (also written to ``summary.json``)."""
-    from .report.compare import compare, format_comparison
+    from .report.compare import compare
+    from .report.compare_table import format_comparison
     from .report.leaderboard import build, write
 
     start = time.time()

@@ -11,6 +11,7 @@ from conftest import WORDS
 from nfeval import cli
 from nfeval.engine import checkpoint
 from nfeval.engine.tokenization import special_ids
+from nfeval.glue import finetune
 from nfeval.glue import sweep as glue
 
 WORDS_NO_CAT = [w for w in WORDS if w != "cat"]
@@ -56,40 +57,40 @@ def test_encode_single_and_pair_roberta_style(tiny_tokenizer):
     ids_b = tiny_tokenizer.encode("a dog ran", add_special_tokens=False).ids
     single = glue.glue_data.Split("dev", "x", "h", ["the cat sat"], None, [0])
     pair = glue.glue_data.Split("dev", "x", "h", ["the cat sat"], ["a dog ran"], [0])
-    assert glue.encode(tiny_tokenizer, single, 64) == [[sp.bos, *ids_a, sp.eos]]
-    assert glue.encode(tiny_tokenizer, pair, 64) == [[sp.bos, *ids_a, sp.eos, sp.eos, *ids_b, sp.eos]]
+    assert finetune.encode(tiny_tokenizer, single, 64) == [[sp.bos, *ids_a, sp.eos]]
+    assert finetune.encode(tiny_tokenizer, pair, 64) == [[sp.bos, *ids_a, sp.eos, sp.eos, *ids_b, sp.eos]]
 
     long = glue.glue_data.Split("dev", "x", "h", ["the cat sat " * 20], ["a dog ran"], [0])
     assert len(ids_b) < 14
-    (out,) = glue.encode(tiny_tokenizer, long, 32)
+    (out,) = finetune.encode(tiny_tokenizer, long, 32)
     assert len(out) == 32 and out[-1 - len(ids_b) :] == [*ids_b, sp.eos]  # the short text is kept whole
     both = glue.glue_data.Split("dev", "x", "h", ["the cat sat " * 20], ["a dog ran " * 20], [0])
-    (out,) = glue.encode(tiny_tokenizer, both, 16)
+    (out,) = finetune.encode(tiny_tokenizer, both, 16)
     assert len(out) == 16 and out.index(sp.eos) == 1 + 6  # longest-first leaves 6 + 6 text tokens
-    (out,) = glue.encode(tiny_tokenizer, glue.glue_data.Split("d", "x", "h", ["cat " * 50], None, [0]), 10)
+    (out,) = finetune.encode(tiny_tokenizer, glue.glue_data.Split("d", "x", "h", ["cat " * 50], None, [0]), 10)
     assert len(out) == 10 and out[0] == sp.bos and out[-1] == sp.eos
 
 
 def test_length_batches_cover_everything_and_group_lengths():
     lengths = [random.Random(i).randint(1, 50) for i in range(1000)]
-    train = glue.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
+    train = finetune.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
     assert sorted(i for b in train for i in b) == list(range(1000))
     assert sorted(len(b) for b in train) == [8] + [16] * 62  # 6 full pools of 160, then 40 = 16 + 16 + 8
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in train) / len(train)
     assert spread < 10  # bucketing: a random batch of 16 would spread over ~45
-    again = glue.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
-    other = glue.length_batches(lengths, 16, torch.Generator().manual_seed(1), pool=10)
+    again = finetune.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
+    other = finetune.length_batches(lengths, 16, torch.Generator().manual_seed(1), pool=10)
     assert train == again and train != other
-    evaluation = glue.length_batches(lengths, 64)
+    evaluation = finetune.length_batches(lengths, 64)
     flat = [i for b in evaluation for i in b]
     assert sorted(flat) == list(range(1000)) and [lengths[i] for i in flat] == sorted(lengths)
 
 
 def test_warmup_then_linear_decay():
-    f = glue.lr_lambda(total=100, warmup=6)
+    f = finetune.lr_lambda(total=100, warmup=6)
     assert f(0) == pytest.approx(1 / 6) and f(5) == 1.0 and f(6) == 1.0
     assert f(53) == pytest.approx(0.5) and f(100) == 0.0
-    assert glue.lr_lambda(10, 0)(0) == 1.0
+    assert finetune.lr_lambda(10, 0)(0) == 1.0
 
 
 def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_dir, tmp_path):
@@ -197,18 +198,18 @@ def test_point_killed_mid_training_resumes_from_its_last_epoch(
     args = dict(out_dir=None, glue_dir=glue_dir, recipe=recipe, progress=False)
     whole = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "whole")})
 
-    real_save = glue._save_state
+    real_save = finetune._save_state
 
     def save_then_die(path, state):
         real_save(path, state)
         raise KeyboardInterrupt  # killed right after its first epoch
 
-    monkeypatch.setattr(glue, "_save_state", save_then_die)
+    monkeypatch.setattr(finetune, "_save_state", save_then_die)
     point = tmp_path / "cut" / "glue" / "sst2" / "lr=0.001" / "seed=0"
     with pytest.raises(KeyboardInterrupt):
         glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "cut")})
     assert (point / "state.pt").exists() and not (point / "result.json").exists()
-    monkeypatch.setattr(glue, "_save_state", real_save)
+    monkeypatch.setattr(finetune, "_save_state", real_save)
     resumed = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "cut")})
     assert not (point / "state.pt").exists()
 

@@ -11,13 +11,9 @@ import pytest
 from matplotlib.image import imread
 
 from nfeval.cli import main
-from nfeval.report.leaderboard import (
-    build,
-    load_reference,
-    nearest_by_size,
-    render_csv,
-    render_markdown,
-)
+from nfeval.report.leaderboard import build
+from nfeval.report.leaderboard_read import load_reference, nearest_by_size
+from nfeval.report.leaderboard_render import render_csv, render_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -321,13 +321,13 @@ def test_atomic_writes_respect_the_umask(tmp_path):
 
 
 def test_point_lock_is_exclusive_and_dies_with_its_process(tmp_path):
-    from nfeval.glue.sweep import claim_and_run, point_lock
+    from nfeval.glue.points import claim_and_run, point_lock
 
     d = str(tmp_path / "point")
     with point_lock(d) as held:
         assert held
         assert claim_and_run(d, {}, wait=False, run=lambda: pytest.fail("ran a held point")) is None
-    code = "import sys, time; from nfeval.glue.sweep import point_lock\n" \
+    code = "import sys, time; from nfeval.glue.points import point_lock\n" \
            "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"  # fmt: skip
     env = {**os.environ, "PYTHONPATH": ROOT}
     holder = subprocess.Popen([sys.executable, "-c", code, d], stdout=subprocess.PIPE, text=True, env=env)
@@ -357,7 +357,7 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
 def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
     import queue
 
-    from nfeval.glue import sweep
+    from nfeval.glue import pool
 
     chosen = []
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(str(d)))
@@ -366,9 +366,9 @@ def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
         for device in ("cuda:1", "cpu"):
             devices = queue.Queue()
             devices.put(device)
-            sweep._init_worker(devices, 1, trust_checkpoint=False)
-            assert sweep._WORKER["device"] == device and torch.get_num_threads() == 1
+            pool._init_worker(devices, 1, trust_checkpoint=False)
+            assert pool._WORKER["device"] == device and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(old)
-        sweep._WORKER.clear()
+        pool._WORKER.clear()
     assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU

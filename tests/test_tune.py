@@ -215,7 +215,8 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
 def test_compare_shows_each_runs_lr_and_warns_when_only_one_side_is_tuned(tmp_path):
     from test_compare import make_run
 
-    from nfeval.report.compare import compare, format_comparison
+    from nfeval.report.compare import compare
+    from nfeval.report.compare_table import format_comparison
 
     record = {"file": "/x/tune.json", "points": 10, "budget": "steps=2000", "lr": 3e-3}
     base = make_run(tmp_path, "base", [(10, 100, 40.0), (20, 200, 30.0)])
@@ -235,7 +236,8 @@ def test_compare_shows_each_runs_lr_and_warns_when_only_one_side_is_tuned(tmp_pa
 def test_leaderboard_sources_name_each_models_lr(tmp_path):
     from test_leaderboard import FULL, zeroshot_file
 
-    from nfeval.report.leaderboard import build, render_markdown
+    from nfeval.report.leaderboard import build
+    from nfeval.report.leaderboard_render import render_markdown
 
     record = {"points": 8, "budget": "steps=2000"}
     files = []

@@ -15,7 +15,7 @@ from typing import Any
 from ..artifacts import atomic_write_json, provenance
 from ..errors import ConfigError
 from . import significance as sig
-from .compare import table
+from .compare_table import table
 from .paired import compare_files
 
 
