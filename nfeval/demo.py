@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text
+from .cli_args import add_device, add_no_progress
 from .engine.config import load_json
 from .errors import ConfigError, MissingDataError
 
@@ -328,9 +329,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=d.zeroshot_limit,
         help=f"zero-shot items per task (default {d.zeroshot_limit}; 0 = all)",
     )
-    p.add_argument("--device", default=d.device, help="auto, cpu or cuda")
+    add_device(p, default=d.device)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_no_progress(p)
 
 
 def run(args: argparse.Namespace) -> int:

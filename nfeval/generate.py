@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .artifacts import atomic_write_text, provenance
+from .cli_args import LONG_NAMES, add_device, add_dtype, device_or_none
 from .engine.generate import Sampling
 from .errors import ConfigError, DataError, MissingDataError
 
@@ -105,8 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--output", metavar="FILE.jsonl", help="write the continuations as JSONL")
     p.add_argument("--tokenizer", help="tokenizer.json to use (needed for fairseq checkpoints)")
-    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add_device(p)
+    add_dtype(p, ("fp32", "bf16", "fp16"), default="fp32")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output and not args.output.endswith(".jsonl"):
         raise ConfigError(f"--output {args.output}: expected a .jsonl file name")
     prompts = args.prompt if args.prompt else read_prompts(args.prompts)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(device_or_none(args.device) or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend, model = load_backend(args.ckpt, device, dtype_of(args.dtype), args.tokenizer)
     if not sampling.greedy:
         sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         settings = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                     "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed, "stop": args.stop,
-                    "batch_size": args.batch_size, "device": str(device), "dtype": args.dtype}  # fmt: skip
+                    "batch_size": args.batch_size, "device": str(device), "dtype": LONG_NAMES[args.dtype]}  # fmt: skip
         header = {"kind": "header", "provenance": provenance(model=model, settings=settings)}
         lines = [header] + [{"kind": "generation", "index": i, **r} for i, r in enumerate(records)]
         atomic_write_text(args.output, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))

@@ -20,6 +20,7 @@ from typing import Any
 
 from . import zeroshot_items
 from .artifacts import atomic_write_json, cache_dir, provenance
+from .cli_args import add_device, add_dtype, device_or_none
 from .engine.config import load_json
 from .errors import ConfigError, DataError, MissingDataError, UserError, hub_unreachable
 
@@ -356,10 +357,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when available)")
-    parser.add_argument(
-        "--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="as nfeval train's --dtype"
-    )
+    add_device(parser)
+    add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
     parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
@@ -369,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
     task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
     out = evaluate(args.ckpt, tasks=task_list, data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size,
-                   output=args.output, device=args.device, dtype=args.dtype, use_cache=not args.no_cache,
+                   output=args.output, device=device_or_none(args.device), dtype=args.dtype, use_cache=not args.no_cache,
                    max_length=args.max_length, trust_checkpoint=args.trust_checkpoint)  # fmt: skip
     if out is not None:
         print(make_table(out))

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from ..artifacts import atomic_write_json, atomic_write_text
 from ..errors import ConfigError
+from ..progress import progress_bar
 from . import budget, checkpoint, run_record, rundir
 from .config import preset
 from .data import (
@@ -347,10 +348,10 @@ class Trainer:
         if cfg.grad_stats and self.grad_stats is None:
             self.add_grad_stats()
         self.prepare_run_dir()
-        bar = tqdm(
+        bar = progress_bar(
             total=self.total_steps,
             initial=self.step,
-            disable=not (par.main and cfg.progress),
+            enabled=par.main and cfg.progress,
             desc="train",
             unit="step",
         )

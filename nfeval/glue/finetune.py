@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..artifacts import atomic_write_json, provenance
 from ..engine import checkpoint as ckpt_lib
 from ..engine import torch_files
 from ..engine.model import SequenceClassifier, Transformer
 from ..engine.tokenization import special_ids
+from ..progress import progress_bar
 from . import data as glue_data
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
@@ -278,10 +278,10 @@ def run_point(
     history, stats = _restore_state(state_path, key, model, opt, sched, dev) or ([], stats)
 
     desc = f"{enc.spec.name} lr={lr_key(lr)} seed={seed}"
-    bar = tqdm(
+    bar = progress_bar(
         total=total,
         initial=len(history) * per_epoch,
-        disable=not progress,
+        enabled=progress,
         leave=False,
         desc=desc,
         unit="upd",

@@ -41,13 +41,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ..artifacts import atomic_write_json, provenance
+from ..cli_args import add_device, add_dtype, add_no_progress, device_or_none
 from ..engine import checkpoint as ckpt_lib
 from ..engine import torch_files
 from ..engine.config import load_json
 from ..errors import ConfigError, MissingDataError
+from ..progress import progress_bar
 from . import data as glue_data
 from . import metrics as glue_metrics
 from .finetune import EncodedTask, encode_task, run_point
@@ -133,7 +134,7 @@ def _run_here(ckpt, data, points, results, device, progress, bar, wait: bool) ->
 def run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint) -> None:
     """Runs ``points`` (in ``jobs`` processes when more than one), appending each result to ``results``;
     points another sweep holds are waited for at the end."""
-    bar = tqdm(total=len(points), disable=not progress or not points, desc="glue sweep", unit="point")
+    bar = progress_bar(total=len(points), enabled=progress and bool(points), desc="glue sweep", unit="point")
     if jobs == 1 or len(points) <= 1:
         deferred = _run_here(ckpt, data, points, results, device, progress, bar, wait=False)
     else:
@@ -332,43 +333,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lrs", type=_floats, help="comma-separated learning rates (overrides the grid)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per learning rate: 0 .. N-1 (default 1)")
-    p.add_argument("--epochs", type=int, default=Recipe.epochs, help=f"default {Recipe.epochs}")
     p.add_argument("--batch-size", type=int, help="default: 32 for MNLI/QNLI/QQP/SST-2, 16 for the others")
-    p.add_argument(
-        "--eval-batch-size",
-        type=int,
-        default=Recipe.eval_batch_size,
-        help=f"default {Recipe.eval_batch_size}",
-    )
-    p.add_argument(
-        "--max-len", type=int, default=Recipe.max_len, help="max tokens per input (capped at the model's)"
-    )
-    p.add_argument(
-        "--warmup-ratio",
-        type=float,
-        default=Recipe.warmup_ratio,
-        help=f"share of updates with linear warmup (default {Recipe.warmup_ratio})",
-    )
-    p.add_argument(
-        "--weight-decay", type=float, default=Recipe.weight_decay, help=f"default {Recipe.weight_decay}"
-    )
-    p.add_argument(
-        "--dropout",
-        type=float,
-        default=Recipe.dropout,
-        help=f"dropout and attention dropout (default {Recipe.dropout})",
-    )
+    for flag, kind, what in (
+        ("--epochs", int, "epochs per point"),
+        ("--eval-batch-size", int, "dev batch size"),
+        ("--max-len", int, "max tokens per input (capped at the model's)"),
+        ("--warmup-ratio", float, "share of updates with linear warmup"),
+        ("--weight-decay", float, "AdamW weight decay"),
+        ("--dropout", float, "dropout and attention dropout"),
+    ):
+        default = getattr(Recipe, flag[2:].replace("-", "_"))
+        p.add_argument(flag, type=kind, default=default, help=f"{what} (default {default})")
     p.add_argument(
         "--select",
         choices=SELECTIONS,
         default=Recipe.select,
         help="which epoch a point reports (default: the best on dev, as fairseq)",
     )
-    p.add_argument("--dtype", choices=DTYPES, default=Recipe.dtype, help="auto: bf16 on GPUs that support it")
-    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    add_dtype(p, DTYPES, default=Recipe.dtype, help="auto (default): bf16 on GPUs that support it")
+    add_device(p)
     p.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
     p.add_argument("--out", default="results", help="results folder (default: results)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_no_progress(p)
     p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
 
 
@@ -378,18 +364,8 @@ def run(args: argparse.Namespace) -> int:
     for t in tasks:
         glue_data.spec(t)
     lrs = args.lrs if (args.lrs or args.sweep) else {t: [glue_data.SPECS[t].fairseq_lr] for t in tasks}
-    recipe = Recipe(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        eval_batch_size=args.eval_batch_size,
-        max_len=args.max_len,
-        warmup_ratio=args.warmup_ratio,
-        weight_decay=args.weight_decay,
-        dropout=args.dropout,
-        attn_dropout=args.dropout,
-        select=args.select,
-        dtype=args.dtype,
-    )
+    flags = ("epochs", "batch_size", "eval_batch_size", "max_len", "warmup_ratio", "weight_decay", "select", "dtype")
+    recipe = Recipe(**{f: getattr(args, f) for f in flags}, dropout=args.dropout, attn_dropout=args.dropout)
     summary = sweep(
         args.ckpt,
         tasks,
@@ -399,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
         glue_dir=args.glue_dir,
         recipe=recipe,
         jobs=args.jobs,
-        device=args.device,
+        device=device_or_none(args.device),
         progress=not args.no_progress,
         trust_checkpoint=args.trust_checkpoint,
     )

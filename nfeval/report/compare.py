@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts import atomic_write_json, hardware_key, provenance
+from ..cli_args import add_output_file
 from ..engine import rundir
 from ..engine.config import ModelConfig, load_json
 from ..errors import ConfigError, DataError, MissingDataError
@@ -320,9 +321,6 @@ def _json_safe(obj: Any) -> Any:
     return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
-from .compare_table import format_comparison  # noqa: E402
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "runs",
@@ -341,13 +339,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--names", nargs="+", metavar="NAME", help="display names, one per RUN_DIR (default: dir basenames)"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    p.add_argument("--out", metavar="FILE.json", help="also write the JSON to this file")
+    add_output_file(p, metavar="FILE.json", help="also write the JSON to this file")
     p.add_argument(
         "--plot", metavar="FILE.png", help="also draw validation perplexity vs FLOPs and vs wall-clock"
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from .compare_table import format_comparison
 
     if args.group or not args.runs:
         from .seeds import compare_groups, format_groups, parse_groups
@@ -355,16 +354,16 @@ def run(args: argparse.Namespace) -> int:
         if args.runs or args.names or args.plot:
             raise ConfigError("compare: --group replaces RUN_DIRs, --names and --plot; pass one or the other")
         result = compare_groups(parse_groups(args.group or []), baseline=args.baseline)
-        if args.out:
-            atomic_write_json(args.out, result)
+        if args.output:
+            atomic_write_json(args.output, result)
         print(json.dumps(result, indent=2) if args.json else format_groups(result))
         return 0
     result = compare(args.runs, baseline=args.baseline, names=args.names)
     if args.json:  # the table carries its warnings; JSON on stdout carries them too, repeated on stderr
         for w in result["warnings"]:
             print(f"nfeval compare: warning: {w}", file=sys.stderr)
-    if args.out:
-        atomic_write_json(args.out, result)
+    if args.output:
+        atomic_write_json(args.output, result)
     if args.plot:
         from .plots import plot_curves
 

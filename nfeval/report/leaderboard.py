@@ -26,6 +26,7 @@ from statistics import mean
 from typing import Any
 
 from ..artifacts import provenance
+from ..cli_args import add_output_file
 from ..engine import rundir
 from ..engine.config import load_json
 from ..errors import DataError
@@ -313,10 +314,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "results", nargs="+", metavar="RESULTS", help="zero-shot results JSON and/or GLUE summary JSON files"
     )
-    p.add_argument(
-        "--out", metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots"
+    add_output_file(
+        p, metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots"
     )
-    p.add_argument("--format", choices=("md", "csv", "json"), help="default: from --out's suffix, else md")
+    p.add_argument("--format", choices=("md", "csv", "json"), help="default: from --output's suffix, else md")
     p.add_argument(
         "--names", nargs="+", metavar="NAME", help="row names, one per model in order of first appearance"
     )
@@ -360,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.tables import load_analysis
 
     analyses = [load_analysis(path) for path in args.analysis or []]  # checked before any other work
-    fmt = args.format or {".csv": "csv", ".json": "json"}.get(os.path.splitext(args.out or "")[1], "md")
+    fmt = args.format or {".csv": "csv", ".json": "json"}.get(os.path.splitext(args.output or "")[1], "md")
     board = build(
         args.results,
         names=args.names,
@@ -382,9 +383,9 @@ def run(args: argparse.Namespace) -> int:
         comparison = compare(args.runs)
         for w in comparison["warnings"]:
             print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
-    if args.out:
-        write(board, args.out, fmt, title=args.title, comparison=comparison)
-        print(f"wrote {args.out}", file=sys.stderr)
+    if args.output:
+        write(board, args.output, fmt, title=args.title, comparison=comparison)
+        print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(render(board, fmt, args.title))
     return 0
