@@ -16,31 +16,19 @@ import time
 
 import torch
 import torch.nn.functional as F
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2LMHeadModel
 
 from nfeval.artifacts import hardware, hardware_key
 from nfeval.engine.config import preset
+from nfeval.engine.hf_export import gpt2_config
 from nfeval.engine.model import Transformer, training_flops_per_token
 from nfeval.engine.train import Objective, measure_matmul_flops
 
 
 def hf_gpt2(cfg) -> torch.nn.Module:
     """Returns a random-weight GPT2LMHeadModel with nfeval's shape (exact GELU, no dropout, SDPA)."""
-    hf = GPT2Config(
-        vocab_size=cfg.vocab_size,
-        n_positions=cfg.max_seq_len,
-        n_embd=cfg.d_model,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        n_inner=cfg.d_ffn,
-        activation_function="gelu",
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
+    no_dropout = cfg.replace(dropout=0.0, attn_dropout=0.0)
+    hf = gpt2_config(no_dropout, bos_token_id=None, eos_token_id=None)
     hf._attn_implementation = "sdpa"
     return GPT2LMHeadModel(hf)
 

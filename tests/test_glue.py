@@ -93,17 +93,15 @@ def test_warmup_then_linear_decay():
     assert finetune.lr_lambda(10, 0)(0) == 1.0
 
 
+def fast_sweep(ckpt: str, task: str, glue_dir: str, out, **recipe) -> dict:
+    """Returns the summary of a one-point sweep (lr 1e-3) of ``task`` with the FAST recipe (+ ``recipe``)."""
+    fast = glue.Recipe(**{**FAST, **recipe})
+    return glue.sweep(ckpt, [task], [1e-3], out_dir=str(out), glue_dir=glue_dir, recipe=fast, progress=False)
+
+
 def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_dir, tmp_path):
     out = tmp_path / "results"
-    summary = glue.sweep(
-        tiny_mlm_ckpt,
-        ["sst2"],
-        [1e-3],
-        out_dir=str(out),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(**FAST),
-        progress=False,
-    )
+    summary = fast_sweep(tiny_mlm_ckpt, "sst2", glue_dir, out)
     result = json.loads((out / "glue" / "sst2" / "lr=0.001" / "seed=0" / "result.json").read_text())
     assert result["metrics"]["accuracy"] >= 0.9  # chance is 0.5
     assert len(result["history"]) == 3 and result["epoch"] in (1, 2, 3)
@@ -128,28 +126,12 @@ def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_d
 
 def test_causal_lm_pools_last_token_and_learns(tiny_clm_ckpt, glue_dir, tmp_path):
     # First-token pooling would sit at chance (0.5): in a causal model <s> sees nothing after it.
-    summary = glue.sweep(
-        tiny_clm_ckpt,
-        ["sst2"],
-        [1e-3],
-        out_dir=str(tmp_path),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(**{**FAST, "epochs": 5}),
-        progress=False,
-    )
+    summary = fast_sweep(tiny_clm_ckpt, "sst2", glue_dir, tmp_path, epochs=5)
     assert summary["tasks"]["sst2"]["best"]["accuracy"] >= 0.9
 
 
 def test_stsb_regression_learns_correlation(tiny_mlm_ckpt, glue_dir, tmp_path):
-    summary = glue.sweep(
-        tiny_mlm_ckpt,
-        ["stsb"],
-        [1e-3],
-        out_dir=str(tmp_path),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(**FAST),
-        progress=False,
-    )
+    summary = fast_sweep(tiny_mlm_ckpt, "stsb", glue_dir, tmp_path)
     best = summary["tasks"]["stsb"]["best"]
     assert best["pearson"] > 0.5 and best["spearman"] > 0.5
     assert summary["tasks"]["stsb"]["score"] == pytest.approx((best["pearson"] + best["spearman"]) / 2)
@@ -223,25 +205,14 @@ def test_point_killed_mid_training_resumes_from_its_last_epoch(
 
 
 def test_rerun_with_another_recipe_is_refused(tiny_mlm_ckpt, glue_dir, tmp_path):
-    glue.sweep(
-        tiny_mlm_ckpt,
-        ["sst2"],
-        [1e-3],
-        out_dir=str(tmp_path),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(epochs=1),
-        progress=False,
-    )
+    def sweep(epochs: int) -> dict:
+        recipe = glue.Recipe(epochs=epochs)
+        kw = {"out_dir": str(tmp_path), "glue_dir": glue_dir, "recipe": recipe, "progress": False}
+        return glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
+
+    sweep(epochs=1)
     with pytest.raises(ValueError, match=r"seed=0/result\.json: written for a different recipe"):
-        glue.sweep(
-            tiny_mlm_ckpt,
-            ["sst2"],
-            [1e-3],
-            out_dir=str(tmp_path),
-            glue_dir=glue_dir,
-            recipe=glue.Recipe(epochs=2),
-            progress=False,
-        )
+        sweep(epochs=2)
 
 
 def test_cli_bad_input_fails_before_training(tiny_mlm_ckpt, glue_dir, tmp_path, capsys):

@@ -7,7 +7,7 @@ import math
 import os
 
 import pytest
-from conftest import make_text
+from conftest import make_text, tiny_train_config
 
 from nfeval import cli, tune, tune_results
 from nfeval.engine.train import TrainConfig
@@ -86,19 +86,7 @@ def corpus(tmp_path_factory) -> str:
 
 
 def base_config(corpus: str, **changes) -> TrainConfig:
-    fields = dict(
-        train_data=corpus,
-        vocab_size=300,
-        batch_size=2,
-        seq_len=32,
-        eval_samples=8,
-        log_interval=0,
-        eval_interval=0,
-        ckpt_interval=0,
-        peak_flops=1e12,
-        progress=False,
-    )
-    return TrainConfig(**{**fields, **changes})
+    return tiny_train_config(corpus, **{"max_steps": None, "log_interval": 0, **changes})
 
 
 def test_a_killed_tune_resumes_without_redoing_finished_points(corpus, tmp_path, monkeypatch):

@@ -129,7 +129,9 @@ def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> di
         for node in ast.walk(ast.parse(source, path)):
             if isinstance(node, ast.ImportFrom) and node.level > 0:
                 if node.module is None:
-                    raise RuntimeError(f"{path}:{node.lineno}: only 'from .module import ...' can be exported")
+                    raise RuntimeError(
+                        f"{path}:{node.lineno}: only 'from .module import ...' can be exported"
+                    )
                 todo.append(importlib.util.resolve_name("." * node.level + node.module, parent))
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0:

@@ -162,20 +162,14 @@ def render_markdown(
     return "\n".join(lines) + "\n"
 
 
+# A CSV row's model columns, after its name.
+CSV_MODEL_FIELDS = ("reference", "group", "parameters", "architecture", "tokens", "flops", "device_hours", "fingerprint")
+
+
 def render_csv(board: dict[str, Any]) -> str:
     """Returns one CSV row per model (reference rows included) with raw fractions; missing scores are empty."""
     tables = [(name, board[name]) for name in ("zeroshot", "glue") if name in board]
-    header = [
-        "model",
-        "reference",
-        "group",
-        "parameters",
-        "architecture",
-        "tokens",
-        "flops",
-        "device_hours",
-        "fingerprint",
-    ]
+    header = ["model", *CSV_MODEL_FIELDS]
     for name, table in tables:
         header += [f"{c['task']}/{c['metric']}" for c in table["columns"]] + [f"{name}_average"]
         if board.get("paired"):
@@ -187,19 +181,7 @@ def render_csv(board: dict[str, Any]) -> str:
         for row in table["rows"]:
             out = rows.setdefault(
                 row["name"],
-                {
-                    k: row[k]
-                    for k in (
-                        "reference",
-                        "group",
-                        "parameters",
-                        "architecture",
-                        "tokens",
-                        "flops",
-                        "device_hours",
-                        "fingerprint",
-                    )
-                },
+                {k: row[k] for k in CSV_MODEL_FIELDS},
             )
             out["model"] = row["name"]
             for c in table["columns"]:
