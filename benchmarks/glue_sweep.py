@@ -36,7 +36,8 @@ DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 
 
 def subset_glue_dir(glue_dir: str, task: str, n_train: int, out: str) -> str:
-    """Writes a GLUE folder for ``task`` with ``n_train`` random training rows (header kept) and the full dev set."""
+    """Writes a GLUE folder for ``task`` with ``n_train`` random training rows (header kept) and the full
+    dev set."""
     spec = glue_data.spec(task)
     src, dst = Path(glue_dir) / spec.folder, Path(out) / spec.folder
     dst.mkdir(parents=True, exist_ok=True)
@@ -94,7 +95,8 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
 
 
 def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
-    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of Trainer runs, padding to max length."""
+    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of Trainer runs, padding to max
+    length."""
     import datasets
     from transformers import (
         RobertaConfig,
@@ -210,8 +212,10 @@ def main() -> None:
     mean_len = sum(map(len, seqs)) / len(seqs)
     print(
         f"task {args.task}: {len(data.train)} train / {sum(map(len, data.dev.values()))} dev examples, "
-        f"mean length {mean_len:.1f} tokens (max_len {args.max_len}); model {ckpt.model.num_params():,} params "
-        f"({args.layers} layers, d={args.d_model}); lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}; "
+        f"mean length {mean_len:.1f} tokens (max_len {args.max_len}); model {ckpt.model.num_params():,} "
+        "params "
+        f"({args.layers} layers, d={args.d_model}); lrs {args.lrs}, {args.epochs} epochs, batch "
+        f"{args.batch_size}; "
         f"torch threads {torch.get_num_threads()}"
     )
     ours, our_scores = run_nfeval(ckpt_dir, glue_dir, args)

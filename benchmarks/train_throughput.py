@@ -99,13 +99,15 @@ def main() -> None:
     tokens = args.batch * args.seq
     print(f"machine: {hardware_key(hardware())}; torch {torch.__version__}")
     print(
-        f"shape: {args.size} (L={prenorm.n_layer}, d={prenorm.d_model}, ffn={prenorm.d_ffn}, V={prenorm.vocab_size}), "
+        f"shape: {args.size} (L={prenorm.n_layer}, d={prenorm.d_model}, ffn={prenorm.d_ffn}, "
+        f"V={prenorm.vocab_size}), "
         f"batch {args.batch} x seq {args.seq}; {args.rounds} interleaved rounds x {args.steps} steps; median"
     )
     print(f"HF attention: {variants['HF GPT2LMHeadModel'].model.config._attn_implementation}")
     print("params: " + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in n_params.items()))
     print(
-        f"matmul peak (measured): fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s\n"
+        f"matmul peak (measured): fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} "
+        "GFLOP/s\n"
     )
     print("| dtype | model | step ms | tokens/s | MFU | vs HF GPT-2 | vs nfeval Pre-LN |")
     print("|---|---|---|---|---|---|---|")
@@ -114,8 +116,10 @@ def main() -> None:
         for name in variants:
             tps = tokens / med[name]
             print(
-                f"| {dtype} | {name} | {med[name] * 1e3:.1f} | {tps:,.0f} | {tps * flops_per_token / peaks[dtype]:.1%} | "
-                f"{med['HF GPT2LMHeadModel'] / med[name]:.3f}x speed | {med[name] / med['nfeval Pre-LN'] - 1:+.1%} time |"
+                f"| {dtype} | {name} | {med[name] * 1e3:.1f} | {tps:,.0f} | "
+                f"{tps * flops_per_token / peaks[dtype]:.1%} | "
+                f"{med['HF GPT2LMHeadModel'] / med[name]:.3f}x speed | "
+                f"{med[name] / med['nfeval Pre-LN'] - 1:+.1%} time |"
             )
 
 

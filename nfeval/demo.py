@@ -171,7 +171,8 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
 
 
 def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
-    """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch: glue.json}."""
+    """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch:
+    glue.json}."""
     from .engine.checkpoint import read_config
     from .glue.sweep import Recipe, sweep
 
@@ -293,7 +294,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         cloze = m.get("zeroshot", {}).get("corpus_cloze", {})
         if "acc_per_token" in cloze:
             parts.append(
-                f"cloze acc_per_token {100 * cloze['acc_per_token']:.1f}% (acc {100 * cloze['acc']:.1f}%, chance {100 / CLOZE_CHOICES:.0f}%)"
+                f"cloze acc_per_token {100 * cloze['acc_per_token']:.1f}% (acc {100 * cloze['acc']:.1f}%, "
+                f"chance {100 / CLOZE_CHOICES:.0f}%)"
             )
         for task, g in m.get("glue", {}).items():
             best = {k: v for k, v in g.items() if k != "best_lr"}

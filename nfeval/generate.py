@@ -70,9 +70,14 @@ def load_backend(path: str, device: torch.device, dtype: torch.dtype, tokenizer:
 
 
 def generate_texts(
-    backend, prompts: list[str], max_new_tokens: int, sampling: Sampling, stop: list[str], batch_size: int,
+    backend,
+    prompts: list[str],
+    max_new_tokens: int,
+    sampling: Sampling,
+    stop: list[str],
+    batch_size: int,
     progress: bool = False,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Returns one record per prompt: prompt, completion (cut before a stop string), new tokens, finish
     reason (``stop``, ``eos`` or ``length``)."""
     from lm_eval.models.utils import postprocess_generated_text
@@ -125,8 +130,15 @@ def run(args: argparse.Namespace) -> int:
     if not sampling.greedy:
         sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts
     start = time.perf_counter()
-    records = generate_texts(backend, prompts, args.max_new_tokens, sampling, args.stop, args.batch_size,
-                             progress=len(prompts) > args.batch_size)  # fmt: skip
+    records = generate_texts(
+        backend,
+        prompts,
+        args.max_new_tokens,
+        sampling,
+        args.stop,
+        args.batch_size,
+        progress=len(prompts) > args.batch_size,
+    )
     seconds = time.perf_counter() - start
     for i, r in enumerate(records):
         print(f"[{i}] {r['prompt']}\n  -> {r['completion']!r}  ({r['new_tokens']} new tokens, {r['finish']})")
@@ -134,9 +146,17 @@ def run(args: argparse.Namespace) -> int:
     rate = n_new / max(seconds, 1e-9)
     print(f"{len(records)} prompt(s), {n_new} new tokens in {seconds:.2f} s ({rate:.1f} tokens/s)")
     if args.output:
-        settings = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                    "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed, "stop": args.stop,
-                    "batch_size": args.batch_size, "device": str(device), "dtype": LONG_NAMES[args.dtype]}  # fmt: skip
+        settings = {
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_k": args.top_k,
+            "top_p": args.top_p,
+            "seed": args.seed,
+            "stop": args.stop,
+            "batch_size": args.batch_size,
+            "device": str(device),
+            "dtype": LONG_NAMES[args.dtype],
+        }
         header = {"kind": "header", "provenance": provenance(model=model, settings=settings)}
         lines = [header] + [{"kind": "generation", "index": i, **r} for i, r in enumerate(records)]
         atomic_write_text(args.output, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))

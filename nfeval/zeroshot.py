@@ -60,8 +60,14 @@ def task_hash(task) -> str:
     docs = hashlib.sha256()
     for doc in task.eval_docs:
         docs.update(json.dumps(doc, sort_keys=True, default=str).encode() + b"\n")
-    return sha256_json({"config": cfg, "class": inspect.getsource(type(task)), "docs": docs.hexdigest(),
-                        "metrics_version": METRICS_VERSION})  # fmt: skip
+    return sha256_json(
+        {
+            "config": cfg,
+            "class": inspect.getsource(type(task)),
+            "docs": docs.hexdigest(),
+            "metrics_version": METRICS_VERSION,
+        }
+    )
 
 
 def eval_split(task) -> str:
@@ -88,7 +94,8 @@ def task_manager(data_dir: str | None, names: list[str] | None = None):
 
 
 def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str, str]]:
-    """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data raises."""
+    """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data
+    raises."""
     import tasks as nf_tasks
     from tasks.loaders import STORYCLOZE_HELP, MissingData
 
@@ -299,8 +306,17 @@ def evaluate(
             out.setdefault(k, {}).update(v)
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
-    out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, batch_size=batch_size, dtype=dtype_name,
-                                  device=device, data_dir=data_dir, limit=limit)  # fmt: skip
+    out["nfeval"] = _nfeval_block(
+        model,
+        loaded,
+        skipped,
+        todo,
+        batch_size=batch_size,
+        dtype=dtype_name,
+        device=device,
+        data_dir=data_dir,
+        limit=limit,
+    )
     if output:
         atomic_write_json(output, out)
         zeroshot_items.write_sidecar(output, {name: items[name] for name in loaded}, model)
@@ -342,9 +358,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nfeval run/checkpoint dir, a Hugging Face causal-LM dir, or a fairseq checkpoint file "
         "(with its tokenizer.json beside it)",
     )
-    parser.add_argument("--tasks", nargs="+", default=None,
-                        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
-                             "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)")  # fmt: skip
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
+        "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)",
+    )
     parser.add_argument(
         "--data-dir",
         default=None,
@@ -367,9 +387,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
     task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
-    out = evaluate(args.ckpt, tasks=task_list, data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size,
-                   output=args.output, device=device_or_none(args.device), dtype=args.dtype, use_cache=not args.no_cache,
-                   max_length=args.max_length, trust_checkpoint=args.trust_checkpoint)  # fmt: skip
+    out = evaluate(
+        args.ckpt,
+        tasks=task_list,
+        data_dir=args.data_dir,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        output=args.output,
+        device=device_or_none(args.device),
+        dtype=args.dtype,
+        use_cache=not args.no_cache,
+        max_length=args.max_length,
+        trust_checkpoint=args.trust_checkpoint,
+    )
     if out is not None:
         print(make_table(out))
         if args.output:

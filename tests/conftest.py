@@ -42,7 +42,8 @@ TINY_RUN = {
 
 
 def tiny_train_config(corpus: str, **changes):
-    """Returns a TrainConfig for a tiny run on ``corpus`` (no checkpoints, no progress bar) with ``changes``."""
+    """Returns a TrainConfig for a tiny run on ``corpus`` (no checkpoints, no progress bar) with
+    ``changes``."""
     from nfeval.engine.train_config import TrainConfig
 
     return TrainConfig(**{**TINY_RUN, "train_data": corpus, "ckpt_interval": 0, "progress": False, **changes})
@@ -54,6 +55,7 @@ def tiny_train_args(corpus: str, **flags) -> list[str]:
     given = {**TINY_RUN, "train_data": corpus, **flags}
     argv = [x for k, v in given.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
     return [*argv, "--no-progress"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):

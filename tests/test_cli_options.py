@@ -34,7 +34,12 @@ def test_a_dtype_a_command_does_not_support_is_a_usage_error(capsys):
 
 @pytest.mark.parametrize(
     "argv",
-    [["leaderboard", "r.json"], ["compare", "run"], ["compare-scores", "a.json", "b.json"], ["analyze", "grads"]],
+    [
+        ["leaderboard", "r.json"],
+        ["compare", "run"],
+        ["compare-scores", "a.json", "b.json"],
+        ["analyze", "grads"],
+    ],
 )
 def test_file_outputs_are_output_and_the_old_out_still_works(argv, capsys):
     assert parse([*argv, "--output", "x.json"]).output == "x.json"

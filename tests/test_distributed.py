@@ -72,7 +72,8 @@ def test_two_processes_match_one(setup, objective, sharding):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a["loss"], b["loss"])
         assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * a["grad_norm"]
     assert one[-1]["loss"] < one[0]["loss"]
-    # Weights are not compared: Adam turns the key-bias gradient (zero in exact arithmetic) into noise-sized steps.
+    # Weights are not compared: Adam turns the key-bias gradient (zero in exact arithmetic) into noise-sized
+    # steps.
     val1, val2 = (checkpoint.load(str(root / f"{n}-{objective}")) for n in ("one", "two"))
     assert val2.meta["compute"]["steps"] == 6 and val2.config == val1.config
     vals = [

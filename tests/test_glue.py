@@ -26,7 +26,8 @@ def sentence(rng: random.Random, cat: bool) -> str:
 
 
 def write_cat_tasks(root, n_train: int = 400, n_dev: int = 200):
-    """Writes learnable GLUE-format tasks: SST-2 (label = 'cat' occurs) and STS-B (score = 2.5 × #texts with 'cat')."""
+    """Writes learnable GLUE-format tasks: SST-2 (label = 'cat' occurs) and STS-B (score = 2.5 × #texts
+    with 'cat')."""
     for name, n, seed in (("train", n_train, 1), ("dev", n_dev, 2)):
         rng = random.Random(seed)
         sst = "".join(f"{sentence(rng, i % 2 == 1)} \t{i % 2}\n" for i in range(n))
@@ -35,9 +36,19 @@ def write_cat_tasks(root, n_train: int = 400, n_dev: int = 200):
         rows = []
         for i in range(n):
             a, b = i % 2 == 1, (i // 2) % 2 == 1
-            rows.append(
-                f"{i}\tg\tf\ty\t{i}\tnone\tnone\t{sentence(rng, a)}\t{sentence(rng, b)}\t{2.5 * (a + b):.3f}\n"
-            )
+            fields = [
+                i,
+                "g",
+                "f",
+                "y",
+                i,
+                "none",
+                "none",
+                sentence(rng, a),
+                sentence(rng, b),
+                f"{2.5 * (a + b):.3f}",
+            ]
+            rows.append("\t".join(map(str, fields)) + "\n")
         (root / "STS-B").mkdir(parents=True, exist_ok=True)
         (root / "STS-B" / f"{name}.tsv").write_text(
             "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
@@ -67,7 +78,9 @@ def test_encode_single_and_pair_roberta_style(tiny_tokenizer):
     both = glue.glue_data.Split("dev", "x", "h", ["the cat sat " * 20], ["a dog ran " * 20], [0])
     (out,) = finetune.encode(tiny_tokenizer, both, 16)
     assert len(out) == 16 and out.index(sp.eos) == 1 + 6  # longest-first leaves 6 + 6 text tokens
-    (out,) = finetune.encode(tiny_tokenizer, glue.glue_data.Split("d", "x", "h", ["cat " * 50], None, [0]), 10)
+    (out,) = finetune.encode(
+        tiny_tokenizer, glue.glue_data.Split("d", "x", "h", ["cat " * 50], None, [0]), 10
+    )
     assert len(out) == 10 and out[0] == sp.bos and out[-1] == sp.eos
 
 

@@ -181,8 +181,12 @@ def _probe_cases(ckpt, tmp_path):
     weights = trunc / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     yield ["zeroshot", "--ckpt", str(trunc), "--tasks", "piqa"], f"{weights}: truncated or corrupt"
-    probes = [("n_head", "four", "n_head='four'"), ("n_layer", "2", "n_layer='2'"),
-              ("dropout", None, "dropout=None"), ("d_model", ..., "['d_model']")]  # fmt: skip
+    probes = [
+        ("n_head", "four", "n_head='four'"),
+        ("n_layer", "2", "n_layer='2'"),
+        ("dropout", None, "dropout=None"),
+        ("d_model", ..., "['d_model']"),
+    ]
     for field, value, shown in probes:
         bad = shutil.copytree(ckpt, tmp_path / f"bad_{field}")
         edit_config(bad, **{field: value})
@@ -230,7 +234,9 @@ def test_corrupt_zeroshot_cache_is_named_and_recomputed(tiny_clm_ckpt, tmp_path,
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
     first = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
-    (entry,) = [p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")]
+    (entry,) = [
+        p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")
+    ]
     entry.write_text("{not json", encoding="utf-8")
     logged = []
     again = zeroshot.evaluate(
@@ -327,8 +333,10 @@ def test_point_lock_is_exclusive_and_dies_with_its_process(tmp_path):
     with point_lock(d) as held:
         assert held
         assert claim_and_run(d, {}, wait=False, run=lambda: pytest.fail("ran a held point")) is None
-    code = "import sys, time; from nfeval.glue.points import point_lock\n" \
-           "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"  # fmt: skip
+    code = (
+        "import sys, time; from nfeval.glue.points import point_lock\n"
+        "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"
+    )
     env = {**os.environ, "PYTHONPATH": ROOT}
     holder = subprocess.Popen([sys.executable, "-c", code, d], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -347,8 +355,13 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
     from nfeval.glue.sweep import Recipe, sweep
 
     glue_dir = write_cat_tasks(tmp_path / "glue_data", n_train=16, n_dev=8)
-    kw = dict(out_dir=str(tmp_path / "out"), glue_dir=glue_dir, recipe=Recipe(epochs=1, max_len=32),
-              device="cpu", progress=False)  # fmt: skip
+    kw = dict(
+        out_dir=str(tmp_path / "out"),
+        glue_dir=glue_dir,
+        recipe=Recipe(epochs=1, max_len=32),
+        device="cpu",
+        progress=False,
+    )
     sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
     second = sweep(tiny_mlm_ckpt, ["sst2"], [2e-3], **kw)  # another grid into the same folder
     assert set(second["tasks"]["sst2"]["per_lr"]) == {"0.001", "0.002"}

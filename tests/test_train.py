@@ -1,4 +1,5 @@
-"""The training engine (nfeval.engine.train): budgets, schedule, run dir, resume after kill -9, NaN stop, errors."""
+"""The training engine (nfeval.engine.train): budgets, schedule, run dir, resume after kill -9, NaN stop,
+errors."""
 
 from __future__ import annotations
 

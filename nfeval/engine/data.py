@@ -109,12 +109,14 @@ def read_text_file(path: str) -> str:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise DataError(
-            f"{path}: not UTF-8 text: invalid byte 0x{data[e.start]:02x} at line {line} (byte offset {e.start})"
+            f"{path}: not UTF-8 text: invalid byte 0x{data[e.start]:02x} at line {line} (byte offset "
+            f"{e.start})"
         ) from None
 
 
 def read_documents(path: str) -> list[str]:
-    """Returns the documents (blank-line separated) of a text file, or of every file under a folder in path order."""
+    """Returns the documents (blank-line separated) of a text file, or of every file under a folder in
+    path order."""
     if os.path.isdir(path):
         files = sorted(
             str(p)
@@ -138,7 +140,8 @@ def read_documents(path: str) -> list[str]:
 
 
 def load_text_corpus(train_path: str, valid_path: str | None = None) -> Corpus:
-    """Returns the corpus of text files/folders (a fixed 5% split of the training text without ``valid_path``)."""
+    """Returns the corpus of text files/folders (a fixed 5% split of the training text without
+    ``valid_path``)."""
     train = read_documents(train_path)
     valid = read_documents(valid_path) if valid_path else None
     return make_corpus(os.path.abspath(train_path), train, valid)
@@ -159,7 +162,8 @@ def load_hf_corpus(name: str, config: str | None = None, text_column: str = "tex
         raise DataError(f"dataset {name!r}: no 'train' split (has {list(ds)})")
     if text_column not in ds["train"].column_names:
         raise DataError(
-            f"dataset {name!r}: no column {text_column!r} (has {ds['train'].column_names}); pass --text-column"
+            f"dataset {name!r}: no column {text_column!r} (has {ds['train'].column_names}); pass "
+            "--text-column"
         )
     valid_split = next((s for s in ("validation", "valid", "test") if s in ds), None)
     valid = list(ds[valid_split][text_column]) if valid_split else None
@@ -343,7 +347,8 @@ class Batches:
         self.blocks = Blocks(tokens, seq_len, objective, specials.bos, seed, shuffle)
         if self.blocks.n_blocks < 1:
             raise DataError(
-                f"corpus too small: {len(tokens)} tokens do not fill one sequence of {seq_len}; lower --seq-len or add text"
+                f"corpus too small: {len(tokens)} tokens do not fill one sequence of {seq_len}; lower "
+                "--seq-len or add text"
             )
         if objective == "mlm" and specials.mask is None:
             raise DataError("masked LM needs a tokenizer with a <mask> token")

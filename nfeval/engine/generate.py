@@ -197,8 +197,16 @@ def generate(
     with progress_bar(total=len(prompts), desc="Generating", enabled=progress) as bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            outs = generate_batch(model, [prompts[i] for i in chunk], max_new_tokens, sampling,
-                                  [generators[i] for i in chunk], eos_id, stops, pad_id)  # fmt: skip
+            outs = generate_batch(
+                model,
+                [prompts[i] for i in chunk],
+                max_new_tokens,
+                sampling,
+                [generators[i] for i in chunk],
+                eos_id,
+                stops,
+                pad_id,
+            )
             for i, out in zip(chunk, outs):
                 results[i] = out
             bar.update(len(chunk))

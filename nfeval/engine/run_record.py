@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 
 def meta(self: Trainer) -> dict[str, Any]:
-    """Returns the trainer's config.json non-model blocks: resolved training config, data, provenance, compute.
+    """Returns the trainer's config.json non-model blocks: resolved training config, data, provenance,
+    compute.
 
     Written into ``config.json`` when a run starts and into every checkpoint."""
     train = {

@@ -244,10 +244,16 @@ class Trainer:
             "wall_s": iv.wall_s,
         }
         if par.main:
-            training_state = {"step": self.step, "samples": self.step * self.global_batch,
-                              "wall_s": self.wall_s, "total_steps": self.total_steps,
-                              "calibration": self.calibration, "optimizer": opt_state, "rng": rng,
-                              "interval": interval}  # fmt: skip
+            training_state = {
+                "step": self.step,
+                "samples": self.step * self.global_batch,
+                "wall_s": self.wall_s,
+                "total_steps": self.total_steps,
+                "calibration": self.calibration,
+                "optimizer": opt_state,
+                "rng": rng,
+                "interval": interval,
+            }
             rundir.write_checkpoint(
                 self.out_dir,
                 self.step,

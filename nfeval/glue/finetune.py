@@ -103,7 +103,8 @@ def collate(
 def build_classifier(
     ckpt: ckpt_lib.Checkpoint, spec: glue_data.TaskSpec, recipe: ResolvedRecipe, seed: int
 ) -> SequenceClassifier:
-    """Returns the checkpoint's transformer (with the recipe's dropout) under a fresh head seeded by ``seed``."""
+    """Returns the checkpoint's transformer (with the recipe's dropout) under a fresh head seeded by
+    ``seed``."""
     torch.manual_seed(seed)
     cfg = ckpt.model.cfg.replace(dropout=recipe.dropout, attn_dropout=recipe.attn_dropout)
     transformer = Transformer(cfg)
@@ -112,7 +113,8 @@ def build_classifier(
 
 
 def lr_lambda(total: int, warmup: int):
-    """Returns the LambdaLR factor: linear warmup over ``warmup`` updates, then linear decay to 0 at ``total``."""
+    """Returns the LambdaLR factor: linear warmup over ``warmup`` updates, then linear decay to 0 at
+    ``total``."""
 
     def factor(step: int) -> float:
         if step < warmup:
@@ -153,7 +155,8 @@ def evaluate(
     device: torch.device,
     preds: dict | None = None,
 ) -> dict[str, float]:
-    """Returns the task's dev metrics for the model as it is; fills ``preds`` {split: predictions} if given."""
+    """Returns the task's dev metrics for the model as it is; fills ``preds`` {split: predictions} if
+    given."""
     labels, preds = {}, {} if preds is None else preds
     for name, (seqs, ys) in enc.dev.items():
         labels[name] = ys

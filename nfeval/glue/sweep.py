@@ -181,7 +181,8 @@ def summarize(results: Mapping[str, Sequence[Mapping]]) -> dict[str, Any]:
 
 
 def format_table(summary: Mapping[str, Any]) -> str:
-    """Returns the summary as a text table: main metric per LR (best marked *), best LR, score, GLUE average."""
+    """Returns the summary as a text table: main metric per LR (best marked *), best LR, score, GLUE
+    average."""
     tasks = summary["tasks"]
     lrs = sorted({float(k) for t in tasks.values() for k in t["per_lr"]})
     head = (
@@ -364,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
     for t in tasks:
         glue_data.spec(t)
     lrs = args.lrs if (args.lrs or args.sweep) else {t: [glue_data.SPECS[t].fairseq_lr] for t in tasks}
-    flags = ("epochs", "batch_size", "eval_batch_size", "max_len", "warmup_ratio", "weight_decay", "select", "dtype")
+    flags = "epochs batch_size eval_batch_size max_len warmup_ratio weight_decay select dtype".split()
     recipe = Recipe(**{f: getattr(args, f) for f in flags}, dropout=args.dropout, attn_dropout=args.dropout)
     summary = sweep(
         args.ckpt,

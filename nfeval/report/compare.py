@@ -84,7 +84,8 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
                 value = record[key] = math.inf  # a diverged run: never reaches anything
             if not _number(value) or value < 0 or (key != "val_ppl" and not math.isfinite(value)):
                 raise DataError(
-                    f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a non-negative number"
+                    f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a "
+                    "non-negative number"
                 )
         points[kind][int(record["step"])] = {**record, "line": lineno}
     val, train = ([by_step[s] for s in sorted(by_step)] for by_step in (points["val"], points["train"]))
@@ -93,7 +94,8 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
             for prev, cur in zip(series, series[1:]):
                 if cur[axis] <= prev[axis]:
                     raise DataError(
-                        f"{path}:{cur['line']}: {axis!r} is {cur[axis]} at step {cur['step']}, not above {prev[axis]} at "
+                        f"{path}:{cur['line']}: {axis!r} is {cur[axis]} at step {cur['step']}, not above "
+                        f"{prev[axis]} at "
                         f"step {prev['step']}; expected cumulative values"
                     )
     return val, train, warnings
@@ -117,7 +119,8 @@ def step_time(train: list[dict]) -> float | None:
 
 
 def load_run(run_dir: str, name: str | None = None) -> Run:
-    """Returns the run stored in ``run_dir`` (``metrics.jsonl`` + ``config.json``); errors name file and line."""
+    """Returns the run stored in ``run_dir`` (``metrics.jsonl`` + ``config.json``); errors name file and
+    line."""
     if not os.path.isdir(run_dir):
         raise MissingDataError(f"{run_dir}: no such run directory")
     metrics = os.path.join(run_dir, rundir.METRICS)
@@ -207,7 +210,8 @@ def _check_comparable(runs: list[Run]) -> list[str]:
     if len(set(keys.values())) > 1:
         detail = "; ".join(f"{name}: {key or 'unknown'}" for name, key in keys.items())
         warnings.append(
-            f"runs were measured on different hardware ({detail}): the wall-clock comparison is meaningless, FLOPs still hold"
+            f"runs were measured on different hardware ({detail}): the wall-clock comparison is "
+            "meaningless, FLOPs still hold"
         )
     tuned = {run.name: run.lr["tuned"] for run in runs if run.lr and run.lr["lr"] is not None}
     if len(set(tuned.values())) > 1:
@@ -218,7 +222,8 @@ def _check_comparable(runs: list[Run]) -> list[str]:
     shas = {run.name: run.tokenizer_sha256 for run in runs if run.tokenizer_sha256}
     if len(set(shas.values())) > 1:
         warnings.append(
-            f"runs use different tokenizers ({', '.join(shas)}): their per-token perplexities are not comparable"
+            f"runs use different tokenizers ({', '.join(shas)}): their per-token perplexities are not "
+            "comparable"
         )
     sizes = {
         run.name: run.progress[-1]["tokens"] / run.progress[-1]["step"]
@@ -332,7 +337,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--group",
         action="append",
         metavar="NAME=GLOB",
-        help="runs of one architecture over seeds, e.g. prenorm='runs/pre-s*' (repeatable; replaces RUN_DIRs)",
+        help="runs of one architecture over seeds, e.g. prenorm='runs/pre-s*' (repeatable; replaces "
+        "RUN_DIRs)",
     )
     p.add_argument("--baseline", metavar="RUN_DIR_OR_NAME", help="baseline run (default: the first RUN_DIR)")
     p.add_argument(

@@ -39,7 +39,8 @@ def _fraction(row: dict, axis: str) -> str:
 
 
 def table(rows: list[list[str]], right: set[int]) -> list[str]:
-    """Returns ``rows`` (the first being the header) as aligned text lines; columns in ``right`` right-aligned."""
+    """Returns ``rows`` (the first being the header) as aligned text lines; columns in ``right``
+    right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:
@@ -54,7 +55,8 @@ def format_comparison(result: dict[str, Any]) -> str:
     lines = [
         f"baseline: {result['baseline']}; target = its best val ppl {_ppl(result['target_val_ppl'])} "
         f"(step {at['step']}, {_sci(at['flops'])} FLOPs, {_hours(at['wall_s'])})",
-        f"equal-compute budget: {_sci(result['budget']['flops'])} FLOPs | {_hours(result['budget']['wall_s'])} of training time",
+        f"equal-compute budget: {_sci(result['budget']['flops'])} FLOPs | "
+        f"{_hours(result['budget']['wall_s'])} of training time",
         "",
     ]
     header = [
@@ -93,7 +95,8 @@ def format_comparison(result: dict[str, Any]) -> str:
     lines += table(body, right=set(range(2, len(header))))
     lines += [
         "",
-        "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by the first validation point).",
+        "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by "
+        "the first validation point).",
     ]
     lines += [
         "learning rates: "

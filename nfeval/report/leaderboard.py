@@ -64,7 +64,8 @@ def _default_name(info: dict[str, Any]) -> str:
 
 
 def _run_lr(checkpoint_path: str | None) -> dict[str, Any] | None:
-    """Returns the LR record (tune_results.describe_lr) of the checkpoint's config.json, None if unreadable."""
+    """Returns the LR record (tune_results.describe_lr) of the checkpoint's config.json, None if
+    unreadable."""
     if not checkpoint_path:
         return None
     path = os.path.join(checkpoint_path, "config.json")
@@ -76,7 +77,8 @@ def _run_lr(checkpoint_path: str | None) -> dict[str, Any] | None:
 
 
 def _collect(paths: list[str], warnings: list[str]) -> list[dict[str, Any]]:
-    """Returns one model per fingerprint (path if none), in order of first appearance, with its zero-shot and GLUE entries."""
+    """Returns one model per fingerprint (path if none), in order of first appearance, with its zero-shot
+    and GLUE entries."""
     models: dict[str, dict[str, Any]] = {}
     for path in paths:
         kind, info, tasks = read_results(path, warnings)
@@ -104,7 +106,8 @@ def _zeroshot_cell(entry: dict | None, metric: str, warnings: list[str]) -> dict
     if key not in entry["metrics"]:
         have = sorted(k.split(",")[0] for k in entry["metrics"] if "stderr" not in k)
         warnings.append(
-            f"{entry['source']}: key 'results.{entry['task']}.{key}' is missing (has {have}); shown as {MISSING}"
+            f"{entry['source']}: key 'results.{entry['task']}.{key}' is missing (has {have}); shown as "
+            f"{MISSING}"
         )
         return None
     value = fraction(
@@ -225,7 +228,8 @@ def build(
             metrics[task] = value
         else:
             raise DataError(
-                f"--metric {spec}: expected one of {sorted(METRIC_PRESETS)} or TASK=METRIC with TASK in {sorted(metrics)}"
+                f"--metric {spec}: expected one of {sorted(METRIC_PRESETS)} or TASK=METRIC with TASK in "
+                f"{sorted(metrics)}"
             )
     measure = None if group_by == "none" else GROUP_MEASURES[group_by]
     board: dict[str, Any] = {
@@ -326,7 +330,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--metric",
         action="append",
         metavar="PRESET|TASK=METRIC",
-        help="zero-shot metric per column: gpt3 (default), acc, acc_norm, or e.g. hellaswag=acc_norm; repeatable",
+        help="zero-shot metric per column: gpt3 (default), acc, acc_norm, or e.g. hellaswag=acc_norm; "
+        "repeatable",
     )
     p.add_argument(
         "--group-by",

@@ -64,7 +64,8 @@ def _describe(keys: list[str]) -> str:
 def _get(
     data: Any, keys: list[str], path: str, kind: type | tuple, expected: str, required: bool = True
 ) -> Any:
-    """Returns ``data[k0][k1]…``; raises ValueError naming ``path`` and the key when missing (if required) or mistyped."""
+    """Returns ``data[k0][k1]…``; raises ValueError naming ``path`` and the key when missing (if required)
+    or mistyped."""
     value = data
     for i, key in enumerate(keys):
         if not isinstance(value, dict):
@@ -86,7 +87,8 @@ def fraction(data: Any, keys: list[str], path: str, low: float = 0.0) -> float:
     value = _get(data, keys, path, (int, float), f"a number in [{low:g}, 1]")
     if not low <= value <= 1:
         raise DataError(
-            f"{path}: key {_describe(keys)!r} is {value!r}; expected a number in [{low:g}, 1] (a fraction, not percent)"
+            f"{path}: key {_describe(keys)!r} is {value!r}; expected a number in [{low:g}, 1] (a fraction, "
+            "not percent)"
         )
     return float(value)
 
@@ -102,7 +104,8 @@ def _model_block(data: dict, path: str) -> dict[str, Any]:
     }
     if not info["fingerprint"] and not info["path"]:
         raise DataError(
-            f"{path}: key 'nfeval.model.fingerprint' is missing; expected the model's fingerprint (or at least 'nfeval.model.path')"
+            f"{path}: key 'nfeval.model.fingerprint' is missing; expected the model's fingerprint (or at "
+            "least 'nfeval.model.path')"
         )
     _get(data, base + ["compute"], path, dict, "an object", required=False)
     for key in ("tokens", "flops", "device_hours"):
@@ -111,7 +114,8 @@ def _model_block(data: dict, path: str) -> dict[str, Any]:
 
 
 def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str, Any]]:
-    """Returns {canonical task: {"metrics": lm-eval metric dict, "subset": bool, "source": path}} of a zero-shot file."""
+    """Returns {canonical task: {"metrics": lm-eval metric dict, "subset": bool, "source": path}} of a
+    zero-shot file."""
     results = _get(data, ["results"], path, dict, "lm-eval's per-task results object")
     aliases = (
         _get(data, ["nfeval", "tasks"], path, dict, "an object {task name: canonical task}", required=False)
@@ -127,7 +131,8 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
         canonical = aliases.get(name, name)
         if canonical not in canonical_names:
             warnings.append(
-                f"{path}: ignored task {name!r} (not one of {canonical_names}; name its canonical task in 'nfeval.tasks')"
+                f"{path}: ignored task {name!r} (not one of {canonical_names}; name its canonical task in "
+                "'nfeval.tasks')"
             )
             continue
         metrics = _get(data, ["results", name], path, dict, "an object of lm-eval metrics")
@@ -195,7 +200,8 @@ def load_reference(spec: str) -> dict[str, Any]:
     for task in tasks:
         if task not in ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS:
             raise DataError(
-                f"{path}: key 'tasks.{task}' is not a canonical task; expected one of {ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS}"
+                f"{path}: key 'tasks.{task}' is not a canonical task; expected one of "
+                f"{ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS}"
             )
         _get(data, ["tasks", task, "metric"], path, str, "the lm-eval metric following the same convention")
         _get(data, ["tasks", task, "convention"], path, str, "a description of the scoring convention")
@@ -212,7 +218,8 @@ def load_reference(spec: str) -> dict[str, Any]:
             value = _get(entry, keys + ["scores", task], path, (int, float), f"a number in [0, {scale:g}]")
             if not 0 <= value <= scale:
                 raise DataError(
-                    f"{path}: key 'models.{i}.scores.{task}' is {value!r}; expected a number in [0, {scale:g}] ({units})"
+                    f"{path}: key 'models.{i}.scores.{task}' is {value!r}; expected a number in [0, "
+                    f"{scale:g}] ({units})"
                 )
         if _get(entry, keys + ["parameters"], path, int, "the parameter count (a positive integer)") <= 0:
             raise DataError(

@@ -75,7 +75,8 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
     notes = [
         "Accuracy in percent; each column names its lm-eval metric (acc_per_token: GPT-3's per-token length "
         "normalisation; acc_uncond: its unconditional normalisation; acc: unnormalised, which for WinoGrande "
-        f"is GPT-3's partial scoring). {MISSING}: not evaluated. Avg: mean of {averaged}; {MISSING} unless all five are present.",
+        f"is GPT-3's partial scoring). {MISSING}: not evaluated. Avg: mean of {averaged}; {MISSING} unless "
+        "all five are present.",
     ]
     if any(c and c["subset"] for r in table["rows"] for c in r["scores"].values()):
         notes.append("*: evaluated on a subset of the task (lm-eval `--limit`).")
@@ -92,12 +93,14 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
             TITLES[t] for t, spec in ref["tasks"].items() if columns.get(t) not in (None, spec["metric"])
         ]
         notes.append(
-            f"{ref['name']} rows: {ref['citation']}, the sizes nearest ours. Each reference number sits under the "
+            f"{ref['name']} rows: {ref['citation']}, the sizes nearest ours. Each reference number sits "
+            "under the "
             f"column whose metric follows the same convention: {'; '.join(placed)}."
         )
         if differ:
             notes.append(
-                f"{ref['name']} cells are {MISSING} for {', '.join(differ)}: this table's metric there follows another convention."
+                f"{ref['name']} cells are {MISSING} for {', '.join(differ)}: this table's metric there "
+                "follows another convention."
             )
     return notes
 
@@ -124,7 +127,8 @@ def render_markdown(
     comparison: str | None = None,
 ) -> str:
     """Returns the leaderboard as markdown: a zero-shot and/or a GLUE table, notes under each, sources last.
-    ``images`` maps "zeroshot"/"curves" to a PNG file name to link; ``comparison`` is a compare table (text)."""
+    ``images`` maps "zeroshot"/"curves" to a PNG file name to link; ``comparison`` is a compare table
+    (text)."""
     images = images or {}
     lines = [f"# {title}", ""]
     if "zeroshot" in board:
@@ -135,8 +139,10 @@ def render_markdown(
     if "glue" in board:
         lines += ["## GLUE", ""] + _markdown_table(board["glue"]) + [""]
         lines += [
-            f"- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column names its metric. "
-            f"{MISSING}: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean of a task's "
+            "- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column "
+            "names its metric. "
+            f"{MISSING}: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean of "
+            "a task's "
             f"metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and mismatched); "
             f"{MISSING} unless every task shown is present.",
             "",
@@ -149,7 +155,8 @@ def render_markdown(
         )
     if board["group_by"]:
         lines += [
-            f"Rows are grouped by training {GROUP_UNITS[board['group_by']]}: a group holds runs within its range "
+            f"Rows are grouped by training {GROUP_UNITS[board['group_by']]}: a group holds runs within its "
+            "range "
             "(compute-matched).",
             "",
         ]
@@ -163,11 +170,21 @@ def render_markdown(
 
 
 # A CSV row's model columns, after its name.
-CSV_MODEL_FIELDS = ("reference", "group", "parameters", "architecture", "tokens", "flops", "device_hours", "fingerprint")
+CSV_MODEL_FIELDS = (
+    "reference",
+    "group",
+    "parameters",
+    "architecture",
+    "tokens",
+    "flops",
+    "device_hours",
+    "fingerprint",
+)
 
 
 def render_csv(board: dict[str, Any]) -> str:
-    """Returns one CSV row per model (reference rows included) with raw fractions; missing scores are empty."""
+    """Returns one CSV row per model (reference rows included) with raw fractions; missing scores are
+    empty."""
     tables = [(name, board[name]) for name in ("zeroshot", "glue") if name in board]
     header = ["model", *CSV_MODEL_FIELDS]
     for name, table in tables:
@@ -216,7 +233,8 @@ def write(
     board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard", comparison: dict | None = None
 ) -> str:
     """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
-    (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered text."""
+    (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
+    text."""
     from .plots import plot_bars, plot_curves
 
     images, table_text = {}, None
