@@ -80,6 +80,31 @@ def test_internal_error_shows_traceback_user_error_one_line(tmp_path, monkeypatc
         cli.main(["info", str(tmp_path / "nowhere")])
 
 
+def test_cli_process_internal_error_traceback_bad_input_one_line_exit_2(tmp_path):
+    """The real process, as a user sees it: a bug prints its traceback (exit 1); bad input prints one line
+    naming the problem (exit 2) and no traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "NFEVAL_TRACEBACK": ""}
+    bug = (
+        "import sys, nfeval.info as info\n"
+        "def describe(*a, **k):\n    raise ValueError('an internal bug')\n"
+        "info.describe = describe\n"
+        "from nfeval.cli import main\n"
+        "sys.exit(main(['info', 'normformer-tiny']))\n"
+    )
+    internal = subprocess.run([sys.executable, "-c", bug], env=env, capture_output=True, text=True)
+    assert internal.returncode == 1
+    assert "Traceback (most recent call last)" in internal.stderr
+    assert internal.stderr.rstrip().endswith("ValueError: an internal bug")
+
+    missing = str(tmp_path / "nowhere")
+    bad = subprocess.run(
+        [sys.executable, "-m", "nfeval", "info", missing], env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("nfeval info: error: ")
+    assert missing in bad.stderr
+
+
 def test_corrupt_json_same_class_and_shape_everywhere(ckpt, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"max_steps": 1,\n  oops}', encoding="utf-8")
