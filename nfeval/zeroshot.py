@@ -269,7 +269,6 @@ def evaluate(
     atomically when given; nothing is written when the data or the model is bad. A fairseq checkpoint
     file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``. A cache file
     that is not valid JSON is reported (named) and recomputed."""
-
     import tasks as nf_tasks
     from model_adapters import NFEvalLM, identify
     from model_adapters.backends import dtype_of
@@ -306,16 +305,9 @@ def evaluate(
             out.setdefault(k, {}).update(v)
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
+    run_settings = {"batch_size": batch_size, "dtype": dtype_name, "device": device}
     out["nfeval"] = _nfeval_block(
-        model,
-        loaded,
-        skipped,
-        todo,
-        batch_size=batch_size,
-        dtype=dtype_name,
-        device=device,
-        data_dir=data_dir,
-        limit=limit,
+        model, loaded, skipped, todo, **run_settings, data_dir=data_dir, limit=limit
     )
     if output:
         atomic_write_json(output, out)
@@ -387,19 +379,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
     task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
-    out = evaluate(
-        args.ckpt,
-        tasks=task_list,
-        data_dir=args.data_dir,
-        limit=args.limit,
-        batch_size=args.batch_size,
-        output=args.output,
-        device=device_or_none(args.device),
-        dtype=args.dtype,
-        use_cache=not args.no_cache,
-        max_length=args.max_length,
-        trust_checkpoint=args.trust_checkpoint,
-    )
+    same_names = ("data_dir", "limit", "batch_size", "output", "dtype", "max_length", "trust_checkpoint")
+    settings = {name: getattr(args, name) for name in same_names}
+    device = device_or_none(args.device)
+    out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)
     if out is not None:
         print(make_table(out))
         if args.output:

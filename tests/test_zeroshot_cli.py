@@ -33,31 +33,20 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+def zeroshot_cli(ckpt: str, data_dir, out, *tasks: str) -> int:
+    """Runs ``nfeval zeroshot`` on CPU over local data, writing ``out``; returns the exit status."""
+    argv = ["zeroshot", "--ckpt", ckpt, "--data-dir", str(data_dir), "--tasks", *tasks]
+    return cli_main([*argv, "--output", str(out), "--device", "cpu"])
+
+
 def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, capsys):
     out = tmp_path / "zs.json"
-    rc = cli_main(
-        [
-            "zeroshot",
-            "--ckpt",
-            tiny_clm_ckpt,
-            "--data-dir",
-            data_dir,
-            "--tasks",
-            "piqa,openbookqa",
-            "winogrande",
-            "storycloze_2016",
-            "--output",
-            str(out),
-            "--device",
-            "cpu",
-        ]
-    )
+    rc = zeroshot_cli(tiny_clm_ckpt, data_dir, out, "piqa,openbookqa", "winogrande", "storycloze_2016")
     assert rc == 0
     printed = capsys.readouterr()
     assert "piqa_local" in printed.out and "acc_per_token" in printed.out and "stderr" in printed.out
-    assert (
-        "storycloze" in printed.err and "storycloze/" in printed.err
-    )  # skipped, with where to put the files
+    # skipped, with where to put the files
+    assert "storycloze" in printed.err and "storycloze/" in printed.err
     res = json.loads(out.read_text())
     assert set(res["results"]) == {"piqa_local", "openbookqa_local", "winogrande_local"}
     for key in ("acc,none", "acc_norm,none", "acc_per_token,none"):
@@ -118,21 +107,7 @@ def test_bad_local_data_fails_before_writing(tiny_clm_ckpt, tmp_path, capsys):
     with open(bad, "a") as f:
         f.write('{"goal": "x", "sol1": "a", "sol2": "b", "label": 7}\n')
     out = tmp_path / "zs.json"
-    rc = cli_main(
-        [
-            "zeroshot",
-            "--ckpt",
-            tiny_clm_ckpt,
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--tasks",
-            "piqa",
-            "--output",
-            str(out),
-            "--device",
-            "cpu",
-        ]
-    )
+    rc = zeroshot_cli(tiny_clm_ckpt, tmp_path / "data", out, "piqa")
     err = capsys.readouterr().err
     assert rc == 2 and f"{bad}:3" in err and "'label'" in err
     assert not out.exists() and not (tmp_path / "cache").exists()
