@@ -36,20 +36,47 @@ def build_models(layers: int, d_model: int, seed: int = 0):
     """Returns (nfeval Transformer, GPT2LMHeadModel) with the same random weights, both in eval mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = preset("prenorm-125M", n_layer=layers, d_model=d_model, n_head=max(1, d_model // 64),
-                 d_ffn=4 * d_model, vocab_size=50257, max_seq_len=1024)  # fmt: skip
+    cfg = preset(
+        "prenorm-125M",
+        n_layer=layers,
+        d_model=d_model,
+        n_head=max(1, d_model // 64),
+        d_ffn=4 * d_model,
+        vocab_size=50257,
+        max_seq_len=1024,
+    )
     torch.manual_seed(seed)
     ours = Transformer(cfg).eval()
-    hf_cfg = GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.max_seq_len, n_embd=d_model,
-                        n_layer=layers, n_head=cfg.n_head, n_inner=cfg.d_ffn, activation_function="gelu",
-                        layer_norm_epsilon=1e-5, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+    hf_cfg = GPT2Config(
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.max_seq_len,
+        n_embd=d_model,
+        n_layer=layers,
+        n_head=cfg.n_head,
+        n_inner=cfg.d_ffn,
+        activation_function="gelu",
+        layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     hf = GPT2LMHeadModel(hf_cfg).eval()
     src = ours.state_dict()
-    state = {"transformer.wte.weight": src["tok_emb.weight"], "lm_head.weight": src["tok_emb.weight"],
-             "transformer.wpe.weight": src["pos_emb.weight"], "transformer.ln_f.bias": src["final_norm.bias"],
-             "transformer.ln_f.weight": src["final_norm.weight"]}  # fmt: skip
-    names = {"attn_norm": "ln_1", "ffn_norm": "ln_2", "attn.qkv": "attn.c_attn",
-             "attn.out_proj": "attn.c_proj", "fc1": "mlp.c_fc", "fc2": "mlp.c_proj"}  # fmt: skip
+    state = {
+        "transformer.wte.weight": src["tok_emb.weight"],
+        "lm_head.weight": src["tok_emb.weight"],
+        "transformer.wpe.weight": src["pos_emb.weight"],
+        "transformer.ln_f.bias": src["final_norm.bias"],
+        "transformer.ln_f.weight": src["final_norm.weight"],
+    }
+    names = {
+        "attn_norm": "ln_1",
+        "ffn_norm": "ln_2",
+        "attn.qkv": "attn.c_attn",
+        "attn.out_proj": "attn.c_proj",
+        "fc1": "mlp.c_fc",
+        "fc2": "mlp.c_proj",
+    }
     for i in range(layers):
         for ours_name, hf_name in names.items():
             w, b = src[f"blocks.{i}.{ours_name}.weight"], src[f"blocks.{i}.{ours_name}.bias"]
@@ -86,8 +113,15 @@ def hf_generate(model, batch: list[list[int]], new_tokens: int) -> list[list[int
     mask = torch.zeros_like(ids)
     for r, p in enumerate(batch):
         ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                         do_sample=False, pad_token_id=0, eos_token_id=None)  # fmt: skip
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     return out[:, width:].tolist()
 
 
@@ -125,18 +159,29 @@ def main() -> None:
             t_hf, want = timed(run_hf, args.repeats)
             t_nf, got = timed(run_nf, args.repeats)
             tokens = len(ps) * n
-            rows.append({"batch": batch, "new_tokens": n, "prompts": len(ps),
-                         "hf_tokens_per_s": round(tokens / t_hf, 1),
-                         "nfeval_tokens_per_s": round(tokens / t_nf, 1), "speedup": round(t_hf / t_nf, 2),
-                         "identical_rows": sum(a == b for a, b in zip(got, want))})  # fmt: skip
+            rows.append(
+                {
+                    "batch": batch,
+                    "new_tokens": n,
+                    "prompts": len(ps),
+                    "hf_tokens_per_s": round(tokens / t_hf, 1),
+                    "nfeval_tokens_per_s": round(tokens / t_nf, 1),
+                    "speedup": round(t_hf / t_nf, 2),
+                    "identical_rows": sum(a == b for a, b in zip(got, want)),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
-    print(f"\nmodel: Pre-LN L={args.layers} d={args.d_model} vocab=50257 (random), device {args.device}, "
-          f"{args.threads} thread(s), best of {args.repeats}")  # fmt: skip
+    print(
+        f"\nmodel: Pre-LN L={args.layers} d={args.d_model} vocab=50257 (random), device {args.device}, "
+        f"{args.threads} thread(s), best of {args.repeats}"
+    )
     print("| batch | new tokens | HF generate tok/s | nfeval tok/s | speedup | identical rows |")
     print("|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['batch']} | {r['new_tokens']} | {r['hf_tokens_per_s']} | {r['nfeval_tokens_per_s']} | "
-              f"{r['speedup']}x | {r['identical_rows']}/{r['prompts']} |")  # fmt: skip
+        print(
+            f"| {r['batch']} | {r['new_tokens']} | {r['hf_tokens_per_s']} | {r['nfeval_tokens_per_s']} | "
+            f"{r['speedup']}x | {r['identical_rows']}/{r['prompts']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from nfeval.engine.config import ModelConfig
 from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import special_ids, train_bpe
 from nfeval.glue import data as glue_data
+from nfeval.glue import finetune, points
 from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
 
@@ -35,7 +36,8 @@ DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 
 
 def subset_glue_dir(glue_dir: str, task: str, n_train: int, out: str) -> str:
-    """Writes a GLUE folder for ``task`` with ``n_train`` random training rows (header kept) and the full dev set."""
+    """Writes a GLUE folder for ``task`` with ``n_train`` random training rows (header kept) and the full
+    dev set."""
     spec = glue_data.spec(task)
     src, dst = Path(glue_dir) / spec.folder, Path(out) / spec.folder
     dst.mkdir(parents=True, exist_ok=True)
@@ -85,7 +87,7 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
     main = glue_metrics.MAIN_METRIC[args.task]
     scores = {}
     for lr in args.lrs:
-        result_path = Path(glue.point_dir(out, args.task, lr, 0)) / glue.RESULT
+        result_path = Path(points.point_dir(out, args.task, lr, 0)) / points.RESULT
         history = json.loads(result_path.read_text())["history"]
         scores[lr] = (max(h["metrics"][main] for h in history), history[-1]["metrics"][main])
     assert summary["tasks"][args.task]["metric"] == main
@@ -93,7 +95,8 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
 
 
 def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
-    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of Trainer runs, padding to max length."""
+    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of Trainer runs, padding to max
+    length."""
     import datasets
     from transformers import (
         RobertaConfig,
@@ -106,7 +109,7 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     sp = special_ids(tok)
 
     def padded(split: glue_data.Split) -> datasets.Dataset:
-        ids = glue.encode(tok, split, args.max_len)
+        ids = finetune.encode(tok, split, args.max_len)
         return datasets.Dataset.from_dict(
             {
                 "input_ids": [s + [sp.pad] * (args.max_len - len(s)) for s in ids],
@@ -205,12 +208,14 @@ def main() -> None:
     checkpoint.save(ckpt_dir, Transformer(encoder_config(tok.get_vocab_size(), args)), tok)
     ckpt = checkpoint.load(ckpt_dir)
 
-    seqs = glue.encode(tok, data.train, args.max_len)
+    seqs = finetune.encode(tok, data.train, args.max_len)
     mean_len = sum(map(len, seqs)) / len(seqs)
     print(
         f"task {args.task}: {len(data.train)} train / {sum(map(len, data.dev.values()))} dev examples, "
-        f"mean length {mean_len:.1f} tokens (max_len {args.max_len}); model {ckpt.model.num_params():,} params "
-        f"({args.layers} layers, d={args.d_model}); lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}; "
+        f"mean length {mean_len:.1f} tokens (max_len {args.max_len}); model {ckpt.model.num_params():,} "
+        "params "
+        f"({args.layers} layers, d={args.d_model}); lrs {args.lrs}, {args.epochs} epochs, batch "
+        f"{args.batch_size}; "
         f"torch threads {torch.get_num_threads()}"
     )
     ours, our_scores = run_nfeval(ckpt_dir, glue_dir, args)

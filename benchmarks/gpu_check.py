@@ -302,8 +302,10 @@ def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
     if diff > 1e-3:
         raise RuntimeError(f"device and CPU log-likelihoods differ by up to {diff}")
     # Choices, greedy flags and generations can flip on near-ties of a barely trained model: reported.
-    choice = {w: [max(range(4), key=lambda j: float(sc[4 * i + j][0])) for i in range(len(items))]
-              for w, sc in scores.items()}  # fmt: skip
+    choice = {
+        w: [max(range(4), key=lambda j: float(sc[4 * i + j][0])) for i in range(len(items))]
+        for w, sc in scores.items()
+    }
     return {
         "items": len(items),
         "requests": len(cpu),

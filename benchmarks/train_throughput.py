@@ -16,31 +16,19 @@ import time
 
 import torch
 import torch.nn.functional as F
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2LMHeadModel
 
 from nfeval.artifacts import hardware, hardware_key
 from nfeval.engine.config import preset
+from nfeval.engine.hf_export import gpt2_config
 from nfeval.engine.model import Transformer, training_flops_per_token
 from nfeval.engine.train import Objective, measure_matmul_flops
 
 
 def hf_gpt2(cfg) -> torch.nn.Module:
     """Returns a random-weight GPT2LMHeadModel with nfeval's shape (exact GELU, no dropout, SDPA)."""
-    hf = GPT2Config(
-        vocab_size=cfg.vocab_size,
-        n_positions=cfg.max_seq_len,
-        n_embd=cfg.d_model,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        n_inner=cfg.d_ffn,
-        activation_function="gelu",
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
+    no_dropout = cfg.replace(dropout=0.0, attn_dropout=0.0)
+    hf = gpt2_config(no_dropout, bos_token_id=None, eos_token_id=None)
     hf._attn_implementation = "sdpa"
     return GPT2LMHeadModel(hf)
 
@@ -111,13 +99,15 @@ def main() -> None:
     tokens = args.batch * args.seq
     print(f"machine: {hardware_key(hardware())}; torch {torch.__version__}")
     print(
-        f"shape: {args.size} (L={prenorm.n_layer}, d={prenorm.d_model}, ffn={prenorm.d_ffn}, V={prenorm.vocab_size}), "
+        f"shape: {args.size} (L={prenorm.n_layer}, d={prenorm.d_model}, ffn={prenorm.d_ffn}, "
+        f"V={prenorm.vocab_size}), "
         f"batch {args.batch} x seq {args.seq}; {args.rounds} interleaved rounds x {args.steps} steps; median"
     )
     print(f"HF attention: {variants['HF GPT2LMHeadModel'].model.config._attn_implementation}")
     print("params: " + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in n_params.items()))
     print(
-        f"matmul peak (measured): fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s\n"
+        f"matmul peak (measured): fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} "
+        "GFLOP/s\n"
     )
     print("| dtype | model | step ms | tokens/s | MFU | vs HF GPT-2 | vs nfeval Pre-LN |")
     print("|---|---|---|---|---|---|---|")
@@ -126,8 +116,10 @@ def main() -> None:
         for name in variants:
             tps = tokens / med[name]
             print(
-                f"| {dtype} | {name} | {med[name] * 1e3:.1f} | {tps:,.0f} | {tps * flops_per_token / peaks[dtype]:.1%} | "
-                f"{med['HF GPT2LMHeadModel'] / med[name]:.3f}x speed | {med[name] / med['nfeval Pre-LN'] - 1:+.1%} time |"
+                f"| {dtype} | {name} | {med[name] * 1e3:.1f} | {tps:,.0f} | "
+                f"{tps * flops_per_token / peaks[dtype]:.1%} | "
+                f"{med['HF GPT2LMHeadModel'] / med[name]:.3f}x speed | "
+                f"{med[name] / med['nfeval Pre-LN'] - 1:+.1%} time |"
             )
 
 

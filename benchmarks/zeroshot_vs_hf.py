@@ -32,8 +32,13 @@ def build_model(path: str, d_model: int, layers: int) -> str:
         tokenizer_object=bpe, bos_token=GPT2_EOT, eos_token=GPT2_EOT, pad_token="<pad>"
     )
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=bpe.get_vocab_size(), n_embd=d_model, n_layer=layers, n_head=max(1, d_model // 64),
-                     n_positions=1024)  # fmt: skip
+    cfg = GPT2Config(
+        vocab_size=bpe.get_vocab_size(),
+        n_embd=d_model,
+        n_layer=layers,
+        n_head=max(1, d_model // 64),
+        n_positions=1024,
+    )
     GPT2LMHeadModel(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -63,20 +68,39 @@ def main() -> None:
         manager = TaskManager(
             include_path=nf_tasks.TASKS_DIR, include_defaults=False, metadata={"data_dir": data_dir}
         )
-        stock = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", tasks=names,
-                                        task_manager=manager, limit=args.limit, batch_size=args.batch_size,
-                                        device="cpu", log_samples=False)  # fmt: skip
+        stock = lm_eval.simple_evaluate(
+            model="hf",
+            model_args=f"pretrained={model_dir},dtype=float32",
+            tasks=names,
+            task_manager=manager,
+            limit=args.limit,
+            batch_size=args.batch_size,
+            device="cpu",
+            log_samples=False,
+        )
         t_hf = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        ours = zeroshot.evaluate(model_dir, tasks=["piqa", "hellaswag"], data_dir=data_dir, limit=args.limit,
-                                 batch_size=args.batch_size, device="cpu", use_cache=False)  # fmt: skip
+        ours = zeroshot.evaluate(
+            model_dir,
+            tasks=["piqa", "hellaswag"],
+            data_dir=data_dir,
+            limit=args.limit,
+            batch_size=args.batch_size,
+            device="cpu",
+            use_cache=False,
+        )
         t_nf = time.perf_counter() - t0
 
-    report = {"limit": args.limit, "model": f"GPT-2 shape d={args.d_model} L={args.layers} vocab=50259 (random)",
-              "threads": torch.get_num_threads(), "batch_size": args.batch_size,
-              "wall_s": {"lm_eval_hf": round(t_hf, 1), "nfeval_zeroshot": round(t_nf, 1)},
-              "speedup": round(t_hf / t_nf, 2), "accuracy": {}}  # fmt: skip
+    report = {
+        "limit": args.limit,
+        "model": f"GPT-2 shape d={args.d_model} L={args.layers} vocab=50259 (random)",
+        "threads": torch.get_num_threads(),
+        "batch_size": args.batch_size,
+        "wall_s": {"lm_eval_hf": round(t_hf, 1), "nfeval_zeroshot": round(t_nf, 1)},
+        "speedup": round(t_hf / t_nf, 2),
+        "accuracy": {},
+    }
     for task in names:
         row = {}
         for metric in ("acc,none", "acc_norm,none"):

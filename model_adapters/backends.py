@@ -23,17 +23,32 @@ from nfeval.errors import CheckpointError, ConfigError, DataError, MissingDataEr
 
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 HF_FILES = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
-)  # fmt: skip
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+)
 
 
 def dtype_of(name: str | torch.dtype | None) -> torch.dtype:
     """Returns the torch dtype for a name such as ``float32``/``fp32``/``bfloat16``/``bf16``."""
     if isinstance(name, torch.dtype):
         return name
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16, None: torch.float32, "auto": torch.float32}  # fmt: skip
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        None: torch.float32,
+        "auto": torch.float32,
+    }
     if name not in table:
         raise ConfigError(f"dtype {name!r}: expected float32, bfloat16 or float16")
     return table[name]
@@ -207,21 +222,30 @@ class Backend:
     def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling, stop: list[str],
-                 batch_size: int, progress: bool = False) -> list[list[int]]:  # fmt: skip
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        sampling: Sampling,
+        stop: list[str],
+        batch_size: int,
+        progress: bool = False,
+    ) -> list[list[int]]:
         """Returns each prompt's new tokens (EOS excluded), ``batch_size`` prompts at a time."""
         raise NotImplementedError
 
 
 class NFEvalBackend(Backend):
-    """An nfeval checkpoint: ``</s>`` (the tokenizer's EOS) is prepended to every scored text, as fairseq does."""
+    """An nfeval checkpoint: ``</s>`` (the tokenizer's EOS) is prepended to every scored text, as fairseq
+    does."""
 
     kind = "nfeval"
 
     def __init__(self, ckpt: checkpoint.Checkpoint, device: torch.device):
         if not ckpt.config.causal:
             raise CheckpointError(
-                f"{ckpt.path}: zero-shot scoring needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'"
+                f"{ckpt.path}: zero-shot scoring needs a causal LM (objective 'clm'), got "
+                f"'{ckpt.config.objective}'"
             )
         if ckpt.tokenizer is None:
             raise MissingDataError(no_tokenizer_message(ckpt.path))
@@ -247,9 +271,18 @@ class NFEvalBackend(Backend):
         return self.model.lm_logits(hidden[keep])
 
     def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
-        return generate(self.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
-                        eos_id=self.eot_id, stop=stop, decode=self.decode, batch_size=batch_size,
-                        pad_id=self.pad_id, progress=progress)  # fmt: skip
+        return generate(
+            self.model,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            sampling=sampling,
+            eos_id=self.eot_id,
+            stop=stop,
+            decode=self.decode,
+            batch_size=batch_size,
+            pad_id=self.pad_id,
+            progress=progress,
+        )
 
 
 class HFBackend(Backend):
@@ -299,11 +332,18 @@ class HFBackend(Backend):
             if not sampling.greedy:
                 torch.manual_seed(sampling.seed + start)
             seqs = self.model.generate(
-                ids, attention_mask=real.long(), max_new_tokens=max_new_tokens, do_sample=not sampling.greedy,
-                temperature=sampling.temperature or None, top_k=sampling.top_k or None, top_p=sampling.top_p,
-                eos_token_id=self.eot_id, pad_token_id=self.pad_id,
-                stop_strings=[s for s in stop if s] or None, tokenizer=self.tokenizer,
-            )  # fmt: skip
+                ids,
+                attention_mask=real.long(),
+                max_new_tokens=max_new_tokens,
+                do_sample=not sampling.greedy,
+                temperature=sampling.temperature or None,
+                top_k=sampling.top_k or None,
+                top_p=sampling.top_p,
+                eos_token_id=self.eot_id,
+                pad_token_id=self.pad_id,
+                stop_strings=[s for s in stop if s] or None,
+                tokenizer=self.tokenizer,
+            )
             for row in seqs[:, ids.shape[1] :].tolist():
                 row = row[: row.index(self.eot_id)] if self.eot_id in row else row
                 while row and row[-1] == self.pad_id:  # HF pads the rows that stopped early

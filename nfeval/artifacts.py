@@ -13,7 +13,8 @@ import torch
 
 
 def cache_dir(*parts: str) -> str:
-    """Returns nfeval's cache folder (``$NFEVAL_CACHE``, default ``~/.cache/nfeval``) joined with ``parts``."""
+    """Returns nfeval's cache folder (``$NFEVAL_CACHE``, default ``~/.cache/nfeval``) joined with
+    ``parts``."""
     root = os.environ.get("NFEVAL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nfeval")
     return os.path.join(root, *parts)
 
@@ -66,7 +67,8 @@ def git_hash() -> str | None:
 
 
 def hardware() -> dict[str, Any]:
-    """Returns a description of the compute device(s): used to warn when wall-clock comparisons mix hardware."""
+    """Returns a description of the compute device(s): used to warn when wall-clock comparisons mix
+    hardware."""
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text
+from .cli_args import add_device, add_no_progress
 from .engine.config import load_json
 from .errors import ConfigError, MissingDataError
 
@@ -62,7 +63,8 @@ def log(message: str) -> None:
 
 def shared_tokenizer(cfg: DemoConfig) -> str:
     """Trains (once) the BPE both models share on the default corpus; returns its tokenizer.json path."""
-    from .engine.data import default_corpus, get_tokenizer
+    from .engine.builtin_corpus import default_corpus
+    from .engine.data import get_tokenizer
 
     path = os.path.join(cfg.out, "tokenizer.json")
     if not os.path.isfile(path):
@@ -109,7 +111,7 @@ def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
     Returns (data dir, tasks to score).
     """
     from .cloze import build_docs, write_jsonl
-    from .engine.data import default_corpus
+    from .engine.builtin_corpus import default_corpus
 
     data_dir = os.path.join(cfg.out, "zeroshot_data")
     cloze = os.path.join(data_dir, "corpus_cloze", "validation.jsonl")
@@ -169,7 +171,8 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
 
 
 def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
-    """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch: glue.json}."""
+    """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch:
+    glue.json}."""
     from .engine.checkpoint import read_config
     from .glue.sweep import Recipe, sweep
 
@@ -200,7 +203,8 @@ def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Runs every stage into ``cfg.out``; returns the summary (also written to ``summary.json``)."""
-    from .report.compare import compare, format_comparison
+    from .report.compare import compare
+    from .report.compare_table import format_comparison
     from .report.leaderboard import build, write
 
     start = time.time()
@@ -290,7 +294,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         cloze = m.get("zeroshot", {}).get("corpus_cloze", {})
         if "acc_per_token" in cloze:
             parts.append(
-                f"cloze acc_per_token {100 * cloze['acc_per_token']:.1f}% (acc {100 * cloze['acc']:.1f}%, chance {100 / CLOZE_CHOICES:.0f}%)"
+                f"cloze acc_per_token {100 * cloze['acc_per_token']:.1f}% (acc {100 * cloze['acc']:.1f}%, "
+                f"chance {100 / CLOZE_CHOICES:.0f}%)"
             )
         for task, g in m.get("glue", {}).items():
             best = {k: v for k, v in g.items() if k != "best_lr"}
@@ -326,9 +331,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=d.zeroshot_limit,
         help=f"zero-shot items per task (default {d.zeroshot_limit}; 0 = all)",
     )
-    p.add_argument("--device", default=d.device, help="auto, cpu or cuda")
+    add_device(p, default=d.device)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_no_progress(p)
 
 
 def run(args: argparse.Namespace) -> int:

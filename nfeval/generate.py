@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .artifacts import atomic_write_text, provenance
+from .cli_args import LONG_NAMES, add_device, add_dtype, device_or_none
 from .engine.generate import Sampling
 from .errors import ConfigError, DataError, MissingDataError
 
@@ -78,9 +79,14 @@ def load_backend(
 
 
 def generate_texts(
-    backend, prompts: list[str], max_new_tokens: int, sampling: Sampling, stop: list[str], batch_size: int,
+    backend,
+    prompts: list[str],
+    max_new_tokens: int,
+    sampling: Sampling,
+    stop: list[str],
+    batch_size: int,
     progress: bool = False,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Returns one record per prompt: prompt, completion (cut before a stop string), new tokens, finish
     reason (``stop``, ``eos`` or ``length``)."""
     from lm_eval.models.utils import postprocess_generated_text
@@ -116,8 +122,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--output", metavar="FILE.jsonl", help="write the continuations as JSONL")
     add_fairseq_arguments(p)
-    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add_device(p)
+    add_dtype(p, ("fp32", "bf16", "fp16"), default="fp32")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,14 +136,22 @@ def run(args: argparse.Namespace) -> int:
     if args.output and not args.output.endswith(".jsonl"):
         raise ConfigError(f"--output {args.output}: expected a .jsonl file name")
     prompts = args.prompt if args.prompt else read_prompts(args.prompts)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    backend, model = load_backend(args.ckpt, device, dtype_of(args.dtype), args.tokenizer, args.fairseq_dict,
-                                  args.fairseq_head_scale_bug)  # fmt: skip
+    device = torch.device(device_or_none(args.device) or ("cuda" if torch.cuda.is_available() else "cpu"))
+    backend, model = load_backend(
+        args.ckpt, device, dtype_of(args.dtype), args.tokenizer, args.fairseq_dict, args.fairseq_head_scale_bug
+    )
     if not sampling.greedy:
         sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts
     start = time.perf_counter()
-    records = generate_texts(backend, prompts, args.max_new_tokens, sampling, args.stop, args.batch_size,
-                             progress=len(prompts) > args.batch_size)  # fmt: skip
+    records = generate_texts(
+        backend,
+        prompts,
+        args.max_new_tokens,
+        sampling,
+        args.stop,
+        args.batch_size,
+        progress=len(prompts) > args.batch_size,
+    )
     seconds = time.perf_counter() - start
     for i, r in enumerate(records):
         print(f"[{i}] {r['prompt']}\n  -> {r['completion']!r}  ({r['new_tokens']} new tokens, {r['finish']})")
@@ -145,9 +159,17 @@ def run(args: argparse.Namespace) -> int:
     rate = n_new / max(seconds, 1e-9)
     print(f"{len(records)} prompt(s), {n_new} new tokens in {seconds:.2f} s ({rate:.1f} tokens/s)")
     if args.output:
-        settings = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                    "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed, "stop": args.stop,
-                    "batch_size": args.batch_size, "device": str(device), "dtype": args.dtype}  # fmt: skip
+        settings = {
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_k": args.top_k,
+            "top_p": args.top_p,
+            "seed": args.seed,
+            "stop": args.stop,
+            "batch_size": args.batch_size,
+            "device": str(device),
+            "dtype": LONG_NAMES[args.dtype],
+        }
         header = {"kind": "header", "provenance": provenance(model=model, settings=settings)}
         lines = [header] + [{"kind": "generation", "index": i, **r} for i, r in enumerate(records)]
         atomic_write_text(args.output, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))

@@ -5,7 +5,8 @@ The ``nfeval`` model (``--model nfeval --model_args pretrained=RUN_DIR``) and th
 read ``--data-dir DIR`` (an nfeval option, taken out before lm-eval parses the rest), lm-eval's
 ``--metadata '{"data_dir": DIR}'``, or ``$NFEVAL_DATA_DIR``::
 
-    nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR --tasks piqa_local --data-dir ../shared/data/zeroshot
+    nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR --tasks piqa_local --data-dir
+    ../shared/data/zeroshot
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from . import tune_results
 from .artifacts import atomic_write_json, provenance
@@ -48,6 +47,7 @@ from .engine.config import load_json
 from .engine.train import TrainConfig, TrainingDiverged, train
 from .engine.train_config import config_from_args
 from .errors import ConfigError, DataError, MissingDataError
+from .progress import progress_bar
 
 POINT = "point.json"
 LOG = "train.log"
@@ -167,7 +167,7 @@ def _job_devices(device: str, jobs: int) -> list[str]:
 
 def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, progress: bool) -> list[dict]:
     """Runs the unfinished points, ``jobs`` at a time; returns their results in completion order."""
-    bar = tqdm(total=len(todo), disable=not progress or not todo, desc="tune", unit="point")
+    bar = progress_bar(total=len(todo), enabled=progress and bool(todo), desc="tune", unit="point")
     results = []
 
     def done(result: dict) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from . import zeroshot_items
 from .artifacts import atomic_write_json, cache_dir, provenance
+from .cli_args import add_device, add_dtype, device_or_none
 from .engine.config import load_json
 from .errors import ConfigError, DataError, MissingDataError, UserError, hub_unreachable
 
@@ -59,8 +60,14 @@ def task_hash(task) -> str:
     docs = hashlib.sha256()
     for doc in task.eval_docs:
         docs.update(json.dumps(doc, sort_keys=True, default=str).encode() + b"\n")
-    return sha256_json({"config": cfg, "class": inspect.getsource(type(task)), "docs": docs.hexdigest(),
-                        "metrics_version": METRICS_VERSION})  # fmt: skip
+    return sha256_json(
+        {
+            "config": cfg,
+            "class": inspect.getsource(type(task)),
+            "docs": docs.hexdigest(),
+            "metrics_version": METRICS_VERSION,
+        }
+    )
 
 
 def eval_split(task) -> str:
@@ -87,7 +94,8 @@ def task_manager(data_dir: str | None, names: list[str] | None = None):
 
 
 def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str, str]]:
-    """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data raises."""
+    """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data
+    raises."""
     import tasks as nf_tasks
     from tasks.loaders import STORYCLOZE_HELP, MissingData
 
@@ -145,6 +153,110 @@ def make_table(out: dict[str, Any]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def _check_inputs(data_dir: str | None, limit, batch_size, max_length) -> str | None:
+    """Returns ``data_dir`` made absolute; raises a UserError on a bad flag value, before any work."""
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise MissingDataError(f"--data-dir {data_dir}: not a directory")
+    for flag, value in (("--limit", limit), ("--batch-size", batch_size), ("--max-length", max_length)):
+        if value is not None and not (isinstance(value, int) and value > 0):
+            raise ConfigError(f"{flag} {value}: expected a positive integer")
+    return os.path.abspath(data_dir) if data_dir else None
+
+
+def _cache_keys(
+    identity, dtype_name: str, max_length, loaded: dict, limit, fairseq_head_scale_bug: bool = False
+) -> dict[str, str]:
+    """Returns {task: cache key}: a hash of the model, scoring settings, task contents and limit."""
+    import lm_eval
+
+    settings = {
+        "kind": identity.kind,
+        "fingerprint": identity.fingerprint,
+        "tokenizer": identity.tokenizer_fingerprint,
+        "dtype": dtype_name,
+        "max_length": max_length,
+        "lm_eval": lm_eval.__version__,
+    }
+    if fairseq_head_scale_bug:  # same weights, another forward: its own cache key (old keys unchanged)
+        settings["fairseq_head_scale_bug"] = True
+    return {
+        name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
+        for name, t in loaded.items()
+    }
+
+
+def _read_cache(keys: dict[str, str], log) -> tuple[dict[str, dict], dict[str, Any]]:
+    """Returns ({task: cached per-task results}, {task: cached item records}) for the tasks in the cache."""
+    cached, items = {}, {}
+    for name, key in keys.items():
+        path = os.path.join(cache_dir("zeroshot"), f"{key}.json")
+        if not os.path.isfile(path):
+            continue
+        try:
+            entry, item_record = load_json(path), zeroshot_items.read_cached(path)
+        except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
+            log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
+            continue
+        if item_record is not None:
+            items[name], cached[name] = item_record, entry
+            log(f"{name}: cached result ({path})")
+    return cached, items
+
+
+def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool) -> dict[str, Any] | None:
+    """Scores the ``todo`` tasks with lm-eval, adding each one's results to ``cached`` and its items to
+    ``items`` (and to the cache when ``use_cache``); returns lm-eval's run-level keys (None off rank 0)."""
+    import lm_eval
+    from lm_eval.utils import handle_non_serializable
+
+    from .lm_eval_git import quiet_git_hash
+
+    with quiet_git_hash():
+        fresh = lm_eval.simple_evaluate(model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager)
+    if fresh is None:  # not rank 0 under torchrun
+        return None
+    samples = fresh.pop("samples")
+    for t in todo:
+        name = t.task_name
+        items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
+    fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
+    for name in keys:
+        if name in cached:
+            continue
+        entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
+        cached[name] = entry
+        if use_cache:
+            entry_path = os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json")
+            atomic_write_json(zeroshot_items.cache_path(entry_path), items[name])
+            atomic_write_json(entry_path, entry)
+    return {k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"}
+
+
+def _nfeval_block(model: dict, loaded: dict, skipped: dict, todo: list, **settings) -> dict[str, Any]:
+    """Returns the ``nfeval`` block of a results file: provenance, model, settings and per-task notes."""
+    import lm_eval
+
+    import tasks as nf_tasks
+    from tasks.gpt3 import METRIC_DESCRIPTIONS
+
+    scored = {t.task_name for t in todo}
+    return {
+        "provenance": provenance(
+            lm_eval_version=lm_eval.__version__,
+            transformers_version=_version("transformers"),
+            datasets_version=_version("datasets"),
+        ),
+        "model": model,
+        **settings,
+        "tasks": {name: nf_tasks.canonical_name(name) for name in loaded},
+        "eval_split": {name: eval_split(t) for name, t in loaded.items()},
+        "skipped": skipped,
+        "cached_tasks": sorted(n for n in loaded if n not in scored),
+        "metrics": METRIC_DESCRIPTIONS,
+        "gpt3_metric": {name: nf_tasks.GPT3_METRIC.get(nf_tasks.canonical_name(name)) for name in loaded},
+    }
+
+
 def evaluate(
     ckpt_path: str,
     tasks: list[str] | None = None,
@@ -168,30 +280,18 @@ def evaluate(
     file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
     that is not valid JSON is reported (named) and recomputed."""
-    import lm_eval
-    from lm_eval.utils import handle_non_serializable
-
     import tasks as nf_tasks
     from model_adapters import NFEvalLM, identify
     from model_adapters.backends import dtype_of
-    from tasks.gpt3 import METRIC_DESCRIPTIONS
-
-    from .lm_eval_git import quiet_git_hash
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     # our loaders take data_dir from the task metadata: lm-eval's per-task hint about it is noise here
     logging.getLogger("lm_eval.api.task").addFilter(
         lambda r: "Custom kwargs can be passed" not in r.getMessage()
     )
-    if data_dir is not None and not os.path.isdir(data_dir):
-        raise MissingDataError(f"--data-dir {data_dir}: not a directory")
-    data_dir = os.path.abspath(data_dir) if data_dir else None
-    for flag, value in (("--limit", limit), ("--batch-size", batch_size), ("--max-length", max_length)):
-        if value is not None and not (isinstance(value, int) and value > 0):
-            raise ConfigError(f"{flag} {value}: expected a positive integer")
-    names = [
-        nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
-    ]
+    data_dir = _check_inputs(data_dir, limit, batch_size, max_length)
+    default = nf_tasks.DEFAULT_TASKS
+    names = [nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or default)]
     loading = {
         "tokenizer": tokenizer,
         "fairseq_dict": fairseq_dict,
@@ -204,84 +304,27 @@ def evaluate(
     if not loaded:
         raise MissingDataError("no task left to score (all were skipped): " + "; ".join(skipped.values()))
 
-    settings = {"kind": identity.kind, "fingerprint": identity.fingerprint, "tokenizer": identity.tokenizer_fingerprint,
-                "dtype": dtype_name, "max_length": max_length, "lm_eval": lm_eval.__version__}  # fmt: skip
-    if fairseq_head_scale_bug:  # same weights, another forward: its own cache key (old keys unchanged)
-        settings["fairseq_head_scale_bug"] = True
-    keys = {
-        name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
-        for name, t in loaded.items()
-    }
-    cached, items = {}, {}
-    if use_cache:
-        for name, key in keys.items():
-            path = os.path.join(cache_dir("zeroshot"), f"{key}.json")
-            if not os.path.isfile(path):
-                continue
-            try:
-                entry, item_record = load_json(path), zeroshot_items.read_cached(path)
-            except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
-                log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
-                continue
-            if item_record is not None:
-                items[name], cached[name] = item_record, entry
-                log(f"{name}: cached result ({path})")
+    keys = _cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
+    cached, items = _read_cache(keys, log) if use_cache else ({}, {})
 
     out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
     todo = [t for name, t in loaded.items() if name not in cached]
     if todo:
-        lm = NFEvalLM(
-            pretrained=_loaded_or_path(ckpt_path, device, dtype, trust_checkpoint, loading),
-            batch_size=batch_size,
-            device=device,
-            dtype=dtype,
-            max_length=max_length,
-        )
-        with quiet_git_hash():
-            fresh = lm_eval.simple_evaluate(
-                model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
-            )
-        if fresh is None:  # not rank 0 under torchrun
+        pretrained = _loaded_or_path(ckpt_path, device, dtype, trust_checkpoint, loading)
+        lm = NFEvalLM(pretrained, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length)
+        run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
+        if run_keys is None:
             return None
-        samples = fresh.pop("samples")
-        for t in todo:
-            name = t.task_name
-            items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
-        fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
-        out.update({k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"})
-        for name in keys:
-            if name in cached:
-                continue
-            entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
-            cached[name] = entry
-            if use_cache:
-                entry_path = os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json")
-                atomic_write_json(zeroshot_items.cache_path(entry_path), items[name])
-                atomic_write_json(entry_path, entry)
+        out.update(run_keys)
     for name in loaded:
         for k, v in cached[name].items():
             out.setdefault(k, {}).update(v)
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
-    out["nfeval"] = {
-        "provenance": provenance(
-            lm_eval_version=lm_eval.__version__,
-            transformers_version=_version("transformers"),
-            datasets_version=_version("datasets"),
-        ),  # fmt: skip
-        "model": model,
-        "batch_size": batch_size,
-        "dtype": dtype_name,
-        "device": device,
-        "data_dir": data_dir,
-        "limit": limit,
-        "tasks": {name: nf_tasks.canonical_name(name) for name in loaded},
-        "eval_split": {name: eval_split(t) for name, t in loaded.items()},
-        "skipped": skipped,
-        "cached_tasks": sorted(n for n in loaded if n not in {t.task_name for t in todo}),
-        "metrics": METRIC_DESCRIPTIONS,
-        "gpt3_metric": {name: nf_tasks.GPT3_METRIC.get(nf_tasks.canonical_name(name)) for name in loaded},
-    }
+    run_settings = {"batch_size": batch_size, "dtype": dtype_name, "device": device}
+    out["nfeval"] = _nfeval_block(
+        model, loaded, skipped, todo, **run_settings, data_dir=data_dir, limit=limit
+    )
     if output:
         atomic_write_json(output, out)
         zeroshot_items.write_sidecar(output, {name: items[name] for name in loaded}, model)
@@ -328,9 +371,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nfeval run/checkpoint dir, a Hugging Face causal-LM dir, or a fairseq checkpoint file "
         "(with dict.txt beside it and --tokenizer GPT-2's BPE folder, or a tokenizer.json beside it)",
     )
-    parser.add_argument("--tasks", nargs="+", default=None,
-                        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
-                             "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)")  # fmt: skip
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
+        "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)",
+    )
     parser.add_argument(
         "--data-dir",
         default=None,
@@ -343,10 +390,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when available)")
-    parser.add_argument(
-        "--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="as nfeval train's --dtype"
-    )
+    add_device(parser)
+    add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
     parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
@@ -356,11 +401,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
     task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
-    out = evaluate(args.ckpt, tasks=task_list, data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size,
-                   output=args.output, device=args.device, dtype=args.dtype, use_cache=not args.no_cache,
-                   max_length=args.max_length, trust_checkpoint=args.trust_checkpoint,
-                   tokenizer=args.tokenizer, fairseq_dict=args.fairseq_dict,
-                   fairseq_head_scale_bug=args.fairseq_head_scale_bug)  # fmt: skip
+    same_names = ("data_dir", "limit", "batch_size", "output", "dtype", "max_length", "trust_checkpoint")
+    same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
+    settings = {name: getattr(args, name) for name in same_names}
+    device = device_or_none(args.device)
+    out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)
     if out is not None:
         print(make_table(out))
         if args.output:

@@ -25,7 +25,9 @@ from lm_eval.api.task import ConfigurableTask
 METRICS_VERSION = 1
 
 METRIC_DESCRIPTIONS = {
-    "acc": "argmax of the summed continuation log-prob, unnormalised (lm-eval); for winogrande: partial scoring",
+    "acc": (
+        "argmax of the summed continuation log-prob, unnormalised (lm-eval); for winogrande: partial scoring"
+    ),
     "acc_norm": "argmax of summed log-prob / continuation length in characters (lm-eval)",
     "acc_per_token": "argmax of mean log-prob per continuation token (GPT-3 default)",
     "acc_uncond": "argmax of logP(c|ctx) - logP(c|'Answer:') (GPT-3 unconditional normalisation)",

@@ -103,7 +103,8 @@ def records(path: str, convert: Callable[[dict, str], dict]) -> list[dict]:
 def validation_rows(
     task: str, root: str, convert: Callable[[dict, str], dict], *candidates: str
 ) -> dict[str, list[dict]]:
-    """Returns {"validation": rows} from the first of ``candidates`` under ``root``; names them all when none exists."""
+    """Returns {"validation": rows} from the first of ``candidates`` under ``root``; names them all when
+    none exists."""
     path = first_existing(root, *candidates)
     if path is None:
         raise missing(task, root, " or ".join(candidates))
@@ -236,7 +237,8 @@ def _openbookqa(obj: dict, where: str) -> dict:
 
 
 def openbookqa_rows(root: str) -> dict[str, list[dict]]:
-    """Returns OpenBookQA rows: ``test`` (evaluated, as lm-eval's built-in) and ``validation`` when present."""
+    """Returns OpenBookQA rows: ``test`` (evaluated, as lm-eval's built-in) and ``validation`` when
+    present."""
     out = {}
     for split, names in (("validation", ("validation.jsonl", "dev.jsonl")), ("test", ("test.jsonl",))):
         path = first_existing(root, *(f"openbookqa/{n}" for n in names))
@@ -289,7 +291,8 @@ def read_storycloze_csv(path: str) -> list[dict]:
 
 STORYCLOZE_HELP = (
     "StoryCloze is not public: request it at https://cs.rochester.edu/nlp/rocstories/ and put the CSVs "
-    "(e.g. 'cloze_test_val__spring2016 - cloze_test_ALL_val.csv', 'cloze_test_test__spring2016 - cloze_test_ALL_test.csv', "
+    "(e.g. 'cloze_test_val__spring2016 - cloze_test_ALL_val.csv', 'cloze_test_test__spring2016 - "
+    "cloze_test_ALL_test.csv', "
     "'cloze_test_val__winter2018-cloze_test_ALL_val - 1 - 1.csv') in {root}/storycloze/, "
     "or HF-schema JSONL in {root}/storycloze/{year}/validation.jsonl and test.jsonl"
 )

@@ -27,6 +27,36 @@ def make_text(n_sentences: int = 400, seed: int = 0) -> list[str]:
     ]
 
 
+# A tiny NormFormer training run: the shared settings of the tests' TrainConfigs and `nfeval train` flags.
+TINY_RUN = {
+    "preset": "normformer-tiny",
+    "vocab_size": 300,
+    "batch_size": 2,
+    "seq_len": 32,
+    "max_steps": 8,
+    "log_interval": 1,
+    "eval_interval": 0,
+    "eval_samples": 8,
+    "peak_flops": 1e12,
+}
+
+
+def tiny_train_config(corpus: str, **changes):
+    """Returns a TrainConfig for a tiny run on ``corpus`` (no checkpoints, no progress bar) with
+    ``changes``."""
+    from nfeval.engine.train_config import TrainConfig
+
+    return TrainConfig(**{**TINY_RUN, "train_data": corpus, "ckpt_interval": 0, "progress": False, **changes})
+
+
+def tiny_train_args(corpus: str, **flags) -> list[str]:
+    """Returns ``nfeval train`` flags for a tiny run on ``corpus`` (no progress bar); ``flags``
+    (``max_steps=300``) override or add to the defaults, ``None`` drops one."""
+    given = {**TINY_RUN, "train_data": corpus, **flags}
+    argv = [x for k, v in given.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    return [*argv, "--no-progress"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
     """Points nfeval's caches (token shards, tokenizers, zero-shot results, peak FLOPs) at a temp dir."""

@@ -13,9 +13,9 @@ from nfeval.report.compare import (
     NOT_REACHED,
     compare,
     crossing,
-    format_comparison,
     interpolate,
 )
+from nfeval.report.compare_table import format_comparison
 
 CPU = {"platform": "Linux", "processor": "x86_64", "cpu_count": 2, "torch_threads": 2}
 GPU = {**CPU, "cuda_device": "NVIDIA H100", "cuda_device_count": 8}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import make_text
 
-from nfeval.engine import data
+from nfeval.engine import builtin_corpus, data
 from nfeval.engine.tokenization import special_ids, train_bpe
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -33,7 +33,7 @@ def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> Path:
 
 
 def test_default_corpus_is_deterministic_english_with_fixed_split():
-    a, b = data.default_corpus(), data.default_corpus()
+    a, b = builtin_corpus.default_corpus(), builtin_corpus.default_corpus()
     assert a.fingerprint == b.fingerprint and a.train == b.train and a.valid == b.valid
     total = sum(map(len, a.train)) + sum(map(len, a.valid))
     assert total > 300_000

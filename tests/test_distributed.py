@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_text
+from conftest import make_text, tiny_train_args
 
 from nfeval.engine import checkpoint
 
@@ -50,31 +50,7 @@ def launch(env: dict, out: Path, args: list[str], nproc: int) -> list[dict]:
 
 
 def common(corpus: str, objective: str) -> list[str]:
-    return [
-        "--preset",
-        "normformer-tiny",
-        "--train-data",
-        corpus,
-        "--vocab-size",
-        "300",
-        "--seq-len",
-        "32",
-        "--max-steps",
-        "6",
-        "--log-interval",
-        "1",
-        "--eval-interval",
-        "0",
-        "--eval-samples",
-        "8",
-        "--peak-flops",
-        "1e12",
-        "--no-progress",
-        "--objective",
-        objective,
-        "--lr",
-        "3e-3",
-    ]
+    return tiny_train_args(corpus, batch_size=None, max_steps=6, objective=objective, lr="3e-3")
 
 
 @pytest.mark.parametrize(
@@ -96,7 +72,8 @@ def test_two_processes_match_one(setup, objective, sharding):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a["loss"], b["loss"])
         assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * a["grad_norm"]
     assert one[-1]["loss"] < one[0]["loss"]
-    # Weights are not compared: Adam turns the key-bias gradient (zero in exact arithmetic) into noise-sized steps.
+    # Weights are not compared: Adam turns the key-bias gradient (zero in exact arithmetic) into noise-sized
+    # steps.
     val1, val2 = (checkpoint.load(str(root / f"{n}-{objective}")) for n in ("one", "two"))
     assert val2.meta["compute"]["steps"] == 6 and val2.config == val1.config
     vals = [

@@ -30,13 +30,16 @@ ARCHITECTURES = {
     "normformer-before-out-proj": ("normformer", {"head_scale_position": "before_out_proj"}, "nfeval"),
     "normformer-transpose-bug": ("normformer", {"head_scale_transpose_bug": True}, "nfeval"),
     "normformer-resscale-fairseq": (
-        "normformer-resscale", {"positions": "sinusoidal", "scale_embedding": True}, "nfeval"),
+        "normformer-resscale",
+        {"positions": "sinusoidal", "scale_embedding": True},
+        "nfeval",
+    ),
     "prenorm-sinusoidal": ("prenorm", {"positions": "sinusoidal"}, "nfeval"),
     "prenorm-scaled-embedding": ("prenorm", {"scale_embedding": True}, "nfeval"),
     "prenorm-no-final-norm": ("prenorm", {"final_norm": False}, "nfeval"),
     "prenorm-embedding-norm": ("prenorm", {"embedding_norm": True}, "nfeval"),
     "prenorm-relu-squared": ("prenorm", {"activation": "relu_squared"}, "nfeval"),
-}  # fmt: skip
+}
 
 
 def save_model(path, tokenizer, arch: str, seed: int = 0, **overrides) -> str:
@@ -107,8 +110,13 @@ def test_export_loads_without_nfeval(tmp_path, tiny_tokenizer):
         f"m = AutoModelForCausalLM.from_pretrained({str(tmp_path / 'hf')!r}, trust_remote_code=True)\n"
         f"torch.save(m(torch.load({str(tmp_path / 'idx.pt')!r})).logits, {str(tmp_path / 'out.pt')!r})\n"
     )
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": "", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": "",
+        "OMP_NUM_THREADS": "1",
+    }
     proc = subprocess.run(
         [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
     )
@@ -143,9 +151,18 @@ def test_lm_eval_hf_matches_nfeval_zeroshot(tmp_path, tiny_tokenizer, data_dir, 
     names = sorted(ours["results"])
     manager = zeroshot.task_manager(data_dir, names)
     nf_args = f"pretrained={src},progress=false"
-    runs = [lm_eval.simple_evaluate(model=model, model_args=args, tasks=names, task_manager=manager,
-                                    device="cpu", batch_size=4, log_samples=True)
-            for model, args in (("hf", model_args), ("nfeval", nf_args))]  # fmt: skip
+    runs = [
+        lm_eval.simple_evaluate(
+            model=model,
+            model_args=args,
+            tasks=names,
+            task_manager=manager,
+            device="cpu",
+            batch_size=4,
+            log_samples=True,
+        )
+        for model, args in (("hf", model_args), ("nfeval", nf_args))
+    ]
     theirs, nfeval_samples = runs[0], runs[1]["samples"]
     for task in names:
         shared = [k for k, v in theirs["results"][task].items() if isinstance(v, float)]

@@ -17,17 +17,31 @@ HEAD_SCALES = {  # (scale_heads, head_scale_position, head_scale_transpose_bug)
     "before": (True, "before_out_proj", False),
     "after+bug": (True, "after_out_proj", True),
 }
-ARCH_COMBOS = list(itertools.product(("pre", "post"), (False, True), HEAD_SCALES, (False, True),
-                                     ("learned", "sinusoidal")))  # fmt: skip
+ARCH_COMBOS = list(
+    itertools.product(("pre", "post"), (False, True), HEAD_SCALES, (False, True), ("learned", "sinusoidal"))
+)
 
 
 def make_model(norm="pre", normformer=True, heads="after", resids=False, positions="learned", seed=0):
     """A small random model whose every parameter (gains, norms, biases) is non-trivial."""
     scale_heads, placement, bug = HEAD_SCALES[heads]
-    cfg = ModelConfig(vocab_size=97, n_layer=2, d_model=32, n_head=4, d_ffn=64, max_seq_len=48,
-                      norm_position=norm, scale_attn=normformer, scale_fc=normformer, scale_heads=scale_heads,
-                      head_scale_position=placement, head_scale_transpose_bug=bug, scale_resids=resids,
-                      positions=positions, scale_embedding=positions == "sinusoidal")  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=97,
+        n_layer=2,
+        d_model=32,
+        n_head=4,
+        d_ffn=64,
+        max_seq_len=48,
+        norm_position=norm,
+        scale_attn=normformer,
+        scale_fc=normformer,
+        scale_heads=scale_heads,
+        head_scale_position=placement,
+        head_scale_transpose_bug=bug,
+        scale_resids=resids,
+        positions=positions,
+        scale_embedding=positions == "sinusoidal",
+    )
     torch.manual_seed(seed)
     model = Transformer(cfg).eval()
     g = torch.Generator().manual_seed(seed)

@@ -18,8 +18,10 @@ CONTEXTS = ["The cat", "A dog ran under the big red", "Question: is it good?\nAn
 
 def gen_requests(until, max_gen_toks=8, **extra):
     kwargs = {"until": until, "max_gen_toks": max_gen_toks, **extra}
-    return [Instance("generate_until", doc={}, arguments=(c, dict(kwargs)), idx=i, metadata=("t", i, 1))
-            for i, c in enumerate(CONTEXTS)]  # fmt: skip
+    return [
+        Instance("generate_until", doc={}, arguments=(c, dict(kwargs)), idx=i, metadata=("t", i, 1))
+        for i, c in enumerate(CONTEXTS)
+    ]
 
 
 def greedy_text(lm, context, n):
@@ -74,9 +76,25 @@ def test_cli_prints_and_writes_jsonl_with_provenance(tiny_clm_ckpt, tmp_path, ca
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The cat\n\nA dog ran\n", encoding="utf-8")
     out = tmp_path / "gen.jsonl"
-    argv = ["generate", "--ckpt", tiny_clm_ckpt, "--prompts", str(prompts), "--max-new-tokens", "5",
-            "--temperature", "0.8", "--top-k", "50", "--seed", "3", "--batch-size", "1",
-            "--output", str(out)]  # fmt: skip
+    argv = [
+        "generate",
+        "--ckpt",
+        tiny_clm_ckpt,
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "5",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "50",
+        "--seed",
+        "3",
+        "--batch-size",
+        "1",
+        "--output",
+        str(out),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     header, *rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
@@ -116,8 +134,12 @@ def test_cli_fairseq_checkpoint_needs_and_takes_a_tokenizer(tiny_clm_ckpt, tiny_
 
     ckpt = checkpoint.load(tiny_clm_ckpt)
     cfg = ckpt.config
-    hparams = {"decoder_attention_heads": cfg.n_head, "decoder_normalize_before": True,
-               "max_target_positions": cfg.max_seq_len, "no_scale_embedding": True}  # fmt: skip
+    hparams = {
+        "decoder_attention_heads": cfg.n_head,
+        "decoder_normalize_before": True,
+        "max_target_positions": cfg.max_seq_len,
+        "no_scale_embedding": True,
+    }
     path = tmp_path / "checkpoint_last.pt"
     torch.save({"model": to_fairseq(ckpt.model), "cfg": {"model": hparams}}, path)
     assert main(["generate", "--ckpt", str(path), "--prompt", "The cat"]) == 2

@@ -11,6 +11,7 @@ from conftest import WORDS
 from nfeval import cli
 from nfeval.engine import checkpoint
 from nfeval.engine.tokenization import special_ids
+from nfeval.glue import finetune
 from nfeval.glue import sweep as glue
 
 WORDS_NO_CAT = [w for w in WORDS if w != "cat"]
@@ -25,7 +26,8 @@ def sentence(rng: random.Random, cat: bool) -> str:
 
 
 def write_cat_tasks(root, n_train: int = 400, n_dev: int = 200):
-    """Writes learnable GLUE-format tasks: SST-2 (label = 'cat' occurs) and STS-B (score = 2.5 × #texts with 'cat')."""
+    """Writes learnable GLUE-format tasks: SST-2 (label = 'cat' occurs) and STS-B (score = 2.5 × #texts
+    with 'cat')."""
     for name, n, seed in (("train", n_train, 1), ("dev", n_dev, 2)):
         rng = random.Random(seed)
         sst = "".join(f"{sentence(rng, i % 2 == 1)} \t{i % 2}\n" for i in range(n))
@@ -34,9 +36,19 @@ def write_cat_tasks(root, n_train: int = 400, n_dev: int = 200):
         rows = []
         for i in range(n):
             a, b = i % 2 == 1, (i // 2) % 2 == 1
-            rows.append(
-                f"{i}\tg\tf\ty\t{i}\tnone\tnone\t{sentence(rng, a)}\t{sentence(rng, b)}\t{2.5 * (a + b):.3f}\n"
-            )
+            fields = [
+                i,
+                "g",
+                "f",
+                "y",
+                i,
+                "none",
+                "none",
+                sentence(rng, a),
+                sentence(rng, b),
+                f"{2.5 * (a + b):.3f}",
+            ]
+            rows.append("\t".join(map(str, fields)) + "\n")
         (root / "STS-B").mkdir(parents=True, exist_ok=True)
         (root / "STS-B" / f"{name}.tsv").write_text(
             "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
@@ -56,53 +68,53 @@ def test_encode_single_and_pair_roberta_style(tiny_tokenizer):
     ids_b = tiny_tokenizer.encode("a dog ran", add_special_tokens=False).ids
     single = glue.glue_data.Split("dev", "x", "h", ["the cat sat"], None, [0])
     pair = glue.glue_data.Split("dev", "x", "h", ["the cat sat"], ["a dog ran"], [0])
-    assert glue.encode(tiny_tokenizer, single, 64) == [[sp.bos, *ids_a, sp.eos]]
-    assert glue.encode(tiny_tokenizer, pair, 64) == [[sp.bos, *ids_a, sp.eos, sp.eos, *ids_b, sp.eos]]
+    assert finetune.encode(tiny_tokenizer, single, 64) == [[sp.bos, *ids_a, sp.eos]]
+    assert finetune.encode(tiny_tokenizer, pair, 64) == [[sp.bos, *ids_a, sp.eos, sp.eos, *ids_b, sp.eos]]
 
     long = glue.glue_data.Split("dev", "x", "h", ["the cat sat " * 20], ["a dog ran"], [0])
     assert len(ids_b) < 14
-    (out,) = glue.encode(tiny_tokenizer, long, 32)
+    (out,) = finetune.encode(tiny_tokenizer, long, 32)
     assert len(out) == 32 and out[-1 - len(ids_b) :] == [*ids_b, sp.eos]  # the short text is kept whole
     both = glue.glue_data.Split("dev", "x", "h", ["the cat sat " * 20], ["a dog ran " * 20], [0])
-    (out,) = glue.encode(tiny_tokenizer, both, 16)
+    (out,) = finetune.encode(tiny_tokenizer, both, 16)
     assert len(out) == 16 and out.index(sp.eos) == 1 + 6  # longest-first leaves 6 + 6 text tokens
-    (out,) = glue.encode(tiny_tokenizer, glue.glue_data.Split("d", "x", "h", ["cat " * 50], None, [0]), 10)
+    (out,) = finetune.encode(
+        tiny_tokenizer, glue.glue_data.Split("d", "x", "h", ["cat " * 50], None, [0]), 10
+    )
     assert len(out) == 10 and out[0] == sp.bos and out[-1] == sp.eos
 
 
 def test_length_batches_cover_everything_and_group_lengths():
     lengths = [random.Random(i).randint(1, 50) for i in range(1000)]
-    train = glue.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
+    train = finetune.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
     assert sorted(i for b in train for i in b) == list(range(1000))
     assert sorted(len(b) for b in train) == [8] + [16] * 62  # 6 full pools of 160, then 40 = 16 + 16 + 8
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in train) / len(train)
     assert spread < 10  # bucketing: a random batch of 16 would spread over ~45
-    again = glue.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
-    other = glue.length_batches(lengths, 16, torch.Generator().manual_seed(1), pool=10)
+    again = finetune.length_batches(lengths, 16, torch.Generator().manual_seed(0), pool=10)
+    other = finetune.length_batches(lengths, 16, torch.Generator().manual_seed(1), pool=10)
     assert train == again and train != other
-    evaluation = glue.length_batches(lengths, 64)
+    evaluation = finetune.length_batches(lengths, 64)
     flat = [i for b in evaluation for i in b]
     assert sorted(flat) == list(range(1000)) and [lengths[i] for i in flat] == sorted(lengths)
 
 
 def test_warmup_then_linear_decay():
-    f = glue.lr_lambda(total=100, warmup=6)
+    f = finetune.lr_lambda(total=100, warmup=6)
     assert f(0) == pytest.approx(1 / 6) and f(5) == 1.0 and f(6) == 1.0
     assert f(53) == pytest.approx(0.5) and f(100) == 0.0
-    assert glue.lr_lambda(10, 0)(0) == 1.0
+    assert finetune.lr_lambda(10, 0)(0) == 1.0
+
+
+def fast_sweep(ckpt: str, task: str, glue_dir: str, out, **recipe) -> dict:
+    """Returns the summary of a one-point sweep (lr 1e-3) of ``task`` with the FAST recipe (+ ``recipe``)."""
+    fast = glue.Recipe(**{**FAST, **recipe})
+    return glue.sweep(ckpt, [task], [1e-3], out_dir=str(out), glue_dir=glue_dir, recipe=fast, progress=False)
 
 
 def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_dir, tmp_path):
     out = tmp_path / "results"
-    summary = glue.sweep(
-        tiny_mlm_ckpt,
-        ["sst2"],
-        [1e-3],
-        out_dir=str(out),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(**FAST),
-        progress=False,
-    )
+    summary = fast_sweep(tiny_mlm_ckpt, "sst2", glue_dir, out)
     result = json.loads((out / "glue" / "sst2" / "lr=0.001" / "seed=0" / "result.json").read_text())
     assert result["metrics"]["accuracy"] >= 0.9  # chance is 0.5
     assert len(result["history"]) == 3 and result["epoch"] in (1, 2, 3)
@@ -127,28 +139,12 @@ def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_d
 
 def test_causal_lm_pools_last_token_and_learns(tiny_clm_ckpt, glue_dir, tmp_path):
     # First-token pooling would sit at chance (0.5): in a causal model <s> sees nothing after it.
-    summary = glue.sweep(
-        tiny_clm_ckpt,
-        ["sst2"],
-        [1e-3],
-        out_dir=str(tmp_path),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(**{**FAST, "epochs": 5}),
-        progress=False,
-    )
+    summary = fast_sweep(tiny_clm_ckpt, "sst2", glue_dir, tmp_path, epochs=5)
     assert summary["tasks"]["sst2"]["best"]["accuracy"] >= 0.9
 
 
 def test_stsb_regression_learns_correlation(tiny_mlm_ckpt, glue_dir, tmp_path):
-    summary = glue.sweep(
-        tiny_mlm_ckpt,
-        ["stsb"],
-        [1e-3],
-        out_dir=str(tmp_path),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(**FAST),
-        progress=False,
-    )
+    summary = fast_sweep(tiny_mlm_ckpt, "stsb", glue_dir, tmp_path)
     best = summary["tasks"]["stsb"]["best"]
     assert best["pearson"] > 0.5 and best["spearman"] > 0.5
     assert summary["tasks"]["stsb"]["score"] == pytest.approx((best["pearson"] + best["spearman"]) / 2)
@@ -197,18 +193,18 @@ def test_point_killed_mid_training_resumes_from_its_last_epoch(
     args = dict(out_dir=None, glue_dir=glue_dir, recipe=recipe, progress=False)
     whole = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "whole")})
 
-    real_save = glue._save_state
+    real_save = finetune._save_state
 
     def save_then_die(path, state):
         real_save(path, state)
         raise KeyboardInterrupt  # killed right after its first epoch
 
-    monkeypatch.setattr(glue, "_save_state", save_then_die)
+    monkeypatch.setattr(finetune, "_save_state", save_then_die)
     point = tmp_path / "cut" / "glue" / "sst2" / "lr=0.001" / "seed=0"
     with pytest.raises(KeyboardInterrupt):
         glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "cut")})
     assert (point / "state.pt").exists() and not (point / "result.json").exists()
-    monkeypatch.setattr(glue, "_save_state", real_save)
+    monkeypatch.setattr(finetune, "_save_state", real_save)
     resumed = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "cut")})
     assert not (point / "state.pt").exists()
 
@@ -222,25 +218,14 @@ def test_point_killed_mid_training_resumes_from_its_last_epoch(
 
 
 def test_rerun_with_another_recipe_is_refused(tiny_mlm_ckpt, glue_dir, tmp_path):
-    glue.sweep(
-        tiny_mlm_ckpt,
-        ["sst2"],
-        [1e-3],
-        out_dir=str(tmp_path),
-        glue_dir=glue_dir,
-        recipe=glue.Recipe(epochs=1),
-        progress=False,
-    )
+    def sweep(epochs: int) -> dict:
+        recipe = glue.Recipe(epochs=epochs)
+        kw = {"out_dir": str(tmp_path), "glue_dir": glue_dir, "recipe": recipe, "progress": False}
+        return glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
+
+    sweep(epochs=1)
     with pytest.raises(ValueError, match=r"seed=0/result\.json: written for a different recipe"):
-        glue.sweep(
-            tiny_mlm_ckpt,
-            ["sst2"],
-            [1e-3],
-            out_dir=str(tmp_path),
-            glue_dir=glue_dir,
-            recipe=glue.Recipe(epochs=2),
-            progress=False,
-        )
+        sweep(epochs=2)
 
 
 def test_cli_bad_input_fails_before_training(tiny_mlm_ckpt, glue_dir, tmp_path, capsys):

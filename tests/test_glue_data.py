@@ -36,7 +36,8 @@ FILES = {
     (
         "QQP",
         "train.tsv",
-    ): "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\tWhy?\tHow?\t0\n1\t3\t4\tWho?\tWho is?\t1\n",
+    ): "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\tWhy?\tHow?\t0\n1\t3\t4\tWho?\tWho "
+    "is?\t1\n",
     ("QQP", "dev.tsv"): "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n2\t5\t6\tWhat?\tWhat is?\t1\n",
     ("QNLI", "train.tsv"): "index\tquestion\tsentence\tlabel\n0\tWho?\tHe did.\tentailment\n",
     ("QNLI", "dev.tsv"): "index\tquestion\tsentence\tlabel\n0\tWhen?\tNobody.\tnot_entailment\n",
@@ -170,9 +171,10 @@ def test_missing_files_and_unknown_task(tmp_path):
 def test_hub_columns_map_to_the_same_splits(monkeypatch):
     def fake_load_dataset(path, name):
         assert (path, name) == ("nyu-mll/glue", "mnli")
-        split = lambda n, lab: datasets.Dataset.from_dict(
-            {"premise": ["P"] * n, "hypothesis": ["H"] * n, "label": lab}
-        )
+
+        def split(n, lab):
+            return datasets.Dataset.from_dict({"premise": ["P"] * n, "hypothesis": ["H"] * n, "label": lab})
+
         return datasets.DatasetDict(
             train=split(2, [0, 2]),
             validation_matched=split(1, [1]),
@@ -187,10 +189,12 @@ def test_hub_columns_map_to_the_same_splits(monkeypatch):
 
 
 def test_hub_bad_label_and_offline(monkeypatch):
-    bad = lambda path, name: datasets.DatasetDict(
-        train=datasets.Dataset.from_dict({"sentence1": ["a"], "sentence2": ["b"], "label": [5]}),
-        validation=datasets.Dataset.from_dict({"sentence1": ["a"], "sentence2": ["b"], "label": [0]}),
-    )
+    def bad(path, name):
+        return datasets.DatasetDict(
+            train=datasets.Dataset.from_dict({"sentence1": ["a"], "sentence2": ["b"], "label": [5]}),
+            validation=datasets.Dataset.from_dict({"sentence1": ["a"], "sentence2": ["b"], "label": [0]}),
+        )
+
     monkeypatch.setattr(datasets, "load_dataset", bad)
     with pytest.raises(ValueError, match="nyu-mll/glue/rte split train row 0: unknown label 5"):
         glue_data.load("rte", None)

@@ -11,13 +11,9 @@ import pytest
 from matplotlib.image import imread
 
 from nfeval.cli import main
-from nfeval.report.leaderboard import (
-    build,
-    load_reference,
-    nearest_by_size,
-    render_csv,
-    render_markdown,
-)
+from nfeval.report.leaderboard import build
+from nfeval.report.leaderboard_read import load_reference, nearest_by_size
+from nfeval.report.leaderboard_render import render_csv, render_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -134,19 +130,44 @@ def test_gpt3_reference_file_matches_the_issue_table():
 def test_markdown_for_fixed_results_equals_expected_text(files):
     a, b, g = files
     board = build([a, b, g], reference="gpt3")
+    zeroshot_header = (
+        "| Model | Params | Arch | Tokens | FLOPs | Device-h | HellaSwag (acc_per_token) | PIQA"
+        " (acc_per_token) | WinoGrande (acc) | StoryCloze (acc_per_token) | OpenBookQA (acc_uncond) |"
+        " Avg |"
+    )
+    zeroshot_note = (
+        "- Accuracy in percent; each column names its lm-eval metric (acc_per_token: GPT-3's per-token"
+        " length normalisation; acc_uncond: its unconditional normalisation; acc: unnormalised, which"
+        " for WinoGrande is GPT-3's partial scoring). –: not evaluated. Avg: mean of HellaSwag, PIQA,"
+        " WinoGrande, StoryCloze, OpenBookQA; – unless all five are present."
+    )
+    gpt3_note = (
+        "- GPT-3 rows: Brown et al. 2020, Language Models are Few-Shot Learners, Table H.1 (zero-shot),"
+        " the sizes nearest ours. Each reference number sits under the column whose metric follows the"
+        " same convention: HellaSwag dev (per-token length normalisation: acc_per_token); PIQA dev"
+        " (per-token length normalisation: acc_per_token); WinoGrande dev (partial scoring: acc);"
+        " StoryCloze test (per-token length normalisation: acc_per_token); OpenBookQA test"
+        " (unconditional normalisation: acc_uncond)."
+    )
+    glue_note = (
+        "- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column names"
+        " its metric. –: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean"
+        " of a task's metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and"
+        " mismatched); – unless every task shown is present."
+    )
     expected = f"""# Leaderboard
 
 ## Zero-shot
 
-| Model | Params | Arch | Tokens | FLOPs | Device-h | HellaSwag (acc_per_token) | PIQA (acc_per_token) | WinoGrande (acc) | StoryCloze (acc_per_token) | OpenBookQA (acc_uncond) | Avg |
+{zeroshot_header}
 |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 | nf-125M | 124M | normformer | 300M | 2.2e17 | 1.5 | 31.2 | 62.5 | 51.0 | 62.0 | 35.0 | 48.4 |
 | pre-125M | 125M | normformer | 310M | 2.1e17 | 1.45 | 31.2 | 62.5 | 51.0 | 62.0 | – | – |
 | *reference: GPT-3* |  |  |  |  |  |  |  |  |  |  |  |
 | GPT-3 Small 125M | 125M | GPT-3 | 300B | – | – | 33.7 | 64.6 | 52.0 | 63.3 | 35.6 | 49.8 |
 
-- Accuracy in percent; each column names its lm-eval metric (acc_per_token: GPT-3's per-token length normalisation; acc_uncond: its unconditional normalisation; acc: unnormalised, which for WinoGrande is GPT-3's partial scoring). –: not evaluated. Avg: mean of HellaSwag, PIQA, WinoGrande, StoryCloze, OpenBookQA; – unless all five are present.
-- GPT-3 rows: Brown et al. 2020, Language Models are Few-Shot Learners, Table H.1 (zero-shot), the sizes nearest ours. Each reference number sits under the column whose metric follows the same convention: HellaSwag dev (per-token length normalisation: acc_per_token); PIQA dev (per-token length normalisation: acc_per_token); WinoGrande dev (partial scoring: acc); StoryCloze test (per-token length normalisation: acc_per_token); OpenBookQA test (unconditional normalisation: acc_uncond).
+{zeroshot_note}
+{gpt3_note}
 
 ## GLUE
 
@@ -154,7 +175,7 @@ def test_markdown_for_fixed_results_equals_expected_text(files):
 |---|---:|---|---:|---:|---:|---:|---:|---:|
 | mlm-355M | 355M | prenorm | 1B | 3e18 | 12 | 50.0 | 85.0 | 66.2 |
 
-- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column names its metric. –: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean of a task's metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and mismatched); – unless every task shown is present.
+{glue_note}
 
 ## Sources
 

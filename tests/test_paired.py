@@ -84,23 +84,8 @@ def test_unpaired_results_are_refused(tmp_path, capsys):
 def test_leaderboard_marks_a_significant_difference_only(synthetic, tmp_path):
     paths = [synthetic[n] for n in ("base", "strong", "null")]
     md, csv_path = tmp_path / "board.md", tmp_path / "board.csv"
-    assert (
-        main(
-            [
-                "leaderboard",
-                *paths,
-                "--metric",
-                "acc",
-                "--baseline",
-                "base",
-                "--resamples",
-                "2000",
-                "--out",
-                str(md),
-            ]
-        )
-        == 0
-    )
+    board_argv = ["leaderboard", *paths, "--metric", "acc", "--baseline", "base"]
+    assert main([*board_argv, "--resamples", "2000", "--output", str(md)]) == 0
     lines = md.read_text().splitlines()
     table, section = (
         lines[: lines.index("## Paired differences vs base")],
@@ -111,23 +96,7 @@ def test_leaderboard_marks_a_significant_difference_only(synthetic, tmp_path):
     assert not any("†" in cell for name in ("base", "null") for cell in row[name])
     paired_rows = {line.split("|")[1].strip(): line for line in section if line.startswith("| ")}
     assert "†" in paired_rows["strong"] and "†" not in paired_rows["null"] and "base" not in paired_rows
-    assert (
-        main(
-            [
-                "leaderboard",
-                *paths,
-                "--metric",
-                "acc",
-                "--baseline",
-                "base",
-                "--resamples",
-                "500",
-                "--out",
-                str(csv_path),
-            ]
-        )
-        == 0
-    )
+    assert main([*board_argv, "--resamples", "500", "--output", str(csv_path)]) == 0
     header, *rows = csv_path.read_text().splitlines()
     assert "piqa/acc/diff" in header and "piqa/acc/mcnemar_p" in header
     with pytest.raises(ValueError, match="--baseline nobody"):

@@ -80,6 +80,31 @@ def test_internal_error_shows_traceback_user_error_one_line(tmp_path, monkeypatc
         cli.main(["info", str(tmp_path / "nowhere")])
 
 
+def test_cli_process_internal_error_traceback_bad_input_one_line_exit_2(tmp_path):
+    """The real process, as a user sees it: a bug prints its traceback (exit 1); bad input prints one line
+    naming the problem (exit 2) and no traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "NFEVAL_TRACEBACK": ""}
+    bug = (
+        "import sys, nfeval.info as info\n"
+        "def describe(*a, **k):\n    raise ValueError('an internal bug')\n"
+        "info.describe = describe\n"
+        "from nfeval.cli import main\n"
+        "sys.exit(main(['info', 'normformer-tiny']))\n"
+    )
+    internal = subprocess.run([sys.executable, "-c", bug], env=env, capture_output=True, text=True)
+    assert internal.returncode == 1
+    assert "Traceback (most recent call last)" in internal.stderr
+    assert internal.stderr.rstrip().endswith("ValueError: an internal bug")
+
+    missing = str(tmp_path / "nowhere")
+    bad = subprocess.run(
+        [sys.executable, "-m", "nfeval", "info", missing], env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("nfeval info: error: ")
+    assert missing in bad.stderr
+
+
 def test_corrupt_json_same_class_and_shape_everywhere(ckpt, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"max_steps": 1,\n  oops}', encoding="utf-8")
@@ -181,8 +206,12 @@ def _probe_cases(ckpt, tmp_path):
     weights = trunc / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     yield ["zeroshot", "--ckpt", str(trunc), "--tasks", "piqa"], f"{weights}: truncated or corrupt"
-    probes = [("n_head", "four", "n_head='four'"), ("n_layer", "2", "n_layer='2'"),
-              ("dropout", None, "dropout=None"), ("d_model", ..., "['d_model']")]  # fmt: skip
+    probes = [
+        ("n_head", "four", "n_head='four'"),
+        ("n_layer", "2", "n_layer='2'"),
+        ("dropout", None, "dropout=None"),
+        ("d_model", ..., "['d_model']"),
+    ]
     for field, value, shown in probes:
         bad = shutil.copytree(ckpt, tmp_path / f"bad_{field}")
         edit_config(bad, **{field: value})
@@ -230,7 +259,9 @@ def test_corrupt_zeroshot_cache_is_named_and_recomputed(tiny_clm_ckpt, tmp_path,
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
     first = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
-    (entry,) = [p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")]
+    (entry,) = [
+        p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")
+    ]
     entry.write_text("{not json", encoding="utf-8")
     logged = []
     again = zeroshot.evaluate(
@@ -321,14 +352,16 @@ def test_atomic_writes_respect_the_umask(tmp_path):
 
 
 def test_point_lock_is_exclusive_and_dies_with_its_process(tmp_path):
-    from nfeval.glue.sweep import claim_and_run, point_lock
+    from nfeval.glue.points import claim_and_run, point_lock
 
     d = str(tmp_path / "point")
     with point_lock(d) as held:
         assert held
         assert claim_and_run(d, {}, wait=False, run=lambda: pytest.fail("ran a held point")) is None
-    code = "import sys, time; from nfeval.glue.sweep import point_lock\n" \
-           "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"  # fmt: skip
+    code = (
+        "import sys, time; from nfeval.glue.points import point_lock\n"
+        "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"
+    )
     env = {**os.environ, "PYTHONPATH": ROOT}
     holder = subprocess.Popen([sys.executable, "-c", code, d], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -347,8 +380,13 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
     from nfeval.glue.sweep import Recipe, sweep
 
     glue_dir = write_cat_tasks(tmp_path / "glue_data", n_train=16, n_dev=8)
-    kw = dict(out_dir=str(tmp_path / "out"), glue_dir=glue_dir, recipe=Recipe(epochs=1, max_len=32),
-              device="cpu", progress=False)  # fmt: skip
+    kw = dict(
+        out_dir=str(tmp_path / "out"),
+        glue_dir=glue_dir,
+        recipe=Recipe(epochs=1, max_len=32),
+        device="cpu",
+        progress=False,
+    )
     sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
     second = sweep(tiny_mlm_ckpt, ["sst2"], [2e-3], **kw)  # another grid into the same folder
     assert set(second["tasks"]["sst2"]["per_lr"]) == {"0.001", "0.002"}
@@ -357,7 +395,7 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
 def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
     import queue
 
-    from nfeval.glue import sweep
+    from nfeval.glue import pool
 
     chosen = []
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(str(d)))
@@ -366,9 +404,9 @@ def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
         for device in ("cuda:1", "cpu"):
             devices = queue.Queue()
             devices.put(device)
-            sweep._init_worker(devices, 1, trust_checkpoint=False)
-            assert sweep._WORKER["device"] == device and torch.get_num_threads() == 1
+            pool._init_worker(devices, 1, trust_checkpoint=False)
+            assert pool._WORKER["device"] == device and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(old)
-        sweep._WORKER.clear()
+        pool._WORKER.clear()
     assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_text
+from conftest import make_text, tiny_train_args
 
 from nfeval import cli
 from nfeval.engine import checkpoint, rundir
@@ -35,34 +35,7 @@ def env(tmp_path_factory) -> dict:
 
 
 def args(corpus: str, *extra: str) -> list[str]:
-    return [
-        "--preset",
-        "normformer-tiny",
-        "--train-data",
-        corpus,
-        "--vocab-size",
-        "300",
-        "--batch-size",
-        "2",
-        "--seq-len",
-        "32",
-        "--max-steps",
-        "8",
-        "--log-interval",
-        "1",
-        "--eval-interval",
-        "0",
-        "--eval-samples",
-        "8",
-        "--ckpt-interval",
-        "3",
-        "--peak-flops",
-        "1e12",
-        "--no-progress",
-        "--set",
-        "dropout=0.1",
-        *extra,
-    ]
+    return [*tiny_train_args(corpus, ckpt_interval=3), "--set", "dropout=0.1", *extra]
 
 
 def nfeval_train(env: dict, out: Path, argv: list[str], crash_at: str | None = None):

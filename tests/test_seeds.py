@@ -19,8 +19,12 @@ def seed_runs(tmp_path):
         make_run(
             tmp_path, f"pre-s{i}", [(10, 100, 40.0), (20, 200, 30.0), (30, 300, 25.0), (40, 400, 20.0 + i)]
         )
-        make_run(tmp_path, f"norm-s{i}", [(10, 100, 30.0), (step, flops, 20.0 + i), (40, 400, 15.0)],
-                 arch="normformer")  # fmt: skip
+        make_run(
+            tmp_path,
+            f"norm-s{i}",
+            [(10, 100, 30.0), (step, flops, 20.0 + i), (40, 400, 15.0)],
+            arch="normformer",
+        )
     return tmp_path
 
 

@@ -1,8 +1,8 @@
-"""The training engine (nfeval.engine.train): budgets, schedule, run dir, resume after kill -9, NaN stop, errors."""
+"""The training engine (nfeval.engine.train): budgets, schedule, run dir, resume after kill -9, NaN stop,
+errors."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_text
+from conftest import make_text, tiny_train_args, tiny_train_config
 
 from nfeval import cli
 from nfeval.engine import checkpoint
@@ -44,21 +44,7 @@ def cache(tmp_path_factory, monkeypatch):
 
 
 def tiny(corpus: str, **changes) -> TrainConfig:
-    base = TrainConfig(
-        preset="normformer-tiny",
-        train_data=corpus,
-        vocab_size=300,
-        batch_size=2,
-        seq_len=32,
-        max_steps=6,
-        log_interval=1,
-        eval_interval=0,
-        eval_samples=8,
-        ckpt_interval=0,
-        peak_flops=1e12,
-        progress=False,
-    )
-    return dataclasses.replace(base, **changes)
+    return tiny_train_config(corpus, **{"max_steps": 6, **changes})
 
 
 def metrics(run: Path, kind: str = "train") -> list[dict]:
@@ -158,33 +144,7 @@ def test_mlm_and_bf16(corpus, tmp_path):
 
 
 def test_resume_after_kill_9_is_bitwise(corpus, tmp_path):
-    args = [
-        "--preset",
-        "normformer-tiny",
-        "--train-data",
-        corpus,
-        "--vocab-size",
-        "300",
-        "--batch-size",
-        "2",
-        "--seq-len",
-        "32",
-        "--max-steps",
-        "300",
-        "--log-interval",
-        "1",
-        "--eval-interval",
-        "0",
-        "--eval-samples",
-        "8",
-        "--ckpt-interval",
-        "20",
-        "--peak-flops",
-        "1e12",
-        "--no-progress",
-        "--set",
-        "dropout=0.1",
-    ]
+    args = [*tiny_train_args(corpus, max_steps=300, ckpt_interval=20), "--set", "dropout=0.1"]
     run = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(

@@ -7,7 +7,7 @@ import math
 import os
 
 import pytest
-from conftest import make_text
+from conftest import make_text, tiny_train_config
 
 from nfeval import cli, tune, tune_results
 from nfeval.engine.train import TrainConfig
@@ -86,19 +86,7 @@ def corpus(tmp_path_factory) -> str:
 
 
 def base_config(corpus: str, **changes) -> TrainConfig:
-    fields = dict(
-        train_data=corpus,
-        vocab_size=300,
-        batch_size=2,
-        seq_len=32,
-        eval_samples=8,
-        log_interval=0,
-        eval_interval=0,
-        ckpt_interval=0,
-        peak_flops=1e12,
-        progress=False,
-    )
-    return TrainConfig(**{**fields, **changes})
+    return tiny_train_config(corpus, **{"max_steps": None, "log_interval": 0, **changes})
 
 
 def test_a_killed_tune_resumes_without_redoing_finished_points(corpus, tmp_path, monkeypatch):
@@ -225,7 +213,8 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
 def test_compare_shows_each_runs_lr_and_warns_when_only_one_side_is_tuned(tmp_path):
     from test_compare import make_run
 
-    from nfeval.report.compare import compare, format_comparison
+    from nfeval.report.compare import compare
+    from nfeval.report.compare_table import format_comparison
 
     record = {"file": "/x/tune.json", "points": 10, "budget": "steps=2000", "lr": 3e-3}
     base = make_run(tmp_path, "base", [(10, 100, 40.0), (20, 200, 30.0)])
@@ -245,7 +234,8 @@ def test_compare_shows_each_runs_lr_and_warns_when_only_one_side_is_tuned(tmp_pa
 def test_leaderboard_sources_name_each_models_lr(tmp_path):
     from test_leaderboard import FULL, zeroshot_file
 
-    from nfeval.report.leaderboard import build, render_markdown
+    from nfeval.report.leaderboard import build
+    from nfeval.report.leaderboard_render import render_markdown
 
     record = {"points": 8, "budget": "steps=2000"}
     files = []

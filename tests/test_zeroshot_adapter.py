@@ -20,8 +20,15 @@ def build_hf_gpt2(path, seed: int = 0) -> str:
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
     )
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=2,
-                     bos_token_id=0, eos_token_id=2)  # fmt: skip
+    cfg = GPT2Config(
+        vocab_size=tok.get_vocab_size(),
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
     GPT2LMHeadModel(cfg).save_pretrained(str(path))
     hf_tok.save_pretrained(str(path))
     return str(path)
@@ -75,8 +82,11 @@ def test_hf_model_scores_equal_hflm(hf_dir):
 
     # token-level requests whose continuations are greedy, so the greedy flag is really compared
     ctx = ref.tok_encode("The dog sat on the")
-    token_reqs = [(("", ""), ctx, greedy_continuation(ref.model, ctx, 3)), (("", ""), ctx, [5, 6, 7]),
-                  (("", ""), ctx[:2], greedy_continuation(ref.model, ctx[:2], 1))]  # fmt: skip
+    token_reqs = [
+        (("", ""), ctx, greedy_continuation(ref.model, ctx, 3)),
+        (("", ""), ctx, [5, 6, 7]),
+        (("", ""), ctx[:2], greedy_continuation(ref.model, ctx[:2], 1)),
+    ]
     want = ref._loglikelihood_tokens(token_reqs, disable_tqdm=True)
     got = ours._loglikelihood_tokens(token_reqs, disable_tqdm=True)
     assert [g for _, g in want] == [True, False, True] == [g for _, g in got]
@@ -120,8 +130,13 @@ def test_scores_do_not_depend_on_batching(tiny_clm_ckpt):
 
 def test_generate_until_stops_at_stop_sequence(tiny_clm_ckpt):
     lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", progress=False)
-    req = Instance("generate_until", doc={}, arguments=("The cat", {"until": ["."], "max_gen_toks": 5}), idx=0,
-                   metadata=("t", 0, 1))  # fmt: skip
+    req = Instance(
+        "generate_until",
+        doc={},
+        arguments=("The cat", {"until": ["."], "max_gen_toks": 5}),
+        idx=0,
+        metadata=("t", 0, 1),
+    )
     (text,) = lm.generate_until([req], disable_tqdm=True)
     assert isinstance(text, str) and "." not in text
 

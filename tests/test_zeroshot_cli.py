@@ -33,16 +33,20 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+def zeroshot_cli(ckpt: str, data_dir, out, *tasks: str) -> int:
+    """Runs ``nfeval zeroshot`` on CPU over local data, writing ``out``; returns the exit status."""
+    argv = ["zeroshot", "--ckpt", ckpt, "--data-dir", str(data_dir), "--tasks", *tasks]
+    return cli_main([*argv, "--output", str(out), "--device", "cpu"])
+
+
 def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, capsys):
     out = tmp_path / "zs.json"
-    rc = cli_main(["zeroshot", "--ckpt", tiny_clm_ckpt, "--data-dir", data_dir, "--tasks", "piqa,openbookqa",
-                   "winogrande", "storycloze_2016", "--output", str(out), "--device", "cpu"])  # fmt: skip
+    rc = zeroshot_cli(tiny_clm_ckpt, data_dir, out, "piqa,openbookqa", "winogrande", "storycloze_2016")
     assert rc == 0
     printed = capsys.readouterr()
     assert "piqa_local" in printed.out and "acc_per_token" in printed.out and "stderr" in printed.out
-    assert (
-        "storycloze" in printed.err and "storycloze/" in printed.err
-    )  # skipped, with where to put the files
+    # skipped, with where to put the files
+    assert "storycloze" in printed.err and "storycloze/" in printed.err
     res = json.loads(out.read_text())
     assert set(res["results"]) == {"piqa_local", "openbookqa_local", "winogrande_local"}
     for key in ("acc,none", "acc_norm,none", "acc_per_token,none"):
@@ -87,8 +91,9 @@ def test_folded_and_unfolded_give_identical_task_results(tiny_clm_ckpt, data_dir
     results = []
     for fold in (True, False):
         lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", fold_head_scale=fold, progress=False)
-        out = lm_eval.simple_evaluate(model=lm, tasks=["piqa_local", "openbookqa_local"], task_manager=manager,
-                                      log_samples=True)  # fmt: skip
+        out = lm_eval.simple_evaluate(
+            model=lm, tasks=["piqa_local", "openbookqa_local"], task_manager=manager, log_samples=True
+        )
         results.append((out["results"], [s["filtered_resps"] for s in out["samples"]["piqa_local"]]))
     (res_a, resps_a), (res_b, resps_b) = results
     assert res_a == res_b
@@ -102,8 +107,7 @@ def test_bad_local_data_fails_before_writing(tiny_clm_ckpt, tmp_path, capsys):
     with open(bad, "a") as f:
         f.write('{"goal": "x", "sol1": "a", "sol2": "b", "label": 7}\n')
     out = tmp_path / "zs.json"
-    rc = cli_main(["zeroshot", "--ckpt", tiny_clm_ckpt, "--data-dir", str(tmp_path / "data"), "--tasks", "piqa",
-                   "--output", str(out), "--device", "cpu"])  # fmt: skip
+    rc = zeroshot_cli(tiny_clm_ckpt, tmp_path / "data", out, "piqa")
     err = capsys.readouterr().err
     assert rc == 2 and f"{bad}:3" in err and "'label'" in err
     assert not out.exists() and not (tmp_path / "cache").exists()
@@ -111,8 +115,23 @@ def test_bad_local_data_fails_before_writing(tiny_clm_ckpt, tmp_path, capsys):
 
 def test_lm_eval_cli_runs_the_nfeval_model(tiny_clm_ckpt, data_dir, tmp_path):
     out = tmp_path / "lm_eval_out"
-    rc = cli_main(["lm-eval", "--model", "nfeval", "--model_args", f"pretrained={tiny_clm_ckpt},progress=false",
-                   "--tasks", "piqa_local", "--data-dir", data_dir, "--device", "cpu", "--output_path", str(out)])  # fmt: skip
+    rc = cli_main(
+        [
+            "lm-eval",
+            "--model",
+            "nfeval",
+            "--model_args",
+            f"pretrained={tiny_clm_ckpt},progress=false",
+            "--tasks",
+            "piqa_local",
+            "--data-dir",
+            data_dir,
+            "--device",
+            "cpu",
+            "--output_path",
+            str(out),
+        ]
+    )
     assert rc == 0
     (result_file,) = list(out.rglob("results_*.json"))
     assert 0.0 <= json.loads(result_file.read_text())["results"]["piqa_local"]["acc,none"] <= 1.0
@@ -123,9 +142,30 @@ def test_torchrun_two_ranks_equal_one(tiny_clm_ckpt, data_dir, tmp_path):
         tiny_clm_ckpt, tasks=["piqa", "openbookqa"], data_dir=data_dir, device="cpu", use_cache=False
     )
     out = tmp_path / "dp.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
-           "-m", "nfeval", "zeroshot", "--ckpt", tiny_clm_ckpt, "--data-dir", data_dir, "--tasks", "piqa", "openbookqa",
-           "--device", "cpu", "--no-cache", "--output", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29533",
+        "-m",
+        "nfeval",
+        "zeroshot",
+        "--ckpt",
+        tiny_clm_ckpt,
+        "--data-dir",
+        data_dir,
+        "--tasks",
+        "piqa",
+        "openbookqa",
+        "--device",
+        "cpu",
+        "--no-cache",
+        "--output",
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

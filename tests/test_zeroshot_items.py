@@ -21,16 +21,16 @@ def data_dir(tmp_path_factory):
     return str(root)
 
 
+def score_three(ckpt: str, data_dir: str, output) -> dict:
+    """Returns zero-shot results on piqa, openbookqa and winogrande (CPU), written to ``output``."""
+    three = ["piqa", "openbookqa", "winogrande"]
+    return zeroshot.evaluate(ckpt, tasks=three, data_dir=data_dir, output=str(output), device="cpu")
+
+
 def test_sidecar_written_and_kept_by_a_cached_rerun(tiny_clm_ckpt, data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     first = tmp_path / "a.json"
-    res = zeroshot.evaluate(
-        tiny_clm_ckpt,
-        tasks=["piqa", "openbookqa", "winogrande"],
-        data_dir=data_dir,
-        output=str(first),
-        device="cpu",
-    )
+    res = score_three(tiny_clm_ckpt, data_dir, first)
     items = json.loads((tmp_path / "a.items.json").read_text())
     assert items["nfeval"]["model"]["fingerprint"] == res["nfeval"]["model"]["fingerprint"]
     tasks = items["tasks"]
@@ -48,13 +48,7 @@ def test_sidecar_written_and_kept_by_a_cached_rerun(tiny_clm_ckpt, data_dir, tmp
             assert [float(c == g) for c, g in zip(metric["chosen"], record["gold"])] == metric["value"]
 
     again = tmp_path / "b.json"
-    rerun = zeroshot.evaluate(
-        tiny_clm_ckpt,
-        tasks=["piqa", "openbookqa", "winogrande"],
-        data_dir=data_dir,
-        output=str(again),
-        device="cpu",
-    )
+    rerun = score_three(tiny_clm_ckpt, data_dir, again)
     assert sorted(rerun["nfeval"]["cached_tasks"]) == sorted(tasks)
     assert zeroshot_items.read_sidecar(str(again)) == tasks
 

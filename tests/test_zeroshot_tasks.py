@@ -24,32 +24,82 @@ DOCS = {
         {"goal": "Open a jar", "sol1": "twist the lid", "sol2": "bite the glass", "label": 1},
     ],
     "hellaswag": [
-        {"ind": 4, "activity_label": "Washing dogs", "ctx_a": "A man is washing a dog in a tub.", "ctx_b": "the dog",
-         "ctx": "A man is washing a dog in a tub. the dog", "endings": ["shakes off the water.", "eats [title] a car.",
-         "flies away.", "sings  loudly."], "source_id": "x", "split": "val", "split_type": "indomain", "label": "0"},
-        {"ind": 9, "activity_label": "Home", "ctx_a": "[header] How to cook rice [step] Rinse it.", "ctx_b": "",
-         "ctx": "[header] How to cook rice [step] Rinse it.", "endings": ["Boil it.", "Paint it.", "Sell it.", "Drop it."],
-         "source_id": "y", "split": "val", "split_type": "zeroshot", "label": "3"},
+        {
+            "ind": 4,
+            "activity_label": "Washing dogs",
+            "ctx_a": "A man is washing a dog in a tub.",
+            "ctx_b": "the dog",
+            "ctx": "A man is washing a dog in a tub. the dog",
+            "endings": ["shakes off the water.", "eats [title] a car.", "flies away.", "sings  loudly."],
+            "source_id": "x",
+            "split": "val",
+            "split_type": "indomain",
+            "label": "0",
+        },
+        {
+            "ind": 9,
+            "activity_label": "Home",
+            "ctx_a": "[header] How to cook rice [step] Rinse it.",
+            "ctx_b": "",
+            "ctx": "[header] How to cook rice [step] Rinse it.",
+            "endings": ["Boil it.", "Paint it.", "Sell it.", "Drop it."],
+            "source_id": "y",
+            "split": "val",
+            "split_type": "zeroshot",
+            "label": "3",
+        },
     ],
     "winogrande": [
-        {"sentence": "The cup did not fit in the box because _ was too big.", "option1": "the cup", "option2": "the box", "answer": "1"},
-        {"sentence": "Anna helped Maria since _'s car broke.", "option1": "Anna", "option2": "Maria", "answer": "2"},
+        {
+            "sentence": "The cup did not fit in the box because _ was too big.",
+            "option1": "the cup",
+            "option2": "the box",
+            "answer": "1",
+        },
+        {
+            "sentence": "Anna helped Maria since _'s car broke.",
+            "option1": "Anna",
+            "option2": "Maria",
+            "answer": "2",
+        },
     ],
     "openbookqa": [
-        {"id": "7-1", "question_stem": "The sun is a", "choices": {"text": ["star", "planet", "moon", "rock"],
-         "label": ["A", "B", "C", "D"]}, "answerKey": "A"},
-        {"id": "7-2", "question_stem": "Water freezes at", "choices": {"text": ["zero C", "fifty C", "ten C", "ninety C"],
-         "label": ["A", "B", "C", "D"]}, "answerKey": "A"},
+        {
+            "id": "7-1",
+            "question_stem": "The sun is a",
+            "choices": {"text": ["star", "planet", "moon", "rock"], "label": ["A", "B", "C", "D"]},
+            "answerKey": "A",
+        },
+        {
+            "id": "7-2",
+            "question_stem": "Water freezes at",
+            "choices": {"text": ["zero C", "fifty C", "ten C", "ninety C"], "label": ["A", "B", "C", "D"]},
+            "answerKey": "A",
+        },
     ],
     "storycloze": [
-        {"story_id": "s1", "input_sentence_1": "Tom was hungry.", "input_sentence_2": "He opened the fridge.",
-         "input_sentence_3": "It was empty.", "input_sentence_4": "He went to the store.",
-         "sentence_quiz1": "He bought food.", "sentence_quiz2": "He flew to Mars.", "answer_right_ending": 1},
-        {"story_id": "s2", "input_sentence_1": "Ann ran.", "input_sentence_2": "She was late.",
-         "input_sentence_3": "The bus left.", "input_sentence_4": "She waited.",
-         "sentence_quiz1": "She ate a bus.", "sentence_quiz2": "She took the next bus.", "answer_right_ending": 2},
+        {
+            "story_id": "s1",
+            "input_sentence_1": "Tom was hungry.",
+            "input_sentence_2": "He opened the fridge.",
+            "input_sentence_3": "It was empty.",
+            "input_sentence_4": "He went to the store.",
+            "sentence_quiz1": "He bought food.",
+            "sentence_quiz2": "He flew to Mars.",
+            "answer_right_ending": 1,
+        },
+        {
+            "story_id": "s2",
+            "input_sentence_1": "Ann ran.",
+            "input_sentence_2": "She was late.",
+            "input_sentence_3": "The bus left.",
+            "input_sentence_4": "She waited.",
+            "sentence_quiz1": "She ate a bus.",
+            "sentence_quiz2": "She took the next bus.",
+            "answer_right_ending": 2,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def write_jsonl(path: Path, rows) -> str:
@@ -149,23 +199,60 @@ def test_official_formats_load_as_the_hf_schema(tmp_path, data_dir):
     write_jsonl(
         root / "winogrande" / "dev.jsonl", [{"qID": str(i), **d} for i, d in enumerate(DOCS["winogrande"])]
     )
-    write_jsonl(root / "openbookqa" / "test.jsonl", [
-        {"id": d["id"], "question": {"stem": d["question_stem"], "choices": [
-            {"text": t, "label": lab} for t, lab in zip(d["choices"]["text"], d["choices"]["label"])]}, "answerKey": d["answerKey"]}
-        for d in DOCS["openbookqa"]])  # fmt: skip
+    write_jsonl(
+        root / "openbookqa" / "test.jsonl",
+        [
+            {
+                "id": d["id"],
+                "question": {
+                    "stem": d["question_stem"],
+                    "choices": [
+                        {"text": t, "label": lab}
+                        for t, lab in zip(d["choices"]["text"], d["choices"]["label"])
+                    ],
+                },
+                "answerKey": d["answerKey"],
+            }
+            for d in DOCS["openbookqa"]
+        ],
+    )
     (root / "storycloze").mkdir()
     with open(
         root / "storycloze" / "cloze_test_test__spring2016 - cloze_test_ALL_test.csv", "w", newline=""
     ) as f:
         w = csv.writer(f)
-        w.writerow(["InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
-                    "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])  # fmt: skip
+        w.writerow(
+            [
+                "InputStoryid",
+                "InputSentence1",
+                "InputSentence2",
+                "InputSentence3",
+                "InputSentence4",
+                "RandomFifthSentenceQuiz1",
+                "RandomFifthSentenceQuiz2",
+                "AnswerRightEnding",
+            ]
+        )
         for d in DOCS["storycloze"]:
-            w.writerow([d["story_id"], d["input_sentence_1"], d["input_sentence_2"], d["input_sentence_3"],
-                        d["input_sentence_4"], d["sentence_quiz1"], d["sentence_quiz2"], d["answer_right_ending"]])  # fmt: skip
-    fields = {"piqa": ["goal", "sol1", "sol2", "label"], "hellaswag": ["activity_label", "ctx_a", "ctx_b", "endings", "label"],
-              "winogrande": ["sentence", "option1", "option2", "answer"], "openbookqa": ["question_stem", "choices", "answerKey"],
-              "storycloze_2016": ["input_sentence_1", "sentence_quiz2", "answer_right_ending"]}  # fmt: skip
+            w.writerow(
+                [
+                    d["story_id"],
+                    d["input_sentence_1"],
+                    d["input_sentence_2"],
+                    d["input_sentence_3"],
+                    d["input_sentence_4"],
+                    d["sentence_quiz1"],
+                    d["sentence_quiz2"],
+                    d["answer_right_ending"],
+                ]
+            )
+    fields = {
+        "piqa": ["goal", "sol1", "sol2", "label"],
+        "hellaswag": ["activity_label", "ctx_a", "ctx_b", "endings", "label"],
+        "winogrande": ["sentence", "option1", "option2", "answer"],
+        "openbookqa": ["question_stem", "choices", "answerKey"],
+        "storycloze_2016": ["input_sentence_1", "sentence_quiz2", "answer_right_ending"],
+    }
     for task, keys in fields.items():
         official, hf = load(task, str(root)), load(task, str(data_dir))
         split = "test" if "test" in official else "validation"

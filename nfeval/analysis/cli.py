@@ -1,6 +1,6 @@
 """``nfeval analyze grads|gains|stability``: the paper's analyses as commands.
 
-Each writes ``--out F.png`` and ``F.json`` beside it (numbers + provenance, atomically) and prints a
+Each writes ``--output F.png`` and ``F.json`` beside it (numbers + provenance, atomically) and prints a
 table (``--json``: the JSON instead). Every input is checked before any work.
 """
 
@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from ..artifacts import atomic_write_json, provenance
+from ..cli_args import add_output_file
 from ..errors import ConfigError
 
 
@@ -53,9 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st.add_argument("--tolerance", type=float, default=0.1, help="nats above the first loss that diverge")
     _data_arguments(st, batches=False)
     for parser, name in ((g, "grads"), (s, "gains"), (st, "stability")):
-        parser.add_argument(
-            "--out", default=f"{name}.png", help=f"PNG path; JSON beside it (default {name}.png)"
-        )
+        add_output_file(parser, default=f"{name}.png", help=f"PNG path; JSON beside it (default {name}.png)")
         parser.add_argument("--json", action="store_true", help="print the JSON instead of the table")
 
 
@@ -74,19 +73,19 @@ def _data_arguments(p: argparse.ArgumentParser, batches: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.out.endswith(".png"):
-        raise ConfigError(f"--out {args.out}: expected a .png path (the JSON is written beside it)")
+    if not args.output.endswith(".png"):
+        raise ConfigError(f"--output {args.output}: expected a .png path (the JSON is written beside it)")
     result = {"grads": run_grads, "gains": run_gains, "stability": run_stability}[args.analysis](args)
     from . import figures, tables
 
-    json_path = os.path.splitext(args.out)[0] + ".json"
+    json_path = os.path.splitext(args.output)[0] + ".json"
     atomic_write_json(json_path, result)
-    getattr(figures, f"plot_{args.analysis}")(result, args.out)
+    getattr(figures, f"plot_{args.analysis}")(result, args.output)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print("\n".join(tables.TABLES[args.analysis](result)))
-    print(f"wrote {args.out}, {json_path}", file=sys.stderr)
+    print(f"wrote {args.output}, {json_path}", file=sys.stderr)
     return 0
 
 
@@ -161,14 +160,8 @@ def run_stability(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError(f"--preset: {e}") from None
     if args.seeds < 1:
         raise ConfigError(f"--seeds {args.seeds}: expected a positive integer")
-    settings = StabilitySettings(
-        updates=args.updates,
-        lr_start=args.lr_start,
-        lr_end=args.lr_end,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        tolerance=args.tolerance,
-    )
+    flags = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "tolerance")
+    settings = StabilitySettings(**{f: getattr(args, f) for f in flags})
     try:
         settings.validate()
     except ValueError as e:

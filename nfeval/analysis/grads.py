@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from ..errors import DataError
+from ..progress import progress_bar
 from .inputs import Target
 
 WEIGHT_KINDS = ("fc1", "fc2", "q", "k", "v", "out_proj")
@@ -90,7 +90,7 @@ def grads_at(target: Target, batches: Any, n_batches: int, batch_size: int) -> d
     so dropout acts as in training)."""
     model = target.model.train()
     total: dict[str, list[float]] = {}
-    for i in tqdm(range(n_batches), desc=f"grads {target.name}", unit="batch", leave=False):
+    for i in progress_bar(range(n_batches), desc=f"grads {target.name}", unit="batch", leave=False):
         x, y = batches.get(i * batch_size, batch_size, mask_seed=i)
         for kind, layers in grad_norms(model, x, y).items():
             total[kind] = [a + b for a, b in zip(total.get(kind, [0.0] * len(layers)), layers)]

@@ -17,11 +17,11 @@ import torch
 from tokenizers import Tokenizer
 
 from ..engine import checkpoint
+from ..engine.builtin_corpus import default_corpus
 from ..engine.config import parse_preset, preset
 from ..engine.data import (
     Batches,
     TokenData,
-    default_corpus,
     get_tokenizer,
     load_text_corpus,
     token_shards,

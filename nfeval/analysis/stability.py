@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from ..engine import checkpoint
 from ..engine.config import ModelConfig
 from ..engine.model import Transformer
 from ..errors import ConfigError
+from ..progress import progress_bar
 
 FP16_MAX = 65504.0
 
@@ -47,7 +47,9 @@ class StabilitySettings:
         if self.updates < 2:
             raise ConfigError(f"--updates {self.updates}: expected at least 2")
         if not 0 < self.lr_start <= self.lr_end:
-            raise ConfigError(f"--lr-start {self.lr_start}, --lr-end {self.lr_end}: expected 0 < start <= end")
+            raise ConfigError(
+                f"--lr-start {self.lr_start}, --lr-end {self.lr_end}: expected 0 < start <= end"
+            )
         if self.batch_size < 1 or self.seq_len < 2 or self.tolerance < 0:
             raise ConfigError("--batch-size >= 1, --seq-len >= 2 and --tolerance >= 0 expected")
 
@@ -108,7 +110,7 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     diverged_at, reason, first_loss = None, None, None
     try:
         for t, lr in enumerate(
-            tqdm(lr_schedule(settings), desc=f"{cfg.architecture} seed {seed}", leave=False)
+            progress_bar(lr_schedule(settings), desc=f"{cfg.architecture} seed {seed}", leave=False)
         ):
             x, y = batches.get(t * settings.batch_size, settings.batch_size, mask_seed=t)
             for group in opt.param_groups:

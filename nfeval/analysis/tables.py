@@ -3,10 +3,10 @@ analysis section. Pure Python: reads the JSON the analyses write, imports no tor
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ..errors import DataError, MissingDataError
+from ..engine.config import load_json
+from ..errors import DataError
 
 ANALYSES = ("grads", "gains", "stability")
 
@@ -112,14 +112,8 @@ TITLES = {
 
 def load_analysis(path: str) -> dict[str, Any]:
     """Returns an analysis JSON written by ``nfeval analyze``; a UserError if it is not one."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise MissingDataError(f"{path}: analysis JSON not found") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
-    if not isinstance(data, dict) or data.get("analysis") not in ANALYSES:
+    data = load_json(path, hint="expected a file `nfeval analyze` wrote")
+    if data.get("analysis") not in ANALYSES:
         raise DataError(
             f"{path}: field 'analysis': expected one of {ANALYSES} (a file `nfeval analyze` wrote)"
         )

@@ -41,7 +41,8 @@ class Checkpoint:
 
 
 def summary(ckpt: Checkpoint) -> dict[str, Any]:
-    """Returns the model block results files carry: path, fingerprint, architecture, sizes, training compute."""
+    """Returns the model block results files carry: path, fingerprint, architecture, sizes, training
+    compute."""
     cfg = ckpt.config
     return {
         "path": os.path.abspath(ckpt.path),
@@ -77,7 +78,8 @@ def save(
     tokenizer: Tokenizer | None = None,
     meta: dict[str, Any] | None = None,
 ) -> str:
-    """Saves weights, config and tokenizer into ``directory`` (each file atomically); returns the fingerprint."""
+    """Saves weights, config and tokenizer into ``directory`` (each file atomically); returns the
+    fingerprint."""
     os.makedirs(directory, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     fingerprint = fingerprint_state_dict(state)
@@ -158,7 +160,8 @@ def load_state(directory: str, model: torch.nn.Module) -> dict[str, torch.Tensor
     for name, t in state.items():
         if t.shape != expected[name].shape:
             raise CheckpointError(
-                f"{path}: tensor {name!r} has shape {tuple(t.shape)}, config.json implies {tuple(expected[name].shape)}"
+                f"{path}: tensor {name!r} has shape {tuple(t.shape)}, config.json implies "
+                f"{tuple(expected[name].shape)}"
             )
     return state
 

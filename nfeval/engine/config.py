@@ -199,8 +199,15 @@ def _type_name(tp: Any) -> str:
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in args)
-    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-             type(None): "null", dict: "an object", list: "a list"}  # fmt: skip
+    names = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        str: "a string",
+        type(None): "null",
+        dict: "an object",
+        list: "a list",
+    }
     return names.get(typing.get_origin(tp) or tp, str(tp))
 
 

@@ -20,11 +20,9 @@ is split across processes.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,63 +100,6 @@ def split_documents(docs: list[str], name: str) -> tuple[list[str], list[str]]:
     return docs[:-n_valid], docs[-n_valid:]
 
 
-def _stdlib_docstrings() -> list[str]:
-    """Returns the English docstrings of CPython's standard library sources (modules, classes, functions).
-
-    Files are read in path order (tests, idlelib, turtledemo and site-packages left out); doctest lines
-    (``>>>``, ``...``) are dropped and docstrings under 8 words skipped. Empty where the sources are absent.
-    """
-    import ast
-    import sysconfig
-
-    root = sysconfig.get_paths()["stdlib"]
-    skip = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "lib2to3"}
-    docs = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(d for d in subfolders if d not in skip)
-        for name in sorted(f for f in files if f.endswith(".py")):
-            try:
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    tree = ast.parse(f.read())
-            except (SyntaxError, UnicodeDecodeError, OSError):
-                continue
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                    text = ast.get_docstring(node) or ""
-                    lines = [ln for ln in text.split("\n") if not ln.lstrip().startswith((">>>", "..."))]
-                    text = "\n".join(lines).strip()
-                    if len(text.split()) >= 8:
-                        docs.append(text)
-    return docs
-
-
-@functools.lru_cache(maxsize=1)
-def default_corpus() -> Corpus:
-    """Returns the embedded default corpus: the English documentation every CPython install carries.
-
-    Two sources, each deduplicated (so no validation text is also training text) and each split with
-    its last 5% of documents held out: the paragraphs of ``pydoc_data.topics`` (topics in name order;
-    ~370K characters) and the standard library's docstrings (``_stdlib_docstrings``; ~1.5M characters).
-    The same on every machine with the same Python version; its fingerprint is recorded in runs.
-    """
-    from pydoc_data.topics import topics
-
-    paragraphs = (
-        para.strip("\n") for key in sorted(topics) for para in topics[key].split("\n\n") if para.strip()
-    )
-    train, valid = [], []
-    seen: set[str] = set()
-    for name, docs in (("pydoc_data.topics", paragraphs), ("stdlib docstrings", _stdlib_docstrings())):
-        unique = [d for d in dict.fromkeys(docs) if d not in seen]
-        seen.update(unique)
-        if len(unique) >= 2:
-            t, v = split_documents(unique, name)
-            train += t
-            valid += v
-    version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
-    return make_corpus(f"CPython {version} documentation (pydoc topics + stdlib docstrings)", train, valid)
-
-
 def read_text_file(path: str) -> str:
     """Returns a file's text; non-UTF-8 bytes fail with the line and byte offset."""
     with open(path, "rb") as f:
@@ -168,12 +109,14 @@ def read_text_file(path: str) -> str:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise DataError(
-            f"{path}: not UTF-8 text: invalid byte 0x{data[e.start]:02x} at line {line} (byte offset {e.start})"
+            f"{path}: not UTF-8 text: invalid byte 0x{data[e.start]:02x} at line {line} (byte offset "
+            f"{e.start})"
         ) from None
 
 
 def read_documents(path: str) -> list[str]:
-    """Returns the documents (blank-line separated) of a text file, or of every file under a folder in path order."""
+    """Returns the documents (blank-line separated) of a text file, or of every file under a folder in
+    path order."""
     if os.path.isdir(path):
         files = sorted(
             str(p)
@@ -197,7 +140,8 @@ def read_documents(path: str) -> list[str]:
 
 
 def load_text_corpus(train_path: str, valid_path: str | None = None) -> Corpus:
-    """Returns the corpus of text files/folders (a fixed 5% split of the training text without ``valid_path``)."""
+    """Returns the corpus of text files/folders (a fixed 5% split of the training text without
+    ``valid_path``)."""
     train = read_documents(train_path)
     valid = read_documents(valid_path) if valid_path else None
     return make_corpus(os.path.abspath(train_path), train, valid)
@@ -218,7 +162,8 @@ def load_hf_corpus(name: str, config: str | None = None, text_column: str = "tex
         raise DataError(f"dataset {name!r}: no 'train' split (has {list(ds)})")
     if text_column not in ds["train"].column_names:
         raise DataError(
-            f"dataset {name!r}: no column {text_column!r} (has {ds['train'].column_names}); pass --text-column"
+            f"dataset {name!r}: no column {text_column!r} (has {ds['train'].column_names}); pass "
+            "--text-column"
         )
     valid_split = next((s for s in ("validation", "valid", "test") if s in ds), None)
     valid = list(ds[valid_split][text_column]) if valid_split else None
@@ -402,7 +347,8 @@ class Batches:
         self.blocks = Blocks(tokens, seq_len, objective, specials.bos, seed, shuffle)
         if self.blocks.n_blocks < 1:
             raise DataError(
-                f"corpus too small: {len(tokens)} tokens do not fill one sequence of {seq_len}; lower --seq-len or add text"
+                f"corpus too small: {len(tokens)} tokens do not fill one sequence of {seq_len}; lower "
+                "--seq-len or add text"
             )
         if objective == "mlm" and specials.mask is None:
             raise DataError("masked LM needs a tokenizer with a <mask> token")

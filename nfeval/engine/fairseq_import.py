@@ -85,7 +85,8 @@ def convert_state_dict(
     source: str,
     head_scale_transpose_bug: bool = False,
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """Returns (config, nfeval state dict) for a fairseq decoder state dict; errors name ``source`` and the key."""
+    """Returns (config, nfeval state dict) for a fairseq decoder state dict; errors name ``source`` and
+    the key."""
     if "decoder.embed_tokens.weight" not in state:
         raise CheckpointError(
             f"{source}: no 'decoder.embed_tokens.weight': not a fairseq transformer_lm checkpoint"

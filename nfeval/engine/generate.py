@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
 from ..errors import ConfigError, DataError
+from ..progress import progress_bar
 from .model import KVCache, Transformer
 
 
@@ -194,11 +194,19 @@ def generate(
     stops = StopStrings(stop, decode) if stop else None
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths share a batch
     results: list[list[int]] = [[] for _ in prompts]
-    with tqdm(total=len(prompts), desc="Generating", disable=not progress) as bar:
+    with progress_bar(total=len(prompts), desc="Generating", enabled=progress) as bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            outs = generate_batch(model, [prompts[i] for i in chunk], max_new_tokens, sampling,
-                                  [generators[i] for i in chunk], eos_id, stops, pad_id)  # fmt: skip
+            outs = generate_batch(
+                model,
+                [prompts[i] for i in chunk],
+                max_new_tokens,
+                sampling,
+                [generators[i] for i in chunk],
+                eos_id,
+                stops,
+                pad_id,
+            )
             for i, out in zip(chunk, outs):
                 results[i] = out
             bar.update(len(chunk))

@@ -182,8 +182,11 @@ def write_model(out: str, ckpt: checkpoint.Checkpoint, extra: dict[str, Any], pa
         model.tie_weights()
         model.save_pretrained(out)
         return "gpt2"
-    save_file({f"transformer.{k}": v for k, v in state.items()}, os.path.join(out, "model.safetensors"),
-              metadata={"format": "pt"})  # fmt: skip
+    save_file(
+        {f"transformer.{k}": v for k, v in state.items()},
+        os.path.join(out, "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     atomic_write_json(os.path.join(out, "config.json"), nfeval_config_json(cfg, **extra))
     for name, source in remote_code_files().items():
         atomic_write_text(os.path.join(out, name), source)
@@ -204,9 +207,13 @@ def write_tokenizer(out: str, tok: Tokenizer, max_length: int) -> dict[str, int 
         prepend if tok.post_processor is None else processors.Sequence([tok.post_processor, prepend])
     )
     vocab = tok.get_vocab(with_added_tokens=True)
-    names = {"bos_token": prefix, "eos_token": prefix, "pad_token": tok.id_to_token(ids.pad),
-             "unk_token": "<unk>" if "<unk>" in vocab else None,
-             "mask_token": None if ids.mask is None else tok.id_to_token(ids.mask)}  # fmt: skip
+    names = {
+        "bos_token": prefix,
+        "eos_token": prefix,
+        "pad_token": tok.id_to_token(ids.pad),
+        "unk_token": "<unk>" if "<unk>" in vocab else None,
+        "mask_token": None if ids.mask is None else tok.id_to_token(ids.mask),
+    }
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, model_max_length=max_length, **{k: v for k, v in names.items() if v}
     )
@@ -254,8 +261,8 @@ def load_source(path: str, tokenizer: str | None, fairseq_head_scale_bug: bool) 
     if tokenizer is not None:
         try:
             ckpt.tokenizer = load_tokenizer(tokenizer)
-        except UserError as e:
-            raise type(e)(f"--tokenizer {e}") from None
+        except UserError as e:  # name the flag: the checkpoint's own tokenizer is not the one at fault
+            raise type(e)(f"--tokenizer: {e}") from None
         if ckpt.tokenizer.get_vocab_size() > ckpt.config.vocab_size:
             raise ConfigError(
                 f"--tokenizer {tokenizer}: {ckpt.tokenizer.get_vocab_size()} tokens, more than the model's "
@@ -305,10 +312,16 @@ def export_hf(
         tokens: dict[str, int | None] = {}
         if ckpt.tokenizer is not None:
             tokens = write_tokenizer(tmp, ckpt.tokenizer, ckpt.config.max_seq_len)
-        source = {"path": os.path.abspath(path), "fingerprint": ckpt.fingerprint,
-                  "architecture": ckpt.config.architecture}  # fmt: skip
-        extra = {"bos_token_id": tokens.get("bos_token_id"), "eos_token_id": tokens.get("eos_token_id"),
-                 "nfeval_export": provenance(source=source)}  # fmt: skip
+        source = {
+            "path": os.path.abspath(path),
+            "fingerprint": ckpt.fingerprint,
+            "architecture": ckpt.config.architecture,
+        }
+        extra = {
+            "bos_token_id": tokens.get("bos_token_id"),
+            "eos_token_id": tokens.get("eos_token_id"),
+            "nfeval_export": provenance(source=source),
+        }
         fmt = write_model(tmp, ckpt, extra, tokens.get("pad_token_id"))
         summary = {
             "out": out_dir,

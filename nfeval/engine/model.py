@@ -30,6 +30,7 @@ forward runs SDPA with ``is_causal``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -298,16 +299,11 @@ class Transformer(nn.Module):
         return F.linear(hidden, self.tok_emb.weight)
 
     def forward(
-        self,
-        idx: torch.Tensor,
-        padding_mask: torch.Tensor | None = None,
-        *,
-        position_ids: torch.Tensor | None = None,
-        attn_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None, **encode_kwargs: Any
     ) -> torch.Tensor:
-        """Returns logits (B, T, vocab); the keyword arguments are ``encode``'s."""
-        hidden = self.encode(idx, padding_mask, position_ids=position_ids, attn_mask=attn_mask, cache=cache)
+        """Returns logits (B, T, vocab); the keyword arguments (position_ids, attn_mask, cache) are
+        ``encode``'s."""
+        hidden = self.encode(idx, padding_mask, **encode_kwargs)
         return self.lm_logits(hidden)
 
     def loss(

@@ -7,9 +7,9 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from ..errors import ConfigError
+from .builtin_corpus import default_corpus
 from .config import ModelConfig, preset
 from .data import (
-    default_corpus,
     get_tokenizer,
     load_hf_corpus,
     load_text_corpus,

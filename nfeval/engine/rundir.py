@@ -123,11 +123,6 @@ def newest_valid_checkpoint(run_dir: str, thorough: bool = False) -> tuple[str |
     return None, skipped
 
 
-def checkpoint_step(path: str) -> int:
-    """Returns the step number of a ``step_NNNNNNNN`` folder."""
-    return int(_STEP.fullmatch(os.path.basename(os.path.normpath(path))).group(1))
-
-
 def is_run_dir(path: str) -> bool:
     """Returns whether ``path`` is a training run (it has metrics or a checkpoints folder)."""
     return os.path.isfile(os.path.join(path, METRICS)) or os.path.isdir(os.path.join(path, CHECKPOINTS))

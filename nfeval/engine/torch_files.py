@@ -111,11 +111,3 @@ def _unsafe_names(path: str) -> str:
         return ""
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in _safe_globals()}
     return ", ".join(sorted(set(names) - allowed)[:5])
-
-
-def is_torch_file(path: str) -> bool:
-    """Returns True when ``path`` is a file whose header says zip or pickle (a torch.save file)."""
-    try:
-        return sniff(path) in ("zip", "pickle")
-    except MissingDataError:
-        return False

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ..cli_args import add_device, add_dtype
 from ..errors import CheckpointError, ConfigError
 from . import rundir
 from .budget import lr_at, measure_matmul_flops  # noqa: F401  (re-exported)
@@ -45,8 +46,8 @@ from .train_config import DTYPES, TrainConfig, config_from_args, parse_set  # no
 from .trainer import Trainer, TrainingDiverged  # noqa: F401  (re-exported)
 
 # Fields a resume may change only with --override-resume (the schedule is recomputed from them) ...
-OVERRIDABLE = (
-    "max_steps",
+# (the budget and optimizer fields are also the float-valued flags)
+BUDGET_AND_OPTIMIZER = (
     "max_tokens",
     "max_flops",
     "max_seconds",
@@ -59,10 +60,8 @@ OVERRIDABLE = (
     "eps",
     "weight_decay",
     "clip_grad",
-    "log_interval",
-    "eval_interval",
-    "ckpt_interval",
 )
+OVERRIDABLE = ("max_steps", *BUDGET_AND_OPTIMIZER, "log_interval", "eval_interval", "ckpt_interval")
 # ... fields a resume never changes (data, model, batch and RNG define what the checkpoint is) ...
 FIXED = (
     "preset",
@@ -246,24 +245,10 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         "seed",
     ):
         p.add_argument("--" + name.replace("_", "-"), type=int)
-    for name in (
-        "max_tokens",
-        "max_flops",
-        "max_seconds",
-        "lr",
-        "warmup",
-        "end_lr",
-        "lr_power",
-        "beta1",
-        "beta2",
-        "eps",
-        "weight_decay",
-        "clip_grad",
-        "peak_flops",
-    ):
+    for name in (*BUDGET_AND_OPTIMIZER, "peak_flops"):
         p.add_argument("--" + name.replace("_", "-"), type=float)
-    p.add_argument("--dtype", choices=DTYPES)
-    p.add_argument("--device", help="auto (default), cpu or cuda")
+    add_dtype(p, DTYPES)
+    add_device(p)
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     p.add_argument("--fsdp", action="store_true", default=None, help="shard with FSDP2 under torchrun")
     p.add_argument(

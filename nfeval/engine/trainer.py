@@ -7,7 +7,6 @@ budget and writes the final weights followed by the completion record.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -20,9 +19,10 @@ import jsonlines
 import torch
 from tqdm import tqdm
 
-from ..artifacts import atomic_write_json, atomic_write_text, hardware, provenance
+from ..artifacts import atomic_write_json, atomic_write_text
 from ..errors import ConfigError
-from . import budget, checkpoint, rundir
+from ..progress import progress_bar
+from . import budget, checkpoint, run_record, rundir
 from .config import preset
 from .data import (
     Batches,
@@ -222,43 +222,6 @@ class Trainer:
             "flops": self.step * self.flops_per_step,
         }
 
-    def meta(self) -> dict[str, Any]:
-        """Returns config.json's non-model blocks: resolved training config, data, provenance, compute."""
-        train = {
-            "config": dataclasses.asdict(self.cfg),
-            "total_steps": self.total_steps,
-            "warmup_steps": budget.warmup_steps(self.cfg, self.total_steps),
-            "seq_len": self.seq_len,
-            "global_batch": self.global_batch,
-            "world_size": self.par.world,
-            "parallel": self.par.name,
-            "device": str(self.par.device),
-            "budget": {**self.budget, "calibration": self.calibration},
-            "flops_per_token": self.flops_per_token,
-            "peak_flops": self.peak,
-            "peak_flops_source": self.peak_source,
-            "data": {
-                "corpus": self.corpus_info,
-                "tokens": self.tokens.describe(),
-                "tokenizer_vocab": self.tok.get_vocab_size(),
-            },
-        }
-        if self.grad_stats is not None:
-            train["grad_stats"] = self.grad_stats.summary()
-        compute = {
-            "steps": self.step,
-            "tokens": self.step * self.tokens_per_step,
-            "flops": self.step * self.flops_per_step,
-            "wall_s": self.wall_s,
-            "device_hours": self.wall_s * self.par.world / 3600,
-            "hardware": hardware(),
-        }
-        return {
-            "train": train,
-            "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint),
-            "compute": compute,
-        }
-
     def cpu_model(self, state: dict[str, torch.Tensor]) -> Transformer:
         """Returns a CPU Transformer holding ``state`` (what checkpoint.save writes)."""
         if self.par.name != "fsdp2" and self.par.device.type == "cpu":
@@ -282,14 +245,22 @@ class Trainer:
             "wall_s": iv.wall_s,
         }
         if par.main:
-            training_state = {"step": self.step, "samples": self.step * self.global_batch,
-                              "wall_s": self.wall_s, "total_steps": self.total_steps,
-                              "calibration": self.calibration, "optimizer": opt_state, "rng": rng,
-                              "interval": interval}  # fmt: skip
+            training_state = {
+                "step": self.step,
+                "samples": self.step * self.global_batch,
+                "wall_s": self.wall_s,
+                "total_steps": self.total_steps,
+                "calibration": self.calibration,
+                "optimizer": opt_state,
+                "rng": rng,
+                "interval": interval,
+            }
             rundir.write_checkpoint(
                 self.out_dir,
                 self.step,
-                lambda folder: checkpoint.save(folder, self.cpu_model(state), self.tok, self.meta()),
+                lambda folder: checkpoint.save(
+                    folder, self.cpu_model(state), self.tok, run_record.meta(self)
+                ),
                 training_state,
             )
         par.barrier()
@@ -336,7 +307,7 @@ class Trainer:
         if os.path.exists(os.path.join(self.out_dir, rundir.COMPLETE)):  # a stale record: this run is redone
             os.remove(os.path.join(self.out_dir, rundir.COMPLETE))
         atomic_write_json(
-            os.path.join(self.out_dir, rundir.CONFIG), {**self.meta(), "model": self.mcfg.to_dict()}
+            os.path.join(self.out_dir, rundir.CONFIG), {**run_record.meta(self), "model": self.mcfg.to_dict()}
         )
         atomic_write_text(os.path.join(self.out_dir, rundir.TOKENIZER), self.tok.to_str(pretty=True))
 
@@ -390,10 +361,10 @@ class Trainer:
             from .tensorboard import TensorBoardLog, log_dir
 
             self.tensorboard = TensorBoardLog(log_dir(cfg.tensorboard, self.out_dir), first_step=self.step)
-        bar = tqdm(
+        bar = progress_bar(
             total=self.total_steps,
             initial=self.step,
-            disable=not (par.main and cfg.progress),
+            enabled=par.main and cfg.progress,
             desc="train",
             unit="step",
         )
@@ -456,7 +427,7 @@ class Trainer:
             "val_ppl": math.exp(min(val_loss, 700)),
         }
         if self.par.main:
-            meta = self.meta()
+            meta = run_record.meta(self)
             summary["fingerprint"] = checkpoint.save(self.out_dir, self.cpu_model(state), self.tok, meta)
             rundir.crash_point("final-save")
             rundir.mark_complete(

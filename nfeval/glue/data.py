@@ -252,7 +252,8 @@ def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
 
 
 def load_local(task: str, glue_dir: str) -> TaskData:
-    """Returns train, dev (and, where present, test) splits of ``task`` from a GLUE distribution folder."""
+    """Returns train, dev (and, where present, test) splits of ``task`` from a GLUE distribution folder
+    (``<glue_dir>/<Task>/*.tsv``)."""
     s = spec(task)
     folder = os.path.join(glue_dir, s.folder)
     if not os.path.isdir(folder):

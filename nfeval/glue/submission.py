@@ -126,18 +126,18 @@ def check_test_files(tasks: list[str], glue_dir: str | None) -> None:
 
 
 def keep_test_predictions(
-    directory: str, model, enc, recipe: Mapping, pad_id: int, device, epoch: int
+    directory: str, model, enc, recipe, pad_id: int, device, epoch: int
 ) -> None:
     """Writes the test predictions of the point's reported epoch (``model`` as it is now) to
     ``directory/test_predictions.json``; does nothing when the task has no test split."""
     if not enc.test:
         return
-    from .sweep import predict
+    from .finetune import predict
 
     splits = {}
     for name, (seqs, index) in enc.test.items():
-        preds = predict(model, seqs, enc.spec.is_regression, recipe["eval_batch_size"], pad_id, device,
-                        recipe["dtype"] == "bf16")  # fmt: skip
+        bf16 = recipe.dtype == "bf16"
+        preds = predict(model, seqs, enc.spec.is_regression, recipe.eval_batch_size, pad_id, device, bf16)
         splits[name] = {"index": list(index), "preds": preds}
     atomic_write_json(
         os.path.join(directory, TEST_PREDICTIONS),
@@ -149,7 +149,7 @@ def keep_test_predictions(
 def best_point(out_dir: str, summary: Mapping, task: str) -> Mapping:
     """Returns the finished point (result.json) at the task's best lr with the best dev main metric (the
     lowest seed on ties), checked to be of the summary's checkpoint."""
-    from .sweep import RESULT, point_dir
+    from .points import RESULT, point_dir
 
     best_lr, main = summary["tasks"][task]["best_lr"], glue_metrics.MAIN_METRIC[task]
     fingerprint = summary["nfeval"]["model"]["fingerprint"]
@@ -194,7 +194,7 @@ def write_submission(out_dir: str, summary: Mapping, tasks: list[str], glue_dir:
     """Writes the server's TSVs for ``tasks`` into ``<out_dir>/glue/submission`` and updates its
     manifest.json (files of other tasks, from earlier runs of the same checkpoint, are kept); returns
     the folder."""
-    from .sweep import point_dir
+    from .points import point_dir
 
     folder = os.path.join(out_dir, SUBMISSION_DIR)
     manifest_path = os.path.join(folder, "manifest.json")

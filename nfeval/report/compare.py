@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts import atomic_write_json, hardware_key, provenance
+from ..cli_args import add_output_file
 from ..engine import rundir
 from ..engine.config import ModelConfig, load_json
 from ..errors import ConfigError, DataError, MissingDataError
@@ -83,7 +84,8 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
                 value = record[key] = math.inf  # a diverged run: never reaches anything
             if not _number(value) or value < 0 or (key != "val_ppl" and not math.isfinite(value)):
                 raise DataError(
-                    f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a non-negative number"
+                    f"{path}:{lineno}: field {key!r} of a {kind!r} line is {value!r}; expected a "
+                    "non-negative number"
                 )
         points[kind][int(record["step"])] = {**record, "line": lineno}
     val, train = ([by_step[s] for s in sorted(by_step)] for by_step in (points["val"], points["train"]))
@@ -92,7 +94,8 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
             for prev, cur in zip(series, series[1:]):
                 if cur[axis] <= prev[axis]:
                     raise DataError(
-                        f"{path}:{cur['line']}: {axis!r} is {cur[axis]} at step {cur['step']}, not above {prev[axis]} at "
+                        f"{path}:{cur['line']}: {axis!r} is {cur[axis]} at step {cur['step']}, not above "
+                        f"{prev[axis]} at "
                         f"step {prev['step']}; expected cumulative values"
                     )
     return val, train, warnings
@@ -116,7 +119,8 @@ def step_time(train: list[dict]) -> float | None:
 
 
 def load_run(run_dir: str, name: str | None = None) -> Run:
-    """Returns the run stored in ``run_dir`` (``metrics.jsonl`` + ``config.json``); errors name file and line."""
+    """Returns the run stored in ``run_dir`` (``metrics.jsonl`` + ``config.json``); errors name file and
+    line."""
     if not os.path.isdir(run_dir):
         raise MissingDataError(f"{run_dir}: no such run directory")
     metrics = os.path.join(run_dir, rundir.METRICS)
@@ -206,7 +210,8 @@ def _check_comparable(runs: list[Run]) -> list[str]:
     if len(set(keys.values())) > 1:
         detail = "; ".join(f"{name}: {key or 'unknown'}" for name, key in keys.items())
         warnings.append(
-            f"runs were measured on different hardware ({detail}): the wall-clock comparison is meaningless, FLOPs still hold"
+            f"runs were measured on different hardware ({detail}): the wall-clock comparison is "
+            "meaningless, FLOPs still hold"
         )
     tuned = {run.name: run.lr["tuned"] for run in runs if run.lr and run.lr["lr"] is not None}
     if len(set(tuned.values())) > 1:
@@ -217,7 +222,8 @@ def _check_comparable(runs: list[Run]) -> list[str]:
     shas = {run.name: run.tokenizer_sha256 for run in runs if run.tokenizer_sha256}
     if len(set(shas.values())) > 1:
         warnings.append(
-            f"runs use different tokenizers ({', '.join(shas)}): their per-token perplexities are not comparable"
+            f"runs use different tokenizers ({', '.join(shas)}): their per-token perplexities are not "
+            "comparable"
         )
     sizes = {
         run.name: run.progress[-1]["tokens"] / run.progress[-1]["step"]
@@ -231,13 +237,8 @@ def _check_comparable(runs: list[Run]) -> list[str]:
     return warnings
 
 
-def compare(
-    run_dirs: list[str], baseline: str | None = None, names: list[str] | None = None
-) -> dict[str, Any]:
-    """Returns the compute-matched comparison of ``run_dirs`` as a JSON-safe dict (see the module docstring).
-
-    ``baseline`` (a run dir or a name) defaults to the first run; it is added when not among ``run_dirs``.
-    """
+def _load_runs(run_dirs: list[str], baseline: str | None, names: list[str] | None) -> list[Run]:
+    """Returns the runs, the baseline first (loaded too when not among ``run_dirs``)."""
     if names is not None and len(names) != len(run_dirs):
         raise ConfigError(f"--names: {len(names)} names for {len(run_dirs)} runs")
     runs = [load_run(d, n) for d, n in zip(run_dirs, names or [None] * len(run_dirs))]
@@ -250,6 +251,48 @@ def compare(
         runs = match[:1] + [r for r in runs if r is not match[0]] if match else [load_run(baseline)] + runs
     if len({r.name for r in runs}) < len(runs):
         raise ConfigError(f"compare: run names {[r.name for r in runs]} are not unique; pass --names")
+    return runs
+
+
+def _row(run: Run, base: Run, best: dict, budget: dict) -> dict[str, Any]:
+    """Returns one run's row: its totals, values at the equal budget and the cost to the target."""
+    reached = crossing(run.val, best["val_ppl"])
+    finite_ppl = [p["val_ppl"] for p in run.val if math.isfinite(p["val_ppl"])]
+    last = run.progress[-1]
+    return {
+        "name": run.name,
+        "path": os.path.abspath(run.path),
+        "architecture": run.architecture,
+        "hardware": run.hardware,
+        "lr": run.lr,
+        "steps": last["step"],
+        "tokens": last["tokens"],
+        "flops": last["flops"],
+        "wall_s": last["wall_s"],
+        "best_val_ppl": min(finite_ppl, default=None),
+        "final_val_ppl": run.val[-1]["val_ppl"],
+        "step_time_s": run.step_time_s,
+        "step_time_overhead": run.step_time_s / base.step_time_s - 1
+        if run.step_time_s and base.step_time_s
+        else None,
+        "at_equal": {axis: _at_budget(run, axis, budget[axis]) for axis in AXES},
+        "val": [{k: p[k] for k in ("step", "tokens", *AXES, "val_ppl")} for p in run.val],
+        "to_target": {
+            "reached": reached is not None,
+            **(reached or {}),
+            "fraction": {axis: reached[axis] / best[axis] if reached else None for axis in AXES},
+        },
+    }
+
+
+def compare(
+    run_dirs: list[str], baseline: str | None = None, names: list[str] | None = None
+) -> dict[str, Any]:
+    """Returns the compute-matched comparison of ``run_dirs`` as a JSON-safe dict (see the module docstring).
+
+    ``baseline`` (a run dir or a name) defaults to the first run; it is added when not among ``run_dirs``.
+    """
+    runs = _load_runs(run_dirs, baseline, names)
     base = runs[0]
     finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
     if not finite:
@@ -260,37 +303,7 @@ def compare(
     target = best["val_ppl"]
     budget = {axis: min(r.val[-1][axis] for r in runs) for axis in AXES}
     warnings = _check_comparable(runs)
-    rows = []
-    for run in runs:
-        reached = crossing(run.val, target)
-        finite_ppl = [p["val_ppl"] for p in run.val if math.isfinite(p["val_ppl"])]
-        last = run.progress[-1]
-        rows.append(
-            {
-                "name": run.name,
-                "path": os.path.abspath(run.path),
-                "architecture": run.architecture,
-                "hardware": run.hardware,
-                "lr": run.lr,
-                "steps": last["step"],
-                "tokens": last["tokens"],
-                "flops": last["flops"],
-                "wall_s": last["wall_s"],
-                "best_val_ppl": min(finite_ppl, default=None),
-                "final_val_ppl": run.val[-1]["val_ppl"],
-                "step_time_s": run.step_time_s,
-                "step_time_overhead": run.step_time_s / base.step_time_s - 1
-                if run.step_time_s and base.step_time_s
-                else None,
-                "at_equal": {axis: _at_budget(run, axis, budget[axis]) for axis in AXES},
-                "val": [{k: p[k] for k in ("step", "tokens", *AXES, "val_ppl")} for p in run.val],
-                "to_target": {
-                    "reached": reached is not None,
-                    **(reached or {}),
-                    "fraction": {axis: reached[axis] / best[axis] if reached else None for axis in AXES},
-                },
-            }
-        )
+    rows = [_row(run, base, best, budget) for run in runs]
     return _json_safe(
         {
             "nfeval": {"provenance": provenance()},
@@ -313,102 +326,6 @@ def _json_safe(obj: Any) -> Any:
     return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
-def _si(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "–"
-    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(x) >= div:
-            return f"{x / div:.{digits}g}{suffix}"
-    return f"{x:.{digits}g}"
-
-
-def _sci(x: float | None) -> str:
-    if x is None:
-        return "–"
-    mantissa, exponent = f"{x:.2e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.3g} h" if seconds >= 360 else f"{seconds:.4g} s"
-
-
-def _ppl(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}"
-
-
-def _fraction(row: dict, axis: str) -> str:
-    target = row["to_target"]
-    if not target["reached"]:
-        return NOT_REACHED
-    return ("≤" if target["bound"] == "at_most" else "") + f"{target['fraction'][axis]:.3f}"
-
-
-def table(rows: list[list[str]], right: set[int]) -> list[str]:
-    """Returns ``rows`` (the first being the header) as aligned text lines; columns in ``right`` right-aligned."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for r in rows:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        out.append("  ".join(cells).rstrip())
-    return out
-
-
-def format_comparison(result: dict[str, Any]) -> str:
-    """Returns the comparison as a text table with a header naming target and budget, warnings last."""
-    at = result["baseline_at_target"]
-    lines = [
-        f"baseline: {result['baseline']}; target = its best val ppl {_ppl(result['target_val_ppl'])} "
-        f"(step {at['step']}, {_sci(at['flops'])} FLOPs, {_hours(at['wall_s'])})",
-        f"equal-compute budget: {_sci(result['budget']['flops'])} FLOPs | {_hours(result['budget']['wall_s'])} of training time",
-        "",
-    ]
-    header = [
-        "run",
-        "arch",
-        "steps",
-        "tokens",
-        "s/step",
-        "overhead",
-        "best ppl",
-        "ppl@FLOPs",
-        "ppl@time",
-        "tokens@time",
-        "FLOPs to target",
-        "time to target",
-    ]
-    body = [header]
-    for row in result["runs"]:
-        overhead = row["step_time_overhead"]
-        body.append(
-            [
-                row["name"],
-                row["architecture"] or "–",
-                str(row["steps"]),
-                _si(row["tokens"]),
-                "–" if row["step_time_s"] is None else f"{row['step_time_s']:.4g}",
-                "–" if overhead is None else f"{overhead:+.1%}",
-                _ppl(row["best_val_ppl"]),
-                _ppl(row["at_equal"]["flops"]["val_ppl"]),
-                _ppl(row["at_equal"]["wall_s"]["val_ppl"]),
-                _si(row["at_equal"]["wall_s"]["tokens"]),
-                _fraction(row, "flops"),
-                _fraction(row, "wall_s"),
-            ]
-        )
-    lines += table(body, right=set(range(2, len(header))))
-    lines += [
-        "",
-        "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by the first validation point).",
-    ]
-    lines += [
-        "learning rates: "
-        + " | ".join(f"{r['name']}: {r['lr']['label']}" for r in result["runs"] if r.get("lr"))
-    ]
-    lines += [f"warning: {w}" for w in result["warnings"]]
-    return "\n".join(lines)
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "runs",
@@ -420,36 +337,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--group",
         action="append",
         metavar="NAME=GLOB",
-        help="runs of one architecture over seeds, e.g. prenorm='runs/pre-s*' (repeatable; replaces RUN_DIRs)",
+        help="runs of one architecture over seeds, e.g. prenorm='runs/pre-s*' (repeatable; replaces "
+        "RUN_DIRs)",
     )
     p.add_argument("--baseline", metavar="RUN_DIR_OR_NAME", help="baseline run (default: the first RUN_DIR)")
     p.add_argument(
         "--names", nargs="+", metavar="NAME", help="display names, one per RUN_DIR (default: dir basenames)"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    p.add_argument("--out", metavar="FILE.json", help="also write the JSON to this file")
+    add_output_file(p, metavar="FILE.json", help="also write the JSON to this file")
     p.add_argument(
         "--plot", metavar="FILE.png", help="also draw validation perplexity vs FLOPs and vs wall-clock"
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from .compare_table import format_comparison
+
     if args.group or not args.runs:
         from .seeds import compare_groups, format_groups, parse_groups
 
         if args.runs or args.names or args.plot:
             raise ConfigError("compare: --group replaces RUN_DIRs, --names and --plot; pass one or the other")
         result = compare_groups(parse_groups(args.group or []), baseline=args.baseline)
-        if args.out:
-            atomic_write_json(args.out, result)
+        if args.output:
+            atomic_write_json(args.output, result)
         print(json.dumps(result, indent=2) if args.json else format_groups(result))
         return 0
     result = compare(args.runs, baseline=args.baseline, names=args.names)
     if args.json:  # the table carries its warnings; JSON on stdout carries them too, repeated on stderr
         for w in result["warnings"]:
             print(f"nfeval compare: warning: {w}", file=sys.stderr)
-    if args.out:
-        atomic_write_json(args.out, result)
+    if args.output:
+        atomic_write_json(args.output, result)
     if args.plot:
         from .plots import plot_curves
 

@@ -13,9 +13,10 @@ import json
 from typing import Any
 
 from ..artifacts import atomic_write_json, provenance
+from ..cli_args import add_output_file
 from ..errors import ConfigError
 from . import significance as sig
-from .compare import table
+from .compare_table import table
 from .paired import compare_files
 
 
@@ -78,13 +79,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=sig.SEED, help="bootstrap seed (default %(default)s)")
     p.add_argument("--confidence", type=float, default=sig.CONFIDENCE, help="default %(default)s")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    p.add_argument("--out", metavar="FILE.json", help="also write the JSON to this file")
+    add_output_file(p, metavar="FILE.json", help="also write the JSON to this file")
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval compare-scores``."""
     result = compare_scores(args.a, args.b, args.resamples, args.seed, args.confidence)
-    if args.out:
-        atomic_write_json(args.out, result)
+    if args.output:
+        atomic_write_json(args.output, result)
     print(json.dumps(result, indent=2) if args.json else format_rows(result))
     return 0

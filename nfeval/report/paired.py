@@ -22,7 +22,7 @@ from ..engine.config import load_json
 from ..errors import ConfigError, DataError
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
-from ..glue.sweep import lr_key, point_dir
+from ..glue.points import lr_key, point_dir
 from . import significance as sig
 
 
@@ -187,7 +187,7 @@ def compare_files(path: str, base: str, metrics: dict[str, str] | None = None, *
 
 def _task_sources(row: dict[str, Any], kind: str) -> dict[str, str]:
     """Returns {task: results file} of a leaderboard row's files of ``kind`` ("zeroshot" or "glue")."""
-    from .leaderboard import read_results
+    from .leaderboard_read import read_results
 
     out = {}
     for path in row["sources"]:

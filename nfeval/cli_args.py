@@ -1,0 +1,61 @@
+"""Command-line options shared by the commands, so the same thing has the same name and values everywhere.
+
+The rule for outputs: ``--out`` is always a folder (train, glue, tune, demo, export-hf), ``--output``
+always a file (zeroshot, generate, leaderboard, compare, compare-scores, analyze). Commands whose file
+option used to be spelled ``--out`` still accept it (hidden).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+# Every command accepts both spellings of a dtype; the value a command sees is the short one.
+DTYPE_SPELLINGS = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "auto": "auto",
+}
+LONG_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def add_output_file(p: argparse.ArgumentParser, help: str, default: str | None = None, **kwargs) -> None:
+    """Adds ``--output FILE`` (and the old spelling ``--out``, hidden) storing into ``args.output``."""
+    p.add_argument("--output", default=default, help=help, **kwargs)
+    p.add_argument("--out", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def add_device(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    """Adds ``--device``: auto, cpu, cuda or cuda:N (auto: cuda when available)."""
+    p.add_argument(
+        "--device", default=default, help="auto, cpu, cuda or cuda:N (default: auto, cuda when available)"
+    )
+
+
+def device_or_none(device: str | None) -> str | None:
+    """Returns ``device`` with ``auto`` as None (the library functions' spelling of 'choose for me')."""
+    return None if device in (None, "auto") else device
+
+
+def add_dtype(
+    p: argparse.ArgumentParser, choices: tuple[str, ...], default: str | None = None, help: str = ""
+) -> None:
+    """Adds ``--dtype`` taking ``choices`` (short names) in either spelling (fp32/float32, bf16/bfloat16,
+    fp16/float16); ``args.dtype`` is the short name."""
+    spelled = ", ".join(f"{c}/{LONG_NAMES[c]}" if c in LONG_NAMES else c for c in choices)
+
+    def parse(text: str) -> str:
+        short = DTYPE_SPELLINGS.get(text.strip().lower())
+        if short not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected one of {spelled}")
+        return short
+
+    p.add_argument("--dtype", type=parse, default=default, metavar="DTYPE", help=f"{spelled}. {help}".strip())
+
+
+def add_no_progress(p: argparse.ArgumentParser, **kwargs) -> None:
+    """Adds ``--no-progress`` (no progress bars; in a log file they print a line every 30 s anyway)."""
+    p.add_argument("--no-progress", action="store_true", help="no progress bars", **kwargs)

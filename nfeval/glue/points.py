@@ -1,0 +1,109 @@
+"""Where a GLUE sweep point lives on disk and who computes it: ``<out>/glue/<task>/lr=<lr>/seed=<s>/``
+holds ``result.json`` (written when the point finishes, with its resume key) and a ``.lock`` file that a
+sweep holds (``flock``) while it computes the point, so concurrent sweeps never compute a point twice."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+from ..engine.config import load_json
+from ..errors import DataError
+from .recipe import ResolvedRecipe
+
+RESULT = "result.json"
+LOCK = ".lock"  # flock'ed while a sweep computes the point
+
+
+class Point(NamedTuple):
+    """One (task, lr, seed) point to run: its resolved recipe, folder and resume key."""
+
+    task: str
+    lr: float
+    seed: int
+    recipe: ResolvedRecipe
+    directory: str
+    key: dict
+
+
+def lr_key(lr: float) -> str:
+    """Returns the string a learning rate is stored under (Python's repr: ``1e-05``, ``0.0003``)."""
+    return repr(float(lr))
+
+
+def point_dir(out_dir: str, task: str, lr: float, seed: int) -> str:
+    """Returns the folder of one sweep point."""
+    return os.path.join(out_dir, "glue", task, f"lr={lr_key(lr)}", f"seed={seed}")
+
+
+def same(a: Any, b: Any) -> bool:
+    """Returns whether ``a`` and ``b`` are equal as JSON (tuples and lists alike)."""
+    return json.loads(json.dumps(a)) == json.loads(json.dumps(b))
+
+
+def mismatch(path: str, stored: Mapping, key: Mapping) -> DataError:
+    """Returns the error for a point file written for another checkpoint, data or recipe than ``key``."""
+    diff = [k for k in key if not same(stored.get(k), key[k])]
+    return DataError(
+        f"{path}: written for a different {', '.join(diff)} than this run "
+        "(use another --out folder, or delete the folder to recompute)"
+    )
+
+
+def finished_result(directory: str, key: Mapping) -> dict | None:
+    """Returns the point's result when it is finished for exactly ``key``; None if not finished.
+
+    Raises DataError when a result exists for a different checkpoint, data or recipe, or is not JSON.
+    """
+    path = os.path.join(directory, RESULT)
+    if not os.path.isfile(path):
+        return None
+    result = load_json(path, hint="delete it to recompute the point")
+    if not same(result.get("key"), key):
+        raise mismatch(path, result.get("key") or {}, key)
+    return result
+
+
+@contextlib.contextmanager
+def point_lock(directory: str, wait: bool = False) -> Iterator[bool]:
+    """Holds the point's lock file while the block runs; yields False when another process holds it.
+
+    ``flock`` locks die with their process, so a killed sweep never leaves a stale lock behind.
+    """
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, LOCK), os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def claim_and_run(directory: str, key: Mapping, wait: bool, run: Callable[[], dict]) -> dict | None:
+    """Returns the point's result under its lock: read back when another sweep finished it meanwhile,
+    else computed by ``run()``; None when another live sweep holds the lock and ``wait`` is False."""
+    with point_lock(directory, wait) as held:
+        if not held:
+            return None
+        return finished_result(directory, key) or run()
+
+
+def finished_on_disk(out_dir: str, task: str, key: Mapping) -> list[dict]:
+    """Returns every finished point of ``task`` under ``out_dir`` for the same checkpoint, data and recipe
+    as ``key`` (any learning rate and seed): what concurrent sweeps into one folder computed together."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(out_dir, "glue", task, "lr=*", "seed=*", RESULT))):
+        result = load_json(path, hint="delete it to recompute the point")
+        stored = result.get("key") or {}
+        if all(same(stored.get(k), key[k]) for k in ("checkpoint", "data", "recipe")):
+            found.append(result)
+    return found

@@ -1,0 +1,90 @@
+"""Running GLUE sweep points in parallel: one process per job (spread over the visible GPUs), each caching
+its checkpoint and encoded tasks across the points it runs."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import multiprocessing as mp
+import os
+from typing import Any
+
+import torch
+
+from ..engine import checkpoint as ckpt_lib
+from ..errors import DataError
+from . import data as glue_data
+from .finetune import EncodedTask, encode_task, run_point
+from .points import Point, claim_and_run
+from .recipe import ResolvedRecipe
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(devices, threads: int, trust_checkpoint: bool) -> None:
+    """Binds this worker process to its device and its share of the CPU cores."""
+    device = devices.get()
+    _WORKER.update(device=device, trust_checkpoint=trust_checkpoint)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=1)
+def _worker_ckpt(path: str) -> ckpt_lib.Checkpoint:
+    return ckpt_lib.load(path, trust_checkpoint=_WORKER.get("trust_checkpoint", False))
+
+
+@functools.lru_cache(maxsize=4)
+def _worker_task(ckpt_path: str, glue_dir: str | None, task: str, max_len: int) -> EncodedTask:
+    return encode_task(glue_data.load(task, glue_dir), _worker_ckpt(ckpt_path).tokenizer, max_len)
+
+
+def _worker_point(
+    ckpt_path: str,
+    glue_dir: str | None,
+    task: str,
+    lr: float,
+    seed: int,
+    recipe: ResolvedRecipe,
+    directory: str,
+    key: dict,
+) -> dict | None:
+    ckpt = _worker_ckpt(ckpt_path)
+    enc = _worker_task(ckpt_path, glue_dir, task, recipe.max_len)
+    if ckpt.fingerprint != key["checkpoint"] or enc.fingerprint != key["data"]:
+        raise DataError(f"{ckpt_path} or the {task} data changed while the sweep was running")
+    run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, _WORKER["device"], False)
+    return claim_and_run(directory, key, wait=False, run=run)
+
+
+def _job_devices(device: str, jobs: int) -> list[str]:
+    if device == "cuda" and torch.cuda.is_available():
+        return [f"cuda:{i % torch.cuda.device_count()}" for i in range(jobs)]
+    return [device] * jobs
+
+
+def run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar) -> list[Point]:
+    """Runs ``points`` in ``jobs`` processes (one device each); returns the points another sweep holds."""
+    ctx = mp.get_context("spawn")
+    devices = ctx.Queue()
+    for d in _job_devices(device, jobs):
+        devices.put(d)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    deferred = []
+    with cf.ProcessPoolExecutor(
+        jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads, trust_checkpoint)
+    ) as pool:
+        futures = {pool.submit(_worker_point, ckpt.path, glue_dir, *point): point for point in points}
+        try:
+            for fut in cf.as_completed(futures):
+                result = fut.result()
+                if result is None:
+                    deferred.append(futures[fut])
+                    continue
+                results[futures[fut].task].append(result)
+                bar.update(1)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return deferred

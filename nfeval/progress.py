@@ -1,0 +1,38 @@
+"""Progress bars that suit both a terminal and a log file.
+
+On a terminal: an ordinary tqdm bar. Elsewhere (a log file, a pipe, a batch job's stdout) tqdm would write
+a carriage-return line at every update; there the bar prints a plain status line at most every
+``LOG_INTERVAL_S`` seconds instead, and none of the clearing sequences.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tqdm import tqdm
+
+LOG_INTERVAL_S = 30.0
+
+
+class _Lines:
+    """A file for tqdm that turns each redraw into one plain line (no ``\\r``, no cursor moves)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        line = text.replace("\x1b[A", "").replace("\r", "").strip()
+        if line:
+            self.stream.write(line + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(iterable=None, *, enabled: bool = True, **kwargs: Any) -> tqdm:
+    """Returns a tqdm bar over ``iterable`` (or a manual one: ``total=``), silent when not ``enabled``;
+    when stderr is not a terminal, it prints a plain line at most every ``LOG_INTERVAL_S`` seconds."""
+    if enabled and not sys.stderr.isatty():
+        kwargs = {"mininterval": LOG_INTERVAL_S, "file": _Lines(sys.stderr), "ascii": True, **kwargs}
+    return tqdm(iterable, disable=not enabled, **kwargs)

@@ -1,0 +1,106 @@
+"""The compute-matched comparison (``compare.compare``) as a text table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .compare import NOT_REACHED
+
+
+def _si(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.{digits}g}{suffix}"
+    return f"{x:.{digits}g}"
+
+
+def _sci(x: float | None) -> str:
+    if x is None:
+        return "–"
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h" if seconds >= 360 else f"{seconds:.4g} s"
+
+
+def _ppl(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def _fraction(row: dict, axis: str) -> str:
+    target = row["to_target"]
+    if not target["reached"]:
+        return NOT_REACHED
+    return ("≤" if target["bound"] == "at_most" else "") + f"{target['fraction'][axis]:.3f}"
+
+
+def table(rows: list[list[str]], right: set[int]) -> list[str]:
+    """Returns ``rows`` (the first being the header) as aligned text lines; columns in ``right``
+    right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def format_comparison(result: dict[str, Any]) -> str:
+    """Returns the comparison as a text table with a header naming target and budget, warnings last."""
+    at = result["baseline_at_target"]
+    lines = [
+        f"baseline: {result['baseline']}; target = its best val ppl {_ppl(result['target_val_ppl'])} "
+        f"(step {at['step']}, {_sci(at['flops'])} FLOPs, {_hours(at['wall_s'])})",
+        f"equal-compute budget: {_sci(result['budget']['flops'])} FLOPs | "
+        f"{_hours(result['budget']['wall_s'])} of training time",
+        "",
+    ]
+    header = [
+        "run",
+        "arch",
+        "steps",
+        "tokens",
+        "s/step",
+        "overhead",
+        "best ppl",
+        "ppl@FLOPs",
+        "ppl@time",
+        "tokens@time",
+        "FLOPs to target",
+        "time to target",
+    ]
+    body = [header]
+    for row in result["runs"]:
+        overhead = row["step_time_overhead"]
+        body.append(
+            [
+                row["name"],
+                row["architecture"] or "–",
+                str(row["steps"]),
+                _si(row["tokens"]),
+                "–" if row["step_time_s"] is None else f"{row['step_time_s']:.4g}",
+                "–" if overhead is None else f"{overhead:+.1%}",
+                _ppl(row["best_val_ppl"]),
+                _ppl(row["at_equal"]["flops"]["val_ppl"]),
+                _ppl(row["at_equal"]["wall_s"]["val_ppl"]),
+                _si(row["at_equal"]["wall_s"]["tokens"]),
+                _fraction(row, "flops"),
+                _fraction(row, "wall_s"),
+            ]
+        )
+    lines += table(body, right=set(range(2, len(header))))
+    lines += [
+        "",
+        "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by "
+        "the first validation point).",
+    ]
+    lines += [
+        "learning rates: "
+        + " | ".join(f"{r['name']}: {r['lr']['label']}" for r in result["runs"] if r.get("lr"))
+    ]
+    lines += [f"warning: {w}" for w in result["warnings"]]
+    return "\n".join(lines)

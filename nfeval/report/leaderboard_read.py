@@ -1,0 +1,257 @@
+"""Reading leaderboard inputs: zero-shot and GLUE results files and reference rows, strictly on the keys
+used (a missing or mistyped key is a DataError naming the file and the key); and the tables' constants."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import tasks as nf_tasks
+
+from ..engine.config import load_json
+from ..errors import DataError, MissingDataError
+from ..glue.data import TASKS as GLUE_TASKS
+from ..glue.metrics import SPLIT_METRICS
+
+ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
+# Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
+EXTRA_ZEROSHOT_TASKS = ("storycloze_2018", "corpus_cloze")
+# The metrics the GLUE leaderboard averages into a task's score: those glue.py computes per task.
+GLUE_SCORE_METRICS = {t: tuple(n for fns in SPLIT_METRICS[t].values() for n in fns) for t in GLUE_TASKS}
+TITLES = {
+    "hellaswag": "HellaSwag",
+    "piqa": "PIQA",
+    "winogrande": "WinoGrande",
+    "storycloze_2016": "StoryCloze",
+    "storycloze_2018": "StoryCloze 2018",
+    "corpus_cloze": "Corpus cloze",
+    "openbookqa": "OpenBookQA",
+    "cola": "CoLA",
+    "sst2": "SST-2",
+    "mrpc": "MRPC",
+    "stsb": "STS-B",
+    "qqp": "QQP",
+    "mnli": "MNLI",
+    "qnli": "QNLI",
+    "rte": "RTE",
+}
+# GPT-3 scored cloze-style tasks per token, so the corpus cloze task follows that convention too.
+GPT3_METRICS = {**nf_tasks.GPT3_METRIC, "corpus_cloze": "acc_per_token"}
+METRIC_PRESETS = {
+    "gpt3": GPT3_METRICS,
+    "acc": dict.fromkeys(GPT3_METRICS, "acc"),
+    "acc_norm": dict.fromkeys(GPT3_METRICS, "acc_norm"),
+}
+GROUP_MEASURES = {
+    "compute": "device_hours",
+    "device-hours": "device_hours",
+    "flops": "flops",
+    "tokens": "tokens",
+}
+GROUP_UNITS = {"device_hours": "device-hours", "flops": "FLOPs", "tokens": "tokens"}
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "leaderboards" / "reference"
+MISSING = "–"
+
+# ---------------------------------------------------------------- reading, strictly on what we use
+
+
+def _describe(keys: list[str]) -> str:
+    return ".".join(str(k) for k in keys)
+
+
+def _get(
+    data: Any, keys: list[str], path: str, kind: type | tuple, expected: str, required: bool = True
+) -> Any:
+    """Returns ``data[k0][k1]…``; raises ValueError naming ``path`` and the key when missing (if required)
+    or mistyped."""
+    value = data
+    for i, key in enumerate(keys):
+        if not isinstance(value, dict):
+            raise DataError(
+                f"{path}: key {_describe(keys[:i])!r} is a {type(value).__name__}, expected an object"
+            )
+        if key not in value or value[key] is None:
+            if required:
+                raise DataError(f"{path}: key {_describe(keys)!r} is missing; expected {expected}")
+            return None
+        value = value[key]
+    numeric = kind in ((int, float), int)
+    if not isinstance(value, kind) or (numeric and (isinstance(value, bool) or not math.isfinite(value))):
+        raise DataError(f"{path}: key {_describe(keys)!r} is {value!r}; expected {expected}")
+    return value
+
+
+def fraction(data: Any, keys: list[str], path: str, low: float = 0.0) -> float:
+    value = _get(data, keys, path, (int, float), f"a number in [{low:g}, 1]")
+    if not low <= value <= 1:
+        raise DataError(
+            f"{path}: key {_describe(keys)!r} is {value!r}; expected a number in [{low:g}, 1] (a fraction, "
+            "not percent)"
+        )
+    return float(value)
+
+
+def _model_block(data: dict, path: str) -> dict[str, Any]:
+    _get(data, ["nfeval", "model"], path, dict, "the model block (checkpoint.summary)")
+    base = ["nfeval", "model"]
+    info = {
+        "fingerprint": _get(data, base + ["fingerprint"], path, str, "a string", required=False),
+        "path": _get(data, base + ["path"], path, str, "a string", required=False),
+        "architecture": _get(data, base + ["architecture"], path, str, "a string", required=False),
+        "parameters": _get(data, base + ["parameters"], path, int, "an integer", required=False),
+    }
+    if not info["fingerprint"] and not info["path"]:
+        raise DataError(
+            f"{path}: key 'nfeval.model.fingerprint' is missing; expected the model's fingerprint (or at "
+            "least 'nfeval.model.path')"
+        )
+    _get(data, base + ["compute"], path, dict, "an object", required=False)
+    for key in ("tokens", "flops", "device_hours"):
+        info[key] = _get(data, base + ["compute", key], path, (int, float), "a number", required=False)
+    return info
+
+
+def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str, Any]]:
+    """Returns {canonical task: {"metrics": lm-eval metric dict, "subset": bool, "source": path}} of a
+    zero-shot file."""
+    results = _get(data, ["results"], path, dict, "lm-eval's per-task results object")
+    aliases = (
+        _get(data, ["nfeval", "tasks"], path, dict, "an object {task name: canonical task}", required=False)
+        or {}
+    )
+    canonical_names = ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS
+    for name in aliases:
+        _get(data, ["nfeval", "tasks", name], path, str, "the canonical task name (a string)")
+    limit = _get(data, ["nfeval", "limit"], path, (int, float), "a number or null", required=False)
+    n_samples = data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
+    tasks: dict[str, dict[str, Any]] = {}
+    for name in results:
+        canonical = aliases.get(name, name)
+        if canonical not in canonical_names:
+            warnings.append(
+                f"{path}: ignored task {name!r} (not one of {canonical_names}; name its canonical task in "
+                "'nfeval.tasks')"
+            )
+            continue
+        metrics = _get(data, ["results", name], path, dict, "an object of lm-eval metrics")
+        if canonical in tasks:
+            raise DataError(f"{path}: key 'results.{name}' is a second result for task {canonical!r}")
+        counts = n_samples.get(name) if isinstance(n_samples.get(name), dict) else {}
+        if counts.get("effective") is not None and counts.get("original") is not None:
+            subset = counts["effective"] < counts["original"]
+        else:
+            subset = limit is not None
+        tasks[canonical] = {"task": name, "metrics": metrics, "subset": subset, "source": path}
+    return tasks
+
+
+def read_glue(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str, Any]]:
+    """Returns {task: {"metric", "best", "source"}} of a GLUE summary; the metric's best value is checked."""
+    tasks = _get(data, ["tasks"], path, dict, "the per-task GLUE results object")
+    out = {}
+    for task in tasks:
+        if task not in GLUE_TASKS:
+            warnings.append(f"{path}: ignored GLUE task {task!r} (expected one of {GLUE_TASKS})")
+            continue
+        metric = _get(data, ["tasks", task, "metric"], path, str, "the task's GLUE metric name")
+        best = _get(data, ["tasks", task, "best"], path, dict, "an object {metric: value}")
+        fraction(data, ["tasks", task, "best", metric], path, low=-1.0)
+        out[task] = {"metric": metric, "best": best, "source": path}
+    return out
+
+
+def read_results(path: str, warnings: list[str]) -> tuple[str, dict[str, Any], dict[str, dict]]:
+    """Returns (kind "zeroshot" or "glue", model info, per-task entries) of one results file."""
+    data = load_json(path)
+    if "results" in data:
+        kind, tasks = "zeroshot", read_zeroshot(data, path, warnings)
+    elif "tasks" in data:
+        kind, tasks = "glue", read_glue(data, path, warnings)
+    else:
+        raise DataError(f"{path}: key 'results' (zero-shot results) or 'tasks' (GLUE summary) is missing")
+    return kind, _model_block(data, path), tasks
+
+
+def _reference_path(spec: str) -> str:
+    if os.path.isfile(spec):
+        return spec
+    for folder in (Path("leaderboards") / "reference", REFERENCE_DIR):
+        if (folder / f"{spec}.json").is_file():
+            return str(folder / f"{spec}.json")
+    known = sorted(p.stem for p in REFERENCE_DIR.glob("*.json"))
+    raise MissingDataError(
+        f"--reference {spec}: no such file; expected a path to a reference JSON or one of {known}"
+    )
+
+
+def load_reference(spec: str) -> dict[str, Any]:
+    """Returns the reference file named by ``spec`` (a path, or a name under leaderboards/reference) with
+    scores converted to fractions; see leaderboards/README.md for the format."""
+    path = _reference_path(spec)
+    data = load_json(path)
+    name = _get(data, ["name"], path, str, "a short label such as 'GPT-3'")
+    citation = _get(data, ["citation"], path, str, "the paper and table the numbers come from")
+    units = _get(data, ["units"], path, str, "'percent' or 'fraction'")
+    if units not in ("percent", "fraction"):
+        raise DataError(f"{path}: key 'units' is {units!r}; expected 'percent' or 'fraction'")
+    tasks = _get(data, ["tasks"], path, dict, "an object {canonical task: {metric, convention}}")
+    for task in tasks:
+        if task not in ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS:
+            raise DataError(
+                f"{path}: key 'tasks.{task}' is not a canonical task; expected one of "
+                f"{ZEROSHOT_TASKS + EXTRA_ZEROSHOT_TASKS}"
+            )
+        _get(data, ["tasks", task, "metric"], path, str, "the lm-eval metric following the same convention")
+        _get(data, ["tasks", task, "convention"], path, str, "a description of the scoring convention")
+    models = _get(data, ["models"], path, list, "a list of models")
+    scale = 100.0 if units == "percent" else 1.0
+    rows = []
+    for i, model in enumerate(models):
+        entry = {"models": {str(i): model}}
+        keys = ["models", str(i)]
+        scores = _get(entry, keys + ["scores"], path, dict, "an object {task: score}")
+        for task in scores:
+            if task not in tasks:
+                raise DataError(f"{path}: key 'models.{i}.scores.{task}' names a task missing from 'tasks'")
+            value = _get(entry, keys + ["scores", task], path, (int, float), f"a number in [0, {scale:g}]")
+            if not 0 <= value <= scale:
+                raise DataError(
+                    f"{path}: key 'models.{i}.scores.{task}' is {value!r}; expected a number in [0, "
+                    f"{scale:g}] ({units})"
+                )
+        if _get(entry, keys + ["parameters"], path, int, "the parameter count (a positive integer)") <= 0:
+            raise DataError(
+                f"{path}: key 'models.{i}.parameters' is {model['parameters']!r}; expected a positive integer"
+            )
+        rows.append(
+            {
+                "name": _get(entry, keys + ["name"], path, str, "the model's name"),
+                "parameters": _get(
+                    entry, keys + ["parameters"], path, int, "the parameter count (a positive integer)"
+                ),
+                "tokens": _get(entry, keys + ["tokens"], path, (int, float), "a number", required=False),
+                "scores": {task: value / scale for task, value in scores.items()},
+            }
+        )
+    return {
+        "name": name,
+        "citation": citation,
+        "architecture": data.get("architecture"),
+        "tasks": tasks,
+        "models": rows,
+        "path": path,
+    }
+
+
+def nearest_by_size(reference_models: list[dict], sizes: list[int]) -> list[dict]:
+    """Returns the reference models nearest in (log) parameter count to each of ``sizes``, in file order;
+    all of them when no size is known."""
+    if not sizes:
+        return list(reference_models)
+    picked = {
+        min(range(len(reference_models)), key=lambda i: abs(math.log(reference_models[i]["parameters"] / n)))
+        for n in sizes
+    }
+    return [m for i, m in enumerate(reference_models) if i in picked]

@@ -1,0 +1,265 @@
+"""Rendering a leaderboard board (``leaderboard.build``) as markdown, CSV or JSON text."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from typing import Any
+
+from ..artifacts import atomic_write_text
+from . import paired
+from .leaderboard_read import GROUP_UNITS, MISSING, TITLES, ZEROSHOT_TASKS
+
+# ---------------------------------------------------------------- rendering
+
+
+def _si(x: float | None) -> str:
+    if x is None:
+        return MISSING
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def format_compute(x: float | None, measure: str) -> str:
+    if x is None:
+        return MISSING
+    if measure == "flops":
+        mantissa, _, exponent = f"{x:.2g}".partition("e")
+        return f"{mantissa}e{int(exponent)}" if exponent else mantissa
+    if measure == "tokens":
+        return _si(x)
+    return f"{x:.3g}"
+
+
+def _cell(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return MISSING
+    return f"{100 * cell['value']:.1f}" + ("*" if cell["subset"] else "") + paired.markdown_mark(cell)
+
+
+def _markdown_table(table: dict[str, Any]) -> list[str]:
+    header = ["Model", "Params", "Arch", "Tokens", "FLOPs", "Device-h"]
+    header += [f"{c['title']} ({c['metric']})" for c in table["columns"]] + ["Avg"]
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|---|" + "---:|" * (len(header) - 3)]
+    group = None
+    for row in table["rows"]:
+        label = (
+            f"*reference: {row['reference']}*"
+            if row["reference"]
+            else (f"**{row['group']}**" if row["group"] else None)
+        )
+        if label and label != group:
+            lines.append("| " + " | ".join([label] + [""] * (len(header) - 1)) + " |")
+            group = label
+        cells = [
+            row["name"],
+            _si(row["parameters"]),
+            row["architecture"] or MISSING,
+            _si(row["tokens"]),
+            format_compute(row["flops"], "flops"),
+            format_compute(row["device_hours"], "device_hours"),
+        ]
+        cells += [_cell(row["scores"][c["task"]]) for c in table["columns"]]
+        cells.append(MISSING if row["average"] is None else f"{100 * row['average']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
+    table = board["zeroshot"]
+    averaged = ", ".join(TITLES[t] for t in ZEROSHOT_TASKS)
+    notes = [
+        "Accuracy in percent; each column names its lm-eval metric (acc_per_token: GPT-3's per-token length "
+        "normalisation; acc_uncond: its unconditional normalisation; acc: unnormalised, which for WinoGrande "
+        f"is GPT-3's partial scoring). {MISSING}: not evaluated. Avg: mean of {averaged}; {MISSING} unless "
+        "all five are present.",
+    ]
+    if any(c and c["subset"] for r in table["rows"] for c in r["scores"].values()):
+        notes.append("*: evaluated on a subset of the task (lm-eval `--limit`).")
+    ref = board["reference"]
+    if ref:
+        columns = {c["task"]: c["metric"] for c in table["columns"]}
+        placed = [
+            f"{TITLES[t]} {spec['split']} ({spec['convention']}: {spec['metric']})"
+            if spec.get("split")
+            else f"{TITLES[t]} ({spec['convention']}: {spec['metric']})"
+            for t, spec in ref["tasks"].items()
+        ]
+        differ = [
+            TITLES[t] for t, spec in ref["tasks"].items() if columns.get(t) not in (None, spec["metric"])
+        ]
+        notes.append(
+            f"{ref['name']} rows: {ref['citation']}, the sizes nearest ours. Each reference number sits "
+            "under the "
+            f"column whose metric follows the same convention: {'; '.join(placed)}."
+        )
+        if differ:
+            notes.append(
+                f"{ref['name']} cells are {MISSING} for {', '.join(differ)}: this table's metric there "
+                "follows another convention."
+            )
+    return notes
+
+
+def _sources(board: dict[str, Any]) -> list[str]:
+    lines, seen = [], set()
+    for table in (board.get("zeroshot"), board.get("glue")):
+        for row in (table or {}).get("rows", []):
+            if row["reference"] or row["name"] in seen:
+                continue
+            seen.add(row["name"])
+            fingerprint = (
+                f"fingerprint `{row['fingerprint'][:16]}`" if row["fingerprint"] else "no fingerprint"
+            )
+            lr = f"{row['lr']['label']}; " if row.get("lr") else ""
+            lines.append(f"- {row['name']}: {fingerprint}; {lr}{', '.join(row['sources'])}")
+    return lines
+
+
+def render_markdown(
+    board: dict[str, Any],
+    title: str = "Leaderboard",
+    images: dict[str, str] | None = None,
+    comparison: str | None = None,
+) -> str:
+    """Returns the leaderboard as markdown: a zero-shot and/or a GLUE table, notes under each, sources last.
+    ``images`` maps "zeroshot"/"curves" to a PNG file name to link; ``comparison`` is a compare table
+    (text)."""
+    images = images or {}
+    lines = [f"# {title}", ""]
+    if "zeroshot" in board:
+        lines += ["## Zero-shot", ""] + _markdown_table(board["zeroshot"]) + [""]
+        lines += [f"- {note}" for note in _zeroshot_notes(board)] + [""]
+        if "zeroshot" in images:
+            lines += [f"![Zero-shot accuracy]({images['zeroshot']})", ""]
+    if "glue" in board:
+        lines += ["## GLUE", ""] + _markdown_table(board["glue"]) + [""]
+        lines += [
+            "- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column "
+            "names its metric. "
+            f"{MISSING}: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean of "
+            "a task's "
+            f"metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and mismatched); "
+            f"{MISSING} unless every task shown is present.",
+            "",
+        ]
+    if comparison or "curves" in images:
+        lines += ["## Training runs at equal compute", ""]
+        lines += ["```text", comparison, "```", ""] if comparison else []
+        lines += (
+            [f"![Validation perplexity vs compute]({images['curves']})", ""] if "curves" in images else []
+        )
+    if board["group_by"]:
+        lines += [
+            f"Rows are grouped by training {GROUP_UNITS[board['group_by']]}: a group holds runs within its "
+            "range "
+            "(compute-matched).",
+            "",
+        ]
+    lines += paired.markdown_section(board)
+    if board.get("analysis"):  # `nfeval analyze` results given with --analysis
+        from ..analysis.tables import markdown_section
+
+        lines += markdown_section(board["analysis"])
+    lines += ["## Sources", ""] + _sources(board)
+    return "\n".join(lines) + "\n"
+
+
+# A CSV row's model columns, after its name.
+CSV_MODEL_FIELDS = (
+    "reference",
+    "group",
+    "parameters",
+    "architecture",
+    "tokens",
+    "flops",
+    "device_hours",
+    "fingerprint",
+)
+
+
+def render_csv(board: dict[str, Any]) -> str:
+    """Returns one CSV row per model (reference rows included) with raw fractions; missing scores are
+    empty."""
+    tables = [(name, board[name]) for name in ("zeroshot", "glue") if name in board]
+    header = ["model", *CSV_MODEL_FIELDS]
+    for name, table in tables:
+        header += [f"{c['task']}/{c['metric']}" for c in table["columns"]] + [f"{name}_average"]
+        if board.get("paired"):
+            header += [
+                k for c in table["columns"] for k in paired.csv_fields(f"{c['task']}/{c['metric']}", None)
+            ]
+    rows: dict[str, dict[str, Any]] = {}
+    for name, table in tables:
+        for row in table["rows"]:
+            out = rows.setdefault(
+                row["name"],
+                {k: row[k] for k in CSV_MODEL_FIELDS},
+            )
+            out["model"] = row["name"]
+            for c in table["columns"]:
+                cell = row["scores"][c["task"]]
+                out[f"{c['task']}/{c['metric']}"] = None if cell is None else cell["value"]
+                out.update(paired.csv_fields(f"{c['task']}/{c['metric']}", cell))
+            out[f"{name}_average"] = row["average"]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    for out in rows.values():
+        writer.writerow({k: "" if out.get(k) is None else out[k] for k in header})
+    return buf.getvalue()
+
+
+def render(
+    board: dict[str, Any],
+    fmt: str,
+    title: str = "Leaderboard",
+    images: dict[str, str] | None = None,
+    comparison: str | None = None,
+) -> str:
+    """Returns ``board`` rendered as ``fmt`` (md, csv or json)."""
+    if fmt == "md":
+        return render_markdown(board, title, images, comparison)
+    if fmt == "csv":
+        return render_csv(board)
+    return json.dumps(board, indent=2, default=str) + "\n"
+
+
+def write(
+    board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard", comparison: dict | None = None
+) -> str:
+    """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
+    (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
+    text."""
+    from .plots import plot_bars, plot_curves
+
+    images, table_text = {}, None
+    stem = os.path.splitext(out)[0]
+    if fmt == "md" and "zeroshot" in board:
+        table = board["zeroshot"]
+        bars = [
+            (
+                r["name"],
+                [
+                    None if r["scores"][c["task"]] is None else 100 * r["scores"][c["task"]]["value"]
+                    for c in table["columns"]
+                ],
+            )
+            for r in table["rows"]
+        ]
+        columns = [f"{c['title']}\n{c['metric']}" for c in table["columns"]]
+        images["zeroshot"] = os.path.basename(
+            plot_bars(columns, bars, f"{stem}_zeroshot.png", "Zero-shot accuracy", "accuracy (%)")
+        )
+    if fmt == "md" and comparison:
+        from .compare_table import format_comparison
+
+        images["curves"] = os.path.basename(plot_curves(comparison, f"{stem}_curves.png"))
+        table_text = format_comparison(comparison)
+    text = render(board, fmt, title, images, table_text)
+    atomic_write_text(out, text)
+    return text
