@@ -21,6 +21,8 @@ from nfeval.engine.generate import Sampling, generate, left_pad
 from nfeval.engine.tokenization import fingerprint_text, special_ids
 from nfeval.errors import CheckpointError, ConfigError, DataError, MissingDataError
 
+from .scorer import ModelShape
+
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 HF_FILES = (
     "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -152,6 +154,16 @@ def hf_summary(path: str, cfg: dict[str, Any], weights: list[str]) -> dict[str, 
     }
 
 
+def matmul_params(model: torch.nn.Module) -> int:
+    """Returns the weights of the matrices every token goes through: 2-D parameters outside embedding
+    tables (a tied LM head is the token embedding, counted per scored position instead)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if head is not None:
+        embeddings.add(id(head.weight))
+    return sum(p.numel() for p in model.parameters() if p.dim() == 2 and id(p) not in embeddings)
+
+
 class Backend:
     """The model, tokenizer and special ids the adapter scores with."""
 
@@ -174,7 +186,17 @@ class Backend:
         """Returns the text of one (special) token, to spot strings that already start with it."""
         raise NotImplementedError
 
-    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor, position_ids: torch.Tensor | None = None,
+                  attn_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """Returns the logits at ``keep`` (row-major); ``position_ids``/``attn_mask`` for packed rows."""
+        raise NotImplementedError
+
+    def accepts_tree_mask(self) -> bool:
+        """Returns True when ``logits_at`` scores packed prefix trees (scorer.py)."""
+        return True
+
+    def shape(self) -> ModelShape:
+        """Returns what the scorer counts model FLOPs from."""
         raise NotImplementedError
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling, stop: list[str],
@@ -215,9 +237,14 @@ class NFEvalBackend(Backend):
     def token_text(self, token_id: int) -> str | None:
         return self.tokenizer.id_to_token(token_id)
 
-    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        hidden = self.model.encode(idx)  # causal: right padding never reaches a real position
+    def logits_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+        # without a mask, causal: right padding never reaches a real position
+        hidden = self.model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
         return self.model.lm_logits(hidden[keep])
+
+    def shape(self) -> ModelShape:
+        cfg = self.ckpt.config
+        return ModelShape(matmul_params(self.model), cfg.d_model, cfg.n_layer, cfg.vocab_size)
 
     def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
         return generate(self.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
@@ -256,13 +283,57 @@ class HFBackend(Backend):
     def token_text(self, token_id: int) -> str | None:
         return self.tokenizer.decode(token_id)
 
-    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        first = int(keep.any(0).nonzero()[0])  # earliest scored position in the batch
+    def logits_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+        kwargs = {}
+        if attn_mask is not None:  # additive, so that eager and SDPA attention read it alike
+            blocked = torch.finfo(self.model.dtype).min
+            kwargs["attention_mask"] = torch.zeros(attn_mask.shape, dtype=self.model.dtype,
+                                                   device=idx.device).masked_fill_(~attn_mask, blocked)  # fmt: skip
+            kwargs["position_ids"] = position_ids
+        columns = keep.any(0).nonzero()[:, 0]  # the positions scored in some row
         if self.slices_logits:
-            logits = self.model(idx, logits_to_keep=idx.shape[1] - first).logits
+            logits = self.model(idx, logits_to_keep=columns, **kwargs).logits
         else:
-            logits = self.model(idx).logits[:, first:]
-        return logits[keep[:, first:]]
+            logits = self.model(idx, **kwargs).logits[:, columns]
+        return logits[keep[:, columns]]
+
+    def accepts_tree_mask(self) -> bool:
+        """Returns True when the model scores a packed prefix tree (4-D mask, position ids) as it
+        scores each branch alone: checked once on two branches of random tokens."""
+        if not self.slices_logits:
+            return False
+        vocab = self.model.get_input_embeddings().weight.shape[0]
+        gen = torch.Generator().manual_seed(0)
+        stem, a, b = (torch.randint(0, vocab, (n,), generator=gen).tolist() for n in (5, 3, 2))
+        try:
+            with torch.no_grad():
+                packed = self._tree_logits(stem, a, b)
+                alone = [
+                    self.model(torch.tensor([stem + br], device=self.device)).logits[0, -1] for br in (a, b)
+                ]
+        except (TypeError, ValueError, RuntimeError):  # a forward that refuses the 4-D mask
+            return False
+        return bool(torch.allclose(packed, torch.stack(alone), atol=1e-4, rtol=1e-4))
+
+    def _tree_logits(self, stem: list[int], a: list[int], b: list[int]) -> torch.Tensor:
+        """Returns the logits at the last token of ``stem + a`` and ``stem + b`` packed as one tree."""
+        from .scorer import Row
+
+        row = Row(
+            tokens=stem + a + b,
+            depths=list(range(len(stem) + len(a))) + list(range(len(stem), len(stem) + len(b))),
+        )
+        n = len(row.tokens)
+        keep = torch.zeros(1, n, dtype=torch.bool, device=self.device)
+        keep[0, [len(stem) + len(a) - 1, n - 1]] = True
+        return self.logits_at(torch.tensor([row.tokens], device=self.device), keep,
+                              position_ids=torch.tensor([row.depths], device=self.device),
+                              attn_mask=row.ancestor_mask(n)[None, None].to(self.device))  # fmt: skip
+
+    def shape(self) -> ModelShape:
+        cfg = self.model.config
+        return ModelShape(matmul_params(self.model), self.model.get_input_embeddings().weight.shape[1],
+                          cfg.num_hidden_layers, self.model.get_input_embeddings().weight.shape[0])  # fmt: skip
 
     def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
         """The HF model's own ``generate`` (left-padded batches, its KV cache and stop strings)."""

@@ -30,7 +30,7 @@ from nfeval.engine.generate import Sampling
 from nfeval.engine.parallel import join_process_group, resolve_device
 
 from . import backends
-from .scorer import score
+from .scorer import DEFAULT_BATCH_TOKENS, ScoringStats, score
 
 
 def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
@@ -65,6 +65,8 @@ class NFEvalLM(TemplateLM):
         prefix_token_id: int | None = None,
         fold_head_scale: bool = True,
         progress: bool = True,
+        max_batch_tokens: int | None = None,
+        pack: bool = True,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -88,7 +90,15 @@ class NFEvalLM(TemplateLM):
             if tokenizer is None:
                 raise ValueError("NFEvalLM: a transformers model needs its tokenizer (tokenizer=...)")
             self.engine = backends.HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
-        self.batch_size = int(max_batch_size or 64) if str(batch_size).startswith("auto") else int(batch_size)
+        # "auto": batches bounded by tokens only; a number also bounds the rows (packed rows) per batch
+        auto = str(batch_size).startswith("auto")
+        self.batch_size = int(max_batch_size or 64) if auto else int(batch_size)
+        self.max_rows = (
+            int(max_batch_size) if auto and max_batch_size else (None if auto else self.batch_size)
+        )
+        self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
+        self.packed = _as_bool(pack) and self.engine.accepts_tree_mask()
+        self.scoring_stats = ScoringStats()  # summed over every scoring call (the FLOP/s report)
         self.add_bos_token = self.engine.add_bos_default if add_bos_token is None else _as_bool(add_bos_token)
         self.custom_prefix_token_id = None if prefix_token_id is None else int(prefix_token_id)
         self.progress = _as_bool(progress)
@@ -153,9 +163,13 @@ class NFEvalLM(TemplateLM):
             self.engine.logits_at,
             pairs,
             max_length=self.max_length,
-            batch_size=self.batch_size,
             device=self._device,
             pad_id=self.engine.pad_id,
+            packed=self.packed,
+            max_batch_tokens=self.max_batch_tokens,
+            max_rows=self.max_rows,
+            shape=self.engine.shape(),
+            stats=self.scoring_stats,
             progress=self.progress and not disable_tqdm and self.rank == 0,
         )
         for (request, _, _), answer in zip(requests, results):
