@@ -287,8 +287,8 @@ class HFBackend(Backend):
         kwargs = {}
         if attn_mask is not None:  # additive, so that eager and SDPA attention read it alike
             blocked = torch.finfo(self.model.dtype).min
-            kwargs["attention_mask"] = torch.zeros(attn_mask.shape, dtype=self.model.dtype,
-                                                   device=idx.device).masked_fill_(~attn_mask, blocked)  # fmt: skip
+            additive = torch.zeros(attn_mask.shape, dtype=self.model.dtype, device=idx.device)
+            kwargs["attention_mask"] = additive.masked_fill_(~attn_mask, blocked)
             kwargs["position_ids"] = position_ids
         columns = keep.any(0).nonzero()[:, 0]  # the positions scored in some row
         if self.slices_logits:
@@ -331,9 +331,8 @@ class HFBackend(Backend):
                               attn_mask=row.ancestor_mask(n)[None, None].to(self.device))  # fmt: skip
 
     def shape(self) -> ModelShape:
-        cfg = self.model.config
-        return ModelShape(matmul_params(self.model), self.model.get_input_embeddings().weight.shape[1],
-                          cfg.num_hidden_layers, self.model.get_input_embeddings().weight.shape[0])  # fmt: skip
+        vocab, d_model = self.model.get_input_embeddings().weight.shape
+        return ModelShape(matmul_params(self.model), d_model, self.model.config.num_hidden_layers, vocab)
 
     def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
         """The HF model's own ``generate`` (left-padded batches, its KV cache and stop strings)."""

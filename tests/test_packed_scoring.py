@@ -65,8 +65,17 @@ def test_packed_equals_unpacked_and_plain_forward_nfeval(norm, positions, pack_t
     stats = {}
     for packed in (True, False):
         stats[packed] = ScoringStats()
-        got = score(nfeval_logits_at(model), reqs, max_length=40, device="cpu", packed=packed, max_batch_tokens=64,
-                    pack_tokens=pack_tokens, stats=stats[packed], progress=False)  # fmt: skip
+        got = score(
+            nfeval_logits_at(model),
+            reqs,
+            max_length=40,
+            device="cpu",
+            packed=packed,
+            max_batch_tokens=64,
+            pack_tokens=pack_tokens,
+            stats=stats[packed],
+            progress=False,
+        )
         for (ll, g), (ll_ref, g_ref), (_, cont) in zip(got, want, reqs):
             assert abs(ll - ll_ref) <= 1e-5
             assert g == g_ref and ll.n_tokens == len(cont)
