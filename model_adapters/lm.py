@@ -177,6 +177,17 @@ class NFEvalLM(TemplateLM):
                 self.cache_hook.add_partial("loglikelihood", request, answer)
         return results
 
+    def scoring_report(self) -> dict[str, Any]:
+        """Returns this model's scoring work so far: wall time, model FLOPs, achieved FLOP/s and its
+        fraction of the device's peak (``budget.peak_flops``: measured matmul peak on CPU, cached)."""
+        from types import SimpleNamespace
+
+        from nfeval.engine.budget import peak_flops
+
+        name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, "fp32")
+        peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)
+        return self.scoring_stats.report(peak, source)
+
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []
         for i, (string,) in enumerate(req.args for req in requests):

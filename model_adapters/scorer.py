@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from tqdm import tqdm
@@ -147,6 +147,22 @@ class ScoringStats:
     def add(self, other: ScoringStats) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def report(self, peak_flops: float, peak_source: str) -> dict[str, float | int | str]:
+        """Returns the counts plus achieved FLOP/s and its fraction of ``peak_flops`` (JSON-ready)."""
+        achieved = self.flops / self.wall_s if self.wall_s > 0 else 0.0
+        return {**asdict(self), "flop_per_s": achieved, "peak_flop_per_s": peak_flops,
+                "peak_source": peak_source, "fraction_of_peak": achieved / peak_flops}  # fmt: skip
+
+
+def describe(report: dict) -> str:
+    """Returns a scoring report (``ScoringStats.report``) as two lines for the printed table."""
+    return (
+        f"scoring: {report['wall_s']:.1f} s, {report['requests']} requests, {report['tokens']:,} tokens run "
+        f"({report['input_tokens']:,} unpacked), {report['flops'] / 1e9:,.1f} GFLOP\n"
+        f"achieved {report['flop_per_s'] / 1e9:,.1f} GFLOP/s = {100 * report['fraction_of_peak']:.1f}% of "
+        f"{report['peak_flop_per_s'] / 1e9:,.1f} GFLOP/s ({report['peak_source']})"
+    )
 
 
 @dataclass

@@ -142,7 +142,13 @@ def make_table(out: dict[str, Any]) -> str:
                 )
             )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    scoring = out.get("nfeval", {}).get("scoring")  # the FLOP/s report
+    if not scoring:
+        return table
+    from model_adapters.scorer import describe
+
+    return table + "\n\n" + describe(scoring)
 
 
 def evaluate(
@@ -267,6 +273,7 @@ def evaluate(
         "cached_tasks": sorted(n for n in loaded if n not in {t.task_name for t in todo}),
         "metrics": METRIC_DESCRIPTIONS,
         "gpt3_metric": {name: nf_tasks.GPT3_METRIC.get(nf_tasks.canonical_name(name)) for name in loaded},
+        "scoring": lm.scoring_report() if todo else None,  # wall time, FLOPs, FLOP/s (None: all cached)
     }
     if output:
         atomic_write_json(output, out)
