@@ -1,10 +1,12 @@
 """End-to-end time and accuracy of ``nfeval zeroshot`` vs lm-eval's stock ``hf`` model, side by side.
 
 Both score the same Hugging Face GPT-2-shaped model (random weights, GPT-2's tokenizer from
-``../shared/data/tokenizer/gpt2``, saved to a temp dir) on the same first N PIQA and HellaSwag items
-of ``../shared/data/zeroshot``; the accuracies must agree.
+``../shared/data/tokenizer/gpt2``, saved to a temp dir) on the same first N items of every task in
+``../shared/data/zeroshot`` (StoryCloze when its files are there); the accuracies must agree. The
+nfeval side also reports its scoring stage (wall time, model FLOPs, fraction of the matmul peak).
 
-    python benchmarks/zeroshot_vs_hf.py [--limit 500] [--d-model 128] [--layers 4] [--batch-size 16]
+    python benchmarks/zeroshot_vs_hf.py [--limit 500] [--d-model 256] [--layers 4] [--batch-size 16]
+        [--tasks piqa hellaswag ...]
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from pathlib import Path
 
 import torch
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+# ../shared/data beside the checkout; $NFEVAL_SHARED_DATA for a checkout elsewhere (a git worktree)
+SHARED = Path(os.environ.get("NFEVAL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+TASKS = [t for t in ("piqa", "hellaswag", "winogrande", "openbookqa", "storycloze_2016")
+         if (SHARED / "zeroshot" / t.split("_")[0]).is_dir()]  # fmt: skip
 
 
 def build_model(path: str, d_model: int, layers: int) -> str:
@@ -42,9 +47,10 @@ def build_model(path: str, d_model: int, layers: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=500)
-    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--tasks", nargs="+", default=TASKS)
     args = parser.parse_args()
 
     import lm_eval
@@ -57,7 +63,7 @@ def main() -> None:
     os.environ["NFEVAL_CACHE"] = tempfile.mkdtemp(prefix="nfeval-bench-cache-")
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(os.path.join(tmp, "gpt2-random"), args.d_model, args.layers)
-        names = ["piqa_local", "hellaswag_local"]
+        names = [f"{t}_local" for t in args.tasks]
 
         t0 = time.perf_counter()
         manager = TaskManager(
@@ -69,19 +75,19 @@ def main() -> None:
         t_hf = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        ours = zeroshot.evaluate(model_dir, tasks=["piqa", "hellaswag"], data_dir=data_dir, limit=args.limit,
+        ours = zeroshot.evaluate(model_dir, tasks=args.tasks, data_dir=data_dir, limit=args.limit,
                                  batch_size=args.batch_size, device="cpu", use_cache=False)  # fmt: skip
         t_nf = time.perf_counter() - t0
 
     report = {"limit": args.limit, "model": f"GPT-2 shape d={args.d_model} L={args.layers} vocab=50259 (random)",
               "threads": torch.get_num_threads(), "batch_size": args.batch_size,
               "wall_s": {"lm_eval_hf": round(t_hf, 1), "nfeval_zeroshot": round(t_nf, 1)},
-              "speedup": round(t_hf / t_nf, 2), "accuracy": {}}  # fmt: skip
+              "speedup": round(t_hf / t_nf, 2), "scoring": ours["nfeval"].get("scoring"), "accuracy": {}}  # fmt: skip
     for task in names:
         row = {}
         for metric in ("acc,none", "acc_norm,none"):
-            row[metric] = {"hf": stock["results"][task][metric], "nfeval": ours["results"][task][metric]}
-        row["acc_per_token,none"] = {"nfeval": ours["results"][task]["acc_per_token,none"]}
+            if metric in stock["results"][task]:
+                row[metric] = {"hf": stock["results"][task][metric], "nfeval": ours["results"][task][metric]}
         row["match"] = all(
             v["hf"] == v["nfeval"] for k, v in row.items() if k in ("acc,none", "acc_norm,none")
         )

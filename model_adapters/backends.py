@@ -272,6 +272,7 @@ class HFBackend(Backend):
         import inspect
 
         self.slices_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.tree = self.tree_probe()  # packed prefix trees (scorer.py), else one row per input
 
     def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
         kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
@@ -284,23 +285,36 @@ class HFBackend(Backend):
         return self.tokenizer.decode(token_id)
 
     def logits_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+        if self.tree:
+            return self._head_at(idx, keep, position_ids, attn_mask)
+        first = int(keep.any(0).nonzero()[0])  # earliest scored position in the batch
+        if self.slices_logits:
+            logits = self.model(idx, logits_to_keep=idx.shape[1] - first).logits
+        else:
+            logits = self.model(idx).logits[:, first:]
+        return logits[keep[:, first:]]
+
+    def _head_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+        """Returns the output embedding of the base model's last hidden states at ``keep`` (what
+        ``tree_probe`` checked equals the model's logits)."""
         kwargs = {}
         if attn_mask is not None:  # additive, so that eager and SDPA attention read it alike
             blocked = torch.finfo(self.model.dtype).min
             additive = torch.zeros(attn_mask.shape, dtype=self.model.dtype, device=idx.device)
-            kwargs["attention_mask"] = additive.masked_fill_(~attn_mask, blocked)
-            kwargs["position_ids"] = position_ids
-        columns = keep.any(0).nonzero()[:, 0]  # the positions scored in some row
-        if self.slices_logits:
-            logits = self.model(idx, logits_to_keep=columns, **kwargs).logits
-        else:
-            logits = self.model(idx, **kwargs).logits[:, columns]
-        return logits[keep[:, columns]]
+            kwargs = {
+                "attention_mask": additive.masked_fill_(~attn_mask, blocked),
+                "position_ids": position_ids,
+            }
+        hidden = self.model.base_model(idx, **kwargs).last_hidden_state
+        return self.model.get_output_embeddings()(hidden[keep])
 
     def accepts_tree_mask(self) -> bool:
-        """Returns True when the model scores a packed prefix tree (4-D mask, position ids) as it
-        scores each branch alone: checked once on two branches of random tokens."""
-        if not self.slices_logits:
+        return self.tree
+
+    def tree_probe(self) -> bool:
+        """Returns True when the base model and output embedding score a packed prefix tree (4-D mask,
+        position ids) as the model's own forward scores each branch alone (two random branches)."""
+        if self.model.get_output_embeddings() is None:
             return False
         vocab = self.model.get_input_embeddings().weight.shape[0]
         gen = torch.Generator().manual_seed(0)
@@ -311,9 +325,11 @@ class HFBackend(Backend):
                 alone = [
                     self.model(torch.tensor([stem + br], device=self.device)).logits[0, -1] for br in (a, b)
                 ]
-        except (TypeError, ValueError, RuntimeError):  # a forward that refuses the 4-D mask
+        except (TypeError, ValueError, RuntimeError, AttributeError):  # a forward refusing the 4-D mask
             return False
-        return bool(torch.allclose(packed, torch.stack(alone), atol=1e-4, rtol=1e-4))
+        return packed.shape == (2, vocab) and bool(
+            torch.allclose(packed, torch.stack(alone), atol=1e-4, rtol=1e-4)
+        )
 
     def _tree_logits(self, stem: list[int], a: list[int], b: list[int]) -> torch.Tensor:
         """Returns the logits at the last token of ``stem + a`` and ``stem + b`` packed as one tree."""
@@ -326,7 +342,7 @@ class HFBackend(Backend):
         n = len(row.tokens)
         keep = torch.zeros(1, n, dtype=torch.bool, device=self.device)
         keep[0, [len(stem) + len(a) - 1, n - 1]] = True
-        return self.logits_at(torch.tensor([row.tokens], device=self.device), keep,
+        return self._head_at(torch.tensor([row.tokens], device=self.device), keep,
                               position_ids=torch.tensor([row.depths], device=self.device),
                               attn_mask=row.ancestor_mask(n)[None, None].to(self.device))  # fmt: skip
 

@@ -162,7 +162,8 @@ def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir):
 def test_a_model_refusing_the_tree_mask_keeps_the_plain_path(hf_dir):
     lm = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False)
     lm.engine.model.config._attn_implementation = "eager"  # still reads the additive 4-D mask
-    assert lm.engine.accepts_tree_mask()
-    forward = lm.engine.model.forward
-    lm.engine.model.forward = lambda *a, position_ids=None, **k: forward(*a, **k)  # ignores positions
-    assert not lm.engine.accepts_tree_mask()
+    assert lm.engine.tree_probe()
+    base = lm.engine.model.base_model
+    forward = base.forward
+    base.forward = lambda *a, position_ids=None, **k: forward(*a, **k)  # ignores positions
+    assert not lm.engine.tree_probe()
