@@ -7,6 +7,9 @@ nfeval side also reports its scoring stage (wall time, model FLOPs, fraction of 
 
     python benchmarks/zeroshot_vs_hf.py [--limit 500] [--d-model 256] [--layers 4] [--batch-size 16]
         [--tasks piqa hellaswag ...]
+
+``--packing N`` instead scores the first N HellaSwag items with a 125M-shaped (GPT-2 small) random
+model through ``NFEvalLM``, packed and unpacked: tokens, model FLOPs, time and the largest |Δ log-prob|.
 """
 
 from __future__ import annotations
@@ -51,7 +54,11 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--tasks", nargs="+", default=TASKS)
+    parser.add_argument("--packing", type=int, default=None, metavar="N")
     args = parser.parse_args()
+    if args.packing:
+        packing_comparison(args.packing, args.batch_size)
+        return
 
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -82,16 +89,51 @@ def main() -> None:
     report = {"limit": args.limit, "model": f"GPT-2 shape d={args.d_model} L={args.layers} vocab=50259 (random)",
               "threads": torch.get_num_threads(), "batch_size": args.batch_size,
               "wall_s": {"lm_eval_hf": round(t_hf, 1), "nfeval_zeroshot": round(t_nf, 1)},
-              "speedup": round(t_hf / t_nf, 2), "scoring": ours["nfeval"].get("scoring"), "accuracy": {}}  # fmt: skip
+              "speedup": round(t_hf / t_nf, 2), "scoring": ours["nfeval"].get("scoring"),
+              "accuracy": {}}  # fmt: skip
     for task in names:
         row = {}
         for metric in ("acc,none", "acc_norm,none"):
             if metric in stock["results"][task]:
-                row[metric] = {"hf": stock["results"][task][metric], "nfeval": ours["results"][task][metric]}
+                row[metric] = {"hf": stock["results"][task][metric],
+                               "nfeval": ours["results"][task][metric]}  # fmt: skip
         row["match"] = all(
             v["hf"] == v["nfeval"] for k, v in row.items() if k in ("acc,none", "acc_norm,none")
         )
         report["accuracy"][task] = row
+    print(json.dumps(report, indent=2))
+
+
+def packing_comparison(n_docs: int, batch_size: int) -> None:
+    """Prints tokens, FLOPs, time and max |Δ log-prob| of packed vs unpacked scoring of HellaSwag."""
+    from lm_eval.tasks import TaskManager
+
+    import tasks as nf_tasks
+    from model_adapters import NFEvalLM
+
+    manager = TaskManager(include_path=nf_tasks.TASKS_DIR, include_defaults=False,
+                          metadata={"data_dir": str(SHARED / "zeroshot")})  # fmt: skip
+    task = manager.load(["hellaswag_local"])["tasks"]["hellaswag_local"]
+    task.build_all_requests(limit=n_docs, rank=0, world_size=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_model(os.path.join(tmp, "gpt2-125m-random"), 768, 12)
+        report, scores = (
+            {"docs": n_docs, "requests": len(task.instances), "threads": torch.get_num_threads()},
+            {},
+        )
+        for packed in (False, True):
+            lm = NFEvalLM(
+                pretrained=model_dir, device="cpu", batch_size=batch_size, pack=packed, progress=False
+            )
+            t0 = time.perf_counter()
+            scores[packed] = [ll for ll, _ in lm.loglikelihood(task.instances, disable_tqdm=True)]
+            wall = time.perf_counter() - t0
+            report["packed" if packed else "unpacked"] = dict(
+                lm.scoring_report(), end_to_end_s=round(wall, 1)
+            )
+    report["max_abs_delta"] = max(abs(a - b) for a, b in zip(scores[True], scores[False]))
+    report["flops_ratio"] = report["unpacked"]["flops"] / report["packed"]["flops"]
+    report["time_ratio"] = report["unpacked"]["wall_s"] / report["packed"]["wall_s"]
     print(json.dumps(report, indent=2))
 
 
