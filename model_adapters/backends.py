@@ -1,8 +1,9 @@
 """Causal LMs behind one interface: nfeval checkpoints and Hugging Face causal-LM directories.
 
 A ``Backend`` gives the scorer what it needs: tokenization, special ids, the context window, and
-``logits_at(idx, keep)`` (logits only where they are scored). ``identify`` fingerprints a model path
-without building the model, so cached results can be served without loading anything.
+``features_at`` (what the LM head turns into logits, only where they are scored). ``identify``
+fingerprints a model path without building the model, so cached results can be served without
+loading anything.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,13 +188,14 @@ class Backend:
         """Returns the text of one (special) token, to spot strings that already start with it."""
         raise NotImplementedError
 
-    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor, position_ids: torch.Tensor | None = None,
-                  attn_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-        """Returns the logits at ``keep`` (row-major); ``position_ids``/``attn_mask`` for packed rows."""
+    def features_at(self, idx: torch.Tensor, keep: torch.Tensor, position_ids: torch.Tensor | None = None,
+                    attn_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Callable]:  # fmt: skip
+        """Returns (features at ``keep``, row-major; the head that maps them to logits);
+        ``position_ids``/``attn_mask`` for packed rows."""
         raise NotImplementedError
 
     def accepts_tree_mask(self) -> bool:
-        """Returns True when ``logits_at`` scores packed prefix trees (scorer.py)."""
+        """Returns True when ``features_at`` scores packed prefix trees (scorer.py)."""
         return True
 
     def shape(self) -> ModelShape:
@@ -237,10 +240,10 @@ class NFEvalBackend(Backend):
     def token_text(self, token_id: int) -> str | None:
         return self.tokenizer.id_to_token(token_id)
 
-    def logits_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+    def features_at(self, idx, keep, position_ids=None, attn_mask=None):
         # without a mask, causal: right padding never reaches a real position
         hidden = self.model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
-        return self.model.lm_logits(hidden[keep])
+        return hidden[keep], self.model.lm_logits
 
     def shape(self) -> ModelShape:
         cfg = self.ckpt.config
@@ -284,19 +287,19 @@ class HFBackend(Backend):
     def token_text(self, token_id: int) -> str | None:
         return self.tokenizer.decode(token_id)
 
-    def logits_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+    def features_at(self, idx, keep, position_ids=None, attn_mask=None):
         if self.tree:
-            return self._head_at(idx, keep, position_ids, attn_mask)
+            return self._hidden_at(idx, keep, position_ids, attn_mask), self.model.get_output_embeddings()
         first = int(keep.any(0).nonzero()[0])  # earliest scored position in the batch
         if self.slices_logits:
             logits = self.model(idx, logits_to_keep=idx.shape[1] - first).logits
         else:
             logits = self.model(idx).logits[:, first:]
-        return logits[keep[:, first:]]
+        return logits[keep[:, first:]], lambda logits: logits
 
-    def _head_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
-        """Returns the output embedding of the base model's last hidden states at ``keep`` (what
-        ``tree_probe`` checked equals the model's logits)."""
+    def _hidden_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+        """Returns the base model's last hidden states at ``keep``: the output embedding of them is
+        what ``tree_probe`` checked equals the model's logits."""
         kwargs = {}
         if attn_mask is not None:  # additive, so that eager and SDPA attention read it alike
             blocked = torch.finfo(self.model.dtype).min
@@ -305,8 +308,7 @@ class HFBackend(Backend):
                 "attention_mask": additive.masked_fill_(~attn_mask, blocked),
                 "position_ids": position_ids,
             }
-        hidden = self.model.base_model(idx, **kwargs).last_hidden_state
-        return self.model.get_output_embeddings()(hidden[keep])
+        return self.model.base_model(idx, **kwargs).last_hidden_state[keep]
 
     def accepts_tree_mask(self) -> bool:
         return self.tree
@@ -342,9 +344,10 @@ class HFBackend(Backend):
         n = len(row.tokens)
         keep = torch.zeros(1, n, dtype=torch.bool, device=self.device)
         keep[0, [len(stem) + len(a) - 1, n - 1]] = True
-        return self._head_at(torch.tensor([row.tokens], device=self.device), keep,
-                              position_ids=torch.tensor([row.depths], device=self.device),
-                              attn_mask=row.ancestor_mask(n)[None, None].to(self.device))  # fmt: skip
+        hidden = self._hidden_at(torch.tensor([row.tokens], device=self.device), keep,
+                                 position_ids=torch.tensor([row.depths], device=self.device),
+                                 attn_mask=row.ancestor_mask(n)[None, None].to(self.device))  # fmt: skip
+        return self.model.get_output_embeddings()(hidden)
 
     def shape(self) -> ModelShape:
         vocab, d_model = self.model.get_input_embeddings().weight.shape

@@ -160,7 +160,7 @@ class NFEvalLM(TemplateLM):
     ) -> list[tuple[float, bool]]:
         pairs = [(ctx, cont) for _, ctx, cont in requests]
         results = score(
-            self.engine.logits_at,
+            self.engine.features_at,
             pairs,
             max_length=self.max_length,
             device=self._device,

@@ -5,7 +5,8 @@ that those sharing a prefix sit together, then packed into rows as prefix trees:
 token appears once, each token attends only to its ancestors (a tree attention mask) and its
 position id is its depth, so one forward scores every choice of a document. Rows are sorted by
 length and cut into batches of at most ``max_batch_tokens`` (padding included). The vocabulary
-projection runs only at the scored tree nodes, and a log-prob is ``logit[target] - logsumexp``.
+projection runs only at the scored tree nodes, a chunk at a time, and a log-prob is
+``logit[target] - logsumexp``.
 
 Without packing (a model that cannot take a tree mask) each distinct input is a row of its own,
 run with the model's causal mask: the same code with chains instead of trees.
@@ -20,12 +21,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 from tqdm import tqdm
 
-# logits_at(idx (B, T), keep (B, T) bool, position_ids (B, T) | None, attn_mask (B, 1, T, T) bool | None)
-#   -> logits (keep.sum(), V) in row-major order of ``keep``
-LogitsFn = Callable[..., torch.Tensor]
+# features_at(idx (B, T), keep (B, T) bool, position_ids (B, T) | None, attn_mask (B, 1, T, T) bool | None)
+#   -> (features (keep.sum(), ·) in row-major order of ``keep``, head: features -> logits)
+FeaturesFn = Callable[..., tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]
 
-# At most this many scored positions per forward: their logits are positions × vocab floats.
-MAX_SCORED_POSITIONS = 8192
+# The LM head runs on this many scored positions at a time: their logits (positions × vocab floats)
+# stay small enough to be reused from cache instead of allocating hundreds of MB per batch.
+HEAD_CHUNK = 256
 DEFAULT_BATCH_TOKENS = 8192  # padded tokens per forward
 DEFAULT_PACK_TOKENS = 256  # tokens per packed row, at most max_length (the model's own bound on a row)
 
@@ -186,7 +188,7 @@ class ModelShape:
 
 @torch.no_grad()
 def score(
-    logits_at: LogitsFn,
+    features_at: FeaturesFn,
     requests: Sequence[tuple[Sequence[int], Sequence[int]]],
     *,
     max_length: int,
@@ -212,7 +214,7 @@ def score(
     pbar = tqdm(total=len(requests), desc="Scoring loglikelihood requests", disable=not progress)
     for batch in plan_batches([len(r.tokens) for r in rows], max_batch_tokens, max_rows):
         picked = [rows[r] for r in batch]
-        sums, greedy = _score_batch(logits_at, picked, requests, device, pad_id, packed, run)
+        sums, greedy = _score_batch(features_at, picked, requests, device, pad_id, packed, run)
         for row_sums, row_greedy, row in zip(sums, greedy, picked):
             for i in row.paths:
                 results[i] = (TokenLogLik(row_sums[i], len(requests[i][1])), row_greedy[i])
@@ -226,7 +228,7 @@ def score(
     return results  # type: ignore[return-value]
 
 
-def _score_batch(logits_at, rows, requests, device, pad_id, packed, run):
+def _score_batch(features_at, rows, requests, device, pad_id, packed, run):
     """Returns per row {request index: summed log-prob} and {request index: greedy}, in one sync."""
     width = len(rows[0].tokens)
     idx = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -252,20 +254,18 @@ def _score_batch(logits_at, rows, requests, device, pad_id, packed, run):
     run.tokens += sum(len(row.tokens) for row in rows)
     run.padded_tokens += idx.numel()
     run.scored_positions += int(keep.sum())
-    logits = logits_at(
+    features, head = features_at(
         idx.to(device), keep.to(device),
         position_ids=None if position_ids is None else position_ids.to(device),
         attn_mask=None if mask is None else mask.to(device),
     )  # fmt: skip
-    # each kept (flattened) position's row in ``logits``: logits are in row-major order of ``keep``
+    # each kept (flattened) position's row in ``features``: they are in row-major order of ``keep``
     where = torch.full((keep.numel(),), -1, dtype=torch.long)
     where[keep.flatten()] = torch.arange(int(keep.sum()))
     flat, target, owner = (torch.tensor(col) for col in zip(*pairs))
-    at = where[flat].to(logits.device)
-    target, owner = target.to(logits.device), owner.to(logits.device)
-    lse = torch.logsumexp(logits.float(), dim=-1)
-    token_lp = logits[at, target].float() - lse[at]
-    wrong = (logits.argmax(dim=-1)[at] != target).to(torch.int64)
+    at = where[flat].to(features.device)
+    target, owner = target.to(features.device), owner.to(features.device)
+    token_lp, wrong = _head_log_probs(features, head, at, target)
     sums = torch.zeros(len(owners), dtype=torch.float64, device=owner.device).index_add_(
         0, owner, token_lp.double()
     )
@@ -276,3 +276,18 @@ def _score_batch(logits_at, rows, requests, device, pad_id, packed, run):
     for k, (b, i) in enumerate(owners):
         per_sum[b][i], per_greedy[b][i] = sums[k], misses[k] == 0
     return per_sum, per_greedy
+
+
+def _head_log_probs(features, head, at, target) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (log-prob of ``target`` at feature row ``at``, 1 where it is not the argmax), running the
+    head on ``HEAD_CHUNK`` rows at a time: ``logit[target] - logsumexp(logits)``, no log-softmax copy."""
+    lse = torch.empty(len(features), dtype=torch.float32, device=features.device)
+    best = torch.empty(len(features), dtype=torch.long, device=features.device)
+    token_logit = torch.empty(len(at), dtype=torch.float32, device=features.device)
+    for start in range(0, len(features), HEAD_CHUNK):
+        logits = head(features[start : start + HEAD_CHUNK]).float()
+        lse[start : start + len(logits)] = torch.logsumexp(logits, dim=-1)
+        best[start : start + len(logits)] = logits.argmax(dim=-1)
+        here = ((at >= start) & (at < start + len(logits))).nonzero()[:, 0]
+        token_logit[here] = logits[at[here] - start, target[here]]
+    return token_logit - lse[at], (best[at] != target).to(torch.int64)

@@ -11,6 +11,7 @@ from test_generate import make_model
 from test_zeroshot_adapter import build_hf_gpt2, requests_for
 
 from model_adapters import NFEvalLM
+from model_adapters import scorer
 from model_adapters.backends import matmul_params
 from model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score
 
@@ -49,16 +50,17 @@ def reference(model, requests, max_length):
     return out
 
 
-def nfeval_logits_at(model):
-    def logits_at(idx, keep, position_ids=None, attn_mask=None):
-        return model.lm_logits(model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)[keep])
+def nfeval_features_at(model):
+    def features_at(idx, keep, position_ids=None, attn_mask=None):
+        return model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)[keep], model.lm_logits
 
-    return logits_at
+    return features_at
 
 
 @pytest.mark.parametrize("norm,positions", [("pre", "learned"), ("post", "sinusoidal")])
 @pytest.mark.parametrize("pack_tokens", [16, 256])
-def test_packed_equals_unpacked_and_plain_forward_nfeval(norm, positions, pack_tokens):
+def test_packed_equals_unpacked_and_plain_forward_nfeval(norm, positions, pack_tokens, monkeypatch):
+    monkeypatch.setattr(scorer, "HEAD_CHUNK", 7)  # the LM head's chunks end inside rows and requests
     model = make_model(norm=norm, positions=positions)
     reqs = multiple_choice_requests(max_len=40)
     want = reference(model, reqs, 40)
@@ -66,7 +68,7 @@ def test_packed_equals_unpacked_and_plain_forward_nfeval(norm, positions, pack_t
     for packed in (True, False):
         stats[packed] = ScoringStats()
         got = score(
-            nfeval_logits_at(model),
+            nfeval_features_at(model),
             reqs,
             max_length=40,
             device="cpu",
@@ -88,7 +90,9 @@ def test_greedy_flags_compare_true_and_false():
     best = int(model(torch.tensor([ctx])).argmax(-1)[0, -1])
     reqs = [(ctx, [best]), (ctx, [best % (VOCAB - 1) + 1]), (ctx, [best, 3])]
     for packed in (True, False):
-        got = score(nfeval_logits_at(model), reqs, max_length=40, device="cpu", packed=packed, progress=False)
+        got = score(
+            nfeval_features_at(model), reqs, max_length=40, device="cpu", packed=packed, progress=False
+        )
         assert [g for _, g in got] == [True, False, reference(model, reqs[2:], 40)[0][1]]
 
 
@@ -120,7 +124,8 @@ def test_flops_count_weights_attention_and_head():
     per_layer = 4 * cfg.d_model**2 + 2 * cfg.d_model * cfg.d_ffn  # qkv, out_proj, fc1, fc2
     assert shape.matmul_params == cfg.n_layer * per_layer
     stats = ScoringStats()
-    score(nfeval_logits_at(model), [([1, 2], [3, 4])], max_length=40, device="cpu", shape=shape, stats=stats,
+    score(nfeval_features_at(model), [([1, 2], [3, 4])], max_length=40, device="cpu", shape=shape,
+          stats=stats,
           progress=False)  # fmt: skip
     # 3 input tokens, 1+2+3 attended pairs, 2 scored positions
     assert stats.flops == 2 * shape.matmul_params * 3 + 4 * 32 * 2 * 6 + 2 * 32 * VOCAB * 2
