@@ -10,8 +10,7 @@ import torch
 from test_generate import make_model
 from test_zeroshot_adapter import build_hf_gpt2, requests_for
 
-from model_adapters import NFEvalLM
-from model_adapters import scorer
+from model_adapters import NFEvalLM, scorer
 from model_adapters.backends import matmul_params
 from model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score
 
