@@ -48,6 +48,9 @@ class NFEvalLM(TemplateLM):
 
     ``add_bos_token``: prepend ``prefix_token_id`` to every scored text; default True for nfeval
     checkpoints (fairseq prepends ``</s>``) and the tokenizer's own behaviour for HF models (as HFLM).
+    ``batch_size``: rows per batch (a row packs many requests, see scorer.py), or ``auto``: bounded
+    by ``max_batch_tokens`` (padded tokens per forward) only. ``pack=False`` scores each distinct
+    input as a row of its own (what a model that fails the tree probe gets).
     """
 
     backend = "causal"
