@@ -214,10 +214,8 @@ def score(
     pbar = tqdm(total=len(requests), desc="Scoring loglikelihood requests", disable=not progress)
     for batch in plan_batches([len(r.tokens) for r in rows], max_batch_tokens, max_rows):
         picked = [rows[r] for r in batch]
-        sums, greedy = _score_batch(features_at, picked, requests, device, pad_id, packed, run)
-        for row_sums, row_greedy, row in zip(sums, greedy, picked):
-            for i in row.paths:
-                results[i] = (TokenLogLik(row_sums[i], len(requests[i][1])), row_greedy[i])
+        for i, (total, greedy) in _score_batch(features_at, picked, requests, device, pad_id, packed, run):
+            results[i] = (TokenLogLik(total, len(requests[i][1])), greedy)
         pbar.update(sum(len(row.paths) for row in picked))
     pbar.close()
     run.wall_s = time.perf_counter() - start
@@ -229,14 +227,14 @@ def score(
 
 
 def _score_batch(features_at, rows, requests, device, pad_id, packed, run):
-    """Returns per row {request index: summed log-prob} and {request index: greedy}, in one sync."""
+    """Returns (request index, (summed log-prob, greedy)) for the batch's requests, in one sync."""
     width = len(rows[0].tokens)
     idx = torch.full((len(rows), width), pad_id, dtype=torch.long)
     keep = torch.zeros((len(rows), width), dtype=torch.bool)
     position_ids = torch.zeros((len(rows), width), dtype=torch.long) if packed else None
     mask = torch.zeros((len(rows), 1, width, width), dtype=torch.bool) if packed else None
-    pairs = []  # (batch row, node, target token, owner k)
-    owners = []  # (row number, request index)
+    pairs = []  # (flattened position, target token, k: the request's place in ``owners``)
+    owners = []  # request indices
     for b, row in enumerate(rows):
         idx[b, : len(row.tokens)] = torch.tensor(row.tokens)
         if packed:
@@ -250,7 +248,7 @@ def _score_batch(features_at, rows, requests, device, pad_id, packed, run):
             for node, target in zip(path[len(path) - len(cont) :], cont):
                 keep[b, node] = True
                 pairs.append((b * width + node, target, len(owners)))
-            owners.append((b, i))
+            owners.append(i)
     run.tokens += sum(len(row.tokens) for row in rows)
     run.padded_tokens += idx.numel()
     run.scored_positions += int(keep.sum())
@@ -271,11 +269,7 @@ def _score_batch(features_at, rows, requests, device, pad_id, packed, run):
     )
     misses = torch.zeros(len(owners), dtype=torch.int64, device=owner.device).index_add_(0, owner, wrong)
     sums, misses = sums.tolist(), misses.tolist()  # the batch's one sync
-    per_sum: list[dict[int, float]] = [{} for _ in rows]
-    per_greedy: list[dict[int, bool]] = [{} for _ in rows]
-    for k, (b, i) in enumerate(owners):
-        per_sum[b][i], per_greedy[b][i] = sums[k], misses[k] == 0
-    return per_sum, per_greedy
+    return [(i, (sums[k], misses[k] == 0)) for k, i in enumerate(owners)]
 
 
 def _head_log_probs(features, head, at, target) -> tuple[torch.Tensor, torch.Tensor]:
