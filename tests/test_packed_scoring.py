@@ -171,3 +171,16 @@ def test_a_model_refusing_the_tree_mask_keeps_the_plain_path(hf_dir):
     forward = base.forward
     base.forward = lambda *a, position_ids=None, **k: forward(*a, **k)  # ignores positions
     assert not lm.engine.tree_probe()
+
+
+def test_nfeval_checkpoint_packed_equals_unpacked_through_the_adapter(tiny_clm_ckpt):
+    from test_zeroshot_adapter import PAIRS
+
+    choices = [("The cat sat on the", c) for c in (" mat.", " mat and slept.", " m", " dog")]
+    reqs = requests_for(PAIRS + choices)
+    packed = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size="auto", progress=False)
+    plain = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", pack=False, progress=False)
+    assert packed.packed and not plain.packed
+    for (ll, g), (ll_ref, g_ref) in zip(packed.loglikelihood(reqs, True), plain.loglikelihood(reqs, True)):
+        assert abs(ll - ll_ref) <= 1e-5 and g == g_ref and ll.n_tokens == ll_ref.n_tokens
+    assert packed.scoring_stats.tokens < plain.scoring_stats.tokens
