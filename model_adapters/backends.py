@@ -1,8 +1,9 @@
 """Causal LMs behind one interface: nfeval checkpoints and Hugging Face causal-LM directories.
 
 A ``Backend`` gives the scorer what it needs: tokenization, special ids, the context window, and
-``logits_at(idx, keep)`` (logits only where they are scored). ``identify`` fingerprints a model path
-without building the model, so cached results can be served without loading anything.
+``features_at`` (what the LM head turns into logits, only where they are scored). ``identify``
+fingerprints a model path without building the model, so cached results can be served without
+loading anything.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,8 @@ from nfeval.engine.config import load_json
 from nfeval.engine.generate import Sampling, generate, left_pad
 from nfeval.engine.tokenization import fingerprint_text, special_ids
 from nfeval.errors import CheckpointError, ConfigError, DataError, MissingDataError
+
+from .scorer import ModelShape
 
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 HF_FILES = (
@@ -197,6 +201,16 @@ def hf_summary(path: str, cfg: dict[str, Any], weights: list[str]) -> dict[str, 
     }
 
 
+def matmul_params(model: torch.nn.Module) -> int:
+    """Returns the weights of the matrices every token goes through: 2-D parameters outside embedding
+    tables (a tied LM head is the token embedding, counted per scored position instead)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if head is not None:
+        embeddings.add(id(head.weight))
+    return sum(p.numel() for p in model.parameters() if p.dim() == 2 and id(p) not in embeddings)
+
+
 class Backend:
     """The model, tokenizer and special ids the adapter scores with."""
 
@@ -219,7 +233,18 @@ class Backend:
         """Returns the text of one (special) token, to spot strings that already start with it."""
         raise NotImplementedError
 
-    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def features_at(self, idx: torch.Tensor, keep: torch.Tensor, position_ids: torch.Tensor | None = None,
+                    attn_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Callable]:  # fmt: skip
+        """Returns (features at ``keep``, row-major; the head that maps them to logits);
+        ``position_ids``/``attn_mask`` for packed rows."""
+        raise NotImplementedError
+
+    def accepts_tree_mask(self) -> bool:
+        """Returns True when ``features_at`` scores packed prefix trees (scorer.py)."""
+        return True
+
+    def shape(self) -> ModelShape:
+        """Returns what the scorer counts model FLOPs from."""
         raise NotImplementedError
 
     def generate(
@@ -266,9 +291,14 @@ class NFEvalBackend(Backend):
     def token_text(self, token_id: int) -> str | None:
         return self.tokenizer.id_to_token(token_id)
 
-    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        hidden = self.model.encode(idx)  # causal: right padding never reaches a real position
-        return self.model.lm_logits(hidden[keep])
+    def features_at(self, idx, keep, position_ids=None, attn_mask=None):
+        # without a mask, causal: right padding never reaches a real position
+        hidden = self.model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
+        return hidden[keep], self.model.lm_logits
+
+    def shape(self) -> ModelShape:
+        cfg = self.ckpt.config
+        return ModelShape(matmul_params(self.model), cfg.d_model, cfg.n_layer, cfg.vocab_size)
 
     def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
         return generate(
@@ -305,6 +335,7 @@ class HFBackend(Backend):
         import inspect
 
         self.slices_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.tree = self.tree_probe()  # packed prefix trees (scorer.py), else one row per input
 
     def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
         kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
@@ -316,13 +347,71 @@ class HFBackend(Backend):
     def token_text(self, token_id: int) -> str | None:
         return self.tokenizer.decode(token_id)
 
-    def logits_at(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def features_at(self, idx, keep, position_ids=None, attn_mask=None):
+        if self.tree:
+            return self._hidden_at(idx, keep, position_ids, attn_mask), self.model.get_output_embeddings()
         first = int(keep.any(0).nonzero()[0])  # earliest scored position in the batch
         if self.slices_logits:
             logits = self.model(idx, logits_to_keep=idx.shape[1] - first).logits
         else:
             logits = self.model(idx).logits[:, first:]
-        return logits[keep[:, first:]]
+        return logits[keep[:, first:]], lambda logits: logits
+
+    def _hidden_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
+        """Returns the base model's last hidden states at ``keep``: the output embedding of them is
+        what ``tree_probe`` checked equals the model's logits."""
+        kwargs = {}
+        if attn_mask is not None:  # additive, so that eager and SDPA attention read it alike
+            blocked = torch.finfo(self.model.dtype).min
+            additive = torch.zeros(attn_mask.shape, dtype=self.model.dtype, device=idx.device)
+            kwargs = {
+                "attention_mask": additive.masked_fill_(~attn_mask, blocked),
+                "position_ids": position_ids,
+            }
+        return self.model.base_model(idx, **kwargs).last_hidden_state[keep]
+
+    def accepts_tree_mask(self) -> bool:
+        return self.tree
+
+    def tree_probe(self) -> bool:
+        """Returns True when the base model and output embedding score a packed prefix tree (4-D mask,
+        position ids) as the model's own forward scores each branch alone (two random branches)."""
+        if self.model.get_output_embeddings() is None:
+            return False
+        vocab = self.model.get_input_embeddings().weight.shape[0]
+        gen = torch.Generator().manual_seed(0)
+        stem, a, b = (torch.randint(0, vocab, (n,), generator=gen).tolist() for n in (5, 3, 2))
+        try:
+            with torch.no_grad():
+                packed = self._tree_logits(stem, a, b)
+                alone = [
+                    self.model(torch.tensor([stem + br], device=self.device)).logits[0, -1] for br in (a, b)
+                ]
+        except (TypeError, ValueError, RuntimeError, AttributeError):  # a forward refusing the 4-D mask
+            return False
+        return packed.shape == (2, vocab) and bool(
+            torch.allclose(packed, torch.stack(alone), atol=1e-4, rtol=1e-4)
+        )
+
+    def _tree_logits(self, stem: list[int], a: list[int], b: list[int]) -> torch.Tensor:
+        """Returns the logits at the last token of ``stem + a`` and ``stem + b`` packed as one tree."""
+        from .scorer import Row
+
+        row = Row(
+            tokens=stem + a + b,
+            depths=list(range(len(stem) + len(a))) + list(range(len(stem), len(stem) + len(b))),
+        )
+        n = len(row.tokens)
+        keep = torch.zeros(1, n, dtype=torch.bool, device=self.device)
+        keep[0, [len(stem) + len(a) - 1, n - 1]] = True
+        hidden = self._hidden_at(torch.tensor([row.tokens], device=self.device), keep,
+                                 position_ids=torch.tensor([row.depths], device=self.device),
+                                 attn_mask=row.ancestor_mask(n)[None, None].to(self.device))  # fmt: skip
+        return self.model.get_output_embeddings()(hidden)
+
+    def shape(self) -> ModelShape:
+        vocab, d_model = self.model.get_input_embeddings().weight.shape
+        return ModelShape(matmul_params(self.model), d_model, self.model.config.num_hidden_layers, vocab)
 
     def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
         """The HF model's own ``generate`` (left-padded batches, its KV cache and stop strings)."""

@@ -30,7 +30,7 @@ from nfeval.engine.generate import Sampling
 from nfeval.engine.parallel import join_process_group, resolve_device
 
 from . import backends
-from .scorer import score
+from .scorer import DEFAULT_BATCH_TOKENS, ScoringStats, score
 
 
 def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
@@ -48,6 +48,9 @@ class NFEvalLM(TemplateLM):
 
     ``add_bos_token``: prepend ``prefix_token_id`` to every scored text; default True for nfeval
     checkpoints (fairseq prepends ``</s>``) and the tokenizer's own behaviour for HF models (as HFLM).
+    ``batch_size``: rows per batch (a row packs many requests, see scorer.py), or ``auto``: bounded
+    by ``max_batch_tokens`` (padded tokens per forward) only. ``pack=False`` scores each distinct
+    input as a row of its own (what a model that fails the tree probe gets).
     """
 
     backend = "causal"
@@ -65,6 +68,8 @@ class NFEvalLM(TemplateLM):
         prefix_token_id: int | None = None,
         fold_head_scale: bool = True,
         progress: bool = True,
+        max_batch_tokens: int | None = None,
+        pack: bool = True,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -88,7 +93,15 @@ class NFEvalLM(TemplateLM):
             if tokenizer is None:
                 raise ValueError("NFEvalLM: a transformers model needs its tokenizer (tokenizer=...)")
             self.engine = backends.HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
-        self.batch_size = int(max_batch_size or 64) if str(batch_size).startswith("auto") else int(batch_size)
+        # "auto": batches bounded by tokens only; a number also bounds the rows (packed rows) per batch
+        auto = str(batch_size).startswith("auto")
+        self.batch_size = int(max_batch_size or 64) if auto else int(batch_size)
+        self.max_rows = (
+            int(max_batch_size) if auto and max_batch_size else (None if auto else self.batch_size)
+        )
+        self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
+        self.packed = _as_bool(pack) and self.engine.accepts_tree_mask()
+        self.scoring_stats = ScoringStats()  # summed over every scoring call (the FLOP/s report)
         self.add_bos_token = self.engine.add_bos_default if add_bos_token is None else _as_bool(add_bos_token)
         self.custom_prefix_token_id = None if prefix_token_id is None else int(prefix_token_id)
         self.progress = _as_bool(progress)
@@ -150,18 +163,33 @@ class NFEvalLM(TemplateLM):
     ) -> list[tuple[float, bool]]:
         pairs = [(ctx, cont) for _, ctx, cont in requests]
         results = score(
-            self.engine.logits_at,
+            self.engine.features_at,
             pairs,
             max_length=self.max_length,
-            batch_size=self.batch_size,
             device=self._device,
             pad_id=self.engine.pad_id,
+            packed=self.packed,
+            max_batch_tokens=self.max_batch_tokens,
+            max_rows=self.max_rows,
+            shape=self.engine.shape(),
+            stats=self.scoring_stats,
             progress=self.progress and not disable_tqdm and self.rank == 0,
         )
         for (request, _, _), answer in zip(requests, results):
             if request is not None:
                 self.cache_hook.add_partial("loglikelihood", request, answer)
         return results
+
+    def scoring_report(self) -> dict[str, Any]:
+        """Returns this model's scoring work so far: wall time, model FLOPs, achieved FLOP/s and its
+        fraction of the device's peak (``budget.peak_flops``: measured matmul peak on CPU, cached)."""
+        from types import SimpleNamespace
+
+        from nfeval.engine.budget import peak_flops
+
+        name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, "fp32")
+        peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)
+        return self.scoring_stats.report(peak, source)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []

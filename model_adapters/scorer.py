@@ -1,20 +1,35 @@
-"""The fast scorer: log-likelihoods of token continuations with batched forward passes.
+"""The fast scorer: log-likelihoods of token continuations, packed as prefix trees.
 
-Requests are deduplicated by input tokens (choices that share ``context + continuation[:-1]``, as
-single-token answers do, share one forward row), sorted longest first, right-padded into batches,
-and the vocabulary projection is computed only at the positions whose next token is scored.
+Each request's model input is ``context + continuation`` minus its last token. Inputs are sorted so
+that those sharing a prefix sit together, then packed into rows as prefix trees: a shared prefix
+token appears once, each token attends only to its ancestors (a tree attention mask) and its
+position id is its depth, so one forward scores every choice of a document. Rows are sorted by
+length and cut into batches of at most ``max_batch_tokens`` (padding included). The vocabulary
+projection runs only at the scored tree nodes, a chunk at a time, and a log-prob is
+``logit[target] - logsumexp``.
+
+Without packing (a model that cannot take a tree mask) each distinct input is a row of its own,
+run with the model's causal mask: the same code with chains instead of trees.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
-# logits_at(idx (B, T), keep (B, T) bool) -> logits (keep.sum(), V) in row-major order of ``keep``
-LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# features_at(idx (B, T), keep (B, T) bool, position_ids (B, T) | None, attn_mask (B, 1, T, T) bool | None)
+#   -> (features (keep.sum(), ·) in row-major order of ``keep``, head: features -> logits)
+FeaturesFn = Callable[..., tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]
+
+# The LM head runs on this many scored positions at a time: their logits (positions × vocab floats)
+# stay small enough to be reused from cache instead of allocating hundreds of MB per batch.
+HEAD_CHUNK = 256
+DEFAULT_BATCH_TOKENS = 8192  # padded tokens per forward
+DEFAULT_PACK_TOKENS = 256  # tokens per packed row, at most max_length (the model's own bound on a row)
 
 
 class TokenLogLik(float):
@@ -46,94 +61,227 @@ def model_input(
     return list((list(context) + list(continuation))[-(max_length + 1) :][:-1]), len(continuation)
 
 
-# At most this many scored positions per forward: their logits (and log-softmax) are positions × vocab
-# floats, so long rolling windows at a large batch size would otherwise need tens of GB.
-MAX_SCORED_POSITIONS = 8192
+@dataclass
+class Row:
+    """One forward row: tree nodes in depth-first order (a parent before its children)."""
+
+    tokens: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    paths: dict[int, list[int]] = field(default_factory=dict)  # request index -> its nodes, root first
+
+    def ancestor_mask(self, width: int) -> torch.Tensor:
+        """Returns (width, width) bool: True where node i may attend node j (j is i or its ancestor).
+
+        In depth-first order j is an ancestor of i iff j <= i < end(j), end(j) being where j's subtree
+        ends. Padding nodes attend only themselves."""
+        n = len(self.tokens)
+        end = list(range(1, width + 1))
+        open_nodes: list[int] = []
+        for i, depth in enumerate(self.depths):
+            while open_nodes and self.depths[open_nodes[-1]] >= depth:
+                end[open_nodes.pop()] = i
+            open_nodes.append(i)
+        for j in open_nodes:
+            end[j] = n
+        ar = torch.arange(width)
+        return (ar[None, :] <= ar[:, None]) & (ar[:, None] < torch.tensor(end)[None, :])
 
 
-def plan_batches(
-    order: list[tuple[int, ...]], scored: dict[tuple[int, ...], int], batch_size: int, max_positions: int
-) -> list[list[tuple[int, ...]]]:
-    """Returns ``order`` cut into batches of at most ``batch_size`` rows and ``max_positions`` scored
-    positions (a row longer than that is a batch of its own)."""
-    batches: list[list[tuple[int, ...]]] = []
-    current, positions = [], 0
-    for inp in order:
-        if current and (len(current) == batch_size or positions + scored[inp] > max_positions):
-            batches.append(current)
-            current, positions = [], 0
-        current.append(inp)
-        positions += scored[inp]
-    if current:
-        batches.append(current)
+def pack_rows(inputs: list[list[int]], pack_tokens: int, packed: bool) -> list[Row]:
+    """Returns rows holding every input (``Row.paths`` keyed by index into ``inputs``).
+
+    Packed: inputs in sorted order share their common prefix with the previous input of the row, and
+    a row grows up to ``pack_tokens`` nodes. Unpacked: only identical inputs share a row."""
+    rows: list[Row] = []
+    prev: list[int] = []
+    prev_path: list[int] = []
+    for i in sorted(range(len(inputs)), key=lambda k: inputs[k]):
+        inp = inputs[i]
+        shared = 0
+        while shared < min(len(prev), len(inp)) and prev[shared] == inp[shared]:
+            shared += 1
+        if packed:
+            new_row = not rows or len(rows[-1].tokens) + len(inp) - shared > pack_tokens
+        else:
+            new_row = inp != prev
+        if new_row:
+            rows.append(Row())
+            shared = 0
+        row = rows[-1]
+        path = prev_path[:shared]
+        for depth in range(shared, len(inp)):
+            path.append(len(row.tokens))
+            row.tokens.append(inp[depth])
+            row.depths.append(depth)
+        row.paths[i] = path
+        prev, prev_path = inp, path
+    return rows
+
+
+def plan_batches(widths: list[int], max_batch_tokens: int, max_rows: int | None = None) -> list[list[int]]:
+    """Returns row indices cut into batches, longest rows first: each batch's rows × its widest row
+    stays within ``max_batch_tokens`` (a row wider than that is a batch of its own) and ``max_rows``."""
+    batches: list[list[int]] = []
+    for r in sorted(range(len(widths)), key=lambda k: -widths[k]):
+        if batches:
+            batch = batches[-1]
+            fits = (len(batch) + 1) * widths[batch[0]] <= max_batch_tokens
+            if fits and (max_rows is None or len(batch) < max_rows):
+                batch.append(r)
+                continue
+        batches.append([r])
     return batches
+
+
+@dataclass
+class ScoringStats:
+    """What a scoring call did: tokens run, model FLOPs on real tokens and wall time."""
+
+    requests: int = 0
+    input_tokens: int = 0  # the requests' model inputs, summed (what unpacked scoring would run)
+    tokens: int = 0  # tree nodes run (shared prefixes once)
+    padded_tokens: int = 0  # tokens including padding
+    scored_positions: int = 0  # positions the vocabulary projection ran at
+    attended_pairs: int = 0  # (query, key) pairs allowed by the masks, padding excluded
+    flops: float = 0.0
+    wall_s: float = 0.0
+
+    def add(self, other: ScoringStats) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def report(self, peak_flops: float, peak_source: str) -> dict[str, float | int | str]:
+        """Returns the counts plus achieved FLOP/s and its fraction of ``peak_flops`` (JSON-ready)."""
+        achieved = self.flops / self.wall_s if self.wall_s > 0 else 0.0
+        return {**asdict(self), "flop_per_s": achieved, "peak_flop_per_s": peak_flops,
+                "peak_source": peak_source, "fraction_of_peak": achieved / peak_flops}  # fmt: skip
+
+
+def describe(report: dict) -> str:
+    """Returns a scoring report (``ScoringStats.report``) as two lines for the printed table."""
+    return (
+        f"scoring: {report['wall_s']:.1f} s, {report['requests']} requests, {report['tokens']:,} tokens run "
+        f"({report['input_tokens']:,} unpacked), {report['flops'] / 1e9:,.1f} GFLOP\n"
+        f"achieved {report['flop_per_s'] / 1e9:,.1f} GFLOP/s = {100 * report['fraction_of_peak']:.1f}% of "
+        f"{report['peak_flop_per_s'] / 1e9:,.1f} GFLOP/s ({report['peak_source']})"
+    )
+
+
+@dataclass
+class ModelShape:
+    """What model FLOPs are counted from: 2 FLOPs per weight per token, 4·d per attended pair per
+    layer (QKᵀ and AV), 2·d·V per scored position (the LM head)."""
+
+    matmul_params: int  # weights of the matrices a token goes through, embeddings and LM head excluded
+    d_model: int
+    n_layer: int
+    vocab_size: int
+
+    def flops(self, tokens: int, attended_pairs: int, scored_positions: int) -> float:
+        """Returns the forward FLOPs of scoring."""
+        return (
+            2.0 * self.matmul_params * tokens
+            + 4.0 * self.d_model * self.n_layer * attended_pairs
+            + 2.0 * self.d_model * self.vocab_size * scored_positions
+        )
 
 
 @torch.no_grad()
 def score(
-    logits_at: LogitsFn,
+    features_at: FeaturesFn,
     requests: Sequence[tuple[Sequence[int], Sequence[int]]],
     *,
     max_length: int,
-    batch_size: int,
     device: torch.device | str,
     pad_id: int = 0,
+    packed: bool = True,
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    max_rows: int | None = None,
+    pack_tokens: int = DEFAULT_PACK_TOKENS,
+    shape: ModelShape | None = None,
+    stats: ScoringStats | None = None,
     progress: bool = True,
-    max_positions: int = MAX_SCORED_POSITIONS,
 ) -> list[tuple[TokenLogLik, bool]]:
     """Returns (summed log-prob, greedy) for each (context tokens, continuation tokens) request.
 
     ``greedy`` is True when every continuation token is the argmax of its position's logits. Each
-    batch costs one device-to-host copy."""
+    batch costs one device-to-host copy. ``stats`` (when given) is increased by this call's work."""
+    start = time.perf_counter()
     prepared = [model_input(ctx, cont, max_length) for ctx, cont in requests]
-    rows: dict[tuple[int, ...], list[int]] = {}  # input tokens -> request indices
-    for i, (inp, _) in enumerate(prepared):
-        rows.setdefault(tuple(inp), []).append(i)
-    scored = {inp: max(prepared[i][1] for i in members) for inp, members in rows.items()}
-    order = sorted(rows, key=lambda inp: (-len(inp), inp))
+    rows = pack_rows([inp for inp, _ in prepared], min(pack_tokens, max_length), packed)
     results: list[tuple[TokenLogLik, bool] | None] = [None] * len(requests)
+    run = ScoringStats(requests=len(requests), input_tokens=sum(len(inp) for inp, _ in prepared))
     pbar = tqdm(total=len(requests), desc="Scoring loglikelihood requests", disable=not progress)
-    for batch in plan_batches(order, scored, batch_size, max_positions):
-        width = len(batch[0])
-        idx = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        keep = torch.zeros((len(batch), width), dtype=torch.bool)
-        for r, inp in enumerate(batch):
-            idx[r, : len(inp)] = torch.tensor(inp, dtype=torch.long)
-            keep[r, len(inp) - scored[inp] : len(inp)] = True
-        logprobs = F.log_softmax(logits_at(idx.to(device), keep.to(device)).float(), dim=-1)
-        # Every request's continuation tokens, at its positions among the kept rows, gathered at once.
-        members = [
-            (i, offset + scored[inp])
-            for offset, inp in zip(_offsets(batch, scored), batch)
-            for i in rows[inp]
-        ]
-        positions, targets, owner = [], [], []
-        for k, (i, end) in enumerate(members):
-            cont = list(requests[i][1])
-            positions.extend(range(end - len(cont), end))
-            targets.extend(cont)
-            owner.extend([k] * len(cont))
-        pos = torch.tensor(positions, device=logprobs.device)
-        tgt = torch.tensor(targets, device=logprobs.device)
-        own = torch.tensor(owner, device=logprobs.device)
-        token_lp = logprobs[pos, tgt]
-        wrong = (logprobs[pos].argmax(dim=-1) != tgt).to(torch.int64)
-        sums = torch.zeros(len(members), dtype=torch.float64, device=own.device).index_add_(
-            0, own, token_lp.double()
-        )
-        misses = torch.zeros(len(members), dtype=torch.int64, device=own.device).index_add_(0, own, wrong)
-        sums, misses = sums.tolist(), misses.tolist()  # the batch's one sync
-        for k, (i, _) in enumerate(members):
-            results[i] = (TokenLogLik(sums[k], len(requests[i][1])), misses[k] == 0)
-        pbar.update(len(members))
+    for batch in plan_batches([len(r.tokens) for r in rows], max_batch_tokens, max_rows):
+        picked = [rows[r] for r in batch]
+        for i, (total, greedy) in _score_batch(features_at, picked, requests, device, pad_id, packed, run):
+            results[i] = (TokenLogLik(total, len(requests[i][1])), greedy)
+        pbar.update(sum(len(row.paths) for row in picked))
     pbar.close()
+    run.wall_s = time.perf_counter() - start
+    if shape is not None:
+        run.flops = shape.flops(run.tokens, run.attended_pairs, run.scored_positions)
+    if stats is not None:
+        stats.add(run)
     return results  # type: ignore[return-value]
 
 
-def _offsets(batch: list[tuple[int, ...]], scored: dict[tuple[int, ...], int]) -> list[int]:
-    """Returns where each row's kept positions start in the batch's flattened logits."""
-    offsets, total = [], 0
-    for inp in batch:
-        offsets.append(total)
-        total += scored[inp]
-    return offsets
+def _score_batch(features_at, rows, requests, device, pad_id, packed, run):
+    """Returns (request index, (summed log-prob, greedy)) for the batch's requests, in one sync."""
+    width = len(rows[0].tokens)
+    idx = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    keep = torch.zeros((len(rows), width), dtype=torch.bool)
+    position_ids = torch.zeros((len(rows), width), dtype=torch.long) if packed else None
+    mask = torch.zeros((len(rows), 1, width, width), dtype=torch.bool) if packed else None
+    pairs = []  # (flattened position, target token, k: the request's place in ``owners``)
+    owners = []  # request indices
+    for b, row in enumerate(rows):
+        idx[b, : len(row.tokens)] = torch.tensor(row.tokens)
+        if packed:
+            position_ids[b, : len(row.tokens)] = torch.tensor(row.depths)
+            mask[b, 0] = row.ancestor_mask(width)
+            run.attended_pairs += int(mask[b, 0, : len(row.tokens)].sum())
+        else:
+            run.attended_pairs += len(row.tokens) * (len(row.tokens) + 1) // 2
+        for i, path in row.paths.items():
+            cont = requests[i][1]
+            for node, target in zip(path[len(path) - len(cont) :], cont):
+                keep[b, node] = True
+                pairs.append((b * width + node, target, len(owners)))
+            owners.append(i)
+    run.tokens += sum(len(row.tokens) for row in rows)
+    run.padded_tokens += idx.numel()
+    run.scored_positions += int(keep.sum())
+    features, head = features_at(
+        idx.to(device), keep.to(device),
+        position_ids=None if position_ids is None else position_ids.to(device),
+        attn_mask=None if mask is None else mask.to(device),
+    )  # fmt: skip
+    # each kept (flattened) position's row in ``features``: they are in row-major order of ``keep``
+    where = torch.full((keep.numel(),), -1, dtype=torch.long)
+    where[keep.flatten()] = torch.arange(int(keep.sum()))
+    flat, target, owner = (torch.tensor(col) for col in zip(*pairs))
+    at = where[flat].to(features.device)
+    target, owner = target.to(features.device), owner.to(features.device)
+    token_lp, wrong = _head_log_probs(features, head, at, target)
+    sums = torch.zeros(len(owners), dtype=torch.float64, device=owner.device).index_add_(
+        0, owner, token_lp.double()
+    )
+    misses = torch.zeros(len(owners), dtype=torch.int64, device=owner.device).index_add_(0, owner, wrong)
+    sums, misses = sums.tolist(), misses.tolist()  # the batch's one sync
+    return [(i, (sums[k], misses[k] == 0)) for k, i in enumerate(owners)]
+
+
+def _head_log_probs(features, head, at, target) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (log-prob of ``target`` at feature row ``at``, 1 where it is not the argmax), running the
+    head on ``HEAD_CHUNK`` rows at a time: ``logit[target] - logsumexp(logits)``, no log-softmax copy."""
+    lse = torch.empty(len(features), dtype=torch.float32, device=features.device)
+    best = torch.empty(len(features), dtype=torch.long, device=features.device)
+    token_logit = torch.empty(len(at), dtype=torch.float32, device=features.device)
+    for start in range(0, len(features), HEAD_CHUNK):
+        logits = head(features[start : start + HEAD_CHUNK]).float()
+        lse[start : start + len(logits)] = torch.logsumexp(logits, dim=-1)
+        best[start : start + len(logits)] = logits.argmax(dim=-1)
+        here = ((at >= start) & (at < start + len(logits))).nonzero()[:, 0]
+        token_logit[here] = logits[at[here] - start, target[here]]
+    return token_logit - lse[at], (best[at] != target).to(torch.int64)

@@ -150,7 +150,13 @@ def make_table(out: dict[str, Any]) -> str:
                 )
             )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    scoring = out.get("nfeval", {}).get("scoring")  # the FLOP/s report
+    if not scoring:
+        return table
+    from model_adapters.scorer import describe
+
+    return table + "\n\n" + describe(scoring)
 
 
 def _check_inputs(data_dir: str | None, limit, batch_size, max_length) -> str | None:
@@ -212,7 +218,9 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
     from .lm_eval_git import quiet_git_hash
 
     with quiet_git_hash():
-        fresh = lm_eval.simple_evaluate(model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager)
+        fresh = lm_eval.simple_evaluate(
+            model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
+        )
     if fresh is None:  # not rank 0 under torchrun
         return None
     samples = fresh.pop("samples")
@@ -323,7 +331,14 @@ def evaluate(
     model = dict(identity.summary, fingerprint=identity.fingerprint)
     run_settings = {"batch_size": batch_size, "dtype": dtype_name, "device": device}
     out["nfeval"] = _nfeval_block(
-        model, loaded, skipped, todo, **run_settings, data_dir=data_dir, limit=limit
+        model,
+        loaded,
+        skipped,
+        todo,
+        **run_settings,
+        data_dir=data_dir,
+        limit=limit,
+        scoring=lm.scoring_report() if todo else None,  # wall time, FLOPs, FLOP/s (None: all cached)
     )
     if output:
         atomic_write_json(output, out)

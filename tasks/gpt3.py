@@ -72,6 +72,26 @@ class GPT3Task(ConfigurableTask):
     def has_test_docs(self) -> bool:
         return self._has_split(self.config.test_split)
 
+    # lm-eval runs process_docs over the whole split on every call (building the task, hashing it,
+    # building requests, scoring, per-item records: HellaSwag's 10,042 documents six times a run);
+    # each split is processed once here and the same documents are handed out after that.
+    def training_docs(self):
+        return self._processed(self.config.training_split, super().training_docs)
+
+    def validation_docs(self):
+        return self._processed(self.config.validation_split, super().validation_docs)
+
+    def test_docs(self):
+        return self._processed(self.config.test_split, super().test_docs)
+
+    def _processed(self, split: str | None, build):
+        """Returns ``build()`` (a split's processed documents), built once per loaded split."""
+        cache = self.__dict__.setdefault("_processed_docs", {})
+        source = self.dataset[split] if self._has_split(split) else None
+        if split not in cache or cache[split][0] is not source:
+            cache[split] = (source, build())
+        return cache[split][1]
+
     def construct_requests(self, doc, ctx, **kwargs):
         requests = super().construct_requests(doc, ctx, **dict(kwargs))
         uncond = self.uncond_context

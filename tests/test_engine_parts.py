@@ -1,5 +1,5 @@
 """The training engine's parts: datasheet peaks by exact GPU name, model FLOPs against torch's own
-counter, the scorer's bounded batches, and the lm-eval adapter's device handling."""
+counter, and the lm-eval adapter's device handling."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from model_adapters.scorer import plan_batches
 from nfeval.engine.budget import gpu_peak
 from nfeval.engine.config import preset
 from nfeval.engine.model import Transformer, training_flops_per_token
@@ -75,15 +74,6 @@ def test_mlm_head_counted_on_masked_positions_only():
     assert training_flops_per_token(clm, 2048) - training_flops_per_token(cfg, 2048) == pytest.approx(
         6 * (v * d - 0.15 * (v * d + d * d))
     )
-
-
-def test_scorer_batches_bound_scored_positions():
-    order = [tuple(range(n)) for n in (900, 800, 300, 10, 5, 3)]
-    scored = {inp: len(inp) for inp in order}
-    batches = plan_batches(order, scored, batch_size=4, max_positions=1000)
-    assert [len(b) for b in batches] == [1, 1, 4]
-    assert all(sum(scored[i] for i in b) <= 1000 for b in batches)
-    assert plan_batches(order[:1], scored, 4, 100) == [order[:1]]  # a row longer than the bound runs alone
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")

@@ -63,12 +63,19 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
     }
     assert "storycloze_2016_local" in nf["skipped"] and nf["cached_tasks"] == []
     assert res["n-samples"]["piqa_local"]["effective"] == 6
+    scoring = nf["scoring"]  # the FLOP/s report, also printed under the table
+    assert (
+        scoring["requests"] > 0 and 0 < scoring["tokens"] <= scoring["input_tokens"] and scoring["flops"] > 0
+    )
+    assert scoring["flop_per_s"] == pytest.approx(scoring["flops"] / scoring["wall_s"])
+    assert scoring["fraction_of_peak"] == pytest.approx(scoring["flop_per_s"] / scoring["peak_flop_per_s"])
+    assert f"{scoring['requests']} requests" in printed.out and "% of" in printed.out
 
     again = zeroshot.evaluate(
         tiny_clm_ckpt, tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir, device="cpu"
     )
     assert sorted(again["nfeval"]["cached_tasks"]) == ["openbookqa_local", "piqa_local", "winogrande_local"]
-    assert again["results"] == res["results"]
+    assert again["results"] == res["results"] and again["nfeval"]["scoring"] is None
 
 
 def test_cache_is_per_model(tiny_clm_ckpt, tmp_path, data_dir):

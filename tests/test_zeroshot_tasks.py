@@ -187,6 +187,19 @@ def test_local_task_makes_the_builtin_requests(canonical, yaml_path, files, data
     assert want == got
 
 
+def test_documents_are_processed_once_per_split(data_dir, manager, monkeypatch):
+    ours = manager.load(["hellaswag_local"])["tasks"]["hellaswag_local"]
+    calls = []
+    process = ours.config.process_docs
+    monkeypatch.setattr(ours.config, "process_docs", lambda docs: calls.append(1) or process(docs))
+    ours.dataset = {"validation": ours.dataset["validation"].select(range(2))}  # reloaded: processed afresh
+    first = ours.eval_docs
+    assert all(ours.eval_docs is first for _ in range(3)) and len(calls) == 1
+    assert [ours.doc_to_text(d) for d in first] == [
+        ours.doc_to_text(d) for d in process(ours.dataset["validation"])
+    ]
+
+
 def test_official_formats_load_as_the_hf_schema(tmp_path, data_dir):
     root = tmp_path
     piqa = root / "piqa"
