@@ -138,7 +138,12 @@ def run(args: argparse.Namespace) -> int:
     prompts = args.prompt if args.prompt else read_prompts(args.prompts)
     device = torch.device(device_or_none(args.device) or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend, model = load_backend(
-        args.ckpt, device, dtype_of(args.dtype), args.tokenizer, args.fairseq_dict, args.fairseq_head_scale_bug
+        args.ckpt,
+        device,
+        dtype_of(args.dtype),
+        args.tokenizer,
+        args.fairseq_dict,
+        args.fairseq_head_scale_bug,
     )
     if not sampling.greedy:
         sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts

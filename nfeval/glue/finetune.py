@@ -5,12 +5,12 @@ point's resumable state (``state.pt`` after each finished epoch, deleted when th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-import dataclasses
 from dataclasses import dataclass
 
 import torch

@@ -125,9 +125,7 @@ def check_test_files(tasks: list[str], glue_dir: str | None) -> None:
                 raise MissingDataError(f"{os.path.join(glue_dir, rel)}: not found (--predict-test needs it)")
 
 
-def keep_test_predictions(
-    directory: str, model, enc, recipe, pad_id: int, device, epoch: int
-) -> None:
+def keep_test_predictions(directory: str, model, enc, recipe, pad_id: int, device, epoch: int) -> None:
     """Writes the test predictions of the point's reported epoch (``model`` as it is now) to
     ``directory/test_predictions.json``; does nothing when the task has no test split."""
     if not enc.test:
