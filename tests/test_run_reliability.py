@@ -162,3 +162,25 @@ def test_metrics_reader_tolerates_a_cut_last_line(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"kind": "tr\n{"kind": "train", "step": 1}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl:1: invalid JSON"):
         rundir.read_metrics(str(tmp_path))
+
+
+def test_runs_written_before_complete_json_count_by_their_fingerprint(reference, tmp_path):
+    """An nfeval 0.1 run (no complete.json, no train.parallel) is finished when config.json's
+    fingerprint is the stored weights' and its compute reached the planned steps; the kill-during-final-save
+    state of that version (the start-of-run config.json: no fingerprint, step 0) is not."""
+    run = tmp_path / "legacy"
+    shutil.copytree(reference, run)
+    (run / "complete.json").unlink()
+    meta = json.loads((run / "config.json").read_text())
+    del meta["train"]["parallel"]
+    (run / "config.json").write_text(json.dumps(meta))
+    want = json.loads((reference / "complete.json").read_text())
+    record = rundir.completion(str(run))
+    assert record is not None and record["legacy"]
+    assert {k: record[k] for k in ("fingerprint", "step", "tokens", "flops", "total_steps", "val_loss")} == {
+        k: want[k] for k in ("fingerprint", "step", "tokens", "flops", "total_steps", "val_loss")
+    }
+    assert checkpoint.resolve(str(run)) == str(run)
+    killed = {**meta, "fingerprint": None, "compute": {**meta["compute"], "steps": 0}}
+    (run / "config.json").write_text(json.dumps(killed))
+    assert rundir.completion(str(run)) is None

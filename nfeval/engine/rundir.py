@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -130,11 +131,51 @@ def is_run_dir(path: str) -> bool:
 
 def completion(run_dir: str) -> dict[str, Any] | None:
     """Returns the completion record of a finished run, or None if it has not finished (a record
-    whose final weights are gone does not count)."""
+    whose final weights are gone does not count). A run written before ``complete.json`` existed
+    counts as finished by ``legacy_completion``'s stricter test."""
     path = os.path.join(run_dir, COMPLETE)
-    if not (os.path.isfile(path) and os.path.isfile(os.path.join(run_dir, WEIGHTS))):
+    if not os.path.isfile(os.path.join(run_dir, WEIGHTS)):
         return None
+    if not os.path.isfile(path):
+        return legacy_completion(run_dir)
     return load_json(path)
+
+
+def legacy_completion(run_dir: str) -> dict[str, Any] | None:
+    """Returns the completion record of a run finished by nfeval 0.1 (no ``complete.json``), else None.
+
+    That version wrote the final weights, then ``config.json`` with their fingerprint and the final
+    compute. Finished means: the fingerprint in config.json is the one stored in the weights' header
+    and the compute reached the planned steps. A kill during that final save leaves the run's
+    start-of-run config.json (no fingerprint, step 0), which fails the test, so the run resumes.
+    """
+    config_path = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(config_path):
+        return None
+    meta = load_json(config_path)
+    compute, train = meta.get("compute") or {}, meta.get("train") or {}
+    try:
+        with safe_open(os.path.join(run_dir, WEIGHTS), framework="pt") as f:
+            stored = (f.metadata() or {}).get("fingerprint")
+    except (SafetensorError, OSError):
+        return None
+    if "parallel" in train:  # written by a trainer that writes complete.json: its absence means unfinished
+        return None
+    steps, total = compute.get("steps"), train.get("total_steps")
+    if not meta.get("fingerprint") or meta["fingerprint"] != stored or not steps or steps != total:
+        return None
+    vals = read_metrics(run_dir, "val")
+    val_loss = vals[-1].get("val_loss") if vals else None
+    return {
+        "fingerprint": stored,
+        "step": steps,
+        **{k: compute.get(k) for k in ("tokens", "wall_s", "flops")},
+        "total_steps": total,
+        "val_loss": val_loss,
+        "val_ppl": math.exp(min(val_loss, 700)) if isinstance(val_loss, (int, float)) else None,
+        "compute": compute,
+        "legacy": True,
+    }
 
 
 def mark_complete(run_dir: str, record: dict[str, Any]) -> None:
