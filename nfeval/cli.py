@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
     ),
     "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
+    "reproduce": (
+        "nfeval.reproduce",
+        "the paper's tables and figures from one command, at the scale the hardware allows",
+    ),
 }
 
 
