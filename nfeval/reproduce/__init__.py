@@ -21,7 +21,7 @@ from typing import Any
 from ..artifacts import atomic_write_json, hardware, hardware_key
 from ..engine.config import load_json
 from ..errors import ConfigError, MissingDataError
-from .plan import EXPERIMENT_NAMES, PUBLIC_SCALES, SCALES
+from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
 from .runner import Context, log
 
 
@@ -119,22 +119,31 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         f"output folder {os.path.abspath(cfg.out)}; scale {scale.name}; {ctx.budget_text()}; "
         f"{ctx.seeds} seed(s)"
     )
-    done = sections.all_sections(ctx, only)
-    header = {
+    done: list[dict[str, Any]] = []
+    for exp in EXPERIMENTS:  # the report is rewritten after every section, so a long run shows progress
+        done.append(sections.section(ctx, exp, only))
+        pending = [sections.stub(e, sections.PENDING) for e in EXPERIMENTS[len(done) :]]
+        path = report.write(cfg.out, _header(cfg, ctx, start), done + pending)
+    log(f"report: {path}")
+    return {"report": path, "sections": done}
+
+
+def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:
+    from .. import __version__
+    from ..artifacts import git_hash
+
+    return {
+        "version": __version__,
+        "git": git_hash(),
         "command": cfg.command,
-        "scale": scale.name,
+        "scale": ctx.scale.name,
         "seeds": ctx.seeds,
         "budget": ctx.budget_text(),
         "hardware": hardware_key(hardware()),
         "wall_min": (time.time() - start) / 60,
+        # a shared machine slows every run; time budgets then buy fewer steps (see each run's steps)
+        "load_average": round(os.getloadavg()[0], 1),
     }
-    from .. import __version__
-    from ..artifacts import git_hash
-
-    header |= {"version": __version__, "git": git_hash()}
-    path = report.write(cfg.out, header, done)
-    log(f"report: {path}")
-    return {"report": path, "sections": done}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

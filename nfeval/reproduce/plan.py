@@ -31,6 +31,7 @@ class Scale:
     eval_interval: int = 100
     eval_samples: int = 128
     ckpt_interval: int = 200
+    calibration_steps: int = 10  # steps timed to fix a time budget's step count (not part of the budget)
     cloze_items: int = 500
     zeroshot_limit: int | None = 500
     glue_epochs: int = 3
@@ -62,8 +63,17 @@ SCALES: dict[str, Scale] = {
         glue_epochs=1,
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
     ),
-    # 11 runs x 3 seeds x 40 s of training + start-up, evaluation and analyses: ~30 min on 2 CPU cores
-    "tiny": Scale("tiny", "tiny", budget={"max_seconds": 40}, seeds=3, glue_epochs=1),
+    # 11 runs x 3 seeds x 30 s of training + start-up, evaluation and analyses: ~30 min on 2 CPU cores
+    "tiny": Scale(
+        "tiny",
+        "tiny",
+        budget={"max_seconds": 30},
+        seeds=3,
+        eval_interval=25,
+        eval_samples=64,
+        calibration_steps=5,
+        glue_epochs=1,
+    ),
     # ~3.5 h on a laptop CPU
     "small": Scale(
         "small", "small", budget={"max_seconds": 300}, seeds=3, seq_len=256, lr=2e-3, vocab_size=8192

@@ -73,6 +73,7 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         eval_interval=s.eval_interval,
         eval_samples=s.eval_samples,
         ckpt_interval=s.ckpt_interval,
+        calibration_steps=s.calibration_steps,
         dtype=s.dtype,
         device=ctx.device,
         seed=seed,

@@ -10,7 +10,7 @@ from typing import Any
 from ..artifacts import atomic_write_json, hardware, hardware_key
 from ..engine.config import load_json
 from . import eval_experiments, training_experiments
-from .plan import EXPERIMENTS, Experiment
+from .plan import Experiment
 from .runner import Context, ensure_runs, log
 
 NOT_AVAILABLE = "not available in this build"
@@ -74,17 +74,18 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
     return section
 
 
-def stored_or_pending(ctx: Context, exp: Experiment) -> dict[str, Any]:
-    """Returns the stored section of an experiment not selected by --only, or a 'not run' stub."""
-    path = section_path(ctx, exp.name)
-    if os.path.isfile(path):
-        return load_json(path)
+LEFT_OUT = "not run (left out by --only)"
+PENDING = "pending (the invocation writing this report has not reached it yet)"
+
+
+def stub(exp: Experiment, status: str) -> dict[str, Any]:
+    """Returns a section without results, saying why (``status``)."""
     return {
         "name": exp.name,
         "title": exp.title,
         "reference": exp.reference,
         "finding": exp.finding,
-        "status": "not run (left out by --only)",
+        "status": status,
         "claims": [],
         "tables": [],
         "figures": [],
@@ -92,9 +93,9 @@ def stored_or_pending(ctx: Context, exp: Experiment) -> dict[str, Any]:
     }
 
 
-def all_sections(ctx: Context, only: set[str] | None) -> list[dict[str, Any]]:
-    """Returns every section in the paper's order, running the selected ones."""
-    return [
-        run_section(ctx, exp) if only is None or exp.name in only else stored_or_pending(ctx, exp)
-        for exp in EXPERIMENTS
-    ]
+def section(ctx: Context, exp: Experiment, only: set[str] | None) -> dict[str, Any]:
+    """Returns the section of ``exp``: run when selected by ``only`` (None: all), else as stored."""
+    if only is None or exp.name in only:
+        return run_section(ctx, exp)
+    path = section_path(ctx, exp.name)
+    return load_json(path) if os.path.isfile(path) else stub(exp, LEFT_OUT)
