@@ -35,6 +35,8 @@ class Scale:
     cloze_items: int = 500
     zeroshot_limit: int | None = 500
     glue_epochs: int = 3
+    grad_batches: int = 4  # batches averaged by `nfeval analyze grads` (Figure 3)
+    stability_updates: int = 200  # updates of the rising-LR stability test (Figure 5)
     # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
     # position, so zero-shot items longer than the training blocks still fit the window.
     model: dict[str, Any] = field(
@@ -61,6 +63,8 @@ SCALES: dict[str, Scale] = {
         cloze_items=8,
         zeroshot_limit=2,
         glue_epochs=1,
+        grad_batches=1,
+        stability_updates=6,
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
     ),
     # 11 runs x 3 seeds x 30 s of training + start-up, evaluation and analyses: ~30 min on 2 CPU cores

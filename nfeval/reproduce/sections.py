@@ -9,11 +9,9 @@ from typing import Any
 
 from ..artifacts import atomic_write_json, hardware, hardware_key
 from ..engine.config import load_json
-from . import eval_experiments, training_experiments
+from . import analysis_experiment, eval_experiments, training_experiments
 from .plan import Experiment
 from .runner import Context, ensure_runs, log
-
-NOT_AVAILABLE = "not available in this build"
 
 
 def measure(ctx: Context, exp: Experiment) -> dict[str, Any]:
@@ -35,7 +33,7 @@ def measure(ctx: Context, exp: Experiment) -> dict[str, Any]:
     if exp.name == "xiong":
         return training_experiments.warmup(ctx, records)
     if exp.name == "fig3-5":
-        return {"status": NOT_AVAILABLE, "notes": ["`nfeval analyze` is not part of this build."]}
+        return analysis_experiment.figures_3_to_5(ctx, exp.runs)
     raise ValueError(f"unknown experiment {exp.name!r}")
 
 
