@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "nfeval.report.leaderboard",
         "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
     ),
+    "analyze": ("nfeval.analysis.cli", "the paper's analyses: gradient norms, learned gains, LR stability"),
     "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
     "reproduce": (
         "nfeval.reproduce",

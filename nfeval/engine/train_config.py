@@ -62,6 +62,8 @@ class TrainConfig:
     peak_flops: float | None = None
     seed: int = 1
     progress: bool = True
+    # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
+    grad_stats: str | None = None
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad field; checks everything that needs no data."""
@@ -93,6 +95,10 @@ class TrainConfig:
                 raise ValueError(f"impossible budget: {name}={value!r}, expected a positive number")
         if self.seq_len is not None and self.seq_len < 2:
             raise ValueError(f"seq_len={self.seq_len!r}: expected at least 2")
+        if self.grad_stats is not None:
+            from ..analysis.recorder import parse_grad_stats
+
+            parse_grad_stats(self.grad_stats)
         if not (self.lr > 0 and self.warmup >= 0 and 0 <= self.end_lr <= self.lr):
             raise ValueError(
                 f"lr={self.lr}, warmup={self.warmup}, end_lr={self.end_lr}: expected lr > 0, warmup >= 0, 0 <= end_lr <= lr"

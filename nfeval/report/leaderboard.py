@@ -657,6 +657,10 @@ def render_markdown(
             "(compute-matched).",
             "",
         ]
+    if board.get("analysis"):  # `nfeval analyze` results given with --analysis
+        from ..analysis.tables import markdown_section
+
+        lines += markdown_section(board["analysis"])
     lines += ["## Sources", ""] + _sources(board)
     return "\n".join(lines) + "\n"
 
@@ -793,9 +797,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also plot validation perplexity vs compute for these runs",
     )
     p.add_argument("--title", default="Leaderboard", help="markdown title")
+    p.add_argument(
+        "--analysis",
+        action="append",
+        metavar="FILE.json",
+        help="add an analysis section from `nfeval analyze` JSON (grads, gains, stability); repeatable",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analysis.tables import load_analysis
+
+    analyses = [load_analysis(path) for path in args.analysis or []]  # checked before any other work
     fmt = args.format or {".csv": "csv", ".json": "json"}.get(os.path.splitext(args.out or "")[1], "md")
     board = build(
         args.results,
@@ -805,6 +818,8 @@ def run(args: argparse.Namespace) -> int:
         group_by=args.group_by,
         group_tolerance=args.group_tolerance,
     )
+    if analyses:
+        board["analysis"] = analyses
     for w in board["warnings"]:
         print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
     comparison = None

@@ -1,0 +1,122 @@
+"""Gradient norms by layer: the paper's Figure 3 (mean |∂L/∂W| of the second FFN weight, by layer)
+and Figure 7 (each layer's value over the baseline's mean across layers).
+
+The statistic is, per layer and parameter kind, the mean over the tensor's elements of |∂L/∂W| where
+L is the **mean** token cross-entropy of the batch (fairseq's gradient after
+``multiply_grads(1/sample_size)``), before any clipping. Kinds: ``fc1``, ``fc2``, ``q``, ``k``, ``v``
+(fairseq's q/k/v_proj: the three row blocks of nfeval's fused ``qkv``), ``out_proj`` (weights only),
+and the NormFormer gains when present: ``attn_out_norm`` (fairseq attn_ln γ), ``ffn_hidden_norm``
+(ffn_layernorm γ), ``head_gain`` (c_attn), ``resid_gain`` (w_resid). Layer order is block order. A
+fairseq checkpoint is imported into the same Transformer, so the values mean the same for it.
+
+At a checkpoint (``--ckpt``) the value is computed on each of N batches and averaged over them, as a
+training window averages one value per update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ..errors import DataError
+from .inputs import Target
+
+WEIGHT_KINDS = ("fc1", "fc2", "q", "k", "v", "out_proj")
+GAIN_KINDS = ("attn_out_norm", "ffn_hidden_norm", "head_gain", "resid_gain")
+
+
+def _gain_tensors(block: nn.Module) -> dict[str, torch.Tensor | None]:
+    return {
+        "attn_out_norm": block.attn_out_norm.weight if block.attn_out_norm is not None else None,
+        "ffn_hidden_norm": block.ffn_hidden_norm.weight if block.ffn_hidden_norm is not None else None,
+        "head_gain": block.attn.head_gain,
+        "resid_gain": block.resid_gain,
+    }
+
+
+def tracked_parameters(model: nn.Module) -> list[torch.Tensor]:
+    """Returns every parameter ``per_layer_mean_abs`` reads (one list, block by block)."""
+    params = []
+    for block in model.blocks:
+        params += [block.attn.qkv.weight, block.attn.out_proj.weight, block.fc1.weight, block.fc2.weight]
+        params += [t for t in _gain_tensors(block).values() if t is not None]
+    return params
+
+
+def per_layer_mean_abs(
+    model: nn.Module, grad_of: Callable[[torch.Tensor], torch.Tensor]
+) -> dict[str, list[float]]:
+    """Returns {kind: [mean |grad| of layer 0, layer 1, ...]} where ``grad_of(param)`` gives a gradient."""
+
+    def mean_abs(g: torch.Tensor) -> torch.Tensor:
+        m = g.detach().abs().float().mean()
+        return m.full_tensor() if hasattr(m, "full_tensor") else m  # a sharded (FSDP) gradient
+
+    stats: dict[str, list[torch.Tensor]] = {}
+    for block in model.blocks:
+        q, k, v = grad_of(block.attn.qkv.weight).chunk(3)
+        weights = {
+            "fc1": grad_of(block.fc1.weight),
+            "fc2": grad_of(block.fc2.weight),
+            "q": q,
+            "k": k,
+            "v": v,
+            "out_proj": grad_of(block.attn.out_proj.weight),
+        }
+        gains = {kind: grad_of(t) for kind, t in _gain_tensors(block).items() if t is not None}
+        for kind, g in {**weights, **gains}.items():
+            stats.setdefault(kind, []).append(mean_abs(g))
+    values = torch.stack([torch.stack(v) for v in stats.values()]).tolist()  # one device sync
+    return dict(zip(stats, values))
+
+
+def grad_norms(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> dict[str, list[float]]:
+    """Returns {kind: per-layer mean |∂L/∂W|} for L = mean cross-entropy of ``model`` on (idx, targets).
+
+    Uses ``torch.autograd.grad``: the parameters' ``.grad`` are left as they were.
+    """
+    params = tracked_parameters(model)
+    loss = model.loss(idx, targets)
+    grads = dict(zip(map(id, params), torch.autograd.grad(loss, params)))
+    return per_layer_mean_abs(model, lambda p: grads[id(p)])
+
+
+def grads_at(target: Target, batches: Any, n_batches: int, batch_size: int) -> dict[str, list[float]]:
+    """Returns ``grad_norms`` averaged over the first ``n_batches`` batches of ``batches`` (train mode,
+    so dropout acts as in training)."""
+    model = target.model.train()
+    total: dict[str, list[float]] = {}
+    for i in tqdm(range(n_batches), desc=f"grads {target.name}", unit="batch", leave=False):
+        x, y = batches.get(i * batch_size, batch_size, mask_seed=i)
+        for kind, layers in grad_norms(model, x, y).items():
+            total[kind] = [a + b for a, b in zip(total.get(kind, [0.0] * len(layers)), layers)]
+    model.eval()
+    return {kind: [v / n_batches for v in layers] for kind, layers in total.items()}
+
+
+def relative_to_baseline(values: list[float], baseline: list[float]) -> list[float]:
+    """Returns Figure 7's ratios: each of ``values`` over the mean of ``baseline`` (2.0: twice its mean)."""
+    mean = sum(baseline) / len(baseline)
+    return [v / mean for v in values]
+
+
+def grads_result(entries: list[dict[str, Any]], kind: str, baseline: str | None) -> dict[str, Any]:
+    """Returns the analysis result: each entry with its ``kind`` values and Figure 7 ratios to the
+    baseline entry (``baseline`` name; default the first Pre-LN entry, else the first)."""
+    names = [e["name"] for e in entries]
+    if baseline is None:
+        pre = [e["name"] for e in entries if e["info"].get("architecture") == "prenorm"]
+        baseline = pre[0] if pre else names[0]
+    if baseline not in names:
+        raise DataError(f"--baseline {baseline}: not one of the analysed models {names}")
+    missing = [e["name"] for e in entries if kind not in e["values"]]
+    if missing:
+        raise DataError(f"--kind {kind}: not recorded for {missing}")
+    base = next(e for e in entries if e["name"] == baseline)["values"][kind]
+    for e in entries:
+        e["relative"] = relative_to_baseline(e["values"][kind], base)
+    return {"analysis": "grads", "kind": kind, "baseline": baseline, "models": entries}

@@ -1,0 +1,197 @@
+"""The increasing-learning-rate stability test: the paper's Figure 5.
+
+Each preset is built with ``torch.manual_seed(seed)`` (the architectures share every weight they have
+in common) and trained on the same batches with AdamW (fairseq's recipe: β (0.9, 0.98), ε 1e-8,
+weight decay 0.01, no clipping), the learning rate of update t (0-based, N updates) being
+``lr_start · (lr_end / lr_start) ** (t / (N - 1))``. An update *diverges* when its loss or gradient
+norm is not finite, or its loss exceeds the first update's loss by more than ``tolerance`` nats (batch
+noise at a near-uniform initialisation stays far below the default 0.1). The count reported is the
+number of updates survived before the first divergence (N: survived all).
+
+Every forward also records, per layer, the largest attention logit |q·k|/√d over the positions the
+(causal) mask lets attend, re-projecting q and k from the attention module's input with its own
+weights in a forward hook, and flags values above fp16's largest finite number (65504).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ..engine import checkpoint
+from ..engine.config import ModelConfig
+from ..engine.model import Transformer
+
+FP16_MAX = 65504.0
+
+
+@dataclass
+class StabilitySettings:
+    updates: int = 200
+    lr_start: float = 1e-5
+    lr_end: float = 1.0
+    batch_size: int = 8
+    seq_len: int = 128
+    tolerance: float = 0.1  # nats above the first update's loss that count as divergence
+    weight_decay: float = 0.01
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first setting out of range."""
+        if self.updates < 2:
+            raise ValueError(f"--updates {self.updates}: expected at least 2")
+        if not 0 < self.lr_start <= self.lr_end:
+            raise ValueError(f"--lr-start {self.lr_start}, --lr-end {self.lr_end}: expected 0 < start <= end")
+        if self.batch_size < 1 or self.seq_len < 2 or self.tolerance < 0:
+            raise ValueError("--batch-size >= 1, --seq-len >= 2 and --tolerance >= 0 expected")
+
+
+def lr_schedule(settings: StabilitySettings) -> list[float]:
+    """Returns the learning rate of every update: geometric from lr_start to lr_end."""
+    n, ratio = settings.updates, settings.lr_end / settings.lr_start
+    return [settings.lr_start * ratio ** (t / (n - 1)) for t in range(n)]
+
+
+class AttentionLogitProbe:
+    """Forward hooks that keep, per layer, the largest |q·k|/√d of the last forward pass."""
+
+    def __init__(self, model: Transformer):
+        self.maxima: list[float] = [0.0] * len(model.blocks)
+        self.handles = [
+            block.attn.register_forward_hook(self._hook(i)) for i, block in enumerate(model.blocks)
+        ]
+
+    def _hook(self, layer: int):
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            x, attn_mask = args[0], args[1] if len(args) > 1 else None
+            cfg = module.cfg
+            with torch.no_grad():
+                B, T, C = x.shape
+                q, k, _ = module.qkv(x).float().split(C, dim=2)
+                q = q.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
+                k = k.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
+                logits = (q @ k.transpose(-1, -2)).abs() / math.sqrt(cfg.head_dim)
+                if cfg.causal and attn_mask is None:
+                    logits = logits * torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+                elif attn_mask is not None:
+                    logits = logits * attn_mask
+                self.maxima[layer] = float(logits.max())
+
+        return hook
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettings) -> dict[str, Any]:
+    """Returns one architecture's test: survived, diverged_at (1-based update or None), reason, and per
+    update lr, loss, grad_norm and attn_logit_max (per layer), plus the fp16 overflows."""
+    torch.manual_seed(seed)
+    model = Transformer(cfg).train()
+    fingerprint = checkpoint.fingerprint_model(model)
+    opt = torch.optim.AdamW(
+        model.parameters(),
+        lr=settings.lr_start,
+        betas=(0.9, 0.98),
+        eps=1e-8,
+        weight_decay=settings.weight_decay,
+    )
+    probe = AttentionLogitProbe(model)
+    rows: dict[str, list] = {"lr": [], "loss": [], "grad_norm": [], "attn_logit_max": []}
+    diverged_at, reason, first_loss = None, None, None
+    try:
+        for t, lr in enumerate(
+            tqdm(lr_schedule(settings), desc=f"{cfg.architecture} seed {seed}", leave=False)
+        ):
+            x, y = batches.get(t * settings.batch_size, settings.batch_size, mask_seed=t)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            loss = model.loss(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = float(
+                torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            )
+            value = loss.item()
+            first_loss = value if first_loss is None else first_loss
+            row = {"lr": lr, "loss": finite_or_none(value), "grad_norm": finite_or_none(norm)}
+            for key, v in {**row, "attn_logit_max": [finite_or_none(m) for m in probe.maxima]}.items():
+                rows[key].append(v)
+            reason = divergence(value, norm, first_loss, settings.tolerance)
+            if reason:
+                diverged_at = t + 1
+                break
+            opt.step()
+    finally:
+        probe.remove()
+    overflows = [
+        {"update": u + 1, "layer": layer, "value": v}
+        for u, per_layer in enumerate(rows["attn_logit_max"])
+        for layer, v in enumerate(per_layer)
+        if v is None or v > FP16_MAX
+    ]
+    return {
+        "seed": seed,
+        "init_fingerprint": fingerprint,
+        "survived": settings.updates if diverged_at is None else diverged_at - 1,
+        "diverged_at": diverged_at,
+        "reason": reason,
+        "lr_at_divergence": rows["lr"][-1] if diverged_at else None,
+        "fp16_overflow": overflows,
+        **rows,
+    }
+
+
+def finite_or_none(x: float) -> float | None:
+    """Returns ``x``, or None when it is inf/NaN (JSON has no such numbers)."""
+    return x if math.isfinite(x) else None
+
+
+def divergence(loss: float, grad_norm: float, first_loss: float, tolerance: float) -> str | None:
+    """Returns why an update diverged ("non-finite loss", ...) or None if it did not."""
+    if not math.isfinite(loss):
+        return "non-finite loss"
+    if not math.isfinite(grad_norm):
+        return "non-finite gradient"
+    if loss > first_loss + tolerance:
+        return f"loss {loss:.3f} above the first update's {first_loss:.3f} + {tolerance}"
+    return None
+
+
+def summarize(name: str, runs: list[dict[str, Any]], updates: int) -> dict[str, Any]:
+    """Returns a preset's row: survived mean ± std over seeds, LR at divergence, attention logits."""
+    survived = [r["survived"] for r in runs]
+    lrs = [r["lr_at_divergence"] for r in runs if r["lr_at_divergence"] is not None]
+    rows = [[math.inf if v is None else v for v in layers] for r in runs for layers in r["attn_logit_max"]]
+    per_layer = [finite_or_none(max(col)) for col in zip(*rows)]
+    return {
+        "preset": name,
+        "seeds": len(runs),
+        "survived_mean": statistics.fmean(survived),
+        "survived_std": statistics.stdev(survived) if len(survived) > 1 else 0.0,
+        "survived_all": sum(s == updates for s in survived),
+        "lr_at_divergence_mean": statistics.fmean(lrs) if lrs else None,
+        "attn_logit_max": finite_or_none(max(max(r) for r in rows)),
+        "attn_logit_max_by_layer": per_layer,
+        "fp16_overflow_seeds": sum(bool(r["fp16_overflow"]) for r in runs),
+    }
+
+
+def stability_test(
+    configs: dict[str, ModelConfig], seeds: list[int], batches: Any, settings: StabilitySettings
+) -> dict[str, Any]:
+    """Returns {settings, summary (one row per preset), runs (per preset and seed)}."""
+    runs = {name: [run_one(cfg, seed, batches, settings) for seed in seeds] for name, cfg in configs.items()}
+    return {
+        "analysis": "stability",
+        "settings": asdict(settings),
+        "seeds": seeds,
+        "summary": [summarize(name, rs, settings.updates) for name, rs in runs.items()],
+        "runs": {name: rs for name, rs in runs.items()},
+    }
