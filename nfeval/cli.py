@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("nfeval.engine.train", "pretrain a causal or masked LM under a compute budget"),
     "zeroshot": ("nfeval.zeroshot", "score a checkpoint zero-shot through lm-evaluation-harness"),
     "lm-eval": ("nfeval.lm_eval_cli", "lm-eval's own CLI with nfeval's model and tasks registered"),
+    "tune": ("nfeval.tune", "pretraining learning-rate sweep per architecture: the best LR of each preset"),
     "glue": ("nfeval.glue.sweep", "fine-tune on GLUE, sweeping learning rates"),
     "compare": ("nfeval.report.compare", "compute-matched comparison of training runs"),
     "leaderboard": (

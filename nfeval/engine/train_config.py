@@ -64,6 +64,7 @@ class TrainConfig:
     progress: bool = True
     # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
     grad_stats: str | None = None
+    lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune_results.tuned_lr's record
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad field; checks everything that needs no data."""

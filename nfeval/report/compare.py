@@ -30,6 +30,7 @@ from typing import Any
 
 from ..artifacts import atomic_write_json, hardware_key, provenance
 from ..engine.config import ModelConfig, load_json
+from ..tune_results import describe_lr
 
 AXES = ("flops", "wall_s")
 AXIS_LABELS = {"flops": "FLOPs", "wall_s": "time"}
@@ -53,6 +54,7 @@ class Run:
     hardware: str | None
     tokenizer_sha256: str | None
     warnings: list[str]
+    lr: dict[str, Any] | None = None  # peak LR and where it came from (tune_results.describe_lr)
 
 
 def _number(value: Any) -> bool:
@@ -162,6 +164,7 @@ def load_run(run_dir: str, name: str | None = None) -> Run:
         hardware=hardware_key(hw) if isinstance(hw, dict) else None,
         tokenizer_sha256=_tokenizer_sha256(run_dir),
         warnings=warnings,
+        lr=describe_lr((config.get("train") or {}).get("config") or {}),
     )
 
 
@@ -220,6 +223,12 @@ def _check_comparable(runs: list[Run]) -> list[str]:
         warnings.append(
             f"runs were measured on different hardware ({detail}): the wall-clock comparison is meaningless, FLOPs still hold"
         )
+    tuned = {run.name: run.lr["tuned"] for run in runs if run.lr and run.lr["lr"] is not None}
+    if len(set(tuned.values())) > 1:
+        untuned = ", ".join(name for name, t in tuned.items() if not t)
+        warnings.append(
+            f"{untuned}: untuned learning rate beside tuned runs; the comparison may favour the tuned side"
+        )
     shas = {run.name: run.tokenizer_sha256 for run in runs if run.tokenizer_sha256}
     if len(set(shas.values())) > 1:
         warnings.append(
@@ -277,6 +286,7 @@ def compare(
                 "path": os.path.abspath(run.path),
                 "architecture": run.architecture,
                 "hardware": run.hardware,
+                "lr": run.lr,
                 "steps": last["step"],
                 "tokens": last["tokens"],
                 "flops": last["flops"],
@@ -405,6 +415,10 @@ def format_comparison(result: dict[str, Any]) -> str:
     lines += [
         "",
         "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by the first validation point).",
+    ]
+    lines += [
+        "learning rates: "
+        + " | ".join(f"{r['name']}: {r['lr']['label']}" for r in result["runs"] if r.get("lr"))
     ]
     lines += [f"warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)

@@ -36,6 +36,7 @@ from ..artifacts import atomic_write_text, provenance
 from ..engine.config import load_json
 from ..glue.data import TASKS as GLUE_TASKS
 from ..glue.metrics import SPLIT_METRICS
+from ..tune_results import describe_lr
 
 ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
 # Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
@@ -286,6 +287,18 @@ def _default_name(info: dict[str, Any]) -> str:
     return base
 
 
+def _run_lr(checkpoint_path: str | None) -> dict[str, Any] | None:
+    """Returns the LR record (tune_results.describe_lr) of the checkpoint's config.json, None if unreadable."""
+    if not checkpoint_path:
+        return None
+    path = os.path.join(checkpoint_path, "config.json")
+    try:
+        train_config = (load_json(path).get("train") or {}).get("config")
+    except (OSError, ValueError):
+        return None
+    return describe_lr(train_config) if isinstance(train_config, dict) else None
+
+
 def _collect(paths: list[str], warnings: list[str]) -> list[dict[str, Any]]:
     """Returns one model per fingerprint (path if none), in order of first appearance, with its zero-shot and GLUE entries."""
     models: dict[str, dict[str, Any]] = {}
@@ -297,6 +310,7 @@ def _collect(paths: list[str], warnings: list[str]) -> list[dict[str, Any]]:
             if model[field] is None:
                 model[field] = info[field]
         model["sources"].append(path)
+        model["lr"] = model.get("lr") or _run_lr(model["path"])
         for task, entry in tasks.items():
             if task in model[kind]:
                 other = model[kind][task]["source"]
@@ -396,6 +410,7 @@ def _row(model: dict[str, Any], name: str) -> dict[str, Any]:
         "tokens": model.get("tokens"),
         "flops": model.get("flops"),
         "device_hours": model.get("device_hours"),
+        "lr": model.get("lr"),
         "group": None,
         "reference": None,
         "sources": model.get("sources", []),
@@ -617,7 +632,8 @@ def _sources(board: dict[str, Any]) -> list[str]:
             fingerprint = (
                 f"fingerprint `{row['fingerprint'][:16]}`" if row["fingerprint"] else "no fingerprint"
             )
-            lines.append(f"- {row['name']}: {fingerprint}; {', '.join(row['sources'])}")
+            lr = f"{row['lr']['label']}; " if row.get("lr") else ""
+            lines.append(f"- {row['name']}: {fingerprint}; {lr}{', '.join(row['sources'])}")
     return lines
 
 
