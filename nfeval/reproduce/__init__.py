@@ -35,6 +35,7 @@ class ReproduceConfig:
     data_dir: str | None = None
     glue_dir: str | None = None
     glue_tasks: tuple[str, ...] = ("rte",)
+    tune: bool = False  # tune each architecture's LR first (nfeval tune), as the paper's baselines were
     device: str = "auto"
     progress: bool = True
     command: str = "nfeval reproduce"
@@ -66,7 +67,7 @@ class ReproduceConfig:
 
 def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
     """Returns what every run of one output folder must share (checked on a rerun)."""
-    return {"scale": cfg.scale, "budget": budget}
+    return {"scale": cfg.scale, "budget": budget, "tune": cfg.tune}
 
 
 def check_settings(out: str, current: dict[str, Any]) -> None:
@@ -115,6 +116,10 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size)
+    if cfg.tune:
+        from .tuning import run_tune
+
+        ctx.tune_files = run_tune(ctx)
     log(
         f"output folder {os.path.abspath(cfg.out)}; scale {scale.name}; {ctx.budget_text()}; "
         f"{ctx.seeds} seed(s)"
@@ -139,11 +144,23 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:
         "scale": ctx.scale.name,
         "seeds": ctx.seeds,
         "budget": ctx.budget_text(),
+        "lr": lr_text(ctx),
         "hardware": hardware_key(hardware()),
         "wall_min": (time.time() - start) / 60,
         # a shared machine slows every run; time budgets then buy fewer steps (see each run's steps)
         "load_average": round(os.getloadavg()[0], 1),
     }
+
+
+def lr_text(ctx: Context) -> str:
+    """Returns where the runs' learning rates came from, in words."""
+    from .plan import RUNS
+    from .runner import preset_name, train_config
+
+    if not ctx.tune_files:
+        return f"{ctx.scale.lr:g} for every run (untuned; --tune tunes each architecture first)"
+    lrs = {preset_name(ctx, k): train_config(ctx, k, 1).lr for k in RUNS}
+    return "tuned per preset by nfeval tune: " + ", ".join(f"{p} {lr:g}" for p, lr in lrs.items())
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -165,6 +182,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--glue-tasks", default=",".join(d.glue_tasks), help="comma-separated GLUE tasks (default rte)"
     )
+    p.add_argument(
+        "--tune",
+        action="store_true",
+        help="first tune each architecture's LR with nfeval tune (the scale's grid and short budget; "
+        "tiny: about 10 more minutes), so Figure 2 compares tuned baselines as the paper does",
+    )
     p.add_argument("--device", default=d.device, help="auto, cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -183,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         glue_dir=args.glue_dir,
         glue_tasks=_names(args.glue_tasks) or ("rte",),
+        tune=args.tune,
         device=args.device,
         progress=not args.no_progress,
         command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),

@@ -19,6 +19,7 @@ from . import verdict
 from .plan import RUNS
 from .runner import Context, log, run_dir
 
+ARCH_LABELS = {"postnorm": "Post-LN", "prenorm": "Pre-LN", "normformer": "NormFormer"}
 KIND = "fc2"  # the paper's Figure 3 parameter: the second FFN weight
 
 
@@ -95,7 +96,7 @@ def grad_claims(per_run: dict[str, list[list[float]]]) -> tuple[list[dict], list
                 "claim": "Pre-LN: the first layer's fc2 gets a larger gradient than the last layer's",
                 "measured": f"log(first/last) {verdict.fmt_mean_std(ratio['clm-prenorm'], 3)}",
                 **verdict.decide(ratio["clm-prenorm"]),
-            }  # fmt: skip
+            }
         )
     if ratio.get("clm-postnorm"):
         post = [-r for r in ratio["clm-postnorm"]]
@@ -104,16 +105,16 @@ def grad_claims(per_run: dict[str, list[list[float]]]) -> tuple[list[dict], list
                 "claim": "Post-LN: the last layer's fc2 gets a larger gradient than the first layer's",
                 "measured": f"log(last/first) {verdict.fmt_mean_std(post, 3)}",
                 **verdict.decide(post),
-            }  # fmt: skip
+            }
         )
     if ratio.get("clm-prenorm") and ratio.get("clm-normformer"):
         gap = [abs(p) - abs(n) for p, n in zip(ratio["clm-prenorm"], ratio["clm-normformer"])]
         claims.append(
             {
-                "claim": "NormFormer's first and last layers' fc2 gradients are closer together than Pre-LN's",
+                "claim": "NormFormer's first and last layers' fc2 gradients are closer than Pre-LN's",
                 "measured": f"|log(first/last)| Pre-LN minus NormFormer {verdict.fmt_mean_std(gap, 3)}",
                 **verdict.decide(gap),
-            }  # fmt: skip
+            }
         )
     return claims, rows
 
@@ -136,11 +137,16 @@ def stability_parts(
     """Returns (claims, table rows) of the stability test."""
     name = {k: f"{RUNS[k].arch}-{size}" for k in keys}
     rows = [
-        [r["preset"], f"{r['survived_mean']:.1f} ± {r['survived_std']:.1f}", f"{r['survived_all']} of {r['seeds']}",
-         "–" if r["lr_at_divergence_mean"] is None else f"{r['lr_at_divergence_mean']:.3g}",
-         "–" if r["attn_logit_max"] is None else f"{r['attn_logit_max']:.3g}", str(r["fp16_overflow_seeds"])]
+        [
+            r["preset"],
+            f"{r['survived_mean']:.1f} ± {r['survived_std']:.1f}",
+            f"{r['survived_all']} of {r['seeds']}",
+            "–" if r["lr_at_divergence_mean"] is None else f"{r['lr_at_divergence_mean']:.3g}",
+            "–" if r["attn_logit_max"] is None else f"{r['attn_logit_max']:.3g}",
+            str(r["fp16_overflow_seeds"]),
+        ]
         for r in result["summary"]
-    ]  # fmt: skip
+    ]
     survived = {k: [run["survived"] for run in result["runs"][name[k]]] for k in keys}
     updates = result["settings"]["updates"]
     claims = []
@@ -149,11 +155,12 @@ def stability_parts(
             diffs = [n - o for n, o in zip(survived["clm-normformer"], survived[other])]
             claims.append(
                 {
-                    "claim": f"NormFormer survives more updates of the rising LR than {RUNS[other].label}",
+                    "claim": "NormFormer survives more updates of the rising LR than "
+                    f"{ARCH_LABELS[RUNS[other].arch]}",
                     "measured": f"{verdict.fmt_mean_std(survived['clm-normformer'], 1)} vs "
                     f"{verdict.fmt_mean_std(survived[other], 1)} of {updates} updates",
                     **verdict.decide(diffs),
-                }  # fmt: skip
+                }
             )
     return claims, rows
 
@@ -169,18 +176,33 @@ def figures_3_to_5(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     per_run = grads(ctx, keys)
     claims, grad_rows = grad_claims(per_run)
     n_layer = max((len(v[0]) for v in per_run.values() if v), default=0)
-    tables = [{"title": f"Figure 3: mean |∂L/∂W| of fc2 by layer (×1e-3), end of training, mean ± std over seeds",
-               "columns": ["run", *(f"layer {i}" for i in range(n_layer))], "rows": grad_rows}]  # fmt: skip
+    tables = [
+        {
+            "title": "Figure 3: mean |∂L/∂W| of fc2 by layer (×1e-3), end of training, mean ± std over seeds",
+            "columns": ["run", *(f"layer {i}" for i in range(n_layer))],
+            "rows": grad_rows,
+        }
+    ]
     figures = [os.path.join(folder, f"fig3_grads_seed{ctx.seed_values[0]}.png")]
     nf = _named_links(ctx, ("clm-normformer",), ctx.seed_values[0])
     if nf:
         gains = analyze(["gains", nf[0]], os.path.join(folder, "fig4_gains.png"))["models"][0]["gains"]
-        rows = [[name, *(f"{v:.3f}" for v in values)] for name, values in
-                (("FFN LN γ (mean)", gains["ffn_ln_mean"]), ("post-attn LN γ (mean)", gains["attn_ln_mean"]),
-                 ("HeadScale γ (mean over heads)", [sum(h) / len(h) for h in gains["head_gain"] or []]))
-                if values]  # fmt: skip
-        tables.append({"title": "Figure 4: NormFormer's learned gains by layer (seed 1)",
-                       "columns": ["gain", *(f"layer {i}" for i in range(n_layer))], "rows": rows})  # fmt: skip
+        rows = [
+            [name, *(f"{v:.3f}" for v in values)]
+            for name, values in (
+                ("FFN LN γ (mean)", gains["ffn_ln_mean"]),
+                ("post-attn LN γ (mean)", gains["attn_ln_mean"]),
+                ("HeadScale γ (mean over heads)", [sum(h) / len(h) for h in gains["head_gain"] or []]),
+            )
+            if values
+        ]
+        tables.append(
+            {
+                "title": "Figure 4: NormFormer's learned gains by layer (seed 1)",
+                "columns": ["gain", *(f"layer {i}" for i in range(n_layer))],
+                "rows": rows,
+            }
+        )
         figures.append(os.path.join(folder, "fig4_gains.png"))
     result = stability(ctx, keys)
     stab_claims, stab_rows = stability_parts(result, keys, ctx.scale.size)
@@ -193,10 +215,20 @@ def figures_3_to_5(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         "max |q·k|/√d",
         "fp16 overflow (seeds)",
     ]
-    tables.append({"title": f"Figure 5: LR rising geometrically from {result['settings']['lr_start']:g} to "
-                   f"{result['settings']['lr_end']:g} over {result['settings']['updates']} updates",
-                   "columns": columns, "rows": stab_rows})  # fmt: skip
+    tables.append(
+        {
+            "title": f"Figure 5: LR rising geometrically from {result['settings']['lr_start']:g} to "
+            f"{result['settings']['lr_end']:g} over {result['settings']['updates']} updates",
+            "columns": columns,
+            "rows": stab_rows,
+        }
+    )
     figures.append(os.path.join(folder, f"fig5_stability_seeds{ctx.seeds}.png"))
     notes = ["Figure 4's gains are reported without a verdict: the paper describes them, it states no test."]
-    return {"tables": tables, "claims": claims, "figures": figures, "notes": notes,
-            "data": {"grads": per_run, "stability": result["summary"]}}  # fmt: skip
+    return {
+        "tables": tables,
+        "claims": claims,
+        "figures": figures,
+        "notes": notes,
+        "data": {"grads": per_run, "stability": result["summary"]},
+    }

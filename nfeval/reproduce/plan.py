@@ -37,6 +37,8 @@ class Scale:
     glue_epochs: int = 3
     grad_batches: int = 4  # batches averaged by `nfeval analyze grads` (Figure 3)
     stability_updates: int = 200  # updates of the rising-LR stability test (Figure 5)
+    tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # --tune's grid (nfeval tune --lrs)
+    tune_budget: str = "steps=300"  # --tune's budget per point (nfeval tune --budget)
     # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
     # position, so zero-shot items longer than the training blocks still fit the window.
     model: dict[str, Any] = field(
@@ -65,6 +67,8 @@ SCALES: dict[str, Scale] = {
         glue_epochs=1,
         grad_batches=1,
         stability_updates=6,
+        tune_lrs=(1e-3, 3e-3),
+        tune_budget="steps=4",
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
     ),
     # 11 runs x 3 seeds x 30 s of training + start-up, evaluation and analyses: ~30 min on 2 CPU cores
@@ -100,6 +104,8 @@ SCALES: dict[str, Scale] = {
         ckpt_interval=5000,
         zeroshot_limit=None,
         glue_epochs=10,
+        tune_lrs=(1e-3, 2e-3, 3e-3, 6e-3),
+        tune_budget="steps=5000",
         model={"dropout": 0.1, "attn_dropout": 0.1},
         dtype="bf16",
         needs_gpu=True,

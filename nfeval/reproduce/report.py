@@ -61,6 +61,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"Command: `{h['command']}`  ",
         f"Scale: {h['scale']} · seeds: {h['seeds']} · budget: {h['budget']} · hardware: {h['hardware']}  ",
+        f"Learning rate: {h['lr']}  ",
         f"Wall-clock of this invocation: {h['wall_min']:.1f} min · 1-min load average at the last "
         f"update: {h['load_average']} on {os.cpu_count()} cores · "
         f"nfeval {h['version']} ({h['git'] or 'no git'})",

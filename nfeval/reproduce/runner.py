@@ -38,7 +38,7 @@ class Context:
     glue_tasks: tuple[str, ...] = ("rte",)
     device: str = "auto"
     progress: bool = True
-    tuned_lr: dict[str, float] = field(default_factory=dict)  # preset -> LR chosen by `nfeval tune`
+    tune_files: dict[str, str] = field(default_factory=dict)  # objective -> tune.json of `nfeval tune`
 
     @property
     def seed_values(self) -> list[int]:
@@ -56,10 +56,11 @@ def preset_name(ctx: Context, key: str) -> str:
 
 
 def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
-    """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides."""
+    """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides, and
+    the preset's tuned LR when ``ctx`` has a tune.json for the objective."""
     spec, s = RUNS[key], ctx.scale
     preset = preset_name(ctx, key)
-    return TrainConfig(
+    cfg = TrainConfig(
         preset=preset,
         model={**s.model, **spec.model},
         objective=spec.objective,
@@ -67,7 +68,7 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         batch_size=s.batch_size,
         seq_len=s.seq_len,
         grad_accum=s.grad_accum,
-        lr=ctx.tuned_lr.get(preset, s.lr),
+        lr=s.lr,
         warmup=s.warmup if spec.warmup is None else spec.warmup,
         log_interval=s.log_interval,
         eval_interval=s.eval_interval,
@@ -80,6 +81,11 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         progress=ctx.progress,
         **ctx.budget,
     )
+    if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
+        from ..tune_results import with_tuned_lr
+
+        cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
+    return cfg
 
 
 def run_dir(ctx: Context, key: str, seed: int) -> str:

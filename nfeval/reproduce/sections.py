@@ -46,7 +46,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
     path = section_path(ctx, exp.name)
     if os.path.isfile(path):
         stored = load_json(path)
-        if stored.get("seeds") == ctx.seeds:
+        if stored.get("seeds") == ctx.seeds and stored["status"] == "done":  # else: retry (a newer build)
             return stored
     log(f"experiment {exp.name}: {exp.title}")
     parts = measure(ctx, exp)
