@@ -124,8 +124,8 @@ def stability(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     s = ctx.scale
     presets = [f"{RUNS[k].arch}-{s.size}" for k in keys]
     argv = ["stability", *(a for p in presets for a in ("--preset", p)), "--seeds", str(ctx.seeds)]
-    argv += ["--updates", str(s.stability_updates), "--batch-size", str(s.batch_size)]
-    argv += ["--seq-len", str(s.seq_len)]
+    argv += ["--updates", str(s.stability_updates), "--batch-size", str(s.stability_batch[0])]
+    argv += ["--seq-len", str(s.stability_batch[1])]
     return analyze(
         argv, os.path.join(ctx.out, "experiments", "fig3-5", f"fig5_stability_seeds{ctx.seeds}.png")
     )

@@ -36,7 +36,8 @@ class Scale:
     zeroshot_limit: int | None = 500
     glue_epochs: int = 3
     grad_batches: int = 4  # batches averaged by `nfeval analyze grads` (Figure 3)
-    stability_updates: int = 200  # updates of the rising-LR stability test (Figure 5)
+    stability_updates: int = 200  # updates of the rising-LR stability test (Figure 5) ...
+    stability_batch: tuple[int, int] = (8, 128)  # ... on batches of (sequences, tokens)
     tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # --tune's grid (nfeval tune --lrs)
     tune_budget: str = "steps=300"  # --tune's budget per point (nfeval tune --budget)
     # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
@@ -67,6 +68,7 @@ SCALES: dict[str, Scale] = {
         glue_epochs=1,
         grad_batches=1,
         stability_updates=6,
+        stability_batch=(2, 16),
         tune_lrs=(1e-3, 3e-3),
         tune_budget="steps=4",
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
@@ -81,6 +83,8 @@ SCALES: dict[str, Scale] = {
         eval_samples=64,
         calibration_steps=5,
         glue_epochs=1,
+        stability_updates=100,
+        stability_batch=(4, 64),
     ),
     # ~3.5 h on a laptop CPU
     "small": Scale(
