@@ -2,9 +2,9 @@
 
 Each analysis is the command itself, run through its own parser, writing its PNG and JSON under
 ``<out>/experiments/fig3-5/``; a finished analysis (its PNG, written after its JSON) is not redone.
-Gradients are measured on each finished run (at the end of its budget: at the tiny scale that is
-roughly the paper's window of updates 950–1000); the stability test trains its own short runs from
-each preset's initialisation, as the command does.
+Gradients are measured on each finished run at the end of its budget (the paper averages updates
+950–1000 of a long run; ``nfeval train --grad-stats`` records such a window when a run is that long);
+the stability test trains its own short runs from each preset's initialisation, as the command does.
 """
 
 from __future__ import annotations
