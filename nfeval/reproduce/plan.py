@@ -5,6 +5,11 @@ with the paper's finding in one line and the runs it reads.
 Runs are shared between experiments: the Pre-LN and NormFormer causal LMs of Figure 2 are also the
 baseline and the full model of Table 4 and the warm-up runs of the Xiong et al. check, so every run of
 one output folder has the same budget and recipe, and differs from the others only where its row says.
+
+Budgets are in steps (the same tokens for every run), and ``nfeval compare`` matches the runs at equal
+FLOPs and at equal measured wall-clock afterwards. A time budget (``--minutes``) is the paper's protocol
+but fixes each run's step count from a calibration of its step time: on a machine whose load changes
+(a shared CPU) that gives runs of one comparison very different step counts, so it is opt-in.
 """
 
 from __future__ import annotations
@@ -73,24 +78,25 @@ SCALES: dict[str, Scale] = {
         tune_budget="steps=4",
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
     ),
-    # 11 runs x 3 seeds x 30 s of training + start-up, evaluation and analyses: ~30 min on 2 CPU cores
+    # 11 runs x 3 seeds x 400 steps (~0.015 s each on a quiet 2-core CPU, 10x that on a loaded one)
+    # + start-up, evaluation and analyses: ~10 min quiet, ~60 min on a machine shared five ways
     "tiny": Scale(
         "tiny",
         "tiny",
-        budget={"max_seconds": 30},
+        budget={"max_steps": 400},
         seeds=3,
-        # small batches: more updates per second, which is what a minute of a CPU can buy
+        # small batches: more updates per second, which is what a CPU can buy
         batch_size=4,
-        eval_interval=25,
+        eval_interval=50,
         eval_samples=64,
         calibration_steps=5,
         glue_epochs=1,
         stability_updates=100,
         stability_batch=(4, 64),
     ),
-    # ~3.5 h on a laptop CPU
+    # ~3 h on a quiet laptop CPU
     "small": Scale(
-        "small", "small", budget={"max_seconds": 300}, seeds=3, seq_len=256, lr=2e-3, vocab_size=8192
+        "small", "small", budget={"max_steps": 1000}, seeds=3, seq_len=256, lr=2e-3, vocab_size=8192
     ),
     # fairseq's 125M recipe (examples/normformer), one GPU or torchrun; a day per run on 8 GPUs
     "125M": Scale(
