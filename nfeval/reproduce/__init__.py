@@ -111,6 +111,8 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         device=cfg.device,
         progress=cfg.progress,
     )
+    if scale.threads:
+        torch.set_num_threads(scale.threads)
     if scale.needs_gpu and not torch.cuda.is_available():
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
