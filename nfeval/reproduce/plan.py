@@ -82,12 +82,12 @@ SCALES: dict[str, Scale] = {
         tune_budget="steps=4",
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
     ),
-    # 11 runs x 3 seeds x 400 steps (~0.015 s each on a quiet 2-core CPU, 10x that on a loaded one)
-    # + start-up, evaluation and analyses: ~10 min quiet, ~60 min on a machine shared five ways
+    # 11 runs x 3 seeds x 1000 steps (one thread: ~0.015 s a step on a quiet 2-core CPU, ~0.04 s on a
+    # loaded one) + start-up, evaluation and analyses: ~15 min quiet, ~35 min on a busy machine
     "tiny": Scale(
         "tiny",
         "tiny",
-        budget={"max_steps": 400},
+        budget={"max_steps": 1000},
         seeds=3,
         threads=1,
         # small batches: more updates per second, which is what a CPU can buy
