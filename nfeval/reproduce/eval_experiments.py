@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from typing import Any
 
 from ..engine.checkpoint import read_config
@@ -79,16 +80,16 @@ def zeroshot(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     base, cand = keys
     claims = []
     for t in names:
-        diffs = [c[t][0] - b[t][0] for b, c in zip(scores[base], scores[cand])]
-        item_se = [math.hypot(b[t][1] or 0.0, c[t][1] or 0.0) for b, c in zip(scores[base], scores[cand])]
+        pairs = list(zip(scores[base], scores[cand]))  # differences in percentage points
+        diffs = [100 * (c[t][0] - b[t][0]) for b, c in pairs]
+        item_se = 100 * statistics.fmean(math.hypot(b[t][1] or 0.0, c[t][1] or 0.0) for b, c in pairs)
         claims.append(
             {
                 "claim": f"{RUNS[cand].label} scores higher than {RUNS[base].label} on {t} ({_metric(t)})",
                 "measured": f"{verdict.fmt_mean_std([100 * c[t][0] for c in scores[cand]], 1)}% vs "
                 f"{verdict.fmt_mean_std([100 * b[t][0] for b in scores[base]], 1)}%; "
-                f"item SE of the difference "
-                f"{100 * sum(item_se) / len(item_se):.1f} points",
-                **verdict.decide(diffs, measurement_se=sum(item_se) / len(item_se)),
+                f"difference {verdict.fmt_mean_std(diffs, 1)} points, item SE {item_se:.1f} points",
+                **verdict.decide(diffs, measurement_se=item_se),
             }
         )
     columns = ["model"] + [f"{t} ({_metric(t)}, %)" for t in names]
