@@ -176,7 +176,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="tiny: ≤ 45 min on a 2-core CPU; small: a few hours; 125M: GPUs (writes the torchrun "
         "commands when none is present)",
     )
-    p.add_argument("--minutes", type=float, help="training budget per run in minutes (default: the scale's)")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        help="a time budget per run in minutes, the paper's equal-time protocol (default: the scale's "
+        "step budget; see plan.py on time budgets under a changing machine load)",
+    )
     p.add_argument("--seeds", type=int, help="seeds per training run (default: the scale's); mean ± std")
     p.add_argument("--only", help=f"comma-separated experiments to run: {','.join(EXPERIMENT_NAMES)}")
     p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
