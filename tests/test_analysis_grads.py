@@ -123,6 +123,11 @@ def test_window_parsing_and_clipping():
     for bad in ("950", "a:b", "10:5", "0:3"):
         with pytest.raises(ConfigError, match="expected START:END"):
             parse_grad_stats(bad)
+    from nfeval.engine.train_config import TrainConfig
+
+    TrainConfig(max_steps=10, grad_stats="950:1000").validate()
+    with pytest.raises(ConfigError, match="grad_stats='10:5'"):
+        TrainConfig(max_steps=10, grad_stats="10:5").validate()
 
 
 def test_recorder_in_a_training_loop(tmp_path):
@@ -155,3 +160,18 @@ def test_grad_stats_reader_keeps_newest_row_and_skips_a_partial_line(tmp_path):
     rows = [{"update": 1, "values": {"fc2": [1.0]}}, {"update": 1, "values": {"fc2": [2.0]}}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"update": 2, "val')
     assert read_grad_stats(str(path)) == [{"update": 1, "values": {"fc2": [2.0]}}]
+
+
+def test_grads_result_keeps_same_named_models_apart_and_checks_the_baseline():
+    from nfeval.analysis.grads import grads_result
+    from nfeval.errors import DataError
+
+    entries = [
+        {"name": "nf", "info": {"architecture": "normformer"}, "values": {"fc2": [2.0, 4.0]}},
+        {"name": "nf", "info": {"architecture": "prenorm"}, "values": {"fc2": [1.0, 3.0]}},
+    ]
+    result = grads_result(entries, "fc2", None)
+    assert [m["name"] for m in result["models"]] == ["nf", "nf#2"] and result["baseline"] == "nf#2"
+    assert result["models"][0]["relative"] == [1.0, 2.0]
+    with pytest.raises(DataError, match="--baseline x: not one of"):
+        grads_result(entries, "fc2", "x")

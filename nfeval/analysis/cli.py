@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_grads(args: argparse.Namespace) -> dict[str, Any]:
-    from .grads import grads_at, grads_result
+    from .grads import GAIN_KINDS, WEIGHT_KINDS, grads_at, grads_result
     from .inputs import check_data_args, check_model_spec
     from .recorder import check_run, read_run
 
@@ -96,6 +96,8 @@ def run_grads(args: argparse.Namespace) -> dict[str, Any]:
     check_data_args(args.data, args.tokenizer)
     if args.batches < 1:
         raise ConfigError(f"--batches {args.batches}: expected a positive integer")
+    if args.kind not in WEIGHT_KINDS + GAIN_KINDS:
+        raise ConfigError(f"--kind {args.kind}: expected one of {WEIGHT_KINDS + GAIN_KINDS}")
     entries = [read_run(r) for r in args.runs]
     data_fingerprints = {}
     for spec in args.ckpt:
@@ -113,7 +115,8 @@ def run_grads(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _target_and_batches(spec: str, args: argparse.Namespace):
+def _target_and_batches(spec: str, args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """Returns (target, its batches, data fingerprint) for a --ckpt spec."""
     from .inputs import batches, check_vocab, load_target, token_data
 
     target = load_target(spec, seed=args.seed)

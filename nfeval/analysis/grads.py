@@ -107,6 +107,9 @@ def relative_to_baseline(values: list[float], baseline: list[float]) -> list[flo
 def grads_result(entries: list[dict[str, Any]], kind: str, baseline: str | None) -> dict[str, Any]:
     """Returns the analysis result: each entry with its ``kind`` values and Figure 7 ratios to the
     baseline entry (``baseline`` name; default the first Pre-LN entry, else the first)."""
+    for i, e in enumerate(entries):  # two runs both called "normformer" stay apart
+        if any(e["name"] == other["name"] for other in entries[:i]):
+            e["name"] = f"{e['name']}#{i + 1}"
     names = [e["name"] for e in entries]
     if baseline is None:
         pre = [e["name"] for e in entries if e["info"].get("architecture") == "prenorm"]

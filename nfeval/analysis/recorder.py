@@ -11,6 +11,10 @@ global batch, as the trainer's backward computes it). Outside the window ``recor
 ``summary()`` averages each layer over the window's updates, for config.json. A line is written with
 one ``os.write`` on an ``O_APPEND`` descriptor; readers skip a last line without its newline (a
 killed write) and keep the newest line per update (a resumed run rewrites updates after its checkpoint).
+
+The trainer creates the recorder after its step-time calibration (calibration steps must not be
+recorded), with ``clip_window(parse_grad_stats(cfg.grad_stats), total_steps)``, on every process
+(``write`` on rank 0 only), and puts ``summary()`` into config.json's ``train`` block.
 """
 
 from __future__ import annotations
