@@ -375,5 +375,8 @@ def run(args: argparse.Namespace) -> int:
         report_only=args.report_only,
     )
     print(tune_results.format_table(summary))
-    print(f"summary: {os.path.join(args.out, 'tune.json')}  plot: {os.path.join(args.out, 'tune.png')}")
+    plot = os.path.join(args.out, "tune.png")
+    print(
+        f"summary: {os.path.join(args.out, 'tune.json')}" + (f"  plot: {plot}" if summary["points"] else "")
+    )
     return 0

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .engine.config import load_json
+from .engine.train_config import TrainConfig
 from .errors import ConfigError, DataError, MissingDataError
 
 OK, DIVERGED, MISSING = "ok", "diverged", "missing"
@@ -227,8 +228,8 @@ def tuned_lr(tune_json: str, preset: str) -> tuple[float, dict[str, Any]]:
     return float(best), record
 
 
-def with_tuned_lr(cfg, tune_json: str, lr_given: bool = False):
-    """Returns ``cfg`` (a TrainConfig) with its lr taken from ``tune_json`` for its preset and ``lr_from``
+def with_tuned_lr(cfg: TrainConfig, tune_json: str, lr_given: bool = False) -> TrainConfig:
+    """Returns ``cfg`` with its lr taken from ``tune_json`` for its preset and ``lr_from``
     set to the record of where it came from; ``lr_given`` (--lr on the same command line) is a ConfigError."""
     if lr_given:
         raise ConfigError("--lr and --lr-from both given: pass one")
