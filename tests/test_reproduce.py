@@ -169,14 +169,8 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
 
 
 def _count_train(monkeypatch) -> list[str]:
-    calls = []
-    real = runner.train
-
-    def counting(cfg, out_dir, resume=False):
-        calls.append(out_dir)
-        return real(cfg, out_dir, resume=resume)
-
-    monkeypatch.setattr(runner, "train", counting)
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "train", _counting(runner.train, calls))
     return calls
 
 
@@ -227,3 +221,44 @@ def test_cli_rejects_bad_options_before_work(tmp_path, capsys):
     assert main(["reproduce", "--out", str(tmp_path / "b"), "--minutes", "0"]) == 2
     assert main(["reproduce", "--out", str(tmp_path / "c"), "--glue-dir", str(tmp_path / "none")]) == 2
     assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+def test_killed_invocation_leaves_a_partial_report_and_resumes(tmp_path, monkeypatch):
+    cfg = ReproduceConfig(
+        out=str(tmp_path / "o"),
+        scale="smoke",
+        seeds=1,
+        only=("fig2-clm", "xiong"),
+        device="cpu",
+        progress=False,
+    )
+    real, calls = runner.train, []
+
+    def killed_on_third(tcfg, out_dir, resume=False):
+        calls.append(out_dir)
+        if len(calls) == 3:  # the first run Xiong et al. adds (Figure 2's two are done)
+            raise KeyboardInterrupt
+        return real(tcfg, out_dir, resume=resume)
+
+    monkeypatch.setattr(runner, "train", killed_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_reproduce(cfg)
+    text = open(os.path.join(cfg.out, "report.md"), encoding="utf-8").read()
+    assert "pending (the invocation writing this report has not reached it yet)" in text
+    assert "compute fraction (FLOPs)" in text  # Figure 2's finished section is in the partial report
+    killed = calls[-1]
+
+    calls.clear()
+    monkeypatch.setattr(runner, "train", _counting(real, calls))
+    result = run_reproduce(cfg)
+    assert calls[0] == killed and len(calls) == 3  # the killed run and Xiong's other two; Pre-LN reused
+    xiong = next(s for s in result["sections"] if s["name"] == "xiong")
+    assert xiong["status"] == "done" and len(xiong["claims"]) == 2
+
+
+def _counting(real, calls):
+    def counting(tcfg, out_dir, resume=False):
+        calls.append(out_dir)
+        return real(tcfg, out_dir, resume=resume)
+
+    return counting
