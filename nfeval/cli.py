@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("nfeval.analysis.cli", "the paper's analyses: gradient norms, learned gains, LR stability"),
     "export-hf": ("nfeval.export_hf", "export a causal LM as a Hugging Face model directory"),
     "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
+    "reproduce": (
+        "nfeval.reproduce",
+        "the paper's tables and figures from one command, at the scale the hardware allows",
+    ),
 }
 
 

@@ -26,9 +26,9 @@ from .artifacts import atomic_write_json, atomic_write_text
 from .cli_args import add_device, add_no_progress
 from .engine.config import load_json
 from .errors import ConfigError, MissingDataError
+from .stages import CLOZE_CHOICES, shared_tokenizer, zeroshot_data
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
-CLOZE_CHOICES = 4
 
 
 @dataclass
@@ -59,18 +59,6 @@ class DemoConfig:
 
 def log(message: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def shared_tokenizer(cfg: DemoConfig) -> str:
-    """Trains (once) the BPE both models share on the default corpus; returns its tokenizer.json path."""
-    from .engine.builtin_corpus import default_corpus
-    from .engine.data import get_tokenizer
-
-    path = os.path.join(cfg.out, "tokenizer.json")
-    if not os.path.isfile(path):
-        tok = get_tokenizer(None, default_corpus(), cfg.vocab_size)
-        atomic_write_text(path, tok.to_str(pretty=True))
-    return path
 
 
 def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
@@ -105,42 +93,6 @@ def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
     return runs
 
 
-def zeroshot_data(cfg: DemoConfig) -> tuple[str, list[str]]:
-    """Builds the cloze task's documents and a data folder holding them plus the user's task folders.
-
-    Returns (data dir, tasks to score).
-    """
-    from .cloze import build_docs, write_jsonl
-    from .engine.builtin_corpus import default_corpus
-
-    data_dir = os.path.join(cfg.out, "zeroshot_data")
-    cloze = os.path.join(data_dir, "corpus_cloze", "validation.jsonl")
-    if not os.path.isfile(cloze):
-        write_jsonl(
-            build_docs(
-                default_corpus().valid, n_items=cfg.cloze_items, n_choices=CLOZE_CHOICES, seed=cfg.seed
-            ),
-            cloze,
-        )
-    tasks = ["corpus_cloze"]
-    if cfg.data_dir:
-        from tasks import DEFAULT_TASKS
-
-        for task in DEFAULT_TASKS:
-            folder = "storycloze" if task.startswith("storycloze") else task
-            src = os.path.join(os.path.abspath(cfg.data_dir), folder)
-            dst = os.path.join(data_dir, folder)
-            if os.path.isdir(src):
-                if not os.path.lexists(dst):
-                    os.symlink(src, dst)
-                tasks.append(task)
-            else:
-                log(f"zero-shot: no {folder}/ under {cfg.data_dir}; {task} skipped")
-    else:
-        log("zero-shot: no --data-dir; the five public tasks are skipped (only the corpus cloze task runs)")
-    return data_dir, tasks
-
-
 def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
     """Scores each run zero-shot (cached by model fingerprint); returns {arch: results files}.
 
@@ -148,7 +100,7 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
     """
     from .zeroshot import evaluate
 
-    data_dir, tasks = zeroshot_data(cfg)
+    data_dir, tasks = zeroshot_data(cfg.out, cfg.data_dir, cfg.cloze_items, cfg.seed, log)
     device = None if cfg.device == "auto" else cfg.device
     files: dict[str, list[str]] = {}
     for arch, run_dir in runs.items():
@@ -210,7 +162,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     start = time.time()
     os.makedirs(cfg.out, exist_ok=True)
     log(f"output folder {os.path.abspath(cfg.out)}; target {cfg.minutes:g} min")
-    tokenizer = shared_tokenizer(cfg)
+    tokenizer = shared_tokenizer(cfg.out, cfg.vocab_size)
     runs = train_models(cfg, tokenizer)
 
     comparison = compare([runs[a] for a in ARCHES], names=list(ARCHES))
