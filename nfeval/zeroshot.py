@@ -163,6 +163,8 @@ def _check_inputs(data_dir: str | None, limit, batch_size, max_length) -> str | 
     """Returns ``data_dir`` made absolute; raises a UserError on a bad flag value, before any work."""
     if data_dir is not None and not os.path.isdir(data_dir):
         raise MissingDataError(f"--data-dir {data_dir}: not a directory")
+    if batch_size == "auto":  # rows bounded by the token budget only (--max-batch-tokens)
+        batch_size = None
     for flag, value in (("--limit", limit), ("--batch-size", batch_size), ("--max-length", max_length)):
         if value is not None and not (isinstance(value, int) and value > 0):
             raise ConfigError(f"{flag} {value}: expected a positive integer")
@@ -270,7 +272,8 @@ def evaluate(
     tasks: list[str] | None = None,
     data_dir: str | None = None,
     limit: int | None = None,
-    batch_size: int = 16,
+    batch_size: int | str = 16,
+    max_batch_tokens: int | None = None,
     output: str | None = None,
     device: str | None = None,
     dtype: str = "fp32",
@@ -298,6 +301,8 @@ def evaluate(
         lambda r: "Custom kwargs can be passed" not in r.getMessage()
     )
     data_dir = _check_inputs(data_dir, limit, batch_size, max_length)
+    if max_batch_tokens is not None and not (isinstance(max_batch_tokens, int) and max_batch_tokens > 0):
+        raise ConfigError(f"--max-batch-tokens {max_batch_tokens}: expected a positive integer")
     default = nf_tasks.DEFAULT_TASKS
     names = [nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or default)]
     loading = {
@@ -319,7 +324,14 @@ def evaluate(
     todo = [t for name, t in loaded.items() if name not in cached]
     if todo:
         pretrained = _loaded_or_path(ckpt_path, device, dtype, trust_checkpoint, loading)
-        lm = NFEvalLM(pretrained, batch_size=batch_size, device=device, dtype=dtype, max_length=max_length)
+        lm = NFEvalLM(
+            pretrained,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            device=device,
+            dtype=dtype,
+            max_length=max_length,
+        )
         run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
         if run_keys is None:
             return None
@@ -329,7 +341,8 @@ def evaluate(
             out.setdefault(k, {}).update(v)
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
-    run_settings = {"batch_size": batch_size, "dtype": dtype_name, "device": device}
+    run_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
+    run_settings["device"] = device
     out["nfeval"] = _nfeval_block(
         model,
         loaded,
@@ -401,7 +414,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=None, help="score only the first N documents of each task"
     )
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--batch-size",
+        type=_batch_size,
+        default=16,
+        help="rows per forward (a row packs many requests), or auto: bounded by --max-batch-tokens only",
+    )
+    parser.add_argument(
+        "--max-batch-tokens", type=int, help="padded tokens per forward (default 8192; bounds memory)"
+    )
     parser.add_argument(
         "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
     )
@@ -413,10 +434,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_fairseq_arguments(parser)
 
 
+def _batch_size(text: str) -> int | str:
+    """Returns ``--batch-size``'s value: ``auto`` or an integer (checked to be positive later)."""
+    return "auto" if text == "auto" else int(text)
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
     task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
-    same_names = ("data_dir", "limit", "batch_size", "output", "dtype", "max_length", "trust_checkpoint")
+    same_names = ("data_dir", "limit", "batch_size", "max_batch_tokens", "output", "dtype", "max_length")
+    same_names += ("trust_checkpoint",)
     same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
     settings = {name: getattr(args, name) for name in same_names}
     device = device_or_none(args.device)

@@ -13,7 +13,8 @@ from test_demo import write_rte
 
 from nfeval.engine.config import ModelConfig
 from nfeval.engine.model import Transformer
-from nfeval.engine.train import lr_at, model_config
+from nfeval.engine.run_inputs import model_config
+from nfeval.engine.train import lr_at
 from nfeval.errors import ConfigError
 from nfeval.reproduce import ReproduceConfig, run_reproduce, runner
 from nfeval.reproduce.plan import EXPERIMENTS, RUNS, SCALES

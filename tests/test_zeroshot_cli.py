@@ -182,3 +182,18 @@ def test_torchrun_two_ranks_equal_one(tiny_clm_ckpt, data_dir, tmp_path):
         for key, value in one["results"][task].items():
             if isinstance(value, float):
                 assert two["results"][task][key] == pytest.approx(value, abs=1e-9), (task, key)
+
+
+def test_token_budget_batches_give_the_same_results(tiny_clm_ckpt, data_dir, tmp_path, capsys):
+    """--batch-size auto with a small --max-batch-tokens changes only how requests are batched."""
+    argv = ["zeroshot", "--ckpt", tiny_clm_ckpt, "--data-dir", data_dir, "--tasks", "piqa", "openbookqa"]
+    runs = []
+    for extra in ([], ["--batch-size", "auto", "--max-batch-tokens", "48"]):
+        out = tmp_path / f"r{len(runs)}.json"
+        assert cli_main([*argv, *extra, "--no-cache", "--output", str(out), "--device", "cpu"]) == 0
+        runs.append(json.loads(out.read_text()))
+    assert runs[0]["results"] == runs[1]["results"]
+    assert runs[1]["nfeval"]["batch_size"] == "auto" and runs[1]["nfeval"]["max_batch_tokens"] == 48
+    assert runs[1]["nfeval"]["scoring"]["requests"] == runs[0]["nfeval"]["scoring"]["requests"]
+    assert cli_main([*argv, "--max-batch-tokens", "0", "--output", str(tmp_path / "x.json")]) == 2
+    assert "--max-batch-tokens 0: expected a positive integer" in capsys.readouterr().err

@@ -38,7 +38,7 @@ def analyze(argv: list[str], png: str) -> dict[str, Any]:
         parser = argparse.ArgumentParser(prog="nfeval analyze")
         cli.add_arguments(parser)
         log(f"nfeval analyze {' '.join(argv)}")
-        cli.run(parser.parse_args([*argv, "--out", png]))
+        cli.run(parser.parse_args([*argv, "--output", png]))
     return load_json(os.path.splitext(png)[0] + ".json")
 
 

@@ -9,7 +9,8 @@ import os
 from typing import Any
 
 from ..artifacts import atomic_write_json, atomic_write_text
-from ..report.compare import compare, format_comparison
+from ..report.compare import compare
+from ..report.compare_table import format_comparison
 from ..report.plots import plot_bars, plot_curves
 from . import verdict
 from .plan import ABLATIONS, RUNS
