@@ -14,7 +14,7 @@ from ..report.plots import plot_bars
 from ..stages import zeroshot_data
 from . import verdict
 from .plan import RUNS
-from .runner import Context, log, run_dir
+from .runner import Context, log, run_dir, table_section
 
 CLOZE_METRIC = "acc_per_token"
 # Small CPU models want larger fine-tuning learning rates than the base-model default grid.
@@ -100,13 +100,7 @@ def zeroshot(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     ]
     if len(tasks) == 1:
         notes.append("public tasks skipped: no --data-dir")
-    return {
-        "tables": [{"title": "zero-shot", "columns": columns, "rows": rows}],
-        "claims": claims,
-        "figures": figures,
-        "notes": notes,
-        "data": {"scores": scores},
-    }
+    return table_section("zero-shot", columns, rows, claims, figures, notes, {"scores": scores})
 
 
 def _zeroshot_claim(scores: dict[str, list[dict]], base: str, cand: str, t: str) -> dict[str, Any]:
