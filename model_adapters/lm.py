@@ -30,6 +30,7 @@ from nfeval.engine.generate import Sampling
 from nfeval.engine.parallel import join_process_group, resolve_device
 
 from . import backends
+from .hf_backend import HFBackend
 from .scorer import DEFAULT_BATCH_TOKENS, ScoringStats, score
 
 
@@ -92,7 +93,7 @@ class NFEvalLM(TemplateLM):
         else:  # a loaded transformers model
             if tokenizer is None:
                 raise ValueError("NFEvalLM: a transformers model needs its tokenizer (tokenizer=...)")
-            self.engine = backends.HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
+            self.engine = HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
         # "auto": batches bounded by tokens only; a number also bounds the rows (packed rows) per batch
         auto = str(batch_size).startswith("auto")
         self.batch_size = int(max_batch_size or 64) if auto else int(batch_size)

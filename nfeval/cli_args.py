@@ -28,6 +28,16 @@ def add_output_file(p: argparse.ArgumentParser, help: str, default: str | None =
     p.add_argument("--out", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+def add_run_folder(p: argparse.ArgumentParser, default: str) -> None:
+    """Adds ``--out``: the output folder of a resumable multi-run command (demo, reproduce)."""
+    p.add_argument("--out", default=default, help=f"output folder (default {default}); rerun to resume")
+
+
+def add_zeroshot_data_dir(p: argparse.ArgumentParser) -> None:
+    """Adds ``--data-dir``: local zero-shot task files (default: none)."""
+    p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
+
+
 def add_device(p: argparse.ArgumentParser, default: str | None = None) -> None:
     """Adds ``--device``: auto, cpu, cuda or cuda:N (auto: cuda when available)."""
     p.add_argument(

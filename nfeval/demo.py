@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text
-from .cli_args import add_device, add_no_progress
+from .cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
 from .engine.config import load_json
 from .errors import ConfigError, MissingDataError
 from .stages import CLOZE_CHOICES, shared_tokenizer, zeroshot_data
@@ -262,7 +262,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = DemoConfig()
-    p.add_argument("--out", default=d.out, help=f"output folder (default {d.out}); rerun to resume")
+    add_run_folder(p, d.out)
     p.add_argument(
         "--minutes",
         type=float,
@@ -270,7 +270,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"time target for the whole demo (default {d.minutes:g})",
     )
     p.add_argument("--size", default=d.size, choices=("tiny", "small"), help="model size preset")
-    p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
+    add_zeroshot_data_dir(p)
     p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables the GLUE sweep")
     p.add_argument(
         "--glue-tasks",

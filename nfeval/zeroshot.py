@@ -10,8 +10,6 @@ is free and two models never share answers. The cache lives in ``$NFEVAL_CACHE``
 from __future__ import annotations
 
 import argparse
-import hashlib
-import inspect
 import json
 import logging
 import os
@@ -19,55 +17,10 @@ import sys
 from typing import Any
 
 from . import zeroshot_items
-from .artifacts import atomic_write_json, cache_dir, provenance
+from .artifacts import atomic_write_json, provenance
 from .cli_args import add_device, add_dtype, device_or_none
-from .engine.config import load_json
-from .errors import ConfigError, DataError, MissingDataError, UserError, hub_unreachable
-
-PER_TASK_KEYS = (
-    "results",
-    "configs",
-    "versions",
-    "n-shot",
-    "higher_is_better",
-    "n-samples",
-    "group_subtasks",
-)
-
-
-def stable_repr(obj: Any) -> Any:
-    """Returns a run-independent JSON stand-in: a function's source (never its address), else str()."""
-    if callable(obj):
-        try:
-            return inspect.getsource(obj)
-        except (OSError, TypeError):
-            return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
-    return str(obj)
-
-
-def sha256_json(obj: Any) -> str:
-    """Returns the sha256 of ``obj`` as canonical JSON."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=stable_repr).encode()).hexdigest()
-
-
-def task_hash(task) -> str:
-    """Returns a hash of everything about a task that decides its scores: config, hooks, documents."""
-    from tasks.gpt3 import METRICS_VERSION
-
-    cfg = task.dump_config()
-    meta = cfg.pop("metadata", None) or {}
-    cfg["metadata"] = {k: meta[k] for k in ("version", "uncond_context") if k in meta}
-    docs = hashlib.sha256()
-    for doc in task.eval_docs:
-        docs.update(json.dumps(doc, sort_keys=True, default=str).encode() + b"\n")
-    return sha256_json(
-        {
-            "config": cfg,
-            "class": inspect.getsource(type(task)),
-            "docs": docs.hexdigest(),
-            "metrics_version": METRICS_VERSION,
-        }
-    )
+from .errors import ConfigError, MissingDataError, UserError, hub_unreachable
+from .zeroshot_cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
 
 
 def eval_split(task) -> str:
@@ -159,7 +112,7 @@ def make_table(out: dict[str, Any]) -> str:
     return table + "\n\n" + describe(scoring)
 
 
-def _check_inputs(data_dir: str | None, limit, batch_size, max_length) -> str | None:
+def _check_inputs(data_dir: str | None, limit, batch_size, max_length, max_batch_tokens) -> str | None:
     """Returns ``data_dir`` made absolute; raises a UserError on a bad flag value, before any work."""
     if data_dir is not None and not os.path.isdir(data_dir):
         raise MissingDataError(f"--data-dir {data_dir}: not a directory")
@@ -168,47 +121,9 @@ def _check_inputs(data_dir: str | None, limit, batch_size, max_length) -> str | 
     for flag, value in (("--limit", limit), ("--batch-size", batch_size), ("--max-length", max_length)):
         if value is not None and not (isinstance(value, int) and value > 0):
             raise ConfigError(f"{flag} {value}: expected a positive integer")
+    if max_batch_tokens is not None and not (isinstance(max_batch_tokens, int) and max_batch_tokens > 0):
+        raise ConfigError(f"--max-batch-tokens {max_batch_tokens}: expected a positive integer")
     return os.path.abspath(data_dir) if data_dir else None
-
-
-def _cache_keys(
-    identity, dtype_name: str, max_length, loaded: dict, limit, fairseq_head_scale_bug: bool = False
-) -> dict[str, str]:
-    """Returns {task: cache key}: a hash of the model, scoring settings, task contents and limit."""
-    import lm_eval
-
-    settings = {
-        "kind": identity.kind,
-        "fingerprint": identity.fingerprint,
-        "tokenizer": identity.tokenizer_fingerprint,
-        "dtype": dtype_name,
-        "max_length": max_length,
-        "lm_eval": lm_eval.__version__,
-    }
-    if fairseq_head_scale_bug:  # same weights, another forward: its own cache key (old keys unchanged)
-        settings["fairseq_head_scale_bug"] = True
-    return {
-        name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
-        for name, t in loaded.items()
-    }
-
-
-def _read_cache(keys: dict[str, str], log) -> tuple[dict[str, dict], dict[str, Any]]:
-    """Returns ({task: cached per-task results}, {task: cached item records}) for the tasks in the cache."""
-    cached, items = {}, {}
-    for name, key in keys.items():
-        path = os.path.join(cache_dir("zeroshot"), f"{key}.json")
-        if not os.path.isfile(path):
-            continue
-        try:
-            entry, item_record = load_json(path), zeroshot_items.read_cached(path)
-        except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
-            log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
-            continue
-        if item_record is not None:
-            items[name], cached[name] = item_record, entry
-            log(f"{name}: cached result ({path})")
-    return cached, items
 
 
 def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool) -> dict[str, Any] | None:
@@ -236,9 +151,7 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
         entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
         cached[name] = entry
         if use_cache:
-            entry_path = os.path.join(cache_dir("zeroshot"), f"{keys[name]}.json")
-            atomic_write_json(zeroshot_items.cache_path(entry_path), items[name])
-            atomic_write_json(entry_path, entry)
+            write_entry(keys[name], entry, items[name])
     return {k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"}
 
 
@@ -291,72 +204,74 @@ def evaluate(
     file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
     that is not valid JSON is reported (named) and recomputed."""
-    import tasks as nf_tasks
     from model_adapters import NFEvalLM, identify
     from model_adapters.backends import dtype_of
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    # our loaders take data_dir from the task metadata: lm-eval's per-task hint about it is noise here
-    logging.getLogger("lm_eval.api.task").addFilter(
-        lambda r: "Custom kwargs can be passed" not in r.getMessage()
-    )
-    data_dir = _check_inputs(data_dir, limit, batch_size, max_length)
-    if max_batch_tokens is not None and not (isinstance(max_batch_tokens, int) and max_batch_tokens > 0):
-        raise ConfigError(f"--max-batch-tokens {max_batch_tokens}: expected a positive integer")
-    default = nf_tasks.DEFAULT_TASKS
-    names = [nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or default)]
-    loading = {
-        "tokenizer": tokenizer,
-        "fairseq_dict": fairseq_dict,
-        "fairseq_head_scale_bug": fairseq_head_scale_bug,
-    }
+    _quiet_custom_kwargs_hint()
+    data_dir = _check_inputs(data_dir, limit, batch_size, max_length, max_batch_tokens)
+    loading = {"tokenizer": tokenizer, "fairseq_dict": fairseq_dict}
+    loading["fairseq_head_scale_bug"] = fairseq_head_scale_bug
     identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint, **loading)
     dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
-    manager = task_manager(data_dir, names)
-    loaded, skipped = load_tasks(names, manager, log)
-    if not loaded:
-        raise MissingDataError("no task left to score (all were skipped): " + "; ".join(skipped.values()))
+    manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
 
-    keys = _cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
-    cached, items = _read_cache(keys, log) if use_cache else ({}, {})
+    keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
+    cached, items = read_cache(keys, log) if use_cache else ({}, {})
 
-    out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
     todo = [t for name, t in loaded.items() if name not in cached]
+    run_keys, scoring = {}, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
     if todo:
         pretrained = _loaded_or_path(ckpt_path, device, dtype, trust_checkpoint, loading)
-        lm = NFEvalLM(
-            pretrained,
-            batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens,
-            device=device,
-            dtype=dtype,
-            max_length=max_length,
-        )
+        lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
+        lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
         run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
         if run_keys is None:
             return None
-        out.update(run_keys)
-    for name in loaded:
-        for k, v in cached[name].items():
-            out.setdefault(k, {}).update(v)
+        scoring = lm.scoring_report()
+    out = _merge(run_keys, cached, loaded)
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
     run_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
-    run_settings["device"] = device
-    out["nfeval"] = _nfeval_block(
-        model,
-        loaded,
-        skipped,
-        todo,
-        **run_settings,
-        data_dir=data_dir,
-        limit=limit,
-        scoring=lm.scoring_report() if todo else None,  # wall time, FLOPs, FLOP/s (None: all cached)
-    )
+    run_settings.update(device=device, data_dir=data_dir, limit=limit, scoring=scoring)
+    out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **run_settings)
     if output:
         atomic_write_json(output, out)
         zeroshot_items.write_sidecar(output, {name: items[name] for name in loaded}, model)
     return out
+
+
+def _merge(run_keys: dict[str, Any], cached: dict[str, dict], loaded: dict) -> dict[str, Any]:
+    """Returns lm-eval's results layout: the per-task keys of every loaded task plus the run-level keys."""
+    out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
+    out.update(run_keys)
+    for name in loaded:
+        for k, v in cached[name].items():
+            out.setdefault(k, {}).update(v)
+    return out
+
+
+def _quiet_custom_kwargs_hint() -> None:
+    """Filters lm-eval's per-task hint about custom kwargs: our loaders take data_dir from the task
+    metadata, so the hint is noise here."""
+    logging.getLogger("lm_eval.api.task").addFilter(
+        lambda r: "Custom kwargs can be passed" not in r.getMessage()
+    )
+
+
+def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any, dict, dict]:
+    """Returns (TaskManager, {name: Task}, {skipped name: reason}); raises
+    MissingDataError when every task was skipped."""
+    import tasks as nf_tasks
+
+    names = [
+        nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
+    ]
+    manager = task_manager(data_dir, names)
+    loaded, skipped = load_tasks(names, manager, log)
+    if not loaded:
+        raise MissingDataError("no task left to score (all were skipped): " + "; ".join(skipped.values()))
+    return manager, loaded, skipped
 
 
 def _loaded_or_path(

@@ -27,6 +27,14 @@ def make_text(n_sentences: int = 400, seed: int = 0) -> list[str]:
     ]
 
 
+def make_corpus(n_sentences: int, per_doc: int = 6, line_sep: str = "\n", seed: int = 0) -> str:
+    """Returns a corpus file's text: ``make_text``'s sentences, ``per_doc`` to a document (its sentences
+    joined by ``line_sep``), documents separated by a blank line."""
+    sentences = make_text(n_sentences, seed)
+    docs = (line_sep.join(sentences[i : i + per_doc]) for i in range(0, len(sentences), per_doc))
+    return "\n\n".join(docs) + "\n"
+
+
 # A tiny NormFormer training run: the shared settings of the tests' TrainConfigs and `nfeval train` flags.
 TINY_RUN = {
     "preset": "normformer-tiny",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import make_text
+from conftest import make_corpus, make_text
 
 from nfeval.engine import builtin_corpus, data
 from nfeval.engine.tokenization import special_ids, train_bpe
@@ -24,11 +24,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> Path:
-    sentences = make_text(n_docs * 5, seed)
-    path.write_text(
-        "\n\n".join("\n".join(sentences[i : i + 5]) for i in range(0, len(sentences), 5)) + "\n",
-        encoding="utf-8",
-    )
+    path.write_text(make_corpus(n_docs * 5, per_doc=5, seed=seed), encoding="utf-8")
     return path
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_text, tiny_train_args
+from conftest import make_corpus, tiny_train_args
 
 from nfeval.engine import checkpoint
 
@@ -21,11 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     corpus = root / "train.txt"
-    sentences = make_text(1200)
-    corpus.write_text(
-        "\n\n".join("\n".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)) + "\n",
-        encoding="utf-8",
-    )
+    corpus.write_text(make_corpus(1200), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "NFEVAL_CACHE": str(root / "cache")}
     return root, str(corpus), env
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_text, tiny_train_args
+from conftest import make_corpus, tiny_train_args
 
 from nfeval import cli
 from nfeval.engine import checkpoint, rundir
@@ -23,8 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    sentences = make_text(1200)
-    path.write_text("\n\n".join("\n".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)) + "\n")
+    path.write_text(make_corpus(1200))
     return str(path)
 
 

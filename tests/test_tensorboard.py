@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from conftest import make_text
+from conftest import make_corpus
 
 from nfeval import cli
 
@@ -16,8 +16,7 @@ from nfeval import cli
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    sentences = make_text(600)
-    path.write_text("\n\n".join(" ".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)) + "\n")
+    path.write_text(make_corpus(600, line_sep=" "))
     return str(path)
 
 

@@ -87,11 +87,27 @@ def convert_state_dict(
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Returns (config, nfeval state dict) for a fairseq decoder state dict; errors name ``source`` and
     the key."""
+    layers = _check_layout(state, source)
+    cfg = _model_config(state, hparams, source, len(layers), head_scale_transpose_bug)
+    pad = cfg.pad_token_id
+    out: dict[str, torch.Tensor] = {"tok_emb.weight": state["decoder.embed_tokens.weight"]}
+    if cfg.positions == "learned":
+        out["pos_emb.weight"] = state["decoder.embed_positions.weight"][pad + 1 :]
+    if cfg.final_norm:
+        out["final_norm.weight"] = state["decoder.layer_norm.weight"]
+        out["final_norm.bias"] = state["decoder.layer_norm.bias"]
+    for i in layers:
+        out.update(_layer_tensors(state, i, source))
+    return cfg, out
+
+
+def _check_layout(state: dict[str, torch.Tensor], source: str) -> list[int]:
+    """Returns the decoder's layer indices; raises CheckpointError when ``state`` is not a
+    transformer_lm_gpt decoder (no embeddings, no layers, an unknown top-level tensor)."""
     if "decoder.embed_tokens.weight" not in state:
         raise CheckpointError(
             f"{source}: no 'decoder.embed_tokens.weight': not a fairseq transformer_lm checkpoint"
         )
-    emb = state["decoder.embed_tokens.weight"]
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"decoder\.layers\.(\d+)\.", k))})
     if not layers:
         raise CheckpointError(f"{source}: no 'decoder.layers.N.*' tensors")
@@ -100,8 +116,16 @@ def convert_state_dict(
         raise CheckpointError(
             f"{source}: unsupported tensor {unsupported[0]!r} (not a transformer_lm_gpt part)"
         )
+    return layers
+
+
+def _model_config(
+    state: dict[str, torch.Tensor], hparams: dict[str, Any], source: str, n_layer: int, transpose_bug: bool
+) -> ModelConfig:
+    """Returns the ModelConfig the tensors' names and shapes (and fairseq's hyperparameters) describe;
+    raises CheckpointError when the head count is unknown or the output projection is untied."""
     first = "decoder.layers.0."
-    d_model = emb.shape[1]
+    emb = state["decoder.embed_tokens.weight"]
     heads = state.get(first + "c_attn")
     n_head = heads.shape[0] if heads is not None else hparams.get("decoder_attention_heads")
     if n_head is None:
@@ -120,10 +144,10 @@ def convert_state_dict(
         raise CheckpointError(
             f"{source}: 'decoder.output_projection.weight' is not tied to the embeddings (unsupported)"
         )
-    cfg = ModelConfig(
+    return ModelConfig(
         vocab_size=emb.shape[0],
-        n_layer=len(layers),
-        d_model=d_model,
+        n_layer=n_layer,
+        d_model=emb.shape[1],
         n_head=int(n_head),
         d_ffn=state[first + "fc1.weight"].shape[0],
         max_seq_len=max_len,
@@ -135,35 +159,33 @@ def convert_state_dict(
         scale_fc=first + "ffn_layernorm.weight" in state,
         scale_heads=heads is not None,
         scale_resids=first + "w_resid" in state,
-        head_scale_transpose_bug=head_scale_transpose_bug,
+        head_scale_transpose_bug=transpose_bug,
         positions="learned" if learned else "sinusoidal",
         scale_embedding=not hparams.get("no_scale_embedding", False),
         activation="relu_squared" if hparams.get("activation_fn") == "relu_squared" else "gelu",
         pad_token_id=pad,
     )
-    out: dict[str, torch.Tensor] = {"tok_emb.weight": emb}
-    if learned:
-        out["pos_emb.weight"] = state["decoder.embed_positions.weight"][pad + 1 :]
-    if cfg.final_norm:
-        out["final_norm.weight"] = state["decoder.layer_norm.weight"]
-        out["final_norm.bias"] = state["decoder.layer_norm.bias"]
-    for i in layers:
-        src, dst = f"decoder.layers.{i}.", f"blocks.{i}."
-        for kind in ("weight", "bias"):
-            parts = [f"{src}self_attn.{p}_proj.{kind}" for p in "qkv"]
-            missing = [p for p in parts if p not in state]
-            if missing:
-                raise CheckpointError(f"{source}: tensor {missing[0]!r} is missing")
-            out[f"{dst}attn.qkv.{kind}"] = torch.cat([state[p] for p in parts])
-        for name, tensor in state.items():
-            if not name.startswith(src) or QKV.match(name):
-                continue
-            rest = name[len(src) :]
-            base, _, kind = rest.rpartition(".") if rest not in LAYER_NAMES else (rest, "", "")
-            if base not in LAYER_NAMES:
-                raise CheckpointError(f"{source}: unsupported tensor {name!r}")
-            out[dst + LAYER_NAMES[base] + (f".{kind}" if kind else "")] = tensor
-    return cfg, out
+
+
+def _layer_tensors(state: dict[str, torch.Tensor], i: int, source: str) -> dict[str, torch.Tensor]:
+    """Returns layer ``i``'s tensors under nfeval's names (q, k and v concatenated into one qkv)."""
+    src, dst = f"decoder.layers.{i}.", f"blocks.{i}."
+    out = {}
+    for kind in ("weight", "bias"):
+        parts = [f"{src}self_attn.{p}_proj.{kind}" for p in "qkv"]
+        missing = [p for p in parts if p not in state]
+        if missing:
+            raise CheckpointError(f"{source}: tensor {missing[0]!r} is missing")
+        out[f"{dst}attn.qkv.{kind}"] = torch.cat([state[p] for p in parts])
+    for name, tensor in state.items():
+        if not name.startswith(src) or QKV.match(name):
+            continue
+        rest = name[len(src) :]
+        base, _, kind = rest.rpartition(".") if rest not in LAYER_NAMES else (rest, "", "")
+        if base not in LAYER_NAMES:
+            raise CheckpointError(f"{source}: unsupported tensor {name!r}")
+        out[dst + LAYER_NAMES[base] + (f".{kind}" if kind else "")] = tensor
+    return out
 
 
 def load_fairseq(

@@ -1,12 +1,18 @@
-"""What a run records about itself (``config.json``'s non-model blocks and each checkpoint's metadata)."""
+"""What a run records about itself: ``config.json``'s non-model blocks and each checkpoint's metadata,
+and the writing of the run folder (config and tokenizer, checkpoints, final weights, completion record)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from typing import TYPE_CHECKING, Any
 
-from ..artifacts import hardware, provenance
-from . import budget
+import torch
+
+from ..artifacts import atomic_write_json, atomic_write_text, hardware, provenance
+from . import budget, checkpoint, rundir
+from .model import Transformer
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -51,3 +57,85 @@ def meta(self: Trainer) -> dict[str, Any]:
         "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint),
         "compute": compute,
     }
+
+
+def cpu_model(trainer: Trainer, state: dict[str, torch.Tensor]) -> Transformer:
+    """Returns a CPU Transformer holding ``state`` (what checkpoint.save writes)."""
+    if trainer.par.name != "fsdp2" and trainer.par.device.type == "cpu":
+        return trainer.model
+    with torch.device("meta"):  # no init: it would draw from (and shift) the global RNG
+        model = Transformer(trainer.mcfg)
+    model.load_state_dict(state, assign=True)
+    return model
+
+
+def prepare_run_dir(trainer: Trainer) -> None:
+    """Rank 0: drops metrics after the resumed step and stale temp files; writes config and tokenizer."""
+    if not trainer.par.main:
+        return
+    os.makedirs(trainer.out_dir, exist_ok=True)
+    rundir.truncate_metrics(trainer.out_dir, trainer.step)
+    rundir.clean_temp_files(trainer.out_dir)
+    if os.path.exists(os.path.join(trainer.out_dir, rundir.COMPLETE)):  # a stale record: this run is redone
+        os.remove(os.path.join(trainer.out_dir, rundir.COMPLETE))
+    atomic_write_json(
+        os.path.join(trainer.out_dir, rundir.CONFIG), {**meta(trainer), "model": trainer.mcfg.to_dict()}
+    )
+    atomic_write_text(os.path.join(trainer.out_dir, rundir.TOKENIZER), trainer.tok.to_str(pretty=True))
+
+
+def save_checkpoint(trainer: Trainer) -> None:
+    """Writes ``checkpoints/step_N`` atomically (a temp folder renamed into place)."""
+    par = trainer.par
+    state = par.model_state(trainer.model)
+    opt_state = par.optimizer_state(trainer.wrapped, trainer.opt)
+    rng = par.rng_state()
+    iv = trainer.interval
+    interval = {
+        "loss": par.all_reduce(iv.loss).cpu(),
+        "norm": iv.norm.cpu(),
+        "steps": iv.steps,
+        "wall_s": iv.wall_s,
+    }
+    if par.main:
+        training_state = {
+            "step": trainer.step,
+            "samples": trainer.step * trainer.global_batch,
+            "wall_s": trainer.wall_s,
+            "total_steps": trainer.total_steps,
+            "calibration": trainer.calibration,
+            "optimizer": opt_state,
+            "rng": rng,
+            "interval": interval,
+        }
+        rundir.write_checkpoint(
+            trainer.out_dir,
+            trainer.step,
+            lambda folder: checkpoint.save(folder, cpu_model(trainer, state), trainer.tok, meta(trainer)),
+            training_state,
+        )
+    par.barrier()
+
+
+def finish(trainer: Trainer, val_loss: float) -> dict[str, Any]:
+    """Writes the final weights, then the completion record (last); returns the run summary."""
+    state = trainer.par.model_state(trainer.model)
+    summary = {
+        "out_dir": trainer.out_dir,
+        "fingerprint": None,
+        **trainer.counters(),
+        "total_steps": trainer.total_steps,
+        "val_loss": val_loss,
+        "val_ppl": math.exp(min(val_loss, 700)),
+    }
+    if trainer.par.main:
+        run_meta = meta(trainer)
+        model = cpu_model(trainer, state)
+        summary["fingerprint"] = checkpoint.save(trainer.out_dir, model, trainer.tok, run_meta)
+        rundir.crash_point("final-save")
+        rundir.mark_complete(
+            trainer.out_dir,
+            {**{k: v for k, v in summary.items() if k != "out_dir"}, "compute": run_meta["compute"]},
+        )
+    trainer.par.barrier()
+    return summary

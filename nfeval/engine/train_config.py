@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,18 @@ class TrainConfig:
             raise bad(
                 "vocab_size", f"at least {MIN_BPE_VOCAB} (256 bytes + {MIN_BPE_VOCAB - 256} special tokens)"
             )
+        self._check_optimizer(bad)
+        if self.grad_stats is not None:
+            from ..analysis.recorder import parse_grad_stats
+
+            parse_grad_stats(self.grad_stats)
+        if self.tensorboard is not None:
+            from .tensorboard import check_available
+
+            check_available(sources.get("tensorboard", "tensorboard"))
+
+    def _check_optimizer(self, bad: Callable[[str, str], ConfigError]) -> None:
+        """Raises ``bad(field, expectation)`` for an out-of-range optimizer or schedule number."""
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise bad(name, "a number in [0, 1)")
@@ -125,14 +137,6 @@ class TrainConfig:
                 raise bad(name, "a number >= 0")
         if not 0 <= self.end_lr <= self.lr:
             raise bad("end_lr", f"a number in [0, lr={self.lr}]")
-        if self.grad_stats is not None:
-            from ..analysis.recorder import parse_grad_stats
-
-            parse_grad_stats(self.grad_stats)
-        if self.tensorboard is not None:
-            from .tensorboard import check_available
-
-            check_available(sources.get("tensorboard", "tensorboard"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> TrainConfig:

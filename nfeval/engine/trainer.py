@@ -19,7 +19,6 @@ import jsonlines
 import torch
 from tqdm import tqdm
 
-from ..artifacts import atomic_write_json, atomic_write_text
 from ..errors import ConfigError
 from ..progress import progress_bar
 from . import budget, checkpoint, run_record, rundir
@@ -222,49 +221,6 @@ class Trainer:
             "flops": self.step * self.flops_per_step,
         }
 
-    def cpu_model(self, state: dict[str, torch.Tensor]) -> Transformer:
-        """Returns a CPU Transformer holding ``state`` (what checkpoint.save writes)."""
-        if self.par.name != "fsdp2" and self.par.device.type == "cpu":
-            return self.model
-        with torch.device("meta"):  # no init: it would draw from (and shift) the global RNG
-            model = Transformer(self.mcfg)
-        model.load_state_dict(state, assign=True)
-        return model
-
-    def save_checkpoint(self) -> None:
-        """Writes ``checkpoints/step_N`` atomically (a temp folder renamed into place)."""
-        par = self.par
-        state = par.model_state(self.model)
-        opt_state = par.optimizer_state(self.wrapped, self.opt)
-        rng = par.rng_state()
-        iv = self.interval
-        interval = {
-            "loss": par.all_reduce(iv.loss).cpu(),
-            "norm": iv.norm.cpu(),
-            "steps": iv.steps,
-            "wall_s": iv.wall_s,
-        }
-        if par.main:
-            training_state = {
-                "step": self.step,
-                "samples": self.step * self.global_batch,
-                "wall_s": self.wall_s,
-                "total_steps": self.total_steps,
-                "calibration": self.calibration,
-                "optimizer": opt_state,
-                "rng": rng,
-                "interval": interval,
-            }
-            rundir.write_checkpoint(
-                self.out_dir,
-                self.step,
-                lambda folder: checkpoint.save(
-                    folder, self.cpu_model(state), self.tok, run_record.meta(self)
-                ),
-                training_state,
-            )
-        par.barrier()
-
     def log(self, row: dict[str, Any], bar: tqdm) -> None:
         if not self.par.main:
             return
@@ -296,20 +252,6 @@ class Trainer:
         return val
 
     # -- the run ------------------------------------------------------------------------------
-
-    def prepare_run_dir(self) -> None:
-        """Rank 0: drops metrics after the resumed step and stale temp files; writes config and tokenizer."""
-        if not self.par.main:
-            return
-        os.makedirs(self.out_dir, exist_ok=True)
-        rundir.truncate_metrics(self.out_dir, self.step)
-        rundir.clean_temp_files(self.out_dir)
-        if os.path.exists(os.path.join(self.out_dir, rundir.COMPLETE)):  # a stale record: this run is redone
-            os.remove(os.path.join(self.out_dir, rundir.COMPLETE))
-        atomic_write_json(
-            os.path.join(self.out_dir, rundir.CONFIG), {**run_record.meta(self), "model": self.mcfg.to_dict()}
-        )
-        atomic_write_text(os.path.join(self.out_dir, rundir.TOKENIZER), self.tok.to_str(pretty=True))
 
     def new_interval(self) -> Interval:
         return Interval(torch.zeros((), device=self.par.device), torch.zeros((), device=self.par.device))
@@ -356,7 +298,7 @@ class Trainer:
             self.calibrate()
         if cfg.grad_stats and self.grad_stats is None:
             self.add_grad_stats()
-        self.prepare_run_dir()
+        run_record.prepare_run_dir(self)
         if cfg.tensorboard is not None and par.main:
             from .tensorboard import TensorBoardLog, log_dir
 
@@ -397,11 +339,11 @@ class Trainer:
             if due["eval"]:
                 val_loss = self.validate_now(bar)
             if due["ckpt"] and not end:
-                self.save_checkpoint()
+                run_record.save_checkpoint(self)
             t0 = time.perf_counter()
         bar.close()
         try:
-            return self.finish(val_loss if val_loss is not None else self.validate_now(bar))
+            return run_record.finish(self, val_loss if val_loss is not None else self.validate_now(bar))
         finally:
             if self.tensorboard is not None:
                 self.tensorboard.close()
@@ -414,28 +356,6 @@ class Trainer:
         window = clip_window(parse_grad_stats(self.cfg.grad_stats), self.total_steps)
         self.grad_stats = GradStatsRecorder(self.model, window, self.out_dir, write=self.par.main)
         self.gradient_hooks.append(record_grad_stats)
-
-    def finish(self, val_loss: float) -> dict[str, Any]:
-        """Writes the final weights, then the completion record (last); returns the run summary."""
-        state = self.par.model_state(self.model)
-        summary = {
-            "out_dir": self.out_dir,
-            "fingerprint": None,
-            **self.counters(),
-            "total_steps": self.total_steps,
-            "val_loss": val_loss,
-            "val_ppl": math.exp(min(val_loss, 700)),
-        }
-        if self.par.main:
-            meta = run_record.meta(self)
-            summary["fingerprint"] = checkpoint.save(self.out_dir, self.cpu_model(state), self.tok, meta)
-            rundir.crash_point("final-save")
-            rundir.mark_complete(
-                self.out_dir,
-                {**{k: v for k, v in summary.items() if k != "out_dir"}, "compute": meta["compute"]},
-            )
-        self.par.barrier()
-        return summary
 
 
 def record_grad_stats(trainer: Trainer, step: int) -> None:

@@ -196,18 +196,24 @@ def _parse_label(spec: TaskSpec, value: str, where: str):
     return spec.labels.index(value)
 
 
-def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
-    """Returns one split read from a GLUE TSV file; ValueError naming the file and line on bad rows."""
+def read_text(path: str, spec: TaskSpec, split: str) -> tuple[bytes, str]:
+    """Returns a GLUE file's (bytes, text decoded as UTF-8 with the BOM dropped); MissingDataError when
+    it is absent, DataError naming the line of the first byte that is not UTF-8."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         raise MissingDataError(f"{path}: not found (the GLUE {spec.name} {split} file)") from None
     try:
-        text = raw.decode("utf-8-sig")
+        return raw, raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         lineno = raw[: e.start].count(b"\n") + 1
         raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
+
+
+def read_tsv(path: str, spec: TaskSpec, split: str) -> Split:
+    """Returns one split read from a GLUE TSV file; ValueError naming the file and line on bad rows."""
+    raw, text = read_text(path, spec, split)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

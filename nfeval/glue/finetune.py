@@ -181,6 +181,13 @@ def evaluate(
     return glue_metrics.compute(enc.spec.name, labels, preds)
 
 
+def _resume_state(key: Mapping, model, opt, sched, dev: torch.device) -> dict:
+    """Returns what resuming after this epoch needs: the resume key, model, optimizer, scheduler and RNGs."""
+    cuda_rng = torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None
+    state = {"key": key, "model": model.state_dict(), "optimizer": opt.state_dict()}
+    return state | {"scheduler": sched.state_dict(), "rng": torch.get_rng_state(), "cuda_rng": cuda_rng}
+
+
 def _save_state(path: str, state: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=STATE)
     os.close(fd)
@@ -290,14 +297,8 @@ def run_point(
     history, stats = _restore_state(state_path, key, model, opt, sched, dev) or ([], stats)
 
     desc = f"{enc.spec.name} lr={lr_key(lr)} seed={seed}"
-    bar = progress_bar(
-        total=total,
-        initial=len(history) * per_epoch,
-        enabled=progress,
-        leave=False,
-        desc=desc,
-        unit="upd",
-    )
+    initial = len(history) * per_epoch
+    bar = progress_bar(total=total, initial=initial, enabled=progress, leave=False, desc=desc, unit="upd")
     for epoch in range(len(history), r.epochs):
         batches = length_batches(lengths, r.batch_size, torch.Generator().manual_seed(seed * 100_003 + epoch))
         t0 = time.perf_counter()
@@ -312,10 +313,9 @@ def run_point(
             glue_submission.keep_test_predictions(directory, model, enc, r, pad_id, dev, epoch + 1)
         bar.set_postfix({main: round(metrics[main], 4)})
         if epoch + 1 < r.epochs:
-            cuda_rng = torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None
-            state = {"key": key, "model": model.state_dict(), "optimizer": opt.state_dict()}
-            state |= {"scheduler": sched.state_dict(), "rng": torch.get_rng_state(), "cuda_rng": cuda_rng}
-            _save_state(state_path, {**state, "history": history, "stats": stats})
+            _save_state(
+                state_path, _resume_state(key, model, opt, sched, dev) | {"history": history, "stats": stats}
+            )
     bar.close()
 
     result = _point_result(enc, lr, seed, r, history, stats, dev, key)

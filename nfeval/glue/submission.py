@@ -69,16 +69,8 @@ class UnlabelledSplit:
 
 def read_test_tsv(path: str, spec: glue_data.TaskSpec, name: str) -> UnlabelledSplit:
     """Returns a GLUE test TSV (header with an index column and the task's text columns, no labels)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise MissingDataError(f"{path}: not found (the GLUE {spec.name} {name} file)") from None
-    try:
-        lines = raw.decode("utf-8-sig").split("\n")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8") from None
+    raw, text = glue_data.read_text(path, spec, name)
+    lines = text.split("\n")
     lines = [line.removesuffix("\r") for line in lines if line.strip()]
     header = lines[0].split("\t") if lines else []
     wanted = [

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts import atomic_write_json, hardware, hardware_key
+from ..cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
 from ..engine.config import load_json
 from ..errors import ConfigError, MissingDataError
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
@@ -167,7 +168,7 @@ def lr_text(ctx: Context) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = ReproduceConfig()
-    p.add_argument("--out", default=d.out, help=f"output folder (default {d.out}); rerun to resume")
+    add_run_folder(p, d.out)
     p.add_argument(
         "--scale",
         default=d.scale,
@@ -184,7 +185,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seeds", type=int, help="seeds per training run (default: the scale's); mean ± std")
     p.add_argument("--only", help=f"comma-separated experiments to run: {','.join(EXPERIMENT_NAMES)}")
-    p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
+    add_zeroshot_data_dir(p)
     p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables Table 3")
     p.add_argument(
         "--glue-tasks", default=",".join(d.glue_tasks), help="comma-separated GLUE tasks (default rte)"
@@ -195,8 +196,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="first tune each architecture's LR with nfeval tune (the scale's grid and short budget; "
         "tiny: about 10 more minutes), so Figure 2 compares tuned baselines as the paper does",
     )
-    p.add_argument("--device", default=d.device, help="auto, cpu or cuda")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_device(p, default=d.device)
+    add_no_progress(p)
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:

@@ -184,25 +184,9 @@ def figures_3_to_5(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         }
     ]
     figures = [os.path.join(folder, f"fig3_grads_seed{ctx.seed_values[0]}.png")]
-    nf = _named_links(ctx, ("clm-normformer",), ctx.seed_values[0])
-    if nf:
-        gains = analyze(["gains", nf[0]], os.path.join(folder, "fig4_gains.png"))["models"][0]["gains"]
-        rows = [
-            [name, *(f"{v:.3f}" for v in values)]
-            for name, values in (
-                ("FFN LN γ (mean)", gains["ffn_ln_mean"]),
-                ("post-attn LN γ (mean)", gains["attn_ln_mean"]),
-                ("HeadScale γ (mean over heads)", [sum(h) / len(h) for h in gains["head_gain"] or []]),
-            )
-            if values
-        ]
-        tables.append(
-            {
-                "title": "Figure 4: NormFormer's learned gains by layer (seed 1)",
-                "columns": ["gain", *(f"layer {i}" for i in range(n_layer))],
-                "rows": rows,
-            }
-        )
+    gains_table = _gains_table(ctx, os.path.join(folder, "fig4_gains.png"), n_layer)
+    if gains_table:
+        tables.append(gains_table)
         figures.append(os.path.join(folder, "fig4_gains.png"))
     result = stability(ctx, keys)
     stab_claims, stab_rows = stability_parts(result, keys, ctx.scale.size)
@@ -231,4 +215,27 @@ def figures_3_to_5(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         "figures": figures,
         "notes": notes,
         "data": {"grads": per_run, "stability": result["summary"]},
+    }
+
+
+def _gains_table(ctx: Context, png: str, n_layer: int) -> dict[str, Any] | None:
+    """Returns Figure 4's table (NormFormer's learned gains by layer, first seed; plotted to ``png``), or
+    None when there is no NormFormer run."""
+    nf = _named_links(ctx, ("clm-normformer",), ctx.seed_values[0])
+    if not nf:
+        return None
+    gains = analyze(["gains", nf[0]], png)["models"][0]["gains"]
+    rows = [
+        [name, *(f"{v:.3f}" for v in values)]
+        for name, values in (
+            ("FFN LN γ (mean)", gains["ffn_ln_mean"]),
+            ("post-attn LN γ (mean)", gains["attn_ln_mean"]),
+            ("HeadScale γ (mean over heads)", [sum(h) / len(h) for h in gains["head_gain"] or []]),
+        )
+        if values
+    ]
+    return {
+        "title": "Figure 4: NormFormer's learned gains by layer (seed 1)",
+        "columns": ["gain", *(f"layer {i}" for i in range(n_layer))],
+        "rows": rows,
     }

@@ -14,7 +14,7 @@ from ..report.plots import plot_bars
 from ..stages import zeroshot_data
 from . import verdict
 from .plan import RUNS
-from .runner import Context, log, run_dir
+from .runner import Context, log, run_dir, table_section
 
 CLOZE_METRIC = "acc_per_token"
 # Small CPU models want larger fine-tuning learning rates than the base-model default grid.
@@ -78,20 +78,7 @@ def zeroshot(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         ]
         rows.append(row)
     base, cand = keys
-    claims = []
-    for t in names:
-        pairs = list(zip(scores[base], scores[cand]))  # differences in percentage points
-        diffs = [100 * (c[t][0] - b[t][0]) for b, c in pairs]
-        item_se = 100 * statistics.fmean(math.hypot(b[t][1] or 0.0, c[t][1] or 0.0) for b, c in pairs)
-        claims.append(
-            {
-                "claim": f"{RUNS[cand].label} scores higher than {RUNS[base].label} on {t} ({_metric(t)})",
-                "measured": f"{verdict.fmt_mean_std([100 * c[t][0] for c in scores[cand]], 1)}% vs "
-                f"{verdict.fmt_mean_std([100 * b[t][0] for b in scores[base]], 1)}%; "
-                f"difference {verdict.fmt_mean_std(diffs, 1)} points, item SE {item_se:.1f} points",
-                **verdict.decide(diffs, measurement_se=item_se),
-            }
-        )
+    claims = [_zeroshot_claim(scores, base, cand, t) for t in names]
     columns = ["model"] + [f"{t} ({_metric(t)}, %)" for t in names]
     means = [
         (RUNS[k].label, [verdict.mean_std([100 * s[t][0] for s in scores[k]])[0] for t in names])
@@ -113,12 +100,21 @@ def zeroshot(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     ]
     if len(tasks) == 1:
         notes.append("public tasks skipped: no --data-dir")
+    return table_section("zero-shot", columns, rows, claims, figures, notes, {"scores": scores})
+
+
+def _zeroshot_claim(scores: dict[str, list[dict]], base: str, cand: str, t: str) -> dict[str, Any]:
+    """Returns the claim that ``cand`` beats ``base`` on task ``t``, decided over seeds (percentage points)
+    with the items' standard error as the measurement error."""
+    pairs = list(zip(scores[base], scores[cand]))
+    diffs = [100 * (c[t][0] - b[t][0]) for b, c in pairs]
+    item_se = 100 * statistics.fmean(math.hypot(b[t][1] or 0.0, c[t][1] or 0.0) for b, c in pairs)
     return {
-        "tables": [{"title": "zero-shot", "columns": columns, "rows": rows}],
-        "claims": claims,
-        "figures": figures,
-        "notes": notes,
-        "data": {"scores": scores},
+        "claim": f"{RUNS[cand].label} scores higher than {RUNS[base].label} on {t} ({_metric(t)})",
+        "measured": f"{verdict.fmt_mean_std([100 * c[t][0] for c in scores[cand]], 1)}% vs "
+        f"{verdict.fmt_mean_std([100 * b[t][0] for b in scores[base]], 1)}%; "
+        f"difference {verdict.fmt_mean_std(diffs, 1)} points, item SE {item_se:.1f} points",
+        **verdict.decide(diffs, measurement_se=item_se),
     }
 
 

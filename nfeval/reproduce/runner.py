@@ -55,6 +55,11 @@ def preset_name(ctx: Context, key: str) -> str:
     return f"{RUNS[key].arch}-{ctx.scale.size}"
 
 
+# the Scale fields a run's TrainConfig takes as they are
+SCALE_TRAIN_FIELDS = ("batch_size", "seq_len", "grad_accum", "lr", "log_interval", "eval_interval")
+SCALE_TRAIN_FIELDS += ("eval_samples", "ckpt_interval", "calibration_steps", "dtype")
+
+
 def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
     """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides, and
     the preset's tuned LR when ``ctx`` has a tune.json for the objective."""
@@ -65,17 +70,8 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         model={**s.model, **spec.model},
         objective=spec.objective,
         tokenizer=ctx.tokenizer,
-        batch_size=s.batch_size,
-        seq_len=s.seq_len,
-        grad_accum=s.grad_accum,
-        lr=s.lr,
+        **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},
         warmup=s.warmup if spec.warmup is None else spec.warmup,
-        log_interval=s.log_interval,
-        eval_interval=s.eval_interval,
-        eval_samples=s.eval_samples,
-        ckpt_interval=s.ckpt_interval,
-        calibration_steps=s.calibration_steps,
-        dtype=s.dtype,
         device=ctx.device,
         seed=seed,
         progress=ctx.progress,
@@ -86,6 +82,14 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
 
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
     return cfg
+
+
+def table_section(
+    title: str, columns: list[str], rows: list, claims: list, figures: list, notes: list, data: dict
+) -> dict[str, Any]:
+    """Returns the parts of a report section with one table: tables, claims, figures, notes, data."""
+    table = {"title": title, "columns": columns, "rows": rows}
+    return {"tables": [table], "claims": claims, "figures": figures, "notes": notes, "data": data}
 
 
 def run_dir(ctx: Context, key: str, seed: int) -> str:

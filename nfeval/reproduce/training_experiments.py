@@ -14,7 +14,7 @@ from ..report.compare_table import format_comparison
 from ..report.plots import plot_bars, plot_curves
 from . import verdict
 from .plan import ABLATIONS, RUNS
-from .runner import Context, log
+from .runner import Context, log, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
@@ -175,13 +175,7 @@ def ablations(ctx: Context, name: str, records: dict[str, list[dict[str, Any]]])
         "Every variant trains under the same per-run budget; the PPL is each run's final validation PPL.",
         "+ ResScale is listed for reference; the paper's ablation claim concerns the removals.",
     ]
-    return {
-        "tables": [{"title": "variants", "columns": columns, "rows": rows}],
-        "claims": claims,
-        "figures": figures,
-        "notes": notes,
-        "data": {"records": records},
-    }
+    return table_section("variants", columns, rows, claims, figures, notes, {"records": records})
 
 
 def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -233,10 +227,4 @@ def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
         f"warm-up with: {ctx.scale.warmup:g} (a fraction of the run if < 1, else steps); without: 0, "
         "so the first update already uses the peak learning rate."
     ]
-    return {
-        "tables": [{"title": "final PPL", "columns": columns, "rows": rows}],
-        "claims": claims,
-        "figures": figures,
-        "notes": notes,
-        "data": {"records": records},
-    }
+    return table_section("final PPL", columns, rows, claims, figures, notes, {"records": records})
