@@ -183,7 +183,7 @@ class NFEvalLM(TemplateLM):
 
     def scoring_report(self) -> dict[str, Any]:
         """Returns this model's scoring work so far: wall time, model FLOPs, achieved FLOP/s and its
-        fraction of the device's peak (``budget.peak_flops``: measured matmul peak on CPU, cached)."""
+        fraction of the device's peak (``budget.peak_flops``: the best measured matmul rate on CPU)."""
         from types import SimpleNamespace
 
         from nfeval.engine.budget import peak_flops

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from nfeval.engine import budget
 from nfeval.engine.budget import gpu_peak
 from nfeval.engine.config import preset
 from nfeval.engine.model import Transformer, training_flops_per_token
@@ -55,6 +56,27 @@ def counted_flops_per_token(objective: str, seq_len: int = 64) -> tuple[float, f
         obj(x, y).backward()
     n_tokens = x.numel()
     return counter.get_total_flops() / n_tokens, float((y != -100).float().mean())
+
+
+def test_measured_peak_keeps_the_best_figure(tmp_path, monkeypatch):
+    """A peak measured under load must not stick: the cache keeps the highest measurement."""
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path))
+    measured = iter([10e9, 20e9, 5e9])
+    durations = []
+
+    def fake(device, dtype, seconds):
+        durations.append(seconds)
+        return next(measured)
+
+    monkeypatch.setattr(budget, "measure_matmul_flops", fake)
+    cfg = type("Cfg", (), {"peak_flops": None, "dtype": "fp32"})()
+    got = [budget.peak_flops(cfg, torch.device("cpu"))[0] for _ in range(3)]
+    assert got == [10e9, 20e9, 20e9] and durations == [0.5, 0.1, 0.1]
+
+
+def test_matmul_peak_is_positive_and_finite():
+    flops = budget.measure_matmul_flops(torch.device("cpu"), torch.float32, n=64, seconds=0.01)
+    assert 0 < flops < float("inf")
 
 
 @pytest.mark.parametrize("objective", ["clm", "mlm"])
