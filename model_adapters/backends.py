@@ -96,6 +96,8 @@ class Identity:
     fingerprint: str
     tokenizer_fingerprint: str
     summary: dict[str, Any] = field(default_factory=dict)
+    # the Checkpoint ``identify`` had to load whole (a fairseq file, an outside tokenizer): scored as is
+    loaded: checkpoint.Checkpoint | None = None
 
 
 def identify(
@@ -125,7 +127,7 @@ def identify(
         if ckpt.tokenizer is None:
             raise MissingDataError(no_tokenizer_message(path))
         tokenizer_fingerprint = hashlib.sha256(fingerprint_text(ckpt.tokenizer).encode()).hexdigest()
-        directory = ckpt.path
+        directory, loaded = ckpt.path, ckpt
     else:
         directory = checkpoint.resolve(path)
         cfg, meta = checkpoint.read_config(directory)
@@ -139,13 +141,14 @@ def identify(
         ckpt = checkpoint.Checkpoint(
             model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
         )
-    fingerprint = ckpt.fingerprint
+        loaded = None
     return Identity(
         kind="nfeval",
         path=os.path.abspath(directory),
-        fingerprint=fingerprint,
+        fingerprint=ckpt.fingerprint,
         tokenizer_fingerprint=tokenizer_fingerprint,
         summary=checkpoint.summary(ckpt),
+        loaded=loaded,
     )
 
 

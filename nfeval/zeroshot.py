@@ -222,7 +222,7 @@ def evaluate(
     todo = [t for name, t in loaded.items() if name not in cached]
     run_keys, scoring = {}, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
     if todo:
-        pretrained = _loaded_or_path(ckpt_path, device, dtype, trust_checkpoint, loading)
+        pretrained = _scored_model(identity, ckpt_path)
         lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
         lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
         run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
@@ -274,24 +274,14 @@ def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any
     return manager, loaded, skipped
 
 
-def _loaded_or_path(
-    ckpt_path: str, device: str | None, dtype: str, trust_checkpoint: bool, loading: dict[str, Any]
-) -> Any:
-    """Returns what NFEvalLM scores: the checkpoint loaded here when it is a fairseq file or takes an
-    outside tokenizer (NFEvalLM loads paths with their own tokenizer and never trusts a pickle), else
-    the path itself."""
-    if not os.path.isfile(ckpt_path) and loading["tokenizer"] is None:
+def _scored_model(identity, ckpt_path: str) -> Any:
+    """Returns what NFEvalLM scores: the checkpoint ``identify`` already loaded whole (a fairseq file,
+    or one read with an outside tokenizer; NFEvalLM loads paths only with their own tokenizer and never
+    trusts a pickle), HeadScale folded as NFEvalLM folds what it loads; else the path itself."""
+    if identity.loaded is None:
         return ckpt_path
-    import torch
-
-    from model_adapters.backends import dtype_of
-    from nfeval.engine import checkpoint
-
-    cuda = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
-    return checkpoint.load(
-        ckpt_path, device=device or cuda, dtype=dtype_of(dtype), fold_head_scale=True,
-        trust_checkpoint=trust_checkpoint, **loading,
-    )  # fmt: skip
+    identity.loaded.model.fold_head_scale()
+    return identity.loaded
 
 
 def _version(package: str) -> str | None:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..progress import progress_bar
-from . import budget, checkpoint, run_record, rundir
+from . import budget, checkpoint, run_record, rundir, torch_files
 from .config import preset
 from .data import (
     Batches,
@@ -125,9 +125,7 @@ class Trainer:
                 print(f"nfeval train: {note}", file=sys.stderr)
         trainer = cls(cfg, out_dir, weights_from=path, parallel=parallel)
         if path:
-            trainer.restore(
-                torch.load(os.path.join(path, rundir.STATE), map_location="cpu", weights_only=True)
-            )
+            trainer.restore(torch_files.load(os.path.join(path, rundir.STATE)))
         return trainer
 
     def restore(self, state: dict[str, Any]) -> None:
