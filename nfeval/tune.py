@@ -103,10 +103,7 @@ def finished_point(directory: str, key: dict[str, Any]) -> dict[str, Any] | None
     config is a ConfigError (finished or killed), never a silent mix."""
     marker = os.path.join(directory, POINT)
     if os.path.isfile(marker):
-        try:
-            result = load_json(marker)
-        except ValueError as e:
-            raise DataError(f"{e}; delete the point's folder to recompute it") from None
+        result = load_json(marker, hint="delete the point's folder to recompute it")
         _check_key(marker, result.get("key") or {}, key)
         return result
     saved = os.path.join(directory, "config.json")  # a killed point: train's own record of its config

@@ -189,10 +189,7 @@ def tuned_lr(tune_json: str, preset: str) -> tuple[float, dict[str, Any]]:
     sha256, preset, grid, points and seeds behind it, budget, the best point's validation PPL)."""
     if not os.path.isfile(tune_json):
         raise MissingDataError(f"{tune_json}: not found (expected the tune.json that nfeval tune writes)")
-    try:
-        data = load_json(tune_json)
-    except ValueError as e:
-        raise DataError(str(e)) from None
+    data = load_json(tune_json)
     presets, budget = data.get("presets"), data.get("budget")
     if not isinstance(presets, dict) or not isinstance(budget, dict) or "spec" not in budget:
         raise DataError(f"{tune_json}: expected the keys 'presets' and 'budget.spec' of an nfeval tune.json")

@@ -162,10 +162,7 @@ def run_stability(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--seeds {args.seeds}: expected a positive integer")
     flags = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "tolerance")
     settings = StabilitySettings(**{f: getattr(args, f) for f in flags})
-    try:
-        settings.validate()
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    settings.validate()
     check_data_args(args.data, args.tokenizer)
     vocab = min(preset(name).vocab_size for name in args.preset)
     tokens, tok = token_data(args.data, args.tokenizer, vocab)

@@ -28,7 +28,7 @@ from ..engine.data import (
 )
 from ..engine.model import Transformer
 from ..engine.tokenization import load_tokenizer
-from ..errors import CheckpointError, ConfigError, MissingDataError
+from ..errors import ConfigError, MissingDataError
 
 PRESET_PREFIX = "preset:"
 
@@ -74,17 +74,12 @@ def load_target(
         info = {"source": spec, "seed": seed, "fingerprint": checkpoint.fingerprint_model(model)}
         tokenizer = None
     else:
-        try:
-            ckpt = checkpoint.load(
-                spec,
-                fairseq_head_scale_bug=fairseq_head_scale_bug,
-                tokenizer=tokenizer,
-                fairseq_dict=fairseq_dict,
-            )
-        except FileNotFoundError as e:
-            raise MissingDataError(str(e)) from None
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
+        ckpt = checkpoint.load(
+            spec,
+            fairseq_head_scale_bug=fairseq_head_scale_bug,
+            tokenizer=tokenizer,
+            fairseq_dict=fairseq_dict,
+        )
         model, tokenizer, name = ckpt.model, ckpt.tokenizer, os.path.basename(os.path.normpath(spec))
         info = {"source": os.path.abspath(spec), "fingerprint": ckpt.fingerprint}
     cfg = model.cfg
