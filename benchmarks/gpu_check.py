@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nfeval.artifacts import atomic_write_json, atomic_write_text, provenance  # noqa: E402
+from nfeval.base.artifacts import atomic_write_json, atomic_write_text, provenance  # noqa: E402
 from nfeval.engine import rundir  # noqa: E402
 from nfeval.engine.budget import gpu_peak, measure_matmul_flops, synchronize  # noqa: E402
 from nfeval.engine.config import preset  # noqa: E402
@@ -273,7 +273,7 @@ def ddp_checkpoint_resume(s: Setup) -> dict:
 
 def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
     """Scores multiple-choice items with the DDP check's checkpoint on the device and on the CPU (fp32)."""
-    from model_adapters.lm import NFEvalLM
+    from nfeval.model_adapters.lm import NFEvalLM
 
     run = s.work / "ddp-full"
     if not (run / rundir.COMPLETE).is_file():

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
-from nfeval.artifacts import hardware, hardware_key
+from nfeval.base.artifacts import hardware, hardware_key
 from nfeval.engine.config import preset
 from nfeval.engine.hf_export import gpt2_config
 from nfeval.engine.model import Transformer, training_flops_per_token

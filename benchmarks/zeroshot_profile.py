@@ -62,7 +62,7 @@ def main() -> None:
         [sys.executable, "-c", "import lm_eval, model_adapters, tasks, nfeval.zeroshot"], check=True
     )
     t_imports = time.perf_counter() - t0
-    from nfeval import zeroshot
+    from nfeval.zeroshot import evaluate as zeroshot
 
     os.environ["NFEVAL_CACHE"] = tempfile.mkdtemp(prefix="nfeval-profile-cache-")
     with tempfile.TemporaryDirectory() as tmp:

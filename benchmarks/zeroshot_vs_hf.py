@@ -68,8 +68,8 @@ def main() -> None:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    import tasks as nf_tasks
-    from nfeval import zeroshot
+    import nfeval.tasks as nf_tasks
+    from nfeval.zeroshot import evaluate as zeroshot
 
     data_dir = str(SHARED / "zeroshot")
     os.environ["NFEVAL_CACHE"] = tempfile.mkdtemp(prefix="nfeval-bench-cache-")
@@ -132,8 +132,8 @@ def packing_comparison(n_docs: int, batch_size: int) -> None:
     """Prints tokens, FLOPs, time and max |Δ log-prob| of packed vs unpacked scoring of HellaSwag."""
     from lm_eval.tasks import TaskManager
 
-    import tasks as nf_tasks
-    from model_adapters import NFEvalLM
+    import nfeval.tasks as nf_tasks
+    from nfeval.model_adapters import NFEvalLM
 
     manager = TaskManager(include_path=nf_tasks.TASKS_DIR, include_defaults=False,
                           metadata={"data_dir": str(SHARED / "zeroshot")})  # fmt: skip

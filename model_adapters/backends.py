@@ -17,12 +17,11 @@ from typing import Any
 
 import torch
 
-from nfeval.engine import checkpoint
-from nfeval.engine.config import load_json
-from nfeval.engine.generate import Sampling, generate
-from nfeval.engine.tokenization import fingerprint_text, special_ids
-from nfeval.errors import CheckpointError, ConfigError, DataError, MissingDataError
-
+from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
+from ..engine import checkpoint
+from ..engine.config import load_json
+from ..engine.generate import Sampling, generate
+from ..engine.tokenization import fingerprint_text, special_ids
 from .scorer import ModelShape
 
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -117,7 +116,7 @@ def identify(
                 f"{path}: a Hugging Face model uses its own tokenizer (drop --tokenizer/--fairseq-dict)"
             )
         return _identify_hf(path)
-    from nfeval.engine.model import Transformer
+    from ..engine.model import Transformer
 
     if os.path.isfile(path) or tokenizer is not None:  # the tokenizer comes from outside the directory
         ckpt = checkpoint.load(

@@ -7,8 +7,7 @@ import inspect
 
 import torch
 
-from nfeval.engine.generate import left_pad
-
+from ..engine.generate import left_pad
 from .backends import Backend, matmul_params
 from .scorer import ModelShape
 

@@ -26,9 +26,8 @@ from lm_eval.models.utils import (
     postprocess_generated_text,
 )
 
-from nfeval.engine.generate import Sampling
-from nfeval.engine.parallel import join_process_group, resolve_device
-
+from ..engine.generate import Sampling
+from ..engine.parallel import join_process_group, resolve_device
 from . import backends
 from .hf_backend import HFBackend
 from .scorer import DEFAULT_BATCH_TOKENS, ScoringStats, score
@@ -186,7 +185,7 @@ class NFEvalLM(TemplateLM):
         fraction of the device's peak (``budget.peak_flops``: the best measured matmul rate on CPU)."""
         from types import SimpleNamespace
 
-        from nfeval.engine.budget import peak_flops
+        from ..engine.budget import peak_flops
 
         name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, "fp32")
         peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)

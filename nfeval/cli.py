@@ -11,15 +11,24 @@ import importlib
 import os
 import sys
 
-from .errors import UserError
+from .base.errors import UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "info": ("nfeval.info", "architecture, parameter counts and fingerprint of a checkpoint or preset"),
+    "info": (
+        "nfeval.commands.info",
+        "architecture, parameter counts and fingerprint of a checkpoint or preset",
+    ),
     "train": ("nfeval.engine.train", "pretrain a causal or masked LM under a compute budget"),
-    "zeroshot": ("nfeval.zeroshot", "score a checkpoint zero-shot through lm-evaluation-harness"),
-    "generate": ("nfeval.generate", "continue prompts with a checkpoint (batched, KV cache), write JSONL"),
-    "lm-eval": ("nfeval.lm_eval_cli", "lm-eval's own CLI with nfeval's model and tasks registered"),
-    "tune": ("nfeval.tune", "pretraining learning-rate sweep per architecture: the best LR of each preset"),
+    "zeroshot": ("nfeval.zeroshot.evaluate", "score a checkpoint zero-shot through lm-evaluation-harness"),
+    "generate": (
+        "nfeval.commands.generate",
+        "continue prompts with a checkpoint (batched, KV cache), write JSONL",
+    ),
+    "lm-eval": ("nfeval.commands.lm_eval", "lm-eval's own CLI with nfeval's model and tasks registered"),
+    "tune": (
+        "nfeval.tune.sweep",
+        "pretraining learning-rate sweep per architecture: the best LR of each preset",
+    ),
     "glue": ("nfeval.glue.sweep", "fine-tune on GLUE, sweeping learning rates"),
     "compare": ("nfeval.report.compare", "compute-matched comparison of training runs"),
     "compare-scores": ("nfeval.report.compare_scores", "paired significance of two results files"),
@@ -27,11 +36,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "nfeval.report.leaderboard",
         "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
     ),
-    "analyze": ("nfeval.analysis.cli", "the paper's analyses: gradient norms, learned gains, LR stability"),
-    "export-hf": ("nfeval.export_hf", "export a causal LM as a Hugging Face model directory"),
-    "demo": ("nfeval.demo", "the whole pipeline, offline, on the embedded default corpus"),
+    "analyze": (
+        "nfeval.commands.analyze",
+        "the paper's analyses: gradient norms, learned gains, LR stability",
+    ),
+    "export-hf": ("nfeval.commands.export_hf", "export a causal LM as a Hugging Face model directory"),
+    "demo": ("nfeval.pipelines.demo", "the whole pipeline, offline, on the embedded default corpus"),
     "reproduce": (
-        "nfeval.reproduce",
+        "nfeval.pipelines.reproduce",
         "the paper's tables and figures from one command, at the scale the hardware allows",
     ),
 }

@@ -27,8 +27,8 @@ from typing import Any
 
 import datasets
 
-from nfeval.errors import DataError
-from nfeval.errors import MissingDataError as MissingData  # a task's local files are absent
+from ..base.errors import DataError
+from ..base.errors import MissingDataError as MissingData  # a task's local files are absent
 
 
 def data_root(data_dir: str | None = None) -> str:
@@ -317,7 +317,7 @@ def storycloze_rows(root: str, year: str) -> dict[str, list[dict]]:
     return out
 
 
-# ---------------------------------------------------------------- corpus cloze (nfeval/cloze.py)
+# ---------------------------------------------------------------- corpus cloze (nfeval/zeroshot/cloze.py)
 
 
 def _corpus_cloze(obj: dict, where: str) -> dict:
@@ -331,7 +331,7 @@ def _corpus_cloze(obj: dict, where: str) -> dict:
 
 
 def corpus_cloze_rows(root: str) -> dict[str, list[dict]]:
-    """Returns the cloze rows ``nfeval demo`` writes (nfeval/cloze.py)."""
+    """Returns the cloze rows ``nfeval demo`` writes (nfeval/zeroshot/cloze.py)."""
     return validation_rows("corpus_cloze", root, _corpus_cloze, "corpus_cloze/validation.jsonl")
 
 

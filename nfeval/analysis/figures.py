@@ -8,7 +8,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..report.plots import save_png
+from ..base.plots import save_png
 
 
 def plot_grads(result: dict[str, Any], path: str) -> str:

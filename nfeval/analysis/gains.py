@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from ..errors import CheckpointError
+from ..base.errors import CheckpointError
 
 
 def read_gains(model: nn.Module, source: str) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import DataError
-from ..progress import progress_bar
+from ..base.errors import DataError
+from ..base.progress import progress_bar
 from .inputs import Target
 
 WEIGHT_KINDS = ("fc1", "fc2", "q", "k", "v", "out_proj")

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from ..base.errors import ConfigError, MissingDataError
 from ..engine import checkpoint
 from ..engine.builtin_corpus import default_corpus
 from ..engine.config import parse_preset, preset
@@ -28,7 +29,6 @@ from ..engine.data import (
 )
 from ..engine.model import Transformer
 from ..engine.tokenization import load_tokenizer
-from ..errors import ConfigError, MissingDataError
 
 PRESET_PREFIX = "preset:"
 

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..base.errors import ConfigError
+from ..base.progress import progress_bar
 from ..engine import checkpoint
 from ..engine.config import ModelConfig
 from ..engine.model import Transformer
-from ..errors import ConfigError
-from ..progress import progress_bar
 
 FP16_MAX = 65504.0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..base.errors import DataError
 from ..engine.config import load_json
-from ..errors import DataError
 
 ANALYSES = ("grads", "gains", "stability")
 

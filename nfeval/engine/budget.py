@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from ..artifacts import atomic_write_json, cache_dir, hardware, hardware_key
-from ..errors import ConfigError
+from ..base.artifacts import atomic_write_json, cache_dir, hardware, hardware_key
+from ..base.errors import ConfigError
 from .config import load_json
 from .train_config import TrainConfig
 

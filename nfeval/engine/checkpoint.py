@@ -17,8 +17,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from ..artifacts import atomic_write_json, atomic_write_text
-from ..errors import CheckpointError, ConfigError, MissingDataError
+from ..base.artifacts import atomic_write_json, atomic_write_text
+from ..base.errors import CheckpointError, ConfigError, MissingDataError
 from .config import ModelConfig, load_json
 from .fairseq_import import load_fairseq
 from .fairseq_tokenizer import dictionary_path, load_fairseq_tokenizer

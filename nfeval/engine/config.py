@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, DataError, MissingDataError
+from ..base.errors import ConfigError, DataError, MissingDataError
 
 NORM_POSITIONS = ("pre", "post")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")

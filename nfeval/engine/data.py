@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from ..artifacts import atomic_write_json, atomic_write_text, cache_dir
-from ..errors import DataError, MissingDataError, hub_unreachable
+from ..base.artifacts import atomic_write_json, atomic_write_text, cache_dir
+from ..base.errors import DataError, MissingDataError, hub_unreachable
 from .config import load_json
 from .tokenization import (
     SpecialIds,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
+from ..base.errors import CheckpointError
 from . import torch_files
 from .config import ModelConfig
 from .model import Transformer

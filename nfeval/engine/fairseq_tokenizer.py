@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from ..errors import ConfigError, DataError, MissingDataError
+from ..base.errors import ConfigError, DataError, MissingDataError
 from .tokenization import gpt2_bpe, load_tokenizer
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # fairseq Dictionary's own, before dict.txt's symbols

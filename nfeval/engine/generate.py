@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError, DataError
-from ..progress import progress_bar
+from ..base.errors import ConfigError, DataError
+from ..base.progress import progress_bar
 from .model import KVCache, Transformer
 
 

@@ -29,8 +29,8 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, processors
 
-from ..artifacts import atomic_write_json, atomic_write_text, provenance
-from ..errors import CheckpointError, ConfigError, MissingDataError, UserError
+from ..base.artifacts import atomic_write_json, atomic_write_text, provenance
+from ..base.errors import CheckpointError, ConfigError, MissingDataError, UserError
 from . import checkpoint
 from .config import ModelConfig
 from .fairseq_tokenizer import dictionary_path

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 
 T = TypeVar("T")
 HOST_WAIT = datetime.timedelta(hours=12)  # rank 0 may tokenize (and train a BPE on) a large corpus

@@ -6,7 +6,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 from .builtin_corpus import default_corpus
 from .config import ModelConfig, preset
 from .data import (

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..artifacts import atomic_write_json, atomic_write_text, hardware, provenance
+from ..base.artifacts import atomic_write_json, atomic_write_text, hardware, provenance
 from . import budget, checkpoint, rundir
 from .model import Transformer
 

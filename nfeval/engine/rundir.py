@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..artifacts import atomic_write_json, atomic_write_text
-from ..errors import DataError, MissingDataError
+from ..base.artifacts import atomic_write_json, atomic_write_text
+from ..base.errors import DataError, MissingDataError
 from .config import load_json
 
 CONFIG = "config.json"

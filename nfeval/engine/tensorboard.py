@@ -12,7 +12,7 @@ import importlib.util
 import os
 from typing import Any
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 
 DEFAULT_DIR = "tensorboard"  # inside the run directory
 # metrics.jsonl field -> TensorBoard tag

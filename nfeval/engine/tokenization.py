@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ..errors import ConfigError, DataError, MissingDataError
+from ..base.errors import ConfigError, DataError, MissingDataError
 
 FAIRSEQ_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 GPT2_EOT = "<|endoftext|>"

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, MissingDataError
+from ..base.errors import CheckpointError, MissingDataError
 
 TRUST_HELP = (
     "unpickle checkpoint files with arbitrary Python objects (weights_only=False); "

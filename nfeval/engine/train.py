@@ -36,8 +36,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..cli_args import add_device, add_dtype
-from ..errors import CheckpointError, ConfigError
+from ..base.cli_args import add_device, add_dtype
+from ..base.errors import CheckpointError, ConfigError
 from . import rundir
 from .budget import lr_at, measure_matmul_flops  # noqa: F401  (re-exported)
 from .config import load_json
@@ -284,7 +284,7 @@ def given_fields(args: argparse.Namespace) -> set[str]:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if getattr(args, "tune_json", None):
-        from ..tune_results import with_tuned_lr
+        from ..tune.results import with_tuned_lr
 
         cfg = with_tuned_lr(cfg, args.tune_json, lr_given=args.lr is not None)
     try:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 from .config import MODEL_CHOICES, ModelConfig, check_fields, load_json, parse_preset
 from .tokenization import MIN_BPE_VOCAB
 

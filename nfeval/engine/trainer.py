@@ -19,8 +19,8 @@ import jsonlines
 import torch
 from tqdm import tqdm
 
-from ..errors import ConfigError
-from ..progress import progress_bar
+from ..base.errors import ConfigError
+from ..base.progress import progress_bar
 from . import budget, checkpoint, run_record, rundir, torch_files
 from .config import preset
 from .data import (

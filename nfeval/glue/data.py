@@ -13,7 +13,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError, DataError, MissingDataError, hub_unreachable
+from ..base.errors import ConfigError, DataError, MissingDataError, hub_unreachable
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 HUB_DATASET = "nyu-mll/glue"

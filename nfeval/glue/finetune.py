@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..artifacts import atomic_write_json, provenance
+from ..base.artifacts import atomic_write_json, provenance
+from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
 from ..engine import torch_files
 from ..engine.model import SequenceClassifier, Transformer
 from ..engine.tokenization import special_ids
-from ..progress import progress_bar
 from . import data as glue_data
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions

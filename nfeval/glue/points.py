@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
+from ..base.errors import DataError
 from ..engine.config import load_json
-from ..errors import DataError
 from .recipe import ResolvedRecipe
 
 RESULT = "result.json"

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from ..base.errors import DataError
 from ..engine import checkpoint as ckpt_lib
-from ..errors import DataError
 from . import data as glue_data
 from .finetune import EncodedTask, encode_task, run_point
 from .points import Point, claim_and_run

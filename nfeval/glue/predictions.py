@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..artifacts import atomic_write_json, provenance
-from ..errors import DataError, MissingDataError
+from ..base.artifacts import atomic_write_json, provenance
+from ..base.errors import DataError, MissingDataError
 
 PREDICTIONS = "predictions.json"
 

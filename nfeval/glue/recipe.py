@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 from . import data as glue_data
 
 SELECTIONS = ("best_epoch", "last_epoch")

@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..artifacts import atomic_write_json, atomic_write_text, provenance
+from ..base.artifacts import atomic_write_json, atomic_write_text, provenance
+from ..base.errors import ConfigError, DataError, MissingDataError
 from ..engine.config import load_json
-from ..errors import ConfigError, DataError, MissingDataError
 from . import data as glue_data
 from . import metrics as glue_metrics
 

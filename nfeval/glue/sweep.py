@@ -42,13 +42,13 @@ from typing import Any
 
 import torch
 
-from ..artifacts import atomic_write_json, provenance
-from ..cli_args import add_device, add_dtype, add_no_progress, device_or_none
+from ..base.artifacts import atomic_write_json, provenance
+from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none
+from ..base.errors import ConfigError, MissingDataError
+from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
 from ..engine import torch_files
 from ..engine.config import load_json
-from ..errors import ConfigError, MissingDataError
-from ..progress import progress_bar
 from . import data as glue_data
 from . import metrics as glue_metrics
 from . import submission as glue_submission

@@ -28,12 +28,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..artifacts import atomic_write_json, hardware_key, provenance
-from ..cli_args import add_output_file
+from ..base.artifacts import atomic_write_json, hardware_key, provenance
+from ..base.cli_args import add_output_file
+from ..base.errors import ConfigError, DataError, MissingDataError
 from ..engine import rundir
 from ..engine.config import ModelConfig, load_json
-from ..errors import ConfigError, DataError, MissingDataError
-from ..tune_results import describe_lr
+from ..tune.results import describe_lr
 
 AXES = ("flops", "wall_s")
 AXIS_LABELS = {"flops": "FLOPs", "wall_s": "time"}
@@ -371,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         atomic_write_json(args.output, result)
     if args.plot:
-        from .plots import plot_curves
+        from ..base.plots import plot_curves
 
         plot_curves(result, args.plot)
     print(json.dumps(result, indent=2) if args.json else format_comparison(result))

@@ -12,9 +12,9 @@ import argparse
 import json
 from typing import Any
 
-from ..artifacts import atomic_write_json, provenance
-from ..cli_args import add_output_file
-from ..errors import ConfigError
+from ..base.artifacts import atomic_write_json, provenance
+from ..base.cli_args import add_output_file
+from ..base.errors import ConfigError
 from . import significance as sig
 from .compare_table import table
 from .paired import compare_files

@@ -25,13 +25,13 @@ import sys
 from statistics import mean
 from typing import Any
 
-from ..artifacts import provenance
-from ..cli_args import add_output_file
+from ..base.artifacts import provenance
+from ..base.cli_args import add_output_file
+from ..base.errors import DataError
 from ..engine import rundir
 from ..engine.config import load_json
-from ..errors import DataError
 from ..glue.data import TASKS as GLUE_TASKS
-from ..tune_results import describe_lr
+from ..tune.results import describe_lr
 from . import paired
 from .leaderboard_read import (
     EXTRA_ZEROSHOT_TASKS,

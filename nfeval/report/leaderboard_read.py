@@ -8,15 +8,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-import tasks as nf_tasks
-
+from .. import tasks as nf_tasks
+from ..base.errors import DataError, MissingDataError
 from ..engine.config import load_json
-from ..errors import DataError, MissingDataError
 from ..glue.data import TASKS as GLUE_TASKS
 from ..glue.metrics import SPLIT_METRICS
 
 ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
-# Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/cloze.py).
+# Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/zeroshot/cloze.py).
 EXTRA_ZEROSHOT_TASKS = ("storycloze_2018", "corpus_cloze")
 # The metrics the GLUE leaderboard averages into a task's score: those glue.py computes per task.
 GLUE_SCORE_METRICS = {t: tuple(n for fns in SPLIT_METRICS[t].values() for n in fns) for t in GLUE_TASKS}

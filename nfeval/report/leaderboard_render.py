@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ..artifacts import atomic_write_text
+from ..base.artifacts import atomic_write_text
 from . import paired
 from .leaderboard_read import GROUP_UNITS, MISSING, TITLES, ZEROSHOT_TASKS
 
@@ -235,7 +235,7 @@ def write(
     """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
     (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
     text."""
-    from .plots import plot_bars, plot_curves
+    from ..base.plots import plot_bars, plot_curves
 
     images, table_text = {}, None
     stem = os.path.splitext(out)[0]

@@ -1,6 +1,6 @@
 """Paired comparison of two models' results, per task and metric: difference, bootstrap interval, McNemar.
 
-Zero-shot results pair through their per-item sidecars (``F.items.json``, nfeval/zeroshot_items.py);
+Zero-shot results pair through their per-item sidecars (``F.items.json``, nfeval/zeroshot/items.py);
 GLUE summaries through the ``predictions.json`` of the points at each task's best learning rate
 (nfeval/glue/predictions.py; with several seeds, the statistic is the mean over seeds, as the summary's).
 Two results pair only when they were scored on the same items: the same documents (ids and lm-eval's
@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import zeroshot_items
+from ..base.errors import ConfigError, DataError
 from ..engine.config import load_json
-from ..errors import ConfigError, DataError
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
 from ..glue.points import lr_key, point_dir
+from ..zeroshot import items as zeroshot_items
 from . import significance as sig
 
 

@@ -19,8 +19,8 @@ import os
 import re
 from typing import Any
 
-from ..artifacts import provenance
-from ..errors import ConfigError, MissingDataError
+from ..base.artifacts import provenance
+from ..base.errors import ConfigError, MissingDataError
 from . import significance as sig
 from .compare import AXES, AXIS_LABELS, _at_budget, _check_comparable, _json_safe, crossing, load_run
 from .compare_table import table

@@ -1,0 +1,101 @@
+"""Writing artifacts: atomic writes and the provenance block every artifact carries."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from typing import Any
+
+import torch
+
+
+def cache_dir(*parts: str) -> str:
+    """Returns nfeval's cache folder (``$NFEVAL_CACHE``, default ``~/.cache/nfeval``) joined with
+    ``parts``."""
+    root = os.environ.get("NFEVAL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nfeval")
+    return os.path.join(root, *parts)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` via a temp file in the same folder and a rename (never half-written)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600: give the user's usual permissions
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def current_umask() -> int:
+    """Returns the process umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Writes ``text`` (UTF-8) to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str, obj: Any) -> None:
+    """Writes ``obj`` as indented JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def git_hash() -> str | None:
+    """Returns the git commit of the nfeval source tree, or None when it is not a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=True
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def hardware() -> dict[str, Any]:
+    """Returns a description of the compute device(s): used to warn when wall-clock comparisons mix
+    hardware."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name(0)
+        info["cuda_device_count"] = torch.cuda.device_count()
+    return info
+
+
+def hardware_key(hw: dict[str, Any]) -> str:
+    """Returns the part of a hardware description that decides wall-clock speed."""
+    if hw.get("cuda_device"):
+        return f"{hw['cuda_device']} x{hw.get('cuda_device_count', 1)}"
+    return f"{hw.get('processor')} ({hw.get('torch_threads')} threads)"
+
+
+def provenance(**extra: Any) -> dict[str, Any]:
+    """Returns nfeval version, git hash, library versions and hardware, plus ``extra`` fields."""
+    from .. import __version__
+
+    return {
+        "nfeval_version": __version__,
+        "git_hash": git_hash(),
+        "torch_version": torch.__version__,
+        "hardware": hardware(),
+        **extra,
+    }

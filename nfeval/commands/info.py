@@ -1,0 +1,91 @@
+"""``nfeval info``: what a checkpoint or preset is, in numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import warnings
+from typing import Any
+
+from ..engine import checkpoint, torch_files
+from ..engine.config import preset
+from ..engine.fairseq_import import FairseqConfigWarning
+from ..engine.model import Transformer
+
+
+def describe(
+    target: str, trust_checkpoint: bool = False, fairseq_head_scale_bug: bool = False
+) -> dict[str, Any]:
+    """Returns architecture, sizes, parameter counts and (for checkpoints) the fingerprint of ``target``.
+
+    A checkpoint whose weights no longer match the fingerprint its config.json recorded is described
+    anyway, its fingerprint marked "fingerprint mismatch". A fairseq checkpoint whose config disagrees
+    with its weights (NormFormer flags set, tensors absent) has the disagreement under ``warnings``.
+    """
+    warnings_: list[str] = []
+    if os.path.exists(target) or os.sep in target or target.endswith(".pt"):  # a path, even a missing one
+        with warnings.catch_warnings():  # shown in the table instead
+            warnings.simplefilter("ignore", FairseqConfigWarning)
+            ckpt = checkpoint.load(
+                target,
+                trust_checkpoint=trust_checkpoint,
+                verify=False,
+                fairseq_head_scale_bug=fairseq_head_scale_bug,
+            )
+        model, fingerprint, source = ckpt.model, ckpt.fingerprint, ckpt.path
+        warnings_ = ckpt.meta.get("warnings", [])
+        recorded = ckpt.meta.get("fingerprint")
+        if recorded is not None and recorded != fingerprint:
+            fingerprint = f"{fingerprint} (fingerprint mismatch: config.json records {recorded})"
+    else:
+        model, fingerprint, source = Transformer(preset(target)), None, f"preset {target}"
+    cfg = model.cfg
+    return {
+        "source": source,
+        "architecture": cfg.architecture,
+        "objective": cfg.objective,
+        "layers": cfg.n_layer,
+        "d_model": cfg.d_model,
+        "d_ffn": cfg.d_ffn,
+        "heads": cfg.n_head,
+        "vocab_size": cfg.vocab_size,
+        "max_seq_len": cfg.max_seq_len,
+        "positions": cfg.positions,
+        "head_scale_position": cfg.head_scale_position if cfg.scale_heads else None,
+        "head_scale_transpose_bug": cfg.head_scale_transpose_bug if cfg.scale_heads else None,
+        "parameters": model.num_params(),
+        "normformer_parameters": cfg.normformer_param_count(),
+        "fingerprint": fingerprint,
+        "warnings": "; ".join(warnings_) or None,
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target", metavar="PATH_OR_PRESET", help="checkpoint/run dir, or preset such as normformer-125M"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
+    p.add_argument(
+        "--fairseq-head-scale-bug",
+        action="store_true",
+        help="a fairseq checkpoint trained before 2021-11-03's HeadScale fix",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    info = describe(
+        args.target,
+        trust_checkpoint=args.trust_checkpoint,
+        fairseq_head_scale_bug=args.fairseq_head_scale_bug,
+    )
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    width = max(map(len, info))
+    for key, value in info.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
+            value = f"{value:,}"
+        print(f"{key:<{width}}  {'—' if value is None else value}")
+    return 0

@@ -1,0 +1,74 @@
+"""``nfeval lm-eval ARGS…``: lm-eval's own command line with nfeval's model and tasks registered.
+
+The ``nfeval`` model (``--model nfeval --model_args pretrained=RUN_DIR``) and the ``*_local`` /
+``*_hub`` tasks are available; ``--include_path`` still adds the user's own task folder. Local tasks
+read ``--data-dir DIR`` (an nfeval option, taken out before lm-eval parses the rest), lm-eval's
+``--metadata '{"data_dir": DIR}'``, or ``$NFEVAL_DATA_DIR``::
+
+    nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR --tasks piqa_local --data-dir
+    ../shared/data/zeroshot
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def split_data_dir(argv: list[str]) -> tuple[list[str], str | None]:
+    """Returns (argv without ``--data-dir DIR``, DIR or None)."""
+    rest, data_dir, i = [], None, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--data-dir" and i + 1 < len(argv):
+            data_dir, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--data-dir="):
+            data_dir = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, data_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs lm-eval's CLI on ``argv``; returns the exit status."""
+    from lm_eval._cli import HarnessCLI
+    from lm_eval.utils import setup_logging
+
+    from .. import (
+        model_adapters,  # noqa: F401  (registers the "nfeval" model)
+        tasks,
+    )
+    from ..base.errors import UserError
+    from ..cli import one_line
+    from ..zeroshot.lm_eval_git import quiet_git_hash
+
+    argv, data_dir = split_data_dir(list(sys.argv[1:] if argv is None else argv))
+    old_argv, old_data_dir = sys.argv, os.environ.get("NFEVAL_DATA_DIR")
+    sys.argv = ["nfeval lm-eval", *argv]  # lm-eval's parser reads sys.argv itself
+    if data_dir:
+        os.environ["NFEVAL_DATA_DIR"] = os.path.abspath(data_dir)
+    try:
+        setup_logging()
+        cli = HarnessCLI()
+        args = cli.parse_args()
+        if hasattr(args, "include_path"):
+            args.include_path = [tasks.TASKS_DIR] + ([args.include_path] if args.include_path else [])
+        with quiet_git_hash():
+            cli.execute(args)
+    except UserError as e:  # bad data or model: one line, as every nfeval command
+        if os.environ.get("NFEVAL_TRACEBACK") == "1":
+            raise
+        print(f"nfeval lm-eval: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    finally:
+        sys.argv = old_argv
+        if data_dir:
+            if old_data_dir is None:
+                os.environ.pop("NFEVAL_DATA_DIR", None)
+            else:
+                os.environ["NFEVAL_DATA_DIR"] = old_data_dir
+    return 0

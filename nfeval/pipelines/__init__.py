@@ -1,0 +1,1 @@
+"""The composed pipelines: the demo, reproduce, and the stages they share."""

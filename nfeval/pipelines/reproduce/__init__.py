@@ -1,0 +1,224 @@
+"""``nfeval reproduce``: the NormFormer paper's tables and figures from one command, at the scale the
+hardware allows, into ``--out``: ``report.md`` + ``report.json`` + PNGs, one section per experiment.
+
+Built from the library functions behind ``nfeval train``, ``compare``, ``zeroshot`` and ``glue``
+(``plan`` lists the experiments and runs as data; ``runner`` trains; ``training_experiments`` and
+``eval_experiments`` measure; ``verdict`` holds the one decision rule; ``report`` renders). Resumable:
+every run and every section has a record written last, so a rerun with the same ``--out`` skips what
+finished and a killed invocation resumes inside the run it was training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...base.artifacts import atomic_write_json, hardware, hardware_key
+from ...base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
+from ...base.errors import ConfigError, MissingDataError
+from ...engine.config import load_json
+from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
+from .runner import Context, log
+
+
+@dataclass
+class ReproduceConfig:
+    out: str = "reproduce_out"
+    scale: str = "tiny"
+    minutes: float | None = None  # per-run training budget; default: the scale's
+    seeds: int | None = None  # default: the scale's
+    only: tuple[str, ...] | None = None
+    data_dir: str | None = None
+    glue_dir: str | None = None
+    glue_tasks: tuple[str, ...] = ("rte",)
+    tune: bool = False  # tune each architecture's LR first (nfeval tune), as the paper's baselines were
+    device: str = "auto"
+    progress: bool = True
+    command: str = "nfeval reproduce"
+
+    def validate(self) -> None:
+        """Raises a UserError naming the first bad option; checks everything before any work."""
+        if self.scale not in SCALES:
+            raise ConfigError(f"--scale {self.scale!r}: expected one of {', '.join(PUBLIC_SCALES)}")
+        if self.minutes is not None and not self.minutes > 0:
+            raise ConfigError(f"--minutes {self.minutes}: expected a positive number of minutes per run")
+        if self.seeds is not None and self.seeds < 1:
+            raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
+        unknown = sorted(set(self.only or ()) - set(EXPERIMENT_NAMES))
+        if unknown:
+            raise ConfigError(
+                f"--only {','.join(unknown)}: unknown experiment(s); "
+                f"expected some of {', '.join(EXPERIMENT_NAMES)}"
+            )
+        for name in ("data_dir", "glue_dir"):
+            path = getattr(self, name)
+            if path and not os.path.isdir(path):
+                raise MissingDataError(f"--{name.replace('_', '-')} {path}: no such folder")
+        if self.glue_dir:
+            from ...glue.data import spec
+
+            for task in self.glue_tasks:
+                spec(task)
+
+
+def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
+    """Returns what every run of one output folder must share (checked on a rerun)."""
+    return {"scale": cfg.scale, "budget": budget, "tune": cfg.tune}
+
+
+def check_settings(out: str, current: dict[str, Any]) -> None:
+    """Stores the folder's settings on first use; raises ConfigError when a rerun differs."""
+    path = os.path.join(out, "reproduce.json")
+    if os.path.isfile(path):
+        stored = load_json(path)
+        if stored != current:
+            raise ConfigError(
+                f"{path}: this folder was made with {stored}, not {current}; rerun with the same --scale and "
+                "--minutes, or use a new --out"
+            )
+    else:
+        atomic_write_json(path, current)
+
+
+def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
+    """Runs (or resumes) the selected experiments into ``cfg.out`` and writes the report; returns
+    {"report": report.md path, "sections": [...]}, or {"commands": script} for a GPU scale without GPUs."""
+    import torch
+
+    from ..stages import shared_tokenizer
+    from . import commands, report, sections
+
+    cfg.validate()
+    scale = SCALES[cfg.scale]
+    budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
+    os.makedirs(cfg.out, exist_ok=True)
+    check_settings(cfg.out, settings(cfg, budget))
+    start = time.time()
+    only = set(cfg.only) if cfg.only else None
+    ctx = Context(
+        out=cfg.out,
+        scale=scale,
+        budget=budget,
+        seeds=cfg.seeds or scale.seeds,
+        tokenizer="",
+        data_dir=cfg.data_dir,
+        glue_dir=cfg.glue_dir,
+        glue_tasks=cfg.glue_tasks,
+        device=cfg.device,
+        progress=cfg.progress,
+    )
+    if scale.threads:
+        torch.set_num_threads(scale.threads)
+    if scale.needs_gpu and not torch.cuda.is_available():
+        script = commands.write_commands(ctx, only)
+        log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
+        return {"commands": script}
+    ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size)
+    if cfg.tune:
+        from .tuning import run_tune
+
+        ctx.tune_files = run_tune(ctx)
+    log(
+        f"output folder {os.path.abspath(cfg.out)}; scale {scale.name}; {ctx.budget_text()}; "
+        f"{ctx.seeds} seed(s)"
+    )
+    done: list[dict[str, Any]] = []
+    for exp in EXPERIMENTS:  # the report is rewritten after every section, so a long run shows progress
+        done.append(sections.section(ctx, exp, only))
+        pending = [sections.stub(e, sections.PENDING) for e in EXPERIMENTS[len(done) :]]
+        path = report.write(cfg.out, _header(cfg, ctx, start), done + pending)
+    log(f"report: {path}")
+    return {"report": path, "sections": done}
+
+
+def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:
+    from ... import __version__
+    from ...base.artifacts import git_hash
+
+    return {
+        "version": __version__,
+        "git": git_hash(),
+        "command": cfg.command,
+        "scale": ctx.scale.name,
+        "seeds": ctx.seeds,
+        "budget": ctx.budget_text(),
+        "lr": lr_text(ctx),
+        "hardware": hardware_key(hardware()),
+        "wall_min": (time.time() - start) / 60,
+        # a shared machine slows every run; time budgets then buy fewer steps (see each run's steps)
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+
+
+def lr_text(ctx: Context) -> str:
+    """Returns where the runs' learning rates came from, in words."""
+    from .plan import RUNS
+    from .runner import preset_name, train_config
+
+    if not ctx.tune_files:
+        return f"{ctx.scale.lr:g} for every run (untuned; --tune tunes each architecture first)"
+    lrs = {preset_name(ctx, k): train_config(ctx, k, 1).lr for k in RUNS}
+    return "tuned per preset by nfeval tune: " + ", ".join(f"{p} {lr:g}" for p, lr in lrs.items())
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = ReproduceConfig()
+    add_run_folder(p, d.out)
+    p.add_argument(
+        "--scale",
+        default=d.scale,
+        choices=PUBLIC_SCALES + ("smoke",),
+        metavar="{tiny,small,125M}",
+        help="tiny: ≤ 45 min on a 2-core CPU; small: a few hours; 125M: GPUs (writes the torchrun "
+        "commands when none is present)",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        help="a time budget per run in minutes, the paper's equal-time protocol (default: the scale's "
+        "step budget; see plan.py on time budgets under a changing machine load)",
+    )
+    p.add_argument("--seeds", type=int, help="seeds per training run (default: the scale's); mean ± std")
+    p.add_argument("--only", help=f"comma-separated experiments to run: {','.join(EXPERIMENT_NAMES)}")
+    add_zeroshot_data_dir(p)
+    p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables Table 3")
+    p.add_argument(
+        "--glue-tasks", default=",".join(d.glue_tasks), help="comma-separated GLUE tasks (default rte)"
+    )
+    p.add_argument(
+        "--tune",
+        action="store_true",
+        help="first tune each architecture's LR with nfeval tune (the scale's grid and short budget; "
+        "tiny: about 10 more minutes), so Figure 2 compares tuned baselines as the paper does",
+    )
+    add_device(p, default=d.device)
+    add_no_progress(p)
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return tuple(t.strip() for t in text.split(",") if t.strip()) if text else None
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = ReproduceConfig(
+        out=args.out,
+        scale=args.scale,
+        minutes=args.minutes,
+        seeds=args.seeds,
+        only=_names(args.only),
+        data_dir=args.data_dir,
+        glue_dir=args.glue_dir,
+        glue_tasks=_names(args.glue_tasks) or ("rte",),
+        tune=args.tune,
+        device=args.device,
+        progress=not args.no_progress,
+        command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    )
+    result = run_reproduce(cfg)
+    print(result.get("report") or result["commands"])
+    return 0

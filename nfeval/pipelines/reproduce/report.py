@@ -1,0 +1,90 @@
+"""``report.md`` and ``report.json`` of ``nfeval reproduce``: one section per experiment, in the paper's
+order, each with the paper's finding, the measured numbers, seeds, budget, hardware and verdicts."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
+from . import verdict
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def markdown_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
+    """Returns a GitHub markdown table."""
+    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+
+
+def summary_rows(sections: list[dict[str, Any]]) -> list[list[str]]:
+    """Returns one row per claim: experiment, claim, verdict, why."""
+    rows = []
+    for s in sections:
+        if not s.get("claims"):
+            rows.append([s["title"].split(":")[0], "–", s["status"], ""])
+        for c in s.get("claims", []):
+            rows.append([s["title"].split(":")[0], c["claim"], f"**{c['verdict']}**", c["why"]])
+    return rows
+
+
+def render_section(s: dict[str, Any]) -> list[str]:
+    """Returns the markdown lines of one section."""
+    lines = [f"## {s['title']}", "", f"**Paper** ({s['reference']}): {s['finding']}", ""]
+    if s["status"] != "done":
+        return lines + [f"**Status:** {s['status']}.", ""] + [f"- {n}" for n in s.get("notes", [])] + [""]
+    lines += [
+        f"Seeds: {', '.join(map(str, s['seed_values']))} · budget: {s['budget']} · hardware: {s['hardware']}",
+        "",
+    ]
+    for table in s["tables"]:
+        lines += [f"*{table['title']}*", "", *markdown_table(table["columns"], table["rows"]), ""]
+    if s["claims"]:
+        lines += ["**Measured vs paper:**", ""]
+        for c in s["claims"]:
+            lines.append(f"- {c['claim']}: {c['measured']} → **{c['verdict']}** ({c['why']}, n={c['n']})")
+        lines.append("")
+    lines += [f"![{os.path.basename(f)}]({f})" for f in s["figures"]]
+    lines += [""] if s["figures"] else []
+    lines += [f"- {n}" for n in s.get("notes", [])]
+    return lines + [""]
+
+
+def render(report: dict[str, Any]) -> str:
+    """Returns report.md's text."""
+    h = report["header"]
+    lines = [
+        "# NormFormer paper, reproduced at small scale (`nfeval reproduce`)",
+        "",
+        f"Command: `{h['command']}`  ",
+        f"Scale: {h['scale']} · seeds: {h['seeds']} · budget: {h['budget']} · hardware: {h['hardware']}  ",
+        f"Learning rate: {h['lr']}  ",
+        f"Wall-clock of this invocation: {h['wall_min']:.1f} min · 1-min load average at the last "
+        f"update: {h['load_average']} on {os.cpu_count()} cores · "
+        f"nfeval {h['version']} ({h['git'] or 'no git'})",
+        "",
+        f"**Decision rule.** {verdict.RULE}. Small models trained for minutes are not 125M models trained "
+        "for days: an 'inconclusive' or 'disagrees' here is a statement about this scale only.",
+        "",
+        "## Summary",
+        "",
+        *markdown_table(["experiment", "claim", "verdict", "why"], summary_rows(report["sections"])),
+        "",
+    ]
+    for note in h.get("notes", []):
+        lines += [f"> {note}", ""]
+    for s in report["sections"]:
+        lines += render_section(s)
+    return "\n".join(lines)
+
+
+def write(out: str, header: dict[str, Any], sections: list[dict[str, Any]]) -> str:
+    """Writes ``out/report.json`` and ``out/report.md`` atomically; returns the markdown path."""
+    report = {"nfeval": {"provenance": provenance()}, "header": header, "sections": sections}
+    atomic_write_json(os.path.join(out, "report.json"), report)
+    path = os.path.join(out, "report.md")
+    atomic_write_text(path, render(report) + "\n")
+    return path

@@ -1,0 +1,130 @@
+"""Training the runs of ``nfeval reproduce``, resumably.
+
+Each run lives in ``<out>/runs/<key>/seed<k>/`` (an ``nfeval train`` run dir) and is finished when
+``<out>/runs/<key>/seed<k>.json`` exists: that record is written last, after training returned or
+diverged, so a rerun skips the run without calling ``train`` and a killed one is resumed by
+``train(..., resume=True)`` from its newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...base.artifacts import atomic_write_json
+from ...engine.config import load_json
+from ...engine.train import TrainConfig, TrainingDiverged, train
+from .plan import RUNS, Scale
+
+
+def log(message: str) -> None:
+    print(f"[reproduce {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+@dataclass
+class Context:
+    """Everything the experiments share: where, how big, how long, which data."""
+
+    out: str
+    scale: Scale
+    budget: dict[str, float]
+    seeds: int
+    tokenizer: str
+    data_dir: str | None = None
+    glue_dir: str | None = None
+    glue_tasks: tuple[str, ...] = ("rte",)
+    device: str = "auto"
+    progress: bool = True
+    tune_files: dict[str, str] = field(default_factory=dict)  # objective -> tune.json of `nfeval tune`
+
+    @property
+    def seed_values(self) -> list[int]:
+        return list(range(1, self.seeds + 1))
+
+    def budget_text(self) -> str:
+        """Returns the per-run budget in words, e.g. "60 s of training per run"."""
+        words = {"max_seconds": "s of training", "max_steps": "steps", "max_tokens": "tokens"}
+        parts = [f"{v:g} {words.get(k, k)}" for k, v in self.budget.items()]
+        return " and ".join(parts) + " per run"
+
+
+def preset_name(ctx: Context, key: str) -> str:
+    return f"{RUNS[key].arch}-{ctx.scale.size}"
+
+
+# the Scale fields a run's TrainConfig takes as they are
+SCALE_TRAIN_FIELDS = ("batch_size", "seq_len", "grad_accum", "lr", "log_interval", "eval_interval")
+SCALE_TRAIN_FIELDS += ("eval_samples", "ckpt_interval", "calibration_steps", "dtype")
+
+
+def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
+    """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides, and
+    the preset's tuned LR when ``ctx`` has a tune.json for the objective."""
+    spec, s = RUNS[key], ctx.scale
+    preset = preset_name(ctx, key)
+    cfg = TrainConfig(
+        preset=preset,
+        model={**s.model, **spec.model},
+        objective=spec.objective,
+        tokenizer=ctx.tokenizer,
+        **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},
+        warmup=s.warmup if spec.warmup is None else spec.warmup,
+        device=ctx.device,
+        seed=seed,
+        progress=ctx.progress,
+        **ctx.budget,
+    )
+    if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
+        from ...tune.results import with_tuned_lr
+
+        cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
+    return cfg
+
+
+def table_section(
+    title: str, columns: list[str], rows: list, claims: list, figures: list, notes: list, data: dict
+) -> dict[str, Any]:
+    """Returns the parts of a report section with one table: tables, claims, figures, notes, data."""
+    table = {"title": title, "columns": columns, "rows": rows}
+    return {"tables": [table], "claims": claims, "figures": figures, "notes": notes, "data": data}
+
+
+def run_dir(ctx: Context, key: str, seed: int) -> str:
+    return os.path.join(ctx.out, "runs", key, f"seed{seed}")
+
+
+def diverged_step(error: TrainingDiverged) -> int | None:
+    """Returns the last step of the logging interval in which training diverged, from the error."""
+    step = getattr(error, "step", None)
+    if step is not None:
+        return int(step)
+    match = re.search(r"within steps (\d+)-(\d+)", str(error))
+    return int(match.group(2)) if match else None
+
+
+def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
+    """Trains run ``key`` at ``seed`` unless its record exists; returns the record
+    {key, seed, dir, status: finished|diverged, diverged_at, val_ppl, steps, lr, warmup}."""
+    directory = run_dir(ctx, key, seed)
+    marker = directory + ".json"
+    if os.path.isfile(marker):
+        return load_json(marker)
+    cfg = train_config(ctx, key, seed)
+    log(f"training {key} seed {seed} ({cfg.preset}, {RUNS[key].objective}) → {directory}")
+    record: dict[str, Any] = {"key": key, "seed": seed, "dir": directory, "lr": cfg.lr, "warmup": cfg.warmup}
+    try:
+        summary = train(cfg, directory, resume=True)
+        record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
+    except TrainingDiverged as e:
+        log(f"{key} seed {seed} diverged: {e}")
+        record.update(status="diverged", diverged_at=diverged_step(e), val_ppl=None, message=str(e))
+    atomic_write_json(marker, record)
+    return record
+
+
+def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """Returns {key: [record per seed]} after training whatever is not finished yet."""
+    return {key: [ensure_run(ctx, key, seed) for seed in ctx.seed_values] for key in keys}

@@ -1,0 +1,99 @@
+"""One report section per experiment: run (or load) it, and stamp it with the paper's finding, seeds,
+budget and hardware. A section is finished when ``<out>/experiments/<name>/section.json`` exists (written
+last); a finished section made with other seeds is recomputed, reusing every finished run."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...base.artifacts import atomic_write_json, hardware, hardware_key
+from ...engine.config import load_json
+from . import analysis_experiment, eval_experiments, training_experiments
+from .plan import Experiment
+from .runner import Context, ensure_runs, log
+
+
+def measure(ctx: Context, exp: Experiment) -> dict[str, Any]:
+    """Trains what ``exp`` needs, then measures it; returns the section parts (tables, claims, ...)."""
+    records = ensure_runs(ctx, exp.runs)
+    if exp.name == "fig2-clm":
+        return training_experiments.equal_compute(ctx, exp.name, *exp.runs, paper_fraction=0.60)
+    if exp.name == "fig2-mlm":
+        parts = training_experiments.equal_compute(ctx, exp.name, *exp.runs, paper_fraction=0.57)
+        table3 = eval_experiments.glue(ctx, exp.runs)
+        for field in ("tables", "claims", "figures", "notes"):
+            parts[field] = parts.get(field, []) + table3.get(field, [])
+        parts["data"]["glue"] = table3.get("data", {}).get("glue")
+        return parts
+    if exp.name == "table2":
+        return eval_experiments.zeroshot(ctx, exp.runs)
+    if exp.name == "table4":
+        return training_experiments.ablations(ctx, exp.name, records)
+    if exp.name == "xiong":
+        return training_experiments.warmup(ctx, records)
+    if exp.name == "fig3-5":
+        return analysis_experiment.figures_3_to_5(ctx, exp.runs)
+    raise ValueError(f"unknown experiment {exp.name!r}")
+
+
+def section_path(ctx: Context, name: str) -> str:
+    return os.path.join(ctx.out, "experiments", name, "section.json")
+
+
+def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
+    """Returns the finished section of ``exp``, computing it unless an up-to-date one is stored."""
+    path = section_path(ctx, exp.name)
+    if os.path.isfile(path):
+        stored = load_json(path)
+        if stored.get("seeds") == ctx.seeds and stored["status"] == "done":  # else: retry (a newer build)
+            return stored
+    log(f"experiment {exp.name}: {exp.title}")
+    parts = measure(ctx, exp)
+    section = {
+        "name": exp.name,
+        "title": exp.title,
+        "reference": exp.reference,
+        "finding": exp.finding,
+        "status": parts.pop("status", "done"),
+        "seeds": ctx.seeds,
+        "seed_values": ctx.seed_values,
+        "budget": ctx.budget_text(),
+        "scale": ctx.scale.name,
+        "hardware": hardware_key(hardware()),
+        "runs": list(exp.runs),
+        "tables": parts.get("tables", []),
+        "claims": parts.get("claims", []),
+        "figures": [os.path.relpath(f, ctx.out) for f in parts.get("figures", [])],
+        "notes": parts.get("notes", []),
+    }
+    atomic_write_json(os.path.join(ctx.out, "experiments", exp.name, "data.json"), parts.get("data", {}))
+    atomic_write_json(path, section)
+    return section
+
+
+LEFT_OUT = "not run (left out by --only)"
+PENDING = "pending (the invocation writing this report has not reached it yet)"
+
+
+def stub(exp: Experiment, status: str) -> dict[str, Any]:
+    """Returns a section without results, saying why (``status``)."""
+    return {
+        "name": exp.name,
+        "title": exp.title,
+        "reference": exp.reference,
+        "finding": exp.finding,
+        "status": status,
+        "claims": [],
+        "tables": [],
+        "figures": [],
+        "notes": [],
+    }
+
+
+def section(ctx: Context, exp: Experiment, only: set[str] | None) -> dict[str, Any]:
+    """Returns the section of ``exp``: run when selected by ``only`` (None: all), else as stored."""
+    if only is None or exp.name in only:
+        return run_section(ctx, exp)
+    path = section_path(ctx, exp.name)
+    return load_json(path) if os.path.isfile(path) else stub(exp, LEFT_OUT)

@@ -1,0 +1,230 @@
+"""The experiments that read training curves: Figure 2 (CLM and MLM at equal compute), Table 4
+(ablations) and Xiong et al. 2020 (warm-up). Each returns the parts of its report section: tables,
+claims with their verdicts, figures, notes; ``nfeval.reproduce.sections`` adds the rest."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from ...base.artifacts import atomic_write_json, atomic_write_text
+from ...base.plots import plot_bars, plot_curves
+from ...report.compare import compare
+from ...report.compare_table import format_comparison
+from . import verdict
+from .plan import ABLATIONS, RUNS
+from .runner import Context, log, table_section
+
+AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
+
+
+def _log_ratio(a: float | None, b: float | None) -> float:
+    """Returns log(a / b). A diverged run's PPL is inf (worse than any finite one); the result is nan
+    (no evidence either way) when a value is missing (None) or both runs diverged."""
+    if a is None or b is None or (math.isinf(a) and math.isinf(b)):
+        return math.nan
+    if math.isinf(a) or math.isinf(b):
+        return math.inf if math.isinf(a) else -math.inf
+    return math.log(a / b)
+
+
+def final_ppl(records: list[dict[str, Any]]) -> list[float]:
+    """Returns each seed's final validation PPL, inf for a diverged run."""
+    return [r["val_ppl"] if r["status"] == "finished" else math.inf for r in records]
+
+
+def _finite(diffs: list[float]) -> list[float]:
+    return [d for d in diffs if not math.isnan(d)]  # nan: both sides diverged, no evidence either way
+
+
+def compare_seed(ctx: Context, name: str, keys: tuple[str, ...], seed: int) -> dict[str, Any] | None:
+    """Runs ``nfeval compare`` on the runs ``keys`` (first = baseline) of one seed and stores its JSON
+    and text under ``<out>/experiments/<name>/``; returns the comparison, or None if it cannot be made
+    (a run diverged before its first validation)."""
+    from .runner import run_dir
+
+    dirs = [run_dir(ctx, k, seed) for k in keys]
+    try:
+        result = compare(dirs, names=[RUNS[k].label for k in keys])
+    except (ValueError, FileNotFoundError) as e:
+        log(f"{name}: no comparison for seed {seed}: {e}")
+        return None
+    folder = os.path.join(ctx.out, "experiments", name)
+    atomic_write_json(os.path.join(folder, f"compare_seed{seed}.json"), result)
+    atomic_write_text(os.path.join(folder, f"compare_seed{seed}.txt"), format_comparison(result) + "\n")
+    return result
+
+
+def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction: float) -> dict[str, Any]:
+    """Figure 2: the candidate vs the baseline at equal compute, per seed; returns the section parts."""
+    comparisons = {s: compare_seed(ctx, name, (base, cand), s) for s in ctx.seed_values}
+    rows, per_axis = [], {axis: {"diffs": [], "fractions": []} for axis in AXIS_WORDS}
+    for seed, c in comparisons.items():
+        if c is None:
+            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 6)
+            continue
+        b, n = c["runs"]
+        for axis, acc in per_axis.items():
+            acc["diffs"].append(_log_ratio(b["at_equal"][axis]["val_ppl"], n["at_equal"][axis]["val_ppl"]))
+            acc["fractions"].append(n["to_target"]["fraction"][axis] if n["to_target"]["reached"] else None)
+        rows.append(
+            [
+                str(seed),
+                _ppl(b["best_val_ppl"]),
+                *(_ppl(n["at_equal"][axis]["val_ppl"]) for axis in AXIS_WORDS),
+            ]
+            + [_fraction(n, "wall_s"), _fraction(n, "flops"), f"{n['steps']} vs {b['steps']}"]
+            + ["–" if n["step_time_overhead"] is None else f"{n['step_time_overhead']:+.1%}"]
+        )
+    columns = [
+        "seed",
+        f"{RUNS[base].label} best PPL",
+        f"{RUNS[cand].label} PPL @ equal time",
+        f"{RUNS[cand].label} PPL @ equal FLOPs",
+        "compute fraction (time)",
+        "compute fraction (FLOPs)",
+        "steps (cand vs base)",
+        "step-time overhead",
+    ]
+    claims = []
+    for axis, acc in per_axis.items():
+        fractions = [f if f is not None else math.inf for f in acc["fractions"]]
+        claims.append(
+            {
+                "claim": f"{RUNS[cand].label} has lower validation PPL than {RUNS[base].label} at "
+                f"{AXIS_WORDS[axis]} (it reaches the baseline's best PPL with < 100% of the compute; "
+                f"paper {paper_fraction:.0%})",
+                "measured": f"compute fraction to the baseline's best PPL "
+                f"{verdict.fmt_mean_std(fractions, 3, 'not reached')}; log-PPL gain "
+                f"{verdict.fmt_mean_std(acc['diffs'], 4, 'out of range')}",
+                **verdict.decide(_finite(acc["diffs"])),
+            }
+        )
+    figures = []
+    first = comparisons.get(ctx.seed_values[0])
+    if first is not None:
+        figures.append(plot_curves(first, os.path.join(ctx.out, f"{name}_curves.png")))
+    return {
+        "tables": [{"title": "per seed", "columns": columns, "rows": rows}],
+        "claims": claims,
+        "figures": figures,
+        "data": {"comparisons": comparisons},
+    }
+
+
+def _ppl(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def _fraction(row: dict[str, Any], axis: str) -> str:
+    target = row["to_target"]
+    if not target["reached"]:
+        return "not reached"
+    return ("≤" if target["bound"] == "at_most" else "") + f"{target['fraction'][axis]:.3f}"
+
+
+def ablations(ctx: Context, name: str, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Table 4: final validation PPL of each variant (same per-run budget), against NormFormer per seed."""
+    keys = tuple(records)
+    ppl = {k: final_ppl(records[k]) for k in keys}
+    full = keys[0]
+    diffs = {k: [_log_ratio(a, b) for a, b in zip(ppl[k], ppl[full])] for k in keys}
+    rows = [
+        [
+            RUNS[k].label,
+            verdict.fmt_mean_std(ppl[k], 2, "diverged"),
+            "" if k == full else verdict.fmt_mean_std(diffs[k], 4, "no evidence"),
+        ]
+        for k in keys
+    ]
+    claims = [
+        {
+            "claim": f"{RUNS[k].label} has higher PPL than NormFormer",
+            "measured": f"PPL {verdict.fmt_mean_std(ppl[k], 2, 'diverged')} vs "
+            f"{verdict.fmt_mean_std(ppl[full], 2, 'diverged')}",
+            **verdict.decide(_finite(diffs[k])),
+        }
+        for k in (*ABLATIONS, "clm-prenorm")
+        if k in keys
+    ]
+    means = {k: verdict.mean_std(diffs[k])[0] for k in ABLATIONS}
+    ranked = sorted(ABLATIONS, key=lambda k: -math.inf if means[k] is None else means[k], reverse=True)
+    runner_up = next(k for k in ranked if k != "clm-no-headscale")
+    vs_runner_up = [_log_ratio(a, b) for a, b in zip(ppl["clm-no-headscale"], ppl[runner_up])]
+    claims.append(
+        {
+            "claim": "removing HeadScale hurts most (vs the next most harmful removal, "
+            f"{RUNS[runner_up].label})",
+            "measured": f"largest mean log-PPL increase: {RUNS[ranked[0]].label}; − HeadScale vs "
+            f"{RUNS[runner_up].label}: {verdict.fmt_mean_std(vs_runner_up, 4, 'no evidence')}",
+            **verdict.decide(_finite(vs_runner_up)),
+        }
+    )
+    figures = [
+        plot_bars(
+            [RUNS[k].label for k in keys],
+            [("final val PPL", [verdict.mean_std(ppl[k])[0] for k in keys])],
+            os.path.join(ctx.out, f"{name}_ppl.png"),
+            "Table 4: ablations",
+            "validation PPL",
+        )
+    ]
+    columns = ["variant", "final val PPL", "log-PPL change vs NormFormer"]
+    notes = [
+        "Every variant trains under the same per-run budget; the PPL is each run's final validation PPL.",
+        "+ ResScale is listed for reference; the paper's ablation claim concerns the removals.",
+    ]
+    return table_section("variants", columns, rows, claims, figures, notes, {"records": records})
+
+
+def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Xiong et al. 2020: final PPL of Post-LN and Pre-LN with and without warm-up; divergences."""
+
+    def outcome(r: dict[str, Any]) -> str:
+        if r["status"] == "diverged":
+            return f"diverged at step {r['diverged_at']}"
+        return f"{r['val_ppl']:.2f}"
+
+    rows = [
+        [RUNS[k].label, f"{records[k][0]['warmup']:g}", *(outcome(r) for r in records[k])] for k in records
+    ]
+    columns = ["run", "warm-up", *(f"final PPL, seed {s}" for s in ctx.seed_values)]
+    ppl = {k: final_ppl(rs) for k, rs in records.items()}
+    post_diffs = [_log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-postnorm"])]
+    pre_vs_post = [
+        _log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-prenorm-no-warmup"])
+    ]
+    diverged = {k: sum(r["status"] == "diverged" for r in rs) for k, rs in records.items()}
+    claims = [
+        {
+            "claim": "Post-LN without warm-up ends worse than with it (or diverges)",
+            "measured": f"PPL {verdict.fmt_mean_std(ppl['clm-postnorm-no-warmup'], 2, 'diverged')} without "
+            "vs "
+            f"{verdict.fmt_mean_std(ppl['clm-postnorm'], 2, 'diverged')} with warm-up",
+            **verdict.decide(_finite(post_diffs)),
+        },
+        {
+            "claim": "without warm-up Pre-LN ends better than Post-LN",
+            "measured": f"PPL {verdict.fmt_mean_std(ppl['clm-prenorm-no-warmup'], 2, 'diverged')} (Pre-LN, "
+            f"{diverged['clm-prenorm-no-warmup']} of {ctx.seeds} diverged) vs "
+            f"{verdict.fmt_mean_std(ppl['clm-postnorm-no-warmup'], 2, 'diverged')} (Post-LN, "
+            f"{diverged['clm-postnorm-no-warmup']} of {ctx.seeds} diverged)",
+            **verdict.decide(_finite(pre_vs_post)),
+        },
+    ]
+    means = [verdict.mean_std(ppl[k])[0] for k in records]
+    figures = [
+        plot_bars(
+            [RUNS[k].label for k in records],
+            [("final val PPL (diverged: no bar)", means)],
+            os.path.join(ctx.out, "xiong_ppl.png"),
+            "Post-LN / Pre-LN with and without warm-up",
+            "validation PPL",
+        )
+    ]
+    notes = [
+        f"warm-up with: {ctx.scale.warmup:g} (a fraction of the run if < 1, else steps); without: 0, "
+        "so the first update already uses the peak learning rate."
+    ]
+    return table_section("final PPL", columns, rows, claims, figures, notes, {"records": records})

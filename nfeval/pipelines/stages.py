@@ -1,0 +1,61 @@
+"""Stages shared by the composite commands (``nfeval demo``, ``nfeval reproduce``): the tokenizer every
+run of one output folder shares, and the zero-shot data folder (corpus cloze task + the user's tasks).
+
+Both are resumable: a second call with the same folder returns what the first one wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ..base.artifacts import atomic_write_text
+
+CLOZE_CHOICES = 4
+
+
+def shared_tokenizer(out: str, vocab_size: int) -> str:
+    """Trains (once) a BPE of ``vocab_size`` on the embedded default corpus into ``out/tokenizer.json``;
+    returns that path."""
+    from ..engine.builtin_corpus import default_corpus
+    from ..engine.data import get_tokenizer
+
+    path = os.path.join(out, "tokenizer.json")
+    if not os.path.isfile(path):
+        tok = get_tokenizer(None, default_corpus(), vocab_size)
+        atomic_write_text(path, tok.to_str(pretty=True))
+    return path
+
+
+def zeroshot_data(
+    out: str, data_dir: str | None, cloze_items: int, seed: int, log: Callable[[str], None]
+) -> tuple[str, list[str]]:
+    """Builds ``out/zeroshot_data``: the corpus cloze task's documents (from the default corpus's
+    validation split) plus links to the task folders found under ``data_dir``.
+
+    Returns (data dir, tasks to score), the corpus cloze task first.
+    """
+    from ..engine.builtin_corpus import default_corpus
+    from ..zeroshot.cloze import build_docs, write_jsonl
+
+    folder = os.path.join(out, "zeroshot_data")
+    cloze = os.path.join(folder, "corpus_cloze", "validation.jsonl")
+    if not os.path.isfile(cloze):
+        docs = build_docs(default_corpus().valid, n_items=cloze_items, n_choices=CLOZE_CHOICES, seed=seed)
+        write_jsonl(docs, cloze)
+    tasks = ["corpus_cloze"]
+    if not data_dir:
+        log("zero-shot: no --data-dir; the five public tasks are skipped (only the corpus cloze task runs)")
+        return folder, tasks
+    from ..tasks import DEFAULT_TASKS
+
+    for task in DEFAULT_TASKS:
+        name = "storycloze" if task.startswith("storycloze") else task
+        src, dst = os.path.join(os.path.abspath(data_dir), name), os.path.join(folder, name)
+        if os.path.isdir(src):
+            if not os.path.lexists(dst):
+                os.symlink(src, dst)
+            tasks.append(task)
+        else:
+            log(f"zero-shot: no {name}/ under {data_dir}; {task} skipped")
+    return folder, tasks

@@ -1,0 +1,1 @@
+"""Pretraining learning-rate sweeps: the sweep and its results."""

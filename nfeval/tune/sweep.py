@@ -1,0 +1,380 @@
+"""``nfeval tune``: pretraining learning-rate sweeps per architecture, so baselines are well tuned.
+
+The paper compares NormFormer against Pre-LN baselines whose learning rates were tuned per architecture
+and size; a comparison at whatever LR one typed can be won by a badly tuned baseline. ``nfeval tune
+--preset A --preset B --lrs 1e-3,3e-3,... --budget steps=2000 --out DIR`` trains every (preset, lr,
+seed) point for the same short budget on the same data, with ``nfeval train``'s data, batch and
+optimiser flags (the same for every point), and writes
+
+    DIR/points/<preset>/lr=<lr>/seed=<s>/   a run dir of nfeval train (+ train.log, and point.json last)
+    DIR/tune.json                           provenance, grid, budget, per-point results, best LR per
+                                            preset (nfeval.tune_results), stability, missing points
+    DIR/tune.png                            final validation PPL vs LR, one line per preset
+
+``nfeval train --lr-from DIR/tune.json`` then trains at the tuned LR of its preset and records where
+the LR came from. Cost: presets × LRs × seeds runs of the budget (run ``--jobs N`` at a time).
+
+Resume. A point is finished when its ``point.json`` (written last, holding the point's config as
+its key) exists; a rerun skips finished points, resumes a killed one from its newest checkpoint
+(``--ckpt-interval``) and refuses a point folder written under a different config. A diverged point
+is a finished result (marked, never best). ``--report-only`` writes tune.json from the finished points
+and lists the missing ones.
+
+Parallel points (``--jobs N``): N spawned processes, each with its own GPU when there are several
+(``cuda:i`` round-robin) and ``cores / N`` torch threads. The first unfinished point runs alone so the
+tokenizer and token caches are built once. A ``seconds`` budget is calibrated per point: step counts
+then vary with machine load (tune.json records each point's steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import contextlib
+import dataclasses
+import importlib
+import math
+import multiprocessing as mp
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..base.artifacts import atomic_write_json, provenance
+from ..base.errors import ConfigError, DataError, MissingDataError
+from ..base.progress import progress_bar
+from ..engine.config import load_json
+from ..engine.train import TrainConfig, TrainingDiverged, train
+from ..engine.train_config import config_from_args
+from . import results as tune_results
+
+POINT = "point.json"
+LOG = "train.log"
+# Fields that do not change a point's result: left out of the key a finished point is checked against.
+NOT_IN_KEY = ("device", "progress", "log_interval", "ckpt_interval", "lr_from")
+
+
+def parse_budget(spec: str) -> tuple[str, float]:
+    """Returns (TrainConfig budget field, value) for ``steps=N``, ``tokens=N``, ``flops=X``, ``seconds=X``."""
+    unit, sep, value = spec.partition("=")
+    field = tune_results.BUDGET_FIELDS.get(unit.strip())
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not sep or field is None or not number > 0 or not math.isfinite(number):
+        raise ConfigError(
+            f"--budget {spec!r}: expected UNIT=N with UNIT in {list(tune_results.BUDGET_FIELDS)} and N > 0, "
+            "e.g. steps=2000"
+        )
+    return field, int(number) if field in ("max_steps", "max_tokens") else number
+
+
+def point_dir(out_dir: str, preset: str, lr: float, seed: int) -> str:
+    """Returns the run dir of one point."""
+    return os.path.join(out_dir, "points", preset, f"lr={tune_results.lr_key(lr)}", f"seed={seed}")
+
+
+def point_config(
+    base: TrainConfig, preset: str, lr: float, seed: int, budget: tuple[str, float]
+) -> TrainConfig:
+    """Returns ``base`` with the point's preset, lr and seed and the tune's budget as its only budget."""
+    budgets = dict.fromkeys(tune_results.BUDGET_FIELDS.values()) | {budget[0]: budget[1]}
+    return dataclasses.replace(base, preset=preset, lr=lr, seed=seed, progress=False, lr_from=None, **budgets)
+
+
+def point_key(cfg: TrainConfig) -> dict[str, Any]:
+    """Returns the fields of a point's config that decide its result."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_IN_KEY}
+
+
+def _check_key(path: str, stored: dict[str, Any], key: dict[str, Any]) -> None:
+    diff = sorted(k for k in set(stored) | set(key) if k not in NOT_IN_KEY and stored.get(k) != key.get(k))
+    if diff:
+        raise ConfigError(
+            f"{path}: this point was trained with different {', '.join(diff)} than now; use another --out, "
+            "or delete the point's folder to recompute it"
+        )
+
+
+def finished_point(directory: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    """Returns a finished point's result (its point.json) or None; a point folder written for another
+    config is a ConfigError (finished or killed), never a silent mix."""
+    marker = os.path.join(directory, POINT)
+    if os.path.isfile(marker):
+        result = load_json(marker, hint="delete the point's folder to recompute it")
+        _check_key(marker, result.get("key") or {}, key)
+        return result
+    saved = os.path.join(directory, "config.json")  # a killed point: train's own record of its config
+    if os.path.isfile(saved):
+        _check_key(saved, ((load_json(saved).get("train") or {}).get("config")) or {}, key)
+    return None
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(devices, threads: int) -> None:
+    _WORKER["device"] = devices.get()
+    torch.set_num_threads(threads)
+
+
+def run_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
+    """Trains one point into ``directory`` (resuming a killed one), writes ``point.json`` last; returns it.
+
+    train()'s log lines go to ``directory/train.log``. A TrainingDiverged or a non-finite final
+    validation loss makes the point ``diverged``, itself a finished result.
+    """
+    if "device" in _WORKER:
+        cfg = dataclasses.replace(cfg, device=_WORKER["device"])
+    os.makedirs(directory, exist_ok=True)
+    summary, message = {}, None
+    with open(os.path.join(directory, LOG), "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+        try:
+            summary = train(cfg, directory, resume=True)
+        except TrainingDiverged as e:
+            message = str(e)
+    val_loss = summary.get("val_loss")
+    finite = val_loss is not None and math.isfinite(val_loss)
+    saved = os.path.join(directory, "config.json")
+    meta = load_json(saved) if os.path.isfile(saved) else {}
+    result = {
+        "preset": cfg.preset,
+        "lr": cfg.lr,
+        "seed": cfg.seed,
+        "status": tune_results.OK if finite else tune_results.DIVERGED,
+        "message": message or (None if finite else f"non-finite final validation loss {val_loss}"),
+        "val_loss": val_loss if finite else None,
+        "val_ppl": summary.get("val_ppl") if finite else None,
+        **{k: summary.get(k) for k in ("step", "tokens", "flops", "wall_s")},
+        "run_dir": directory,
+        "data_fingerprint": (meta.get("provenance") or {}).get("data_fingerprint"),
+        "key": point_key(cfg),
+        "provenance": provenance(seed=cfg.seed),
+    }
+    atomic_write_json(os.path.join(directory, POINT), result)
+    return result
+
+
+def _job_devices(device: str, jobs: int) -> list[str]:
+    n = torch.cuda.device_count() if device in ("auto", "cuda") else 0
+    return [f"cuda:{i % n}" for i in range(jobs)] if n else [device] * jobs
+
+
+def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, progress: bool) -> list[dict]:
+    """Runs the unfinished points, ``jobs`` at a time; returns their results in completion order."""
+    bar = progress_bar(total=len(todo), enabled=progress and bool(todo), desc="tune", unit="point")
+    results = []
+
+    def done(result: dict) -> None:
+        results.append(result)
+        ppl = result["status"] if result["val_ppl"] is None else f"val ppl {result['val_ppl']:.2f}"
+        bar.write(f"{result['preset']} lr={tune_results.lr_key(result['lr'])} seed={result['seed']}: {ppl}")
+        bar.update(1)
+
+    alone = len(todo) if jobs == 1 else 1  # the first point alone: it builds the data caches the others read
+    for cfg, directory in zip(todo[:alone], dirs[:alone]):
+        done(run_point(cfg, directory))
+    todo, dirs = todo[alone:], dirs[alone:]
+    if todo:
+        ctx = mp.get_context("spawn")
+        devices = ctx.Queue()
+        for d in _job_devices(todo[0].device, jobs):
+            devices.put(d)
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with cf.ProcessPoolExecutor(
+            jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)
+        ) as pool:
+            futures = [pool.submit(run_point, cfg, d) for cfg, d in zip(todo, dirs)]
+            try:
+                for fut in cf.as_completed(futures):
+                    done(fut.result())
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    bar.close()
+    return results
+
+
+def _check_inputs(
+    base: TrainConfig, presets: Sequence[str], lrs: Sequence[float], seeds: int, jobs: int
+) -> None:
+    if not presets:
+        raise ConfigError("no --preset given: name at least one, e.g. --preset prenorm-tiny")
+    if not lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in lrs):
+        raise ConfigError(f"--lrs {list(lrs)}: expected one or more positive learning rates")
+    if seeds < 1 or jobs < 1:
+        raise ConfigError(f"--seeds {seeds}, --jobs {jobs}: expected positive integers")
+    for name in ("train_data", "valid_data", "tokenizer"):
+        path = getattr(base, name)
+        if path and not os.path.exists(path):
+            raise MissingDataError(f"--{name.replace('_', '-')} {path}: no such file or folder")
+
+
+def _consistency_warnings(points: Sequence[dict]) -> list[str]:
+    """Raises DataError when one preset's points saw different data; warns when presets did, or when a
+    preset's finished points ran different step counts (a seconds budget is calibrated per point)."""
+    by_preset: dict[str, set] = {}
+    warnings = []
+    for p in points:
+        by_preset.setdefault(p["preset"], set()).add(p.get("data_fingerprint"))
+    for preset, prints in by_preset.items():
+        if len(prints) > 1:
+            raise DataError(
+                f"the points of {preset} were trained on different data ({sorted(map(str, prints))})"
+            )
+        steps = [p["step"] for p in points if p["preset"] == preset and p["status"] == tune_results.OK]
+        if len(set(steps)) > 1:
+            warnings.append(
+                f"{preset}: the points ran {min(steps)}–{max(steps)} steps (time budget: machine load)"
+            )
+    if len({fp for prints in by_preset.values() for fp in prints}) > 1:
+        warnings.append(
+            "presets were trained on different data or tokenizers: their perplexities are not comparable"
+        )
+    return warnings
+
+
+def tune(
+    base: TrainConfig,
+    presets: Sequence[str],
+    lrs: Sequence[float],
+    budget: str,
+    out_dir: str,
+    seeds: int = 1,
+    jobs: int = 1,
+    progress: bool = True,
+    report_only: bool = False,
+) -> dict[str, Any]:
+    """Trains every unfinished (preset, lr, seed) point of the grid for ``budget``, then writes and returns
+    ``out_dir/tune.json``: provenance, grid, budget, per-point results, missing points, per-preset best LR
+    and stability (``tune_results.summarize``), warnings; also draws ``out_dir/tune.png``.
+
+    ``base`` supplies everything but preset, lr, seed and budget; seeds are base.seed … base.seed+seeds-1.
+    ``report_only`` runs nothing and summarises the finished points.
+    """
+    presets, lrs = list(dict.fromkeys(presets)), sorted(set(float(x) for x in lrs))
+    _check_inputs(base, presets, lrs, seeds, jobs)
+    field = parse_budget(budget)
+    seed_list = [base.seed + i for i in range(seeds)]
+    grid = [(p, lr, s) for p in presets for lr in lrs for s in seed_list]
+    configs = [point_config(base, p, lr, s, field) for p, lr, s in grid]
+    for cfg in configs:
+        try:
+            cfg.validate()
+        except ValueError as e:
+            raise ConfigError(f"{cfg.preset} lr={cfg.lr:g}: {e}") from None
+    dirs = [point_dir(out_dir, p, lr, s) for p, lr, s in grid]
+    finished = [finished_point(d, point_key(c)) for c, d in zip(configs, dirs)]
+    todo = [i for i, f in enumerate(finished) if f is None]
+    print(
+        f"nfeval tune: {len(grid)} point(s), {len(grid) - len(todo)} finished, {len(todo)} to run", flush=True
+    )
+    points = [f for f in finished if f is not None]
+    if not report_only:
+        points += run_points([configs[i] for i in todo], [dirs[i] for i in todo], jobs, progress)
+    order = {(p, tune_results.lr_key(lr), s): i for i, (p, lr, s) in enumerate(grid)}
+    points.sort(key=lambda r: order[r["preset"], tune_results.lr_key(r["lr"]), r["seed"]])
+    have = {(r["preset"], tune_results.lr_key(r["lr"]), r["seed"]) for r in points}
+    missing = [
+        {"preset": p, "lr": lr, "seed": s} for p, lr, s in grid if (p, tune_results.lr_key(lr), s) not in have
+    ]
+    summary_presets = tune_results.summarize(points, presets, lrs, seed_list)
+    summary = {
+        "nfeval": {"provenance": provenance(), "command": "tune"},
+        "grid": {"presets": presets, "lrs": lrs, "seeds": seed_list},
+        "budget": {"spec": budget, "field": field[0], "value": field[1]},
+        "base_config": {k: v for k, v in point_key(configs[0]).items() if k not in ("preset", "lr", "seed")},
+        "presets": summary_presets,
+        "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
+        "missing": missing,
+        "warnings": _consistency_warnings(points) + tune_results.warnings_for(summary_presets),
+    }
+    atomic_write_json(os.path.join(out_dir, "tune.json"), summary)
+    if points:
+        tune_results.plot(summary, os.path.join(out_dir, "tune.png"))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+# nfeval train's flags a tune sets itself (hidden here; giving one is an error saying what to do)
+SET_BY_TUNE = {
+    "--lr": "a tune sets the LR per point: use --lrs",
+    "--lr-from": "a tune sets the LR per point: use --lrs",
+    "--max-steps": "use --budget steps=N",
+    "--max-tokens": "use --budget tokens=N",
+    "--max-flops": "use --budget flops=X",
+    "--max-seconds": "use --budget seconds=X",
+    "--resume": "a tune always resumes its finished and killed points: drop it",
+}
+
+
+def _hidden(flag: str) -> str:
+    return "set_by_tune_" + flag.strip("-").replace("-", "_")
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.replace(" ", ",").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected comma-separated numbers such as 1e-3,3e-3"
+        ) from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval train``'s data, batch, model and optimiser flags (the same for every point), then the
+    tune's own, which replace train's --preset and --out and hide the flags a tune sets per point."""
+    from ..cli import COMMANDS
+
+    importlib.import_module(COMMANDS["train"][0]).add_arguments(p)
+    p.conflict_handler = "resolve"  # the group below inherits it: its flags replace train's of the same name
+    g = p.add_argument_group("tune")
+    for flag in SET_BY_TUNE:
+        g.add_argument(flag, nargs="?", const=True, dest=_hidden(flag), help=argparse.SUPPRESS)
+    g.add_argument(
+        "--preset",
+        action="append",
+        required=True,
+        help="model preset to tune, e.g. prenorm-tiny (repeatable)",
+    )
+    g.add_argument(
+        "--lrs", type=_floats, required=True, help="comma-separated peak learning rates, e.g. 1e-3,3e-3"
+    )
+    g.add_argument(
+        "--budget",
+        required=True,
+        help="the short budget of every point: steps=N, tokens=N, flops=X or seconds=X",
+    )
+    g.add_argument("--seeds", type=int, default=1, help="seeds per LR: --seed … --seed+N-1 (default 1)")
+    g.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
+    g.add_argument("--out", required=True, help="tune directory (points/, tune.json, tune.png)")
+    g.add_argument("--report-only", action="store_true", help="run nothing: summarise the finished points")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``nfeval tune``: the points, then prints the table and where tune.json and the plot are."""
+    for flag, what_to_do in SET_BY_TUNE.items():
+        if getattr(args, _hidden(flag)) is not None:
+            raise ConfigError(f"{flag}: not a tune flag; {what_to_do}")
+    field, value = parse_budget(args.budget)  # each point's budget; the base config needs one to be valid
+    base = config_from_args(argparse.Namespace(**{**vars(args), "preset": None, field: value}))
+    summary = tune(
+        base,
+        args.preset,
+        args.lrs,
+        args.budget,
+        args.out,
+        seeds=args.seeds,
+        jobs=args.jobs,
+        progress=base.progress,
+        report_only=args.report_only,
+    )
+    print(tune_results.format_table(summary))
+    plot = os.path.join(args.out, "tune.png")
+    print(
+        f"summary: {os.path.join(args.out, 'tune.json')}" + (f"  plot: {plot}" if summary["points"] else "")
+    )
+    return 0

@@ -1,0 +1,112 @@
+"""The zero-shot results cache: keys (model fingerprint, scoring settings, task contents, limit) and
+per-task entries under ``cache_dir("zeroshot")``, read back and written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+from typing import Any
+
+from ..base.artifacts import atomic_write_json, cache_dir
+from ..base.errors import DataError
+from ..engine.config import load_json
+from . import items as zeroshot_items
+
+PER_TASK_KEYS = (
+    "results",
+    "configs",
+    "versions",
+    "n-shot",
+    "higher_is_better",
+    "n-samples",
+    "group_subtasks",
+)
+
+
+def stable_repr(obj: Any) -> Any:
+    """Returns a run-independent JSON stand-in: a function's source (never its address), else str()."""
+    if callable(obj):
+        try:
+            return inspect.getsource(obj)
+        except (OSError, TypeError):
+            return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    return str(obj)
+
+
+def sha256_json(obj: Any) -> str:
+    """Returns the sha256 of ``obj`` as canonical JSON."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=stable_repr).encode()).hexdigest()
+
+
+def task_hash(task) -> str:
+    """Returns a hash of everything about a task that decides its scores: config, hooks, documents."""
+    from ..tasks.gpt3 import METRICS_VERSION
+
+    cfg = task.dump_config()
+    meta = cfg.pop("metadata", None) or {}
+    cfg["metadata"] = {k: meta[k] for k in ("version", "uncond_context") if k in meta}
+    docs = hashlib.sha256()
+    for doc in task.eval_docs:
+        docs.update(json.dumps(doc, sort_keys=True, default=str).encode() + b"\n")
+    return sha256_json(
+        {
+            "config": cfg,
+            "class": inspect.getsource(type(task)),
+            "docs": docs.hexdigest(),
+            "metrics_version": METRICS_VERSION,
+        }
+    )
+
+
+def cache_keys(
+    identity, dtype_name: str, max_length, loaded: dict, limit, fairseq_head_scale_bug: bool = False
+) -> dict[str, str]:
+    """Returns {task: cache key}: a hash of the model, scoring settings, task contents and limit."""
+    import lm_eval
+
+    settings = {
+        "kind": identity.kind,
+        "fingerprint": identity.fingerprint,
+        "tokenizer": identity.tokenizer_fingerprint,
+        "dtype": dtype_name,
+        "max_length": max_length,
+        "lm_eval": lm_eval.__version__,
+    }
+    if fairseq_head_scale_bug:  # same weights, another forward: its own cache key (old keys unchanged)
+        settings["fairseq_head_scale_bug"] = True
+    return {
+        name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
+        for name, t in loaded.items()
+    }
+
+
+def read_cache(keys: dict[str, str], log) -> tuple[dict[str, dict], dict[str, Any]]:
+    """Returns ({task: cached per-task results}, {task: cached item records}) for the tasks in the cache."""
+    cached, items = {}, {}
+    for name, key in keys.items():
+        path = entry_path(key)
+        if not os.path.isfile(path):
+            continue
+        try:
+            entry, item_record = load_json(path), zeroshot_items.read_cached(path)
+        except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
+            log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
+            continue
+        if item_record is not None:
+            items[name], cached[name] = item_record, entry
+            log(f"{name}: cached result ({path})")
+    return cached, items
+
+
+def entry_path(key: str) -> str:
+    """Returns the path of the cache entry stored under ``key``."""
+    return os.path.join(cache_dir("zeroshot"), f"{key}.json")
+
+
+def write_entry(key: str, entry: dict[str, Any], item_record: Any) -> None:
+    """Writes one task's cached results and its item records (items first: an entry implies its items)."""
+    path = entry_path(key)
+    atomic_write_json(zeroshot_items.cache_path(path), item_record)
+    atomic_write_json(path, entry)

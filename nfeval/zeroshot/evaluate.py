@@ -1,0 +1,360 @@
+"""``nfeval zeroshot``: score a checkpoint on the five zero-shot tasks through lm-evaluation-harness.
+
+Tasks come from ``tasks/`` (``<task>_local`` with ``--data-dir``, else ``<task>_hub``); the model is
+``model_adapters.NFEvalLM``. Each task's results are cached under the model fingerprint, the scoring
+settings and a hash of the task (config, hook source, documents, limit, metric version), so a rerun
+is free and two models never share answers. The cache lives in ``$NFEVAL_CACHE`` (default
+``~/.cache/nfeval``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from ..base.artifacts import atomic_write_json, provenance
+from ..base.cli_args import add_device, add_dtype, device_or_none
+from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
+from . import items as zeroshot_items
+from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
+
+
+def eval_split(task) -> str:
+    """Returns the split a task is scored on."""
+    return task.config.test_split if task.has_test_docs() else task.config.validation_split
+
+
+def task_manager(data_dir: str | None, names: list[str] | None = None):
+    """Returns lm-eval's TaskManager with nfeval's tasks registered and ``data_dir`` passed to the loaders.
+
+    lm-eval's own task index (seconds to build) is included only when ``names`` asks for a task of its.
+    """
+    from lm_eval.tasks import TaskManager
+
+    from .. import tasks as nf_tasks
+
+    ours = {nf_tasks.registered_name(t, local) for t in nf_tasks.CANONICAL_TASKS for local in (True, False)}
+    ours.add("corpus_cloze")
+    return TaskManager(
+        include_path=nf_tasks.TASKS_DIR,
+        include_defaults=names is None or not set(names) <= ours,
+        metadata={"data_dir": data_dir} if data_dir else {},
+    )
+
+
+def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str, str]]:
+    """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data
+    raises."""
+    from .. import tasks as nf_tasks
+    from ..tasks.loaders import STORYCLOZE_HELP, MissingData
+
+    loaded, skipped = {}, {}
+    for name in names:
+        canonical = nf_tasks.canonical_name(name)
+        if canonical.startswith("storycloze") and not name.endswith("_local"):
+            skipped[name] = (
+                STORYCLOZE_HELP.format(root="DIR", year=canonical[-4:]) + ", then pass --data-dir DIR"
+            )
+            log(f"skipping {name}: {skipped[name]}")
+            continue
+        if name not in manager.all_tasks:
+            raise ConfigError(
+                f"--tasks: unknown task {name!r} (nfeval tasks: {', '.join(nf_tasks.CANONICAL_TASKS)})"
+            )
+        try:
+            loaded.update(manager.load([name])["tasks"])
+        except MissingData as e:
+            if not canonical.startswith("storycloze"):
+                raise
+            skipped[name] = str(e)
+            log(f"skipping {name}: {e}")
+        except UserError:  # bad local data: its message names file, line and field
+            raise
+        except Exception as e:  # a Hub dataset that cannot be fetched (offline, gated, renamed)
+            if name.endswith("_hub"):
+                raise hub_unreachable(
+                    f"task {name}", e, "pass --data-dir DIR with local files instead"
+                ) from None
+            raise
+    return loaded, skipped
+
+
+def make_table(out: dict[str, Any]) -> str:
+    """Returns the results as a plain-text table: task, metric, value, stderr, n."""
+    rows = [("task", "metric", "value", "stderr", "n")]
+    for task, res in out["results"].items():
+        n = out.get("n-samples", {}).get(task, {}).get("effective", "")
+        for key, value in res.items():
+            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+                continue
+            metric = key.split(",")[0]
+            stderr = res.get(key.replace(metric, f"{metric}_stderr", 1))
+            rows.append(
+                (
+                    task,
+                    metric,
+                    f"{value:.4f}",
+                    f"{stderr:.4f}" if isinstance(stderr, (int, float)) else "",
+                    str(n),
+                )
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    scoring = out.get("nfeval", {}).get("scoring")  # the FLOP/s report
+    if not scoring:
+        return table
+    from ..model_adapters.scorer import describe
+
+    return table + "\n\n" + describe(scoring)
+
+
+def _check_inputs(data_dir: str | None, limit, batch_size, max_length, max_batch_tokens) -> str | None:
+    """Returns ``data_dir`` made absolute; raises a UserError on a bad flag value, before any work."""
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise MissingDataError(f"--data-dir {data_dir}: not a directory")
+    if batch_size == "auto":  # rows bounded by the token budget only (--max-batch-tokens)
+        batch_size = None
+    for flag, value in (("--limit", limit), ("--batch-size", batch_size), ("--max-length", max_length)):
+        if value is not None and not (isinstance(value, int) and value > 0):
+            raise ConfigError(f"{flag} {value}: expected a positive integer")
+    if max_batch_tokens is not None and not (isinstance(max_batch_tokens, int) and max_batch_tokens > 0):
+        raise ConfigError(f"--max-batch-tokens {max_batch_tokens}: expected a positive integer")
+    return os.path.abspath(data_dir) if data_dir else None
+
+
+def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool) -> dict[str, Any] | None:
+    """Scores the ``todo`` tasks with lm-eval, adding each one's results to ``cached`` and its items to
+    ``items`` (and to the cache when ``use_cache``); returns lm-eval's run-level keys (None off rank 0)."""
+    import lm_eval
+    from lm_eval.utils import handle_non_serializable
+
+    from .lm_eval_git import quiet_git_hash
+
+    with quiet_git_hash():
+        fresh = lm_eval.simple_evaluate(
+            model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
+        )
+    if fresh is None:  # not rank 0 under torchrun
+        return None
+    samples = fresh.pop("samples")
+    for t in todo:
+        name = t.task_name
+        items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
+    fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
+    for name in keys:
+        if name in cached:
+            continue
+        entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
+        cached[name] = entry
+        if use_cache:
+            write_entry(keys[name], entry, items[name])
+    return {k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"}
+
+
+def _nfeval_block(model: dict, loaded: dict, skipped: dict, todo: list, **settings) -> dict[str, Any]:
+    """Returns the ``nfeval`` block of a results file: provenance, model, settings and per-task notes."""
+    import lm_eval
+
+    from .. import tasks as nf_tasks
+    from ..tasks.gpt3 import METRIC_DESCRIPTIONS
+
+    scored = {t.task_name for t in todo}
+    return {
+        "provenance": provenance(
+            lm_eval_version=lm_eval.__version__,
+            transformers_version=_version("transformers"),
+            datasets_version=_version("datasets"),
+        ),
+        "model": model,
+        **settings,
+        "tasks": {name: nf_tasks.canonical_name(name) for name in loaded},
+        "eval_split": {name: eval_split(t) for name, t in loaded.items()},
+        "skipped": skipped,
+        "cached_tasks": sorted(n for n in loaded if n not in scored),
+        "metrics": METRIC_DESCRIPTIONS,
+        "gpt3_metric": {name: nf_tasks.GPT3_METRIC.get(nf_tasks.canonical_name(name)) for name in loaded},
+    }
+
+
+def evaluate(
+    ckpt_path: str,
+    tasks: list[str] | None = None,
+    data_dir: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str = 16,
+    max_batch_tokens: int | None = None,
+    output: str | None = None,
+    device: str | None = None,
+    dtype: str = "fp32",
+    use_cache: bool = True,
+    max_length: int | None = None,
+    log=None,
+    trust_checkpoint: bool = False,
+    tokenizer: str | None = None,
+    fairseq_dict: str | None = None,
+    fairseq_head_scale_bug: bool = False,
+) -> dict[str, Any] | None:
+    """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
+    results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
+    atomically when given; nothing is written when the data or the model is bad. A fairseq checkpoint
+    file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
+    ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
+    that is not valid JSON is reported (named) and recomputed."""
+    from ..model_adapters import NFEvalLM, identify
+    from ..model_adapters.backends import dtype_of
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    _quiet_custom_kwargs_hint()
+    data_dir = _check_inputs(data_dir, limit, batch_size, max_length, max_batch_tokens)
+    loading = {"tokenizer": tokenizer, "fairseq_dict": fairseq_dict}
+    loading["fairseq_head_scale_bug"] = fairseq_head_scale_bug
+    identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint, **loading)
+    dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
+    manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
+
+    keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
+    cached, items = read_cache(keys, log) if use_cache else ({}, {})
+
+    todo = [t for name, t in loaded.items() if name not in cached]
+    run_keys, scoring = {}, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
+    if todo:
+        pretrained = _scored_model(identity, ckpt_path)
+        lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
+        lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
+        run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
+        if run_keys is None:
+            return None
+        scoring = lm.scoring_report()
+    out = _merge(run_keys, cached, loaded)
+
+    model = dict(identity.summary, fingerprint=identity.fingerprint)
+    run_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
+    run_settings.update(device=device, data_dir=data_dir, limit=limit, scoring=scoring)
+    out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **run_settings)
+    if output:
+        atomic_write_json(output, out)
+        zeroshot_items.write_sidecar(output, {name: items[name] for name in loaded}, model)
+    return out
+
+
+def _merge(run_keys: dict[str, Any], cached: dict[str, dict], loaded: dict) -> dict[str, Any]:
+    """Returns lm-eval's results layout: the per-task keys of every loaded task plus the run-level keys."""
+    out: dict[str, Any] = {k: {} for k in PER_TASK_KEYS}
+    out.update(run_keys)
+    for name in loaded:
+        for k, v in cached[name].items():
+            out.setdefault(k, {}).update(v)
+    return out
+
+
+def _quiet_custom_kwargs_hint() -> None:
+    """Filters lm-eval's per-task hint about custom kwargs: our loaders take data_dir from the task
+    metadata, so the hint is noise here."""
+    logging.getLogger("lm_eval.api.task").addFilter(
+        lambda r: "Custom kwargs can be passed" not in r.getMessage()
+    )
+
+
+def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any, dict, dict]:
+    """Returns (TaskManager, {name: Task}, {skipped name: reason}); raises
+    MissingDataError when every task was skipped."""
+    from .. import tasks as nf_tasks
+
+    names = [
+        nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
+    ]
+    manager = task_manager(data_dir, names)
+    loaded, skipped = load_tasks(names, manager, log)
+    if not loaded:
+        raise MissingDataError("no task left to score (all were skipped): " + "; ".join(skipped.values()))
+    return manager, loaded, skipped
+
+
+def _scored_model(identity, ckpt_path: str) -> Any:
+    """Returns what NFEvalLM scores: the checkpoint ``identify`` already loaded whole (a fairseq file,
+    or one read with an outside tokenizer; NFEvalLM loads paths only with their own tokenizer and never
+    trusts a pickle), HeadScale folded as NFEvalLM folds what it loads; else the path itself."""
+    if identity.loaded is None:
+        return ckpt_path
+    identity.loaded.model.fold_head_scale()
+    return identity.loaded
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval zeroshot``'s options."""
+    from ..engine import torch_files
+    from ..engine.fairseq_tokenizer import add_fairseq_arguments
+
+    parser.add_argument(
+        "--ckpt",
+        required=True,
+        help="nfeval run/checkpoint dir, a Hugging Face causal-LM dir, or a fairseq checkpoint file "
+        "(with dict.txt beside it and --tokenizer GPT-2's BPE folder, or a tokenizer.json beside it)",
+    )
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
+        "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="local task files (layout of ../shared/data/zeroshot); default: the Hub",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="score only the first N documents of each task"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_batch_size,
+        default=16,
+        help="rows per forward (a row packs many requests), or auto: bounded by --max-batch-tokens only",
+    )
+    parser.add_argument(
+        "--max-batch-tokens", type=int, help="padded tokens per forward (default 8192; bounds memory)"
+    )
+    parser.add_argument(
+        "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
+    )
+    add_device(parser)
+    add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
+    parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
+    parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
+    add_fairseq_arguments(parser)
+
+
+def _batch_size(text: str) -> int | str:
+    """Returns ``--batch-size``'s value: ``auto`` or an integer (checked to be positive later)."""
+    return "auto" if text == "auto" else int(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``nfeval zeroshot``; prints the table and where the results went."""
+    task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
+    same_names = ("data_dir", "limit", "batch_size", "max_batch_tokens", "output", "dtype", "max_length")
+    same_names += ("trust_checkpoint",)
+    same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
+    settings = {name: getattr(args, name) for name in same_names}
+    device = device_or_none(args.device)
+    out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)
+    if out is not None:
+        print(make_table(out))
+        if args.output:
+            print(f"results: {args.output}")
+    return 0

@@ -1,0 +1,152 @@
+"""``nfeval generate`` and the lm-eval adapter's batched ``generate_until``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from lm_eval.api.instance import Instance
+from test_zeroshot_adapter import build_hf_gpt2
+
+from nfeval.cli import main
+from nfeval.engine import checkpoint
+from nfeval.model_adapters import NFEvalLM
+
+CONTEXTS = ["The cat", "A dog ran under the big red", "Question: is it good?\nAnswer:", "When"]
+
+
+def gen_requests(until, max_gen_toks=8, **extra):
+    kwargs = {"until": until, "max_gen_toks": max_gen_toks, **extra}
+    return [
+        Instance("generate_until", doc={}, arguments=(c, dict(kwargs)), idx=i, metadata=("t", i, 1))
+        for i, c in enumerate(CONTEXTS)
+    ]
+
+
+def greedy_text(lm, context, n):
+    """The old one-token-at-a-time path: full forward per token, greedy, stop at EOS."""
+    ids, new = lm.tok_encode(context), []
+    with torch.no_grad():
+        for _ in range(n):
+            token = int(lm.engine.model(torch.tensor([ids + new]))[0, -1].argmax())
+            if token == lm.eot_token_id:
+                break
+            new.append(token)
+    return lm.tok_decode(new)
+
+
+def test_generate_until_batched_equals_one_at_a_time(tiny_clm_ckpt):
+    lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size=3, progress=False)
+    got = lm.generate_until(gen_requests([]), disable_tqdm=True)
+    assert got == [greedy_text(lm, c, 8) for c in CONTEXTS]
+    stop = got[1][len(got[1]) // 2 :][:2]  # a string row 1 produces midway
+    cut = lm.generate_until(gen_requests([stop]), disable_tqdm=True)
+    assert cut == [text.split(stop)[0] for text in got] and len(cut[1]) < len(got[1])
+
+
+def test_generate_until_groups_settings_and_keeps_order(tiny_clm_ckpt):
+    lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size=2, progress=False)
+    short, long = gen_requests([], max_gen_toks=3), gen_requests([], max_gen_toks=8)
+    mixed = [short[0], long[1], short[2], long[3]]
+    want = [lm.generate_until([r], disable_tqdm=True)[0] for r in mixed]
+    assert lm.generate_until(mixed, disable_tqdm=True) == want
+
+
+def test_hf_backend_generates_the_hf_models_greedy_text(tmp_path):
+    hf_dir = build_hf_gpt2(tmp_path / "hf")
+    lm = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, progress=False)
+    got = lm.generate_until(gen_requests([]), disable_tqdm=True)
+    want = []
+    for c in CONTEXTS:
+        ids, new = lm.tok_encode(c), []
+        with torch.no_grad():
+            for _ in range(8):
+                token = int(lm.engine.model(torch.tensor([ids + new])).logits[0, -1].argmax())
+                if token == lm.eot_token_id:
+                    break
+                new.append(token)
+        want.append(lm.tok_decode(new))
+    assert got == want
+    stop = got[0][len(got[0]) // 2 :][:2]  # HF's own stop strings end that row; the text is cut there
+    assert lm.generate_until(gen_requests([stop]), disable_tqdm=True) == [t.split(stop)[0] for t in got]
+
+
+def test_cli_prints_and_writes_jsonl_with_provenance(tiny_clm_ckpt, tmp_path, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The cat\n\nA dog ran\n", encoding="utf-8")
+    out = tmp_path / "gen.jsonl"
+    argv = [
+        "generate",
+        "--ckpt",
+        tiny_clm_ckpt,
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "5",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "50",
+        "--seed",
+        "3",
+        "--batch-size",
+        "1",
+        "--output",
+        str(out),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    header, *rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert header["kind"] == "header"
+    assert header["provenance"]["model"]["fingerprint"] == checkpoint.load(tiny_clm_ckpt).fingerprint
+    assert header["provenance"]["settings"]["seed"] == 3 and header["provenance"]["git_hash"] is not None
+    assert [r["prompt"] for r in rows] == ["The cat", "A dog ran"]
+    assert all(r["new_tokens"] <= 5 and r["completion"] in printed for r in rows)
+    assert main(argv) == 0 and [json.loads(x) for x in out.read_text().splitlines()][1:] == rows  # seeded
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--prompt", "x", "--top-p", "1.5"], "top_p"),
+        (["--prompt", "x", "--temperature", "-1"], "temperature"),
+        (["--prompts", "missing.txt"], "missing.txt: prompts file not found"),
+        (["--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--prompt", "x", "--output", "out.json"], ".jsonl"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(tiny_clm_ckpt, args, message, capsys):
+    assert main(["generate", "--ckpt", tiny_clm_ckpt, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_cli_bad_jsonl_names_the_line(tiny_clm_ckpt, tmp_path, capsys):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n', encoding="utf-8")
+    assert main(["generate", "--ckpt", tiny_clm_ckpt, "--prompts", str(path)]) == 2
+    assert f"{path}: line 2" in capsys.readouterr().err
+
+
+def test_cli_fairseq_checkpoint_needs_and_takes_a_tokenizer(tiny_clm_ckpt, tiny_tokenizer, tmp_path, capsys):
+    from test_fairseq_import import to_fairseq
+
+    ckpt = checkpoint.load(tiny_clm_ckpt)
+    cfg = ckpt.config
+    hparams = {
+        "decoder_attention_heads": cfg.n_head,
+        "decoder_normalize_before": True,
+        "max_target_positions": cfg.max_seq_len,
+        "no_scale_embedding": True,
+    }
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save({"model": to_fairseq(ckpt.model), "cfg": {"model": hparams}}, path)
+    assert main(["generate", "--ckpt", str(path), "--prompt", "The cat"]) == 2
+    assert "--tokenizer" in capsys.readouterr().err
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text(tiny_tokenizer.to_str(), encoding="utf-8")
+    assert main(["generate", "--ckpt", str(path), "--prompt", "The cat", "--tokenizer", str(tok)]) == 0
+    from_dir = main(["generate", "--ckpt", tiny_clm_ckpt, "--prompt", "The cat"])
+    printed = capsys.readouterr().out.splitlines()
+    assert from_dir == 0 and printed[1] == printed[4]  # same weights, same continuation

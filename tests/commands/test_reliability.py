@@ -1,0 +1,413 @@
+"""Reliability and security: one error contract, no unpickling without consent, typed config checks,
+checkpoint integrity, the umask, and concurrent GLUE sweeps (issues 10 and 11)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pickle
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_fairseq_import import to_fairseq
+from test_zeroshot_tasks import DOCS, write_jsonl
+
+from nfeval import cli
+from nfeval.base import artifacts
+from nfeval.base.errors import CheckpointError, ConfigError, DataError, MissingDataError, UserError
+from nfeval.engine import checkpoint
+from nfeval.engine.config import ModelConfig, preset
+from nfeval.engine.model import Transformer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    """Returns (exit status, stderr) of ``nfeval ARGV`` run in this process."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(list(argv))
+    return code, err.getvalue()
+
+
+@pytest.fixture
+def ckpt(tiny_clm_ckpt, tmp_path):
+    """A private copy of the tiny checkpoint, safe to damage."""
+    return shutil.copytree(tiny_clm_ckpt, tmp_path / "ckpt")
+
+
+def edit_config(directory, **model_changes) -> None:
+    path = os.path.join(directory, "config.json")
+    data = json.load(open(path, encoding="utf-8"))
+    for k, v in model_changes.items():
+        if v is ...:
+            del data["model"][k]
+        else:
+            data["model"][k] = v
+    open(path, "w", encoding="utf-8").write(json.dumps(data))
+
+
+# --- 1. one error contract --------------------------------------------------------------------------
+
+
+def test_error_kinds_subclass_the_builtins():
+    assert issubclass(ConfigError, ValueError) and issubclass(DataError, ValueError)
+    assert issubclass(MissingDataError, FileNotFoundError) and issubclass(CheckpointError, UserError)
+    import nfeval.tasks.loaders as loaders
+
+    assert loaders.DataError is DataError and issubclass(loaders.MissingData, UserError)
+
+
+def test_internal_error_shows_traceback_user_error_one_line(tmp_path, monkeypatch):
+    import nfeval.commands.info as info
+
+    def bug(*_a, **_k):
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(info, "describe", bug)
+    with pytest.raises(ValueError, match="an internal bug"):  # not swallowed into exit 2
+        cli.main(["info", "normformer-tiny"])
+    monkeypatch.undo()
+    code, err = run_cli("info", str(tmp_path / "nowhere"))
+    assert code == 2 and err.count("\n") == 1 and err.startswith("nfeval info: error: ")
+    monkeypatch.setenv("NFEVAL_TRACEBACK", "1")
+    with pytest.raises(MissingDataError):
+        cli.main(["info", str(tmp_path / "nowhere")])
+
+
+def test_cli_process_internal_error_traceback_bad_input_one_line_exit_2(tmp_path):
+    """The real process, as a user sees it: a bug prints its traceback (exit 1); bad input prints one line
+    naming the problem (exit 2) and no traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "NFEVAL_TRACEBACK": ""}
+    bug = (
+        "import sys, nfeval.info as info\n"
+        "def describe(*a, **k):\n    raise ValueError('an internal bug')\n"
+        "info.describe = describe\n"
+        "from nfeval.cli import main\n"
+        "sys.exit(main(['info', 'normformer-tiny']))\n"
+    )
+    internal = subprocess.run([sys.executable, "-c", bug], env=env, capture_output=True, text=True)
+    assert internal.returncode == 1
+    assert "Traceback (most recent call last)" in internal.stderr
+    assert internal.stderr.rstrip().endswith("ValueError: an internal bug")
+
+    missing = str(tmp_path / "nowhere")
+    bad = subprocess.run(
+        [sys.executable, "-m", "nfeval", "info", missing], env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("nfeval info: error: ")
+    assert missing in bad.stderr
+
+
+def test_corrupt_json_same_class_and_shape_everywhere(ckpt, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"max_steps": 1,\n  oops}', encoding="utf-8")
+    code, err = run_cli("train", "--out", str(tmp_path / "r"), "--config", str(bad))
+    assert code == 2 and f"{bad}: invalid JSON at line 2" in err
+    open(os.path.join(ckpt, "config.json"), "w").write('{"model": \n\n[')
+    code, err = run_cli("info", str(ckpt))
+    assert code == 2 and f"{ckpt}/config.json: invalid JSON at line 3" in err
+
+
+def test_unreachable_hub_dataset_same_message_in_every_command(monkeypatch):
+    import datasets
+
+    from nfeval.engine.data import load_hf_corpus
+    from nfeval.glue import data as glue_data
+
+    def offline(*_a, **_k):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    errors = []
+    for load in (lambda: load_hf_corpus("some/corpus"), lambda: glue_data.load("rte", None)):
+        with pytest.raises(MissingDataError) as e:
+            load()
+        errors.append(str(e.value))
+    assert all(
+        "could not load the dataset from the Hugging Face Hub (ConnectionError: offline)" in m for m in errors
+    )
+
+
+# --- 2. no unpickling without consent ---------------------------------------------------------------
+
+
+class Evil:
+    """Unpickling this runs a shell command that creates the marker file."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    model = Transformer(preset("normformer-tiny")).eval()
+    evil_zip, evil_legacy = tmp_path / "evil.pt", tmp_path / "evil_legacy.pt"
+    torch.save({"model": to_fairseq(model), "extra": Evil(str(marker))}, evil_zip)
+    with open(evil_legacy, "wb") as f:
+        pickle.dump({"model": {}, "extra": Evil(str(marker))}, f, protocol=2)
+    for path in (evil_zip, evil_legacy):
+        code, err = run_cli("info", str(path))
+        assert code == 2 and str(path) in err and "--trust-checkpoint" in err and "Traceback" not in err
+        assert not marker.exists()
+    assert "system" in run_cli("info", str(evil_zip))[1]  # names what it refused
+    # --trust-checkpoint is the explicit opt-in: the pickle then runs (that is what trust means)
+    run_cli("info", str(evil_zip), "--trust-checkpoint")
+    assert marker.exists()
+
+
+def test_fairseq_namespace_checkpoint_loads_without_flag(tmp_path):
+    import argparse
+
+    model = Transformer(preset("normformer-tiny")).eval()
+    path = tmp_path / "model.pt"
+    args = argparse.Namespace(decoder_attention_heads=4, activation_fn="gelu", no_scale_embedding=True)
+    torch.save({"model": to_fairseq(model), "args": args, "cfg": None}, path)
+    loaded = checkpoint.load(str(path))
+    assert loaded.fingerprint == checkpoint.fingerprint_model(model)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"hello, I am a text file\n", "a text file, not a torch checkpoint"),
+        (b'{"model": 1}', "a JSON file"),
+        (b"", "an empty file"),
+        (b"PK\x03\x04truncated", "truncated or corrupt torch checkpoint"),
+    ],
+)
+def test_non_checkpoint_files_are_rejected_by_header(tmp_path, content, message):
+    path = tmp_path / "x.pt"
+    path.write_bytes(content)
+    code, err = run_cli("info", str(path))
+    assert code == 2 and f"{path}: {message}" in err and "Traceback" not in err
+
+
+def test_safetensors_file_passed_as_file(ckpt):
+    code, err = run_cli("info", os.path.join(ckpt, "model.safetensors"))
+    assert code == 2 and "a safetensors file: pass the folder" in err
+
+
+# --- 3. tracebacks -> messages: the CLI matrix over the issue's probes --------------------------------
+
+
+def _probe_cases(ckpt, tmp_path):
+    """Yields (argv, text the one-line error must contain) for each probe of issue 10 item 3."""
+    trunc = shutil.copytree(ckpt, tmp_path / "trunc")
+    weights = trunc / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    yield ["zeroshot", "--ckpt", str(trunc), "--tasks", "piqa"], f"{weights}: truncated or corrupt"
+    probes = [
+        ("n_head", "four", "n_head='four'"),
+        ("n_layer", "2", "n_layer='2'"),
+        ("dropout", None, "dropout=None"),
+        ("d_model", ..., "['d_model']"),
+    ]
+    for field, value, shown in probes:
+        bad = shutil.copytree(ckpt, tmp_path / f"bad_{field}")
+        edit_config(bad, **{field: value})
+        yield ["info", str(bad)], shown
+        yield ["zeroshot", "--ckpt", str(bad), "--tasks", "piqa"], shown
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"max_steps": "ten"}), encoding="utf-8")
+    out = str(tmp_path / "run")
+    yield ["train", "--out", out, "--config", str(cfg)], f"{cfg}: max_steps='ten': expected an integer"
+    yield ["train", "--out", out, "--max-steps", "1", "--set", "d_model=abc"], "--set d_model=abc"
+    yield (
+        ["train", "--out", out, "--max-steps", "1", "--beta2", "2"],
+        "flag --beta2: beta2=2.0: expected a number in [0, 1)",
+    )
+    yield (
+        ["train", "--out", out, "--max-steps", "1", "--vocab-size", "5"],
+        "vocab_size=5: expected at least 261",
+    )
+    yield (
+        ["zeroshot", "--ckpt", str(ckpt), "--batch-size", "0"],
+        "--batch-size 0: expected a positive integer",
+    )
+
+
+def test_cli_probe_matrix(ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
+    for argv, expected in _probe_cases(ckpt, tmp_path):
+        code, err = run_cli(*argv)
+        assert code == 2, (argv, err)
+        assert "Traceback" not in err and err.count("\n") == 1, (argv, err)
+        assert expected in err, (argv, err)
+
+
+def test_batch_size_zero_fails_before_loading_the_model(ckpt, monkeypatch):
+    import nfeval.model_adapters as model_adapters
+
+    monkeypatch.setattr(model_adapters, "identify", lambda *a, **k: pytest.fail("model was read"))
+    code, err = run_cli("zeroshot", "--ckpt", str(ckpt), "--batch-size", "0")
+    assert code == 2 and "--batch-size 0" in err
+
+
+def test_corrupt_zeroshot_cache_is_named_and_recomputed(tiny_clm_ckpt, tmp_path, monkeypatch):
+    from nfeval.zeroshot import evaluate as zeroshot
+
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
+    write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
+    first = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
+    (entry,) = [
+        p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")
+    ]
+    entry.write_text("{not json", encoding="utf-8")
+    logged = []
+    again = zeroshot.evaluate(
+        tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", log=logged.append
+    )
+    assert any(str(entry) in m and "recomputing" in m for m in logged)
+    assert again["results"] == first["results"] and json.loads(entry.read_text())
+
+
+def test_model_config_from_dict_validates_types():
+    base = dict(vocab_size=64, n_layer=1, d_model=16, n_head=2, d_ffn=32)
+    assert ModelConfig.from_dict({**base, "dropout": 0}).dropout == 0.0  # an int where a float is: fine
+    with pytest.raises(ConfigError, match=r"src: norm_position='middle': expected one of \['pre', 'post'\]"):
+        ModelConfig.from_dict({**base, "norm_position": "middle"}, source="src")
+    with pytest.raises(ConfigError, match="scale_attn=1: expected true or false"):
+        ModelConfig.from_dict({**base, "scale_attn": 1})
+
+
+# --- 4. README paths ------------------------------------------------------------------------------------
+
+
+def test_local_task_without_data_dir_names_the_lm_eval_way(monkeypatch):
+    from nfeval.tasks.loaders import MissingData, data_root
+
+    monkeypatch.delenv("NFEVAL_DATA_DIR", raising=False)
+    with pytest.raises(MissingData, match=r"""--metadata '\{"data_dir": "DIR"\}'"""):
+        data_root(None)
+
+
+def test_zeroshot_scores_a_fairseq_file(tiny_clm_ckpt, tmp_path, monkeypatch):
+    from nfeval.zeroshot import evaluate as zeroshot
+
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
+    ours = checkpoint.load(tiny_clm_ckpt)
+    fs_dir = tmp_path / "fairseq"
+    fs_dir.mkdir()
+    cfg = ours.config
+    fs_cfg = {"model": {"no_scale_embedding": True}}
+    torch.save({"model": to_fairseq(ours.model), "args": None, "cfg": fs_cfg}, fs_dir / "model.pt")
+    assert not cfg.scale_embedding and cfg.positions == "learned"
+    shutil.copy(os.path.join(tiny_clm_ckpt, "tokenizer.json"), fs_dir / "tokenizer.json")
+    write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
+    kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", use_cache=False)
+    via_fairseq = zeroshot.evaluate(str(fs_dir / "model.pt"), **kw)
+    direct = zeroshot.evaluate(tiny_clm_ckpt, **kw)
+    trusted = zeroshot.evaluate(str(fs_dir / "model.pt"), trust_checkpoint=True, **kw)
+    assert via_fairseq["results"] == direct["results"] == trusted["results"]
+
+
+# --- 5. checkpoint integrity ------------------------------------------------------------------------------
+
+
+def test_flipped_weight_bytes_fail_the_fingerprint(ckpt):
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0xFF  # same size, still a valid safetensors file
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: fingerprint mismatch"):
+        checkpoint.load(str(ckpt))
+    code, err = run_cli("zeroshot", "--ckpt", str(ckpt), "--tasks", "piqa")
+    assert code == 2 and "fingerprint mismatch" in err
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["info", str(ckpt)]) == 0
+    assert "fingerprint mismatch" in out.getvalue()
+
+
+def test_tiny_vocab_size_fails_instead_of_training_261_tokens():
+    from nfeval.engine.tokenization import train_bpe
+
+    with pytest.raises(ConfigError, match="vocab_size=5: expected at least 261"):
+        train_bpe(["some text"], 5)
+
+
+# --- 6. umask, GLUE point locks, worker devices -----------------------------------------------------------
+
+
+def test_atomic_writes_respect_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        artifacts.atomic_write_text(str(tmp_path / "a.txt"), "x")
+        os.umask(0o077)
+        artifacts.atomic_write_text(str(tmp_path / "b.txt"), "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(tmp_path / "b.txt").st_mode) == 0o600
+
+
+def test_point_lock_is_exclusive_and_dies_with_its_process(tmp_path):
+    from nfeval.glue.points import claim_and_run, point_lock
+
+    d = str(tmp_path / "point")
+    with point_lock(d) as held:
+        assert held
+        assert claim_and_run(d, {}, wait=False, run=lambda: pytest.fail("ran a held point")) is None
+    code = (
+        "import sys, time; from nfeval.glue.points import point_lock\n"
+        "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    holder = subprocess.Popen([sys.executable, "-c", code, d], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "True"
+        with point_lock(d) as held:
+            assert not held  # another live process computes this point
+    finally:
+        holder.kill()  # kill -9: no cleanup runs, yet the lock is free
+        holder.wait()
+    assert claim_and_run(d, {}, wait=False, run=lambda: {"ran": True}) == {"ran": True}
+
+
+def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
+    from test_glue import write_cat_tasks
+
+    from nfeval.glue.sweep import Recipe, sweep
+
+    glue_dir = write_cat_tasks(tmp_path / "glue_data", n_train=16, n_dev=8)
+    kw = dict(
+        out_dir=str(tmp_path / "out"),
+        glue_dir=glue_dir,
+        recipe=Recipe(epochs=1, max_len=32),
+        device="cpu",
+        progress=False,
+    )
+    sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
+    second = sweep(tiny_mlm_ckpt, ["sst2"], [2e-3], **kw)  # another grid into the same folder
+    assert set(second["tasks"]["sst2"]["per_lr"]) == {"0.001", "0.002"}
+
+
+def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
+    import queue
+
+    from nfeval.glue import pool
+
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(str(d)))
+    old = torch.get_num_threads()
+    try:
+        for device in ("cuda:1", "cpu"):
+            devices = queue.Queue()
+            devices.put(device)
+            pool._init_worker(devices, 1, trust_checkpoint=False)
+            assert pool._WORKER["device"] == device and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(old)
+        pool._WORKER.clear()
+    assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU

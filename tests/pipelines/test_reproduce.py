@@ -1,0 +1,265 @@
+"""``nfeval reproduce``: the decision rule, the run definitions (ablation flags, warm-up switch), and a
+smoke run far below ``--scale tiny`` that writes every section, reruns as a no-op and resumes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+import torch
+from test_demo import write_rte
+
+from nfeval.base.errors import ConfigError
+from nfeval.engine.config import ModelConfig
+from nfeval.engine.model import Transformer
+from nfeval.engine.run_inputs import model_config
+from nfeval.engine.train import lr_at
+from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
+from nfeval.pipelines.reproduce.plan import EXPERIMENTS, RUNS, SCALES
+from nfeval.pipelines.reproduce.verdict import AGREES, DISAGREES, INCONCLUSIVE, critical_value, decide
+
+
+def ctx(**kw) -> runner.Context:
+    return runner.Context(
+        out="o", scale=SCALES["tiny"], budget={"max_steps": 100}, seeds=1, tokenizer="t", **kw
+    )
+
+
+# ------------------------------------------------------------------------------------ decision rule
+
+
+def test_decision_rule_by_hand():
+    assert critical_value(2) == pytest.approx(12.7062, abs=1e-4)  # Student's t, 1 d.o.f., 97.5%
+    assert critical_value(1) == pytest.approx(1.95996, abs=1e-5)
+    d = decide([1.0, 1.2, 0.9])  # mean 1.0333, std 0.1528, SE 0.0882, c 4.303 -> 0.3795
+    assert d["verdict"] == AGREES and d["se"] == pytest.approx(0.15275 / math.sqrt(3), rel=1e-3)
+    assert decide([-1.0, -1.2, -0.9])["verdict"] == DISAGREES
+    assert decide([0.3, -0.1, 0.2])["verdict"] == INCONCLUSIVE  # mean 0.133 < 4.303 * 0.120
+    assert decide([0.5, 0.6])["verdict"] == INCONCLUSIVE  # 0.55 < 12.7 * 0.05
+    assert decide([0.5])["verdict"] == INCONCLUSIVE  # one seed, no spread
+    assert decide([0.5], measurement_se=0.2)["verdict"] == AGREES  # 0.5 > 1.96 * 0.2
+    assert decide([0.3], measurement_se=0.2)["verdict"] == INCONCLUSIVE
+    assert decide([math.inf, math.inf])["verdict"] == AGREES  # diverged in every seed, paper's way
+    assert decide([math.inf, 0.1])["verdict"] == INCONCLUSIVE
+
+
+# ------------------------------------------------------------------------------------ run definitions
+
+PER_OP = {  # the per-layer terms of ModelConfig.normformer_param_count
+    "scale_attn": lambda c: 2 * c.d_model,
+    "scale_fc": lambda c: 2 * c.d_ffn,
+    "scale_heads": lambda c: c.n_head,
+    "scale_resids": lambda c: c.d_model,
+}
+
+
+def _model(key: str) -> ModelConfig:
+    return model_config(runner.train_config(ctx(), key, 1), tok_vocab=500, pad_id=1)
+
+
+def _params(cfg: ModelConfig) -> int:
+    torch.manual_seed(0)
+    return sum(p.numel() for p in Transformer(cfg).parameters())
+
+
+@pytest.mark.parametrize(
+    "key, flag",
+    [
+        ("clm-no-attn-ln", "scale_attn"),
+        ("clm-no-ffn-ln", "scale_fc"),
+        ("clm-no-headscale", "scale_heads"),
+        ("clm-resscale", "scale_resids"),
+    ],
+)
+def test_ablation_changes_exactly_its_flag(key, flag):
+    full, variant = _model("clm-normformer"), _model(key)
+    changed = {k for k, v in full.to_dict().items() if variant.to_dict()[k] != v}
+    assert changed == {flag}
+    expected = full.n_layer * PER_OP[flag](full)
+    assert abs(_params(full) - _params(variant)) == expected
+    assert abs(full.normformer_param_count() - variant.normformer_param_count()) == expected
+
+
+def test_run_presets_are_the_intended_architectures():
+    assert _model("clm-normformer").architecture == "normformer"
+    assert _model("clm-prenorm").architecture == "prenorm"
+    assert _model("clm-postnorm-no-warmup").architecture == "postnorm"
+    assert _model("mlm-normformer").objective == "mlm" and _model("clm-normformer").objective == "clm"
+
+
+def test_warmup_switch_changes_the_schedule():
+    off = runner.train_config(ctx(), "clm-postnorm-no-warmup", 1)
+    on = runner.train_config(ctx(), "clm-postnorm", 1)
+    assert off.warmup == 0 and on.warmup == SCALES["tiny"].warmup
+    assert lr_at(off, 0, 100) == off.lr  # the first update already runs at the peak LR
+    assert lr_at(on, 0, 100) < on.lr / 4  # 5 warm-up steps: lr/5 at the first
+    assert lr_at(on, 5, 100) == pytest.approx(on.lr)
+    assert runner.train_config(ctx(), "clm-prenorm-no-warmup", 1).warmup == 0
+
+
+def test_tuned_lr_is_used_per_preset(tmp_path):
+    tune_json = tmp_path / "tune.json"
+    presets = {
+        p: {"best_lr": lr, "per_lr": {}} for p, lr in (("prenorm-tiny", 1e-3), ("normformer-tiny", 6e-3))
+    }
+    tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}}))
+    c = ctx(tune_files={"clm": str(tune_json)})
+    pre, nf = runner.train_config(c, "clm-prenorm", 1), runner.train_config(c, "clm-no-headscale", 1)
+    assert (pre.lr, nf.lr) == (1e-3, 6e-3) and pre.lr_from["file"] == str(tune_json)
+    assert runner.train_config(c, "mlm-prenorm", 1).lr == SCALES["tiny"].lr  # no MLM tune given
+    with pytest.raises(ConfigError, match="postnorm-tiny"):
+        runner.train_config(c, "clm-postnorm", 1)
+
+
+def test_tune_then_train_at_the_tuned_lr(tmp_path):
+    cfg = ReproduceConfig(
+        out=str(tmp_path / "o"),
+        scale="smoke",
+        seeds=1,
+        only=("fig2-clm",),
+        tune=True,
+        device="cpu",
+        progress=False,
+    )
+    run_reproduce(cfg)
+    tuned = json.load(open(tmp_path / "o" / "tune" / "clm" / "tune.json"))
+    for arch in ("prenorm", "normformer"):
+        meta = json.load(open(tmp_path / "o" / "runs" / f"clm-{arch}" / "seed1" / "config.json"))
+        train_cfg = meta["train"]["config"]
+        assert train_cfg["lr"] == tuned["presets"][f"{arch}-tiny"]["best_lr"]
+        assert train_cfg["lr_from"]["preset"] == f"{arch}-tiny"
+    assert "tuned per preset by nfeval tune" in open(tmp_path / "o" / "report.md").read()
+
+
+# ------------------------------------------------------------------------------------ smoke run
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reproduce")
+    cfg = ReproduceConfig(
+        out=str(root / "out"), scale="smoke", glue_dir=write_rte(root / "glue"), device="cpu", progress=False
+    )
+    return cfg, run_reproduce(cfg)
+
+
+def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
+    cfg, result = smoke
+    report = json.load(open(os.path.join(cfg.out, "report.json")))
+    sections = {s["name"]: s for s in report["sections"]}
+    assert list(sections) == [e.name for e in EXPERIMENTS]
+    text = open(result["report"], encoding="utf-8").read()
+    for exp in EXPERIMENTS:
+        s = sections[exp.name]
+        assert exp.title in text and exp.finding in text
+        assert s["status"] == "done" and s["seeds"] == 2 and s["budget"] == "8 steps per run"
+        assert s["tables"] and all(t["rows"] for t in s["tables"])
+        assert s["claims"] and all(c["verdict"] in (AGREES, DISAGREES, INCONCLUSIVE) for c in s["claims"])
+        assert all(any(ch.isdigit() for ch in c["measured"]) for c in s["claims"])
+        for png in s["figures"]:
+            assert os.path.getsize(os.path.join(cfg.out, png)) > 1000 and f"]({png})" in text
+    glue = [t for t in sections["fig2-mlm"]["tables"] if t["title"].startswith("GLUE")]
+    assert glue and len(glue[0]["rows"]) == 2 and "rte" in sections["fig2-mlm"]["claims"][-1]["claim"]
+    assert "Decision rule" in text and "Student's t" in text
+    for key in RUNS:  # every run trained for both seeds, each with its finished record
+        for seed in (1, 2):
+            record = json.load(open(os.path.join(cfg.out, "runs", key, f"seed{seed}.json")))
+            assert record["status"] in ("finished", "diverged") and record["seed"] == seed
+
+
+def _count_train(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "train", _counting(runner.train, calls))
+    return calls
+
+
+def test_rerun_is_a_noop_and_a_killed_run_resumes(smoke, monkeypatch):
+    cfg, first = smoke
+    weights = {
+        os.path.join(d, "model.safetensors")
+        for d, _, files in os.walk(os.path.join(cfg.out, "runs"))
+        if "model.safetensors" in files
+    }
+    mtimes = {p: os.path.getmtime(p) for p in weights}
+    calls = _count_train(monkeypatch)
+    again = run_reproduce(cfg)
+    assert calls == [] and {p: os.path.getmtime(p) for p in weights} == mtimes
+    assert [s["claims"] for s in again["sections"]] == [s["claims"] for s in first["sections"]]
+
+    # A run killed mid-way: no final weights, no finished record; its section is not finished either.
+    victim = os.path.join(cfg.out, "runs", "clm-resscale", "seed2")
+    os.remove(victim + ".json")
+    os.remove(os.path.join(victim, "model.safetensors"))
+    os.remove(os.path.join(cfg.out, "experiments", "table4", "section.json"))
+    run_reproduce(cfg)
+    assert calls == [victim]  # only the killed run trains again
+    assert os.path.isfile(os.path.join(victim, "model.safetensors"))
+    assert os.path.isfile(os.path.join(cfg.out, "experiments", "table4", "section.json"))
+
+
+def test_other_settings_in_the_same_folder_fail(smoke):
+    cfg, _ = smoke
+    with pytest.raises(ConfigError, match="reproduce.json"):
+        run_reproduce(ReproduceConfig(out=cfg.out, scale="smoke", minutes=1, device="cpu", progress=False))
+
+
+def test_gpu_scale_without_gpu_writes_the_commands(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = run_reproduce(ReproduceConfig(out=str(tmp_path / "o"), scale="125M", only=("fig2-clm",)))
+    script = open(result["commands"], encoding="utf-8").read()
+    assert script.count("torchrun --nproc_per_node 8 -m nfeval train") == 2  # Pre-LN and NormFormer, 1 seed
+    assert "--preset normformer-125M" in script and "--warmup 750" in script and "--dtype bf16" in script
+    assert not os.path.isdir(tmp_path / "o" / "runs")  # nothing trained
+
+
+def test_cli_rejects_bad_options_before_work(tmp_path, capsys):
+    from nfeval.cli import main
+
+    assert main(["reproduce", "--out", str(tmp_path / "a"), "--only", "fig9"]) == 2
+    assert "--only fig9" in capsys.readouterr().err
+    assert main(["reproduce", "--out", str(tmp_path / "b"), "--minutes", "0"]) == 2
+    assert main(["reproduce", "--out", str(tmp_path / "c"), "--glue-dir", str(tmp_path / "none")]) == 2
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+def test_killed_invocation_leaves_a_partial_report_and_resumes(tmp_path, monkeypatch):
+    cfg = ReproduceConfig(
+        out=str(tmp_path / "o"),
+        scale="smoke",
+        seeds=1,
+        only=("fig2-clm", "xiong"),
+        device="cpu",
+        progress=False,
+    )
+    real, calls = runner.train, []
+
+    def killed_on_third(tcfg, out_dir, resume=False):
+        calls.append(out_dir)
+        if len(calls) == 3:  # the first run Xiong et al. adds (Figure 2's two are done)
+            raise KeyboardInterrupt
+        return real(tcfg, out_dir, resume=resume)
+
+    monkeypatch.setattr(runner, "train", killed_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_reproduce(cfg)
+    text = open(os.path.join(cfg.out, "report.md"), encoding="utf-8").read()
+    assert "pending (the invocation writing this report has not reached it yet)" in text
+    assert "compute fraction (FLOPs)" in text  # Figure 2's finished section is in the partial report
+    killed = calls[-1]
+
+    calls.clear()
+    monkeypatch.setattr(runner, "train", _counting(real, calls))
+    result = run_reproduce(cfg)
+    assert calls[0] == killed and len(calls) == 3  # the killed run and Xiong's other two; Pre-LN reused
+    xiong = next(s for s in result["sections"] if s["name"] == "xiong")
+    assert xiong["status"] == "done" and len(xiong["claims"]) == 2
+
+
+def _counting(real, calls):
+    def counting(tcfg, out_dir, resume=False):
+        calls.append(out_dir)
+        return real(tcfg, out_dir, resume=resume)
+
+    return counting

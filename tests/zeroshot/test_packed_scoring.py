@@ -1,0 +1,186 @@
+"""Prefix-tree packing: the same log-probs and greedy flags as scoring each request alone, on random
+nfeval models and a HF GPT-2 built from a config; token-budget batches; the FLOP count."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from test_generate import make_model
+from test_zeroshot_adapter import build_hf_gpt2, requests_for
+
+from nfeval.model_adapters import NFEvalLM, scorer
+from nfeval.model_adapters.backends import matmul_params
+from nfeval.model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score
+
+VOCAB = 97
+
+
+def multiple_choice_requests(seed: int = 0, max_len: int = 40) -> list[tuple[list[int], list[int]]]:
+    """Documents of 2-4 choices over one context (multi- and single-token continuations), contexts that
+    are prefixes of others, a duplicate, unshared contexts of ragged lengths and one cut from the left."""
+    rng = random.Random(seed)
+    toks = lambda n: [rng.randrange(1, VOCAB) for _ in range(n)]  # noqa: E731
+    reqs = []
+    for _ in range(6):
+        ctx = toks(rng.randrange(1, 15))
+        for _ in range(rng.randrange(2, 5)):
+            reqs.append((ctx, toks(rng.choice([1, 1, 2, 5]))))
+    long_ctx = toks(20)
+    reqs += [(long_ctx[:8], toks(3)), (long_ctx, toks(2)), (long_ctx, [7]), (long_ctx, [7])]
+    reqs += [(toks(n), toks(m)) for n, m in ((1, 1), (3, 9), (25, 4))]
+    reqs.append((toks(max_len + 5), toks(3)))  # longer than the window: cut from the left
+    rng.shuffle(reqs)
+    return reqs
+
+
+@torch.no_grad()
+def reference(model, requests, max_length):
+    """Returns (log-prob, greedy) of each request from the model's plain causal forward, one at a time."""
+    out = []
+    for ctx, cont in requests:
+        seq = (ctx + cont)[-(max_length + 1) :]
+        logp = model(torch.tensor([seq[:-1]])).log_softmax(-1)[0, -len(cont) :]
+        target = torch.tensor(cont)
+        out.append(
+            (float(logp[torch.arange(len(cont)), target].sum()), bool((logp.argmax(-1) == target).all()))
+        )
+    return out
+
+
+def nfeval_features_at(model):
+    def features_at(idx, keep, position_ids=None, attn_mask=None):
+        return model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)[keep], model.lm_logits
+
+    return features_at
+
+
+@pytest.mark.parametrize("norm,positions", [("pre", "learned"), ("post", "sinusoidal")])
+@pytest.mark.parametrize("pack_tokens", [16, 256])
+def test_packed_equals_unpacked_and_plain_forward_nfeval(norm, positions, pack_tokens, monkeypatch):
+    monkeypatch.setattr(scorer, "HEAD_CHUNK", 7)  # the LM head's chunks end inside rows and requests
+    model = make_model(norm=norm, positions=positions)
+    reqs = multiple_choice_requests(max_len=40)
+    want = reference(model, reqs, 40)
+    stats = {}
+    for packed in (True, False):
+        stats[packed] = ScoringStats()
+        got = score(
+            nfeval_features_at(model),
+            reqs,
+            max_length=40,
+            device="cpu",
+            packed=packed,
+            max_batch_tokens=64,
+            pack_tokens=pack_tokens,
+            stats=stats[packed],
+            progress=False,
+        )
+        for (ll, g), (ll_ref, g_ref), (_, cont) in zip(got, want, reqs):
+            assert abs(ll - ll_ref) <= 1e-5
+            assert g == g_ref and ll.n_tokens == len(cont)
+    assert stats[True].tokens < stats[False].tokens <= stats[False].input_tokens
+
+
+def test_greedy_flags_compare_true_and_false():
+    model = make_model()
+    ctx = [5, 9, 11]
+    best = int(model(torch.tensor([ctx])).argmax(-1)[0, -1])
+    reqs = [(ctx, [best]), (ctx, [best % (VOCAB - 1) + 1]), (ctx, [best, 3])]
+    for packed in (True, False):
+        got = score(
+            nfeval_features_at(model), reqs, max_length=40, device="cpu", packed=packed, progress=False
+        )
+        assert [g for _, g in got] == [True, False, reference(model, reqs[2:], 40)[0][1]]
+
+
+def test_tree_rows_share_prefixes_and_mask_ancestors():
+    rows = pack_rows([[1, 2, 3], [1, 2, 4, 5], [1, 2, 3], [9]], pack_tokens=100, packed=True)
+    assert len(rows) == 1 and rows[0].tokens == [1, 2, 3, 4, 5, 9]
+    assert rows[0].depths == [0, 1, 2, 2, 3, 0]
+    assert rows[0].paths == {0: [0, 1, 2], 2: [0, 1, 2], 1: [0, 1, 3, 4], 3: [5]}
+    mask = rows[0].ancestor_mask(7)
+    assert mask[4].tolist() == [True, True, False, True, True, False, False]
+    assert mask[5].tolist() == [False] * 5 + [True, False] and mask[6].tolist() == [False] * 6 + [True]
+    assert [r.tokens for r in pack_rows([[1, 2, 3], [1, 2, 4, 5], [1, 2, 3]], 100, packed=False)] == [
+        [1, 2, 3], [1, 2, 4, 5]]  # fmt: skip
+
+
+def test_batches_bounded_by_padded_tokens():
+    widths = [900, 10, 300, 800, 5, 3]
+    batches = plan_batches(widths, max_batch_tokens=1000)
+    assert [[widths[r] for r in b] for b in batches] == [[900], [800], [300, 10, 5], [3]]
+    assert all(len(b) * max(widths[r] for r in b) <= 1000 or len(b) == 1 for b in batches)
+    assert sorted(r for b in batches for r in b) == list(range(6))
+    assert all(len(b) <= 2 for b in plan_batches(widths, 10_000, max_rows=2))
+
+
+def test_flops_count_weights_attention_and_head():
+    model = make_model()
+    cfg = model.cfg
+    shape = ModelShape(matmul_params(model), cfg.d_model, cfg.n_layer, cfg.vocab_size)
+    per_layer = 4 * cfg.d_model**2 + 2 * cfg.d_model * cfg.d_ffn  # qkv, out_proj, fc1, fc2
+    assert shape.matmul_params == cfg.n_layer * per_layer
+    stats = ScoringStats()
+    score(nfeval_features_at(model), [([1, 2], [3, 4])], max_length=40, device="cpu", shape=shape,
+          stats=stats,
+          progress=False)  # fmt: skip
+    # 3 input tokens, 1+2+3 attended pairs, 2 scored positions
+    assert stats.flops == 2 * shape.matmul_params * 3 + 4 * 32 * 2 * 6 + 2 * 32 * VOCAB * 2
+    assert stats.wall_s > 0 and stats.requests == 1
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return build_hf_gpt2(tmp_path_factory.mktemp("hf_gpt2_packed"))
+
+
+def test_hf_gpt2_packed_equals_unpacked(hf_dir):
+    packed = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size="auto", max_batch_tokens=64, progress=False)
+    plain = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, pack=False, progress=False)
+    assert packed.packed and not plain.packed
+    reqs = [(None, ctx, cont) for ctx, cont in multiple_choice_requests(seed=3, max_len=packed.max_length)]
+    want = reference(lambda idx: plain.engine.model(idx).logits, [r[1:] for r in reqs], packed.max_length)
+    for lm in (packed, plain):
+        for (ll, g), (ll_ref, g_ref) in zip(lm._loglikelihood_tokens(reqs), want):
+            assert abs(ll - ll_ref) <= 1e-5 and g == g_ref
+    assert packed.scoring_stats.tokens < plain.scoring_stats.tokens
+
+
+def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir):
+    from lm_eval.models.huggingface import HFLM
+
+    text = "The cat sat on the mat and the dog ran under the tree. " * 8
+    ref = HFLM(pretrained=hf_dir, device="cpu", batch_size=2, dtype="float32")
+    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size="auto", progress=False)
+    assert ours.packed
+    req = requests_for([(text,)])
+    for r in req:
+        r.request_type = "loglikelihood_rolling"
+    want = ref.loglikelihood_rolling(req, disable_tqdm=True)
+    got = ours.loglikelihood_rolling(req, disable_tqdm=True)
+    assert abs(want[0] - got[0]) <= 1e-4
+
+
+def test_a_model_refusing_the_tree_mask_keeps_the_plain_path(hf_dir):
+    lm = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False)
+    lm.engine.model.config._attn_implementation = "eager"  # still reads the additive 4-D mask
+    assert lm.engine.tree_probe()
+    base = lm.engine.model.base_model
+    forward = base.forward
+    base.forward = lambda *a, position_ids=None, **k: forward(*a, **k)  # ignores positions
+    assert not lm.engine.tree_probe()
+
+
+def test_nfeval_checkpoint_packed_equals_unpacked_through_the_adapter(tiny_clm_ckpt):
+    from test_zeroshot_adapter import PAIRS
+
+    choices = [("The cat sat on the", c) for c in (" mat.", " mat and slept.", " m", " dog")]
+    reqs = requests_for(PAIRS + choices)
+    packed = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size="auto", progress=False)
+    plain = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", pack=False, progress=False)
+    assert packed.packed and not plain.packed
+    for (ll, g), (ll_ref, g_ref) in zip(packed.loglikelihood(reqs, True), plain.loglikelihood(reqs, True)):
+        assert abs(ll - ll_ref) <= 1e-5 and g == g_ref and ll.n_tokens == ll_ref.n_tokens
+    assert packed.scoring_stats.tokens < plain.scoring_stats.tokens
