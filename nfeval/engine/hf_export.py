@@ -113,7 +113,7 @@ def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> di
     """Returns {file name: source} of the remote code: the HF wrapper plus nfeval's model modules.
 
     Starts from ``package.root`` (``engine/model.py``) and follows its relative imports (``from .config
-    import ...``, ``from ..errors import ...``), renaming each module ``nfeval_<name>`` so the files
+    import ...``, ``from ..base.errors import ...``), renaming each module ``nfeval_<name>`` so the files
     stand alone in the export. An import of nfeval itself (``import nfeval``) fails.
     """
     top = package.split(".")[0]
@@ -139,8 +139,11 @@ def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> di
                 modules.append(node.module)
             if any(m.split(".")[0] == top for m in modules):
                 raise RuntimeError(f"{path}:{node.lineno}: imports {top}, which an export cannot")
-        renamed = re.sub(
-            r"^(\s*)from \.+(\w+) import", rf"\1from .{GENERATED_PREFIX}\2 import", source, flags=re.M
+        renamed = re.sub(  # from ..base.errors import -> from .nfeval_errors import
+            r"^(\s*)from \.+(?:\w+\.)*(\w+) import",
+            rf"\1from .{GENERATED_PREFIX}\2 import",
+            source,
+            flags=re.M,
         )
         name = GENERATED_PREFIX + module.rpartition(".")[2] + ".py"
         if name in files:

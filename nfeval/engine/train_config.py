@@ -66,7 +66,7 @@ class TrainConfig:
     peak_flops: float | None = None
     seed: int = 1
     progress: bool = True
-    lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune_results.tuned_lr's record
+    lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune.results.tuned_lr's record
     # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
     grad_stats: str | None = None
     # also log metrics as TensorBoard events in this folder ("": RUN/tensorboard); None: off

@@ -1,7 +1,7 @@
 """Reading a learning-rate tune: the best LR per preset, the stability table and plot, and ``tuned_lr``
 (what ``nfeval train --lr-from DIR/tune.json`` takes).
 
-Kept apart from ``nfeval.tune`` (which runs the points) so that readers of ``tune.json`` (``nfeval
+Kept apart from ``nfeval.tune.sweep`` (which runs the points) so that readers of ``tune.json`` (``nfeval
 train``, ``nfeval compare``) import neither torch nor the training engine.
 
 Selection. A point is one (preset, lr, seed) short run with status ``ok`` (a finite validation loss

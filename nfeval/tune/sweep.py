@@ -8,7 +8,7 @@ optimiser flags (the same for every point), and writes
 
     DIR/points/<preset>/lr=<lr>/seed=<s>/   a run dir of nfeval train (+ train.log, and point.json last)
     DIR/tune.json                           provenance, grid, budget, per-point results, best LR per
-                                            preset (nfeval.tune_results), stability, missing points
+                                            preset (nfeval.tune.results), stability, missing points
     DIR/tune.png                            final validation PPL vs LR, one line per preset
 
 ``nfeval train --lr-from DIR/tune.json`` then trains at the tuned LR of its preset and records where

@@ -86,7 +86,7 @@ def test_cli_process_internal_error_traceback_bad_input_one_line_exit_2(tmp_path
     naming the problem (exit 2) and no traceback."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "NFEVAL_TRACEBACK": ""}
     bug = (
-        "import sys, nfeval.info as info\n"
+        "import sys, nfeval.commands.info as info\n"
         "def describe(*a, **k):\n    raise ValueError('an internal bug')\n"
         "info.describe = describe\n"
         "from nfeval.cli import main\n"

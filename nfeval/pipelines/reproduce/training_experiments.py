@@ -1,6 +1,6 @@
 """The experiments that read training curves: Figure 2 (CLM and MLM at equal compute), Table 4
 (ablations) and Xiong et al. 2020 (warm-up). Each returns the parts of its report section: tables,
-claims with their verdicts, figures, notes; ``nfeval.reproduce.sections`` adds the rest."""
+claims with their verdicts, figures, notes; ``nfeval.pipelines.reproduce.sections`` adds the rest."""
 
 from __future__ import annotations
 
