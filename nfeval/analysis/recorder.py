@@ -26,8 +26,8 @@ from typing import Any
 from torch import nn
 
 from ..base.errors import ConfigError, DataError, MissingDataError
-from ..engine.checkpoint import CONFIG
 from ..engine.config import ModelConfig, load_json
+from ..engine.rundir import CONFIG
 from .grads import per_layer_mean_abs
 
 GRAD_STATS = "grad_stats.jsonl"

@@ -25,8 +25,8 @@ from torch import nn
 
 from ..base.errors import ConfigError
 from ..base.progress import progress_bar
-from ..engine import checkpoint
 from ..engine.config import ModelConfig
+from ..engine.fingerprint import fingerprint_model
 from ..engine.model import Transformer
 
 FP16_MAX = 65504.0
@@ -97,7 +97,7 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     update lr, loss, grad_norm and attn_logit_max (per layer), plus the fp16 overflows."""
     torch.manual_seed(seed)
     model = Transformer(cfg).train()
-    fingerprint = checkpoint.fingerprint_model(model)
+    fingerprint = fingerprint_model(model)
     opt = torch.optim.AdamW(
         model.parameters(),
         lr=settings.lr_start,

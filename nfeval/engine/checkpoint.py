@@ -7,7 +7,6 @@ directory once training has finished; while it runs, its newest ``checkpoints/st
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,15 +18,14 @@ from tokenizers import Tokenizer
 
 from ..base.artifacts import atomic_write_json, atomic_write_text
 from ..base.errors import CheckpointError, ConfigError, MissingDataError
+from . import rundir
 from .config import ModelConfig, load_json
 from .fairseq_import import load_fairseq
 from .fairseq_tokenizer import dictionary_path, load_fairseq_tokenizer
+from .fingerprint import fingerprint_state_dict
 from .model import Transformer
+from .rundir import CONFIG, TOKENIZER, WEIGHTS
 from .tokenization import load_tokenizer
-
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-TOKENIZER = "tokenizer.json"
 
 
 @dataclass
@@ -57,21 +55,6 @@ def summary(ckpt: Checkpoint) -> dict[str, Any]:
     }
 
 
-def fingerprint_state_dict(state: dict[str, torch.Tensor]) -> str:
-    """Returns the sha256 of the weights: names, dtypes, shapes and bytes, in name order."""
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def fingerprint_model(model: torch.nn.Module) -> str:
-    """Returns the fingerprint of a model's current weights (as they would be saved)."""
-    return fingerprint_state_dict(model.state_dict())
-
-
 def save(
     directory: str,
     model: Transformer,
@@ -98,8 +81,6 @@ def save(
 def resolve(path: str) -> str:
     """Returns the checkpoint directory for ``path``: a checkpoint directory itself, a finished run
     dir itself, or an unfinished run's newest valid ``checkpoints/step_*`` (see ``rundir``)."""
-    from . import rundir
-
     if not os.path.exists(path):
         raise MissingDataError(
             f"{path}: no such checkpoint (expected a directory with {WEIGHTS} and {CONFIG})"
