@@ -11,12 +11,20 @@ import torch.distributed as dist
 
 from ..base.cli_args import add_device, add_dtype
 from ..engine.config import load_json
-from ..engine.train import train
+from ..engine.train import refuse_existing_run, train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
 from ..engine.trainer import TrainingDiverged
+from ..launch.options import RUN, add_launcher_arguments, launch_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds the run's flags and the launcher's (``--launcher slurm --nodes N --gpus-per-node G``)."""
+    add_run_arguments(p)
+    add_launcher_arguments(p, kind=RUN)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds the run's own flags: run folder, config, resume, preset, and one flag per TrainConfig field."""
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--config", help="JSON file of TrainConfig fields; command-line flags override it")
     p.add_argument(
@@ -99,6 +107,35 @@ def given_fields(args: argparse.Namespace) -> set[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Trains here (under torchrun: this process's share), or submits the run as one Slurm job."""
+    launch = launch_options(args)
+    if launch.on_cluster:
+        return submit(args, launch)
+    return train_here(args)
+
+
+def submit(args: argparse.Namespace, launch) -> int:
+    """Submits the run as a job of ``--nodes`` × ``--gpus-per-node`` processes (DDP, or FSDP2 with
+    ``--fsdp``), requeued with ``--resume`` after preemption; returns its exit status (0 with
+    ``--no-wait``, 1 when the job did not finish)."""
+    from ..launch import cluster
+
+    config_from_args(args)  # bad flags fail here, before anything is submitted
+    if not args.resume:
+        refuse_existing_run(args.out)
+    requeue = argparse.Namespace(**{**vars(args), "resume": True})
+    status = cluster.run_training(train_here, args, requeue, args.out, launch)
+    if not launch.wait:
+        return 0
+    if status is None:
+        return 1
+    print(f"nfeval train: the job ended with status {status}; run folder {args.out}")
+    return status
+
+
+def train_here(args: argparse.Namespace) -> int:
+    """Trains in this process (one of torchrun's or a Slurm job's); returns the exit status (3:
+    diverged)."""
     cfg = config_from_args(args)
     if getattr(args, "tune_json", None):
         from ..tune.results import with_tuned_lr

@@ -1,0 +1,191 @@
+"""Running named points (or one training run) as submitit jobs: submit what is neither finished nor
+still queued, record the job IDs, then wait with a progress bar or return at once.
+
+A job is a ``submitit.helpers.Checkpointable``: on preemption or when its time limit nears, Slurm
+signals it, submitit calls its ``checkpoint()`` and requeues it (at most ``--slurm-max-requeues``
+times), and the requeued job calls the same point again, which resumes from its own checkpoint in its
+own folder as a rerun here would. Finished points are never passed in (the caller checks their
+finished markers), so no point is computed twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import submitit
+
+from ..base.progress import progress_bar
+from . import records
+from .options import LaunchOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPoint:
+    """One independent point: its name (unique in the folder), ``fn(*args)`` computes it (picklable,
+    resumable from ``directory``, where it checkpoints and marks itself finished)."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple
+    directory: str
+
+
+class PointJob(submitit.helpers.Checkpointable):
+    """A point's job; the inherited ``checkpoint()`` requeues the same call, so the point resumes."""
+
+    def __init__(self, point: LaunchPoint) -> None:
+        self.point = point
+
+    def __call__(self) -> Any:
+        print(f"nfeval: point {self.point.name} in {self.point.directory}", flush=True)
+        return self.point.fn(*self.point.args)
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """A training run's job, one process per GPU: each joins torch.distributed from the job's
+    environment; when requeued it runs with ``requeue_args`` (``--resume``)."""
+
+    def __init__(self, fn: Callable[[argparse.Namespace], int], args, requeue_args) -> None:
+        self.fn, self.args, self.requeue_args = fn, args, requeue_args
+
+    def __call__(self) -> int:
+        # RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT as torchrun sets them; every process
+        # keeps seeing all its node's GPUs (parallel.resolve_device takes cuda:LOCAL_RANK)
+        env = submitit.helpers.TorchDistributedEnvironment()
+        env.export(set_cuda_visible_devices=False, overwrite=True)
+        return self.fn(self.args)
+
+    def checkpoint(self) -> submitit.helpers.DelayedSubmission:
+        return submitit.helpers.DelayedSubmission(RunJob(self.fn, self.requeue_args, self.requeue_args))
+
+
+def point_parameters(options: LaunchOptions, name: str) -> dict[str, Any]:
+    """Returns the SlurmExecutor parameters of a point's job in an array named ``name``."""
+    return _slurm_parameters(options, name, nodes=1, tasks=1, gpus=options.gpus_per_job)
+
+
+def run_parameters(options: LaunchOptions, name: str) -> dict[str, Any]:
+    """Returns the SlurmExecutor parameters of a training run: nodes × GPUs, one process per GPU."""
+    gpus = options.gpus_per_node
+    return _slurm_parameters(options, name, nodes=options.nodes, tasks=gpus, gpus=gpus)
+
+
+def _slurm_parameters(options: LaunchOptions, name: str, nodes: int, tasks: int, gpus: int) -> dict:
+    params: dict[str, Any] = {
+        "job_name": name,
+        "partition": options.partition,
+        "time": options.time_min,
+        "nodes": nodes,
+        "ntasks_per_node": tasks,
+        "gpus_per_node": gpus,
+        "cpus_per_task": options.cpus_per_job,
+        "array_parallelism": options.array_parallelism,
+        # requeueable, so submitit's `scontrol requeue` works on every cluster's defaults
+        "additional_parameters": {"requeue": True, **options.sbatch_options},
+    }
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def make_executor(options: LaunchOptions, folder: str, params: dict[str, Any]) -> submitit.Executor:
+    """Returns submitit's executor for ``options`` writing its files under ``folder/slurm/``."""
+    files = records.job_files(folder)
+    if options.executor == "slurm":
+        executor = submitit.SlurmExecutor(files, max_num_timeout=options.max_requeues)
+        executor.update_parameters(**params)
+        return executor
+    executor = submitit.LocalExecutor(files, max_num_timeout=options.max_requeues)
+    executor.update_parameters(
+        timeout_min=params["time"], tasks_per_node=params["ntasks_per_node"], gpus_per_node=0
+    )
+    return executor
+
+
+def run_points(points: Sequence[LaunchPoint], folder: str, options: LaunchOptions, desc: str) -> list | None:
+    """Runs the (unfinished) ``points`` as one job array named ``nfeval-<desc>``; returns the results of
+    the jobs that finished, in completion order, or None with ``--no-wait``."""
+    name = f"nfeval-{desc}"
+    jobs = [(p.name, PointJob(p)) for p in points]
+    return launch(jobs, folder, options, desc, point_parameters(options, name))
+
+
+def run_training(fn, args, requeue_args, folder: str, options: LaunchOptions) -> int | None:
+    """Runs ``fn(args)`` as one job of ``--nodes`` × ``--gpus-per-node`` processes; returns rank 0's
+    exit status, or None with ``--no-wait`` (or when the job did not finish)."""
+    name = f"nfeval-train-{os.path.basename(os.path.abspath(folder))}"
+    done = launch(
+        [("run", RunJob(fn, args, requeue_args))], folder, options, "train", run_parameters(options, name)
+    )
+    return done[0] if done else None
+
+
+def launch(jobs, folder: str, options: LaunchOptions, desc: str, params: dict[str, Any]) -> list | None:
+    """Submits ``jobs`` ([(name, callable)]) except those whose recorded job is still queued or running
+    (or of unknown state, unless ``--resubmit``); waits for all of them unless ``--no-wait``."""
+    tasks = params["ntasks_per_node"] * params["nodes"]
+    record = records.read(folder)["jobs"]
+    submit, waiting = [], {}
+    for name, fn in jobs:
+        entry = record.get(name)
+        verdict, word = records.state(entry, folder) if entry else (records.ENDED, "")
+        if verdict == records.ENDED or (verdict == records.UNKNOWN and options.resubmit):
+            submit.append((name, fn))
+        elif verdict == records.ACTIVE:
+            print(f"nfeval {desc}: {name}: job {entry['job_id']} is {word}, not resubmitted", flush=True)
+            waiting[name] = records.job(entry["executor"], folder, entry["job_id"], tasks)
+        else:
+            print(
+                f"nfeval {desc}: {name}: the state of job {entry['job_id']} cannot be known ({word}); "
+                "not resubmitted (check squeue, then rerun with --resubmit to submit it again)",
+                flush=True,
+            )
+    if submit:
+        waiting.update(_submit(submit, folder, options, desc, params))
+    if not options.wait:
+        return None
+    return wait(waiting, desc, options.poll_s)
+
+
+def _submit(jobs, folder: str, options: LaunchOptions, desc: str, params: dict) -> dict[str, submitit.Job]:
+    executor = make_executor(options, folder, params)
+    submitted = executor.submit_array([fn for _, fn in jobs])
+    entries = {
+        name: {"job_id": job.job_id, "executor": options.executor, "log": str(job.paths.stdout)}
+        for (name, _), job in zip(jobs, submitted)
+    }
+    path = records.add(folder, entries)
+    print(
+        f"nfeval {desc}: submitted {len(jobs)} job(s) (record {path}; logs {records.job_files(folder)})",
+        flush=True,
+    )
+    if not options.wait:
+        for name, entry in entries.items():
+            print(f"  {entry['job_id']}  {name}")
+    return {name: job for (name, _), job in zip(jobs, submitted)}
+
+
+def wait(jobs: dict[str, submitit.Job], desc: str, poll_s: float) -> list:
+    """Waits for ``jobs`` (name -> job) with a progress bar; returns the results of those that finished
+    (rank 0's for a job of several processes) and prints one line per failed job with its log."""
+    names = {id(job): name for name, job in jobs.items()}
+    results = []
+    bar = progress_bar(total=len(jobs), enabled=bool(jobs), desc=f"{desc} jobs", unit="job")
+    for job in submitit.helpers.as_completed(list(jobs.values()), poll_frequency=poll_s):
+        try:
+            results.append(job.results()[0])
+        except submitit.core.utils.UncompletedJobError as e:
+            bar.write(f"nfeval {desc}: {names[id(job)]}: job {job.job_id} {_why(e)}; log {job.paths.stderr}")
+        bar.update(1)
+    bar.close()
+    return results
+
+
+def _why(error: Exception) -> str:
+    """Returns one line on why a job did not finish: the last line of its traceback."""
+    text = str(error)
+    parts = text.split("----------------------\n")
+    lines = [line for line in (parts[1] if len(parts) > 2 else text).splitlines() if line.strip()]
+    return "failed: " + (lines[-1].strip() if lines else type(error).__name__)

@@ -1,0 +1,206 @@
+"""--launcher slurm: job arrays through submitit, requeue and resume, reruns that submit only what is
+missing; driven without a cluster by submitit's local executor (the same job pickles, real
+subprocesses) and by stand-in sbatch/srun/sacct scripts that record what they were given."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from nfeval.cli import main
+from nfeval.launch import cluster, records
+from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def job_env(monkeypatch):
+    """Job subprocesses import this module (its point functions) and use one thread, like the tests."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def local_jobs(**changes) -> LaunchOptions:
+    """Returns options that run the Slurm path's job files through submitit's local executor."""
+    return LaunchOptions(launcher="slurm", executor="local", time_min=5, poll_s=0.2, **changes)
+
+
+def counting_point(directory: str, steps: int, preempt_at: int | None) -> dict:
+    """A resumable point: counts to ``steps`` (one line per step in progress.txt, kept across attempts)
+    and resumes where it stopped; its first attempt is preempted at ``preempt_at`` the way Slurm does
+    it (SIGUSR2 before the job is stopped)."""
+    os.makedirs(directory, exist_ok=True)
+    progress, flag = os.path.join(directory, "progress.txt"), os.path.join(directory, "preempted")
+    with open(os.path.join(directory, "attempts.txt"), "a") as f:
+        f.write(f"{os.getpid()}\n")
+    start = len(open(progress).read().split()) if os.path.exists(progress) else 0
+    for step in range(start, steps):
+        if step == preempt_at and not os.path.exists(flag):
+            open(flag, "w").close()
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(60)  # submitit's handler checkpoints, requeues and exits before this ends
+        with open(progress, "a") as f:
+            f.write(f"{step}\n")
+    result = {"directory": directory, "steps": steps}
+    Path(directory, "done.json").write_text(json.dumps(result))
+    return result
+
+
+def test_a_preempted_job_is_requeued_and_resumes_its_point(tmp_path, job_env):
+    points = [
+        cluster.LaunchPoint(
+            f"p{i}", counting_point, (str(tmp_path / f"p{i}"), 4, at), str(tmp_path / f"p{i}")
+        )
+        for i, at in enumerate([2, None])
+    ]
+    results = cluster.run_points(points, str(tmp_path), local_jobs(), "count")
+    assert sorted(r["directory"] for r in results) == [p.directory for p in points]
+    for p, attempts in zip(points, (2, 1)):
+        assert (Path(p.directory) / "progress.txt").read_text().split() == ["0", "1", "2", "3"]
+        assert len((Path(p.directory) / "attempts.txt").read_text().split()) == attempts
+    record = json.loads((tmp_path / records.RECORD).read_text())
+    assert set(record["jobs"]) == {"p0", "p1"} and all(
+        e["executor"] == "local" for e in record["jobs"].values()
+    )
+
+
+def test_no_wait_returns_at_once_and_a_rerun_leaves_running_jobs_alone(tmp_path, job_env, capsys):
+    directory = str(tmp_path / "p")
+    point = cluster.LaunchPoint("p", counting_point, (directory, 3, None), directory)
+    assert cluster.run_points([point], str(tmp_path), local_jobs(wait=False), "count") is None
+    job_id = json.loads((tmp_path / records.RECORD).read_text())["jobs"]["p"]["job_id"]
+    assert f"{job_id}  p" in capsys.readouterr().out
+    assert cluster.run_points([point], str(tmp_path), local_jobs(wait=False), "count") is None
+    assert f"job {job_id} is RUNNING, not resubmitted" in capsys.readouterr().out
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(directory, "done.json")) and time.time() < deadline:
+        time.sleep(0.2)
+    assert json.loads((tmp_path / records.RECORD).read_text())["jobs"]["p"]["job_id"] == job_id
+    assert len(Path(directory, "attempts.txt").read_text().split()) == 1
+
+
+# --- the Slurm path, on stand-in sbatch / srun / sacct -------------------------------------------
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """sbatch keeps each script it is given and answers with a fresh job ID; sacct prints sacct.txt."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "fake_slurm"
+    bin_dir.mkdir()
+    state.mkdir()
+    (state / "next_id").write_text(str(random.randrange(10**5, 10**6)))  # submitit caches states by ID
+    scripts = {
+        "sbatch": 'n=$(cat "$FAKE_SLURM/next_id"); echo $((n+1)) > "$FAKE_SLURM/next_id"\n'
+        'cp "$1" "$FAKE_SLURM/sbatch_$n.sh"; echo "Submitted batch job $n"\n',
+        "srun": "exit 0\n",
+        "sacct": 'cat "$FAKE_SLURM/sacct.txt"\n',
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM", str(state))
+    return state
+
+
+def slurm_options(*argv: str) -> LaunchOptions:
+    p = argparse.ArgumentParser()
+    add_launcher_arguments(p)
+    return launch_options(p.parse_args(["--launcher", "slurm", "--slurm-partition", "gpu", *argv]))
+
+
+def three_points(root: Path) -> list[cluster.LaunchPoint]:
+    return [
+        cluster.LaunchPoint(
+            f"lr={lr}", counting_point, (str(root / f"lr={lr}"), 2, None), str(root / f"lr={lr}")
+        )
+        for lr in ("1e-3", "3e-3", "1e-2")
+    ]
+
+
+def test_the_sbatch_script_asks_for_what_the_flags_say(tmp_path, fake_slurm, capsys):
+    flags = ["--slurm-time", "1:30:00", "--gpus-per-job", "2", "--cpus-per-job", "6"]
+    flags += ["--array-parallelism", "2", "--slurm-max-requeues", "5", "--no-wait"]
+    options = slurm_options(*flags, "--slurm-option", "account=proj", "--slurm-option", "qos=high")
+    assert options.max_requeues == 5
+    assert cluster.run_points(three_points(tmp_path), str(tmp_path), options, "tune") is None
+    [script] = list(fake_slurm.glob("sbatch_*.sh"))
+    text = script.read_text()
+    expected = ["--partition=gpu", "--time=90", "--gpus-per-node=2", "--cpus-per-task=6", "--array=0-2%2"]
+    expected += ["--job-name=nfeval-tune", "--requeue", "--account=proj", "--qos=high", "--nodes=1"]
+    for flag in expected:
+        assert f"#SBATCH {flag}\n" in text, flag
+    assert "--signal=USR2@90" in text and "submitit.core._submit" in text
+    job = script.stem.split("_")[1]
+    jobs = json.loads((tmp_path / records.RECORD).read_text())["jobs"]
+    assert {n: e["job_id"] for n, e in jobs.items()} == {
+        "lr=1e-3": f"{job}_0",
+        "lr=3e-3": f"{job}_1",
+        "lr=1e-2": f"{job}_2",
+    }
+    out = capsys.readouterr().out
+    assert f"{job}_2  lr=1e-2" in out and "submitted 3 job(s)" in out
+
+
+def test_a_rerun_submits_only_the_points_whose_jobs_ended(tmp_path, fake_slurm, capsys):
+    points = three_points(tmp_path)
+    cluster.run_points(points, str(tmp_path), slurm_options("--no-wait"), "tune")
+    job = next(fake_slurm.glob("sbatch_*.sh")).stem.split("_")[1]
+    rows = [f"{job}_0|PENDING|", f"{job}_1|RUNNING|node1", f"{job}_2|FAILED|node2"]
+    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n" + "\n".join(rows) + "\n")
+    capsys.readouterr()
+    cluster.run_points(points, str(tmp_path), slurm_options("--no-wait"), "tune")
+    out = capsys.readouterr().out
+    assert f"job {job}_0 is PENDING, not resubmitted" in out and f"job {job}_1 is RUNNING" in out
+    again = sorted(fake_slurm.glob("sbatch_*.sh"))
+    assert len(again) == 2 and "--array" not in again[-1].read_text()  # one job: lr=1e-2 alone
+    jobs = json.loads((tmp_path / records.RECORD).read_text())["jobs"]
+    assert jobs["lr=1e-3"]["job_id"] == f"{job}_0" and jobs["lr=1e-2"]["job_id"] == str(int(job) + 1)
+
+
+def test_a_job_of_unknown_state_is_resubmitted_only_when_asked(tmp_path, fake_slurm, capsys):
+    points = three_points(tmp_path)[:1]
+    cluster.run_points(points, str(tmp_path), slurm_options("--no-wait"), "tune")
+    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n")  # sacct no longer knows the job
+    cluster.run_points(points, str(tmp_path), slurm_options("--no-wait"), "tune")
+    assert "cannot be known (sacct does not know the job); not resubmitted" in capsys.readouterr().out
+    assert len(list(fake_slurm.glob("sbatch_*.sh"))) == 1
+    cluster.run_points(points, str(tmp_path), slurm_options("--no-wait", "--resubmit"), "tune")
+    assert len(list(fake_slurm.glob("sbatch_*.sh"))) == 2
+
+
+# --- bad input: one line, exit status 2, nothing submitted ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--launcher", "kubernetes"], "--launcher 'kubernetes': expected one of local, slurm"),
+        (["--launcher", "slurm"], "needs --slurm-partition NAME"),
+        (["--launcher", "slurm", "--slurm-partition", "gpu", "--slurm-time", "soon"], "--slurm-time 'soon'"),
+        (["--launcher", "slurm", "--slurm-partition", "gpu", "--slurm-option", "x"], "expected KEY=VALUE"),
+    ],
+)
+def test_bad_launcher_flags_are_one_line_and_exit_2(tmp_path, fake_slurm, capsys, flags, message):
+    assert main(["train", "--out", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not list(fake_slurm.glob("sbatch_*.sh")) and not (tmp_path / "run").exists()
+
+
+def test_slurm_without_sbatch_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
+    assert (
+        main(["train", "--out", str(tmp_path / "run"), "--launcher", "slurm", "--slurm-partition", "gpu"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "sbatch is not on PATH" in err and err.count("\n") == 1 and not (tmp_path / "run").exists()
