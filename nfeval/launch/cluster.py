@@ -1,66 +1,23 @@
 """Running named points (or one training run) as submitit jobs: submit what is neither finished nor
 still queued, record the job IDs, then wait with a progress bar or return at once.
 
-A job is a ``submitit.helpers.Checkpointable``: on preemption or when its time limit nears, Slurm
-signals it, submitit calls its ``checkpoint()`` and requeues it (at most ``--slurm-max-requeues``
-times), and the requeued job calls the same point again, which resumes from its own checkpoint in its
-own folder as a rerun here would. Finished points are never passed in (the caller checks their
-finished markers), so no point is computed twice.
+The jobs themselves are ``jobs.PointJob`` and ``jobs.RunJob``. Finished points are never passed in
+(the caller checks their finished markers), and points whose recorded job is still queued or running
+are not submitted again, so no point is computed twice.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import submitit
 
 from ..base.progress import progress_bar
 from . import records
+from .jobs import LaunchPoint, PointJob, RunJob
 from .options import LaunchOptions
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchPoint:
-    """One independent point: its name (unique in the folder), ``fn(*args)`` computes it (picklable,
-    resumable from ``directory``, where it checkpoints and marks itself finished)."""
-
-    name: str
-    fn: Callable[..., Any]
-    args: tuple
-    directory: str
-
-
-class PointJob(submitit.helpers.Checkpointable):
-    """A point's job; the inherited ``checkpoint()`` requeues the same call, so the point resumes."""
-
-    def __init__(self, point: LaunchPoint) -> None:
-        self.point = point
-
-    def __call__(self) -> Any:
-        print(f"nfeval: point {self.point.name} in {self.point.directory}", flush=True)
-        return self.point.fn(*self.point.args)
-
-
-class RunJob(submitit.helpers.Checkpointable):
-    """A training run's job, one process per GPU: each joins torch.distributed from the job's
-    environment; when requeued it runs with ``requeue_args`` (``--resume``)."""
-
-    def __init__(self, fn: Callable[[argparse.Namespace], int], args, requeue_args) -> None:
-        self.fn, self.args, self.requeue_args = fn, args, requeue_args
-
-    def __call__(self) -> int:
-        # RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT as torchrun sets them; every process
-        # keeps seeing all its node's GPUs (parallel.resolve_device takes cuda:LOCAL_RANK)
-        env = submitit.helpers.TorchDistributedEnvironment()
-        env.export(set_cuda_visible_devices=False, overwrite=True)
-        return self.fn(self.args)
-
-    def checkpoint(self) -> submitit.helpers.DelayedSubmission:
-        return submitit.helpers.DelayedSubmission(RunJob(self.fn, self.requeue_args, self.requeue_args))
 
 
 def point_parameters(options: LaunchOptions, name: str) -> dict[str, Any]:

@@ -8,14 +8,17 @@ import argparse
 import json
 import os
 import random
-import signal
 import time
 from pathlib import Path
 
 import pytest
+from conftest import make_corpus, tiny_train_args
+from launch_points import counting_point
 
-from nfeval.cli import main
+from nfeval.cli import build_parser, main
+from nfeval.commands import train as train_command
 from nfeval.launch import cluster, records
+from nfeval.launch.jobs import LaunchPoint
 from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options
 
 HERE = Path(__file__).resolve().parent
@@ -23,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture
 def job_env(monkeypatch):
-    """Job subprocesses import this module (its point functions) and use one thread, like the tests."""
+    """Job subprocesses import launch_points (the points) and use one thread, like the tests."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
@@ -33,32 +36,9 @@ def local_jobs(**changes) -> LaunchOptions:
     return LaunchOptions(launcher="slurm", executor="local", time_min=5, poll_s=0.2, **changes)
 
 
-def counting_point(directory: str, steps: int, preempt_at: int | None) -> dict:
-    """A resumable point: counts to ``steps`` (one line per step in progress.txt, kept across attempts)
-    and resumes where it stopped; its first attempt is preempted at ``preempt_at`` the way Slurm does
-    it (SIGUSR2 before the job is stopped)."""
-    os.makedirs(directory, exist_ok=True)
-    progress, flag = os.path.join(directory, "progress.txt"), os.path.join(directory, "preempted")
-    with open(os.path.join(directory, "attempts.txt"), "a") as f:
-        f.write(f"{os.getpid()}\n")
-    start = len(open(progress).read().split()) if os.path.exists(progress) else 0
-    for step in range(start, steps):
-        if step == preempt_at and not os.path.exists(flag):
-            open(flag, "w").close()
-            os.kill(os.getpid(), signal.SIGUSR2)
-            time.sleep(60)  # submitit's handler checkpoints, requeues and exits before this ends
-        with open(progress, "a") as f:
-            f.write(f"{step}\n")
-    result = {"directory": directory, "steps": steps}
-    Path(directory, "done.json").write_text(json.dumps(result))
-    return result
-
-
 def test_a_preempted_job_is_requeued_and_resumes_its_point(tmp_path, job_env):
     points = [
-        cluster.LaunchPoint(
-            f"p{i}", counting_point, (str(tmp_path / f"p{i}"), 4, at), str(tmp_path / f"p{i}")
-        )
+        LaunchPoint(f"p{i}", counting_point, (str(tmp_path / f"p{i}"), 4, at), str(tmp_path / f"p{i}"))
         for i, at in enumerate([2, None])
     ]
     results = cluster.run_points(points, str(tmp_path), local_jobs(), "count")
@@ -74,7 +54,7 @@ def test_a_preempted_job_is_requeued_and_resumes_its_point(tmp_path, job_env):
 
 def test_no_wait_returns_at_once_and_a_rerun_leaves_running_jobs_alone(tmp_path, job_env, capsys):
     directory = str(tmp_path / "p")
-    point = cluster.LaunchPoint("p", counting_point, (directory, 3, None), directory)
+    point = LaunchPoint("p", counting_point, (directory, 3, None), directory)
     assert cluster.run_points([point], str(tmp_path), local_jobs(wait=False), "count") is None
     job_id = json.loads((tmp_path / records.RECORD).read_text())["jobs"]["p"]["job_id"]
     assert f"{job_id}  p" in capsys.readouterr().out
@@ -117,11 +97,9 @@ def slurm_options(*argv: str) -> LaunchOptions:
     return launch_options(p.parse_args(["--launcher", "slurm", "--slurm-partition", "gpu", *argv]))
 
 
-def three_points(root: Path) -> list[cluster.LaunchPoint]:
+def three_points(root: Path) -> list[LaunchPoint]:
     return [
-        cluster.LaunchPoint(
-            f"lr={lr}", counting_point, (str(root / f"lr={lr}"), 2, None), str(root / f"lr={lr}")
-        )
+        LaunchPoint(f"lr={lr}", counting_point, (str(root / f"lr={lr}"), 2, None), str(root / f"lr={lr}"))
         for lr in ("1e-3", "3e-3", "1e-2")
     ]
 
@@ -204,3 +182,33 @@ def test_slurm_without_sbatch_is_one_line_and_exit_2(tmp_path, monkeypatch, caps
     )
     err = capsys.readouterr().err
     assert "sbatch is not on PATH" in err and err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+# --- nfeval train as one job of several processes ------------------------------------------------
+
+
+def test_a_training_job_of_two_processes_trains_like_torchrun(tmp_path, job_env):
+    corpus = tmp_path / "train.txt"
+    corpus.write_text(make_corpus(1200), encoding="utf-8")
+    flags = tiny_train_args(str(corpus), batch_size=None, max_steps=4, lr="3e-3", eval_interval=None)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["train", "--out", str(one), *flags, "--batch-size", "4", "--grad-accum", "2"]) == 0
+    args = build_parser("train").parse_args(
+        ["train", "--out", str(two), *flags, "--batch-size", "2", "--grad-accum", "2"]
+    )
+    requeue = argparse.Namespace(**{**vars(args), "resume": True})
+    assert (
+        cluster.run_training(train_command.train_here, args, requeue, str(two), local_jobs(gpus_per_node=2))
+        == 0
+    )
+    config = json.loads((two / "config.json").read_text())
+    assert config["train"]["world_size"] == 2
+    losses = [
+        [
+            r["loss"]
+            for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if r["kind"] == "train"
+        ]
+        for run in (one, two)
+    ]
+    assert len(losses[1]) == 4 and losses[0] == pytest.approx(losses[1], abs=1e-5)
