@@ -19,7 +19,7 @@ from nfeval.cli import build_parser, main
 from nfeval.commands import train as train_command
 from nfeval.launch import cluster, records
 from nfeval.launch.jobs import LaunchPoint
-from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options
+from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options, parse_minutes
 
 HERE = Path(__file__).resolve().parent
 
@@ -212,3 +212,10 @@ def test_a_training_job_of_two_processes_trains_like_torchrun(tmp_path, job_env)
         for run in (one, two)
     ]
     assert len(losses[1]) == 4 and losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "text, minutes", [("90", 90), ("30:00", 30), ("1:30:00", 90), ("2-00:00:00", 2880), ("1-12", 2160)]
+)
+def test_slurm_times_read_as_sbatch_reads_them(text, minutes):
+    assert parse_minutes(text) == minutes
