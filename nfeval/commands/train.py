@@ -124,7 +124,7 @@ def submit(args: argparse.Namespace, launch) -> int:
     if not args.resume:
         refuse_existing_run(args.out)
     requeue = argparse.Namespace(**{**vars(args), "resume": True})
-    status = cluster.run_training(train_here, args, requeue, args.out, launch)
+    status = cluster.run_training(train_here, args, requeue, args.out, launch, args.progress is not False)
     if not launch.wait:
         return 0
     if status is None:

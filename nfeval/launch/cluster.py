@@ -9,6 +9,7 @@ are not submitted again, so no point is computed twice.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,25 +62,24 @@ def make_executor(options: LaunchOptions, folder: str, params: dict[str, Any]) -
     return executor
 
 
-def run_points(points: Sequence[LaunchPoint], folder: str, options: LaunchOptions, desc: str) -> list | None:
+def run_points(
+    points: Sequence[LaunchPoint], folder: str, options: LaunchOptions, desc: str, progress: bool = True
+) -> list | None:
     """Runs the (unfinished) ``points`` as one job array named ``nfeval-<desc>``; returns the results of
     the jobs that finished, in completion order, or None with ``--no-wait``."""
-    name = f"nfeval-{desc}"
     jobs = [(p.name, PointJob(p)) for p in points]
-    return launch(jobs, folder, options, desc, point_parameters(options, name))
+    return launch(jobs, folder, options, desc, point_parameters(options, f"nfeval-{desc}"), progress)
 
 
-def run_training(fn, args, requeue_args, folder: str, options: LaunchOptions) -> int | None:
+def run_training(fn, args, requeue_args, folder: str, options: LaunchOptions, progress: bool = True):
     """Runs ``fn(args)`` as one job of ``--nodes`` × ``--gpus-per-node`` processes; returns rank 0's
     exit status, or None with ``--no-wait`` (or when the job did not finish)."""
-    name = f"nfeval-train-{os.path.basename(os.path.abspath(folder))}"
-    done = launch(
-        [("run", RunJob(fn, args, requeue_args))], folder, options, "train", run_parameters(options, name)
-    )
+    params = run_parameters(options, f"nfeval-train-{os.path.basename(os.path.abspath(folder))}")
+    done = launch([("run", RunJob(fn, args, requeue_args))], folder, options, "train", params, progress)
     return done[0] if done else None
 
 
-def launch(jobs, folder: str, options: LaunchOptions, desc: str, params: dict[str, Any]) -> list | None:
+def launch(jobs, folder: str, options: LaunchOptions, desc: str, params: dict, progress: bool) -> list | None:
     """Submits ``jobs`` ([(name, callable)]) except those whose recorded job is still queued or running
     (or of unknown state, unless ``--resubmit``); waits for all of them unless ``--no-wait``."""
     tasks = params["ntasks_per_node"] * params["nodes"]
@@ -103,7 +103,7 @@ def launch(jobs, folder: str, options: LaunchOptions, desc: str, params: dict[st
         waiting.update(_submit(submit, folder, options, desc, params))
     if not options.wait:
         return None
-    return wait(waiting, desc, options.poll_s)
+    return wait(waiting, desc, options.poll_s, progress)
 
 
 def _submit(jobs, folder: str, options: LaunchOptions, desc: str, params: dict) -> dict[str, submitit.Job]:
@@ -124,17 +124,18 @@ def _submit(jobs, folder: str, options: LaunchOptions, desc: str, params: dict) 
     return {name: job for (name, _), job in zip(jobs, submitted)}
 
 
-def wait(jobs: dict[str, submitit.Job], desc: str, poll_s: float) -> list:
+def wait(jobs: dict[str, submitit.Job], desc: str, poll_s: float, progress: bool = True) -> list:
     """Waits for ``jobs`` (name -> job) with a progress bar; returns the results of those that finished
     (rank 0's for a job of several processes) and prints one line per failed job with its log."""
     names = {id(job): name for name, job in jobs.items()}
     results = []
-    bar = progress_bar(total=len(jobs), enabled=bool(jobs), desc=f"{desc} jobs", unit="job")
+    bar = progress_bar(total=len(jobs), enabled=progress and bool(jobs), desc=f"{desc} jobs", unit="job")
     for job in submitit.helpers.as_completed(list(jobs.values()), poll_frequency=poll_s):
         try:
             results.append(job.results()[0])
         except submitit.core.utils.UncompletedJobError as e:
-            bar.write(f"nfeval {desc}: {names[id(job)]}: job {job.job_id} {_why(e)}; log {job.paths.stderr}")
+            line = f"nfeval {desc}: {names[id(job)]}: job {job.job_id} {_why(e)}; log {job.paths.stderr}"
+            bar.write(line, file=sys.stderr)
         bar.update(1)
     bar.close()
     return results

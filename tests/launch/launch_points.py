@@ -28,3 +28,8 @@ def counting_point(directory: str, steps: int, preempt_at: int | None) -> dict:
     result = {"directory": directory, "steps": steps}
     Path(directory, "done.json").write_text(json.dumps(result))
     return result
+
+
+def failing_point(directory: str) -> dict:
+    """A point that fails: its job ends without a result."""
+    raise ValueError(f"{directory}: this point cannot be computed")

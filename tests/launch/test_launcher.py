@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_corpus, tiny_train_args
-from launch_points import counting_point
+from launch_points import counting_point, failing_point
 
 from nfeval.cli import build_parser, main
 from nfeval.commands import train as train_command
@@ -65,6 +65,16 @@ def test_no_wait_returns_at_once_and_a_rerun_leaves_running_jobs_alone(tmp_path,
         time.sleep(0.2)
     assert json.loads((tmp_path / records.RECORD).read_text())["jobs"]["p"]["job_id"] == job_id
     assert len(Path(directory, "attempts.txt").read_text().split()) == 1
+
+
+def test_a_failed_job_is_one_line_with_its_log_and_the_others_finish(tmp_path, job_env, capsys):
+    good, bad = str(tmp_path / "good"), str(tmp_path / "bad")
+    points = [LaunchPoint("good", counting_point, (good, 1, None), good)]
+    points.append(LaunchPoint("bad", failing_point, (bad,), bad))
+    results = cluster.run_points(points, str(tmp_path), local_jobs(), "count", progress=False)
+    assert [r["directory"] for r in results] == [good]
+    [line] = [x for x in capsys.readouterr().err.splitlines() if "bad:" in x]
+    assert "failed: ValueError:" in line and "this point cannot be computed" in line and ".err" in line
 
 
 # --- the Slurm path, on stand-in sbatch / srun / sacct -------------------------------------------
