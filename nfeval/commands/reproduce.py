@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_zeroshot_data_dir(p)
     p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables Table 3")
     p.add_argument(
-        "--glue-tasks", default=",".join(d.glue_tasks), help="comma-separated GLUE tasks (default rte)"
+        "--glue-tasks", help="comma-separated GLUE tasks (default: every task whose files are in --glue-dir)"
     )
     p.add_argument(
         "--tune",
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         only=_names(args.only),
         data_dir=args.data_dir,
         glue_dir=args.glue_dir,
-        glue_tasks=_names(args.glue_tasks) or ("rte",),
+        glue_tasks=_names(args.glue_tasks),
         tune=args.tune,
         device=args.device,
         progress=not args.no_progress,

@@ -31,7 +31,7 @@ class ReproduceConfig:
     only: tuple[str, ...] | None = None
     data_dir: str | None = None
     glue_dir: str | None = None
-    glue_tasks: tuple[str, ...] = ("rte",)
+    glue_tasks: tuple[str, ...] | None = None  # None: every task whose files are in glue_dir
     tune: bool = False  # tune each architecture's LR first (nfeval tune), as the paper's baselines were
     device: str = "auto"
     progress: bool = True
@@ -58,7 +58,7 @@ class ReproduceConfig:
         if self.glue_dir:
             from ...glue.data import spec
 
-            for task in self.glue_tasks:
+            for task in self.glue_tasks or ():
                 spec(task)
 
 
@@ -104,7 +104,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         tokenizer="",
         data_dir=cfg.data_dir,
         glue_dir=cfg.glue_dir,
-        glue_tasks=cfg.glue_tasks,
+        glue_tasks=_glue_tasks(cfg),
         device=cfg.device,
         progress=cfg.progress,
     )
@@ -130,6 +130,13 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         path = report.write(cfg.out, _header(cfg, ctx, start), done + pending)
     log(f"report: {path}")
     return {"report": path, "sections": done}
+
+
+def _glue_tasks(cfg: ReproduceConfig) -> tuple[str, ...]:
+    """Returns the GLUE tasks to run: the given ones, else every task whose files are in --glue-dir."""
+    from .glue_halves import present_tasks
+
+    return cfg.glue_tasks or (present_tasks(cfg.glue_dir) if cfg.glue_dir else ())
 
 
 def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:

@@ -58,6 +58,7 @@ def preset_name(ctx: Context, key: str) -> str:
 # the Scale fields a run's TrainConfig takes as they are
 SCALE_TRAIN_FIELDS = ("batch_size", "seq_len", "grad_accum", "lr", "log_interval", "eval_interval")
 SCALE_TRAIN_FIELDS += ("eval_samples", "ckpt_interval", "calibration_steps", "dtype")
+SCALE_TRAIN_FIELDS += ("grad_stats",)  # Figures 3 and 7 read what the runs record while they train
 
 
 def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
@@ -81,7 +82,9 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         from ...tune.results import with_tuned_lr
 
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
-    return cfg
+    from .run_overrides import apply_run_overrides  # Table 4's width control, Table 5's settings
+
+    return apply_run_overrides(cfg, key, s)
 
 
 def table_section(
