@@ -91,10 +91,8 @@ class AttentionLogitProbe:
             x, attn_mask = args[0], args[1] if len(args) > 1 else None
             cfg = module.cfg
             with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
-                B, T, C = x.shape
-                q, k, _ = module.qkv(x.float()).split(C, dim=2)
-                q = q.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
-                k = k.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
+                T = x.shape[1]
+                q, k, _ = module.project_heads(x.float())  # normed as attention sees them
                 logits = (q @ k.transpose(-1, -2)).abs() / math.sqrt(cfg.head_dim)
                 if cfg.causal and attn_mask is None:
                     logits = logits * torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
