@@ -6,10 +6,18 @@ Runs are shared between experiments: the Pre-LN and NormFormer causal LMs of Fig
 baseline and the full model of Table 4 and the warm-up runs of the Xiong et al. check, so every run of
 one output folder has the same budget and recipe, and differs from the others only where its row says.
 
-Budgets are in steps (the same tokens for every run), and ``nfeval compare`` matches the runs at equal
-FLOPs and at equal measured wall-clock afterwards. A time budget (``--minutes``) is the paper's protocol
-but fixes each run's step count from a calibration of its step time: on a machine whose load changes
-(a shared CPU) that gives runs of one comparison very different step counts, so it is opt-in.
+Equal time, fixed before training (the paper's protocol: the same GPU time for every model, each with
+its complete LR schedule). The Pre-LN baseline of each objective gets the scale's S steps; before any
+training, every other run's step-time ratio to it is measured *paired* (``engine.step_ratio``:
+interleaved bursts of both in one process, so machine load cancels) and the run gets S ÷ ratio steps.
+Every run then ends in the baseline's time on its own decayed schedule, and the equal-time readings are
+the runs' final perplexities. The ratios, with their confidence intervals, are measured once per output
+folder (``<out>/step_ratios.json``) and reused by every seed and section. A time budget (``--minutes``)
+instead calibrates each run's step count on its own, which on a machine whose load changes (a shared
+CPU) gives the runs of one comparison unequal time; it is opt-in.
+
+Learning rates are tuned per architecture before the comparison runs (``tuning``; ``--no-tune`` trains
+every run at the scale's ``lr`` and marks every verdict untuned).
 """
 
 from __future__ import annotations
@@ -43,8 +51,12 @@ class Scale:
     grad_batches: int = 4  # batches averaged by `nfeval analyze grads` (Figure 3)
     stability_updates: int = 200  # updates of the rising-LR stability test (Figure 5) ...
     stability_batch: tuple[int, int] = (8, 128)  # ... on batches of (sequences, tokens)
-    tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # --tune's grid (nfeval tune --lrs)
-    tune_budget: str = "steps=300"  # --tune's budget per point (nfeval tune --budget)
+    tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # the LR grid of the tune (nfeval tune --lrs)
+    tune_budget: str = "steps=300"  # the tune's budget per point (nfeval tune --budget)
+    # the paired step-time ratio of each run to its baseline (engine.step_ratio.measure_step_ratio)
+    ratio_pairs: int = 20
+    ratio_burst: int = 3  # steps of each run per burst
+    ratio_warmup: int = 3  # untimed steps of each before the first pair
     # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
     # position, so zero-shot items longer than the training blocks still fit the window.
     model: dict[str, Any] = field(
@@ -80,10 +92,14 @@ SCALES: dict[str, Scale] = {
         stability_batch=(2, 16),
         tune_lrs=(1e-3, 3e-3),
         tune_budget="steps=4",
+        ratio_pairs=4,
+        ratio_burst=1,
+        ratio_warmup=1,
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
     ),
-    # 11 runs x 3 seeds x 1000 steps (one thread: ~0.015 s a step on a quiet 2-core CPU, ~0.04 s on a
-    # loaded one) + start-up, evaluation and analyses: ~15 min quiet, ~35 min on a busy machine
+    # 11 runs x 3 seeds x ~1000 steps (one thread: ~0.015 s a step on a quiet 2-core CPU, ~0.04 s on a
+    # loaded one) + start-up, evaluation and analyses: ~15 min quiet, ~35 min on a busy machine; before
+    # them the LR tune (5 presets x 4 LRs x 300 steps, ~10 min quiet) and the step ratios (~1 min)
     "tiny": Scale(
         "tiny",
         "tiny",

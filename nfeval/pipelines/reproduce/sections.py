@@ -9,7 +9,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...engine.config import load_json
-from . import analysis_experiment, eval_experiments, training_experiments
+from . import analysis_experiment, eval_experiments, training_experiments, verdict
 from .plan import Experiment
 from .runner import Context, ensure_runs, log
 
@@ -50,6 +50,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
             return stored
     log(f"experiment {exp.name}: {exp.title}")
     parts = measure(ctx, exp)
+    claims = parts.get("claims", [])
     section = {
         "name": exp.name,
         "title": exp.title,
@@ -63,7 +64,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
         "hardware": hardware_key(hardware()),
         "runs": list(exp.runs),
         "tables": parts.get("tables", []),
-        "claims": parts.get("claims", []),
+        "claims": claims if ctx.tune_files else verdict.mark_untuned(claims),
         "figures": [os.path.relpath(f, ctx.out) for f in parts.get("figures", [])],
         "notes": parts.get("notes", []),
     }

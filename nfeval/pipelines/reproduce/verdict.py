@@ -15,6 +15,9 @@ The verdict is
 
 A diverged run makes its difference +inf or −inf: when every seed diverged the same way the sign
 decides; when only some did the verdict is inconclusive, and the count is reported.
+
+Runs trained at one LR for every architecture (``--no-tune``) compare untuned baselines: every verdict
+then ends in " (untuned)".
 """
 
 from __future__ import annotations
@@ -31,6 +34,14 @@ RULE = (
     "quantile with n − 1 degrees of freedom (12.7 for 2 seeds, 4.3 for 3), or 1.96 for one seed with a "
     "per-measurement SE; one seed without one is inconclusive"
 )
+
+
+UNTUNED = " (untuned)"
+
+
+def mark_untuned(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Returns ``claims`` with " (untuned)" after each verdict (the runs' LR was not tuned)."""
+    return [{**c, "verdict": c["verdict"] + UNTUNED} for c in claims]
 
 
 def critical_value(n: int) -> float:
