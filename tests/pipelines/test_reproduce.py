@@ -202,6 +202,18 @@ def test_tune_then_train_at_the_tuned_lr(tmp_path):
     assert "tuned per preset by nfeval tune" in open(tmp_path / "o" / "report.md").read()
 
 
+def test_cli_tunes_by_default_and_no_tune_turns_it_off():
+    import argparse
+
+    from nfeval.commands.reproduce import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert p.parse_args([]).tune is True and ReproduceConfig().tune is True
+    assert p.parse_args(["--no-tune"]).tune is False
+    assert p.parse_args(["--tune"]).tune is True  # the old opt-in flag, now the default
+
+
 # ------------------------------------------------------------------------------------ smoke run
 
 
@@ -223,7 +235,9 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
     for exp in EXPERIMENTS:
         s = sections[exp.name]
         assert exp.title in text and exp.finding in text
-        assert s["status"] == "done" and s["seeds"] == 2 and s["budget"] == "8 steps per run"
+        assert (
+            s["status"] == "done" and s["seeds"] == 2 and s["budget"].startswith("8 steps for each baseline")
+        )
         assert s["tables"] and all(t["rows"] for t in s["tables"])
         assert s["claims"] or exp.name == "fig6"  # Figure 6 is described, not tested, by the paper
         assert all(c["verdict"] in (AGREES, DISAGREES, INCONCLUSIVE) for c in s["claims"])
@@ -250,6 +264,96 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
             assert record["status"] in ("finished", "diverged") and record["seed"] == seed
 
 
+def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
+    cfg, result = smoke
+    header = json.load(open(os.path.join(cfg.out, "report.json")))["header"]
+    text = open(result["report"], encoding="utf-8").read()
+    assert header["tuned"] and "## Learning rates, tuned per architecture" in text
+    rows = {(r[0], r[1]): r for r in header["tuning"]}
+    assert set(rows) == {("clm", p) for p in ("prenorm-tiny", "normformer-tiny", "postnorm-tiny")} | {
+        ("mlm", "prenorm-tiny"),
+        ("mlm", "normformer-tiny"),
+    }
+    for objective in ("clm", "mlm"):
+        tuned = json.load(open(os.path.join(cfg.out, "tune", objective, "tune.json")))
+        assert tuned["grid"]["lrs"] == list(SCALES["smoke"].tune_lrs)
+        for preset, s in tuned["presets"].items():
+            grid = rows[objective, preset][2]
+            assert grid.count(":") == len(SCALES["smoke"].tune_lrs) and f"{s['best_lr']!r}: " in grid
+            assert rows[objective, preset][3] == repr(s["best_lr"]) and f"{preset} {s['best_lr']:g}" in text
+            edge = s["best_lr"] in (min(tuned["grid"]["lrs"]), max(tuned["grid"]["lrs"]))
+            assert edge == any(
+                preset in w and "of the grid" in w for w in header["warnings"] if objective in w
+            )
+    for key in RUNS:  # every seed and section trained at its preset's one tuned LR
+        tuned = json.load(open(os.path.join(cfg.out, "tune", RUNS[key].objective, "tune.json")))
+        best = tuned["presets"][f"{RUNS[key].arch}-tiny"]["best_lr"]
+        for seed in (1, 2):
+            record = json.load(open(os.path.join(cfg.out, "runs", key, f"seed{seed}.json")))
+            assert record["lr"] == best and record["lr_from"]["file"].endswith(
+                f"{RUNS[key].objective}/tune.json"
+            )
+    assert "untuned" not in json.dumps(
+        [s["claims"] for s in json.load(open(cfg.out + "/report.json"))["sections"]]
+    )
+
+
+def test_smoke_fixes_equal_time_budgets_before_training(smoke):
+    cfg, result = smoke
+    ratios = json.load(open(os.path.join(cfg.out, "step_ratios.json")))
+    assert set(ratios) == set(RUNS)
+    assert ratios["clm-prenorm"]["ratio"] == 1.0 and ratios["clm-prenorm-no-warmup"]["ratio"] == 1.0
+    assert ratios["clm-postnorm-no-warmup"]["shared_with"] == "clm-postnorm"  # warm-up costs no time
+    assert ratios["clm-normformer"]["pairs"] == SCALES["smoke"].ratio_pairs
+    for key, r in ratios.items():
+        record = json.load(open(os.path.join(cfg.out, "runs", key, "seed1.json")))
+        assert record["step_ratio"]["ratio"] == r["ratio"] and r["baseline"] == runner.BASELINES[key[:3]]
+        assert record["budget"]["max_steps"] == max(1, round(8 / r["ratio"]))
+        if record["status"] == "finished":
+            assert record["steps"] == record["budget"]["max_steps"]
+    text = open(result["report"], encoding="utf-8").read()
+    assert "## Equal time, fixed before training" in text and "2–6%" in text
+
+
+@pytest.fixture(scope="module")
+def untuned_slow(tmp_path_factory):
+    """An untuned Figure 2 whose NormFormer is measured twice as slow as Pre-LN."""
+    from nfeval.engine.step_ratio import StepRatio
+    from nfeval.pipelines.reproduce import equal_time
+
+    def twice_as_slow(base, cand, pairs, burst, warmup):
+        return StepRatio(2.0, 1.9, 2.1, 0.95, pairs, burst, warmup, (2.0,) * pairs, 0.01, 0.02)
+
+    out = str(tmp_path_factory.mktemp("untuned") / "o")
+    cfg = ReproduceConfig(out=out, scale="smoke", seeds=2, only=("fig2-clm",), tune=False, progress=False)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(equal_time, "measure_step_ratio", twice_as_slow)
+        result = run_reproduce(cfg)
+    return out, result
+
+
+def test_a_twice_slower_candidate_trains_half_the_steps_in_the_same_time(untuned_slow):
+    out, _ = untuned_slow
+    base, cand = (json.load(open(f"{out}/runs/clm-{a}/seed1.json")) for a in ("prenorm", "normformer"))
+    assert (base["budget"]["max_steps"], cand["budget"]["max_steps"]) == (8, 4)
+    assert (base["steps"], cand["steps"]) == (8, 4) and cand["step_ratio"]["ratio"] == 2.0
+    comparisons = json.load(open(f"{out}/experiments/fig2-clm/data.json"))["comparisons"]
+    claim = json.load(open(f"{out}/experiments/fig2-clm/section.json"))["claims"][0]
+    # the equal-time reading: both runs at the end of their own schedules, ratio and CI beside it
+    finals = [[r["final_val_ppl"] for r in c["runs"]] for c in comparisons.values()]
+    assert claim["mean"] == pytest.approx(sum(math.log(b / n) for b, n in finals) / 2, rel=1e-9)
+    assert "paired step-time ratio 2.000 [1.900, 2.100] (+100.0%)" in claim["measured"]
+
+
+def test_no_tune_marks_every_verdict_untuned(untuned_slow):
+    out, result = untuned_slow
+    claims = [c for s in result["sections"] for c in s["claims"]]
+    assert claims and all(c["verdict"].endswith(" (untuned)") for c in claims)
+    text = open(result["report"], encoding="utf-8").read()
+    assert "0.003 for every run (untuned" in text and "**Untuned**" in text
+    assert not os.path.isdir(os.path.join(out, "tune"))
+
+
 def _count_train(monkeypatch) -> list[str]:
     calls: list[str] = []
     monkeypatch.setattr(runner, "train", _counting(runner.train, calls))
@@ -265,8 +369,13 @@ def test_rerun_is_a_noop_and_a_killed_run_resumes(smoke, monkeypatch):
     }
     mtimes = {p: os.path.getmtime(p) for p in weights}
     calls = _count_train(monkeypatch)
+    from nfeval.pipelines.reproduce import equal_time
+
+    tune_calls: list[str] = []  # the LR tune and the step ratios are reused, not redone
+    monkeypatch.setattr(nfeval.tune, "train", _counting(nfeval.tune.train, tune_calls))
+    monkeypatch.setattr(equal_time, "measure_step_ratio", None)
     again = run_reproduce(cfg)
-    assert calls == [] and {p: os.path.getmtime(p) for p in weights} == mtimes
+    assert calls == [] and tune_calls == [] and {p: os.path.getmtime(p) for p in weights} == mtimes
     assert [s["claims"] for s in again["sections"]] == [s["claims"] for s in first["sections"]]
 
     # A run killed mid-way: no final weights, no finished record; its section is not finished either.
@@ -311,6 +420,7 @@ def test_killed_invocation_leaves_a_partial_report_and_resumes(tmp_path, monkeyp
         scale="smoke",
         seeds=1,
         only=("fig2-clm", "xiong"),
+        tune=False,
         device="cpu",
         progress=False,
     )

@@ -6,10 +6,18 @@ Runs are shared between experiments: the Pre-LN and NormFormer causal LMs of Fig
 baseline and the full model of Table 4 and the warm-up runs of the Xiong et al. check, so every run of
 one output folder has the same budget and recipe, and differs from the others only where its row says.
 
-Budgets are in steps (the same tokens for every run), and ``nfeval compare`` matches the runs at equal
-FLOPs and at equal measured wall-clock afterwards. A time budget (``--minutes``) is the paper's protocol
-but fixes each run's step count from a calibration of its step time: on a machine whose load changes
-(a shared CPU) that gives runs of one comparison very different step counts, so it is opt-in.
+Equal time, fixed before training (the paper's protocol: the same GPU time for every model, each with
+its complete LR schedule). The Pre-LN baseline of each objective gets the scale's S steps; before any
+training, every other run's step-time ratio to it is measured *paired* (``engine.step_ratio``:
+interleaved bursts of both in one process, so machine load cancels) and the run gets S ÷ ratio steps.
+Every run then ends in the baseline's time on its own decayed schedule, and the equal-time readings are
+the runs' final perplexities. The ratios, with their confidence intervals, are measured once per output
+folder (``<out>/step_ratios.json``) and reused by every seed and section. A time budget (``--minutes``)
+instead calibrates each run's step count on its own, which on a machine whose load changes (a shared
+CPU) gives the runs of one comparison unequal time; it is opt-in.
+
+Learning rates are tuned per architecture before the comparison runs (``tuning``; ``--no-tune`` trains
+every run at the scale's ``lr`` and marks every verdict untuned).
 """
 
 from __future__ import annotations
@@ -45,8 +53,12 @@ class Scale:
     glue_lrs: tuple[float, ...] | None = None  # None: eval_experiments' grid for the size
     stability_updates: int = 200  # updates of the rising-LR stability test (Figure 5) ...
     stability_batch: tuple[int, int] = (8, 128)  # ... on batches of (sequences, tokens)
-    tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # --tune's grid (nfeval tune --lrs)
-    tune_budget: str = "steps=300"  # --tune's budget per point (nfeval tune --budget)
+    tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # the LR grid of the tune (nfeval tune --lrs)
+    tune_budget: str = "steps=300"  # the tune's budget per point (nfeval tune --budget)
+    # the paired step-time ratio of each run to its baseline (engine.step_ratio.measure_step_ratio)
+    ratio_pairs: int = 20
+    ratio_burst: int = 3  # steps of each run per burst
+    ratio_warmup: int = 3  # untimed steps of each before the first pair
     # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
     # position, so zero-shot items longer than the training blocks still fit the window.
     model: dict[str, Any] = field(
@@ -87,6 +99,9 @@ SCALES: dict[str, Scale] = {
         stability_batch=(2, 16),
         tune_lrs=(1e-3, 3e-3),
         tune_budget="steps=4",
+        ratio_pairs=4,
+        ratio_burst=1,
+        ratio_warmup=1,
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
         grad_stats="1:8",
         fig7_window=(6, 8),
@@ -97,6 +112,7 @@ SCALES: dict[str, Scale] = {
     # x 3 seeds x 1000 steps. A step took 0.26 s at 6 layers vs 0.13 s at 2 (measured once, one thread,
     # with the 2-core machine's load at 10: noise; ~0.03 s expected quiet): ~40 min loaded, ~5 quiet, plus
     # evaluation, inside 90 minutes. The whole plan (30 runs x 3 seeds) takes hours on a loaded machine.
+    # Before the runs: the LR tune (each preset x 4 LRs x 300 steps) and the paired step ratios.
     "tiny": Scale(
         "tiny",
         "tiny",

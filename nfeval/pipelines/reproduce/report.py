@@ -60,6 +60,31 @@ def render_section(s: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def setup_lines(h: dict[str, Any]) -> list[str]:
+    """Returns the markdown of what was fixed before training: the LR tune and the equal-time budgets."""
+    lines = []
+    if h.get("tuning"):
+        columns = ["objective", "preset", "final val PPL per LR of the grid (* best)", "tuned LR", "budget"]
+        lines += ["## Learning rates, tuned per architecture (`nfeval tune`)", ""]
+        lines += [*markdown_table(columns, h["tuning"]), ""]
+        lines += [line for w in h.get("warnings", []) for line in (f"> warning: {w}", "")]
+    elif h.get("tuned") is False:
+        lines += ["**Untuned** (`--no-tune`): one LR for every architecture; every verdict says so.", ""]
+    if h.get("equal_time"):
+        columns = ["run", "timed against", "paired step-time ratio [CI] (overhead)", "paper", "steps"]
+        lines += [
+            "## Equal time, fixed before training",
+            "",
+            "Each run's step time against its baseline, measured paired (interleaved bursts of both in one "
+            "process, so machine load cancels) before any training; the baseline trains the scale's steps "
+            "and each run those steps ÷ its ratio, so every run ends its own schedule in the same time.",
+            "",
+            *markdown_table([*columns, "measured"], h["equal_time"]),
+            "",
+        ]
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     """Returns report.md's text."""
     h = report["header"]
@@ -93,8 +118,7 @@ def render(report: dict[str, Any]) -> str:
         ),
         "",
     ]
-    for note in h.get("notes", []):
-        lines += [f"> {note}", ""]
+    lines += setup_lines(h)
     for s in report["sections"]:
         lines += render_section(s)
     return "\n".join(lines)

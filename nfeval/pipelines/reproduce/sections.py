@@ -9,7 +9,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...engine.config import load_json
-from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments
+from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments, verdict
 from .plan import Experiment, available
 from .runner import Context, ensure_runs, log
 
@@ -54,6 +54,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
             return stored
     log(f"experiment {exp.name}: {exp.title}")
     parts = measure(ctx, exp)
+    claims = parts.get("claims", [])
     section = {
         "name": exp.name,
         "title": exp.title,
@@ -67,7 +68,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
         "hardware": hardware_key(hardware()),
         "runs": list(exp.runs),
         "tables": parts.get("tables", []),
-        "claims": parts.get("claims", []),
+        "claims": claims if ctx.tune_files else verdict.mark_untuned(claims),
         "figures": [os.path.relpath(f, ctx.out) for f in parts.get("figures", [])],
         "notes": parts.get("notes", []),
     }

@@ -24,6 +24,9 @@ per seed, are needed; one with an MDE below it says the effect is not there at t
 ``seeds_needed`` is the smallest number of seeds (up to ``MAX_SEEDS``) whose MDE, at the observed
 standard deviation and per-measurement error, is at most the observed |mean|: how many seeds would
 decide the claim if the effect is what these seeds saw (None: more than ``MAX_SEEDS``, or no spread).
+
+Runs trained at one LR for every architecture (``--no-tune``) compare untuned baselines: every verdict
+then ends in " (untuned)".
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ RULE = (
     "two-sided, power 0.8) = (t_{0.975,n−1} + t_{0.8,n−1})·SE: the smallest true mean these seeds detect "
     "4 times in 5"
 )
+
+
+UNTUNED = " (untuned)"
+
+
+def mark_untuned(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Returns ``claims`` with " (untuned)" after each verdict (the runs' LR was not tuned)."""
+    return [{**c, "verdict": c["verdict"] + UNTUNED} for c in claims]
 
 
 def critical_value(n: int) -> float:
