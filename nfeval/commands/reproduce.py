@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
+from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.reproduce import ReproduceConfig, run_reproduce
 from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES
 
@@ -46,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune", dest="tune", action="store_true", help=argparse.SUPPRESS)  # the default, kept
     add_device(p, default=d.device)
     add_no_progress(p)
+    add_launcher_arguments(p)
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
@@ -53,6 +55,7 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    launch = launch_options(args)
     cfg = ReproduceConfig(
         out=args.out,
         scale=args.scale,
@@ -66,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         progress=not args.no_progress,
         command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        launch=launch,
     )
     result = run_reproduce(cfg)
-    print(result.get("report") or result["commands"])
+    print(result.get("report") or result.get("commands") or result["pending"])
     return 0

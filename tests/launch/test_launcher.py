@@ -20,6 +20,8 @@ from nfeval.commands import train as train_command
 from nfeval.launch import cluster, records
 from nfeval.launch.jobs import LaunchPoint
 from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options, parse_minutes
+from nfeval.pipelines.reproduce import runner
+from nfeval.pipelines.reproduce.plan import SCALES
 
 HERE = Path(__file__).resolve().parent
 
@@ -163,6 +165,20 @@ def test_a_job_of_unknown_state_is_resubmitted_only_when_asked(tmp_path, fake_sl
     assert len(list(fake_slurm.glob("sbatch_*.sh"))) == 1
     cluster.run_points(points, str(tmp_path), slurm_options("--no-wait", "--resubmit"), "tune")
     assert len(list(fake_slurm.glob("sbatch_*.sh"))) == 2
+
+
+def test_reproduce_submits_its_unfinished_runs_as_one_array(tmp_path, fake_slurm):
+    ctx = runner.Context(
+        out=str(tmp_path), scale=SCALES["tiny"], budget={"max_steps": 2}, seeds=2, tokenizer="t.json"
+    )
+    ctx.launch = slurm_options("--no-wait")
+    Path(runner.run_dir(ctx, "clm-prenorm", 1) + ".json").parent.mkdir(parents=True)
+    Path(runner.run_dir(ctx, "clm-prenorm", 1) + ".json").write_text("{}")  # finished: not submitted
+    pending = runner.train_on_cluster(ctx, ["clm-prenorm", "clm-normformer"])
+    assert pending.startswith("3 training run(s) not finished yet")
+    jobs = json.loads((tmp_path / records.RECORD).read_text())["jobs"]
+    assert sorted(jobs) == ["clm-normformer/seed1", "clm-normformer/seed2", "clm-prenorm/seed2"]
+    assert "#SBATCH --job-name=nfeval-reproduce\n" in next(fake_slurm.glob("sbatch_*.sh")).read_text()
 
 
 # --- bad input: one line, exit status 2, nothing submitted ---------------------------------------

@@ -21,8 +21,9 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError, MissingDataError
 from ...engine.config import load_json
+from ...launch.options import LaunchOptions
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
-from .runner import Context, log
+from .runner import Context, log, train_on_cluster
 
 
 @dataclass
@@ -39,6 +40,7 @@ class ReproduceConfig:
     device: str = "auto"
     progress: bool = True
     command: str = "nfeval reproduce"
+    launch: LaunchOptions | None = None  # --launcher slurm: training runs and tune points as Slurm jobs
 
     def validate(self) -> None:
         """Raises a UserError naming the first bad option; checks everything before any work."""
@@ -87,7 +89,8 @@ def check_settings(out: str, current: dict[str, Any]) -> None:
 
 def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     """Runs (or resumes) the selected experiments into ``cfg.out`` and writes the report; returns
-    {"report": report.md path, "sections": [...]}, or {"commands": script} for a GPU scale without GPUs."""
+    {"report": report.md, "sections": [...]}, {"commands": script} (a GPU scale, no GPUs here), or
+    {"pending": what to do} (``cfg.launch``'s Slurm jobs are not all finished)."""
     import torch
 
     from ..stages import shared_tokenizer
@@ -111,10 +114,11 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         glue_tasks=_glue_tasks(cfg),
         device=cfg.device,
         progress=cfg.progress,
+        launch=cfg.launch,
     )
     if scale.threads:
         torch.set_num_threads(scale.threads)
-    if scale.needs_gpu and not torch.cuda.is_available():
+    if scale.needs_gpu and not torch.cuda.is_available() and not (cfg.launch and cfg.launch.on_cluster):
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
@@ -132,6 +136,9 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         f"output folder {os.path.abspath(cfg.out)}; scale {scale.name}; {ctx.budget_text()}; "
         f"{ctx.seeds} seed(s)"
     )
+    pending = cfg.launch and cfg.launch.on_cluster and train_on_cluster(ctx, keys)
+    if pending:
+        return {"pending": pending}
     done: list[dict[str, Any]] = []
     for exp in EXPERIMENTS:  # the report is rewritten after every section, so a long run shows progress
         done.append(sections.section(ctx, exp, only))

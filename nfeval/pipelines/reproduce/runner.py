@@ -18,7 +18,8 @@ from ...base.artifacts import atomic_write_json
 from ...engine.config import load_json
 from ...engine.step_ratio import equal_time_steps
 from ...engine.train import TrainConfig, TrainingDiverged, train
-from .plan import RUNS, Scale
+from ...launch.options import LaunchOptions
+from .plan import RUNS, Scale, available
 
 
 def log(message: str) -> None:
@@ -41,6 +42,7 @@ class Context:
     progress: bool = True
     tune_files: dict[str, str] = field(default_factory=dict)  # objective -> tune.json of `nfeval tune`
     step_ratios: dict[str, dict] = field(default_factory=dict)  # run key -> its equal_time record
+    launch: LaunchOptions | None = None  # --launcher slurm: the runs (and the tune) as Slurm jobs
 
     @property
     def seed_values(self) -> list[int]:
@@ -162,3 +164,20 @@ def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
 def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
     """Returns {key: [record per seed]} after training whatever is not finished yet."""
     return {key: [ensure_run(ctx, key, seed) for seed in ctx.seed_values] for key in keys}
+
+
+def train_on_cluster(ctx: Context, keys: list[str]) -> str | None:
+    """Trains the unfinished runs of ``keys`` (every seed) as one array of Slurm jobs (``ctx.launch``),
+    each ``ensure_run`` in its own job; returns None once every run is finished, else what to do (with
+    ``--no-wait``, or when a job failed: a rerun submits what is missing)."""
+    from ...launch import cluster
+    from ...launch.jobs import LaunchPoint
+
+    runs = [(k, s) for k in keys if available(k) for s in ctx.seed_values]
+    todo = [(k, s) for k, s in runs if not os.path.isfile(run_dir(ctx, k, s) + ".json")]
+    points = [LaunchPoint(f"{k}/seed{s}", ensure_run, (ctx, k, s), run_dir(ctx, k, s)) for k, s in todo]
+    cluster.run_points(points, ctx.out, ctx.launch, "reproduce", ctx.progress)
+    missing = [f"{k}/seed{s}" for k, s in todo if not os.path.isfile(run_dir(ctx, k, s) + ".json")]
+    if not missing:
+        return None
+    return f"{len(missing)} training run(s) not finished yet: rerun the same command to collect them"
