@@ -124,19 +124,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         return {"commands": script}
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size)
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
-    if cfg.tune:
-        from .tuning import run_tune
-
-        ctx.tune_files = run_tune(ctx, keys)
-    if "max_steps" in budget:
-        from .equal_time import measure_ratios
-
-        ctx.step_ratios = measure_ratios(ctx, keys)
-    log(
-        f"output folder {os.path.abspath(cfg.out)}; scale {scale.name}; {ctx.budget_text()}; "
-        f"{ctx.seeds} seed(s)"
-    )
-    pending = cfg.launch and cfg.launch.on_cluster and train_on_cluster(ctx, keys)
+    pending = _before_sections(cfg, ctx, keys)
     if pending:
         return {"pending": pending}
     done: list[dict[str, Any]] = []
@@ -146,6 +134,28 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         path = report.write(cfg.out, _header(cfg, ctx, start), done + pending)
     log(f"report: {path}")
     return {"report": path, "sections": done}
+
+
+def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str | None:
+    """Tunes, fixes the equal-time step budgets and, with ``--launcher slurm``, trains every run as
+    Slurm jobs (each phase's jobs on the jobs' hardware, in turn); returns what to do when jobs are not
+    finished yet (``--no-wait``, a failed job), else None."""
+    on_cluster = bool(cfg.launch and cfg.launch.on_cluster)
+    if cfg.tune:
+        from .tuning import run_tune
+
+        ctx.tune_files = run_tune(ctx, keys)
+    if "max_steps" in ctx.budget:
+        from .equal_time import measure_ratios, measure_ratios_as_job
+
+        if on_cluster and not measure_ratios_as_job(ctx, keys):
+            return "the step-time ratio job is not finished: rerun the same command to collect it"
+        ctx.step_ratios = measure_ratios(ctx, keys)
+    log(
+        f"output folder {os.path.abspath(cfg.out)}; scale {ctx.scale.name}; {ctx.budget_text()}; "
+        f"{ctx.seeds} seed(s)"
+    )
+    return train_on_cluster(ctx, keys) if on_cluster else None
 
 
 def _glue_tasks(cfg: ReproduceConfig) -> tuple[str, ...]:

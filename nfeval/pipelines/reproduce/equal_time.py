@@ -9,6 +9,7 @@ run's step budget never changes once measured.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -68,6 +69,22 @@ def measure_ratios(ctx: Context, keys: list[str]) -> dict[str, dict[str, Any]]:
         stored[key] = {**record, "baseline": base}
         atomic_write_json(path, stored)
     return {k: stored[k] for k in keys}
+
+
+def measure_ratios_as_job(ctx: Context, keys: list[str]) -> bool:
+    """Measures the ratios ``<out>/step_ratios.json`` does not hold yet in one Slurm job
+    (``ctx.launch``), so they are timed on the hardware the runs train on, not the submitting machine;
+    returns whether every ratio of ``keys`` is stored now."""
+    from ...launch import cluster
+    from ...launch.jobs import LaunchPoint
+
+    path = os.path.join(ctx.out, FILE)
+    if not all(k in (load_json(path) if os.path.isfile(path) else {}) for k in keys):
+        job = LaunchPoint(
+            "step-ratios", measure_ratios, (dataclasses.replace(ctx, launch=None), keys), ctx.out
+        )
+        cluster.run_points([job], ctx.out, ctx.launch, "step-ratios", ctx.progress)
+    return all(k in (load_json(path) if os.path.isfile(path) else {}) for k in keys)
 
 
 def ratio_text(record: dict[str, Any]) -> str:
