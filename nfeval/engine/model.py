@@ -228,22 +228,7 @@ class Transformer(nn.Module):
             self.mlm_dense = nn.Linear(d, d)
             self.mlm_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
             self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
-            if name.endswith(("out_proj.weight", "fc2.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-        if cfg.scale_embedding:
-            nn.init.normal_(self.tok_emb.weight, mean=0.0, std=d**-0.5)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        init_weights(self)
 
     def num_params(self, include_positions: bool = True) -> int:
         """Returns the parameter count (tied weights counted once)."""
@@ -325,6 +310,66 @@ class Transformer(nn.Module):
             block.attn.cfg = folded
 
 
+# --- initialisation (ModelConfig.init) ------------------------------------------------------------------
+#
+# gpt2: every Linear and Embedding N(0, 0.02), biases 0; the residual projections (out_proj, fc2)
+#   N(0, 0.02/sqrt(2L)); token embeddings N(0, d^-1/2) when scale_embedding.
+# fairseq (transformer_lm_gpt: MultiheadAttention.reset_parameters, transformer_lm's Embedding):
+#   q, k, v weights xavier-uniform with gain 1/sqrt(2) (each d x d block of the fused qkv), their biases
+#   nn.Linear's default; out_proj xavier-uniform, bias 0; fc1, fc2 (and the MLM dense) nn.Linear's
+#   default, U(+-1/sqrt(fan_in)); token and learned position embeddings N(0, d^-1/2), padding row 0.
+# bert (fairseq's init_bert_params): every Linear N(0, 0.02), bias 0; every Embedding N(0, 0.02),
+#   padding row 0.
+# All: LayerNorms weight 1, bias 0; HeadScale and ResScale gains 1; the MLM output bias 0.
+
+
+def init_weights(model: Transformer) -> None:
+    """Draws ``model``'s weights as its config's ``init`` scheme does (see above); returns nothing."""
+    schemes = {"gpt2": _init_gpt2, "fairseq": _init_fairseq, "bert": _init_bert}
+    with torch.no_grad():
+        schemes[model.cfg.init](model)
+
+
+def _zero_padding_row(model: Transformer) -> None:
+    if 0 <= model.cfg.pad_token_id < model.cfg.vocab_size:
+        model.tok_emb.weight[model.cfg.pad_token_id] = 0
+
+
+def _normal_linear_and_embedding(module: nn.Module) -> None:
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def _init_gpt2(model: Transformer) -> None:
+    cfg = model.cfg
+    model.apply(_normal_linear_and_embedding)  # apply's order: the same draws as before the field existed
+    for name, p in model.named_parameters():
+        if name.endswith(("out_proj.weight", "fc2.weight")):
+            nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+    if cfg.scale_embedding:
+        nn.init.normal_(model.tok_emb.weight, mean=0.0, std=cfg.d_model**-0.5)
+
+
+def _init_fairseq(model: Transformer) -> None:
+    d = model.cfg.d_model
+    for block in model.blocks:
+        for w in block.attn.qkv.weight.split(d):  # q, k, v: views into the fused weight
+            nn.init.xavier_uniform_(w, gain=1 / math.sqrt(2))
+        nn.init.xavier_uniform_(block.attn.out_proj.weight)
+        nn.init.zeros_(block.attn.out_proj.bias)
+    nn.init.normal_(model.tok_emb.weight, mean=0.0, std=d**-0.5)
+    _zero_padding_row(model)
+    if model.pos_emb is not None:
+        nn.init.normal_(model.pos_emb.weight, mean=0.0, std=d**-0.5)
+
+
+def _init_bert(model: Transformer) -> None:
+    model.apply(_normal_linear_and_embedding)
+    _zero_padding_row(model)
+
+
 class ClassificationHead(nn.Module):
     """RoBERTa's sentence head: pooled token → dense → tanh → dropout → out_proj (num_labels)."""
 
@@ -364,16 +409,64 @@ class SequenceClassifier(nn.Module):
         return self.head(pooled)
 
 
-def training_flops_per_token(cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15) -> float:
-    """Returns model FLOPs per trained token: 6·N (matmul params, tied head once) + 12·L·d·T attention.
+# --- FLOPs (ModelConfig x sequence length -> training FLOPs per token) ------------------------------------
+#
+# Forward FLOPs per element of each op that is not a matmul. Training counts every op 3x its forward
+# (backward ~ 2x forward), the convention of the 6N matmul count, so a term is 3 x forward.
+FLOPS_PER_ELEMENT = {
+    "layer_norm": 7,  # mean, subtract it, square, variance sum, normalise, gain, bias (rsqrt per row: 0)
+    "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
+    "relu_squared": 2,  # max, multiply
+    "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
+    "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim)
+    "add": 1,  # residual, bias and position additions
+}
+TRAINING_PASSES = 3  # forward + backward
+# What the FLOP count (and so every "equal FLOPs" reading) counts, for tables to state.
+FLOPS_COUNTED = (
+    "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
+    "elementwise op: LayerNorms (NormFormer's included), HeadScale, ResScale, activation, softmax, "
+    "embedding scale, residual/bias adds, loss (nfeval.engine.model.training_flops_breakdown)"
+)
 
-    N counts the weights that take part in matmuls: blocks plus the (tied) output projection; norms,
-    biases and position tables are negligible and left out, as in PaLM/nanoGPT's MFU accounting. A
-    masked LM runs its head (dense d×d + output projection) only on the masked positions, a
-    ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them).
+
+def training_flops_breakdown(
+    cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15
+) -> dict[str, float]:
+    """Returns training FLOPs per trained token by op ({op: FLOPs}; their sum is the model's count).
+
+    ``weight_matmuls`` is 6·N over the matmul weights (blocks plus the tied output projection, once);
+    ``attention_matmuls`` 12·L·d·T (QKᵀ and AV against all T keys, as PaLM/nanoGPT count them); the
+    other terms are ``FLOPS_PER_ELEMENT`` × elements × ``TRAINING_PASSES``. A masked LM runs its head
+    (dense d×d, GELU, LayerNorm, output projection, loss) only on the masked positions, a
+    ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them). Dropout
+    (a mask multiply, off in the presets) is not counted. A new op adds its term here.
     """
-    d, f, L = cfg.d_model, cfg.d_ffn, cfg.n_layer
-    n_head = cfg.vocab_size * d
-    if cfg.objective == "mlm":
-        n_head = masked_fraction * (n_head + d * d)
-    return 6.0 * (L * (4 * d * d + 2 * d * f) + n_head) + 12.0 * L * d * seq_len
+    d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size
+    e, mlm = FLOPS_PER_ELEMENT, not cfg.causal
+    head = masked_fraction if mlm else 1.0  # the share of tokens that run the LM head and loss
+    norm_elements = (
+        L * (2 * d + d * cfg.scale_attn + f * cfg.scale_fc)  # attn/ffn norms, NormFormer's two
+        + d * bool(cfg.final_norm)
+        + d * cfg.embedding_norm
+        + head * d * mlm  # the MLM head's LayerNorm
+    )
+    forward = {
+        "weight_matmuls": 2 * (L * (4 * d * d + 2 * d * f) + head * (V * d + d * d * mlm)),
+        "attention_matmuls": 2 * 2 * L * d * T,
+        "attention_softmax": L * cfg.n_head * T * (e["softmax"] + e["multiply"]),
+        "layer_norms": e["layer_norm"] * norm_elements,
+        "head_scale": e["multiply"] * L * d * cfg.scale_heads,
+        "res_scale": e["multiply"] * L * d * cfg.scale_resids,
+        "activation": e[cfg.activation] * L * f + e["gelu"] * head * d * mlm,
+        "embedding": e["multiply"] * d * cfg.scale_embedding + e["add"] * d,  # scale, position add
+        # per layer: 2 residual adds, biases of qkv (3d), out_proj, fc1, fc2; the MLM head's two biases
+        "adds": e["add"] * (L * (7 * d + f) + head * (d + V) * mlm),
+        "loss_softmax": e["softmax"] * head * V,
+    }
+    return {op: TRAINING_PASSES * float(v) for op, v in forward.items()}
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15) -> float:
+    """Returns model FLOPs per trained token: the sum of ``training_flops_breakdown``'s terms."""
+    return sum(training_flops_breakdown(cfg, seq_len, masked_fraction).values())

@@ -45,11 +45,10 @@ class Scale:
     stability_batch: tuple[int, int] = (8, 128)  # ... on batches of (sequences, tokens)
     tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # --tune's grid (nfeval tune --lrs)
     tune_budget: str = "steps=300"  # --tune's budget per point (nfeval tune --budget)
-    # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
-    # position, so zero-shot items longer than the training blocks still fit the window.
-    model: dict[str, Any] = field(
-        default_factory=lambda: {"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 1024}
-    )
+    # ModelConfig overrides of every run, on top of the preset, which brings the objective's recipe
+    # (engine.config.RECIPES: fairseq's LM recipe, RoBERTa's for masked LMs), so no scale can lose it.
+    # A window longer than the training blocks: zero-shot items longer than them still fit.
+    model: dict[str, Any] = field(default_factory=lambda: {"max_seq_len": 1024})
     dtype: str = "fp32"
     needs_gpu: bool = False
     # torch CPU threads (None: torch's default). Tiny models run fastest on one thread, by far on a
@@ -80,7 +79,7 @@ SCALES: dict[str, Scale] = {
         stability_batch=(2, 16),
         tune_lrs=(1e-3, 3e-3),
         tune_budget="steps=4",
-        model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
+        model={"max_seq_len": 256},
     ),
     # 11 runs x 3 seeds x 1000 steps (one thread: ~0.015 s a step on a quiet 2-core CPU, ~0.04 s on a
     # loaded one) + start-up, evaluation and analyses: ~15 min quiet, ~35 min on a busy machine
