@@ -138,7 +138,7 @@ def test_cli_fairseq_checkpoint_needs_and_takes_a_tokenizer(tiny_clm_ckpt, tiny_
         "decoder_attention_heads": cfg.n_head,
         "decoder_normalize_before": True,
         "max_target_positions": cfg.max_seq_len,
-        "no_scale_embedding": True,
+        "no_scale_embedding": not cfg.scale_embedding,
     }
     path = tmp_path / "checkpoint_last.pt"
     torch.save({"model": to_fairseq(ckpt.model), "cfg": {"model": hparams}}, path)

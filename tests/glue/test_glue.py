@@ -10,6 +10,8 @@ from conftest import WORDS
 
 from nfeval import cli
 from nfeval.engine import checkpoint
+from nfeval.engine.config import preset
+from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import special_ids
 from nfeval.glue import finetune
 from nfeval.glue import sweep as glue
@@ -143,8 +145,15 @@ def test_causal_lm_pools_last_token_and_learns(tiny_clm_ckpt, glue_dir, tmp_path
     assert summary["tasks"]["sst2"]["best"]["accuracy"] >= 0.9
 
 
-def test_stsb_regression_learns_correlation(tiny_mlm_ckpt, glue_dir, tmp_path):
-    summary = fast_sweep(tiny_mlm_ckpt, "stsb", glue_dir, tmp_path)
+def test_stsb_regression_learns_correlation(tiny_tokenizer, glue_dir, tmp_path):
+    # A random-weight encoder under GPT-2's init (residual projections scaled down) learns this in 3
+    # fast epochs; under the MLM recipe's (RoBERTa's unscaled N(0, 0.02)) it needs ~8 (measured Pearson
+    # 0.38 at 3, 0.82 at 8), too slow here: the regression head, loss and metrics are what is tested.
+    torch.manual_seed(0)
+    vocab = tiny_tokenizer.get_vocab_size()
+    cfg = preset("normformer-tiny", vocab_size=vocab, objective="mlm", max_seq_len=128, init="gpt2")
+    checkpoint.save(str(tmp_path / "mlm"), Transformer(cfg), tiny_tokenizer)
+    summary = fast_sweep(str(tmp_path / "mlm"), "stsb", glue_dir, tmp_path / "out")
     best = summary["tasks"]["stsb"]["best"]
     assert best["pearson"] > 0.5 and best["spearman"] > 0.5
     assert summary["tasks"]["stsb"]["score"] == pytest.approx((best["pearson"] + best["spearman"]) / 2)
