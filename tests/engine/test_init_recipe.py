@@ -13,11 +13,11 @@ import torch
 from conftest import make_corpus, tiny_train_config
 
 from nfeval.cli import main
+from nfeval.commands.train import add_arguments
 from nfeval.engine import checkpoint
 from nfeval.engine.config import ARCHITECTURES, RECIPES, SIZES, ModelConfig, preset
 from nfeval.engine.model import Transformer
 from nfeval.engine.run_inputs import model_config
-from nfeval.commands.train import add_arguments
 from nfeval.engine.train import train
 from nfeval.engine.train_config import TrainConfig, config_from_args, training_recipe
 
