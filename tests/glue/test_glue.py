@@ -163,6 +163,8 @@ def test_killed_sweep_resumes_without_redoing_points(tiny_mlm_ckpt, glue_dir, tm
     out, lrs = tmp_path / "results", [3e-4, 1e-3, 3e-3]
     recipe = glue.Recipe(epochs=1, batch_size=32)
     real, calls = glue.run_point, []
+    # the one-at-a-time path (ensembles: test_glue_ensemble.py)
+    args = dict(out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False, ensemble_size=1)
 
     def dies_after_two(*args, **kwargs):
         if len(calls) == 2:
@@ -172,26 +174,20 @@ def test_killed_sweep_resumes_without_redoing_points(tiny_mlm_ckpt, glue_dir, tm
 
     monkeypatch.setattr(glue, "run_point", dies_after_two)
     with pytest.raises(KeyboardInterrupt):
-        glue.sweep(
-            tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False
-        )
+        glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, **args)
     done = sorted(out.glob("glue/sst2/*/seed=0/result.json"))
     assert len(done) == 2 and not (out / "glue.json").exists()
     mtimes = {p: p.stat().st_mtime_ns for p in done}
 
     calls.clear()
     monkeypatch.setattr(glue, "run_point", lambda *a, **k: (calls.append(a[2]), real(*a, **k))[1])
-    summary = glue.sweep(
-        tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False
-    )
+    summary = glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, **args)
     assert calls == [3e-3]  # only the unfinished point ran
     assert {p: p.stat().st_mtime_ns for p in done} == mtimes
     assert set(summary["tasks"]["sst2"]["per_lr"]) == {"0.0003", "0.001", "0.003"}
 
     calls.clear()
-    glue.sweep(
-        tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False
-    )
+    glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, **args)
     assert calls == []  # a rerun of a finished sweep trains nothing
 
 
