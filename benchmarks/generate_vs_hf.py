@@ -1,21 +1,31 @@
-"""Generation speed: nfeval's batched KV-cache generator vs Hugging Face ``generate``, same model.
+"""Generation speed: nfeval's batched KV-cache generator vs Hugging Face ``generate``, same model, in process.
 
 The model is a Pre-LN GPT-2-vocabulary Transformer with random weights (default 4 layers, d=256),
 built once as an nfeval ``Transformer`` and copied weight for weight into a ``GPT2LMHeadModel`` (exact
 GELU, eps 1e-5), so greedy decoding must give the same tokens on both sides. Prompts are 16 passages
 of CPython's own documentation (``pydoc_data``), GPT-2-tokenized, 12 to 42 tokens long (ragged, so
-batches are left-padded). EOS is off: every row generates all its tokens. Each setting runs HF then
-nfeval back to back after one untimed warm-up each; tokens/s counts new tokens.
+batches are left-padded); batch 1 runs two prompts one after the other. EOS is off: every row
+generates all its tokens; tokens/s counts new tokens. Rounds are interleaved (each round times both
+sides once, in alternating order, after one untimed warm-up each) and each side's median is kept.
 
-    python benchmarks/generate_vs_hf.py [--layers 4 --d-model 256] [--batches 1 16] [--new-tokens 64 512]
-    python benchmarks/generate_vs_hf.py --layers 12 --d-model 768 --new-tokens 64   # 125M-shaped
+Beside each rate stands the memory-bandwidth limit of decoding: the bytes one step reads (the
+weights, once per step, and the KV cache) per token, divided by the bandwidth of a 256 MB tensor
+copy measured in the same run. nfeval's greedy head reads an int8 copy of the output projection
+(``nfeval.engine.greedy_head``), HF's reads fp32. The bf16 row is nfeval with ``--dtype bf16`` weights,
+an opt-in: its tokens are compared with fp32's.
+
+    python benchmarks/generate_vs_hf.py [--layers 4 --d-model 256] [--batches 1 16] [--new-tokens 64]
+    python benchmarks/generate_vs_hf.py --layers 12 --d-model 768   # 125M-shaped
+    ... --results benchmarks/RESULTS.md   # replace this shape's block in the generation section
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
+import copy
+import os
+import re
+import statistics
 import time
 from pathlib import Path
 
@@ -125,14 +135,113 @@ def hf_generate(model, batch: list[list[int]], new_tokens: int) -> list[list[int
     return out[:, width:].tolist()
 
 
-def timed(fn, repeats: int) -> tuple[float, list]:
-    """Returns (best wall seconds over ``repeats`` runs after one warm-up, the last result)."""
-    result, best = fn(), math.inf
+def measure_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Returns the memory bandwidth in bytes/s: bytes read + written by the fastest of ``repeats``
+    copies of a ``megabytes`` fp32 tensor."""
+    src = torch.ones(megabytes * 2**20 // 4)
+    dst = torch.empty_like(src)
+    best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        result = fn()
+        dst.copy_(src)
         best = min(best, time.perf_counter() - t0)
-    return best, result
+    return 2 * src.numel() * 4 / best
+
+
+def bytes_per_token(model, batch: int, context: float, head_bytes_per_weight: int) -> float:
+    """Returns the bytes one decoding step reads per row: every weight once (the tied output projection
+    at ``head_bytes_per_weight``, the rest fp32) shared by ``batch`` rows, plus the row's KV cache of
+    ``context`` tokens."""
+    cfg = model.cfg
+    head = cfg.vocab_size * cfg.d_model
+    rest = sum(p.numel() for p in model.parameters()) - head
+    cache = 2 * cfg.n_layer * context * cfg.d_model * 4
+    return (4 * rest + head_bytes_per_weight * head) / batch + cache
+
+
+def interleaved(sides: dict, rounds: int) -> dict[str, tuple[float, list]]:
+    """Returns each side's (median wall seconds over ``rounds``, last result); each round runs every side
+    once, in an order that alternates from round to round, after one untimed warm-up each."""
+    results = {name: fn() for name, fn in sides.items()}
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for r in range(rounds):
+        for name in list(sides)[:: 1 if r % 2 == 0 else -1]:
+            t0 = time.perf_counter()
+            results[name] = sides[name]()
+            times[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(times[name]), results[name]) for name in sides}
+
+
+def agreement(got: list[list[int]], want: list[list[int]]) -> tuple[int, float]:
+    """Returns (rows identical to ``want``, fraction of tokens equal position by position)."""
+    same = sum(a == b for a, b in zip(got, want))
+    pairs = [(x, y) for a, b in zip(got, want) for x, y in zip(a, b)]
+    return same, sum(x == y for x, y in pairs) / max(1, len(pairs))
+
+
+def compare(ours, ours_bf16, hf, batch: int, new_tokens: int, rounds: int, bandwidth: float) -> dict:
+    """Returns one table row: HF, nfeval fp32 and nfeval bf16 at ``batch``, timed interleaved."""
+    ps = prompts(max(batch, 2))
+    chunks = [ps[i : i + batch] for i in range(0, len(ps), batch)]
+    sides = {
+        "hf": lambda: [r for c in chunks for r in hf_generate(hf, c, new_tokens)],
+        "nfeval": lambda: generate(ours, ps, max_new_tokens=new_tokens, batch_size=batch),
+    }
+    if ours_bf16 is not None:
+        sides["bf16"] = lambda: generate(ours_bf16, ps, max_new_tokens=new_tokens, batch_size=batch)
+    timed = interleaved(sides, rounds)
+    tokens = len(ps) * new_tokens
+    context = sum(map(len, ps)) / len(ps) + new_tokens / 2  # mean cached tokens over the decode
+    row = {"batch": batch, "new_tokens": new_tokens, "prompts": len(ps)}
+    for name, (seconds, _) in timed.items():
+        row[f"{name}_tok_s"] = tokens / seconds
+    row["speedup"] = timed["hf"][0] / timed["nfeval"][0]
+    row["identical"], _ = agreement(timed["nfeval"][1], timed["hf"][1])
+    row["limit_fp32"] = bandwidth / bytes_per_token(ours, batch, context, 4)
+    row["limit_int8_head"] = bandwidth / bytes_per_token(ours, batch, context, 1)
+    if ours_bf16 is not None:
+        row["bf16_identical"], row["bf16_token_agreement"] = agreement(timed["bf16"][1], timed["nfeval"][1])
+    return row
+
+
+def table(rows: list[dict], args, bandwidth: float) -> str:
+    """Returns the markdown block of one run: settings, machine load, one line per batch size."""
+    load = os.getloadavg()
+    lines = [
+        f"Model: Pre-LN L={args.layers} d={args.d_model} vocab 50257 (random), device {args.device}, "
+        f"{args.threads} torch thread(s); {args.rounds} interleaved rounds, median. "
+        f"Memory bandwidth (256 MB copy, read + write): {bandwidth / 1e9:.1f} GB/s. "
+        f"Load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} ({os.cpu_count()} cores).",
+        "",
+        "| batch | new tokens | HF tok/s | nfeval tok/s | nfeval / HF | identical rows | "
+        "bandwidth limit tok/s (fp32 / int8 head) | nfeval bf16 tok/s | bf16 = fp32 rows, tokens |",
+        "|---:|---:|---:|---:|---:|---|---|---:|---|",
+    ]
+    for r in rows:
+        bf16 = (
+            f"{r['bf16_tok_s']:.1f} | {r['bf16_identical']}/{r['prompts']}, {r['bf16_token_agreement']:.1%}"
+            if "bf16_tok_s" in r
+            else "- | -"
+        )
+        lines.append(
+            f"| {r['batch']} | {r['new_tokens']} | {r['hf_tok_s']:.1f} | {r['nfeval_tok_s']:.1f} | "
+            f"**{r['speedup']:.2f}x** | {r['identical']}/{r['prompts']} | "
+            f"{r['limit_fp32']:.0f} / {r['limit_int8_head']:.0f} | {bf16} |"
+        )
+    return "\n".join(lines)
+
+
+def write_results(path: str, key: str, block: str) -> None:
+    """Replaces (or appends to the generation section) the block of ``path`` marked with ``key``."""
+    text = Path(path).read_text(encoding="utf-8")
+    begin, end = f"<!-- generate_vs_hf {key} -->", f"<!-- /generate_vs_hf {key} -->"
+    marked = f"{begin}\n{block}\n{end}"
+    if begin in text:
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: marked, text, flags=re.S)
+    else:
+        heading = "## Generation (`nfeval generate` vs Hugging Face `generate`)\n"
+        text = text.replace(heading, f"{heading}\n{marked}\n", 1)
+    Path(path).write_text(text, encoding="utf-8")
 
 
 def main() -> None:
@@ -140,48 +249,28 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[64, 512])
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs per side (best is kept)")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds (median kept)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-bf16", action="store_true", help="skip the nfeval bf16 side")
+    parser.add_argument("--results", metavar="RESULTS.md", help="write the table into this file")
+    parser.add_argument("--note", default="", help="a line above the table (e.g. the machine's state)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     ours, hf = build_models(args.layers, args.d_model)
     ours, hf = ours.to(args.device), hf.to(args.device)
+    ours_bf16 = None if args.no_bf16 else copy.deepcopy(ours).to(torch.bfloat16)
+    bandwidth = measure_bandwidth()
     rows = []
     for batch in args.batches:
-        ps = prompts(max(batch, 2))[: max(batch, 2)]  # batch 1: two prompts, one after the other
-        for n in args.new_tokens:
-            chunks = [ps[i : i + batch] for i in range(0, len(ps), batch)]
-            run_hf = lambda: [r for c in chunks for r in hf_generate(hf, c, n)]  # noqa: B023, E731
-            run_nf = lambda: generate(ours, ps, max_new_tokens=n, batch_size=batch)  # noqa: B023, E731
-            t_hf, want = timed(run_hf, args.repeats)
-            t_nf, got = timed(run_nf, args.repeats)
-            tokens = len(ps) * n
-            rows.append(
-                {
-                    "batch": batch,
-                    "new_tokens": n,
-                    "prompts": len(ps),
-                    "hf_tokens_per_s": round(tokens / t_hf, 1),
-                    "nfeval_tokens_per_s": round(tokens / t_nf, 1),
-                    "speedup": round(t_hf / t_nf, 2),
-                    "identical_rows": sum(a == b for a, b in zip(got, want)),
-                }
-            )
-            print(json.dumps(rows[-1]), flush=True)
-    print(
-        f"\nmodel: Pre-LN L={args.layers} d={args.d_model} vocab=50257 (random), device {args.device}, "
-        f"{args.threads} thread(s), best of {args.repeats}"
-    )
-    print("| batch | new tokens | HF generate tok/s | nfeval tok/s | speedup | identical rows |")
-    print("|---:|---:|---:|---:|---:|---|")
-    for r in rows:
-        print(
-            f"| {r['batch']} | {r['new_tokens']} | {r['hf_tokens_per_s']} | {r['nfeval_tokens_per_s']} | "
-            f"{r['speedup']}x | {r['identical_rows']}/{r['prompts']} |"
-        )
+        rows.append(compare(ours, ours_bf16, hf, batch, args.new_tokens, args.rounds, bandwidth))
+        print({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()}, flush=True)
+    block = "\n\n".join(x for x in (args.note, table(rows, args, bandwidth)) if x)
+    print("\n" + block)
+    if args.results:
+        write_results(args.results, f"L={args.layers} d={args.d_model}", block)
 
 
 if __name__ == "__main__":

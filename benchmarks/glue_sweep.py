@@ -1,19 +1,24 @@
-"""GLUE sweep time: ``nfeval.glue.sweep`` vs a stock Hugging Face ``Trainer`` fine-tune (run_glue style).
+"""GLUE sweep time: ``nfeval.glue.sweep`` (the learning rates of a task trained as one batched ensemble)
+vs Hugging Face ``Trainer`` in its strongest configuration: dynamic padding (``DataCollatorWithPadding``)
+and ``group_by_length=True`` (``train_sampling_strategy="group_by_length"`` in transformers 5), one
+fine-tune per learning rate.
 
 Both sides fine-tune the same RoBERTa-shaped encoder (post-LN, embedding LayerNorm, learned positions;
-random init, no pretraining: no weights can be downloaded) on the same subset of one GLUE task, with the
-same token ids, learning-rate grid, epochs, batch size, warmup, Adam betas/eps, weight decay and
-dropout, evaluating on the full dev set after every epoch. The Trainer side pads every input to
-``--max-len`` as run_glue does by default (``pad_to_max_length``); nfeval pads per batch and buckets by
-length. Reported: wall time of the whole sweep on each side, and the dev metric (best epoch, and last
-epoch) at each learning rate, so that speed is compared at an equal dev score.
+random init, no pretraining: no weights can be downloaded) on the same subset of each GLUE task, with the
+same token ids, learning-rate grid, epochs, batch size, warmup, Adam betas/eps, weight decay and dropout,
+evaluating on the full dev set after every epoch. Rounds interleave the sides (nfeval first in even
+rounds, the Trainer first in odd ones) so that a change in the machine's load hits both; each side's
+time is its fastest round. Reported per task: wall time of the whole sweep on each side, the ratio, and
+the dev metric (best epoch, and last epoch) at each learning rate, so that speed is compared at an equal
+dev score. ``--sequential`` also times nfeval one point at a time (``--ensemble 1``).
 
-    python benchmarks/glue_sweep.py --task sst2 --train 4000 --lrs 3e-4,1e-3 --epochs 3
+    python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -33,6 +38,7 @@ from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
 
 DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+SEVEN_LRS = "1e-4,2e-4,3e-4,5e-4,1e-3,2e-3,3e-3"  # a random-init model wants larger LRs than RoBERTa's grid
 
 
 def subset_glue_dir(glue_dir: str, task: str, n_train: int, out: str) -> str:
@@ -66,7 +72,7 @@ def encoder_config(vocab: int, args) -> ModelConfig:
     )
 
 
-def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
+def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, ensemble, args) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of nfeval's sweep."""
     recipe = glue.Recipe(
         epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, eval_batch_size=64
@@ -75,62 +81,51 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, args) -> tuple[float, dict]:
     t0 = time.perf_counter()
     summary = glue.sweep(
         ckpt_dir,
-        [args.task],
+        [task],
         args.lrs,
         out_dir=out,
         glue_dir=glue_dir,
         recipe=recipe,
         device="cpu",
         progress=False,
+        ensemble_size=ensemble,
     )
     seconds = time.perf_counter() - t0
-    main = glue_metrics.MAIN_METRIC[args.task]
+    main = glue_metrics.MAIN_METRIC[task]
     scores = {}
     for lr in args.lrs:
-        result_path = Path(points.point_dir(out, args.task, lr, 0)) / points.RESULT
+        result_path = Path(points.point_dir(out, task, lr, 0)) / points.RESULT
         history = json.loads(result_path.read_text())["history"]
         scores[lr] = (max(h["metrics"][main] for h in history), history[-1]["metrics"][main])
-    assert summary["tasks"][args.task]["metric"] == main
+    assert summary["tasks"][task]["metric"] == main
     return seconds, scores
 
 
-def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
-    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of Trainer runs, padding to max
-    length."""
+def trainer_inputs(ckpt, data: glue_data.TaskData, args):
+    """Returns (train dataset, dev dataset, dev split name, collator): unpadded token ids (the same as
+    nfeval's) that ``DataCollatorWithPadding`` pads per batch."""
     import datasets
-    from transformers import (
-        RobertaConfig,
-        RobertaForSequenceClassification,
-        Trainer,
-        TrainingArguments,
-    )
+    from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
 
-    spec, tok = data.spec, ckpt.tokenizer
-    sp = special_ids(tok)
+    tok = ckpt.tokenizer
+    pad = tok.id_to_token(special_ids(tok).pad)
 
-    def padded(split: glue_data.Split) -> datasets.Dataset:
+    def unpadded(split: glue_data.Split) -> datasets.Dataset:
         ids = finetune.encode(tok, split, args.max_len)
-        return datasets.Dataset.from_dict(
-            {
-                "input_ids": [s + [sp.pad] * (args.max_len - len(s)) for s in ids],
-                "attention_mask": [[1] * len(s) + [0] * (args.max_len - len(s)) for s in ids],
-                "labels": split.labels,
-            }
-        )
+        mask = [[1] * len(s) for s in ids]
+        return datasets.Dataset.from_dict({"input_ids": ids, "attention_mask": mask, "labels": split.labels})
 
-    train = padded(data.train)
-    dev = {name: padded(split) for name, split in data.dev.items()}
-    ((dev_name, dev_set),) = dev.items()
-    main = glue_metrics.MAIN_METRIC[spec.name]
+    ((dev_name, dev_split),) = data.dev.items()
+    collator = DataCollatorWithPadding(PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=pad))
+    return unpadded(data.train), unpadded(dev_split), dev_name, collator
 
-    def compute_metrics(pred):
-        preds = pred.predictions.argmax(-1) if not spec.is_regression else pred.predictions.squeeze(-1)
-        return glue_metrics.compute(
-            spec.name, {dev_name: pred.label_ids.tolist()}, {dev_name: preds.tolist()}
-        )
 
-    cfg = ckpt.config
-    hf_cfg = RobertaConfig(
+def roberta_config(ckpt, spec: glue_data.TaskSpec):
+    """Returns the Hugging Face RoBERTa config of the checkpoint's shape (dropout 0.1, as nfeval's recipe)."""
+    from transformers import RobertaConfig
+
+    cfg, sp = ckpt.config, special_ids(ckpt.tokenizer)
+    return RobertaConfig(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         num_hidden_layers=cfg.n_layer,
@@ -145,93 +140,173 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
         eos_token_id=sp.eos,
         num_labels=spec.num_labels,
     )
+
+
+def training_arguments(lr: float, args):
+    """Returns run_glue-style TrainingArguments at ``lr`` with dynamic padding's partner,
+    ``group_by_length``."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="hf-glue-bench-"),
+        learning_rate=lr,
+        num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=64,
+        train_sampling_strategy="group_by_length",  # group_by_length=True before transformers 5
+        warmup_steps=0.06,
+        lr_scheduler_type="linear",
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-6,
+        weight_decay=0.1,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+
+
+def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
+    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of one Trainer run per lr."""
+    from transformers import PrinterCallback, RobertaForSequenceClassification, Trainer
+
+    spec = data.spec
+    train, dev_set, dev_name, collator = trainer_inputs(ckpt, data, args)
+    main = glue_metrics.MAIN_METRIC[spec.name]
+
+    def compute_metrics(pred):
+        preds = pred.predictions.argmax(-1) if not spec.is_regression else pred.predictions.squeeze(-1)
+        return glue_metrics.compute(
+            spec.name, {dev_name: pred.label_ids.tolist()}, {dev_name: preds.tolist()}
+        )
+
     t0, scores = time.perf_counter(), {}
     for lr in args.lrs:
         torch.manual_seed(0)
-        model = RobertaForSequenceClassification(hf_cfg)
-        targs = TrainingArguments(
-            output_dir=tempfile.mkdtemp(prefix="hf-glue-bench-"),
-            learning_rate=lr,
-            num_train_epochs=args.epochs,
-            per_device_train_batch_size=args.batch_size,
-            per_device_eval_batch_size=64,
-            warmup_steps=0.06,
-            lr_scheduler_type="linear",
-            adam_beta1=0.9,
-            adam_beta2=0.98,
-            adam_epsilon=1e-6,
-            weight_decay=0.1,
-            eval_strategy="epoch",
-            save_strategy="no",
-            logging_strategy="no",
-            report_to="none",
-            use_cpu=True,
-            disable_tqdm=True,
-            seed=0,
-        )
         trainer = Trainer(
-            model=model,
-            args=targs,
+            model=RobertaForSequenceClassification(roberta_config(ckpt, spec)),
+            args=training_arguments(lr, args),
             train_dataset=train,
             eval_dataset=dev_set,
+            data_collator=collator,
             compute_metrics=compute_metrics,
         )
+        trainer.remove_callback(PrinterCallback)  # no metrics dict printed per evaluation
         trainer.train()
         history = [h[f"eval_{main}"] for h in trainer.state.log_history if f"eval_{main}" in h]
         scores[lr] = (max(history), history[-1])
     return time.perf_counter() - t0, scores
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--glue-dir", default=str(DEFAULT_GLUE))
-    p.add_argument("--task", default="sst2", choices=[t for t in glue_data.TASKS if t != "stsb"])
-    p.add_argument("--train", type=int, default=4000, help="training examples (random subset)")
-    p.add_argument("--lrs", type=lambda s: [float(x) for x in s.split(",")], default=[3e-4, 1e-3])
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-len", type=int, default=128, help="run_glue's default max_seq_length")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-
-    work = tempfile.mkdtemp(prefix="glue-bench-")
-    glue_dir = subset_glue_dir(args.glue_dir, args.task, args.train, os.path.join(work, "glue"))
-    data = glue_data.load_local(args.task, glue_dir)
+def prepare_task(task: str, args, work: str) -> tuple[str, glue_data.TaskData, str]:
+    """Returns (GLUE folder of the subset, its data, checkpoint folder) for ``task``: a BPE vocabulary
+    trained on the subset and a random-init encoder."""
+    glue_dir = subset_glue_dir(args.glue_dir, task, args.train, os.path.join(work, task, "glue"))
+    data = glue_data.load_local(task, glue_dir)
     tok = train_bpe(data.train.text_a + (data.train.text_b or []), vocab_size=args.vocab)
     torch.manual_seed(0)
-    ckpt_dir = os.path.join(work, "ckpt")
+    ckpt_dir = os.path.join(work, task, "ckpt")
     checkpoint.save(ckpt_dir, Transformer(encoder_config(tok.get_vocab_size(), args)), tok)
-    ckpt = checkpoint.load(ckpt_dir)
-
     seqs = finetune.encode(tok, data.train, args.max_len)
-    mean_len = sum(map(len, seqs)) / len(seqs)
     print(
-        f"task {args.task}: {len(data.train)} train / {sum(map(len, data.dev.values()))} dev examples, "
-        f"mean length {mean_len:.1f} tokens (max_len {args.max_len}); model {ckpt.model.num_params():,} "
-        "params "
-        f"({args.layers} layers, d={args.d_model}); lrs {args.lrs}, {args.epochs} epochs, batch "
-        f"{args.batch_size}; "
-        f"torch threads {torch.get_num_threads()}"
+        f"{task}: {len(data.train)} train / {sum(map(len, data.dev.values()))} dev examples, mean length "
+        f"{sum(map(len, seqs)) / len(seqs):.1f} tokens (max_len {args.max_len})",
+        flush=True,
     )
-    ours, our_scores = run_nfeval(ckpt_dir, glue_dir, args)
-    theirs, their_scores = run_trainer(ckpt, data, args)
-    main_metric = glue_metrics.MAIN_METRIC[args.task]
-    print(f"\n| lr | nfeval {main_metric} best epoch / last | HF Trainer {main_metric} best epoch / last |")
-    print("|---|---|---|")
-    for lr in args.lrs:
-        (a, b), (c, d) = our_scores[lr], their_scores[lr]
-        print(f"| {lr:g} | {a:.4f} / {b:.4f} | {c:.4f} / {d:.4f} |")
-    best_ours, best_theirs = max(s[0] for s in our_scores.values()), max(s[0] for s in their_scores.values())
-    print(f"| best over grid | {best_ours:.4f} | {best_theirs:.4f} |")
+    return glue_dir, data, ckpt_dir
+
+
+def report(task: str, times: dict[str, list[float]], scores: dict[str, dict], lrs) -> None:
+    """Prints the task's dev metric per lr on each side and each side's fastest sweep time."""
+    main = glue_metrics.MAIN_METRIC[task]
+    sides = list(times)
+    print(f"\n{task} ({main}, best epoch / last epoch)\n| lr | " + " | ".join(sides) + " |")
+    print("|---" * (len(sides) + 1) + "|")
+    for lr in lrs:
+        print(
+            f"| {lr:g} | "
+            + " | ".join(f"{scores[s][lr][0]:.4f} / {scores[s][lr][1]:.4f}" for s in sides)
+            + " |"
+        )
     print(
-        f"\nsweep wall time: nfeval {ours:.1f} s, HF Trainer (pad to {args.max_len}) {theirs:.1f} s, "
-        f"speed-up {theirs / ours:.2f}x"
+        "| best over grid | "
+        + " | ".join(f"{max(v[0] for v in scores[s].values()):.4f}" for s in sides)
+        + " |"
     )
+    best = {s: min(t) for s, t in times.items()}
+    rounds = ", ".join(f"{s} " + "/".join(f"{t:.1f}" for t in ts) for s, ts in times.items())
+    print(f"sweep wall time (fastest of {len(times['nfeval'])} round(s); all: {rounds} s)")
+    for s in sides[1:]:
+        print(f"  {s} / nfeval: {best[s]:.1f} s / {best['nfeval']:.1f} s = {best[s] / best['nfeval']:.2f}x")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--glue-dir", default=str(DEFAULT_GLUE))
+    p.add_argument("--tasks", default="sst2,rte", help="comma-separated tasks (classification)")
+    p.add_argument("--train", type=int, default=4000, help="training examples per task (random subset)")
+    p.add_argument(
+        "--lrs",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[float(x) for x in SEVEN_LRS.split(",")],
+    )
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-len", type=int, default=128)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--ensemble", help="nfeval's --ensemble (default: the whole grid in one ensemble)")
+    p.add_argument("--sequential", action="store_true", help="also time nfeval with --ensemble 1")
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per side")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
+    return p.parse_args()
+
+
+def sides_of(task: str, args, work: str) -> dict:
+    """Returns {side: a call timing that side's sweep of ``task``} on one shared subset and checkpoint."""
+    glue_dir, data, ckpt_dir = prepare_task(task, args, work)
+    sides = {
+        "nfeval": functools.partial(run_nfeval, ckpt_dir, glue_dir, task, args.ensemble, args),
+        "HF Trainer": functools.partial(run_trainer, checkpoint.load(ckpt_dir), data, args),
+    }
+    if args.sequential:
+        sides["nfeval --ensemble 1"] = functools.partial(run_nfeval, ckpt_dir, glue_dir, task, 1, args)
+    return sides
+
+
+def interleaved(sides: dict, rounds: int) -> tuple[dict[str, list[float]], dict[str, dict]]:
+    """Returns ({side: seconds per round}, {side: dev scores}) of ``rounds`` rounds, the order of the
+    sides reversed every other round."""
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    scores: dict[str, dict] = {}
+    for r in range(rounds):
+        for side in list(sides) if r % 2 == 0 else list(sides)[::-1]:
+            seconds, scores[side] = sides[side]()
+            times[side].append(seconds)
+            print(
+                f"  round {r + 1}: {side} {seconds:.1f} s (load average {os.getloadavg()[0]:.2f})", flush=True
+            )
+    return times, scores
+
+
+def main() -> None:
+    args = parse_args()
+    args.ensemble = args.ensemble or len(args.lrs)
+    torch.set_num_threads(args.threads)
+    print(
+        f"lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}, {args.layers} layers "
+        f"d={args.d_model}, torch threads {torch.get_num_threads()}, load average {os.getloadavg()}"
+    )
+    work = tempfile.mkdtemp(prefix="glue-bench-")
+    for task in args.tasks.split(","):
+        times, scores = interleaved(sides_of(task, args, work), args.rounds)
+        report(task, times, scores, args.lrs)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ from nfeval.base.artifacts import atomic_write_json, atomic_write_text, provenan
 from nfeval.engine import rundir  # noqa: E402
 from nfeval.engine.budget import gpu_peak, measure_matmul_flops, synchronize  # noqa: E402
 from nfeval.engine.config import preset  # noqa: E402
-from nfeval.engine.model import Transformer, training_flops_per_token  # noqa: E402
+from nfeval.engine.flops import training_flops_per_token
+from nfeval.engine.model import Transformer  # noqa: E402
 from nfeval.engine.objective import Objective  # noqa: E402
 
 

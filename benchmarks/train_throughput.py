@@ -20,8 +20,9 @@ from transformers import GPT2LMHeadModel
 
 from nfeval.base.artifacts import hardware, hardware_key
 from nfeval.engine.config import preset
+from nfeval.engine.flops import training_flops_per_token
 from nfeval.engine.hf_export import gpt2_config
-from nfeval.engine.model import Transformer, training_flops_per_token
+from nfeval.engine.model import Transformer
 from nfeval.engine.train import Objective, measure_matmul_flops
 
 

@@ -5,7 +5,9 @@ with the HF model's own ``generate``) or a fairseq checkpoint file (``--tokenize
 tokenizer: GPT-2's BPE folder, mapped through the dict.txt beside it or ``--fairseq-dict``). Prompts
 get the same prefix as scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own
 special tokens for HF models). The JSONL file starts with a header line (provenance,
-model fingerprint, settings), then one line per prompt.
+model fingerprint, settings), then one line per prompt. Weights are fp32 unless ``--dtype`` says
+otherwise. Only an HF model directory imports transformers (through ``model_adapters``); an nfeval or
+fairseq checkpoint starts with torch and tokenizers alone.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import torch
 
 from ..base.artifacts import atomic_write_text, provenance
 from ..base.cli_args import LONG_NAMES, add_device, add_dtype, device_or_none
-from ..base.errors import ConfigError, DataError, MissingDataError
-from ..engine.generate import Sampling
+from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
+from ..engine.config import load_json
+from ..engine.generate import Sampling, generate
 
 
 def read_prompts(path: str) -> list[str]:
@@ -49,6 +52,46 @@ def read_prompts(path: str) -> list[str]:
     return prompts
 
 
+def is_hf_dir(path: str) -> bool:
+    """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``
+    and no nfeval ``model`` object), as ``model_adapters.backends.is_hf_dir`` decides, without importing
+    ``model_adapters`` (which registers with lm-eval: a second of start-up)."""
+    try:
+        data = load_json(os.path.join(path, "config.json"))
+    except (MissingDataError, DataError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and not isinstance(data.get("model"), dict)
+
+
+class CheckpointGenerator:
+    """Generation from an nfeval or fairseq checkpoint: the prompts get the ``</s>`` prefix of scored
+    texts, a row ends at ``</s>``; the same conventions as ``model_adapters``' ``NFEvalBackend``."""
+
+    add_bos_default = True
+
+    def __init__(self, ckpt):
+        from ..engine.tokenization import special_ids
+
+        ids = special_ids(ckpt.tokenizer)
+        self.model, self.tokenizer, self.eos_id, self.pad_id = ckpt.model, ckpt.tokenizer, ids.eos, ids.pad
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        """Returns the token ids of ``text``, after ``</s>`` when ``add_special_tokens``."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return [self.eos_id] + ids if add_special_tokens else ids
+
+    def decode(self, ids: list[int]) -> str:
+        """Returns the text of ``ids``, special tokens left out."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
+        """Returns each prompt's new tokens (``nfeval.engine.generate.generate``)."""
+        return generate(
+            self.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=self.eos_id,
+            stop=stop, decode=self.decode, batch_size=batch_size, pad_id=self.pad_id, progress=progress,
+        )  # fmt: skip
+
+
 def load_backend(
     path: str,
     device: torch.device,
@@ -60,9 +103,10 @@ def load_backend(
     """Returns (backend, model block with path/kind/fingerprint) for any ``--ckpt`` nfeval accepts
     (``tokenizer``/``fairseq_dict``/``fairseq_head_scale_bug`` as ``checkpoint.load`` takes them)."""
     from ..engine import checkpoint
-    from ..model_adapters import backends
 
-    if backends.is_hf_dir(path):
+    if is_hf_dir(path):
+        from ..model_adapters import backends
+
         ident = backends.identify(path)
         backend = backends.load(path, device, dtype)
         return backend, {"kind": "hf", "path": ident.path, "fingerprint": ident.fingerprint}
@@ -71,10 +115,24 @@ def load_backend(
         fairseq_dict=fairseq_dict, fairseq_head_scale_bug=fairseq_head_scale_bug,
     )  # fmt: skip
     if ckpt.tokenizer is None:
-        raise MissingDataError(backends.no_tokenizer_message(path))
-    backend = backends.NFEvalBackend(ckpt, device)
+        from ..model_adapters.backends import no_tokenizer_message
+
+        raise MissingDataError(no_tokenizer_message(path))
+    if not ckpt.config.causal:
+        raise CheckpointError(
+            f"{ckpt.path}: generation needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'"
+        )
     kind = ckpt.meta.get("source", "nfeval")
-    return backend, {"kind": kind, "path": os.path.abspath(ckpt.path), "fingerprint": ckpt.fingerprint}
+    model = {"kind": kind, "path": os.path.abspath(ckpt.path), "fingerprint": ckpt.fingerprint}
+    return CheckpointGenerator(ckpt), model
+
+
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """Returns ``text`` up to the first occurrence of any non-empty stop string."""
+    for s in stop:
+        if s:
+            text = text.split(s)[0]
+    return text
 
 
 def generate_texts(
@@ -88,14 +146,12 @@ def generate_texts(
 ) -> list[dict[str, Any]]:
     """Returns one record per prompt: prompt, completion (cut before a stop string), new tokens, finish
     reason (``stop``, ``eos`` or ``length``)."""
-    from lm_eval.models.utils import postprocess_generated_text
-
     ids = [backend.encode(p, backend.add_bos_default) for p in prompts]
     new = backend.generate(ids, max_new_tokens, sampling, stop, batch_size, progress)
     records = []
     for prompt, tokens in zip(prompts, new):
         text = backend.decode(tokens)
-        completion = postprocess_generated_text(text, stop, None)
+        completion = cut_at_stop(text, stop)
         finish = "stop" if completion != text else "length" if len(tokens) == max_new_tokens else "eos"
         records.append(
             {"prompt": prompt, "completion": completion, "new_tokens": len(tokens), "finish": finish}
@@ -127,8 +183,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval generate``: prints each continuation, writes ``--output`` if given."""
-    from ..model_adapters.backends import dtype_of
-
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     if args.max_new_tokens < 1 or args.batch_size < 1:
         raise ConfigError("--max-new-tokens and --batch-size: expected positive integers")
@@ -139,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     backend, model = load_backend(
         args.ckpt,
         device,
-        dtype_of(args.dtype),
+        getattr(torch, LONG_NAMES[args.dtype]),
         args.tokenizer,
         args.fairseq_dict,
         args.fairseq_head_scale_bug,

@@ -12,6 +12,7 @@ from ..engine import checkpoint, torch_files
 from ..engine.config import preset
 from ..engine.fairseq_import import FairseqConfigWarning
 from ..engine.model import Transformer
+from ..engine.train_config import TrainConfig, training_recipe
 
 
 def describe(
@@ -35,11 +36,13 @@ def describe(
             )
         model, fingerprint, source = ckpt.model, ckpt.fingerprint, ckpt.path
         warnings_ = ckpt.meta.get("warnings", [])
+        train = ckpt.meta.get("train") or {}
         recorded = ckpt.meta.get("fingerprint")
         if recorded is not None and recorded != fingerprint:
             fingerprint = f"{fingerprint} (fingerprint mismatch: config.json records {recorded})"
     else:
         model, fingerprint, source = Transformer(preset(target)), None, f"preset {target}"
+        train = {"recipe": training_recipe(TrainConfig(preset=target), model.cfg.max_seq_len)}
     cfg = model.cfg
     return {
         "source": source,
@@ -51,13 +54,32 @@ def describe(
         "heads": cfg.n_head,
         "vocab_size": cfg.vocab_size,
         "max_seq_len": cfg.max_seq_len,
+        "init": cfg.init,
         "positions": cfg.positions,
+        "embedding_scale": cfg.scale_embedding,
+        "embedding_norm": cfg.embedding_norm,
+        "final_norm": cfg.final_norm,
+        **optimizer_recipe(train),
         "head_scale_position": cfg.head_scale_position if cfg.scale_heads else None,
         "head_scale_transpose_bug": cfg.head_scale_transpose_bug if cfg.scale_heads else None,
         "parameters": model.num_params(),
         "normformer_parameters": cfg.normformer_param_count(),
         "fingerprint": fingerprint,
         "warnings": "; ".join(warnings_) or None,
+    }
+
+
+def optimizer_recipe(train: dict[str, Any]) -> dict[str, Any]:
+    """Returns the optimizer recipe of a run's config.json ``train`` block ({} for no training run):
+    the resolved ``train.recipe``, or (a run saved before it existed) the ``train.config`` values."""
+    recipe = train.get("recipe") or train.get("config")
+    if not recipe:
+        return {}
+    return {
+        "recipe": recipe.get("name"),
+        "adam_betas": f"({recipe.get('beta1')}, {recipe.get('beta2')})",
+        "adam_eps": recipe.get("eps"),
+        "weight_decay": recipe.get("weight_decay"),
     }
 
 

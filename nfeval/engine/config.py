@@ -1,8 +1,9 @@
 """Model configuration and presets.
 
 A model is a ``ModelConfig``. Presets combine a *size* (fairseq's NormFormer recipe sizes plus CPU
-sizes for tests and demos) with an *architecture* (which normalisation ops are on). A preset name is
-``ARCH-SIZE`` (``normformer-125M``, ``prenorm-tiny``) or a bare size (Pre-LN baseline).
+sizes for tests and demos) with an *architecture* (which normalisation ops are on) and the *recipe*
+of the objective (``RECIPES``: fairseq's LM recipe for causal LMs, RoBERTa's for masked LMs). A
+preset name is ``ARCH-SIZE`` (``normformer-125M``, ``prenorm-tiny``) or a bare size (Pre-LN baseline).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
 ACTIVATIONS = ("gelu", "relu_squared")
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
+# How the weights are drawn (nfeval.engine.model.init_weights): fairseq's transformer_lm, GPT-2's
+# (nfeval's only init before the field existed) or fairseq's init_bert_params (RoBERTa).
+INIT_SCHEMES = ("fairseq", "gpt2", "bert")
 MODEL_CHOICES = {
     "norm_position": NORM_POSITIONS,
     "norm": NORMS,
@@ -39,6 +43,7 @@ MODEL_CHOICES = {
     "activation": ACTIVATIONS,
     "positions": POSITION_TYPES,
     "objective": OBJECTIVES,
+    "init": INIT_SCHEMES,
 }
 # The sizes that shape the weights: a stored config without them describes no model (no silent defaults).
 REQUIRED_MODEL_FIELDS = ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn")
@@ -90,6 +95,8 @@ class ModelConfig:
     # (fairseq's Post-LN, DeepNet), whose blocks already end with a norm
     final_norm: bool | None = None
     embedding_norm: bool = False  # LayerNorm after the embeddings (RoBERTa-style encoders)
+    # A stored config without the field was trained with gpt2's (the only init before it existed).
+    init: str = "gpt2"
 
     def __post_init__(self) -> None:
         if self.final_norm is None:
@@ -223,6 +230,24 @@ PRE_LN = dict(
 )  # fmt: skip
 NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
 
+# The paper's two recipes, each applied to every preset of its objective (explicit overrides win):
+# fairseq's transformer_lm_gpt for causal LMs (the NormFormer paper's models) and fairseq's
+# examples/roberta (RoBERTa-base) for masked LMs. "model" holds ModelConfig fields; "train" the
+# TrainConfig fields a run takes when it leaves them unset (train_config.training_recipe), with
+# "block_size" the training sequence length (at most the model's max_seq_len; None: max_seq_len).
+# Both are Pre-LN with a final LayerNorm (ModelConfig.final_norm's default), warm-up then linear decay.
+RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    "fairseq_lm": {
+        "model": dict(positions="sinusoidal", scale_embedding=True, init="fairseq", embedding_norm=False),
+        "train": dict(beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=0.01, block_size=None),
+    },
+    "roberta": {
+        "model": dict(positions="learned", scale_embedding=False, init="bert", embedding_norm=True),
+        "train": dict(beta1=0.9, beta2=0.98, eps=1e-6, weight_decay=0.01, block_size=512),
+    },
+}
+OBJECTIVE_RECIPES = {"clm": "fairseq_lm", "mlm": "roberta"}
+
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "prenorm": PRE_LN,
     "normformer": {**PRE_LN, **NORMFORMER_OPS},
@@ -255,9 +280,11 @@ def parse_preset(name: str) -> tuple[str, str]:
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:
-    """Returns the ModelConfig of a preset name (see ``parse_preset``), with field overrides applied."""
+    """Returns the ModelConfig of a preset name (see ``parse_preset``): its size and architecture, the
+    recipe of its objective (``overrides["objective"]``, default clm), then the field overrides."""
     arch, size = parse_preset(name)
-    fields: dict[str, Any] = {**SIZES[size], **ARCHITECTURES[arch]}
+    recipe = RECIPES[OBJECTIVE_RECIPES.get(overrides.get("objective", "clm"), "fairseq_lm")]
+    fields: dict[str, Any] = {**SIZES[size], **ARCHITECTURES[arch], **recipe["model"]}
     if size in CPU_VOCAB:
         fields["vocab_size"] = CPU_VOCAB[size]
     fields.update(overrides)

@@ -164,6 +164,7 @@ def _model_config(
         scale_embedding=not hparams.get("no_scale_embedding", False),
         activation="relu_squared" if hparams.get("activation_fn") == "relu_squared" else "gelu",
         pad_token_id=pad,
+        init="fairseq",  # what trained it: fairseq's transformer_lm
     )
 
 

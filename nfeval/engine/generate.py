@@ -4,9 +4,13 @@ A batch's prompts are left-padded to a common width, so that every row's next to
 same column. The padding is hidden by an attention mask (a pad query sees only itself, so no row of
 the softmax is empty), and positions count real tokens only, so a row generates exactly what it
 would generate alone. A row that ends (EOS, a stop string, ``max_new_tokens``) leaves the batch and
-its cache rows are dropped. Sampling uses transformers' logits warpers (temperature, top-k, top-p)
-and one ``torch.Generator`` per prompt seeded ``seed + prompt index``, so a sample does not depend on
-the batch size or on which prompts share its batch.
+its cache rows are dropped. Only the last position's hidden state reaches the output projection.
+Greedy fp32 decoding on a CPU takes the argmax through ``greedy_head`` (an int8 screen of the
+projection, the candidates re-scored in fp32: the fp32 argmax, from a quarter of the bytes); other
+dtypes, devices and sampling compute the full logits. Sampling uses transformers' logits warpers
+(temperature, top-k, top-p) and one ``torch.Generator`` per prompt seeded ``seed + prompt index``, so
+a sample does not depend on the batch size or on which prompts share its batch. The weights keep the
+dtype they come with: bf16 decoding happens only when the caller loads bf16 weights.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 
 from ..base.errors import ConfigError, DataError
 from ..base.progress import progress_bar
+from .greedy_head import greedy_head, screen_supported
 from .model import KVCache, Transformer
 
 
@@ -88,6 +93,16 @@ def next_tokens(logits: torch.Tensor, warpers, generators: list[torch.Generator 
     return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators)])
 
 
+def token_picker(model: Transformer, sampling: Sampling) -> Callable[[torch.Tensor, list], torch.Tensor]:
+    """Returns pick(hidden (B, d), generators) -> next tokens (B,): the int8-screened exact argmax for
+    greedy fp32 decoding on a CPU (``greedy_head``), else the full logits through ``next_tokens``."""
+    if sampling.greedy and model.cfg.objective == "clm" and screen_supported(model.tok_emb.weight):
+        head = greedy_head(model)
+        return lambda hidden, generators: head(hidden)
+    warpers = None if sampling.greedy else sampling.warpers()
+    return lambda hidden, generators: next_tokens(model.lm_logits(hidden), warpers, generators)
+
+
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, extra: int, device) -> tuple[torch.Tensor, ...]:
     """Returns (ids (B, W), real (B, W + extra) True at tokens, positions (B, W + extra)) for left padding."""
     width = max(len(p) for p in prompts)
@@ -128,12 +143,11 @@ def generate_batch(
     hidden = model.encode(
         ids, position_ids=positions[:, :width] if padded else None, attn_mask=mask, cache=cache
     )
-    logits = model.lm_logits(hidden[:, -1])
-    warpers = None if sampling.greedy else sampling.warpers()
+    pick = token_picker(model, sampling)
     rows = list(range(len(prompts)))  # the prompts still in the batch, in batch order
     new: list[list[int]] = [[] for _ in prompts]
     for _ in range(max_new_tokens):
-        tokens = next_tokens(logits, warpers, [generators[r] for r in rows])
+        tokens = pick(hidden[:, -1], [generators[r] for r in rows])
         keep = []
         for j, (r, t) in enumerate(zip(rows, tokens.tolist())):
             if t == eos_id:
@@ -152,7 +166,6 @@ def generate_batch(
         step_mask = real[:, None, None, : n + 1] if padded else None
         step_pos = positions[:, n : n + 1] if padded else None
         hidden = model.encode(tokens[:, None], position_ids=step_pos, attn_mask=step_mask, cache=cache)
-        logits = model.lm_logits(hidden[:, -1])
     return new
 
 

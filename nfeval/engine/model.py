@@ -54,7 +54,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .norms import deepnorm_alpha_beta, deepnorm_init_, make_norm, resid_gain
+from .initialisation import init_weights
+from .norms import deepnorm_alpha_beta, make_norm, resid_gain
 
 
 def sinusoidal_table(num_positions: int, dim: int, padding_idx: int) -> torch.Tensor:
@@ -293,24 +294,7 @@ class Transformer(nn.Module):
             self.mlm_dense = nn.Linear(d, d)
             self.mlm_norm = make_norm(cfg, d)
             self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
-            if name.endswith(("out_proj.weight", "fc2.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-        if cfg.scale_embedding:
-            nn.init.normal_(self.tok_emb.weight, mean=0.0, std=d**-0.5)
-        if cfg.norm_position == "deepnorm":
-            deepnorm_init_(self)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        init_weights(self)
 
     def num_params(self, include_positions: bool = True) -> int:
         """Returns the parameter count (tied weights counted once)."""
@@ -429,31 +413,3 @@ class SequenceClassifier(nn.Module):
         else:
             pooled = hidden[:, 0]
         return self.head(pooled)
-
-
-def training_flops_per_token(cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15) -> float:
-    """Returns model FLOPs per trained token: 6·N (matmul params, tied head once) + 12·L·d·T attention.
-
-    N counts the weights that take part in matmuls: blocks plus the (tied) output projection; norms,
-    biases and position tables are negligible and left out, as in PaLM/nanoGPT's MFU accounting. A
-    masked LM runs its head (dense d×d + output projection) only on the masked positions, a
-    ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them).
-    """
-    d, f, L = cfg.d_model, cfg.d_ffn, cfg.n_layer
-    n_head = cfg.vocab_size * d
-    if cfg.objective == "mlm":
-        n_head = masked_fraction * (n_head + d * d)
-    return (
-        6.0 * (L * (4 * d * d + 2 * d * f) + n_head) + 12.0 * L * d * seq_len + extra_op_flops(cfg, seq_len)
-    )
-
-
-def extra_op_flops(cfg: ModelConfig, seq_len: int) -> float:
-    """Returns the training FLOPs per token that the placements and Table 4 controls add to the count
-    above: the GeGLU FFN's second half of fc1 (6·L·d·d_ffn).
-
-    The other new ops (RMSNorm, QK-norm, the q/k/v norms, sandwich/OLMo 2 post-norms, λresid, DeepNorm's
-    α) are elementwise, O(d) per token, and left out as every norm is here; none depends on
-    ``seq_len``, which the per-op terms share as their signature.
-    """
-    return 6.0 * cfg.n_layer * cfg.d_model * cfg.d_ffn if cfg.ffn_glu else 0.0

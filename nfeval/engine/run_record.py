@@ -25,6 +25,7 @@ def meta(self: Trainer) -> dict[str, Any]:
     Written into ``config.json`` when a run starts and into every checkpoint."""
     train = {
         "config": dataclasses.asdict(self.cfg),
+        "recipe": self.recipe,  # the optimizer and block size the run took (the config's None: these)
         "total_steps": self.total_steps,
         "warmup_steps": budget.warmup_steps(self.cfg, self.total_steps),
         "seq_len": self.seq_len,
@@ -92,7 +93,7 @@ def save_checkpoint(trainer: Trainer) -> None:
     rng = par.rng_state()
     iv = trainer.interval
     interval = {
-        "loss": par.all_reduce(iv.loss).cpu(),
+        "losses": par.all_gather_object(iv.loss.cpu()),  # each process's share, in rank order
         "norm": iv.norm.cpu(),
         "steps": iv.steps,
         "wall_s": iv.wall_s,

@@ -3,9 +3,11 @@
 One loop for one process, DDP or FSDP2 (``torchrun --nproc_per_node N -m nfeval train ... [--fsdp]``);
 how the run is spread over processes is the strategy object of ``nfeval.engine.parallel``.
 
-Optimisation follows fairseq's NormFormer recipe: AdamW (fairseq's Adam decays weights decoupled,
-on every parameter) with betas (0.9, 0.98), eps 1e-8, weight decay 0.01, no clipping by default,
-linear warmup then polynomial decay (power 1: linear) to ``end_lr`` over the whole budget. The
+Optimisation follows the objective's recipe (``config.RECIPES``; a flag or config field wins):
+AdamW (fairseq's Adam decays weights decoupled, on every parameter) with betas (0.9, 0.98), weight
+decay 0.01 and eps 1e-8 (fairseq's LM recipe, causal LMs) or 1e-6 on 512-token blocks (RoBERTa's,
+masked LMs), no clipping by default, linear warmup then polynomial decay (power 1: linear) to
+``end_lr`` over the whole budget. The resolved values are config.json's ``train.recipe``. The
 default peak LR is GPT-3's 6e-4 for 125M (the recipe trains NormFormer-125M at 3e-3: ``--lr 3e-3``).
 
 Budgets (``nfeval.engine.budget``). A run stops after ``--max-steps``, ``--max-tokens``,

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.errors import ConfigError
-from .config import MODEL_CHOICES, ModelConfig, check_fields, load_json, parse_preset
+from .config import (
+    MODEL_CHOICES,
+    OBJECTIVE_RECIPES,
+    RECIPES,
+    ModelConfig,
+    check_fields,
+    load_json,
+    parse_preset,
+)
 from .tokenization import MIN_BPE_VOCAB
 
 DTYPES = ("fp32", "bf16")
@@ -53,7 +61,9 @@ class TrainConfig:
     )  # BPE size when training one; default: the preset's vocab size
     # batch: the global batch is batch_size × grad_accum × processes sequences of seq_len tokens
     batch_size: int = setting(FIXED, 8, flag=int)
-    seq_len: int | None = setting(FIXED, None, flag=int)  # default: the model's max_seq_len
+    seq_len: int | None = setting(
+        FIXED, None, flag=int
+    )  # default: the recipe's block size, at most the model's max_seq_len
     grad_accum: int = setting(FIXED, 1, flag=int)
     # budget (at least one)
     max_steps: int | None = setting(OVERRIDABLE, None, flag=int)
@@ -63,15 +73,15 @@ class TrainConfig:
     calibration_steps: int = setting(FIXED, 10, flag=int)
     # optimisation
     lr: float = setting(OVERRIDABLE, 6e-4, flag=float)
-    warmup: float = setting(
-        OVERRIDABLE, 0.01, flag=float
-    )  # steps if >= 1, else a fraction of the run's steps
+    # steps if >= 1, else a fraction of the run's steps
+    warmup: float = setting(OVERRIDABLE, 0.01, flag=float)
     end_lr: float = setting(OVERRIDABLE, 0.0, flag=float)
     lr_power: float = setting(OVERRIDABLE, 1.0, flag=float)
-    beta1: float = setting(OVERRIDABLE, 0.9, flag=float)
-    beta2: float = setting(OVERRIDABLE, 0.98, flag=float)
-    eps: float = setting(OVERRIDABLE, 1e-8, flag=float)
-    weight_decay: float = setting(OVERRIDABLE, 0.01, flag=float)
+    # None: the objective's recipe (config.RECIPES; training_recipe resolves them)
+    beta1: float | None = setting(OVERRIDABLE, None, flag=float)
+    beta2: float | None = setting(OVERRIDABLE, None, flag=float)
+    eps: float | None = setting(OVERRIDABLE, None, flag=float)
+    weight_decay: float | None = setting(OVERRIDABLE, None, flag=float)
     clip_grad: float = setting(OVERRIDABLE, 0.0, flag=float)  # 0: no clipping
     # precision and speed
     dtype: str = setting(FIXED, "fp32")
@@ -148,14 +158,18 @@ class TrainConfig:
 
     def _check_optimizer(self, bad: Callable[[str, str], ConfigError]) -> None:
         """Raises ``bad(field, expectation)`` for an out-of-range optimizer or schedule number."""
+
+        def given(name: str) -> bool:
+            return getattr(self, name) is not None
+
         for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
+            if given(name) and not 0 <= getattr(self, name) < 1:
                 raise bad(name, "a number in [0, 1)")
         for name in ("lr", "eps", "lr_power"):
-            if not getattr(self, name) > 0:
+            if given(name) and not getattr(self, name) > 0:
                 raise bad(name, "a positive number")
         for name in ("warmup", "weight_decay", "clip_grad"):
-            if not getattr(self, name) >= 0:
+            if given(name) and not getattr(self, name) >= 0:
                 raise bad(name, "a number >= 0")
         if not 0 <= self.end_lr <= self.lr:
             raise bad("end_lr", f"a number in [0, lr={self.lr}]")
@@ -171,6 +185,26 @@ class TrainConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+RECIPE_TRAIN_FIELDS = ("beta1", "beta2", "eps", "weight_decay")
+
+
+def training_recipe(cfg: TrainConfig, max_seq_len: int) -> dict[str, Any]:
+    """Returns the run's resolved recipe: {"name", "beta1", "beta2", "eps", "weight_decay", "seq_len"}.
+
+    The recipe is the objective's (``config.OBJECTIVE_RECIPES``; the model overrides' objective, else
+    ``cfg.objective``, else clm); each field ``cfg`` sets wins over it. ``seq_len``: ``cfg.seq_len``,
+    else the recipe's block size capped at the model's ``max_seq_len``, else ``max_seq_len``.
+    """
+    objective = cfg.model.get("objective", cfg.objective or "clm")
+    name = OBJECTIVE_RECIPES[objective]
+    recipe = RECIPES[name]["train"]
+    out: dict[str, Any] = {"name": name}
+    for field_name in RECIPE_TRAIN_FIELDS:
+        value = getattr(cfg, field_name)
+        out[field_name] = recipe[field_name] if value is None else value
+    block = recipe["block_size"]
+    out["seq_len"] = cfg.seq_len or (min(block, max_seq_len) if block else max_seq_len)
+    return out
 
 
 def fields_with(resume: str) -> tuple[str, ...]:

@@ -26,11 +26,12 @@ from .config import preset
 from .data import (
     Batches,
 )
-from .model import Transformer, training_flops_per_token
+from .flops import training_flops_per_token
+from .model import Transformer
 from .objective import Objective, evaluate
 from .parallel import Single, make_strategy
 from .run_inputs import load_data, model_config
-from .train_config import TrainConfig
+from .train_config import TrainConfig, training_recipe
 
 
 class TrainingDiverged(RuntimeError):
@@ -64,7 +65,7 @@ class Trainer:
         self.par = parallel or make_strategy(cfg.device, cfg.fsdp, bf16=cfg.dtype == "bf16")
         if cfg.dtype == "bf16" and self.par.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("dtype=bf16: this GPU does not support bfloat16")
-        self._setup_data()
+        self._setup_data(weights_from)
         self._setup_model(weights_from)
         self.peak, self.peak_source = budget.peak_flops(cfg, self.par.device)
         self.step, self.wall_s, self.calibration = 0, 0.0, None
@@ -73,19 +74,22 @@ class Trainer:
         self.grad_stats = None
         self.tensorboard = None  # a TensorBoardLog on rank 0 while run() runs with cfg.tensorboard
 
-    def _setup_data(self) -> None:
+    def _setup_data(self, resumed_from: str | None) -> None:
         cfg, par = self.cfg, self.par
         self.corpus_info, self.tokens, self.tok = load_data(cfg, preset(cfg.preset).vocab_size, par)
         tok_vocab = self.tok.get_vocab_size()
         self.mcfg = model_config(cfg, tok_vocab, self.tokens.specials.pad)
-        self.seq_len = cfg.seq_len or self.mcfg.max_seq_len
+        self.recipe = training_recipe(cfg, self.mcfg.max_seq_len)
+        self.flops_per_token = training_flops_per_token(self.mcfg, self.recipe["seq_len"])
+        if resumed_from:
+            self._continue_as_started(resumed_from)
+        self.seq_len = self.recipe["seq_len"]
         if self.seq_len > self.mcfg.max_seq_len:
             raise ConfigError(
                 f"seq_len={self.seq_len} exceeds the model's max_seq_len={self.mcfg.max_seq_len}"
             )
         self.global_batch = cfg.batch_size * cfg.grad_accum * par.world
         self.tokens_per_step = self.global_batch * self.seq_len
-        self.flops_per_token = training_flops_per_token(self.mcfg, self.seq_len)
         self.flops_per_step = self.flops_per_token * self.tokens_per_step
         self.total_steps, self.budget = budget.steps_for_budget(
             cfg, self.tokens_per_step, self.flops_per_step
@@ -97,6 +101,14 @@ class Trainer:
         self.valid_batches = Batches(self.tokens.valid, *args, shuffle=False)
         self.n_eval = min(cfg.eval_samples, self.valid_batches.blocks.n_blocks)
 
+    def _continue_as_started(self, checkpoint_dir: str) -> None:
+        """Takes the model config, block size and FLOPs per token that ``checkpoint_dir`` records, so a
+        run saved under an older recipe or FLOP count resumes as it started."""
+        self.mcfg, meta = checkpoint.read_config(checkpoint_dir)
+        started = meta.get("train") or {}
+        self.recipe["seq_len"] = started.get("seq_len", self.recipe["seq_len"])
+        self.flops_per_token = started.get("flops_per_token", self.flops_per_token)
+
     def _setup_model(self, weights_from: str | None) -> None:
         cfg, par = self.cfg, self.par
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
@@ -107,8 +119,10 @@ class Trainer:
         torch.manual_seed(cfg.seed + par.rank)  # dropout differs across ranks
         self.wrapped = par.wrap(Objective(self.model))  # DDP/FSDP hooks live here; self.obj is what is called
         self.obj = torch.compile(self.wrapped) if cfg.compile else self.wrapped
+        r = self.recipe
+        betas = (r["beta1"], r["beta2"])
         self.opt = par.make_optimizer(
-            self.wrapped, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay
+            self.wrapped, lr=cfg.lr, betas=betas, eps=r["eps"], weight_decay=r["weight_decay"]
         )
 
     @classmethod
@@ -133,11 +147,13 @@ class Trainer:
         self.par.load_optimizer_state(self.wrapped, self.opt, state["optimizer"])
         self.par.set_rng_state(state["rng"])
         self.step, self.wall_s, self.calibration = state["step"], state["wall_s"], state.get("calibration")
-        # The open log interval: its loss sum counted once (on rank 0), so the next line matches an
-        # uninterrupted run's even when log and checkpoint intervals do not line up.
+        # The open log interval: each process takes back its own share of the loss sum, so the next line
+        # sums in the same order as an uninterrupted run's, bitwise, even when log and checkpoint
+        # intervals do not line up. (Older checkpoints hold the reduced sum: counted once, on rank 0.)
         saved = state["interval"]
+        loss = saved["losses"][self.par.rank] if "losses" in saved else saved["loss"] * float(self.par.main)
         self.interval = Interval(
-            loss=saved["loss"].to(self.par.device) * float(self.par.main),
+            loss=loss.to(self.par.device),
             norm=saved["norm"].to(self.par.device),
             steps=saved["steps"],
             wall_s=saved["wall_s"],

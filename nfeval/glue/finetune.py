@@ -266,6 +266,20 @@ def _point_result(enc: EncodedTask, lr, seed, recipe: ResolvedRecipe, history, s
     }
 
 
+def set_up_point(ckpt, enc: EncodedTask, lr, seed, r: ResolvedRecipe, directory, key, dev: torch.device):
+    """Returns (model, AdamW, LambdaLR schedule, history, stats) of a point as it starts, or as it
+    resumes from its ``state.pt`` (the RNGs restored too)."""
+    total = math.ceil(len(enc.train[0]) / r.batch_size) * r.epochs
+    model = build_classifier(ckpt, enc.spec, r, seed).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=r.betas, eps=r.eps, weight_decay=r.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, int(r.warmup_ratio * total)))
+    os.makedirs(directory, exist_ok=True)
+    stats = {"examples": len(enc.train[0]), "updates": 0, "tokens": 0, "padded_tokens": 0, "wall_s": 0.0}
+    restored = _restore_state(os.path.join(directory, STATE), key, model, opt, sched, dev)
+    history, stats = restored or ([], stats)
+    return model, opt, sched, history, stats
+
+
 def run_point(
     ckpt: ckpt_lib.Checkpoint,
     enc: EncodedTask,
@@ -288,13 +302,8 @@ def run_point(
     per_epoch = math.ceil(len(lengths) / r.batch_size)
     total = per_epoch * r.epochs
 
-    model = build_classifier(ckpt, enc.spec, r, seed).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=r.betas, eps=r.eps, weight_decay=r.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, int(r.warmup_ratio * total)))
-    os.makedirs(directory, exist_ok=True)
+    model, opt, sched, history, stats = set_up_point(ckpt, enc, lr, seed, r, directory, key, dev)
     state_path = os.path.join(directory, STATE)
-    stats = {"examples": len(lengths), "updates": 0, "tokens": 0, "padded_tokens": 0, "wall_s": 0.0}
-    history, stats = _restore_state(state_path, key, model, opt, sched, dev) or ([], stats)
 
     desc = f"{enc.spec.name} lr={lr_key(lr)} seed={seed}"
     initial = len(history) * per_epoch

@@ -1,5 +1,5 @@
 """Running GLUE sweep points in parallel: one process per job (spread over the visible GPUs), each caching
-its checkpoint and encoded tasks across the points it runs."""
+its checkpoint and encoded tasks across the units (a point, or an ensemble of points) it runs."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch
 from ..base.errors import DataError
 from ..engine import checkpoint as ckpt_lib
 from . import data as glue_data
+from . import ensemble
 from .finetune import EncodedTask, encode_task, run_point
 from .points import Point, claim_and_run
-from .recipe import ResolvedRecipe
 
 _WORKER: dict[str, Any] = {}
 
@@ -40,22 +40,20 @@ def _worker_task(ckpt_path: str, glue_dir: str | None, task: str, max_len: int) 
     return encode_task(glue_data.load(task, glue_dir), _worker_ckpt(ckpt_path).tokenizer, max_len)
 
 
-def _worker_point(
-    ckpt_path: str,
-    glue_dir: str | None,
-    task: str,
-    lr: float,
-    seed: int,
-    recipe: ResolvedRecipe,
-    directory: str,
-    key: dict,
-) -> dict | None:
+def _worker_unit(ckpt_path: str, glue_dir: str | None, unit: list[Point]) -> tuple[list[dict], list[Point]]:
+    """Returns (results, points another sweep holds) of one unit: a point, or an ensemble of points."""
     ckpt = _worker_ckpt(ckpt_path)
+    task, recipe = unit[0].task, unit[0].recipe
     enc = _worker_task(ckpt_path, glue_dir, task, recipe.max_len)
-    if ckpt.fingerprint != key["checkpoint"] or enc.fingerprint != key["data"]:
+    if ckpt.fingerprint != unit[0].key["checkpoint"] or enc.fingerprint != unit[0].key["data"]:
         raise DataError(f"{ckpt_path} or the {task} data changed while the sweep was running")
-    run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, _WORKER["device"], False)
-    return claim_and_run(directory, key, wait=False, run=run)
+    device = _WORKER["device"]
+    if len(unit) > 1:
+        return ensemble.claim_and_run_ensemble(ckpt, enc, unit, device, progress=False, wait=False)
+    _, lr, seed, _, directory, key = unit[0]
+    run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, device, False)
+    result = claim_and_run(directory, key, wait=False, run=run)
+    return ([], unit) if result is None else ([result], [])
 
 
 def _job_devices(device: str, jobs: int) -> list[str]:
@@ -64,8 +62,9 @@ def _job_devices(device: str, jobs: int) -> list[str]:
     return [device] * jobs
 
 
-def run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar) -> list[Point]:
-    """Runs ``points`` in ``jobs`` processes (one device each); returns the points another sweep holds."""
+def run_in_pool(ckpt, glue_dir, units, results, device, jobs, trust_checkpoint, bar) -> list[Point]:
+    """Runs ``units`` (lists of points: one point, or an ensemble) in ``jobs`` processes (one device
+    each); returns the points another sweep holds."""
     ctx = mp.get_context("spawn")
     devices = ctx.Queue()
     for d in _job_devices(device, jobs):
@@ -75,15 +74,14 @@ def run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint,
     with cf.ProcessPoolExecutor(
         jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads, trust_checkpoint)
     ) as pool:
-        futures = {pool.submit(_worker_point, ckpt.path, glue_dir, *point): point for point in points}
+        futures = [pool.submit(_worker_unit, ckpt.path, glue_dir, unit) for unit in units]
         try:
             for fut in cf.as_completed(futures):
-                result = fut.result()
-                if result is None:
-                    deferred.append(futures[fut])
-                    continue
-                results[futures[fut].task].append(result)
-                bar.update(1)
+                done, held = fut.result()
+                deferred += held
+                for result in done:
+                    results[result["task"]].append(result)
+                bar.update(len(done))
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.flops import FLOPS_COUNTED
 from .compare import AXIS_LABELS, MID_SCHEDULE, NOT_REACHED
 
 
@@ -121,6 +122,7 @@ def format_comparison(result: dict[str, Any]) -> str:
         "",
         "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by "
         "the first validation point).",
+        f"'ppl@FLOPs', 'FLOPs to target': {FLOPS_COUNTED}.",
     ]
     lines += [
         "learning rates: "

@@ -98,7 +98,8 @@ def test_fc2_value_is_mean_abs_grad_after_mean_reduced_backward(arch):
 def test_grad_norms_same_after_fairseq_round_trip(tmp_path, arch):
     model = tiny(arch).eval()
     path = tmp_path / "checkpoint.pt"
-    hparams = {"decoder_attention_heads": model.cfg.n_head, "no_scale_embedding": True}
+    hparams = {"decoder_attention_heads": model.cfg.n_head}
+    hparams["no_scale_embedding"] = not model.cfg.scale_embedding
     hparams["decoder_normalize_before"] = model.cfg.norm_position == "pre"
     torch.save({"model": to_fairseq(model), "cfg": {"model": hparams}}, path)
     imported = checkpoint.load(str(path)).model

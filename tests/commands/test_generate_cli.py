@@ -138,7 +138,7 @@ def test_cli_fairseq_checkpoint_needs_and_takes_a_tokenizer(tiny_clm_ckpt, tiny_
         "decoder_attention_heads": cfg.n_head,
         "decoder_normalize_before": True,
         "max_target_positions": cfg.max_seq_len,
-        "no_scale_embedding": True,
+        "no_scale_embedding": not cfg.scale_embedding,
     }
     path = tmp_path / "checkpoint_last.pt"
     torch.save({"model": to_fairseq(ckpt.model), "cfg": {"model": hparams}}, path)
@@ -150,3 +150,14 @@ def test_cli_fairseq_checkpoint_needs_and_takes_a_tokenizer(tiny_clm_ckpt, tiny_
     from_dir = main(["generate", "--ckpt", tiny_clm_ckpt, "--prompt", "The cat"])
     printed = capsys.readouterr().out.splitlines()
     assert from_dir == 0 and printed[1] == printed[4]  # same weights, same continuation
+
+
+def test_cli_generates_in_fp32_unless_bf16_is_asked_for(tiny_clm_ckpt, tmp_path):
+    out = tmp_path / "gen.jsonl"
+    base = ["generate", "--ckpt", tiny_clm_ckpt, "--prompt", "The cat", "--max-new-tokens", "3"]
+    assert main([*base, "--output", str(out)]) == 0
+    header = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
+    assert header["provenance"]["settings"]["dtype"] == "float32"
+    assert main([*base, "--dtype", "bf16", "--output", str(out)]) == 0
+    header = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
+    assert header["provenance"]["settings"]["dtype"] == "bfloat16"

@@ -301,9 +301,9 @@ def test_zeroshot_scores_a_fairseq_file(tiny_clm_ckpt, tmp_path, monkeypatch):
     fs_dir = tmp_path / "fairseq"
     fs_dir.mkdir()
     cfg = ours.config
-    fs_cfg = {"model": {"no_scale_embedding": True}}
+    hparams = {"no_scale_embedding": not cfg.scale_embedding, "max_target_positions": cfg.max_seq_len}
+    fs_cfg = {"model": hparams}
     torch.save({"model": to_fairseq(ours.model), "args": None, "cfg": fs_cfg}, fs_dir / "model.pt")
-    assert not cfg.scale_embedding and cfg.positions == "learned"
     shutil.copy(os.path.join(tiny_clm_ckpt, "tokenizer.json"), fs_dir / "tokenizer.json")
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
     kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", use_cache=False)

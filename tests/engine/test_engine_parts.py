@@ -10,7 +10,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from nfeval.engine import budget
 from nfeval.engine.budget import gpu_peak
 from nfeval.engine.config import preset
-from nfeval.engine.model import Transformer, training_flops_per_token
+from nfeval.engine.flops import training_flops_breakdown, training_flops_per_token
+from nfeval.engine.model import Transformer
 from nfeval.engine.objective import Objective
 from nfeval.engine.parallel import resolve_device
 
@@ -83,19 +84,23 @@ def test_matmul_peak_is_positive_and_finite():
 def test_training_flops_match_torch_flop_counter(objective):
     counted, masked = counted_flops_per_token(objective)
     cfg = preset("prenorm-tiny", objective=objective, vocab_size=512, max_seq_len=64)
-    formula = training_flops_per_token(cfg, 64, masked_fraction=masked)
-    # On CPU the counter does not see scaled_dot_product_attention: compare the weight matmuls (6·N).
-    attention = 12.0 * cfg.n_layer * cfg.d_model * 64
-    assert formula - attention == pytest.approx(counted, rel=1e-6)
+    terms = training_flops_breakdown(cfg, 64, masked_fraction=masked)
+    # On CPU the counter does not see scaled_dot_product_attention, and it counts matmuls only:
+    # compare the weight matmuls (6·N).
+    assert terms["weight_matmuls"] == pytest.approx(counted, rel=1e-6)
+    assert terms["attention_matmuls"] == 12.0 * cfg.n_layer * cfg.d_model * 64
+    assert training_flops_per_token(cfg, 64, masked) == sum(terms.values()) > counted
 
 
 def test_mlm_head_counted_on_masked_positions_only():
     cfg = preset("normformer-125M", objective="mlm")
     clm = preset("normformer-125M", objective="clm")
     d, v = cfg.d_model, cfg.vocab_size
-    assert training_flops_per_token(clm, 2048) - training_flops_per_token(cfg, 2048) == pytest.approx(
+    mlm_terms, clm_terms = training_flops_breakdown(cfg, 2048), training_flops_breakdown(clm, 2048)
+    assert clm_terms["weight_matmuls"] - mlm_terms["weight_matmuls"] == pytest.approx(
         6 * (v * d - 0.15 * (v * d + d * d))
     )
+    assert clm_terms["loss_softmax"] == pytest.approx(mlm_terms["loss_softmax"] / 0.15)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")

@@ -52,9 +52,15 @@ ARCHITECTURES = {
 }
 
 
+# GPT-2's embeddings: the presets take fairseq's (sinusoidal, sqrt(d)-scaled), which GPT-2 cannot hold;
+# the rows above change one flag from here.
+GPT2_EMBEDDINGS = {"positions": "learned", "scale_embedding": False}
+
+
 def save_model(path, tokenizer, arch: str, seed: int = 0, **overrides) -> str:
     """Saves a tiny checkpoint whose gains and biases are all non-trivial, so every op shows in the logits."""
     torch.manual_seed(seed)
+    overrides = {**GPT2_EMBEDDINGS, **overrides}
     cfg = preset(f"{arch}-tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=64, **overrides)
     model = Transformer(cfg)
     with torch.no_grad():

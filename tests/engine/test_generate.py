@@ -184,3 +184,21 @@ def test_bad_requests_fail_before_work():
         Sampling(temperature=1.0, top_p=0.0)
     with pytest.raises(ValueError, match="max_seq_len"):
         KVCache(model.cfg, 1, 49)
+
+
+def test_fp32_weights_generate_in_fp32(monkeypatch):
+    """bf16 is never switched on behind the caller's back: the cache and weights keep the model's dtype."""
+    import nfeval.engine.generate as engine
+
+    dtypes = []
+
+    class SpyCache(KVCache):
+        def __init__(self, cfg, batch_size, capacity, device=None, dtype=None):
+            dtypes.append(dtype)
+            super().__init__(cfg, batch_size, capacity, device, dtype)
+
+    monkeypatch.setattr(engine, "KVCache", SpyCache)
+    model = default_init_model()
+    generate(model, PROMPTS, max_new_tokens=3, batch_size=2)
+    assert dtypes == [torch.float32, torch.float32]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

@@ -151,8 +151,11 @@ def test_normformer_parameter_overhead_per_preset(size):
 def test_125m_preset_size():
     with torch.device("meta"):
         n = Transformer(preset("prenorm-125M", vocab_size=50257)).num_params()
-    # GPT-2 small (124.4M with 1024 positions) plus 1024 more learned positions of d=768.
-    assert n == 124_439_808 + 1024 * 768
+        learned = Transformer(preset("prenorm-125M", vocab_size=50257, positions="learned")).num_params()
+    # fairseq's recipe: sinusoidal positions, so GPT-2 small (124.4M) less its 1024 learned positions;
+    # with learned positions, GPT-2 small plus 1024 more positions of d=768.
+    assert n == 124_439_808 - 1024 * 768
+    assert learned == 124_439_808 + 1024 * 768
 
 
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))

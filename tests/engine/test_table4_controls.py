@@ -18,7 +18,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nfeval.base.errors import ConfigError
 from nfeval.engine.config import SIZES, ModelConfig, preset
-from nfeval.engine.model import Block, SelfAttention, Transformer, extra_op_flops, training_flops_per_token
+from nfeval.engine.flops import training_flops_breakdown
+from nfeval.engine.model import Block, SelfAttention, Transformer
 from nfeval.engine.objective import Objective
 
 # Each control as Table 4 applies it to NormFormer (the GeGLU control takes the FFN LN's place).
@@ -137,8 +138,9 @@ def test_parameter_count_of_each_control(control):
 
 def test_glu_flops_counted():
     cfg = preset("prenorm-tiny", ffn_glu=True, max_seq_len=64)
-    assert extra_op_flops(cfg, 64) == 6 * cfg.n_layer * cfg.d_model * cfg.d_ffn
-    assert extra_op_flops(preset("normformer-tiny", qkv_norm=True, qk_norm=False), 64) == 0
+    plain = training_flops_breakdown(preset("prenorm-tiny", max_seq_len=64), 64)
+    glu = training_flops_breakdown(cfg, 64)
+    assert glu["weight_matmuls"] - plain["weight_matmuls"] == 6 * cfg.n_layer * cfg.d_model * cfg.d_ffn
     torch.manual_seed(0)
     obj = Objective(Transformer(cfg))
     x, y = torch.randint(4, 512, (2, 64)), torch.randint(4, 512, (2, 64))
@@ -146,7 +148,7 @@ def test_glu_flops_counted():
         obj(x, y).backward()
     attention = 12.0 * cfg.n_layer * cfg.d_model * 64  # SDPA, which the CPU counter does not see
     counted = counter.get_total_flops() / x.numel()
-    assert training_flops_per_token(cfg, 64) - attention == pytest.approx(counted, rel=1e-6)
+    assert glu["weight_matmuls"] + glu["attention_matmuls"] - attention == pytest.approx(counted, rel=1e-6)
 
 
 @pytest.mark.parametrize("control", list(CONTROLS))

@@ -59,11 +59,10 @@ class Scale:
     ratio_pairs: int = 20
     ratio_burst: int = 3  # steps of each run per burst
     ratio_warmup: int = 3  # untimed steps of each before the first pair
-    # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
-    # position, so zero-shot items longer than the training blocks still fit the window.
-    model: dict[str, Any] = field(
-        default_factory=lambda: {"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 1024}
-    )
+    # ModelConfig overrides of every run, on top of the preset, which brings the objective's recipe
+    # (engine.config.RECIPES: fairseq's LM recipe, RoBERTa's for masked LMs), so no scale can lose it.
+    # A window longer than the training blocks: zero-shot items longer than them still fit.
+    model: dict[str, Any] = field(default_factory=lambda: {"max_seq_len": 1024})
     dtype: str = "fp32"
     needs_gpu: bool = False
     # torch CPU threads (None: torch's default). Tiny models run fastest on one thread, by far on a
@@ -102,7 +101,7 @@ SCALES: dict[str, Scale] = {
         ratio_pairs=4,
         ratio_burst=1,
         ratio_warmup=1,
-        model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
+        model={"max_seq_len": 256},
         grad_stats="1:8",
         fig7_window=(6, 8),
     ),
@@ -119,7 +118,7 @@ SCALES: dict[str, Scale] = {
         budget={"max_steps": 1000},
         seeds=3,
         threads=1,
-        model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 1024, "n_layer": 6},
+        model={"max_seq_len": 1024, "n_layer": 6},
         # small batches: more updates per second, which is what a CPU can buy
         batch_size=4,
         eval_interval=50,

@@ -1,0 +1,152 @@
+"""Whole-command generation speed: ``nfeval generate`` vs a plain Hugging Face script, process against
+process (start-up, imports, model load and generation on both sides).
+
+The model is a random-weight Pre-LN GPT-2-shaped Transformer (default 4 layers, d=256) with GPT-2's
+tokenizer (``../shared/data/tokenizer/gpt2``), saved as an nfeval checkpoint and exported with
+``nfeval export-hf`` (a ``GPT2LMHeadModel`` directory), so both sides decode the same weights. The
+prompts are passages of CPython's documentation (as ``generate_vs_hf.py``), one per line. Both sides
+are greedy, stop at EOS, and run with ``OMP_NUM_THREADS`` threads; rounds are interleaved (each round
+runs both commands once, in alternating order) and each side's median wall time is kept. The
+completions of the two must be identical.
+
+    python benchmarks/generate_command_vs_hf.py [--layers 4 --d-model 256] [--settings 1x8 16x16]
+    ... --results benchmarks/RESULTS.md   # replace this shape's block in the generation section
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from generate_vs_hf import SHARED, prompts, write_results
+
+from nfeval.engine import checkpoint
+from nfeval.engine.config import preset
+from nfeval.engine.hf_export import export_hf
+from nfeval.engine.model import Transformer
+from nfeval.engine.tokenization import gpt2_tokenizer
+
+HERE = Path(__file__).resolve().parent
+
+
+def build(work: Path, layers: int, d_model: int, n_prompts: int) -> tuple[str, str, str]:
+    """Returns (nfeval checkpoint dir, HF model dir, prompts file) written under ``work``."""
+    tok = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
+    cfg = preset(
+        "prenorm-125M", n_layer=layers, d_model=d_model, n_head=max(1, d_model // 64), d_ffn=4 * d_model,
+        vocab_size=tok.get_vocab_size(), max_seq_len=1024,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    ckpt, hf_dir = str(work / "nfeval"), str(work / "hf")
+    checkpoint.save(ckpt, Transformer(cfg), tok)
+    export_hf(ckpt, hf_dir, overwrite=True)
+    texts = [" ".join(tok.decode(ids).split()) for ids in prompts(n_prompts)]
+    path = work / "prompts.txt"
+    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    return ckpt, hf_dir, str(path)
+
+
+def commands(ckpt: str, hf_dir: str, prompts_file: str, new: int, batch: int, out: Path) -> dict:
+    """Returns each side's command line and the JSONL file it writes."""
+    nf_out, hf_out = str(out / "nfeval.jsonl"), str(out / "hf.jsonl")
+    nfeval = [
+        sys.executable, "-m", "nfeval", "generate", "--ckpt", ckpt, "--prompts", prompts_file,
+        "--max-new-tokens", str(new), "--batch-size", str(batch), "--device", "cpu", "--output", nf_out,
+    ]  # fmt: skip
+    hf = [
+        sys.executable,
+        str(HERE / "hf_generate_script.py"),
+        hf_dir,
+        prompts_file,
+        str(new),
+        str(batch),
+        hf_out,
+    ]
+    return {"nfeval": (nfeval, nf_out), "hf": (hf, hf_out)}
+
+
+def completions(path: str) -> list[str]:
+    """Returns the completions of a JSONL file, in prompt order (nfeval's header line skipped)."""
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    return [r["completion"] for r in rows if r.get("kind", "generation") == "generation"]
+
+
+def run_interleaved(sides: dict, rounds: int, env: dict) -> dict[str, float]:
+    """Returns each side's median wall seconds over ``rounds`` interleaved runs (no warm-up: start-up
+    is part of what is measured; the first round also warms the file cache for both)."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for r in range(rounds):
+        for name in list(sides)[:: 1 if r % 2 == 0 else -1]:
+            t0 = time.perf_counter()
+            subprocess.run(sides[name][0], env=env, check=True, capture_output=True)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure(work: Path, ckpt: str, hf_dir: str, all_prompts: str, setting: str, args, env: dict) -> str:
+    """Returns the table row of one ``BATCHxPROMPTS`` setting: both commands timed, outputs compared."""
+    batch, n = (int(x) for x in setting.split("x"))
+    file = work / f"prompts{n}.txt"
+    file.write_text("\n".join(Path(all_prompts).read_text().splitlines()[:n]) + "\n")
+    sides = commands(ckpt, hf_dir, str(file), args.new_tokens, batch, work)
+    med = run_interleaved(sides, args.rounds, env)
+    got, want = completions(sides["nfeval"][1]), completions(sides["hf"][1])
+    same = sum(a == b for a, b in zip(got, want))
+    ratio = med["hf"] / med["nfeval"]
+    return f"| {batch} | {n} | {med['hf']:.2f} | {med['nfeval']:.2f} | **{ratio:.2f}x** | {same}/{n} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--settings", nargs="+", default=["1x8", "16x16"], help="BATCHxPROMPTS ...")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--results", metavar="RESULTS.md", help="write the table into this file")
+    parser.add_argument("--note", default="", help="a line above the table (e.g. the machine's state)")
+    args = parser.parse_args()
+    root = str(HERE.parent)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "PYTHONPATH": root,
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    lines = [
+        f"Whole commands, Pre-LN L={args.layers} d={args.d_model} (random weights, GPT-2 tokenizer), "
+        f"{args.new_tokens} new tokens per prompt (EOS on), {args.threads} thread(s); {args.rounds} "
+        "interleaved rounds, median wall time of the process.",
+        "",
+        "| batch | prompts | HF script s | `nfeval generate` s | nfeval / HF | identical completions |",
+        "|---:|---:|---:|---:|---:|---|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        n_max = max(int(s.split("x")[1]) for s in args.settings)
+        ckpt, hf_dir, all_prompts = build(work, args.layers, args.d_model, n_max)
+        for setting in args.settings:
+            lines.append(measure(work, ckpt, hf_dir, all_prompts, setting, args, env))
+            print(lines[-1], flush=True)
+    load = os.getloadavg()
+    lines.insert(
+        1,
+        f"Load average after the run {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} ({os.cpu_count()} cores).",
+    )
+    block = "\n\n".join(x for x in (args.note, "\n".join(lines)) if x)
+    print("\n" + block)
+    if args.results:
+        write_results(args.results, f"command L={args.layers} d={args.d_model}", block)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The int8-screened greedy head: its bound holds, and its tokens are the fp32 argmax's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_generate import PROMPTS, greedy_by_recompute, make_model
+
+from nfeval.engine.config import ModelConfig
+from nfeval.engine.generate import generate
+from nfeval.engine.greedy_head import GreedyHead, greedy_head, screen_supported
+from nfeval.engine.model import Transformer
+
+pytestmark = pytest.mark.skipif(
+    not screen_supported(torch.zeros(1)), reason="the screen needs fbgemm's quantized CPU kernels"
+)
+
+
+def weights(vocab=1000, d=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(vocab, d, generator=g) * 0.02
+    w[::7] *= 5  # rows of very different norms, as trained embeddings have
+    return w
+
+
+def hidden_states(w, seed=1):
+    """Rows that stress the bound: ordinary, large, one-signed, and aligned with weight rows' signs
+    (the largest possible integer sums in the int8 kernel)."""
+    g = torch.Generator().manual_seed(seed)
+    d = w.shape[1]
+    return [
+        torch.randn(16, d, generator=g),
+        torch.randn(4, d, generator=g) * 40,
+        torch.rand(8, d, generator=g) * 3,
+        torch.sign(w[:16]) * 3.0,
+        torch.randn(1, d, generator=g),
+    ]
+
+
+def test_screened_logits_stay_within_the_bound():
+    w = weights()
+    head = GreedyHead(w)
+    for h in hidden_states(w):
+        blocks, threshold = head.screen(h)
+        screened = blocks.flatten(1)[:, : len(w)].double()
+        exact = h.double() @ w.double().t()
+        margin = (blocks.flatten(1).amax(1).double() - threshold.double()) / 2
+        assert bool(((screened - exact).abs().amax(1) <= margin).all())
+
+
+@pytest.mark.parametrize("vocab", [1000, 64, 97, 5])
+def test_tokens_equal_the_fp32_argmax(vocab):
+    w = weights(vocab)
+    head = GreedyHead(w)
+    for h in hidden_states(w):
+        assert torch.equal(head(h), F.linear(h, w).argmax(-1))
+
+
+def test_equal_logits_pick_the_lowest_token_and_nan_falls_back():
+    w = weights(200)
+    w[3] *= 10
+    w[150] = w[3]  # two tokens with the same logit for every hidden state, the best for h
+    h = w[3:4] * 100
+    assert int(GreedyHead(w)(h)) == 3 == int(F.linear(h, w).argmax(-1))
+    nan = torch.full((2, w.shape[1]), float("nan"))
+    assert torch.equal(GreedyHead(w)(nan), F.linear(nan, w).argmax(-1))
+
+
+def test_head_is_cached_per_model_and_rebuilt_after_an_update():
+    model = make_model()
+    first = greedy_head(model)
+    assert greedy_head(model) is first
+    with torch.no_grad():
+        model.tok_emb.weight.mul_(2)
+    assert greedy_head(model) is not first
+    assert greedy_head(Transformer(model.cfg)) is not greedy_head(model)
+
+
+def test_generation_through_the_screen_equals_recompute(monkeypatch):
+    cfg = ModelConfig(vocab_size=3000, n_layer=2, d_model=32, n_head=4, d_ffn=64, max_seq_len=48)
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+
+    def no_fallback(self, hidden):
+        raise AssertionError("the screen fell back to the full product")
+
+    monkeypatch.setattr(GreedyHead, "full_argmax", no_fallback)
+    got = generate(model, PROMPTS, max_new_tokens=10, batch_size=4)
+    monkeypatch.undo()
+    assert got == [greedy_by_recompute(model, p, 10) for p in PROMPTS]
