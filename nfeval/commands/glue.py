@@ -13,6 +13,7 @@ from ..glue import submission as glue_submission
 from ..glue.points import lr_key
 from ..glue.recipe import DTYPES, SELECTIONS, Recipe
 from ..glue.sweep import DEFAULT_LRS, format_table, sweep
+from ..launch.options import add_launcher_arguments, launch_options
 
 
 def _floats(text: str) -> list[float]:
@@ -79,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results", help="results folder (default: results)")
     add_no_progress(p)
     p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
+    add_launcher_arguments(p)
     p.add_argument(
         "--predict-test",
         action="store_true",
@@ -89,6 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval glue``: the sweep, then prints the table and where the summary is."""
+    launch = launch_options(args)
     tasks = [t.strip().lower() for t in args.tasks.split(",") if t.strip()]
     for t in tasks:
         glue_data.spec(t)
@@ -110,7 +113,11 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         trust_checkpoint=args.trust_checkpoint,
         ensemble_size=args.ensemble,
+        launch=launch,
     )
+    if summary is None:
+        print("nfeval glue: no point finished yet; rerun the same command to collect the jobs' results")
+        return 0
     print(format_table(summary))
     print(f"summary: {os.path.join(args.out, 'glue.json')}")
     if args.predict_test:

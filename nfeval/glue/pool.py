@@ -1,5 +1,6 @@
 """Running GLUE sweep points in parallel: one process per job (spread over the visible GPUs), each caching
-its checkpoint and encoded tasks across the units (a point, or an ensemble of points) it runs."""
+its checkpoint and encoded tasks across the units (a point, or an ensemble of points) it runs; or one
+Slurm job per unit (``run_as_jobs``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..engine import checkpoint as ckpt_lib
 from . import data as glue_data
 from . import ensemble
 from .finetune import EncodedTask, encode_task, run_point
-from .points import Point, claim_and_run
+from .points import Point, claim_and_run, lr_key
 
 _WORKER: dict[str, Any] = {}
 
@@ -86,3 +87,26 @@ def run_in_pool(ckpt, glue_dir, units, results, device, jobs, trust_checkpoint, 
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return deferred
+
+
+def job_unit(ckpt_path: str, glue_dir: str | None, device: str, trust_checkpoint: bool, unit: list[Point]):
+    """Runs one unit in a Slurm job (a process of its own, on ``device``); returns its results (none for
+    points another sweep holds: a rerun collects them)."""
+    _WORKER.update(device=device, trust_checkpoint=trust_checkpoint)
+    return _worker_unit(ckpt_path, glue_dir, unit)[0]
+
+
+def run_as_jobs(ckpt_path, glue_dir, points, setting, device, trust_checkpoint, launch, out_dir, progress):
+    """Runs ``points`` as one Slurm job array (``launch``), a unit per job: one point, or ``--ensemble N``
+    points of one task and seed (``auto`` measures the free memory of a GPU this machine may not have:
+    there, one point per job). Each result lands in its point's folder, where the sweep reads it."""
+    from ..launch import cluster
+    from ..launch.jobs import LaunchPoint
+
+    units = ensemble.plan_units(points, 1 if setting == ensemble.AUTO else setting, jobs=1)
+    jobs = []
+    for unit in units:
+        name = f"{unit[0].task}/lr={','.join(lr_key(p.lr) for p in unit)}/seed={unit[0].seed}"
+        args = (ckpt_path, glue_dir, device, trust_checkpoint, unit)
+        jobs.append(LaunchPoint(name, job_unit, args, unit[0].directory))
+    cluster.run_points(jobs, out_dir, launch, "glue", progress)

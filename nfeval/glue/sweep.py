@@ -48,12 +48,13 @@ from ..base.errors import ConfigError, MissingDataError
 from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
 from ..engine.config import load_json
+from ..launch.options import LaunchOptions
 from . import data as glue_data
 from . import ensemble
 from . import metrics as glue_metrics
 from .finetune import EncodedTask, encode_task, run_point
 from .points import Point, claim_and_run, finished_on_disk, finished_result, lr_key, point_dir
-from .pool import run_in_pool
+from .pool import run_as_jobs, run_in_pool
 from .recipe import Recipe, ResolvedRecipe
 
 DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)
@@ -271,7 +272,8 @@ def sweep(
     progress: bool = True,
     trust_checkpoint: bool = False,
     ensemble_size: int | str = ensemble.AUTO,
-) -> dict[str, Any]:
+    launch: LaunchOptions | None = None,
+) -> dict[str, Any] | None:
     """Fine-tunes every (task, lr, seed) point not yet finished, writes ``<out_dir>/glue.json``; returns it.
 
     ``lrs``: one grid for all tasks, a grid per task, or None for ``DEFAULT_LRS``. All data is read and
@@ -281,7 +283,8 @@ def sweep(
     another sweep is waited for at the end), and each task's summary covers every finished point on disk
     for the same checkpoint, data and recipe. ``ensemble_size`` (``--ensemble``): the learning rates of
     one task and seed trained as one batched ensemble, ``auto`` as many as fit in memory, 1 one at a
-    time.
+    time. ``launch`` (``--launcher slurm``): the points as Slurm jobs (``pool.run_as_jobs``); the summary
+    then covers the tasks with a finished point, and None is returned when there is none yet.
     """
     recipe = recipe or Recipe()
     tasks, grids = _check_arguments(tasks, lrs, seeds, jobs)
@@ -290,7 +293,7 @@ def sweep(
         ckpt = ckpt_lib.load(ckpt, trust_checkpoint=trust_checkpoint)
     if ckpt.tokenizer is None:
         raise MissingDataError(f"{ckpt.path}: no tokenizer.json (GLUE needs the checkpoint's tokenizer)")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = _device(device, recipe, launch)
     data = {t: glue_data.load(t, glue_dir) for t in tasks}
     resolved = {t: recipe.resolve(glue_data.spec(t), ckpt.config.max_seq_len, device) for t in tasks}
 
@@ -300,17 +303,35 @@ def sweep(
         f"nfeval glue: {total} point(s), {total - len(points)} already finished, {len(points)} to run",
         flush=True,
     )
-    run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint, setting)
-    for t in tasks:  # points finished by concurrent sweeps into the same folder count too
-        seen = {(p["lr"], p["seed"]) for p in results[t]}
+    if launch is not None and launch.on_cluster:
+        run_as_jobs(ckpt.path, glue_dir, points, setting, device, trust_checkpoint, launch, out_dir, progress)
+    else:
+        run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint, setting)
+    for t in tasks:  # points finished by concurrent sweeps (or Slurm jobs) into the same folder count too
         same_run = {
             "checkpoint": ckpt.fingerprint,
             "data": data[t].fingerprint(),
             "recipe": resolved[t].as_dict(),
         }
+        seen = {(p["lr"], p["seed"]) for p in results[t]}
         results[t] += [p for p in finished_on_disk(out_dir, t, same_run) if (p["lr"], p["seed"]) not in seen]
         grids[t] = sorted({p["lr"] for p in results[t]})
-    return write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, seeds)
+    if launch is not None and launch.on_cluster:  # --no-wait, failed jobs: the tasks with a finished point
+        results = {t: r for t, r in results.items() if r}
+    return write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, seeds) if results else None
+
+
+def _device(device: str | None, recipe: Recipe, launch: LaunchOptions | None) -> str:
+    """Returns the device the points train on: the given one, else cuda when this machine (or, with
+    ``--launcher slurm``, the jobs' machines) has a GPU. ``--dtype auto`` for Slurm jobs needs a GPU here
+    to tell whether theirs support bf16 (it is part of each point's key)."""
+    on_cluster = launch is not None and launch.on_cluster
+    if on_cluster and recipe.dtype == "auto" and not torch.cuda.is_available() and device != "cpu":
+        raise ConfigError(
+            "--launcher slurm with --dtype auto: this machine has no GPU to tell whether the jobs' GPUs "
+            "support bf16; pass --dtype bf16 (A100, H100) or --dtype fp32"
+        )
+    return device or ("cuda" if torch.cuda.is_available() or on_cluster else "cpu")
 
 
 def earlier_summary(path: str, fingerprint: str) -> dict:
