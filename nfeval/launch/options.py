@@ -25,7 +25,7 @@ class LaunchOptions:
     cpus_per_job: int | None = None
     array_parallelism: int | None = None
     max_requeues: int = 3
-    sbatch_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    sbatch_options: dict[str, str | bool] = dataclasses.field(default_factory=dict)
     wait: bool = True
     resubmit: bool = False
     nodes: int = 1
@@ -107,14 +107,14 @@ def parse_minutes(text: str) -> int:
     return minutes
 
 
-def _sbatch_options(pairs: list[str]) -> dict[str, str]:
+def _sbatch_options(pairs: list[str]) -> dict[str, str | bool]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         key = key.strip().lstrip("-")
         if not sep or not key:
             raise ConfigError(f"--slurm-option {pair!r}: expected KEY=VALUE, e.g. account=myproj")
-        out[key] = value.strip()
+        out[key] = value.strip() or True  # KEY= : a flag without a value, e.g. exclusive=
     return out
 
 

@@ -137,13 +137,15 @@ def three_points(root: Path) -> list[LaunchPoint]:
 def test_the_sbatch_script_asks_for_what_the_flags_say(tmp_path, fake_slurm, capsys):
     flags = ["--slurm-time", "1:30:00", "--gpus-per-job", "2", "--cpus-per-job", "6"]
     flags += ["--array-parallelism", "2", "--slurm-max-requeues", "5", "--no-wait"]
-    options = slurm_options(*flags, "--slurm-option", "account=proj", "--slurm-option", "qos=high")
+    flags += ["--slurm-option", "account=proj", "--slurm-option", "qos=high", "--slurm-option", "exclusive="]
+    options = slurm_options(*flags)
     assert options.max_requeues == 5
     assert cluster.run_points(three_points(tmp_path), str(tmp_path), options, "tune") is None
     [script] = list(fake_slurm.glob("sbatch_*.sh"))
     text = script.read_text()
     expected = ["--partition=gpu", "--time=90", "--gpus-per-node=2", "--cpus-per-task=6", "--array=0-2%2"]
-    expected += ["--job-name=nfeval-tune", "--requeue", "--account=proj", "--qos=high", "--nodes=1"]
+    expected += ["--job-name=nfeval-tune", "--requeue", "--account=proj", "--qos=high", "--exclusive"]
+    expected += ["--nodes=1", "--ntasks-per-node=1"]
     for flag in expected:
         assert f"#SBATCH {flag}\n" in text, flag
     assert "--signal=USR2@90" in text and "submitit.core._submit" in text
