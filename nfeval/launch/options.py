@@ -47,6 +47,7 @@ def add_launcher_arguments(p: argparse.ArgumentParser, kind: str = POINTS) -> No
     g.add_argument(
         "--launcher",
         default="local",
+        metavar="{local,slurm}",
         help="local (default): this machine; slurm: submit the work as Slurm jobs (submitit)",
     )
     g.add_argument("--slurm-partition", help="Slurm partition to submit to (needed with --launcher slurm)")
