@@ -106,6 +106,7 @@ class NFEvalLM(TemplateLM):
         self.custom_prefix_token_id = None if prefix_token_id is None else int(prefix_token_id)
         self.progress = _as_bool(progress)
         self.tokenizer = getattr(self.engine, "tokenizer", None)
+        self._encoded: dict[tuple[str, bool | None], list[int]] | None = None  # see loglikelihood
 
     # ---------------------------------------------------------------- identity and tokenization
 
@@ -141,6 +142,14 @@ class NFEvalLM(TemplateLM):
         }
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        if self._encoded is None:
+            return self._tok_encode(string, add_special_tokens)
+        key = (string, add_special_tokens)
+        if key not in self._encoded:
+            self._encoded[key] = self._tok_encode(string, add_special_tokens)
+        return list(self._encoded[key])
+
+    def _tok_encode(self, string: str, add_special_tokens: bool | None) -> list[int]:
         if add_special_tokens is None:
             if has_bos_prefix(string, self.engine.token_text(self.prefix_token_id)):
                 add_special_tokens = False
@@ -157,6 +166,15 @@ class NFEvalLM(TemplateLM):
         return self.engine.decode(tokens)
 
     # ---------------------------------------------------------------- scoring
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """lm-eval's, with each distinct text tokenized once per call: the choices of a document share
+        its context, which lm-eval tokenizes once per choice."""
+        self._encoded = {}
+        try:
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self._encoded = None
 
     def _loglikelihood_tokens(
         self, requests, disable_tqdm: bool = False, **kwargs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from ..base.cli_args import add_device, add_dtype, device_or_none
 from ..zeroshot.evaluate import evaluate, make_table
@@ -54,6 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_fairseq_arguments(parser)
 
 
+def _process_age() -> float:
+    """Returns the seconds since this process started (interpreter start-up and imports included)."""
+    try:
+        import psutil
+    except ImportError:  # psutil comes with accelerate; without it the command is timed from here
+        return 0.0
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
 def _batch_size(text: str) -> int | str:
     """Returns ``--batch-size``'s value: ``auto`` or an integer (checked to be positive later)."""
     return "auto" if text == "auto" else int(text)
@@ -67,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
     settings = {name: getattr(args, name) for name in same_names}
     device = device_or_none(args.device)
+    settings["started"] = time.perf_counter() - _process_age()
     out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)
     if out is not None:
         print(make_table(out))

@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
 from . import items as zeroshot_items
+from . import task_build
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
 
 
@@ -142,6 +144,8 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
     for t in todo:
         name = t.task_name
         items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
+        if getattr(t, "original_doc_count", None) is not None:  # the split before --limit cut it
+            fresh["n-samples"][name]["original"] = t.original_doc_count
     fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
     for name in keys:
         if name in cached:
@@ -195,13 +199,16 @@ def evaluate(
     tokenizer: str | None = None,
     fairseq_dict: str | None = None,
     fairseq_head_scale_bug: bool = False,
+    started: float | None = None,
 ) -> dict[str, Any] | None:
     """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
     results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
     atomically when given; nothing is written when the data or the model is bad. A fairseq checkpoint
     file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
-    that is not valid JSON is reported (named) and recomputed."""
+    that is not valid JSON is reported (named) and recomputed. The scoring report's whole-command time
+    runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end."""
+    started = time.perf_counter() if started is None else started
     from ..model_adapters import NFEvalLM, identify
     from ..model_adapters.backends import dtype_of
 
@@ -212,22 +219,27 @@ def evaluate(
     loading["fairseq_head_scale_bug"] = fairseq_head_scale_bug
     identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint, **loading)
     dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
-    manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
+    with task_build.building(limit, use_cache, log):
+        manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
 
-    keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
-    cached, items = read_cache(keys, log) if use_cache else ({}, {})
+        keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
+        cached, items = read_cache(keys, log) if use_cache else ({}, {})
 
-    todo = [t for name, t in loaded.items() if name not in cached]
-    run_keys, scoring = {}, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
-    if todo:
-        pretrained = _scored_model(identity, ckpt_path)
-        lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
-        lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
-        run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
-        if run_keys is None:
-            return None
-        scoring = lm.scoring_report()
+        todo = [t for name, t in loaded.items() if name not in cached]
+        run_keys, scoring = {}, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
+        if todo:
+            pretrained = _scored_model(identity, ckpt_path)
+            lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
+            lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
+            run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
+            if run_keys is None:
+                return None
+            scoring = lm.scoring_report()
     out = _merge(run_keys, cached, loaded)
+    if scoring is not None:
+        from ..model_adapters.scorer import with_command
+
+        scoring = with_command(scoring, time.perf_counter() - started)
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
     run_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
