@@ -143,16 +143,18 @@ def run_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
         "preset": cfg.preset,
         "lr": cfg.lr,
         "seed": cfg.seed,
-        "status": tune_results.OK if finite else tune_results.DIVERGED,
-        "message": message or (None if finite else f"non-finite final validation loss {val_loss}"),
+        "status": tune_results.DIVERGED if message else tune_results.OK,
+        "message": message,
         "val_loss": val_loss if finite else None,
         "val_ppl": summary.get("val_ppl") if finite else None,
+        "vocab_size": (meta.get("model") or {}).get("vocab_size"),
         **{k: summary.get(k) for k in ("step", "tokens", "flops", "wall_s")},
         "run_dir": directory,
         "data_fingerprint": (meta.get("provenance") or {}).get("data_fingerprint"),
         "key": point_key(cfg),
         "provenance": provenance(seed=cfg.seed),
     }
+    (result,) = tune_results.mark_diverged([result])
     atomic_write_json(os.path.join(directory, POINT), result)
     return result
 
@@ -274,6 +276,7 @@ def tune(
     points = [f for f in finished if f is not None]
     if not report_only:
         points += run_points([configs[i] for i in todo], [dirs[i] for i in todo], jobs, progress)
+    points = tune_results.mark_diverged(points)
     order = {(p, tune_results.lr_key(lr), s): i for i, (p, lr, s) in enumerate(grid)}
     points.sort(key=lambda r: order[r["preset"], tune_results.lr_key(r["lr"]), r["seed"]])
     have = {(r["preset"], tune_results.lr_key(r["lr"]), r["seed"]) for r in points}
