@@ -59,7 +59,12 @@ def main() -> None:
 
     t0 = time.perf_counter()  # a fresh process's start and imports, as `nfeval zeroshot` pays them
     subprocess.run(
-        [sys.executable, "-c", "import lm_eval, nfeval.model_adapters, nfeval.tasks, nfeval.zeroshot.evaluate"], check=True
+        [
+            sys.executable,
+            "-c",
+            "import lm_eval, nfeval.model_adapters, nfeval.tasks, nfeval.zeroshot.evaluate",
+        ],
+        check=True,
     )
     t_imports = time.perf_counter() - t0
     from nfeval.zeroshot import evaluate as zeroshot

@@ -13,40 +13,27 @@ import sys
 
 from .base.errors import UserError
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "info": (
-        "nfeval.commands.info",
-        "architecture, parameter counts and fingerprint of a checkpoint or preset",
-    ),
-    "train": ("nfeval.engine.train", "pretrain a causal or masked LM under a compute budget"),
-    "zeroshot": ("nfeval.zeroshot.evaluate", "score a checkpoint zero-shot through lm-evaluation-harness"),
-    "generate": (
-        "nfeval.commands.generate",
-        "continue prompts with a checkpoint (batched, KV cache), write JSONL",
-    ),
-    "lm-eval": ("nfeval.commands.lm_eval", "lm-eval's own CLI with nfeval's model and tasks registered"),
-    "tune": (
-        "nfeval.tune.sweep",
-        "pretraining learning-rate sweep per architecture: the best LR of each preset",
-    ),
-    "glue": ("nfeval.glue.sweep", "fine-tune on GLUE, sweeping learning rates"),
-    "compare": ("nfeval.report.compare", "compute-matched comparison of training runs"),
-    "compare-scores": ("nfeval.report.compare_scores", "paired significance of two results files"),
-    "leaderboard": (
-        "nfeval.report.leaderboard",
-        "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
-    ),
-    "analyze": (
-        "nfeval.commands.analyze",
-        "the paper's analyses: gradient norms, learned gains, LR stability",
-    ),
-    "export-hf": ("nfeval.commands.export_hf", "export a causal LM as a Hugging Face model directory"),
-    "demo": ("nfeval.pipelines.demo", "the whole pipeline, offline, on the embedded default corpus"),
-    "reproduce": (
-        "nfeval.pipelines.reproduce",
-        "the paper's tables and figures from one command, at the scale the hardware allows",
-    ),
+COMMANDS: dict[str, str] = {  # command -> what it does; its module is nfeval.commands.<name>
+    "info": "architecture, parameter counts and fingerprint of a checkpoint or preset",
+    "train": "pretrain a causal or masked LM under a compute budget",
+    "zeroshot": "score a checkpoint zero-shot through lm-evaluation-harness",
+    "generate": "continue prompts with a checkpoint (batched, KV cache), write JSONL",
+    "lm-eval": "lm-eval's own CLI with nfeval's model and tasks registered",
+    "tune": "pretraining learning-rate sweep per architecture: the best LR of each preset",
+    "glue": "fine-tune on GLUE, sweeping learning rates",
+    "compare": "compute-matched comparison of training runs",
+    "compare-scores": "paired significance of two results files",
+    "leaderboard": "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
+    "analyze": "the paper's analyses: gradient norms, learned gains, LR stability",
+    "export-hf": "export a causal LM as a Hugging Face model directory",
+    "demo": "the whole pipeline, offline, on the embedded default corpus",
+    "reproduce": "the paper's tables and figures from one command, at the scale the hardware allows",
 }
+
+
+def command_module(name: str):
+    """Returns command ``name``'s module, imported on demand (``nfeval info`` does not pay for lm-eval)."""
+    return importlib.import_module("nfeval.commands." + name.replace("-", "_"))
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
@@ -58,10 +45,10 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"nfeval {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
-            importlib.import_module(module).add_arguments(p)
+            command_module(name).add_arguments(p)
     return parser
 
 
@@ -70,14 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
-        return importlib.import_module(COMMANDS[command][0]).main(argv[argv.index(command) + 1 :])
+        return command_module(command).main(argv[argv.index(command) + 1 :])
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     try:
-        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        return int(command_module(args.command).run(args) or 0)
     except UserError as e:  # any other exception is a bug: its traceback shows
         if os.environ.get("NFEVAL_TRACEBACK") == "1":
             raise

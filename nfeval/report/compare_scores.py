@@ -8,12 +8,9 @@ p-value for accuracy metrics; "*" marks a difference whose interval excludes 0. 
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
-from ..base.artifacts import atomic_write_json, provenance
-from ..base.cli_args import add_output_file
+from ..base.artifacts import provenance
 from ..base.errors import ConfigError
 from . import significance as sig
 from .compare_table import table
@@ -67,25 +64,3 @@ def format_rows(result: dict[str, Any]) -> str:
     if not rows:
         lines.append("no task and metric in common")
     return "\n".join(lines)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Adds ``nfeval compare-scores``' options."""
-    p.add_argument("a", metavar="A.json", help="candidate: zero-shot results or GLUE summary")
-    p.add_argument("b", metavar="B.json", help="baseline, of the same kind")
-    p.add_argument(
-        "--resamples", type=int, default=sig.N_RESAMPLES, help="bootstrap resamples (default %(default)s)"
-    )
-    p.add_argument("--seed", type=int, default=sig.SEED, help="bootstrap seed (default %(default)s)")
-    p.add_argument("--confidence", type=float, default=sig.CONFIDENCE, help="default %(default)s")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    add_output_file(p, metavar="FILE.json", help="also write the JSON to this file")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Runs ``nfeval compare-scores``."""
-    result = compare_scores(args.a, args.b, args.resamples, args.seed, args.confidence)
-    if args.output:
-        atomic_write_json(args.output, result)
-    print(json.dumps(result, indent=2) if args.json else format_rows(result))
-    return 0

@@ -18,21 +18,17 @@ Conventions (also printed under each table):
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 from statistics import mean
 from typing import Any
 
 from ..base.artifacts import provenance
-from ..base.cli_args import add_output_file
 from ..base.errors import DataError
 from ..engine import rundir
 from ..engine.config import load_json
 from ..glue.data import TASKS as GLUE_TASKS
 from ..tune.results import describe_lr
-from . import paired
 from .leaderboard_read import (
     EXTRA_ZEROSHOT_TASKS,
     GLUE_SCORE_METRICS,
@@ -48,7 +44,7 @@ from .leaderboard_read import (
     nearest_by_size,
     read_results,
 )
-from .leaderboard_render import format_compute, render, write
+from .leaderboard_render import format_compute
 
 # ---------------------------------------------------------------- building the board
 
@@ -312,85 +308,3 @@ def _glue_table(models: list[tuple[dict, str]], warnings: list[str]) -> dict[str
         "columns": [{"task": t, "title": TITLES[t], "metric": column_metric[t]} for t in tasks],
         "rows": rows,
     }
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "results", nargs="+", metavar="RESULTS", help="zero-shot results JSON and/or GLUE summary JSON files"
-    )
-    add_output_file(
-        p, metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots"
-    )
-    p.add_argument("--format", choices=("md", "csv", "json"), help="default: from --output's suffix, else md")
-    p.add_argument(
-        "--names", nargs="+", metavar="NAME", help="row names, one per model in order of first appearance"
-    )
-    p.add_argument("--reference", metavar="gpt3|PATH", help="add the reference rows nearest in size to ours")
-    p.add_argument(
-        "--metric",
-        action="append",
-        metavar="PRESET|TASK=METRIC",
-        help="zero-shot metric per column: gpt3 (default), acc, acc_norm, or e.g. hellaswag=acc_norm; "
-        "repeatable",
-    )
-    p.add_argument(
-        "--group-by",
-        choices=("none", *GROUP_MEASURES),
-        default="none",
-        help="group compute-matched rows (compute = device-hours, the paper's equal GPU time)",
-    )
-    p.add_argument(
-        "--group-tolerance", type=float, default=0.1, help="relative spread within a group (default 0.1)"
-    )
-    p.add_argument(
-        "--runs",
-        nargs="+",
-        metavar="RUN_DIR",
-        help="also plot validation perplexity vs compute for these runs",
-    )
-    p.add_argument("--title", default="Leaderboard", help="markdown title")
-    p.add_argument(
-        "--baseline", metavar="NAME", help="add paired differences to this row (name or fingerprint)"
-    )
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples for --baseline")
-    p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap seed for --baseline")
-    p.add_argument(
-        "--analysis",
-        action="append",
-        metavar="FILE.json",
-        help="add an analysis section from `nfeval analyze` JSON (grads, gains, stability); repeatable",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..analysis.tables import load_analysis
-
-    analyses = [load_analysis(path) for path in args.analysis or []]  # checked before any other work
-    fmt = args.format or {".csv": "csv", ".json": "json"}.get(os.path.splitext(args.output or "")[1], "md")
-    board = build(
-        args.results,
-        names=args.names,
-        reference=args.reference,
-        metric=args.metric,
-        group_by=args.group_by,
-        group_tolerance=args.group_tolerance,
-    )
-    if args.baseline:
-        paired.add_to_board(board, args.baseline, n_resamples=args.resamples, seed=args.bootstrap_seed)
-    if analyses:
-        board["analysis"] = analyses
-    for w in board["warnings"]:
-        print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
-    comparison = None
-    if args.runs:
-        from .compare import compare
-
-        comparison = compare(args.runs)
-        for w in comparison["warnings"]:
-            print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
-    if args.output:
-        write(board, args.output, fmt, title=args.title, comparison=comparison)
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(render(board, fmt, args.title))
-    return 0

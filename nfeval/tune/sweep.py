@@ -28,11 +28,9 @@ then vary with machine load (tune.json records each point's steps).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
 import contextlib
 import dataclasses
-import importlib
 import math
 import multiprocessing as mp
 import os
@@ -46,7 +44,6 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.progress import progress_bar
 from ..engine.config import load_json
 from ..engine.train import TrainConfig, TrainingDiverged, train
-from ..engine.train_config import config_from_args
 from . import results as tune_results
 
 POINT = "point.json"
@@ -301,83 +298,3 @@ def tune(
 
 
 # ---------------------------------------------------------------------------------------- CLI
-
-# nfeval train's flags a tune sets itself (hidden here; giving one is an error saying what to do)
-SET_BY_TUNE = {
-    "--lr": "a tune sets the LR per point: use --lrs",
-    "--lr-from": "a tune sets the LR per point: use --lrs",
-    "--max-steps": "use --budget steps=N",
-    "--max-tokens": "use --budget tokens=N",
-    "--max-flops": "use --budget flops=X",
-    "--max-seconds": "use --budget seconds=X",
-    "--resume": "a tune always resumes its finished and killed points: drop it",
-}
-
-
-def _hidden(flag: str) -> str:
-    return "set_by_tune_" + flag.strip("-").replace("-", "_")
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.replace(" ", ",").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected comma-separated numbers such as 1e-3,3e-3"
-        ) from None
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Adds ``nfeval train``'s data, batch, model and optimiser flags (the same for every point), then the
-    tune's own, which replace train's --preset and --out and hide the flags a tune sets per point."""
-    from ..cli import COMMANDS
-
-    importlib.import_module(COMMANDS["train"][0]).add_arguments(p)
-    p.conflict_handler = "resolve"  # the group below inherits it: its flags replace train's of the same name
-    g = p.add_argument_group("tune")
-    for flag in SET_BY_TUNE:
-        g.add_argument(flag, nargs="?", const=True, dest=_hidden(flag), help=argparse.SUPPRESS)
-    g.add_argument(
-        "--preset",
-        action="append",
-        required=True,
-        help="model preset to tune, e.g. prenorm-tiny (repeatable)",
-    )
-    g.add_argument(
-        "--lrs", type=_floats, required=True, help="comma-separated peak learning rates, e.g. 1e-3,3e-3"
-    )
-    g.add_argument(
-        "--budget",
-        required=True,
-        help="the short budget of every point: steps=N, tokens=N, flops=X or seconds=X",
-    )
-    g.add_argument("--seeds", type=int, default=1, help="seeds per LR: --seed … --seed+N-1 (default 1)")
-    g.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
-    g.add_argument("--out", required=True, help="tune directory (points/, tune.json, tune.png)")
-    g.add_argument("--report-only", action="store_true", help="run nothing: summarise the finished points")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Runs ``nfeval tune``: the points, then prints the table and where tune.json and the plot are."""
-    for flag, what_to_do in SET_BY_TUNE.items():
-        if getattr(args, _hidden(flag)) is not None:
-            raise ConfigError(f"{flag}: not a tune flag; {what_to_do}")
-    field, value = parse_budget(args.budget)  # each point's budget; the base config needs one to be valid
-    base = config_from_args(argparse.Namespace(**{**vars(args), "preset": None, field: value}))
-    summary = tune(
-        base,
-        args.preset,
-        args.lrs,
-        args.budget,
-        args.out,
-        seeds=args.seeds,
-        jobs=args.jobs,
-        progress=base.progress,
-        report_only=args.report_only,
-    )
-    print(tune_results.format_table(summary))
-    plot = os.path.join(args.out, "tune.png")
-    print(
-        f"summary: {os.path.join(args.out, 'tune.json')}" + (f"  plot: {plot}" if summary["points"] else "")
-    )
-    return 0

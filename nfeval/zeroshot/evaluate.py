@@ -9,7 +9,6 @@ is free and two models never share answers. The cache lives in ``$NFEVAL_CACHE``
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -17,7 +16,6 @@ import sys
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, provenance
-from ..base.cli_args import add_device, add_dtype, device_or_none
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
 from . import items as zeroshot_items
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
@@ -291,70 +289,3 @@ def _version(package: str) -> str | None:
         return version(package)
     except PackageNotFoundError:
         return None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds ``nfeval zeroshot``'s options."""
-    from ..engine import torch_files
-    from ..engine.fairseq_tokenizer import add_fairseq_arguments
-
-    parser.add_argument(
-        "--ckpt",
-        required=True,
-        help="nfeval run/checkpoint dir, a Hugging Face causal-LM dir, or a fairseq checkpoint file "
-        "(with dict.txt beside it and --tokenizer GPT-2's BPE folder, or a tokenizer.json beside it)",
-    )
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=None,
-        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
-        "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)",
-    )
-    parser.add_argument(
-        "--data-dir",
-        default=None,
-        help="local task files (layout of ../shared/data/zeroshot); default: the Hub",
-    )
-    parser.add_argument(
-        "--limit", type=int, default=None, help="score only the first N documents of each task"
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=_batch_size,
-        default=16,
-        help="rows per forward (a row packs many requests), or auto: bounded by --max-batch-tokens only",
-    )
-    parser.add_argument(
-        "--max-batch-tokens", type=int, help="padded tokens per forward (default 8192; bounds memory)"
-    )
-    parser.add_argument(
-        "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
-    )
-    add_device(parser)
-    add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
-    parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
-    parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
-    parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
-    add_fairseq_arguments(parser)
-
-
-def _batch_size(text: str) -> int | str:
-    """Returns ``--batch-size``'s value: ``auto`` or an integer (checked to be positive later)."""
-    return "auto" if text == "auto" else int(text)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Runs ``nfeval zeroshot``; prints the table and where the results went."""
-    task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
-    same_names = ("data_dir", "limit", "batch_size", "max_batch_tokens", "output", "dtype", "max_length")
-    same_names += ("trust_checkpoint",)
-    same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
-    settings = {name: getattr(args, name) for name in same_names}
-    device = device_or_none(args.device)
-    out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)
-    if out is not None:
-        print(make_table(out))
-        if args.output:
-            print(f"results: {args.output}")
-    return 0

@@ -25,7 +25,7 @@ from nfeval.engine import checkpoint
 from nfeval.engine.config import ModelConfig, preset
 from nfeval.engine.model import Transformer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_cli(*argv: str) -> tuple[int, str]:

@@ -14,7 +14,7 @@ from conftest import make_corpus, make_text
 from nfeval.engine import builtin_corpus, data
 from nfeval.engine.tokenization import special_ids, train_bpe
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from conftest import make_corpus, tiny_train_args
 
 from nfeval.engine import checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

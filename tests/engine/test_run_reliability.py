@@ -17,7 +17,7 @@ from nfeval import cli
 from nfeval.engine import checkpoint, rundir
 from nfeval.engine.rundir import CRASH_AT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

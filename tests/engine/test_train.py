@@ -22,7 +22,7 @@ from nfeval.engine import checkpoint
 from nfeval.engine.model import Transformer
 from nfeval.engine.train import TrainConfig, TrainingDiverged, lr_at, train
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

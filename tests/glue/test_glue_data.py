@@ -7,7 +7,7 @@ import pytest
 
 from nfeval.glue import data as glue_data
 
-REAL_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+REAL_GLUE = Path(__file__).resolve().parents[3] / "shared" / "data" / "glue"
 
 # Minimal files in each task's GLUE distribution layout: (folder, file) -> text.
 FILES = {

@@ -15,7 +15,7 @@ from nfeval.report.leaderboard import build
 from nfeval.report.leaderboard_read import load_reference, nearest_by_size
 from nfeval.report.leaderboard_render import render_csv, render_markdown
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 FULL = {
     "hellaswag": {"acc": 0.30, "acc_norm": 0.31, "acc_per_token": 0.3125},

@@ -16,7 +16,7 @@ import nfeval.tasks as nf_tasks
 from nfeval.tasks.loaders import DataError, MissingData, load
 
 BUILTIN = Path(lm_eval.tasks.__file__).parent
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "zeroshot"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "zeroshot"
 
 DOCS = {
     "piqa": [

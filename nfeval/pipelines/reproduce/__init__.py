@@ -10,16 +10,12 @@ finished and a killed invocation resumes inside the run it was training.
 
 from __future__ import annotations
 
-import argparse
 import os
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
 from ...base.errors import ConfigError, MissingDataError
 from ...engine.config import load_json
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
@@ -164,61 +160,3 @@ def lr_text(ctx: Context) -> str:
         return f"{ctx.scale.lr:g} for every run (untuned; --tune tunes each architecture first)"
     lrs = {preset_name(ctx, k): train_config(ctx, k, 1).lr for k in RUNS}
     return "tuned per preset by nfeval tune: " + ", ".join(f"{p} {lr:g}" for p, lr in lrs.items())
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = ReproduceConfig()
-    add_run_folder(p, d.out)
-    p.add_argument(
-        "--scale",
-        default=d.scale,
-        choices=PUBLIC_SCALES + ("smoke",),
-        metavar="{tiny,small,125M}",
-        help="tiny: ≤ 45 min on a 2-core CPU; small: a few hours; 125M: GPUs (writes the torchrun "
-        "commands when none is present)",
-    )
-    p.add_argument(
-        "--minutes",
-        type=float,
-        help="a time budget per run in minutes, the paper's equal-time protocol (default: the scale's "
-        "step budget; see plan.py on time budgets under a changing machine load)",
-    )
-    p.add_argument("--seeds", type=int, help="seeds per training run (default: the scale's); mean ± std")
-    p.add_argument("--only", help=f"comma-separated experiments to run: {','.join(EXPERIMENT_NAMES)}")
-    add_zeroshot_data_dir(p)
-    p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables Table 3")
-    p.add_argument(
-        "--glue-tasks", default=",".join(d.glue_tasks), help="comma-separated GLUE tasks (default rte)"
-    )
-    p.add_argument(
-        "--tune",
-        action="store_true",
-        help="first tune each architecture's LR with nfeval tune (the scale's grid and short budget; "
-        "tiny: about 10 more minutes), so Figure 2 compares tuned baselines as the paper does",
-    )
-    add_device(p, default=d.device)
-    add_no_progress(p)
-
-
-def _names(text: str | None) -> tuple[str, ...] | None:
-    return tuple(t.strip() for t in text.split(",") if t.strip()) if text else None
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = ReproduceConfig(
-        out=args.out,
-        scale=args.scale,
-        minutes=args.minutes,
-        seeds=args.seeds,
-        only=_names(args.only),
-        data_dir=args.data_dir,
-        glue_dir=args.glue_dir,
-        glue_tasks=_names(args.glue_tasks) or ("rte",),
-        tune=args.tune,
-        device=args.device,
-        progress=not args.no_progress,
-        command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-    )
-    result = run_reproduce(cfg)
-    print(result.get("report") or result["commands"])
-    return 0

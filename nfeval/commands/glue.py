@@ -1,0 +1,109 @@
+"""``nfeval glue``: the command line over ``nfeval.glue.sweep``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none
+from ..engine import torch_files
+from ..glue import data as glue_data
+from ..glue import submission as glue_submission
+from ..glue.points import lr_key
+from ..glue.recipe import DTYPES, SELECTIONS, Recipe
+from ..glue.sweep import DEFAULT_LRS, format_table, sweep
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.replace(" ", ",").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--lrs {text!r}: expected comma-separated numbers such as 1e-5,3e-5"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("--lrs: expected at least one learning rate")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds the ``nfeval glue`` options."""
+    p.add_argument("--ckpt", required=True, help="nfeval run or checkpoint directory (masked or causal LM)")
+    p.add_argument(
+        "--glue-dir",
+        help="folder with the GLUE distribution TSVs (CoLA/, SST-2/, ...); "
+        f"default: the hub copy {glue_data.HUB_DATASET}",
+    )
+    p.add_argument(
+        "--tasks",
+        default=",".join(glue_data.TASKS),
+        help=f"comma-separated tasks (default all: {','.join(glue_data.TASKS)})",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="sweep the learning-rate grid (default grid: "
+        + ", ".join(lr_key(x) for x in DEFAULT_LRS)
+        + "); without it: fairseq's recipe LR per task",
+    )
+    p.add_argument("--lrs", type=_floats, help="comma-separated learning rates (overrides the grid)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per learning rate: 0 .. N-1 (default 1)")
+    p.add_argument("--batch-size", type=int, help="default: 32 for MNLI/QNLI/QQP/SST-2, 16 for the others")
+    for flag, kind, what in (
+        ("--epochs", int, "epochs per point"),
+        ("--eval-batch-size", int, "dev batch size"),
+        ("--max-len", int, "max tokens per input (capped at the model's)"),
+        ("--warmup-ratio", float, "share of updates with linear warmup"),
+        ("--weight-decay", float, "AdamW weight decay"),
+        ("--dropout", float, "dropout and attention dropout"),
+    ):
+        default = getattr(Recipe, flag[2:].replace("-", "_"))
+        p.add_argument(flag, type=kind, default=default, help=f"{what} (default {default})")
+    p.add_argument(
+        "--select",
+        choices=SELECTIONS,
+        default=Recipe.select,
+        help="which epoch a point reports (default: the best on dev, as fairseq)",
+    )
+    add_dtype(p, DTYPES, default=Recipe.dtype, help="auto (default): bf16 on GPUs that support it")
+    add_device(p)
+    p.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
+    p.add_argument("--out", default="results", help="results folder (default: results)")
+    add_no_progress(p)
+    p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
+    p.add_argument(
+        "--predict-test",
+        action="store_true",
+        help="write the GLUE server's submission files (OUT/glue/submission/*.tsv) from each task's "
+        "best-LR model; needs --glue-dir with the test files",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``nfeval glue``: the sweep, then prints the table and where the summary is."""
+    tasks = [t.strip().lower() for t in args.tasks.split(",") if t.strip()]
+    for t in tasks:
+        glue_data.spec(t)
+    lrs = args.lrs if (args.lrs or args.sweep) else {t: [glue_data.SPECS[t].fairseq_lr] for t in tasks}
+    flags = "epochs batch_size eval_batch_size max_len warmup_ratio weight_decay select dtype".split()
+    recipe = Recipe(**{f: getattr(args, f) for f in flags}, dropout=args.dropout, attn_dropout=args.dropout)
+    if args.predict_test:
+        glue_submission.check_test_files(tasks, args.glue_dir)
+    summary = sweep(
+        args.ckpt,
+        tasks,
+        lrs,
+        seeds=args.seeds,
+        out_dir=args.out,
+        glue_dir=args.glue_dir,
+        recipe=recipe,
+        jobs=args.jobs,
+        device=device_or_none(args.device),
+        progress=not args.no_progress,
+        trust_checkpoint=args.trust_checkpoint,
+    )
+    print(format_table(summary))
+    print(f"summary: {os.path.join(args.out, 'glue.json')}")
+    if args.predict_test:
+        print(f"submission: {glue_submission.write_submission(args.out, summary, tasks, args.glue_dir)}")
+    return 0

@@ -1,0 +1,132 @@
+"""``nfeval train``: the command line over ``nfeval.engine.train``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch.distributed as dist
+
+from ..base.cli_args import add_device, add_dtype
+from ..engine.budget import lr_at, measure_matmul_flops  # noqa: F401  (re-exported)
+from ..engine.config import load_json
+from ..engine.objective import Objective  # noqa: F401  (re-exported)
+from ..engine.train import BUDGET_AND_OPTIMIZER, train
+from ..engine.train_config import DTYPES, TrainConfig, config_from_args, parse_set  # noqa: F401  (re-exported)
+from ..engine.trainer import Trainer, TrainingDiverged  # noqa: F401  (re-exported)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--config", help="JSON file of TrainConfig fields; command-line flags override it")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its newest valid checkpoint"
+    )
+    p.add_argument(
+        "--override-resume",
+        action="store_true",
+        help="with --resume: take changed budget/optimizer/interval flags (e.g. --max-steps, --lr) "
+        "instead of refusing",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="model config override, e.g. dropout=0.1 (repeatable)",
+    )
+    p.add_argument(
+        "--preset", help="model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)"
+    )
+    p.add_argument(
+        "--lr-from",
+        dest="tune_json",
+        metavar="TUNE_JSON",
+        help="train at --preset's tuned LR from `nfeval tune`'s tune.json (recorded in config.json)",
+    )
+    add_config_flags(p)
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """Adds one flag per TrainConfig field (``--config`` and ``--set`` cover the rest)."""
+    p.add_argument("--objective", choices=["clm", "mlm"])
+    p.add_argument("--train-data", help="text file or folder (documents separated by blank lines)")
+    p.add_argument(
+        "--valid-data", help="validation text file or folder (default: last 5%% of the training documents)"
+    )
+    p.add_argument("--hf-dataset", help="Hugging Face dataset name (needs the hub or a local cache)")
+    p.add_argument("--hf-config")
+    p.add_argument("--text-column")
+    p.add_argument(
+        "--tokenizer",
+        help="tokenizer.json or a folder with GPT-2's encoder.json + vocab.bpe (default: train a BPE)",
+    )
+    p.add_argument("--vocab-size", type=int, help="BPE vocabulary size when training a tokenizer")
+    for name in (
+        "batch_size",
+        "seq_len",
+        "grad_accum",
+        "max_steps",
+        "calibration_steps",
+        "log_interval",
+        "eval_interval",
+        "eval_samples",
+        "ckpt_interval",
+        "seed",
+    ):
+        p.add_argument("--" + name.replace("_", "-"), type=int)
+    for name in (*BUDGET_AND_OPTIMIZER, "peak_flops"):
+        p.add_argument("--" + name.replace("_", "-"), type=float)
+    add_dtype(p, DTYPES)
+    add_device(p)
+    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--fsdp", action="store_true", default=None, help="shard with FSDP2 under torchrun")
+    p.add_argument(
+        "--grad-stats",
+        nargs="?",
+        const="950:1000",
+        metavar="START:END",
+        help="log per-layer gradient statistics at updates START..END (default: the paper's 950:1000)",
+    )
+    p.add_argument(
+        "--tensorboard",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="also log the metrics as TensorBoard events in DIR (default: RUN/tensorboard); "
+        "needs pip install 'nfeval[tensorboard]'",
+    )
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar"
+    )
+
+
+def given_fields(args: argparse.Namespace) -> set[str]:
+    """Returns the TrainConfig fields the command line (flags, --config, --set) sets explicitly."""
+    names = {n for n in vars(TrainConfig()) if n != "model" and getattr(args, n, None) is not None}
+    if args.config:
+        names |= set(load_json(args.config))
+    if args.set:
+        names.add("model")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if getattr(args, "tune_json", None):
+        from ..tune.results import with_tuned_lr
+
+        cfg = with_tuned_lr(cfg, args.tune_json, lr_given=args.lr is not None)
+    try:
+        summary = train(cfg, args.out, args.resume, args.override_resume, given_fields(args))
+    except TrainingDiverged as e:
+        print(f"nfeval train: {e}", file=sys.stderr)
+        return 3
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(summary, indent=2))
+    return 0
