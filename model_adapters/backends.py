@@ -58,12 +58,15 @@ def dtype_of(name: str | torch.dtype | None) -> torch.dtype:
 
 
 def is_hf_dir(path: str) -> bool:
-    """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``)."""
+    """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``)
+    that nfeval does not read itself (export-hf's nfeval format is an nfeval checkpoint)."""
     try:
         data = load_json(os.path.join(path, "config.json"))
     except (MissingDataError, DataError):  # not HF's: the nfeval loader reports a broken config.json
         return False
-    return isinstance(data, dict) and "model_type" in data and not isinstance(data.get("model"), dict)
+    if not isinstance(data, dict) or isinstance(data.get("model"), dict):
+        return False
+    return "model_type" in data and data["model_type"] != checkpoint.HF_EXPORT_TYPE  # ours reads natively
 
 
 def hash_files(paths: list[str]) -> str:
@@ -132,7 +135,7 @@ def identify(
         cfg, meta = checkpoint.read_config(directory)
         with torch.device("meta"):
             skeleton = Transformer(cfg)
-        state = checkpoint.load_state(directory, skeleton)
+        state = checkpoint.load_state(directory, skeleton, meta.get("weights_prefix", ""))
         fingerprint = checkpoint.fingerprint_state_dict(state)
         checkpoint.check_fingerprint(directory, meta, fingerprint)
         tok_path = os.path.join(directory, checkpoint.TOKENIZER)

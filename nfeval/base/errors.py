@@ -26,6 +26,10 @@ class MissingDataError(UserError, FileNotFoundError):
     """A file or folder the command needs does not exist; the message says what was expected there."""
 
 
+class OutputError(UserError, OSError):
+    """An output file or folder cannot be written: read-only or full filesystem, a file in the way."""
+
+
 class CheckpointError(UserError, ValueError):
     """A checkpoint is corrupt, truncated, untrusted or does not match its recorded fingerprint."""
 
