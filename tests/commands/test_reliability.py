@@ -353,14 +353,15 @@ def test_atomic_writes_respect_the_umask(tmp_path):
 
 
 def test_point_lock_is_exclusive_and_dies_with_its_process(tmp_path):
-    from nfeval.glue.points import claim_and_run, point_lock
+    from nfeval.base.sweep_lock import point_lock
+    from nfeval.glue.points import claim_and_run
 
     d = str(tmp_path / "point")
     with point_lock(d) as held:
         assert held
         assert claim_and_run(d, {}, wait=False, run=lambda: pytest.fail("ran a held point")) is None
     code = (
-        "import sys, time; from nfeval.glue.points import point_lock\n"
+        "import sys, time; from nfeval.base.sweep_lock import point_lock\n"
         "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"
     )
     env = {**os.environ, "PYTHONPATH": ROOT}
