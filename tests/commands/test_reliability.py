@@ -254,22 +254,41 @@ def test_batch_size_zero_fails_before_loading_the_model(ckpt, monkeypatch):
     assert code == 2 and "--batch-size 0" in err
 
 
-def test_corrupt_zeroshot_cache_is_named_and_recomputed(tiny_clm_ckpt, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "damaged, content",
+    [
+        ("entry", "{not json"),
+        ("entry", '{"results": 5}'),
+        ("entry", "[]"),
+        ("entry", '{"results": {"piqa": {}}, "extra": {"piqa": 1}}'),
+        ("items", '{"x": 1}'),
+        ("items", '{"doc_id": [0], "doc_hash": ["h"], "metrics": {"acc,none": {"value": [1, 0]}}}'),
+    ],
+)
+def test_damaged_zeroshot_cache_is_named_and_recomputed(
+    tiny_clm_ckpt, tmp_path, monkeypatch, damaged, content
+):
+    from nfeval.zeroshot import cache, items
     from nfeval.zeroshot import evaluate as zeroshot
 
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
-    first = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
+    kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
+    first = zeroshot.evaluate(tiny_clm_ckpt, **kw)
     (entry,) = [
         p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")
     ]
-    entry.write_text("{not json", encoding="utf-8")
+    target = entry if damaged == "entry" else entry.with_name(entry.stem + ".items.json")
+    target.write_text(content, encoding="utf-8")
     logged = []
-    again = zeroshot.evaluate(
-        tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", log=logged.append
-    )
-    assert any(str(entry) in m and "recomputing" in m for m in logged)
-    assert again["results"] == first["results"] and json.loads(entry.read_text())
+    output = tmp_path / "F.json"
+    again = zeroshot.evaluate(tiny_clm_ckpt, log=logged.append, output=str(output), **kw)
+    assert any(str(target) in m and "recomputing" in m for m in logged), logged
+    assert again["results"] == first["results"]
+    rewritten = json.loads(entry.read_text())
+    cache.check_entry(rewritten, str(entry), next(iter(rewritten["results"])))  # both rewritten whole
+    items.check_record(json.loads(entry.with_name(entry.stem + ".items.json").read_text()), "items", "")
+    assert len(items.read_sidecar(str(output))) == 1  # a valid F.items.json for compare-scores
 
 
 def test_model_config_from_dict_validates_types():
