@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from .base.errors import UserError
+from .base.errors import UserError, environment_error
 
 COMMANDS: dict[str, str] = {  # command -> what it does; its module is nfeval.commands.<name>
     "info": "architecture, parameter counts and fingerprint of a checkpoint or preset",
@@ -64,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(command_module(args.command).run(args) or 0)
+        try:
+            return int(command_module(args.command).run(args) or 0)
+        except OSError as e:  # a full or read-only disk, a file in the way: the user's, not a bug
+            user = environment_error(e)
+            if user is None:
+                raise
+            raise user from e
     except UserError as e:  # any other exception is a bug: its traceback shows
         if os.environ.get("NFEVAL_TRACEBACK") == "1":
             raise

@@ -9,6 +9,14 @@ too). Each kind also subclasses the builtin it refines, so ``except ValueError``
 
 from __future__ import annotations
 
+import errno
+
+# What the filesystem says about a user's path (full, read-only, not permitted, a file in the way)
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+    errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG,
+}  # fmt: skip
+
 
 class UserError(Exception):
     """Bad input from the user: printed as one line, without a traceback, exit status 2."""
@@ -32,6 +40,15 @@ class OutputError(UserError, OSError):
 
 class CheckpointError(UserError, ValueError):
     """A checkpoint is corrupt, truncated, untrusted or does not match its recorded fingerprint."""
+
+
+def environment_error(error: OSError) -> OutputError | None:
+    """Returns the one-line OutputError for an OSError the filesystem raised about a user's path (its
+    errno in ENVIRONMENT_ERRNOS), naming the path when the error carries one; None for any other."""
+    if error.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    where = f"{error.filename}: " if error.filename else ""
+    return OutputError(f"{where}{error.strerror or error}")
 
 
 def hub_unreachable(what: str, error: BaseException, instead: str) -> MissingDataError:

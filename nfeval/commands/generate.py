@@ -21,6 +21,7 @@ import torch
 from ..base.artifacts import atomic_write_text, provenance
 from ..base.cli_args import LONG_NAMES, add_device, add_dtype, device_or_none
 from ..base.errors import ConfigError, DataError, MissingDataError
+from ..base.outputs import check_output_file
 from ..engine.generate import Sampling
 
 
@@ -127,6 +128,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval generate``: prints each continuation, writes ``--output`` if given."""
+    check_output_file(args.output, "--output")  # before any work
     from ..model_adapters.backends import dtype_of
 
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)

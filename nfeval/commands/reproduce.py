@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
+from ..base.outputs import check_output_dir
 from ..pipelines.reproduce import ReproduceConfig, run_reproduce
 from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES
 
@@ -50,6 +51,7 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")  # before any work
     cfg = ReproduceConfig(
         out=args.out,
         scale=args.scale,

@@ -141,8 +141,10 @@ def check_record(record: Any, path: str, where: str) -> dict[str, Any]:
         return DataError(f"{path}: key '{prefix}{key}' is missing or malformed; expected {expected}")
 
     if not isinstance(record, dict):
-        raise bad("", "an object {doc_id, doc_hash, metrics, gold}") if where else DataError(
-            f"{path}: expected an object {{doc_id, doc_hash, metrics, gold}}"
+        raise (
+            bad("", "an object {doc_id, doc_hash, metrics, gold}")
+            if where
+            else DataError(f"{path}: expected an object {{doc_id, doc_hash, metrics, gold}}")
         )
     ids = record.get("doc_id")
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):

@@ -164,3 +164,28 @@ def test_resume_removes_the_temp_files_a_kill_at_start_left(tmp_path):
     code, err = run_cli("train", "--out", str(run), "--resume", *tiny_train_args(str(corpus), max_steps=2))
     assert code == 0, err
     assert not [p for p in run.rglob(".tmp*")] and (run / "complete.json").is_file()
+
+
+def test_disk_full_at_the_final_save_is_one_line_and_resume_finishes(tmp_path, monkeypatch):
+    import errno
+
+    from conftest import make_corpus, tiny_train_args
+
+    corpus = tmp_path / "train.txt"
+    corpus.write_text(make_corpus(300))
+    run = tmp_path / "run"
+    argv = ["train", "--out", str(run), *tiny_train_args(str(corpus), max_steps=2)]
+    real = checkpoint.save_file
+
+    def disk_full(state, path, metadata=None):
+        open(path, "wb").write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoint, "save_file", disk_full)
+    code, err = run_cli(*argv)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{run / 'model.safetensors'}: cannot write (No space left on device)" in err
+    monkeypatch.setattr(checkpoint, "save_file", real)  # space freed
+    code, err = run_cli(*argv, "--resume")
+    assert code == 0, err
+    assert (run / "complete.json").is_file() and not [p for p in run.rglob(".tmp*")]
