@@ -29,8 +29,12 @@ def read_prompts(path: str) -> list[str]:
     """Returns the prompts of a file: one per non-empty line, or a ``"prompt"`` per line of a .jsonl file."""
     if not os.path.isfile(path):
         raise MissingDataError(f"{path}: prompts file not found (expected one prompt per line)")
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        byte = f"byte {e.start} is {e.object[e.start]:#x}"
+        raise DataError(f"{path}: not UTF-8 text ({byte}); save it as UTF-8") from None
     if not path.endswith(".jsonl"):
         prompts = [line for line in lines if line.strip()]
     else:

@@ -235,6 +235,28 @@ def _probe_cases(ckpt, tmp_path):
         ["zeroshot", "--ckpt", str(ckpt), "--batch-size", "0"],
         "--batch-size 0: expected a positive integer",
     )
+    yield from _probe_cases_round_two(ckpt, tmp_path)
+
+
+def _probe_cases_round_two(ckpt, tmp_path):
+    """Yields the smaller probes of issue 22 item 9: non-finite sampling, a non-UTF-8 prompts file,
+    duplicate group names, empty selections."""
+    for value in ("nan", "inf", "-inf"):
+        argv = ["generate", "--ckpt", str(ckpt), "--prompt", "x", f"--temperature={value}"]
+        yield argv, "expected a finite number >= 0"
+    latin1 = tmp_path / "prompts.txt"
+    latin1.write_bytes("Caf\xe9 au lait\n".encode("latin-1"))
+    yield (
+        ["generate", "--ckpt", str(ckpt), "--prompts", str(latin1)],
+        f"{latin1}: not UTF-8 text (byte 3 is 0xe9)",
+    )
+    runs = [shutil.copytree(ckpt, tmp_path / f"group_{i}") for i in range(2)]
+    argv = ["compare", "--group", f"a={runs[0]}", "--group", f"a={runs[1]}"]
+    yield argv, "group name 'a' given twice"
+    yield ["zeroshot", "--ckpt", str(ckpt), "--tasks", ""], "--tasks '': empty selection"
+    yield ["zeroshot", "--ckpt", str(ckpt), "--tasks", ",", " "], "empty selection"
+    yield ["reproduce", "--only", "", "--out", str(tmp_path / "rep")], "--only '': empty selection"
+    yield ["reproduce", "--only", " , ", "--out", str(tmp_path / "rep")], "empty selection"
 
 
 def test_cli_probe_matrix(ckpt, tmp_path, monkeypatch):
@@ -431,3 +453,26 @@ def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
         torch.set_num_threads(old)
         pool._WORKER.clear()
     assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU
+
+
+def test_compare_scores_with_nothing_to_pair_is_refused(tmp_path, capsys):
+    from test_paired import write_zeroshot
+
+    a = write_zeroshot(tmp_path, "a", [1, 0, 1, 1])
+    b = write_zeroshot(tmp_path, "b", [1, 1, 0, 1])
+    for path in (b, b.replace(".json", ".items.json")):  # b scored another metric than a
+        text = open(path, encoding="utf-8").read().replace('"acc,none"', '"acc_norm,none"')
+        open(path, "w", encoding="utf-8").write(text)
+    assert cli.main(["compare-scores", a, b]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to pair" in err and a in err and err.count("\n") == 1
+
+
+def test_lm_eval_unknown_task_is_one_line_exit_2(tmp_path):
+    env = {**os.environ, "NFEVAL_TRACEBACK": ""}
+    argv = [sys.executable, "-m", "nfeval", "lm-eval", "--model", "nfeval", "--model_args"]
+    argv += [f"pretrained={tmp_path}", "--tasks", "typo_task"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("nfeval lm-eval: error: --tasks: Tasks not found: typo_task")
