@@ -126,7 +126,7 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
     n_samples = data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
     tasks: dict[str, dict[str, Any]] = {}
     for name in results:
-        canonical = aliases.get(name, name)
+        canonical = aliases.get(name) or nf_tasks.canonical_name(name)  # older files: piqa_local
         if canonical not in canonical_names:
             warnings.append(
                 f"{path}: ignored task {name!r} (not one of {canonical_names}; name its canonical task in "

@@ -100,10 +100,10 @@ def test_demo_end_to_end_and_resume(demo_cfg, capsys):
     for arch in runs:
         cloze = json.load(open(os.path.join(out, "zeroshot", f"{arch}_cloze.json")))
         zs = json.load(open(os.path.join(out, "zeroshot", f"{arch}.json")))
-        assert set(cloze["results"]) == {"corpus_cloze"} and set(zs["results"]) == {"piqa_local"}
+        assert set(cloze["results"]) == {"corpus_cloze"} and set(zs["results"]) == {"piqa"}
         assert (
             cloze["n-samples"]["corpus_cloze"]["effective"] == 24
-            and zs["n-samples"]["piqa_local"]["effective"] == 2
+            and zs["n-samples"]["piqa"]["effective"] == 2
         )
         assert (
             zs["nfeval"]["model"]["fingerprint"]
