@@ -12,6 +12,7 @@ import os
 import sys
 
 from .base.errors import UserError, environment_error
+from .base.progress import quiet_library_bars
 
 COMMANDS: dict[str, str] = {  # command -> what it does; its module is nfeval.commands.<name>
     "info": "architecture, parameter counts and fingerprint of a checkpoint or preset",
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    quiet_library_bars()
     if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
         return command_module(command).main(argv[argv.index(command) + 1 :])
     parser = build_parser(command if command in COMMANDS else None)

@@ -133,3 +133,23 @@ def test_bad_output_locations_fail_first_in_one_line(tmp_path, monkeypatch, caps
     assert main([*argv, flag, path]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{flag} {path}: " in err and message in err, err
+
+
+def test_a_zeroshot_log_holds_no_carriage_returns(tiny_clm_ckpt, tmp_path):
+    """lm-eval's, datasets' and transformers' own bars are off when stderr is a file (issue 22 item 10)."""
+    import os
+    import subprocess
+    import sys
+
+    from test_zeroshot_tasks import DOCS, write_jsonl
+
+    write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
+    argv = [sys.executable, "-m", "nfeval", "zeroshot", "--ckpt", tiny_clm_ckpt, "--tasks", "piqa"]
+    argv += ["--data-dir", str(tmp_path / "data"), "--device", "cpu", "--no-cache"]
+    argv += ["--output", str(tmp_path / "zs.json")]
+    env = {k: v for k, v in os.environ.items() if k not in progress.LIBRARY_BARS_OFF}
+    with open(tmp_path / "log.txt", "w") as log:
+        done = subprocess.run(argv, stdout=log, stderr=log, env={**env, "OMP_NUM_THREADS": "1"}, timeout=300)
+    text = (tmp_path / "log.txt").read_text()
+    assert done.returncode == 0, text[-2000:]
+    assert "\r" not in text and "Scoring loglikelihood requests" in text, text[-2000:]
