@@ -60,33 +60,21 @@ def time_steps(obj, opt, x, y, dtype: str, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="small")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--rounds", type=int, default=7)
-    args = p.parse_args()
+    return p.parse_args()
 
-    torch.manual_seed(0)
-    prenorm, normformer = preset(f"prenorm-{args.size}"), preset(f"normformer-{args.size}")
-    x = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
-    y = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
-    variants = {
-        "nfeval Pre-LN": Objective(Transformer(prenorm)),
-        "HF GPT2LMHeadModel": HFObjective(hf_gpt2(prenorm)),
-        "nfeval NormFormer": Objective(Transformer(normformer)),
-    }
+
+def measure(variants: dict, x, y, args) -> dict[tuple[str, str], list[float]]:
+    """Returns the step times of every variant and dtype, measured in interleaved rounds."""
     optims = {
         k: torch.optim.AdamW(v.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=True)
         for k, v in variants.items()
-    }
-    n_params = {k: sum(p.numel() for p in v.parameters()) for k, v in variants.items()}
-    flops_per_token = training_flops_per_token(prenorm, args.seq)
-    peaks = {
-        d: measure_matmul_flops(torch.device("cpu"), torch.bfloat16 if d == "bf16" else torch.float32)
-        for d in ("fp32", "bf16")
     }
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
@@ -95,7 +83,17 @@ def main() -> None:
                 times.setdefault((name, dtype), []).append(
                     time_steps(obj, optims[name], x, y, dtype, args.steps)
                 )
+    return times
 
+
+def print_table(variants: dict, times: dict, prenorm, args) -> None:
+    """Prints the machine, the shape and one row per dtype and model (medians, MFU, ratios)."""
+    flops_per_token = training_flops_per_token(prenorm, args.seq)
+    peaks = {
+        d: measure_matmul_flops(torch.device("cpu"), torch.bfloat16 if d == "bf16" else torch.float32)
+        for d in ("fp32", "bf16")
+    }
+    n_params = {k: sum(p.numel() for p in v.parameters()) for k, v in variants.items()}
     tokens = args.batch * args.seq
     print(f"machine: {hardware_key(hardware())}; torch {torch.__version__}")
     print(
@@ -121,6 +119,20 @@ def main() -> None:
                 f"{med['HF GPT2LMHeadModel'] / med[name]:.3f}x speed | "
                 f"{med[name] / med['nfeval Pre-LN'] - 1:+.1%} time |"
             )
+
+
+def main() -> None:
+    args = parse_args()
+    torch.manual_seed(0)
+    prenorm, normformer = preset(f"prenorm-{args.size}"), preset(f"normformer-{args.size}")
+    x = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
+    y = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
+    variants = {
+        "nfeval Pre-LN": Objective(Transformer(prenorm)),
+        "HF GPT2LMHeadModel": HFObjective(hf_gpt2(prenorm)),
+        "nfeval NormFormer": Objective(Transformer(normformer)),
+    }
+    print_table(variants, measure(variants, x, y, args), prenorm, args)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 
 from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
-from ..engine import checkpoint
+from ..engine import checkpoint, rundir
 from ..engine.config import load_json
+from ..engine.fingerprint import fingerprint_state_dict, fingerprint_tokenizer
 from ..engine.generate import Sampling, generate
-from ..engine.tokenization import fingerprint_text, special_ids
+from ..engine.tokenization import load_tokenizer, special_ids
 from .scorer import ModelShape
 
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -128,7 +129,7 @@ def identify(
         )  # fmt: skip
         if ckpt.tokenizer is None:
             raise MissingDataError(no_tokenizer_message(path))
-        tokenizer_fingerprint = hashlib.sha256(fingerprint_text(ckpt.tokenizer).encode()).hexdigest()
+        tokenizer_fingerprint = fingerprint_tokenizer(ckpt.tokenizer)
         directory, loaded = ckpt.path, ckpt
     else:
         directory = checkpoint.resolve(path)
@@ -136,10 +137,12 @@ def identify(
         with torch.device("meta"):
             skeleton = Transformer(cfg)
         state = checkpoint.load_state(directory, skeleton, meta.get("weights_prefix", ""))
-        fingerprint = checkpoint.fingerprint_state_dict(state)
+        fingerprint = fingerprint_state_dict(state)
         checkpoint.check_fingerprint(directory, meta, fingerprint)
-        tok_path = os.path.join(directory, checkpoint.TOKENIZER)
-        tokenizer_fingerprint = hash_files([tok_path]) if os.path.isfile(tok_path) else "none"
+        tok_path = os.path.join(directory, rundir.TOKENIZER)
+        tokenizer_fingerprint = (
+            fingerprint_tokenizer(load_tokenizer(tok_path)) if os.path.isfile(tok_path) else "none"
+        )
         ckpt = checkpoint.Checkpoint(
             model=skeleton, tokenizer=None, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
         )
@@ -179,7 +182,7 @@ def no_tokenizer_message(path: str) -> str:
             f"{path}: no tokenizer for this fairseq checkpoint: pass --tokenizer DIR (GPT-2's encoder.json + "
             "vocab.bpe) with its dict.txt beside it (or --fairseq-dict), or put a tokenizer.json beside it"
         )
-    tok_path = os.path.join(path, checkpoint.TOKENIZER)
+    tok_path = os.path.join(path, rundir.TOKENIZER)
     return f"{tok_path}: not found (scoring needs the tokenizer; or pass --tokenizer)"
 
 
@@ -284,7 +287,7 @@ class NFEvalBackend(Backend):
         self.eot_id, self.prefix_id, self.pad_id = ids.eos, ids.eos, ids.pad
         self.max_length = ckpt.config.max_seq_len
         self.add_bos_default = True
-        self.tokenizer_fingerprint = hashlib.sha256(fingerprint_text(ckpt.tokenizer).encode()).hexdigest()
+        self.tokenizer_fingerprint = fingerprint_tokenizer(ckpt.tokenizer)
 
     def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids

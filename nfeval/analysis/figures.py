@@ -106,3 +106,41 @@ def plot_stability(result: dict[str, Any], path: str) -> str:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     return save_png(fig, path)
+
+
+def plot_fig3_curves(rows_by_run: dict[str, list[dict[str, Any]]], kind: str, path: str) -> str:
+    """Draws Figure 3: mean |grad| of ``kind`` per layer against the update, one panel per run (rows as
+    ``recorder.read_grad_stats`` returns them); returns ``path``."""
+    fig = Figure(figsize=(3.8 * len(rows_by_run), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(rows_by_run), squeeze=False, sharey=True)[0]
+    for ax, (name, rows) in zip(axes, rows_by_run.items()):
+        updates = [r["update"] for r in rows]
+        for layer, series in enumerate(zip(*(r["values"][kind] for r in rows))):
+            ax.plot(updates, series, lw=1, label=f"layer {layer}")
+        ax.set_title(name)
+        ax.set_xlabel("update")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel(f"mean |∂L/∂W| ({kind})")
+    axes[0].legend(fontsize=7)
+    return save_png(fig, path)
+
+
+def plot_fig7(
+    baseline: dict[str, list[float]], candidate: dict[str, list[float]], kinds: tuple[str, ...], path: str
+) -> str:
+    """Draws Figure 7: per parameter kind, each layer's gradient over the baseline's mean across layers
+    for the baseline and the candidate (1.0: the baseline's average); returns ``path``."""
+    fig = Figure(figsize=(3.2 * len(kinds), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(kinds), squeeze=False, sharey=True)[0]
+    for ax, kind in zip(axes, kinds):
+        for name, series in (("Pre-LN", baseline[kind]), ("NormFormer", candidate[kind])):
+            ax.plot(range(len(series)), series, marker="o", ms=3, label=name)
+        ax.axhline(1.0, ls="--", lw=0.8, color="grey")
+        ax.set_title(kind)
+        ax.set_xlabel("layer")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("÷ Pre-LN's mean over layers")
+    axes[0].legend(fontsize=7)
+    return save_png(fig, path)

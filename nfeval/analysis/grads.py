@@ -104,6 +104,14 @@ def relative_to_baseline(values: list[float], baseline: list[float]) -> list[flo
     return [v / mean for v in values]
 
 
+def relative_by_kind(
+    values: dict[str, list[float]], baseline: dict[str, list[float]]
+) -> dict[str, list[float]]:
+    """Returns Figure 7 for every parameter kind both have: {kind: each layer's value over the
+    baseline's mean of that kind across layers}."""
+    return {k: relative_to_baseline(v, baseline[k]) for k, v in values.items() if k in baseline}
+
+
 def grads_result(entries: list[dict[str, Any]], kind: str, baseline: str | None) -> dict[str, Any]:
     """Returns the analysis result: each entry with its ``kind`` values and Figure 7 ratios to the
     baseline entry (``baseline`` name; default the first Pre-LN entry, else the first)."""
@@ -119,7 +127,8 @@ def grads_result(entries: list[dict[str, Any]], kind: str, baseline: str | None)
     missing = [e["name"] for e in entries if kind not in e["values"]]
     if missing:
         raise DataError(f"--kind {kind}: not recorded for {missing}")
-    base = next(e for e in entries if e["name"] == baseline)["values"][kind]
+    base = next(e for e in entries if e["name"] == baseline)["values"]
     for e in entries:
-        e["relative"] = relative_to_baseline(e["values"][kind], base)
+        e["relative"] = relative_to_baseline(e["values"][kind], base[kind])
+        e["relative_by_kind"] = relative_by_kind(e["values"], base)
     return {"analysis": "grads", "kind": kind, "baseline": baseline, "models": entries}

@@ -27,6 +27,7 @@ from ..engine.data import (
     load_text_corpus,
     token_shards,
 )
+from ..engine.fingerprint import fingerprint_model
 from ..engine.model import Transformer
 from ..engine.tokenization import load_tokenizer
 
@@ -71,7 +72,7 @@ def load_target(
         name = spec[len(PRESET_PREFIX) :]
         torch.manual_seed(seed)
         model = Transformer(preset(name)).eval()
-        info = {"source": spec, "seed": seed, "fingerprint": checkpoint.fingerprint_model(model)}
+        info = {"source": spec, "seed": seed, "fingerprint": fingerprint_model(model)}
         tokenizer = None
     else:
         ckpt = checkpoint.load(

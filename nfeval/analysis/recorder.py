@@ -26,12 +26,12 @@ from typing import Any
 from torch import nn
 
 from ..base.errors import ConfigError, DataError, MissingDataError
-from ..engine.checkpoint import CONFIG
 from ..engine.config import ModelConfig, load_json
+from ..engine.rundir import CONFIG
 from .grads import per_layer_mean_abs
 
 GRAD_STATS = "grad_stats.jsonl"
-PAPER_WINDOW = "950:1000"  # updates 950–1000, the paper's Figure 3
+PAPER_WINDOW = "950:1000"  # updates 950–1000, the window of the paper's Figure 7 (Figure 3: early training)
 
 
 def parse_grad_stats(spec: str) -> tuple[int, int]:

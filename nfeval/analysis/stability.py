@@ -10,7 +10,12 @@ number of updates survived before the first divergence (N: survived all).
 
 Every forward also records, per layer, the largest attention logit |q·k|/√d over the positions the
 (causal) mask lets attend, re-projecting q and k from the attention module's input with its own
-weights in a forward hook, and flags values above fp16's largest finite number (65504).
+weights in a forward hook (in fp32, outside any autocast), and flags values above fp16's largest
+finite number (65504).
+
+``autocast`` runs the forward passes in torch autocast at bf16 or fp16 (the paper trained in fp16,
+where q·k overflows first in layer 0): fp16 where the device supports it (CUDA), bf16 on a CPU, whose
+range is fp32's, so there the fp16 question is answered by the recorded logits against 65504.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from torch import nn
 
 from ..base.errors import ConfigError
 from ..base.progress import progress_bar
-from ..engine import checkpoint
 from ..engine.config import ModelConfig
+from ..engine.fingerprint import fingerprint_model
 from ..engine.model import Transformer
 
 FP16_MAX = 65504.0
@@ -41,6 +46,8 @@ class StabilitySettings:
     seq_len: int = 128
     tolerance: float = 0.1  # nats above the first update's loss that count as divergence
     weight_decay: float = 0.01
+    autocast: str = "fp32"  # fp32 (off) | bf16 | fp16
+    device: str = "cpu"
 
     def validate(self) -> None:
         """Raises ConfigError naming the first setting out of range."""
@@ -52,6 +59,16 @@ class StabilitySettings:
             )
         if self.batch_size < 1 or self.seq_len < 2 or self.tolerance < 0:
             raise ConfigError("--batch-size >= 1, --seq-len >= 2 and --tolerance >= 0 expected")
+        if self.autocast not in AUTOCAST:
+            raise ConfigError(f"--autocast {self.autocast}: expected one of {', '.join(AUTOCAST)}")
+
+
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def lowest_precision(device: str) -> str:
+    """Returns the lowest autocast precision torch runs on ``device``: fp16 on CUDA, else bf16."""
+    return "fp16" if device.startswith("cuda") else "bf16"
 
 
 def lr_schedule(settings: StabilitySettings) -> list[float]:
@@ -73,11 +90,9 @@ class AttentionLogitProbe:
         def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
             x, attn_mask = args[0], args[1] if len(args) > 1 else None
             cfg = module.cfg
-            with torch.no_grad():
-                B, T, C = x.shape
-                q, k, _ = module.qkv(x).float().split(C, dim=2)
-                q = q.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
-                k = k.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
+            with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+                T = x.shape[1]
+                q, k, _ = module.project_heads(x.float())  # normed as attention sees them
                 logits = (q @ k.transpose(-1, -2)).abs() / math.sqrt(cfg.head_dim)
                 if cfg.causal and attn_mask is None:
                     logits = logits * torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -97,7 +112,9 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     update lr, loss, grad_norm and attn_logit_max (per layer), plus the fp16 overflows."""
     torch.manual_seed(seed)
     model = Transformer(cfg).train()
-    fingerprint = checkpoint.fingerprint_model(model)
+    fingerprint = fingerprint_model(model)
+    model.to(settings.device)
+    low = AUTOCAST[settings.autocast]
     opt = torch.optim.AdamW(
         model.parameters(),
         lr=settings.lr_start,
@@ -113,9 +130,11 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
             progress_bar(lr_schedule(settings), desc=f"{cfg.architecture} seed {seed}", leave=False)
         ):
             x, y = batches.get(t * settings.batch_size, settings.batch_size, mask_seed=t)
+            x, y = x.to(settings.device), y.to(settings.device)
             for group in opt.param_groups:
                 group["lr"] = lr
-            loss = model.loss(x, y)
+            with torch.autocast(torch.device(settings.device).type, dtype=low, enabled=low is not None):
+                loss = model.loss(x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             norm = float(

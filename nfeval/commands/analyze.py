@@ -53,6 +53,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st.add_argument("--lr-start", type=float, default=1e-5)
     st.add_argument("--lr-end", type=float, default=1.0)
     st.add_argument("--tolerance", type=float, default=0.1, help="nats above the first loss that diverge")
+    st.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="model config override of every preset, as nfeval train --set (repeatable)",
+    )
+    st.add_argument(
+        "--autocast",
+        default="fp32",
+        choices=("fp32", "bf16", "fp16"),
+        help="forward in torch autocast at this precision (fp32: off); the paper trained in fp16",
+    )
+    st.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     _data_arguments(st, batches=False)
     for parser, name in ((g, "grads"), (s, "gains"), (st, "stability")):
         add_output_file(parser, default=f"{name}.png", help=f"PNG path; JSON beside it (default {name}.png)")
@@ -162,15 +176,25 @@ def run_stability(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError(f"--preset: {e}") from None
     if args.seeds < 1:
         raise ConfigError(f"--seeds {args.seeds}: expected a positive integer")
-    flags = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "tolerance")
+    from ..engine.train_config import parse_set
+
+    flags = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "tolerance", "autocast", "device")
     settings = StabilitySettings(**{f: getattr(args, f) for f in flags})
     settings.validate()
+    overrides = parse_set(args.set)
     check_data_args(args.data, args.tokenizer)
     vocab = min(preset(name).vocab_size for name in args.preset)
     tokens, tok = token_data(args.data, args.tokenizer, vocab)
     tok_vocab = tok.get_vocab_size()
     configs = {
-        name: preset(name, vocab_size=max(-(-tok_vocab // 64) * 64, 64), pad_token_id=tokens.specials.pad)
+        name: preset(
+            name,
+            **{
+                **overrides,
+                "vocab_size": max(-(-tok_vocab // 64) * 64, 64),
+                "pad_token_id": tokens.specials.pad,
+            },
+        )
         for name in args.preset
     }
     seq_len = min([settings.seq_len] + [c.max_seq_len for c in configs.values()])
@@ -178,5 +202,6 @@ def run_stability(args: argparse.Namespace) -> dict[str, Any]:
     data = batches(tokens, tok_vocab, seq_len, args.seed)
     result = stability_test(configs, list(range(1, args.seeds + 1)), data, settings)
     result["data"] = {"source": args.data or "embedded default corpus", "fingerprint": tokens.fingerprint}
+    result["model_overrides"] = overrides
     result["provenance"] = provenance(seed=args.seed, data_fingerprint=tokens.fingerprint)
     return result

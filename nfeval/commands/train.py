@@ -11,12 +11,10 @@ import torch.distributed as dist
 
 from ..base.cli_args import add_device, add_dtype
 from ..base.outputs import check_output_dir
-from ..engine.budget import lr_at, measure_matmul_flops  # noqa: F401  (re-exported)
 from ..engine.config import load_json
-from ..engine.objective import Objective  # noqa: F401  (re-exported)
-from ..engine.train import BUDGET_AND_OPTIMIZER, train
-from ..engine.train_config import DTYPES, TrainConfig, config_from_args, parse_set  # noqa: F401  (re-exported)
-from ..engine.trainer import Trainer, TrainingDiverged  # noqa: F401  (re-exported)
+from ..engine.train import train
+from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
+from ..engine.trainer import TrainingDiverged
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,21 +63,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         help="tokenizer.json or a folder with GPT-2's encoder.json + vocab.bpe (default: train a BPE)",
     )
     p.add_argument("--vocab-size", type=int, help="BPE vocabulary size when training a tokenizer")
-    for name in (
-        "batch_size",
-        "seq_len",
-        "grad_accum",
-        "max_steps",
-        "calibration_steps",
-        "log_interval",
-        "eval_interval",
-        "eval_samples",
-        "ckpt_interval",
-        "seed",
-    ):
-        p.add_argument("--" + name.replace("_", "-"), type=int)
-    for name in (*BUDGET_AND_OPTIMIZER, "peak_flops"):
-        p.add_argument("--" + name.replace("_", "-"), type=float)
+    for name, flag_type in numeric_flags().items():
+        p.add_argument("--" + name.replace("_", "-"), type=flag_type)
     add_dtype(p, DTYPES)
     add_device(p)
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")

@@ -13,7 +13,6 @@ header (``check_sizes``), so a damaged config.json can neither hang nor allocate
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,15 +25,15 @@ from tokenizers import Tokenizer
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, atomic_write_with
 from ..base.errors import CheckpointError, ConfigError, MissingDataError
+from . import rundir
 from .config import ModelConfig, load_json
 from .fairseq_import import load_fairseq
 from .fairseq_tokenizer import dictionary_path, load_fairseq_tokenizer
+from .fingerprint import fingerprint_state_dict
 from .model import Transformer
+from .rundir import CONFIG, TOKENIZER, WEIGHTS
 from .tokenization import load_tokenizer
 
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-TOKENIZER = "tokenizer.json"
 HF_EXPORT_TYPE = "nfeval"  # config.json's model_type in export-hf's remote-code format
 HF_EXPORT_PREFIX = "transformer."  # its tensor names: NFEvalForCausalLM.transformer is our Transformer
 
@@ -66,21 +65,6 @@ def summary(ckpt: Checkpoint) -> dict[str, Any]:
     }
 
 
-def fingerprint_state_dict(state: dict[str, torch.Tensor]) -> str:
-    """Returns the sha256 of the weights: names, dtypes, shapes and bytes, in name order."""
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def fingerprint_model(model: torch.nn.Module) -> str:
-    """Returns the fingerprint of a model's current weights (as they would be saved)."""
-    return fingerprint_state_dict(model.state_dict())
-
-
 def save(
     directory: str,
     model: Transformer,
@@ -110,8 +94,6 @@ def save_weights(path: str, state: dict[str, torch.Tensor], metadata: dict[str, 
 def resolve(path: str) -> str:
     """Returns the checkpoint directory for ``path``: a checkpoint directory itself, a finished run
     dir itself, or an unfinished run's newest valid ``checkpoints/step_*`` (see ``rundir``)."""
-    from . import rundir
-
     if not os.path.exists(path):
         raise MissingDataError(
             f"{path}: no such checkpoint (expected a directory with {WEIGHTS} and {CONFIG})"

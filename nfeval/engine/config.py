@@ -17,13 +17,24 @@ from typing import Any
 
 from ..base.errors import ConfigError, DataError, MissingDataError
 
-NORM_POSITIONS = ("pre", "post")
+# Where the block's main norms sit (see the op order in model.py): Pre-LN, Post-LN, Gemma 2's sandwich,
+# OLMo 2's norm on each sub-layer's output only, and DeepNet's DeepNorm (Post-LN with α and β).
+NORM_POSITIONS = ("pre", "post", "sandwich", "olmo2", "deepnorm")
+# Placements that end with a norm on the residual stream need no final norm; the others get one.
+FINAL_NORM_POSITIONS = ("pre", "sandwich", "olmo2")
+# The architecture name of each placement, for configs that match no preset (``prenorm+scale_attn``).
+PLACEMENT_NAMES = dict(
+    pre="prenorm", post="postnorm", sandwich="sandwich", olmo2="olmo2norm", deepnorm="deepnorm"
+)
+NORMS = ("layernorm", "rmsnorm")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
 ACTIVATIONS = ("gelu", "relu_squared")
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
 MODEL_CHOICES = {
     "norm_position": NORM_POSITIONS,
+    "norm": NORMS,
+    "normformer_norm": NORMS,
     "head_scale_position": HEAD_SCALE_POSITIONS,
     "activation": ACTIVATIONS,
     "positions": POSITION_TYPES,
@@ -35,7 +46,9 @@ REQUIRED_MODEL_FIELDS = ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn")
 
 @dataclass
 class ModelConfig:
-    """Everything a forward pass needs. Pre-LN, Post-LN and NormFormer differ only in the flags."""
+    """Everything a forward pass needs. Every architecture (norm placement, norm kind, NormFormer's ops and
+    the controls of its Table 4) is a flag on the one Block; ``validate`` refuses combinations that make no
+    sense."""
 
     vocab_size: int = 50304
     n_layer: int = 12
@@ -44,7 +57,10 @@ class ModelConfig:
     d_ffn: int = 3072
     max_seq_len: int = 2048
     objective: str = "clm"  # clm: causal decoder; mlm: bidirectional encoder
-    norm_position: str = "pre"
+    norm_position: str = "pre"  # one of NORM_POSITIONS
+    norm: str = "layernorm"  # every norm of the model: "layernorm" or "rmsnorm" (torch.nn.RMSNorm)
+    norm_affine: bool = True  # learned gain (and, for LayerNorm, bias) on every norm
+    qk_norm: bool = False  # norm of each head's queries and keys over head_dim, before the KV cache
     # NormFormer ops, named as fairseq's transformer_layer.py flags.
     scale_attn: bool = False  # LayerNorm on the attention output, before the residual add
     scale_fc: bool = False  # LayerNorm on the FFN-wide hidden, after the activation
@@ -54,6 +70,15 @@ class ModelConfig:
     head_scale_position: str = "after_out_proj"
     # fairseq before 2021-11-03 scaled with einsum 'tbhd,h->tbdh', which also permutes channels.
     head_scale_transpose_bug: bool = False
+    # NormFormer's Table 4 controls (Shleifer et al. 2021, §5), each documented in model.py's op order.
+    # The paper's text was not at hand: these read the controls' names as issue 25 quotes them. "Three
+    # more LayerNorms" is taken to be one LN on each of q, k and v; "an LN without bias and mean-centring"
+    # is an RMSNorm in place of NormFormer's extra LNs; GeGLU takes the FFN LN's place.
+    ffn_glu: bool = False  # GeGLU FFN: fc1 gives 2·d_ffn, activation(first half) · second half -> fc2
+    scale_resids_attn: bool = False  # λresid on the attention residual too (fairseq's w_resid is FFN only)
+    resid_scale_scalar: bool = False  # each λresid is one learned scalar instead of one per channel
+    normformer_norm: str | None = None  # kind of NormFormer's extra norms (None: as ``norm``)
+    qkv_norm: bool = False  # "three more LayerNorms": on the query, key and value projections (d_model)
     positions: str = "learned"
     scale_embedding: bool = False  # multiply token embeddings by sqrt(d_model), as fairseq
     activation: str = "gelu"
@@ -61,12 +86,14 @@ class ModelConfig:
     attn_dropout: float = 0.0
     layer_norm_eps: float = 1e-5
     pad_token_id: int = 1  # fairseq's padding index; also offsets sinusoidal positions
-    final_norm: bool | None = None  # default: on for Pre-LN, off for Post-LN (fairseq)
+    # default: on for pre/sandwich/olmo2 (fairseq's Pre-LN, Gemma 2, OLMo 2), off for post/deepnorm
+    # (fairseq's Post-LN, DeepNet), whose blocks already end with a norm
+    final_norm: bool | None = None
     embedding_norm: bool = False  # LayerNorm after the embeddings (RoBERTa-style encoders)
 
     def __post_init__(self) -> None:
         if self.final_norm is None:
-            self.final_norm = self.norm_position == "pre"
+            self.final_norm = self.norm_position in FINAL_NORM_POSITIONS
         self.validate()
 
     def validate(self, source: str = "ModelConfig") -> None:
@@ -82,6 +109,33 @@ class ModelConfig:
             raise ConfigError(f"{source}: layer_norm_eps={self.layer_norm_eps!r}: expected a positive number")
         if self.d_model % self.n_head:
             raise ConfigError(f"{source}: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        conflict = self.conflicting_flags()
+        if conflict:
+            raise ConfigError(f"{source}: {conflict}")
+
+    def conflicting_flags(self) -> str | None:
+        """Returns why two flags cannot be combined (naming both), or None when the combination is sound."""
+        placement = f"norm_position={self.norm_position!r}"
+        if self.scale_attn and self.norm_position in ("sandwich", "olmo2"):
+            return f"scale_attn=True with {placement}: that placement already normalises the attention output"
+        resids = [f for f in ("scale_resids", "scale_resids_attn") if getattr(self, f)]
+        if resids and self.norm_position == "deepnorm":
+            return (
+                f"{resids[0]}=True with {placement}: DeepNorm fixes the residual scale (α) that a "
+                "learned λresid would replace"
+            )
+        if self.ffn_glu and self.scale_fc:
+            return "ffn_glu=True with scale_fc=True: Table 4's GeGLU control replaces the FFN LayerNorm"
+        if self.resid_scale_scalar and not resids:
+            return "resid_scale_scalar=True needs scale_resids=True or scale_resids_attn=True"
+        if self.qkv_norm and self.qk_norm:
+            return "qkv_norm=True with qk_norm=True: both normalise the queries and keys"
+        if self.normformer_norm is not None and not (self.scale_attn or self.scale_fc or self.qkv_norm):
+            return (
+                f"normformer_norm={self.normformer_norm!r} without scale_attn, scale_fc or qkv_norm: "
+                "there is no extra norm for it to shape"
+            )
+        return None
 
     @property
     def head_dim(self) -> int:
@@ -97,20 +151,29 @@ class ModelConfig:
         for name, flags in ARCHITECTURES.items():
             if all(getattr(self, k) == v for k, v in flags.items()):
                 return name
-        on = [k for k in ("scale_attn", "scale_fc", "scale_heads", "scale_resids") if getattr(self, k)]
-        return f"{self.norm_position}norm+" + "+".join(on)
+        on = [k for k in BLOCK_FLAGS if getattr(self, k)]
+        kinds = [
+            f"{k}={getattr(self, k)}" for k in ("norm", "normformer_norm") if getattr(self, k) in NORMS[1:]
+        ]
+        if not self.norm_affine:
+            kinds.append("norm_affine=False")
+        return f"{PLACEMENT_NAMES[self.norm_position]}+" + "+".join(on + kinds)
+
+    def norm_param_count(self, dim: int, kind: str | None = None) -> int:
+        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``)."""
+        if not self.norm_affine:
+            return 0
+        return dim * (1 if (kind or self.norm) == "rmsnorm" else 2)
 
     def normformer_param_count(self) -> int:
-        """Returns the number of parameters the NormFormer ops add over the same-size Pre-LN model."""
-        per_layer = 0
-        if self.scale_attn:
-            per_layer += 2 * self.d_model
-        if self.scale_fc:
-            per_layer += 2 * self.d_ffn
-        if self.scale_heads:
-            per_layer += self.n_head
-        if self.scale_resids:
-            per_layer += self.d_model
+        """Returns the number of parameters that NormFormer's ops and its Table 4 controls add over the
+        same-size Pre-LN model (the placements' own norms are not counted)."""
+        d, f, extra = self.d_model, self.d_ffn, self.normformer_norm
+        gain = 1 if self.resid_scale_scalar else d
+        per_layer = self.ffn_glu * (d * f + f) + (self.scale_resids + self.scale_resids_attn) * gain
+        per_layer += self.scale_heads * self.n_head
+        per_layer += self.norm_param_count(d, extra) * (self.scale_attn + 3 * self.qkv_norm)
+        per_layer += self.norm_param_count(f, extra) * self.scale_fc
         return self.n_layer * per_layer
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,21 +207,34 @@ SIZES: dict[str, dict[str, int]] = {
     "355M": dict(n_layer=24, d_model=1024, n_head=16, d_ffn=4096, max_seq_len=2048),
     "1.3B": dict(n_layer=24, d_model=2048, n_head=32, d_ffn=8192, max_seq_len=2048),
     "2.7B": dict(n_layer=32, d_model=2560, n_head=32, d_ffn=10240, max_seq_len=2048),
+    # Table 4's width control: the 125M baseline widened 768 -> 780 (head_dim 65; d_ffn kept): 127.7M
+    # parameters at vocab 50304, the paper's "127M" (``prenorm-125M-wide``).
+    "125M-wide": dict(n_layer=12, d_model=780, n_head=12, d_ffn=3072, max_seq_len=2048),
 }
 
+# The boolean block flags; an architecture preset fixes each of them and the norm fields.
+BLOCK_FLAGS = (
+    "scale_attn", "scale_fc", "scale_heads", "scale_resids", "qk_norm", "ffn_glu", "scale_resids_attn",
+    "resid_scale_scalar", "qkv_norm",
+)  # fmt: skip
+PRE_LN = dict(
+    norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None,
+    **dict.fromkeys(BLOCK_FLAGS, False),
+)  # fmt: skip
+NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
+
 ARCHITECTURES: dict[str, dict[str, Any]] = {
-    "prenorm": dict(
-        norm_position="pre", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False
-    ),
-    "normformer": dict(
-        norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=False
-    ),
-    "normformer-resscale": dict(
-        norm_position="pre", scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=True
-    ),
-    "postnorm": dict(
-        norm_position="post", scale_attn=False, scale_fc=False, scale_heads=False, scale_resids=False
-    ),
+    "prenorm": PRE_LN,
+    "normformer": {**PRE_LN, **NORMFORMER_OPS},
+    "normformer-resscale": {**PRE_LN, **NORMFORMER_OPS, "scale_resids": True},
+    "postnorm": {**PRE_LN, "norm_position": "post"},
+    "sandwich": {**PRE_LN, "norm_position": "sandwich"},  # Gemma 2's norm order
+    # OLMo 2's norm order alone (OLMo 2 itself: + qk_norm=True, norm="rmsnorm"), so its effect and
+    # QK-norm's (``qknorm``) are measured apart
+    "olmo2norm": {**PRE_LN, "norm_position": "olmo2"},
+    "deepnorm": {**PRE_LN, "norm_position": "deepnorm"},
+    "qknorm": {**PRE_LN, "qk_norm": True},
+    "rmsprenorm": {**PRE_LN, "norm": "rmsnorm"},
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

@@ -33,9 +33,9 @@ from tokenizers import Tokenizer
 from ..base.artifacts import atomic_write_json, atomic_write_text, cache_dir
 from ..base.errors import DataError, MissingDataError, hub_unreachable
 from .config import load_json
+from .fingerprint import canonical_tokenizer_json
 from .tokenization import (
     SpecialIds,
-    fingerprint_text,
     load_tokenizer,
     special_ids,
     train_bpe,
@@ -220,7 +220,7 @@ class TokenData:
 def token_shards(corpus: Corpus, tok: Tokenizer) -> TokenData:
     """Returns the corpus' token streams as memmaps, building them into the cache on first use."""
     specials = special_ids(tok)
-    fingerprint = hashlib.sha256(f"{corpus.fingerprint}|{fingerprint_text(tok)}".encode()).hexdigest()
+    fingerprint = hashlib.sha256(f"{corpus.fingerprint}|{canonical_tokenizer_json(tok)}".encode()).hexdigest()
     folder = os.path.join(cache_dir(), "tokens", fingerprint[:20])
     meta_path = os.path.join(folder, "meta.json")
     dtype = token_dtype(tok.get_vocab_size())

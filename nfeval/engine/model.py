@@ -1,22 +1,39 @@
-"""One Transformer for Pre-LN, Post-LN and NormFormer (causal decoder or bidirectional encoder).
+"""One Transformer for every norm placement, NormFormer and its controls (causal decoder or encoder).
 
-The block follows fairseq's ``transformer_layer.py``; NormFormer's extra ops are config flags:
+The block follows fairseq's ``transformer_layer.py``; each variant is a config flag and each optional op
+a module that is ``None`` when off, applied in this fixed order (``norm(...)``: ``make_norm``, a
+LayerNorm or an RMSNorm as ``cfg.norm`` says; NormFormer's extra norms follow ``cfg.normformer_norm``):
 
     residual = x
-    x = attn_norm(x)                     if pre-LN        (fairseq self_attn_layer_norm)
-    x = out_proj(attention(x))
-    x = x * head_gain (per head)         if scale_heads   (fairseq c_attn; after or before out_proj)
-    x = attn_out_norm(x)                 if scale_attn    (fairseq attn_ln)
+    x = attn_norm(x)                     if pre / sandwich   (fairseq self_attn_layer_norm)
+    q, k, v = split(qkv(x))
+    q, k, v = query_norm(q), key_norm(k), value_norm(v)   if qkv_norm  (Table 4: "three more LayerNorms")
+    q, k = q_head_norm(q), k_head_norm(k) (each head, over head_dim)   if qk_norm
+    (the KV cache stores k and v from here on)
+    x = out_proj(attention(q, k, v))
+    x = x * head_gain (per head)         if scale_heads      (fairseq c_attn; after or before out_proj)
+    x = attn_out_norm(x)                 if scale_attn       (fairseq attn_ln)
+    x = attn_post_norm(x)                if sandwich / olmo2 (Gemma 2 post_attention_norm)
+    residual = attn_resid_gain * residual    if scale_resids_attn  (Table 4: λresid on the other residual)
+    residual = alpha * residual          if deepnorm         (α = (2N)^(1/4))
     x = residual + dropout(x)
-    x = attn_norm(x)                     if post-LN
+    x = attn_norm(x)                     if post / deepnorm
     residual = x
-    x = ffn_norm(x)                      if pre-LN        (fairseq final_layer_norm)
-    x = activation(fc1(x))
-    x = ffn_hidden_norm(x)               if scale_fc      (fairseq ffn_layernorm)
-    x = dropout(fc2(x))
-    residual = resid_gain * residual     if scale_resids  (fairseq w_resid)
-    x = residual + x
-    x = ffn_norm(x)                      if post-LN
+    x = ffn_norm(x)                      if pre / sandwich   (fairseq final_layer_norm)
+    x = activation(fc1(x))               or, if ffn_glu: a, b = split(fc1(x)); x = activation(a) * b
+    x = ffn_hidden_norm(x)               if scale_fc         (fairseq ffn_layernorm)
+    x = fc2(x)
+    x = ffn_post_norm(x)                 if sandwich / olmo2 (Gemma 2 post_feedforward_norm)
+    residual = resid_gain * residual     if scale_resids     (fairseq w_resid)
+    residual = alpha * residual          if deepnorm
+    x = residual + dropout(x)
+    x = ffn_norm(x)                      if post / deepnorm
+
+So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2) x + LN(f(LN(x))); olmo2 (OLMo 2)
+x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with β-scaled init
+(``norms.deepnorm_init_``). A λresid gain is one per channel, or one scalar with ``resid_scale_scalar``. The
+final norm (after the last block) is on by default for pre / sandwich / olmo2 and off for post /
+deepnorm, whose blocks already end with a norm.
 
 Padding is expected on the right; for a causal model the causal mask already hides it.
 
@@ -37,6 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .norms import deepnorm_alpha_beta, deepnorm_init_, make_norm, resid_gain
 
 
 def sinusoidal_table(num_positions: int, dim: int, padding_idx: int) -> torch.Tensor:
@@ -108,15 +126,33 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
+        extra = cfg.normformer_norm
+        self.query_norm, self.key_norm, self.value_norm = (
+            (make_norm(cfg, cfg.d_model, extra) for _ in range(3)) if cfg.qkv_norm else (None, None, None)
+        )
+        self.q_head_norm, self.k_head_norm = (
+            (make_norm(cfg, cfg.head_dim), make_norm(cfg, cfg.head_dim)) if cfg.qk_norm else (None, None)
+        )
+
+    def project_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns the queries, keys and values (B, H, T, head_dim) of ``x`` (B, T, d), their norms
+        applied: what attention multiplies and the KV cache stores."""
+        cfg = self.cfg
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        if self.query_norm is not None:
+            q, k, v = self.query_norm(q), self.key_norm(k), self.value_norm(v)
+        q, k, v = (t.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2) for t in (q, k, v))
+        if self.q_head_norm is not None:
+            q, k = self.q_head_norm(q), self.k_head_norm(k)
+        return q, k, v
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, cache: LayerCache | None = None
     ) -> torch.Tensor:
         cfg = self.cfg
         B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
-        )
+        q, k, v = self.project_heads(x)
         if cache is not None:
             k, v = cache.append(k, v)
         y = F.scaled_dot_product_attention(
@@ -161,18 +197,27 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
+    """One layer; which norms exist and where they apply follows ``cfg`` (the op order above)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        d, eps = cfg.d_model, cfg.layer_norm_eps
-        self.pre = cfg.norm_position == "pre"
-        self.attn_norm = nn.LayerNorm(d, eps=eps)
+        d, f, placement, extra = cfg.d_model, cfg.d_ffn, cfg.norm_position, cfg.normformer_norm
+        self.norm_before = placement in ("pre", "sandwich")
+        self.norm_after_add = placement in ("post", "deepnorm")
+        post_sublayer = placement in ("sandwich", "olmo2")
+        self.alpha = deepnorm_alpha_beta(cfg.n_layer)[0] if placement == "deepnorm" else None
+        self.attn_norm = make_norm(cfg, d) if placement != "olmo2" else None
         self.attn = SelfAttention(cfg)
-        self.attn_out_norm = nn.LayerNorm(d, eps=eps) if cfg.scale_attn else None
-        self.ffn_norm = nn.LayerNorm(d, eps=eps)
-        self.fc1 = nn.Linear(d, cfg.d_ffn)
-        self.ffn_hidden_norm = nn.LayerNorm(cfg.d_ffn, eps=eps) if cfg.scale_fc else None
-        self.fc2 = nn.Linear(cfg.d_ffn, d)
-        self.resid_gain = nn.Parameter(torch.ones(d)) if cfg.scale_resids else None
+        self.attn_out_norm = make_norm(cfg, d, extra) if cfg.scale_attn else None
+        self.attn_post_norm = make_norm(cfg, d) if post_sublayer else None
+        self.attn_resid_gain = resid_gain(cfg) if cfg.scale_resids_attn else None
+        self.ffn_norm = make_norm(cfg, d) if placement != "olmo2" else None
+        self.glu = cfg.ffn_glu
+        self.fc1 = nn.Linear(d, 2 * f if cfg.ffn_glu else f)
+        self.ffn_hidden_norm = make_norm(cfg, f, extra) if cfg.scale_fc else None
+        self.fc2 = nn.Linear(f, d)
+        self.ffn_post_norm = make_norm(cfg, d) if post_sublayer else None
+        self.resid_gain = resid_gain(cfg) if cfg.scale_resids else None
         self.act = activation_fn(cfg.activation)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -180,28 +225,48 @@ class Block(nn.Module):
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, cache: LayerCache | None = None
     ) -> torch.Tensor:
         residual = x
-        if self.pre:
+        if self.norm_before:
             x = self.attn_norm(x)
         x = self.attn(x, attn_mask, cache)
-        if self.attn_out_norm is not None:
-            x = self.attn_out_norm(x)
-        x = residual + self.dropout(x)
-        if not self.pre:
+        for norm in (self.attn_out_norm, self.attn_post_norm):
+            if norm is not None:
+                x = norm(x)
+        x = self.add_residual(residual, x, self.attn_resid_gain)
+        if self.norm_after_add:
             x = self.attn_norm(x)
 
         residual = x
-        if self.pre:
+        if self.norm_before:
             x = self.ffn_norm(x)
-        x = self.act(self.fc1(x))
-        if self.ffn_hidden_norm is not None:
-            x = self.ffn_hidden_norm(x)
-        x = self.dropout(self.fc2(x))
-        if self.resid_gain is not None:
-            residual = residual * self.resid_gain
-        x = residual + x
-        if not self.pre:
+        x = self.feed_forward(x)
+        if self.ffn_post_norm is not None:
+            x = self.ffn_post_norm(x)
+        x = self.add_residual(residual, x, self.resid_gain)
+        if self.norm_after_add:
             x = self.ffn_norm(x)
         return x
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Returns fc2(hidden) of the FFN: activation(fc1(x)), or GLU-gated, then the FFN LN if on."""
+        x = self.fc1(x)
+        if self.glu:
+            gate, up = x.chunk(2, dim=-1)
+            x = self.act(gate) * up
+        else:
+            x = self.act(x)
+        if self.ffn_hidden_norm is not None:
+            x = self.ffn_hidden_norm(x)
+        return self.fc2(x)
+
+    def add_residual(
+        self, residual: torch.Tensor, x: torch.Tensor, gain: nn.Parameter | None
+    ) -> torch.Tensor:
+        """Returns residual (times λresid and DeepNorm's α where on) + dropout(x)."""
+        if gain is not None:
+            residual = residual * gain
+        if self.alpha is not None:
+            residual = residual * self.alpha
+        return residual + self.dropout(x)
 
 
 class Transformer(nn.Module):
@@ -220,13 +285,13 @@ class Transformer(nn.Module):
             table = sinusoidal_table(cfg.max_seq_len + cfg.pad_token_id + 1, d, cfg.pad_token_id)
             self.register_buffer("sin_pos", table[cfg.pad_token_id + 1 :].clone(), persistent=False)
         self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
-        self.emb_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+        self.emb_norm = make_norm(cfg, d) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.final_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.final_norm else None
+        self.final_norm = make_norm(cfg, d) if cfg.final_norm else None
         if cfg.objective == "mlm":
             self.mlm_dense = nn.Linear(d, d)
-            self.mlm_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+            self.mlm_norm = make_norm(cfg, d)
             self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
@@ -235,6 +300,8 @@ class Transformer(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
         if cfg.scale_embedding:
             nn.init.normal_(self.tok_emb.weight, mean=0.0, std=d**-0.5)
+        if cfg.norm_position == "deepnorm":
+            deepnorm_init_(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -376,4 +443,17 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int, masked_fraction: fl
     n_head = cfg.vocab_size * d
     if cfg.objective == "mlm":
         n_head = masked_fraction * (n_head + d * d)
-    return 6.0 * (L * (4 * d * d + 2 * d * f) + n_head) + 12.0 * L * d * seq_len
+    return (
+        6.0 * (L * (4 * d * d + 2 * d * f) + n_head) + 12.0 * L * d * seq_len + extra_op_flops(cfg, seq_len)
+    )
+
+
+def extra_op_flops(cfg: ModelConfig, seq_len: int) -> float:
+    """Returns the training FLOPs per token that the placements and Table 4 controls add to the count
+    above: the GeGLU FFN's second half of fc1 (6·L·d·d_ffn).
+
+    The other new ops (RMSNorm, QK-norm, the q/k/v norms, sandwich/OLMo 2 post-norms, λresid, DeepNorm's
+    α) are elementwise, O(d) per token, and left out as every norm is here; none depends on
+    ``seq_len``, which the per-op terms share as their signature.
+    """
+    return 6.0 * cfg.n_layer * cfg.d_model * cfg.d_ffn if cfg.ffn_glu else 0.0

@@ -34,6 +34,7 @@ from safetensors import SafetensorError, safe_open
 from ..base.artifacts import atomic_write_json, atomic_write_text
 from ..base.errors import DataError, MissingDataError
 from .config import load_json
+from .fingerprint import fingerprint_state_dict
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
@@ -105,8 +106,6 @@ def checkpoint_problem(path: str, thorough: bool = False) -> str | None:
             return f"{STATE} is truncated or corrupt ({e})"
     if thorough and recorded:
         from safetensors.torch import load_file
-
-        from .checkpoint import fingerprint_state_dict
 
         if fingerprint_state_dict(load_file(os.path.join(path, WEIGHTS))) != recorded:
             return f"{WEIGHTS} does not match the fingerprint recorded in {CONFIG}"

@@ -7,7 +7,6 @@ Trained tokenizers put fairseq's special tokens first (``<s>``=0, ``<pad>``=1, `
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -104,8 +103,3 @@ def special_ids(tok: Tokenizer) -> SpecialIds:
             "tokenizer has no BOS/EOS/PAD token: expected <s>, </s>, <pad> or GPT-2's <|endoftext|>"
         )
     return SpecialIds(bos=bos, eos=eos, pad=pad, mask=first("<mask>"))
-
-
-def fingerprint_text(tok: Tokenizer) -> str:
-    """Returns a canonical JSON string of the tokenizer (for cache keys)."""
-    return json.dumps(json.loads(tok.to_str()), sort_keys=True)

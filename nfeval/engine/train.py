@@ -33,52 +33,17 @@ import sys
 from typing import Any
 
 from ..base.errors import CheckpointError, ConfigError
-from . import rundir
+from . import rundir, train_config
 from .budget import lr_at, measure_matmul_flops  # noqa: F401  (re-exported)
 from .config import load_json
 from .objective import Objective  # noqa: F401  (re-exported)
-from .train_config import DTYPES, TrainConfig, config_from_args, parse_set  # noqa: F401  (re-exported)
+from .train_config import DTYPES, TrainConfig, config_from_args, fields_with, parse_set  # noqa: F401  (re-exported)
 from .trainer import Trainer, TrainingDiverged  # noqa: F401  (re-exported)
 
-# Fields a resume may change only with --override-resume (the schedule is recomputed from them) ...
-# (the budget and optimizer fields are also the float-valued flags)
-BUDGET_AND_OPTIMIZER = (
-    "max_tokens",
-    "max_flops",
-    "max_seconds",
-    "lr",
-    "warmup",
-    "end_lr",
-    "lr_power",
-    "beta1",
-    "beta2",
-    "eps",
-    "weight_decay",
-    "clip_grad",
-)
-OVERRIDABLE = ("max_steps", *BUDGET_AND_OPTIMIZER, "log_interval", "eval_interval", "ckpt_interval")
-# ... fields a resume never changes (data, model, batch and RNG define what the checkpoint is) ...
-FIXED = (
-    "preset",
-    "model",
-    "objective",
-    "train_data",
-    "valid_data",
-    "hf_dataset",
-    "hf_config",
-    "text_column",
-    "tokenizer",
-    "vocab_size",
-    "batch_size",
-    "seq_len",
-    "grad_accum",
-    "dtype",
-    "seed",
-    "eval_samples",
-    "calibration_steps",
-)
-# ... and how the resumed process runs, always taken from the request.
-FREE = ("device", "compile", "fsdp", "progress", "peak_flops", "tensorboard")
+# What a resume may change, from each TrainConfig field's declared rule (train_config.setting).
+FIXED = fields_with(train_config.FIXED)
+OVERRIDABLE = fields_with(train_config.OVERRIDABLE)
+FREE = fields_with(train_config.FREE)
 
 
 def train(

@@ -17,60 +17,82 @@ from .tokenization import MIN_BPE_VOCAB
 DTYPES = ("fp32", "bf16")
 TRAIN_CHOICES = {"objective": ("clm", "mlm"), "dtype": DTYPES}
 
+# What a resume may do with a field (``nfeval train --resume``): FIXED fields define what a checkpoint is
+# (data, model, batch, RNG) and never change; OVERRIDABLE ones (budget, optimizer, schedule, intervals)
+# change only with --override-resume, the schedule recomputed from them; FREE ones (how the process runs)
+# are always taken from the request.
+FIXED, OVERRIDABLE, FREE = "fixed", "overridable", "free"
+RESUME_RULES = (FIXED, OVERRIDABLE, FREE)
+
+
+def setting(resume: str, default: Any = None, *, flag: type | None = None, factory: Any = None) -> Any:
+    """Returns a dataclass field of TrainConfig with its ``resume`` rule and, for numeric ``nfeval train``
+    flags, the ``flag`` type the command line parses it with: each field is declared once, here."""
+    metadata = {"resume": resume, "flag": flag}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
 
 @dataclass
 class TrainConfig:
     """Everything a training run needs besides its output folder."""
 
-    preset: str = "normformer-tiny"
-    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig field overrides
-    objective: str | None = None  # clm | mlm; default: the preset's
+    preset: str = setting(FIXED, "normformer-tiny")
+    model: dict[str, Any] = setting(FIXED, factory=dict)  # ModelConfig field overrides
+    objective: str | None = setting(FIXED, None)  # clm | mlm; default: the preset's
     # data: text files/folders, a Hugging Face dataset, or (neither) the embedded default corpus
-    train_data: str | None = None
-    valid_data: str | None = None
-    hf_dataset: str | None = None
-    hf_config: str | None = None
-    text_column: str = "text"
-    tokenizer: str | None = None  # tokenizer.json or GPT-2 folder; default: train a BPE
-    vocab_size: int | None = None  # BPE size when training one; default: the preset's vocab size
+    train_data: str | None = setting(FIXED, None)
+    valid_data: str | None = setting(FIXED, None)
+    hf_dataset: str | None = setting(FIXED, None)
+    hf_config: str | None = setting(FIXED, None)
+    text_column: str = setting(FIXED, "text")
+    tokenizer: str | None = setting(FIXED, None)  # tokenizer.json or GPT-2 folder; default: train a BPE
+    vocab_size: int | None = setting(
+        FIXED, None
+    )  # BPE size when training one; default: the preset's vocab size
     # batch: the global batch is batch_size × grad_accum × processes sequences of seq_len tokens
-    batch_size: int = 8
-    seq_len: int | None = None  # default: the model's max_seq_len
-    grad_accum: int = 1
+    batch_size: int = setting(FIXED, 8, flag=int)
+    seq_len: int | None = setting(FIXED, None, flag=int)  # default: the model's max_seq_len
+    grad_accum: int = setting(FIXED, 1, flag=int)
     # budget (at least one)
-    max_steps: int | None = None
-    max_tokens: int | None = None
-    max_flops: float | None = None
-    max_seconds: float | None = None
-    calibration_steps: int = 10
+    max_steps: int | None = setting(OVERRIDABLE, None, flag=int)
+    max_tokens: int | None = setting(OVERRIDABLE, None, flag=float)
+    max_flops: float | None = setting(OVERRIDABLE, None, flag=float)
+    max_seconds: float | None = setting(OVERRIDABLE, None, flag=float)
+    calibration_steps: int = setting(FIXED, 10, flag=int)
     # optimisation
-    lr: float = 6e-4
-    warmup: float = 0.01  # steps if >= 1, else a fraction of the run's steps
-    end_lr: float = 0.0
-    lr_power: float = 1.0
-    beta1: float = 0.9
-    beta2: float = 0.98
-    eps: float = 1e-8
-    weight_decay: float = 0.01
-    clip_grad: float = 0.0  # 0: no clipping
+    lr: float = setting(OVERRIDABLE, 6e-4, flag=float)
+    warmup: float = setting(
+        OVERRIDABLE, 0.01, flag=float
+    )  # steps if >= 1, else a fraction of the run's steps
+    end_lr: float = setting(OVERRIDABLE, 0.0, flag=float)
+    lr_power: float = setting(OVERRIDABLE, 1.0, flag=float)
+    beta1: float = setting(OVERRIDABLE, 0.9, flag=float)
+    beta2: float = setting(OVERRIDABLE, 0.98, flag=float)
+    eps: float = setting(OVERRIDABLE, 1e-8, flag=float)
+    weight_decay: float = setting(OVERRIDABLE, 0.01, flag=float)
+    clip_grad: float = setting(OVERRIDABLE, 0.0, flag=float)  # 0: no clipping
     # precision and speed
-    dtype: str = "fp32"
-    compile: bool = False
-    device: str = "auto"
-    fsdp: bool = False
+    dtype: str = setting(FIXED, "fp32")
+    compile: bool = setting(FREE, False)
+    device: str = setting(FREE, "auto")
+    fsdp: bool = setting(FREE, False)
     # logging and checkpoints (intervals in steps; 0: only at the end)
-    log_interval: int = 10
-    eval_interval: int = 100
-    eval_samples: int = 256
-    ckpt_interval: int = 1000
-    peak_flops: float | None = None
-    seed: int = 1
-    progress: bool = True
-    lr_from: dict[str, Any] | None = None  # where a tuned lr came from: nfeval.tune.results.tuned_lr's record
+    log_interval: int = setting(OVERRIDABLE, 10, flag=int)
+    eval_interval: int = setting(OVERRIDABLE, 100, flag=int)
+    eval_samples: int = setting(FIXED, 256, flag=int)
+    ckpt_interval: int = setting(OVERRIDABLE, 1000, flag=int)
+    peak_flops: float | None = setting(FREE, None, flag=float)
+    seed: int = setting(FIXED, 1, flag=int)
+    progress: bool = setting(FREE, True)
+    lr_from: dict[str, Any] | None = setting(
+        OVERRIDABLE, None
+    )  # where a tuned lr came from: nfeval.tune.results.tuned_lr's record
     # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
-    grad_stats: str | None = None
+    grad_stats: str | None = setting(FREE, None)
     # also log metrics as TensorBoard events in this folder ("": RUN/tensorboard); None: off
-    tensorboard: str | None = None
+    tensorboard: str | None = setting(FREE, None)
 
     def validate(self, sources: Mapping[str, str] | None = None, require_budget: bool = True) -> None:
         """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
@@ -149,6 +171,16 @@ class TrainConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def fields_with(resume: str) -> tuple[str, ...]:
+    """Returns the names of the TrainConfig fields whose resume rule is ``resume``."""
+    return tuple(name for name, f in _FIELDS.items() if f.metadata["resume"] == resume)
+
+
+def numeric_flags() -> dict[str, type]:
+    """Returns {field: int or float} for the fields ``nfeval train`` takes as numeric flags."""
+    return {name: f.metadata["flag"] for name, f in _FIELDS.items() if f.metadata["flag"] is not None}
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

@@ -13,6 +13,15 @@ reports, against a baseline run (the first, unless ``--baseline``):
 
 Between consecutive validation points perplexity is interpolated linearly in perplexity; values are
 never extrapolated past a run's first or last validation point.
+
+Mid-schedule readings are labelled, not refused. A run whose final compute is above the equal budget is
+read before the end of its own LR schedule (its LR not yet decayed), against a run read at its
+decayed end: that reading is not compute-matched, it compares two points of two schedules. Each
+``at_equal`` value carries its ``schedule_fraction`` (steps at the budget ÷ the run's scheduled
+steps, ``train.total_steps`` of config.json) and ``mid_schedule`` (the fraction is below
+1 − MID_SCHEDULE_TOLERANCE); the result lists, per axis, the runs read mid-schedule, and the table
+marks their cells "not compute-matched (mid-schedule)". Runs given the same time with complete
+schedules (``nfeval reproduce``'s paired step-time ratio) end together and read at their ends.
 """
 
 from __future__ import annotations
@@ -38,6 +47,10 @@ REQUIRED = {
     "val": ("step", "tokens", "wall_s", "flops", "val_ppl"),
 }
 NOT_REACHED = "not reached"
+MID_SCHEDULE = "not compute-matched (mid-schedule)"
+# A reading in the last 2% of a run's steps counts as its end: under the linear decay its LR is then
+# less than 2% of the peak above its final value.
+MID_SCHEDULE_TOLERANCE = 0.02
 
 
 @dataclass
@@ -54,6 +67,7 @@ class Run:
     tokenizer_sha256: str | None
     warnings: list[str]
     lr: dict[str, Any] | None = None  # peak LR and where it came from (tune_results.describe_lr)
+    total_steps: int | None = None  # the steps its LR schedule spans (None: its last logged step)
 
 
 def _number(value: Any) -> bool:
@@ -150,7 +164,13 @@ def load_run(run_dir: str, name: str | None = None) -> Run:
         tokenizer_sha256=_tokenizer_sha256(run_dir),
         warnings=warnings,
         lr=describe_lr((config.get("train") or {}).get("config") or {}),
+        total_steps=_total_steps(config),
     )
+
+
+def _total_steps(config: dict[str, Any]) -> int | None:
+    total = (config.get("train") or {}).get("total_steps")
+    return int(total) if _number(total) and total > 0 else None
 
 
 def interpolate(x: float, xs: list[float], ys: list[float]) -> float | None:
@@ -192,11 +212,18 @@ def crossing(val: list[dict], target: float) -> dict[str, Any] | None:
 
 
 def _at_budget(run: Run, axis: str, budget: float) -> dict[str, Any]:
+    """Returns the run's validation PPL, steps and tokens at ``budget`` on ``axis``, and where in its
+    schedule that reading falls (``schedule_fraction``, ``mid_schedule``: see the module docstring)."""
     xs = [0.0] + [p[axis] for p in run.progress]
+    steps = interpolate(budget, xs, [0.0] + [p["step"] for p in run.progress])
+    total = run.total_steps or run.progress[-1]["step"]
+    fraction = steps / total if steps is not None and total else None
     return {
         "val_ppl": interpolate(budget, [p[axis] for p in run.val], [p["val_ppl"] for p in run.val]),
-        "steps": interpolate(budget, xs, [0.0] + [p["step"] for p in run.progress]),
+        "steps": steps,
         "tokens": interpolate(budget, xs, [0.0] + [p["tokens"] for p in run.progress]),
+        "schedule_fraction": fraction,
+        "mid_schedule": fraction is not None and fraction < 1 - MID_SCHEDULE_TOLERANCE,
     }
 
 
@@ -262,6 +289,7 @@ def _row(run: Run, base: Run, best: dict, budget: dict) -> dict[str, Any]:
         "hardware": run.hardware,
         "lr": run.lr,
         "steps": last["step"],
+        "total_steps": run.total_steps or last["step"],
         "tokens": last["tokens"],
         "flops": last["flops"],
         "wall_s": last["wall_s"],
@@ -300,6 +328,7 @@ def compare(
     budget = {axis: min(r.val[-1][axis] for r in runs) for axis in AXES}
     warnings = _check_comparable(runs)
     rows = [_row(run, base, best, budget) for run in runs]
+    mid = {axis: [r["name"] for r in rows if r["at_equal"][axis]["mid_schedule"]] for axis in AXES}
     return _json_safe(
         {
             "nfeval": {"provenance": provenance()},
@@ -307,6 +336,7 @@ def compare(
             "target_val_ppl": target,
             "baseline_at_target": {k: best[k] for k in ("step", "tokens", *AXES)},
             "budget": budget,
+            "mid_schedule": mid,  # per axis, the runs read before the end of their schedule
             "warnings": warnings,
             "runs": rows,
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compare import NOT_REACHED
+from .compare import AXIS_LABELS, MID_SCHEDULE, NOT_REACHED
 
 
 def _si(x: float | None, digits: int = 3) -> str:
@@ -29,6 +29,30 @@ def _hours(seconds: float) -> str:
 
 def _ppl(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
+
+
+def _ppl_at(row: dict, axis: str) -> str:
+    reading = row["at_equal"][axis]
+    return _ppl(reading["val_ppl"]) + (" (mid-schedule)" if reading.get("mid_schedule") else "")
+
+
+def mid_schedule_lines(result: dict[str, Any]) -> list[str]:
+    """Returns one line per axis whose equal-budget reading falls mid-schedule in some run, naming the
+    runs and where in their schedules they are read."""
+    lines = []
+    for axis, names in (result.get("mid_schedule") or {}).items():
+        if not names:
+            continue
+        where = ", ".join(
+            f"{r['name']} at step {r['at_equal'][axis]['steps']:.0f} of {r['total_steps']}"
+            for r in result["runs"]
+            if r["name"] in names
+        )
+        lines.append(
+            f"ppl@{AXIS_LABELS[axis]}: {MID_SCHEDULE}: {where}, before the LR decayed, against a run at the "
+            "end of its schedule; give the runs equal budgets with complete schedules to compare them"
+        )
+    return lines
 
 
 def _fraction(row: dict, axis: str) -> str:
@@ -85,8 +109,8 @@ def format_comparison(result: dict[str, Any]) -> str:
                 "–" if row["step_time_s"] is None else f"{row['step_time_s']:.4g}",
                 "–" if overhead is None else f"{overhead:+.1%}",
                 _ppl(row["best_val_ppl"]),
-                _ppl(row["at_equal"]["flops"]["val_ppl"]),
-                _ppl(row["at_equal"]["wall_s"]["val_ppl"]),
+                _ppl_at(row, "flops"),
+                _ppl_at(row, "wall_s"),
                 _si(row["at_equal"]["wall_s"]["tokens"]),
                 _fraction(row, "flops"),
                 _fraction(row, "wall_s"),
@@ -102,5 +126,6 @@ def format_comparison(result: dict[str, Any]) -> str:
         "learning rates: "
         + " | ".join(f"{r['name']}: {r['lr']['label']}" for r in result["runs"] if r.get("lr"))
     ]
+    lines += mid_schedule_lines(result)
     lines += [f"warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)

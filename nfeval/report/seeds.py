@@ -4,7 +4,8 @@ Each group holds several runs of one architecture (e.g. ``--group prenorm=runs/p
 name, numbers in natural order). Per group it reports, as mean ± std with a Student-t interval over runs:
 
 - validation perplexity at equal compute (equal FLOPs and equal wall-clock), the budget being the
-  smallest final compute among all runs of all groups, as ``nfeval compare``;
+  smallest final compute among all runs of all groups, as ``nfeval compare``; a cell read before the
+  end of some run's schedule says "not compute-matched (mid-schedule)" and how many runs it concerns;
 - the fraction of the baseline's compute needed to reach the baseline's best validation perplexity.
   Seeds pair by position: the i-th run of a group is measured against the i-th baseline run (its
   target and its compute), so groups must hold the same number of runs. When some run never reaches
@@ -22,7 +23,16 @@ from typing import Any
 from ..base.artifacts import provenance
 from ..base.errors import ConfigError, MissingDataError
 from . import significance as sig
-from .compare import AXES, AXIS_LABELS, _at_budget, _check_comparable, _json_safe, crossing, load_run
+from .compare import (
+    AXES,
+    AXIS_LABELS,
+    MID_SCHEDULE,
+    _at_budget,
+    _check_comparable,
+    _json_safe,
+    crossing,
+    load_run,
+)
 from .compare_table import table
 
 
@@ -76,7 +86,8 @@ def compare_groups(groups: dict[str, list[str]], baseline: str | None = None) ->
     budget = {axis: min(r.val[-1][axis] for r in every) for axis in AXES}
     rows = []
     for name, group in runs.items():
-        ppl = {axis: [_at_budget(r, axis, budget[axis])["val_ppl"] for r in group] for axis in AXES}
+        readings = {axis: [_at_budget(r, axis, budget[axis]) for r in group] for axis in AXES}
+        ppl = {axis: [x["val_ppl"] for x in v] for axis, v in readings.items()}
         fractions = {axis: [_fraction(r, b, axis) for r, b in zip(group, runs[baseline])] for axis in AXES}
         archs = sorted({r.architecture or "–" for r in group})
         rows.append(
@@ -86,6 +97,7 @@ def compare_groups(groups: dict[str, list[str]], baseline: str | None = None) ->
                 "architecture": ", ".join(archs),
                 "n": len(group),
                 "ppl_at_equal": {axis: _summary(v) for axis, v in ppl.items()},
+                "mid_schedule": {axis: sum(x["mid_schedule"] for x in v) for axis, v in readings.items()},
                 "to_target": {
                     axis: {"reached": sum(f is not None for f in v), **_summary(v)}
                     for axis, v in fractions.items()
@@ -118,6 +130,11 @@ def _cell(s: dict[str, Any], digits: int) -> str:
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f} [{s['low']:.{digits}f}, {s['high']:.{digits}f}]"
 
 
+def _mid(group: dict[str, Any], axis: str) -> str:
+    k = group["mid_schedule"][axis]
+    return f" (mid-schedule {k}/{group['n']})" if k else ""
+
+
 def format_groups(result: dict[str, Any]) -> str:
     """Returns the seed-group comparison as a text table with a header naming baseline and budget."""
     conf = next(
@@ -142,7 +159,7 @@ def format_groups(result: dict[str, Any]) -> str:
     for g in result["groups"]:
         body.append(
             [g["name"], str(g["n"]), g["architecture"]]
-            + [_cell(g["ppl_at_equal"][a], 2) for a in AXES]
+            + [_cell(g["ppl_at_equal"][a], 2) + _mid(g, a) for a in AXES]
             + [_cell(g["to_target"][a], 3) for a in AXES]
         )
     lines += table(body, right={1, 3, 4, 5, 6})
@@ -150,5 +167,10 @@ def format_groups(result: dict[str, Any]) -> str:
         "",
         "'to target': fraction of the paired baseline run's compute needed to reach its best val ppl.",
     ]
+    if any(g["mid_schedule"][a] for g in result["groups"] for a in AXES):
+        lines.append(
+            f"(mid-schedule k/n): {MID_SCHEDULE}: k of the group's n runs are read at the equal budget "
+            "before the end of their LR schedule, against runs read at their decayed end"
+        )
     lines += [f"warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from nfeval.base import artifacts
 from nfeval.base.errors import CheckpointError, ConfigError, DataError, MissingDataError, UserError
 from nfeval.engine import checkpoint
 from nfeval.engine.config import ModelConfig, preset
+from nfeval.engine.fingerprint import fingerprint_model
 from nfeval.engine.model import Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -174,7 +175,7 @@ def test_fairseq_namespace_checkpoint_loads_without_flag(tmp_path):
     args = argparse.Namespace(decoder_attention_heads=4, activation_fn="gelu", no_scale_embedding=True)
     torch.save({"model": to_fairseq(model), "args": args, "cfg": None}, path)
     loaded = checkpoint.load(str(path))
-    assert loaded.fingerprint == checkpoint.fingerprint_model(model)
+    assert loaded.fingerprint == fingerprint_model(model)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from nfeval.cli import main
 from nfeval.engine import checkpoint
+from nfeval.engine.fingerprint import fingerprint_model
 
 
 def test_save_load_identical_logits_and_fingerprint(tiny_clm_ckpt):
@@ -19,17 +20,17 @@ def test_save_load_identical_logits_and_fingerprint(tiny_clm_ckpt):
     again = checkpoint.load(tiny_clm_ckpt)
     idx = torch.randint(0, ckpt.config.vocab_size, (2, 12))
     assert torch.equal(ckpt.model(idx), again.model(idx))
-    assert ckpt.fingerprint == again.fingerprint == checkpoint.fingerprint_model(ckpt.model)
+    assert ckpt.fingerprint == again.fingerprint == fingerprint_model(ckpt.model)
     assert ckpt.tokenizer is not None and ckpt.tokenizer.get_vocab_size() == ckpt.config.vocab_size
     assert ckpt.meta["compute"]["tokens"] == 1000
 
 
 def test_fingerprint_changes_with_any_weight(tiny_clm_ckpt):
     ckpt = checkpoint.load(tiny_clm_ckpt)
-    before = checkpoint.fingerprint_model(ckpt.model)
+    before = fingerprint_model(ckpt.model)
     with torch.no_grad():
         ckpt.model.blocks[1].fc2.bias[3] += 1e-6
-    assert checkpoint.fingerprint_model(ckpt.model) != before
+    assert fingerprint_model(ckpt.model) != before
 
 
 def test_folded_load_matches_unfolded(tiny_clm_ckpt):

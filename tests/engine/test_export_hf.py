@@ -21,6 +21,10 @@ from nfeval.engine.hf_export import export_hf, remote_code_files
 from nfeval.engine.model import Transformer
 from nfeval.zeroshot import evaluate as zeroshot
 
+TABLE4_CONTROLS = dict(
+    ffn_glu=True, scale_fc=False, qkv_norm=True, scale_resids_attn=True, resid_scale_scalar=True,
+    normformer_norm="rmsnorm",
+)  # fmt: skip
 # (preset, overrides, expected format): every flag the export must carry, alone or combined.
 ARCHITECTURES = {
     "prenorm": ("prenorm", {}, "gpt2"),
@@ -39,6 +43,12 @@ ARCHITECTURES = {
     "prenorm-no-final-norm": ("prenorm", {"final_norm": False}, "nfeval"),
     "prenorm-embedding-norm": ("prenorm", {"embedding_norm": True}, "nfeval"),
     "prenorm-relu-squared": ("prenorm", {"activation": "relu_squared"}, "nfeval"),
+    "sandwich": ("sandwich", {}, "nfeval"),
+    "olmo2-order-qk-norm-rmsnorm": ("olmo2norm", {"qk_norm": True, "norm": "rmsnorm"}, "nfeval"),
+    "deepnorm": ("deepnorm", {}, "nfeval"),
+    "qknorm": ("qknorm", {}, "nfeval"),
+    "rmsprenorm-no-gain": ("rmsprenorm", {"norm_affine": False}, "nfeval"),
+    "normformer-table4-controls": ("normformer", TABLE4_CONTROLS, "nfeval"),
 }
 
 
@@ -93,8 +103,9 @@ def test_plain_prenorm_exports_native_gpt2(tmp_path, tiny_tokenizer):
 def test_remote_code_is_generated_from_nfeval_model_source():
     files = remote_code_files()
     model_src = open(os.path.join(os.path.dirname(checkpoint.__file__), "model.py")).read()
-    assert files["nfeval_model.py"] == model_src.replace("from .config import", "from .nfeval_config import")
-    assert set(files) >= {"modeling_nfeval.py", "nfeval_model.py", "nfeval_config.py"}
+    renamed = model_src.replace("from .config import", "from .nfeval_config import")
+    assert files["nfeval_model.py"] == renamed.replace("from .norms import", "from .nfeval_norms import")
+    assert set(files) >= {"modeling_nfeval.py", "nfeval_model.py", "nfeval_config.py", "nfeval_norms.py"}
     for source in files.values():
         assert "import nfeval" not in source and "from nfeval" not in source
 

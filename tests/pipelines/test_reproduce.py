@@ -17,8 +17,17 @@ from nfeval.engine.model import Transformer
 from nfeval.engine.run_inputs import model_config
 from nfeval.engine.train import lr_at
 from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
-from nfeval.pipelines.reproduce.plan import EXPERIMENTS, RUNS, SCALES
-from nfeval.pipelines.reproduce.verdict import AGREES, DISAGREES, INCONCLUSIVE, critical_value, decide
+from nfeval.pipelines.reproduce.plan import EXPERIMENTS, RUNS, SCALES, TABLE4, TABLE5, available
+from nfeval.pipelines.reproduce.run_overrides import matched_width, parameter_count
+from nfeval.pipelines.reproduce.verdict import (
+    AGREES,
+    DISAGREES,
+    INCONCLUSIVE,
+    critical_value,
+    decide,
+    min_detectable_effect,
+    seeds_needed,
+)
 
 
 def ctx(**kw) -> runner.Context:
@@ -43,6 +52,17 @@ def test_decision_rule_by_hand():
     assert decide([0.3], measurement_se=0.2)["verdict"] == INCONCLUSIVE
     assert decide([math.inf, math.inf])["verdict"] == AGREES  # diverged in every seed, paper's way
     assert decide([math.inf, 0.1])["verdict"] == INCONCLUSIVE
+
+
+def test_minimum_detectable_effect_by_hand():
+    # 3 seeds: t_{0.975,2} = 4.3027, t_{0.8,2} = 1.0607; SE = 0.15275 / sqrt(3) = 0.088192
+    assert min_detectable_effect(3, 0.088192) == pytest.approx((4.3027 + 1.0607) * 0.088192, rel=1e-4)
+    assert decide([1.0, 1.2, 0.9])["mde"] == pytest.approx(5.3634 * 0.088192, rel=1e-4)
+    assert min_detectable_effect(1, 0.2) == pytest.approx((1.95996 + 0.84162) * 0.2, rel=1e-5)  # normal
+    assert decide([0.5])["mde"] is None and "MDE" in decide([1.0, 1.1])["why"]
+    # seeds to detect a mean of 0.201 at std 0.0516: MDE(2) = 0.62, MDE(3) = 0.1598 (by hand as above)
+    assert seeds_needed(0.201, 0.0516) == 3 and seeds_needed(0.0023, 0.0344) is None  # 1758 > 1000
+    assert seeds_needed(0.05, 0.1, measurement_se=0.1) is None  # the measurement error alone is too big
 
 
 # ------------------------------------------------------------------------------------ run definitions
@@ -82,6 +102,46 @@ def test_ablation_changes_exactly_its_flag(key, flag):
     assert abs(full.normformer_param_count() - variant.normformer_param_count()) == expected
 
 
+@pytest.mark.parametrize("key", [k for k in TABLE4 if RUNS[k].model and available(k)])
+def test_table4_row_changes_exactly_its_fields(key):
+    full, variant = _model("clm-normformer").to_dict(), _model(key).to_dict()
+    assert {k for k, v in full.items() if variant[k] != v} == set(RUNS[key].model)
+
+
+def test_width_control_matches_normformer_parameters():
+    from nfeval.engine.config import preset
+
+    base = preset("125M", vocab_size=50304, positions="sinusoidal")
+    assert matched_width(base, "normformer") == {"d_model": 780, "d_ffn": 3120}  # the paper's 768 -> 780
+    wide = _model("clm-prenorm-wide")
+    nf, pre = _model("clm-normformer"), _model("clm-prenorm")
+    assert wide.d_model % wide.n_head == 0 and wide.d_model > pre.d_model
+    assert wide.d_ffn * pre.d_model == pre.d_ffn * wide.d_model
+    assert parameter_count(wide) >= parameter_count(nf)  # the first width that reaches NormFormer's count
+    narrower = pre.replace(
+        d_model=wide.d_model - wide.n_head, d_ffn=pre.d_ffn * (wide.d_model - wide.n_head) // pre.d_model
+    )
+    assert wide.d_model - wide.n_head == pre.d_model or parameter_count(narrower) < parameter_count(nf)
+
+
+def test_table5_settings_change_both_architectures_alike():
+    base = runner.train_config(ctx(), "clm-prenorm", 1)
+    for pre_key, nf_key in TABLE5.values():
+        pre, nf = runner.train_config(ctx(), pre_key, 1), runner.train_config(ctx(), nf_key, 1)
+        fields = ("lr", "warmup", "beta2", "clip_grad", "weight_decay")
+        assert [getattr(pre, f) for f in fields] == [getattr(nf, f) for f in fields]
+        assert (pre.preset, nf.preset) == ("prenorm-tiny", "normformer-tiny")
+    gpt3 = runner.train_config(ctx(), TABLE5["gpt3"][0], 1)
+    assert (gpt3.lr, gpt3.beta2, gpt3.clip_grad, gpt3.weight_decay) == (
+        pytest.approx(base.lr / 5),
+        0.95,
+        1.0,
+        0.1,
+    )
+    assert runner.train_config(ctx(), TABLE5["warmup4x"][0], 1).warmup == 4 * base.warmup
+    assert runner.train_config(ctx(), "clm-normformer", 1).grad_stats == SCALES["tiny"].grad_stats
+
+
 def test_run_presets_are_the_intended_architectures():
     assert _model("clm-normformer").architecture == "normformer"
     assert _model("clm-prenorm").architecture == "prenorm"
@@ -113,6 +173,15 @@ def test_tuned_lr_is_used_per_preset(tmp_path):
         runner.train_config(c, "clm-postnorm", 1)
 
 
+def test_table5_lr_factor_scales_the_tuned_lr(tmp_path):
+    tune_json = tmp_path / "tune.json"
+    presets = {p: {"best_lr": 1e-3, "per_lr": {}} for p in ("prenorm-tiny", "normformer-tiny")}
+    tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}}))
+    c = ctx(tune_files={"clm": str(tune_json)})
+    assert runner.train_config(c, "clm-prenorm-lr2x", 1).lr == pytest.approx(2e-3)
+    assert runner.train_config(c, "clm-normformer-gpt3", 1).lr == pytest.approx(2e-4)
+
+
 def test_tune_then_train_at_the_tuned_lr(tmp_path):
     cfg = ReproduceConfig(
         out=str(tmp_path / "o"),
@@ -131,6 +200,18 @@ def test_tune_then_train_at_the_tuned_lr(tmp_path):
         assert train_cfg["lr"] == tuned["presets"][f"{arch}-tiny"]["best_lr"]
         assert train_cfg["lr_from"]["preset"] == f"{arch}-tiny"
     assert "tuned per preset by nfeval tune" in open(tmp_path / "o" / "report.md").read()
+
+
+def test_cli_tunes_by_default_and_no_tune_turns_it_off():
+    import argparse
+
+    from nfeval.commands.reproduce import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert p.parse_args([]).tune is True and ReproduceConfig().tune is True
+    assert p.parse_args(["--no-tune"]).tune is False
+    assert p.parse_args(["--tune"]).tune is True  # the old opt-in flag, now the default
 
 
 # ------------------------------------------------------------------------------------ smoke run
@@ -154,19 +235,123 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
     for exp in EXPERIMENTS:
         s = sections[exp.name]
         assert exp.title in text and exp.finding in text
-        assert s["status"] == "done" and s["seeds"] == 2 and s["budget"] == "8 steps per run"
+        assert (
+            s["status"] == "done" and s["seeds"] == 2 and s["budget"].startswith("8 steps for each baseline")
+        )
         assert s["tables"] and all(t["rows"] for t in s["tables"])
-        assert s["claims"] and all(c["verdict"] in (AGREES, DISAGREES, INCONCLUSIVE) for c in s["claims"])
+        assert s["claims"] or exp.name == "fig6"  # Figure 6 is described, not tested, by the paper
+        assert all(c["verdict"] in (AGREES, DISAGREES, INCONCLUSIVE) for c in s["claims"])
+        assert all(c["mde"] is None or c["mde"] >= 0 for c in s["claims"])
         assert all(any(ch.isdigit() for ch in c["measured"]) for c in s["claims"])
         for png in s["figures"]:
             assert os.path.getsize(os.path.join(cfg.out, png)) > 1000 and f"]({png})" in text
     glue = [t for t in sections["fig2-mlm"]["tables"] if t["title"].startswith("GLUE")]
     assert glue and len(glue[0]["rows"]) == 2 and "rte" in sections["fig2-mlm"]["claims"][-1]["claim"]
     assert "Decision rule" in text and "Student's t" in text
-    for key in RUNS:  # every run trained for both seeds, each with its finished record
+    titles = {t["title"].split(":")[0] for t in sections["fig3-5"]["tables"]}
+    assert titles == {"Figure 3", "Figure 4", "Figure 5", "Figure 7"}
+    fig7 = [
+        c for c in sections["fig3-5"]["claims"] if "NormFormer raises" in c["claim"] or "lowers" in c["claim"]
+    ]
+    assert len(fig7) == 6  # fc1, fc2 raised; q, k, v, out_proj lowered
+    assert any("extra" in c["claim"] and "Post-LN" in c["claim"] for c in sections["fig3-5"]["claims"])
+    assert "λresid" in sections["fig6"]["tables"][0]["rows"][0][0]
+    assert len(sections["table5"]["claims"]) == len(TABLE5)
+    assert "| MDE | seeds to detect the observed mean |" in text
+    for key in (k for k in RUNS if available(k)):  # every run trained for both seeds, with its record
         for seed in (1, 2):
             record = json.load(open(os.path.join(cfg.out, "runs", key, f"seed{seed}.json")))
             assert record["status"] in ("finished", "diverged") and record["seed"] == seed
+
+
+def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
+    cfg, result = smoke
+    header = json.load(open(os.path.join(cfg.out, "report.json")))["header"]
+    text = open(result["report"], encoding="utf-8").read()
+    assert header["tuned"] and "## Learning rates, tuned per architecture" in text
+    rows = {(r[0], r[1]): r for r in header["tuning"]}
+    assert set(rows) == {("clm", p) for p in ("prenorm-tiny", "normformer-tiny", "postnorm-tiny")} | {
+        ("mlm", "prenorm-tiny"),
+        ("mlm", "normformer-tiny"),
+    }
+    for objective in ("clm", "mlm"):
+        tuned = json.load(open(os.path.join(cfg.out, "tune", objective, "tune.json")))
+        assert tuned["grid"]["lrs"] == list(SCALES["smoke"].tune_lrs)
+        for preset, s in tuned["presets"].items():
+            grid = rows[objective, preset][2]
+            assert grid.count(":") == len(SCALES["smoke"].tune_lrs) and f"{s['best_lr']!r}: " in grid
+            assert rows[objective, preset][3] == repr(s["best_lr"]) and f"{preset} {s['best_lr']:g}" in text
+            edge = s["best_lr"] in (min(tuned["grid"]["lrs"]), max(tuned["grid"]["lrs"]))
+            assert edge == any(
+                preset in w and "of the grid" in w for w in header["warnings"] if objective in w
+            )
+    for key in (k for k in RUNS if RUNS[k].setting is None):  # Table 5's settings scale the LR
+        tuned = json.load(open(os.path.join(cfg.out, "tune", RUNS[key].objective, "tune.json")))
+        best = tuned["presets"][f"{RUNS[key].arch}-tiny"]["best_lr"]
+        for seed in (1, 2):
+            record = json.load(open(os.path.join(cfg.out, "runs", key, f"seed{seed}.json")))
+            assert record["lr"] == best and record["lr_from"]["file"].endswith(
+                f"{RUNS[key].objective}/tune.json"
+            )
+    assert "untuned" not in json.dumps(
+        [s["claims"] for s in json.load(open(cfg.out + "/report.json"))["sections"]]
+    )
+
+
+def test_smoke_fixes_equal_time_budgets_before_training(smoke):
+    cfg, result = smoke
+    ratios = json.load(open(os.path.join(cfg.out, "step_ratios.json")))
+    assert set(ratios) == set(RUNS)
+    assert ratios["clm-prenorm"]["ratio"] == 1.0 and ratios["clm-prenorm-no-warmup"]["ratio"] == 1.0
+    assert ratios["clm-postnorm-no-warmup"]["shared_with"] == "clm-postnorm"  # warm-up costs no time
+    assert ratios["clm-normformer"]["pairs"] == SCALES["smoke"].ratio_pairs
+    for key, r in ratios.items():
+        record = json.load(open(os.path.join(cfg.out, "runs", key, "seed1.json")))
+        assert record["step_ratio"]["ratio"] == r["ratio"] and r["baseline"] == runner.BASELINES[key[:3]]
+        assert record["budget"]["max_steps"] == max(1, round(8 / r["ratio"]))
+        if record["status"] == "finished":
+            assert record["steps"] == record["budget"]["max_steps"]
+    text = open(result["report"], encoding="utf-8").read()
+    assert "## Equal time, fixed before training" in text and "2–6%" in text
+
+
+@pytest.fixture(scope="module")
+def untuned_slow(tmp_path_factory):
+    """An untuned Figure 2 whose NormFormer is measured twice as slow as Pre-LN."""
+    from nfeval.engine.step_ratio import StepRatio
+    from nfeval.pipelines.reproduce import equal_time
+
+    def twice_as_slow(base, cand, pairs, burst, warmup):
+        return StepRatio(2.0, 1.9, 2.1, 0.95, pairs, burst, warmup, (2.0,) * pairs, 0.01, 0.02)
+
+    out = str(tmp_path_factory.mktemp("untuned") / "o")
+    cfg = ReproduceConfig(out=out, scale="smoke", seeds=2, only=("fig2-clm",), tune=False, progress=False)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(equal_time, "measure_step_ratio", twice_as_slow)
+        result = run_reproduce(cfg)
+    return out, result
+
+
+def test_a_twice_slower_candidate_trains_half_the_steps_in_the_same_time(untuned_slow):
+    out, _ = untuned_slow
+    base, cand = (json.load(open(f"{out}/runs/clm-{a}/seed1.json")) for a in ("prenorm", "normformer"))
+    assert (base["budget"]["max_steps"], cand["budget"]["max_steps"]) == (8, 4)
+    assert (base["steps"], cand["steps"]) == (8, 4) and cand["step_ratio"]["ratio"] == 2.0
+    comparisons = json.load(open(f"{out}/experiments/fig2-clm/data.json"))["comparisons"]
+    claim = json.load(open(f"{out}/experiments/fig2-clm/section.json"))["claims"][0]
+    # the equal-time reading: both runs at the end of their own schedules, ratio and CI beside it
+    finals = [[r["final_val_ppl"] for r in c["runs"]] for c in comparisons.values()]
+    assert claim["mean"] == pytest.approx(sum(math.log(b / n) for b, n in finals) / 2, rel=1e-9)
+    assert "paired step-time ratio 2.000 [1.900, 2.100] (+100.0%)" in claim["measured"]
+
+
+def test_no_tune_marks_every_verdict_untuned(untuned_slow):
+    out, result = untuned_slow
+    claims = [c for s in result["sections"] for c in s["claims"]]
+    assert claims and all(c["verdict"].endswith(" (untuned)") for c in claims)
+    text = open(result["report"], encoding="utf-8").read()
+    assert "0.003 for every run (untuned" in text and "**Untuned**" in text
+    assert not os.path.isdir(os.path.join(out, "tune"))
 
 
 def _count_train(monkeypatch) -> list[str]:
@@ -184,8 +369,14 @@ def test_rerun_is_a_noop_and_a_killed_run_resumes(smoke, monkeypatch):
     }
     mtimes = {p: os.path.getmtime(p) for p in weights}
     calls = _count_train(monkeypatch)
+    from nfeval.pipelines.reproduce import equal_time
+    from nfeval.tune import sweep as tune_sweep
+
+    tune_calls: list[str] = []  # the LR tune and the step ratios are reused, not redone
+    monkeypatch.setattr(tune_sweep, "train", _counting(tune_sweep.train, tune_calls))
+    monkeypatch.setattr(equal_time, "measure_step_ratio", None)
     again = run_reproduce(cfg)
-    assert calls == [] and {p: os.path.getmtime(p) for p in weights} == mtimes
+    assert calls == [] and tune_calls == [] and {p: os.path.getmtime(p) for p in weights} == mtimes
     assert [s["claims"] for s in again["sections"]] == [s["claims"] for s in first["sections"]]
 
     # A run killed mid-way: no final weights, no finished record; its section is not finished either.
@@ -230,6 +421,7 @@ def test_killed_invocation_leaves_a_partial_report_and_resumes(tmp_path, monkeyp
         scale="smoke",
         seeds=1,
         only=("fig2-clm", "xiong"),
+        tune=False,
         device="cpu",
         progress=False,
     )
@@ -263,3 +455,26 @@ def _counting(real, calls):
         return real(tcfg, out_dir, resume=resume)
 
     return counting
+
+
+def test_glue_lr_is_chosen_on_one_half_and_scored_on_the_other(tmp_path):
+    from nfeval.glue.points import point_dir
+    from nfeval.glue.predictions import PREDICTIONS
+    from nfeval.pipelines.reproduce.glue_halves import choose, point_scores, present_tasks
+
+    labels = [0, 1] * 4  # even rows all 0, odd rows all 1
+    # lr 1: right on the even (selection) rows only; lr 2: right on the odd (report) rows only
+    preds = {1.0: [0, 0] * 4, 2.0: [1, 1] * 4}
+    for lr, p in preds.items():
+        for seed in (0, 1, 2):
+            folder = point_dir(str(tmp_path), "rte", lr, seed)
+            os.makedirs(folder)
+            splits = {"dev": {"labels": labels, "preds": p}}
+            json.dump({"splits": splits, "epoch": 1}, open(os.path.join(folder, PREDICTIONS), "w"))
+    picked = choose(point_scores(str(tmp_path), "rte", [1.0, 2.0], [0, 1, 2]))
+    assert picked["lr"] == 1.0 and picked["select"] == 1.0  # chosen where the selection half is right
+    assert picked["report"] == [0.0, 0.0, 0.0]  # and scored where it was not: no selection bias
+    (tmp_path / "RTE").mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / "RTE" / name).write_text("index\tsentence1\tsentence2\tlabel\n")
+    assert present_tasks(str(tmp_path)) == ("rte",)

@@ -22,7 +22,15 @@ GPU = {**CPU, "cuda_device": "NVIDIA H100", "cuda_device_count": 8}
 
 
 def make_run(
-    root, name, val, step_time=1.0, tokens_per_step=100, hardware=CPU, extra_lines=(), arch="prenorm"
+    root,
+    name,
+    val,
+    step_time=1.0,
+    tokens_per_step=100,
+    hardware=CPU,
+    extra_lines=(),
+    arch="prenorm",
+    total_steps=None,
 ):
     """Writes a run dir; ``val`` is [(step, flops, val_ppl)], with wall_s = step * step_time and a train
     line at every validation step."""
@@ -57,7 +65,7 @@ def make_run(
         json.dumps(
             {
                 "model": model,
-                "train": {},
+                "train": {"total_steps": total_steps} if total_steps else {},
                 "provenance": {"hardware": hardware},
                 "compute": {"hardware": hardware},
             }
@@ -107,6 +115,42 @@ def test_equal_compute_perplexity_steps_tokens_and_overhead(runs):
     assert (base["steps"], base["tokens"], cand["steps"], cand["tokens"]) == (40, 4000, 30, 3000)
     assert base["step_time_overhead"] == 0.0 and cand["step_time_overhead"] == pytest.approx(0.1)
     assert result["warnings"] == []
+
+
+def test_mid_schedule_equal_time_reading_is_labelled_not_compute_matched(tmp_path, runs):
+    result = compare(list(runs))
+    base, cand = result["runs"]
+    # The old reading is still there: the baseline at 33 s, step 33 of its 40-step schedule ...
+    assert base["at_equal"]["wall_s"]["val_ppl"] == pytest.approx(23.5)
+    # ... and now says that it falls mid-schedule (the candidate is read at the end of its own).
+    assert base["at_equal"]["wall_s"]["schedule_fraction"] == pytest.approx(33 / 40)
+    assert base["at_equal"]["wall_s"]["mid_schedule"] and not cand["at_equal"]["wall_s"]["mid_schedule"]
+    assert result["mid_schedule"] == {"flops": ["base"], "wall_s": ["base"]}
+    text = format_comparison(result)
+    row = next(line for line in text.splitlines() if line.startswith("base "))
+    assert "23.50 (mid-schedule)" in row
+    assert "ppl@time: not compute-matched (mid-schedule): base at step 33 of 40" in text
+
+    # Given the same time with complete schedules (the candidate 1.1x slower gets 1/1.1 of the steps),
+    # both end together: neither is read mid-schedule at equal time (at equal FLOPs the baseline still is).
+    even = make_run(
+        tmp_path,
+        "even",
+        [(12, 120, 30.0), (24, 240, 22.0), (36, 360, 19.0)],
+        step_time=40 / 36,
+        arch="normformer",
+    )
+    matched = compare([runs[0], even])
+    assert matched["mid_schedule"] == {"flops": ["base"], "wall_s": []}
+    assert "ppl@time: not compute-matched" not in format_comparison(matched)
+
+
+def test_a_run_stopped_before_its_schedule_ends_is_mid_schedule(tmp_path, runs):
+    killed = make_run(tmp_path, "killed", [(10, 100, 30.0), (20, 200, 24.0)], total_steps=50)
+    result = compare([runs[0], killed])
+    reading = result["runs"][1]["at_equal"]["wall_s"]
+    assert reading["schedule_fraction"] == pytest.approx(20 / 50) and reading["mid_schedule"]
+    assert result["mid_schedule"]["wall_s"] == ["base", "killed"]
 
 
 def test_candidate_that_never_reaches_target_is_not_reached(tmp_path, runs):

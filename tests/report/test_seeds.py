@@ -65,3 +65,16 @@ def test_unequal_groups_and_bad_specs_are_refused(seed_runs, capsys):
     assert "expected NAME=GLOB" in capsys.readouterr().err
     assert main(["compare", "--group", f"x={seed_runs}/nothing-*"]) == 2
     assert "matches no run directory" in capsys.readouterr().err
+
+
+def test_group_cell_read_mid_schedule_says_so(seed_runs, tmp_path):
+    from nfeval.report.seeds import format_groups
+
+    for i in range(3):  # a group stopping at 30 of the others' 40 steps: they are read mid-schedule
+        make_run(tmp_path, f"short-s{i}", [(10, 100, 30.0), (30, 300, 18.0)], arch="normformer")
+    groups = parse_groups([f"prenorm={seed_runs}/pre-s*", f"short={tmp_path}/short-s*"])
+    result = compare_groups(groups)
+    base, short = result["groups"]
+    assert base["mid_schedule"] == {"flops": 3, "wall_s": 3} and short["mid_schedule"]["wall_s"] == 0
+    text = format_groups(result)
+    assert "(mid-schedule 3/3)" in text and "not compute-matched (mid-schedule)" in text

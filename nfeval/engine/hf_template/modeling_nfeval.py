@@ -1,4 +1,4 @@
-"""Hugging Face wrapper of an nfeval Transformer (Pre-LN, Post-LN or NormFormer), for remote code.
+"""Hugging Face wrapper of an nfeval Transformer (any architecture of ``ModelConfig``), for remote code.
 
 ``nfeval export-hf`` copies this file into the exported directory beside ``nfeval_model.py`` and
 ``nfeval_config.py``, which are nfeval's own ``engine/model.py`` and ``engine/config.py`` with their

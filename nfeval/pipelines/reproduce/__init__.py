@@ -1,7 +1,10 @@
 """``nfeval reproduce``: the NormFormer paper's tables and figures from one command, at the scale the
 hardware allows, into ``--out``: ``report.md`` + ``report.json`` + PNGs, one section per experiment.
 
-Built from the library functions behind ``nfeval train``, ``compare``, ``zeroshot`` and ``glue``
+Before any comparison run: the LR of every architecture is tuned (``tuning``; ``--no-tune``: one LR,
+every verdict marked untuned) and every run's paired step-time ratio to its baseline fixes its equal-time
+step budget (``equal_time``). Built from the library functions behind ``nfeval tune``, ``train``,
+``compare``, ``zeroshot`` and ``glue``
 (``plan`` lists the experiments and runs as data; ``runner`` trains; ``training_experiments`` and
 ``eval_experiments`` measure; ``verdict`` holds the one decision rule; ``report`` renders). Resumable:
 every run and every section has a record written last, so a rerun with the same ``--out`` skips what
@@ -31,8 +34,8 @@ class ReproduceConfig:
     only: tuple[str, ...] | None = None
     data_dir: str | None = None
     glue_dir: str | None = None
-    glue_tasks: tuple[str, ...] = ("rte",)
-    tune: bool = False  # tune each architecture's LR first (nfeval tune), as the paper's baselines were
+    glue_tasks: tuple[str, ...] | None = None  # None: every task whose files are in glue_dir
+    tune: bool = True  # tune each architecture's LR first (nfeval tune), as the paper's baselines were
     device: str = "auto"
     progress: bool = True
     command: str = "nfeval reproduce"
@@ -58,13 +61,14 @@ class ReproduceConfig:
         if self.glue_dir:
             from ...glue.data import spec
 
-            for task in self.glue_tasks:
+            for task in self.glue_tasks or ():
                 spec(task)
 
 
 def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
     """Returns what every run of one output folder must share (checked on a rerun)."""
-    return {"scale": cfg.scale, "budget": budget, "tune": cfg.tune}
+    steps = "max_steps" in budget
+    return {"scale": cfg.scale, "budget": budget, "tune": cfg.tune, "equal_time": "paired" if steps else None}
 
 
 def check_settings(out: str, current: dict[str, Any]) -> None:
@@ -104,7 +108,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         tokenizer="",
         data_dir=cfg.data_dir,
         glue_dir=cfg.glue_dir,
-        glue_tasks=cfg.glue_tasks,
+        glue_tasks=_glue_tasks(cfg),
         device=cfg.device,
         progress=cfg.progress,
     )
@@ -115,10 +119,15 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size)
+    keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
     if cfg.tune:
         from .tuning import run_tune
 
-        ctx.tune_files = run_tune(ctx)
+        ctx.tune_files = run_tune(ctx, keys)
+    if "max_steps" in budget:
+        from .equal_time import measure_ratios
+
+        ctx.step_ratios = measure_ratios(ctx, keys)
     log(
         f"output folder {os.path.abspath(cfg.out)}; scale {scale.name}; {ctx.budget_text()}; "
         f"{ctx.seeds} seed(s)"
@@ -132,10 +141,20 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     return {"report": path, "sections": done}
 
 
+def _glue_tasks(cfg: ReproduceConfig) -> tuple[str, ...]:
+    """Returns the GLUE tasks to run: the given ones, else every task whose files are in --glue-dir."""
+    from .glue_halves import present_tasks
+
+    return cfg.glue_tasks or (present_tasks(cfg.glue_dir) if cfg.glue_dir else ())
+
+
 def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:
     from ... import __version__
     from ...base.artifacts import git_hash
+    from .equal_time import equal_time_rows
+    from .tuning import tuning_rows
 
+    tune_rows, tune_warnings = tuning_rows(ctx)
     return {
         "version": __version__,
         "git": git_hash(),
@@ -148,15 +167,22 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:
         "wall_min": (time.time() - start) / 60,
         # a shared machine slows every run; time budgets then buy fewer steps (see each run's steps)
         "load_average": round(os.getloadavg()[0], 1),
+        "tuned": bool(ctx.tune_files),
+        "tuning": tune_rows,
+        "equal_time": equal_time_rows(ctx),
+        "step_ratios": ctx.step_ratios,
+        "warnings": tune_warnings,
     }
 
 
 def lr_text(ctx: Context) -> str:
     """Returns where the runs' learning rates came from, in words."""
-    from .plan import RUNS
-    from .runner import preset_name, train_config
-
     if not ctx.tune_files:
-        return f"{ctx.scale.lr:g} for every run (untuned; --tune tunes each architecture first)"
-    lrs = {preset_name(ctx, k): train_config(ctx, k, 1).lr for k in RUNS}
-    return "tuned per preset by nfeval tune: " + ", ".join(f"{p} {lr:g}" for p, lr in lrs.items())
+        return f"{ctx.scale.lr:g} for every run (untuned: --no-tune; every verdict is marked untuned)"
+    best = [
+        f"{objective} {preset} {s['best_lr']:g}"
+        for objective, path in ctx.tune_files.items()
+        for preset, s in load_json(path)["presets"].items()
+        if s["best_lr"] is not None
+    ]
+    return "tuned per preset by nfeval tune (grid below): " + ", ".join(best)

@@ -2,25 +2,23 @@
 
 Each analysis is the command itself, run through its own parser, writing its PNG and JSON under
 ``<out>/experiments/fig3-5/``; a finished analysis (its PNG, written after its JSON) is not redone.
-Gradients are measured on each finished run at the end of its budget (the paper averages updates
-950–1000 of a long run; ``nfeval train --grad-stats`` records such a window when a run is that long);
-the stability test trains its own short runs from each preset's initialisation, as the command does.
+Figures 3 and 7 read the gradients the runs recorded while training (``gradient_experiment``). The
+stability test trains its own short runs from each preset's initialisation on the compared runs' own
+model config (the scale's overrides) and tokenizer, in the lowest autocast precision of the device.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import os
 from typing import Any
 
 from ...engine.config import load_json
 from . import verdict
-from .plan import RUNS
 from .runner import Context, log, run_dir
 
-ARCH_LABELS = {"postnorm": "Post-LN", "prenorm": "Pre-LN", "normformer": "NormFormer"}
-KIND = "fc2"  # the paper's Figure 3 parameter: the second FFN weight
+STABILITY_ARCHS = ("prenorm", "normformer", "normformer-resscale", "postnorm")
 
 
 def available() -> bool:
@@ -56,166 +54,111 @@ def _named_links(ctx: Context, keys: tuple[str, ...], seed: int) -> list[str]:
     return links
 
 
-def grads(ctx: Context, keys: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
-    """Returns {run key: [per-layer mean |grad| of fc2, one list per seed]} (Figure 3), per seed."""
-    folder = os.path.join(ctx.out, "experiments", "fig3-5")
+def stability(ctx: Context) -> dict[str, Any]:
+    """Runs the increasing-LR stability test (Figure 5) on STABILITY_ARCHS at the runs' own model config
+    and tokenizer, in the device's lowest autocast precision; returns its JSON."""
+    import torch
+
+    from ...analysis.stability import lowest_precision
+
     s = ctx.scale
-    out: dict[str, list[list[float]]] = {k: [] for k in keys}
-    for seed in ctx.seed_values:
-        links = _named_links(ctx, keys, seed)
-        if not links:
-            continue
-        argv = ["grads", *(a for link in links for a in ("--ckpt", link)), "--kind", KIND]
-        argv += ["--batches", str(s.grad_batches), "--batch-size", str(s.batch_size)]
-        argv += ["--seq-len", str(s.seq_len), "--seed", str(seed)]
-        if "clm-prenorm" in {os.path.basename(x) for x in links}:
-            argv += ["--baseline", "clm-prenorm"]
-        result = analyze(argv, os.path.join(folder, f"fig3_grads_seed{seed}.png"))
-        for model in result["models"]:
-            out[model["name"]].append(model["values"][KIND])
-    return out
+    device = ctx.device if ctx.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    precision = lowest_precision(device)
+    argv = ["stability", *(a for arch in STABILITY_ARCHS for a in ("--preset", f"{arch}-{s.size}"))]
+    argv += ["--seeds", str(ctx.seeds), "--updates", str(s.stability_updates)]
+    argv += ["--batch-size", str(s.stability_batch[0]), "--seq-len", str(s.stability_batch[1])]
+    argv += ["--tokenizer", ctx.tokenizer, "--autocast", precision, "--device", device]
+    argv += [a for k, v in s.model.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    name = f"fig5_stability_{precision}_seeds{ctx.seeds}.png"
+    return analyze(argv, os.path.join(ctx.out, "experiments", "fig3-5", name))
 
 
-def _first_over_last(values: list[float]) -> float:
-    return math.log(values[0] / values[-1])
+def _layer0(r: dict[str, Any]) -> str:
+    by_layer = r["attn_logit_max_by_layer"]
+    return "overflow" if not by_layer or by_layer[0] is None else f"{by_layer[0]:.4g}"
 
 
-def grad_claims(per_run: dict[str, list[list[float]]]) -> tuple[list[dict], list[list[str]]]:
-    """Returns (claims, table rows) for Figure 3 from each run's per-seed fc2 values by layer."""
-    rows = []
-    for key, seeds in per_run.items():
-        layers = list(zip(*seeds)) if seeds else []
-        rows.append(
-            [RUNS[key].label, *(verdict.fmt_mean_std([1e3 * v for v in layer], 3) for layer in layers)]
-        )
-    ratio = {k: [_first_over_last(v) for v in seeds] for k, seeds in per_run.items()}
-    claims = []
-    if ratio.get("clm-prenorm"):
-        claims.append(
-            {
-                "claim": "Pre-LN: the first layer's fc2 gets a larger gradient than the last layer's",
-                "measured": f"log(first/last) {verdict.fmt_mean_std(ratio['clm-prenorm'], 3)}",
-                **verdict.decide(ratio["clm-prenorm"]),
-            }
-        )
-    if ratio.get("clm-postnorm"):
-        post = [-r for r in ratio["clm-postnorm"]]
-        claims.append(
-            {
-                "claim": "Post-LN: the last layer's fc2 gets a larger gradient than the first layer's",
-                "measured": f"log(last/first) {verdict.fmt_mean_std(post, 3)}",
-                **verdict.decide(post),
-            }
-        )
-    if ratio.get("clm-prenorm") and ratio.get("clm-normformer"):
-        gap = [abs(p) - abs(n) for p, n in zip(ratio["clm-prenorm"], ratio["clm-normformer"])]
-        claims.append(
-            {
-                "claim": "NormFormer's first and last layers' fc2 gradients are closer than Pre-LN's",
-                "measured": f"|log(first/last)| Pre-LN minus NormFormer {verdict.fmt_mean_std(gap, 3)}",
-                **verdict.decide(gap),
-            }
-        )
-    return claims, rows
-
-
-def stability(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
-    """Runs the increasing-LR stability test (Figure 5) on the presets of ``keys``; returns its JSON."""
-    s = ctx.scale
-    presets = [f"{RUNS[k].arch}-{s.size}" for k in keys]
-    argv = ["stability", *(a for p in presets for a in ("--preset", p)), "--seeds", str(ctx.seeds)]
-    argv += ["--updates", str(s.stability_updates), "--batch-size", str(s.stability_batch[0])]
-    argv += ["--seq-len", str(s.stability_batch[1])]
-    return analyze(
-        argv, os.path.join(ctx.out, "experiments", "fig3-5", f"fig5_stability_seeds{ctx.seeds}.png")
-    )
-
-
-def stability_parts(
-    result: dict[str, Any], keys: tuple[str, ...], size: str
-) -> tuple[list[dict], list[list]]:
-    """Returns (claims, table rows) of the stability test."""
-    name = {k: f"{RUNS[k].arch}-{size}" for k in keys}
+def stability_parts(result: dict[str, Any], size: str) -> tuple[list[dict], list[list]]:
+    """Returns (claims, table rows) of the stability test; the Post-LN comparison is an extra."""
+    name = {arch: f"{arch}-{size}" for arch in STABILITY_ARCHS}
     rows = [
         [
-            r["preset"],
+            r["preset"] + (" (extra)" if r["preset"] == name["postnorm"] else ""),
             f"{r['survived_mean']:.1f} ± {r['survived_std']:.1f}",
             f"{r['survived_all']} of {r['seeds']}",
             "–" if r["lr_at_divergence_mean"] is None else f"{r['lr_at_divergence_mean']:.3g}",
-            "–" if r["attn_logit_max"] is None else f"{r['attn_logit_max']:.3g}",
+            _layer0(r),
+            "–" if r["attn_logit_max"] is None else f"{r['attn_logit_max']:.4g}",
             str(r["fp16_overflow_seeds"]),
         ]
         for r in result["summary"]
     ]
-    survived = {k: [run["survived"] for run in result["runs"][name[k]]] for k in keys}
+    survived = {arch: [run["survived"] for run in result["runs"][name[arch]]] for arch in STABILITY_ARCHS}
     updates = result["settings"]["updates"]
-    claims = []
-    for other in ("clm-prenorm", "clm-postnorm"):
-        if other in keys and "clm-normformer" in keys:
-            diffs = [n - o for n, o in zip(survived["clm-normformer"], survived[other])]
-            claims.append(
-                {
-                    "claim": "NormFormer survives more updates of the rising LR than "
-                    f"{ARCH_LABELS[RUNS[other].arch]}",
-                    "measured": f"{verdict.fmt_mean_std(survived['clm-normformer'], 1)} vs "
-                    f"{verdict.fmt_mean_std(survived[other], 1)} of {updates} updates",
-                    **verdict.decide(diffs),
-                }
-            )
+
+    def more(a: str, b: str, text: str) -> dict[str, Any]:
+        return {
+            "claim": text,
+            "measured": f"{verdict.fmt_mean_std(survived[a], 1)} vs {verdict.fmt_mean_std(survived[b], 1)} "
+            f"of {updates} updates",
+            **verdict.decide([x - y for x, y in zip(survived[a], survived[b])]),
+        }
+
+    claims = [
+        more("normformer", "prenorm", "NormFormer survives more updates of the rising LR than Pre-LN"),
+        more("normformer", "normformer-resscale", "λresid reduces NormFormer's stability gain"),
+        more(
+            "normformer",
+            "postnorm",
+            "extra, not the paper's claim: NormFormer survives more updates of the rising LR than Post-LN",
+        ),
+    ]
     return claims, rows
 
 
 def figures_3_to_5(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
-    """Figures 3–5: returns the section parts (gradient table, gains, stability table, claims, PNGs)."""
+    """Figures 3, 4, 5 and 7: returns the section parts (tables, claims, PNGs, notes, data)."""
+    from .gradient_experiment import gradient_parts
+
     if not available():
         return {
             "status": "not available in this build",
             "notes": ["`nfeval analyze` is not part of this build."],
         }
     folder = os.path.join(ctx.out, "experiments", "fig3-5")
-    per_run = grads(ctx, keys)
-    claims, grad_rows = grad_claims(per_run)
-    n_layer = max((len(v[0]) for v in per_run.values() if v), default=0)
-    tables = [
-        {
-            "title": "Figure 3: mean |∂L/∂W| of fc2 by layer (×1e-3), end of training, mean ± std over seeds",
-            "columns": ["run", *(f"layer {i}" for i in range(n_layer))],
-            "rows": grad_rows,
-        }
-    ]
-    figures = [os.path.join(folder, f"fig3_grads_seed{ctx.seed_values[0]}.png")]
-    gains_table = _gains_table(ctx, os.path.join(folder, "fig4_gains.png"), n_layer)
-    if gains_table:
-        tables.append(gains_table)
+    parts = gradient_parts(ctx, keys, folder)
+    tables, claims, figures = parts["tables"], parts["claims"], parts["figures"]
+    n_layer = max(
+        (len(v) for seeds in parts["data"].get("fig3_early", {}).values() for v in seeds), default=0
+    )
+    gains = _gains_table(ctx, os.path.join(folder, "fig4_gains.png"), n_layer)
+    if gains:
+        tables.append(gains)
         figures.append(os.path.join(folder, "fig4_gains.png"))
-    result = stability(ctx, keys)
-    stab_claims, stab_rows = stability_parts(result, keys, ctx.scale.size)
+    result = stability(ctx)
+    stab_claims, stab_rows = stability_parts(result, ctx.scale.size)
     claims += stab_claims
-    columns = [
-        "preset",
-        "updates survived",
-        "survived all",
-        "LR at divergence",
-        "max |q·k|/√d",
-        "fp16 overflow (seeds)",
-    ]
+    columns = ["preset", "updates survived", "survived all", "LR at divergence"]
+    columns += ["layer-0 max |q·k|/√d", "max |q·k|/√d (all layers)", "above fp16's 65504 (seeds)"]
+    st = result["settings"]
     tables.append(
         {
-            "title": f"Figure 5: LR rising geometrically from {result['settings']['lr_start']:g} to "
-            f"{result['settings']['lr_end']:g} over {result['settings']['updates']} updates",
+            "title": f"Figure 5: LR rising geometrically from {st['lr_start']:g} to {st['lr_end']:g} over "
+            f"{st['updates']} updates, {st['autocast']} autocast on {st['device']}, the runs' model config",
             "columns": columns,
             "rows": stab_rows,
         }
     )
-    figures.append(os.path.join(folder, f"fig5_stability_seeds{ctx.seeds}.png"))
-    notes = ["Figure 4's gains are reported without a verdict: the paper describes them, it states no test."]
-    return {
-        "tables": tables,
-        "claims": claims,
-        "figures": figures,
-        "notes": notes,
-        "data": {"grads": per_run, "stability": result["summary"]},
-    }
+    figures.append(os.path.join(folder, f"fig5_stability_{st['autocast']}_seeds{ctx.seeds}.png"))
+    notes = parts["notes"] + [
+        "Figure 4's gains are reported without a verdict: the paper describes them, it states no test.",
+        f"Figure 5 runs in {st['autocast']} autocast (the lowest precision torch runs on {st['device']}; the "
+        "paper trained in fp16, where q·k overflows first in layer 0): the layer-0 column is the "
+        "largest logit, to set against fp16's largest finite number 65504. The Post-LN row is an extra: "
+        "the paper's Figure 5 compares Pre-LN, NormFormer and NormFormer with λresid.",
+    ]
+    data = {**parts["data"], "stability": result["summary"]}
+    return {"tables": tables, "claims": claims, "figures": figures, "notes": notes, "data": data}
 
 
 def _gains_table(ctx: Context, png: str, n_layer: int) -> dict[str, Any] | None:
@@ -238,4 +181,33 @@ def _gains_table(ctx: Context, png: str, n_layer: int) -> dict[str, Any] | None:
         "title": "Figure 4: NormFormer's learned gains by layer (seed 1)",
         "columns": ["gain", *(f"layer {i}" for i in range(n_layer))],
         "rows": rows,
+    }
+
+
+def figure_6(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Figure 6: the ResScale runs' learned λresid by layer (first seed), with the other gains."""
+    folder = os.path.join(ctx.out, "experiments", "fig6")
+    per_seed = []
+    for seed in ctx.seed_values:
+        links = _named_links(ctx, keys, seed)
+        if links:
+            result = analyze(["gains", links[0]], os.path.join(folder, f"gains_seed{seed}.png"))
+            per_seed.append(result["models"][0]["gains"]["resid_gain_mean"])
+    if not per_seed:
+        return {"notes": ["no finished ResScale run"]}
+    n_layer = len(per_seed[0])
+    rows = [["mean λresid", *(verdict.fmt_mean_std(list(v), 3) for v in zip(*per_seed))]]
+    png = os.path.join(folder, f"gains_seed{ctx.seed_values[0]}.png")  # λresid, the other gains, heads
+    return {
+        "tables": [
+            {
+                "title": "Figure 6: mean λresid by layer, mean ± std over seeds",
+                "columns": ["gain", *(f"layer {i}" for i in range(n_layer))],
+                "rows": rows,
+            }
+        ],
+        "claims": [],
+        "figures": [png],
+        "notes": ["Reported without a verdict: the paper describes Figure 6, it states no test."],
+        "data": {"resid_gain_mean": per_seed},
     }

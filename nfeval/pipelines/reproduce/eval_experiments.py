@@ -118,59 +118,105 @@ def _zeroshot_claim(scores: dict[str, list[dict]], base: str, cand: str, t: str)
 
 
 def glue(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
-    """Table 3: the GLUE seven-learning-rate sweep on each masked LM (seed 1); returns section parts."""
-    from ...glue import data as glue_data
+    """Table 3: each masked LM (pre-training seed 1) fine-tuned on every task of ``ctx.glue_tasks`` at
+    every LR of the grid and ``Scale.glue_seeds`` fine-tuning seeds; the LR chosen on one half of dev,
+    scores reported on the other (``glue_halves``); returns the section parts."""
     from ...glue.metrics import MAIN_METRIC
-    from ...glue.sweep import DEFAULT_LRS, Recipe, sweep
+    from ...glue.sweep import DEFAULT_LRS
 
     if not ctx.glue_dir:
         return {"notes": ["GLUE skipped: no --glue-dir (pass the GLUE TSV folder, e.g. ../shared/data/glue)"]}
-    lrs = DEFAULT_LRS if ctx.scale.size not in ("tiny", "small") else SMALL_MODEL_GLUE_LRS
-    seed = ctx.seed_values[0]
-    results = {}
+    s = ctx.scale
+    lrs = list(s.glue_lrs or (DEFAULT_LRS if s.size not in ("tiny", "small") else SMALL_MODEL_GLUE_LRS))
+    seeds = list(range(s.glue_seeds))  # nfeval glue numbers fine-tuning seeds from 0
+    tasks = list(ctx.glue_tasks)
+    chosen, sizes = {}, {}
     for key in keys:
-        directory = run_dir(ctx, key, seed)
-        fingerprint = read_config(directory)[1]["fingerprint"]
-        out = os.path.join(ctx.out, "experiments", "fig2-mlm", "glue", f"{key}-{fingerprint[:12]}")
-        log(f"GLUE {key}: {', '.join(ctx.glue_tasks)} × {len(lrs)} learning rates")
-        recipe = Recipe(epochs=ctx.scale.glue_epochs, max_len=ctx.scale.seq_len)
-        device = None if ctx.device == "auto" else ctx.device
-        results[key] = sweep(
-            directory,
-            tasks=list(ctx.glue_tasks),
-            lrs=list(lrs),
-            out_dir=out,
-            glue_dir=ctx.glue_dir,
-            recipe=recipe,
-            device=device,
-            progress=ctx.progress,
-        )
+        chosen[key], sizes = _sweep_halves(ctx, key, tasks, lrs, seeds)
     base, cand = keys
-    rows, claims = [], []
-    for key in keys:
-        tasks = results[key]["tasks"]
-        rows.append(
-            [RUNS[key].label]
-            + [f"{tasks[t]['score']:.4f} @ lr {tasks[t]['best_lr']:g}" for t in ctx.glue_tasks]
-        )
-    for t in ctx.glue_tasks:
-        b, c = (results[k]["tasks"][t]["score"] for k in keys)
+    rows = [
+        [RUNS[k].label]
+        + [f"{verdict.fmt_mean_std(chosen[k][t]['report'], 4)} @ lr {chosen[k][t]['lr']:g}" for t in tasks]
+        + [verdict.fmt_mean_std(_average(chosen[k], tasks), 4)]
+        for k in keys
+    ]
+    claims = []
+    for t in tasks:
+        b, c = chosen[base][t]["report"], chosen[cand][t]["report"]
         se = 0.0
-        if MAIN_METRIC[t] == "accuracy":  # binomial SE of a dev-set accuracy difference
-            n = min(len(s) for s in glue_data.load(t, ctx.glue_dir).dev.values())
-            se = math.sqrt((b * (1 - b) + c * (1 - c)) / n)
+        if MAIN_METRIC[t] == "accuracy":  # the report half's binomial SE of an accuracy difference
+            pb, pc = statistics.fmean(b), statistics.fmean(c)
+            se = math.sqrt((pb * (1 - pb) + pc * (1 - pc)) / sizes[t])
         claims.append(
             {
-                "claim": f"{RUNS[cand].label} fine-tunes better on {t} than {RUNS[base].label} "
-                f"(best of {len(lrs)} LRs)",
-                "measured": f"{c:.4f} vs {b:.4f}"
+                "claim": f"{RUNS[cand].label} fine-tunes better on {t} than {RUNS[base].label} (LR chosen "
+                "on the other half of dev)",
+                "measured": f"{verdict.fmt_mean_std(c, 4)} vs {verdict.fmt_mean_std(b, 4)} over "
+                f"{len(seeds)} fine-tuning seeds"
                 + (f"; binomial SE of the difference {se:.4f}" if se else ""),
-                **verdict.decide([c - b], measurement_se=se),
+                **verdict.decide([y - x for x, y in zip(b, c)], measurement_se=se),
             }
         )
-    columns = ["masked LM (seed 1)"] + [f"{t} ({MAIN_METRIC[t]})" for t in ctx.glue_tasks]
+    if len(tasks) > 1:
+        diffs = [y - x for x, y in zip(_average(chosen[base], tasks), _average(chosen[cand], tasks))]
+        claims.append(
+            {
+                "claim": f"{RUNS[cand].label} has the higher GLUE average ({len(tasks)} tasks)",
+                "measured": f"average difference {verdict.fmt_mean_std(diffs, 4)}",
+                **verdict.decide(diffs),
+            }
+        )
+    columns = ["masked LM (pre-training seed 1)"] + [f"{t} ({MAIN_METRIC[t]})" for t in tasks] + ["average"]
+    notes = [
+        f"GLUE: {len(lrs)} LRs × {len(seeds)} fine-tuning seeds, {s.glue_epochs} epoch(s), the last epoch "
+        "scored; the LR is chosen on the even dev rows (mean over seeds) and scores are the odd rows', "
+        "mean ± std over seeds, so the reported score is not the one that chose the LR.",
+    ]
     return {
-        "tables": [{"title": f"GLUE, {len(lrs)}-LR sweep", "columns": columns, "rows": rows}],
+        "tables": [
+            {"title": f"GLUE, {len(lrs)}-LR sweep, report half of dev", "columns": columns, "rows": rows}
+        ],
         "claims": claims,
-        "data": {"glue": results},
+        "notes": notes,
+        "data": {"glue": chosen},
     }
+
+
+def _sweep_halves(
+    ctx: Context, key: str, tasks: list[str], lrs: list[float], seeds: list[int]
+) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """Runs (or resumes) run ``key``'s GLUE sweep; returns ({task: glue_halves.choose(...)}, {task:
+    report-half size})."""
+    from ...glue import predictions as glue_predictions
+    from ...glue.points import point_dir
+    from ...glue.recipe import Recipe
+    from ...glue.sweep import sweep
+    from . import glue_halves
+
+    s = ctx.scale
+    directory = run_dir(ctx, key, ctx.seed_values[0])
+    fingerprint = read_config(directory)[1]["fingerprint"]
+    out = os.path.join(ctx.out, "experiments", "fig2-mlm", "glue", f"{key}-{fingerprint[:12]}")
+    log(f"GLUE {key}: {', '.join(tasks)} × {len(lrs)} learning rates × {len(seeds)} seeds")
+    sweep(
+        directory,
+        tasks=tasks,
+        lrs=lrs,
+        seeds=len(seeds),
+        out_dir=out,
+        glue_dir=ctx.glue_dir,
+        recipe=Recipe(epochs=s.glue_epochs, max_len=s.seq_len, select="last_epoch"),
+        device=None if ctx.device == "auto" else ctx.device,
+        progress=ctx.progress,
+    )
+    chosen = {t: glue_halves.choose(glue_halves.point_scores(out, t, lrs, seeds)) for t in tasks}
+    sizes = {
+        t: glue_halves.report_size(glue_predictions.read(point_dir(out, t, lrs[0], seeds[0]))["splits"])
+        for t in tasks
+    }
+    return chosen, sizes
+
+
+def _average(per_task: dict[str, dict[str, Any]], tasks: list[str]) -> list[float]:
+    """Returns each seed's mean report-half score over ``tasks``."""
+    return [statistics.fmean(scores) for scores in zip(*(per_task[t]["report"] for t in tasks))]

@@ -6,14 +6,23 @@ Runs are shared between experiments: the Pre-LN and NormFormer causal LMs of Fig
 baseline and the full model of Table 4 and the warm-up runs of the Xiong et al. check, so every run of
 one output folder has the same budget and recipe, and differs from the others only where its row says.
 
-Budgets are in steps (the same tokens for every run), and ``nfeval compare`` matches the runs at equal
-FLOPs and at equal measured wall-clock afterwards. A time budget (``--minutes``) is the paper's protocol
-but fixes each run's step count from a calibration of its step time: on a machine whose load changes
-(a shared CPU) that gives runs of one comparison very different step counts, so it is opt-in.
+Equal time, fixed before training (the paper's protocol: the same GPU time for every model, each with
+its complete LR schedule). The Pre-LN baseline of each objective gets the scale's S steps; before any
+training, every other run's step-time ratio to it is measured *paired* (``engine.step_ratio``:
+interleaved bursts of both in one process, so machine load cancels) and the run gets S ÷ ratio steps.
+Every run then ends in the baseline's time on its own decayed schedule, and the equal-time readings are
+the runs' final perplexities. The ratios, with their confidence intervals, are measured once per output
+folder (``<out>/step_ratios.json``) and reused by every seed and section. A time budget (``--minutes``)
+instead calibrates each run's step count on its own, which on a machine whose load changes (a shared
+CPU) gives the runs of one comparison unequal time; it is opt-in.
+
+Learning rates are tuned per architecture before the comparison runs (``tuning``; ``--no-tune`` trains
+every run at the scale's ``lr`` and marks every verdict untuned).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +49,16 @@ class Scale:
     cloze_items: int = 500
     zeroshot_limit: int | None = 500
     glue_epochs: int = 3
-    grad_batches: int = 4  # batches averaged by `nfeval analyze grads` (Figure 3)
+    glue_seeds: int = 3  # fine-tuning seeds at every GLUE point (Table 3)
+    glue_lrs: tuple[float, ...] | None = None  # None: eval_experiments' grid for the size
     stability_updates: int = 200  # updates of the rising-LR stability test (Figure 5) ...
     stability_batch: tuple[int, int] = (8, 128)  # ... on batches of (sequences, tokens)
-    tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # --tune's grid (nfeval tune --lrs)
-    tune_budget: str = "steps=300"  # --tune's budget per point (nfeval tune --budget)
+    tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # the LR grid of the tune (nfeval tune --lrs)
+    tune_budget: str = "steps=300"  # the tune's budget per point (nfeval tune --budget)
+    # the paired step-time ratio of each run to its baseline (engine.step_ratio.measure_step_ratio)
+    ratio_pairs: int = 20
+    ratio_burst: int = 3  # steps of each run per burst
+    ratio_warmup: int = 3  # untimed steps of each before the first pair
     # fairseq's transformer_lm positions (sinusoidal, sqrt(d) embedding scale): defined at every
     # position, so zero-shot items longer than the training blocks still fit the window.
     model: dict[str, Any] = field(
@@ -55,6 +69,11 @@ class Scale:
     # torch CPU threads (None: torch's default). Tiny models run fastest on one thread, by far on a
     # busy machine (measured 0.17 s vs 1.3 s a step at 2 threads with the machine's load at 6).
     threads: int | None = None
+    # Figures 3 and 7: every run records per-layer gradients over these updates (TrainConfig.grad_stats),
+    # from the first (init) to the end of Figure 7's window: the paper's updates 950–1000 after 750
+    # warm-up updates, at the same place relative to this scale's warm-up (50 steps: 63–67).
+    grad_stats: str | None = "1:67"
+    fig7_window: tuple[int, int] = (63, 67)
 
 
 SCALES: dict[str, Scale] = {
@@ -75,21 +94,32 @@ SCALES: dict[str, Scale] = {
         cloze_items=8,
         zeroshot_limit=2,
         glue_epochs=1,
-        grad_batches=1,
+        glue_lrs=(1e-3, 3e-3),
         stability_updates=6,
         stability_batch=(2, 16),
         tune_lrs=(1e-3, 3e-3),
         tune_budget="steps=4",
+        ratio_pairs=4,
+        ratio_burst=1,
+        ratio_warmup=1,
         model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 256},
+        grad_stats="1:8",
+        fig7_window=(6, 8),
     ),
-    # 11 runs x 3 seeds x 1000 steps (one thread: ~0.015 s a step on a quiet 2-core CPU, ~0.04 s on a
-    # loaded one) + start-up, evaluation and analyses: ~15 min quiet, ~35 min on a busy machine
+    # 6 layers (the depth claims of Figures 3 and 7 need more than a first and a last layer) of the tiny
+    # width. The headline claims (Figure 2 CLM, Figure 3's Pre-LN pattern, Table 4's baseline vs
+    # NormFormer) read the Pre-LN, NormFormer and Post-LN runs only: `--only fig2-clm,fig3-5` is 3 runs
+    # x 3 seeds x 1000 steps. A step took 0.26 s at 6 layers vs 0.13 s at 2 (measured once, one thread,
+    # with the 2-core machine's load at 10: noise; ~0.03 s expected quiet): ~40 min loaded, ~5 quiet, plus
+    # evaluation, inside 90 minutes. The whole plan (30 runs x 3 seeds) takes hours on a loaded machine.
+    # Before the runs: the LR tune (each preset x 4 LRs x 300 steps) and the paired step ratios.
     "tiny": Scale(
         "tiny",
         "tiny",
         budget={"max_steps": 1000},
         seeds=3,
         threads=1,
+        model={"positions": "sinusoidal", "scale_embedding": True, "max_seq_len": 1024, "n_layer": 6},
         # small batches: more updates per second, which is what a CPU can buy
         batch_size=4,
         eval_interval=50,
@@ -126,37 +156,135 @@ SCALES: dict[str, Scale] = {
         model={"dropout": 0.1, "attn_dropout": 0.1},
         dtype="bf16",
         needs_gpu=True,
+        grad_stats="1:1000",  # the paper's run: 750 warm-up updates of 572k
+        fig7_window=(950, 1000),
     ),
 }
 PUBLIC_SCALES = ("tiny", "small", "125M")
 
+# Which claims a scale can decide, from the per-seed spreads of the 2-layer tiny report (2026-11, 3
+# seeds, docs/reproduce_tiny) and verdict.seeds_needed; a 6-layer rerun updates the spreads.
+POWER_NOTES = {
+    "tiny": "From the 2-layer tiny report's spreads: Figure 2 CLM at equal FLOPs (0.20 ± 0.05 log-PPL, "
+    "MDE 0.16 at 3 seeds), Figure 3's Pre-LN pattern (0.86 ± 0.14, MDE 0.44) and Table 4's baseline vs "
+    "NormFormer (Figure 2's pair) are decided at 3 seeds, and `--only fig2-clm,fig3-5` fits in 90 minutes "
+    "on 2 cores; equal wall-clock (0.77 ± 0.36) needs about 5 seeds (or a paired step-time budget). Not "
+    "decidable here: − post-attn LN (the paper's 0.013 log-PPL at 125M against a 0.034 spread: ~57 seeds), "
+    "− HeadScale after out_proj (gains cancelled by the next LayerNorm), Figure 5's ordering (± 16 updates: "
+    "~100 seeds; and no fp16 overflow on a CPU, the paper's mechanism), Post-LN warm-up (~13 seeds), the "
+    "masked LM, and GLUE (binomial SE ~0.06 on half of RTE's 277 dev rows, against the paper's 1–2 "
+    "points). The removals, Table 5's per-setting gaps and GLUE need the paper's 125M scale on GPUs.",
+}
+
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: objective, architecture preset, model-flag overrides, warm-up override."""
+    """One training run: objective, architecture preset, model-flag overrides, warm-up override, and
+    the Table 4/5 variations resolved against the scale by ``run_overrides``."""
 
     objective: str  # clm | mlm
     arch: str  # engine.config.ARCHITECTURES key
     model: dict[str, Any] = field(default_factory=dict)
     warmup: float | None = None  # None: the scale's; 0: no warm-up (the LR starts at its peak)
     label: str = ""
+    setting: str | None = None  # a TABLE5_SETTINGS key: TrainConfig changes of Table 5
+    widen_to_match: str | None = None  # an architecture whose parameter count the width matches
 
 
-# Table 4's ablations are the NormFormer preset with exactly one fairseq flag changed.
+# Table 5's settings, each a function of the scale returning TrainConfig changes ("lr_factor" scales
+# the run's LR, tuned or not). The paper's text was not reachable when this was written: "longer
+# warm-up", "GPT-3 settings" and "gradient clipping" are the issue's words; GPT-3's 125M recipe
+# (Brown et al. 2020, Table 2.1 and appendix B: LR 6e-4, Adam β2 0.95, clip 1.0, weight decay 0.1) is
+# expressed against fairseq's NormFormer recipe (LR 3e-3, β2 0.98, no clipping, weight decay 0.01);
+# the LR rows are fairseq's README baselines (6e-4 GPT-3, 1e-3 "stronger high-lr"; 3e-3 NormFormer).
+TABLE5_SETTINGS: dict[str, tuple[str, Callable[[Scale], dict[str, Any]]]] = {  # key: (label, changes)
+    "recipe": ("the scale's recipe", lambda s: {}),
+    "warmup4x": ("longer warm-up (4x)", lambda s: {"warmup": 4 * s.warmup}),
+    "gpt3": (
+        "GPT-3 settings (LR ÷ 5, β2 0.95, clip 1.0, weight decay 0.1)",
+        lambda s: {"lr_factor": 0.2, "beta2": 0.95, "clip_grad": 1.0, "weight_decay": 0.1},
+    ),
+    "clip1": ("gradient clipping 1.0", lambda s: {"clip_grad": 1.0}),
+    "clip0.1": ("gradient clipping 0.1", lambda s: {"clip_grad": 0.1}),
+    "lr-third": ("LR ÷ 3 (fairseq's high-LR baseline)", lambda s: {"lr_factor": 1 / 3}),
+    "lr2x": ("LR x 2", lambda s: {"lr_factor": 2.0}),
+}
+# {setting: (Pre-LN run, NormFormer run)}; the recipe's runs are Figure 2's
+TABLE5 = {
+    name: ("clm-prenorm", "clm-normformer")
+    if name == "recipe"
+    else (f"clm-prenorm-{name}", f"clm-normformer-{name}")
+    for name in TABLE5_SETTINGS
+}
+
+# Table 4's ablations are the NormFormer preset with exactly one fairseq flag changed; its controls add
+# an op a ModelConfig field defines (a row whose fields a build lacks is listed as not run, see
+# ``available``).
 RUNS: dict[str, RunSpec] = {
     "clm-prenorm": RunSpec("clm", "prenorm", label="Pre-LN baseline"),
     "clm-normformer": RunSpec("clm", "normformer", label="NormFormer"),
     "clm-no-attn-ln": RunSpec("clm", "normformer", {"scale_attn": False}, label="− post-attn LN"),
     "clm-no-ffn-ln": RunSpec("clm", "normformer", {"scale_fc": False}, label="− FFN LN"),
     "clm-no-headscale": RunSpec("clm", "normformer", {"scale_heads": False}, label="− HeadScale"),
+    "clm-headscale-before": RunSpec(
+        "clm",
+        "normformer",
+        {"head_scale_position": "before_out_proj"},
+        label="NormFormer, HeadScale before out_proj (the paper's formula)",
+    ),
     "clm-resscale": RunSpec("clm", "normformer", {"scale_resids": True}, label="+ ResScale"),
+    # read as one LayerNorm each on q, k and v (engine/config.py says why; the paper's text was not at hand)
+    "clm-more-ln": RunSpec("clm", "normformer", {"qkv_norm": True}, label="+ 3 more LayerNorms (on q, k, v)"),
+    "clm-ffn-glu": RunSpec(
+        "clm", "normformer", {"ffn_glu": True, "scale_fc": False}, label="FFN GeGLU instead of FFN LN"
+    ),
+    "clm-rmsnorm": RunSpec(
+        "clm",
+        "normformer",
+        {"normformer_norm": "rmsnorm"},
+        label="extra norms without bias and mean-centring",
+    ),
+    "clm-resscale-attn": RunSpec(
+        "clm", "normformer", {"scale_resids_attn": True}, label="λresid on the attention residual"
+    ),
+    "clm-resscale-scalar": RunSpec(
+        "clm", "normformer", {"scale_resids": True, "resid_scale_scalar": True}, label="scalar λresid"
+    ),
+    "clm-prenorm-wide": RunSpec(
+        "clm", "prenorm", widen_to_match="normformer", label="Pre-LN widened to NormFormer's parameters"
+    ),
     "clm-postnorm": RunSpec("clm", "postnorm", label="Post-LN, warm-up"),
     "clm-postnorm-no-warmup": RunSpec("clm", "postnorm", warmup=0, label="Post-LN, no warm-up"),
     "clm-prenorm-no-warmup": RunSpec("clm", "prenorm", warmup=0, label="Pre-LN, no warm-up"),
     "mlm-prenorm": RunSpec("mlm", "prenorm", label="Pre-LN masked LM"),
     "mlm-normformer": RunSpec("mlm", "normformer", label="NormFormer masked LM"),
 }
+for _name, (_pre, _nf) in TABLE5.items():
+    if _name != "recipe":
+        _label = TABLE5_SETTINGS[_name][0]
+        RUNS[_pre] = RunSpec("clm", "prenorm", label=f"Pre-LN, {_label}", setting=_name)
+        RUNS[_nf] = RunSpec("clm", "normformer", label=f"NormFormer, {_label}", setting=_name)
 ABLATIONS = ("clm-no-attn-ln", "clm-no-ffn-ln", "clm-no-headscale")
+CONTROLS = ("clm-more-ln", "clm-ffn-glu", "clm-rmsnorm", "clm-resscale-attn", "clm-resscale-scalar")
+TABLE4 = (
+    "clm-normformer",
+    "clm-headscale-before",
+    *ABLATIONS,
+    "clm-resscale",
+    *CONTROLS,
+    "clm-prenorm-wide",
+    "clm-prenorm",
+)
+
+
+def available(key: str) -> bool:
+    """Returns whether this build's ModelConfig has every field run ``key`` overrides."""
+    import dataclasses
+
+    from ...engine.config import ModelConfig
+
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    return set(RUNS[key].model) <= names
 
 
 @dataclass(frozen=True)
@@ -197,18 +325,35 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),
     Experiment(
         "fig3-5",
-        "Figures 3–5: gradient norms by layer, learned gains, LR stability",
-        "Shleifer et al. 2021, §4, Figures 3, 4 and 5",
-        "Pre-LN's early layers get larger gradients than its late ones and NormFormer evens them out; "
-        "NormFormer survives a larger learning rate.",
+        "Figures 3–5 and 7: gradient norms by layer, learned gains, LR stability",
+        "Shleifer et al. 2021, §4, Figures 3, 4 and 5, appendix Figure 7",
+        "Pre-LN's early layers get larger gradients than its late ones and NormFormer evens them out, "
+        "raising later FC gradients and lowering attention gradients at all layers; NormFormer survives "
+        "a larger learning rate, and λresid reduces that gain.",
         ("clm-postnorm", "clm-prenorm", "clm-normformer"),
     ),
     Experiment(
+        "fig6",
+        "Figure 6: λresid by layer",
+        "Shleifer et al. 2021, Figure 6",
+        "The learned ResScale weights λresid vary by layer (described, not tested).",
+        ("clm-resscale",),
+    ),
+    Experiment(
         "table4",
-        "Table 4: ablations",
+        "Table 4: ablations and controls",
         "Shleifer et al. 2021, Table 4 and §5",
-        "Removing any NormFormer op hurts perplexity, HeadScale the most.",
-        ("clm-normformer", *ABLATIONS, "clm-resscale", "clm-prenorm"),
+        "Removing any NormFormer op hurts perplexity, HeadScale the most; none of the controls improves on "
+        "NormFormer, and widening the baseline to NormFormer's parameter count gains far less (0.08 vs "
+        "0.83 PPL at 125M).",
+        TABLE4,
+    ),
+    Experiment(
+        "table5",
+        "Table 5: NormFormer vs Pre-LN under other hyperparameters",
+        "Shleifer et al. 2021, Table 5",
+        "NormFormer has lower perplexity than the baseline under each hyperparameter setting.",
+        tuple(k for pair in TABLE5.values() for k in pair),
     ),
     Experiment(
         "xiong",

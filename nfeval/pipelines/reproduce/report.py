@@ -8,6 +8,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from . import verdict
+from .plan import POWER_NOTES
 
 
 def _cell(text: Any) -> str:
@@ -21,13 +22,19 @@ def markdown_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def summary_rows(sections: list[dict[str, Any]]) -> list[list[str]]:
-    """Returns one row per claim: experiment, claim, verdict, why."""
+    """Returns one row per claim: experiment, claim, verdict, minimum detectable effect, seeds that would
+    detect the observed mean, why."""
     rows = []
     for s in sections:
         if not s.get("claims"):
-            rows.append([s["title"].split(":")[0], "–", s["status"], ""])
+            rows.append([s["title"].split(":")[0], "–", s["status"], "", "", ""])
         for c in s.get("claims", []):
-            rows.append([s["title"].split(":")[0], c["claim"], f"**{c['verdict']}**", c["why"]])
+            mde = "–" if c.get("mde") is None else f"{c['mde']:.3g}"
+            needed = c.get("seeds_needed")
+            needed_text = "–" if needed is None else str(needed)
+            rows.append(
+                [s["title"].split(":")[0], c["claim"], f"**{c['verdict']}**", mde, needed_text, c["why"]]
+            )
     return rows
 
 
@@ -53,6 +60,31 @@ def render_section(s: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def setup_lines(h: dict[str, Any]) -> list[str]:
+    """Returns the markdown of what was fixed before training: the LR tune and the equal-time budgets."""
+    lines = []
+    if h.get("tuning"):
+        columns = ["objective", "preset", "final val PPL per LR of the grid (* best)", "tuned LR", "budget"]
+        lines += ["## Learning rates, tuned per architecture (`nfeval tune`)", ""]
+        lines += [*markdown_table(columns, h["tuning"]), ""]
+        lines += [line for w in h.get("warnings", []) for line in (f"> warning: {w}", "")]
+    elif h.get("tuned") is False:
+        lines += ["**Untuned** (`--no-tune`): one LR for every architecture; every verdict says so.", ""]
+    if h.get("equal_time"):
+        columns = ["run", "timed against", "paired step-time ratio [CI] (overhead)", "paper", "steps"]
+        lines += [
+            "## Equal time, fixed before training",
+            "",
+            "Each run's step time against its baseline, measured paired (interleaved bursts of both in one "
+            "process, so machine load cancels) before any training; the baseline trains the scale's steps "
+            "and each run those steps ÷ its ratio, so every run ends its own schedule in the same time.",
+            "",
+            *markdown_table([*columns, "measured"], h["equal_time"]),
+            "",
+        ]
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     """Returns report.md's text."""
     h = report["header"]
@@ -69,13 +101,24 @@ def render(report: dict[str, Any]) -> str:
         f"**Decision rule.** {verdict.RULE}. Small models trained for minutes are not 125M models trained "
         "for days: an 'inconclusive' or 'disagrees' here is a statement about this scale only.",
         "",
+        f"**Power.** MDE: the minimum detectable effect of each claim at the seeds used ({verdict.POWER:.0%} "
+        "power, α 0.05 two-sided, in the claim's units); seeds to detect: how many seeds would decide it if "
+        f"the effect is what was measured (– : over {verdict.MAX_SEEDS}, or no spread).",
+        *(
+            ["", f"**What this scale can decide.** {POWER_NOTES[h['scale']]}"]
+            if h["scale"] in POWER_NOTES
+            else []
+        ),
+        "",
         "## Summary",
         "",
-        *markdown_table(["experiment", "claim", "verdict", "why"], summary_rows(report["sections"])),
+        *markdown_table(
+            ["experiment", "claim", "verdict", "MDE", "seeds to detect the observed mean", "why"],
+            summary_rows(report["sections"]),
+        ),
         "",
     ]
-    for note in h.get("notes", []):
-        lines += [f"> {note}", ""]
+    lines += setup_lines(h)
     for s in report["sections"]:
         lines += render_section(s)
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json
 from ...engine.config import load_json
+from ...engine.step_ratio import equal_time_steps
 from ...engine.train import TrainConfig, TrainingDiverged, train
 from .plan import RUNS, Scale
 
@@ -39,30 +40,51 @@ class Context:
     device: str = "auto"
     progress: bool = True
     tune_files: dict[str, str] = field(default_factory=dict)  # objective -> tune.json of `nfeval tune`
+    step_ratios: dict[str, dict] = field(default_factory=dict)  # run key -> its equal_time record
 
     @property
     def seed_values(self) -> list[int]:
         return list(range(1, self.seeds + 1))
 
     def budget_text(self) -> str:
-        """Returns the per-run budget in words, e.g. "60 s of training per run"."""
+        """Returns the per-run budget in words, e.g. "60 s of training per run", or with equal-time
+        step budgets "1000 steps for each baseline, the other runs the same time (paired step-time
+        ratio)"."""
         words = {"max_seconds": "s of training", "max_steps": "steps", "max_tokens": "tokens"}
-        parts = [f"{v:g} {words.get(k, k)}" for k, v in self.budget.items()]
-        return " and ".join(parts) + " per run"
+        text = " and ".join(f"{v:g} {words.get(k, k)}" for k, v in self.budget.items())
+        if self.step_ratios and "max_steps" in self.budget:
+            return text + " for each baseline, the other runs the same time (paired step-time ratio)"
+        return text + " per run"
 
 
 def preset_name(ctx: Context, key: str) -> str:
     return f"{RUNS[key].arch}-{ctx.scale.size}"
 
 
+# the run every other run of its objective is timed against (equal_time)
+BASELINES = {"clm": "clm-prenorm", "mlm": "mlm-prenorm"}
+
+
+def run_budget(ctx: Context, key: str) -> dict[str, float]:
+    """Returns the TrainConfig budget of run ``key``: the scale's S steps ÷ its paired step-time ratio
+    to its baseline once measured (``equal_time``) and when the budget is in steps, else the folder's
+    budget as it is."""
+    record = ctx.step_ratios.get(key)
+    if record is None or "max_steps" not in ctx.budget:
+        return dict(ctx.budget)
+    return {**ctx.budget, "max_steps": equal_time_steps(int(ctx.budget["max_steps"]), record["ratio"])}
+
+
 # the Scale fields a run's TrainConfig takes as they are
 SCALE_TRAIN_FIELDS = ("batch_size", "seq_len", "grad_accum", "lr", "log_interval", "eval_interval")
 SCALE_TRAIN_FIELDS += ("eval_samples", "ckpt_interval", "calibration_steps", "dtype")
+SCALE_TRAIN_FIELDS += ("grad_stats",)  # Figures 3 and 7 read what the runs record while they train
 
 
 def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
-    """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides, and
-    the preset's tuned LR when ``ctx`` has a tune.json for the objective."""
+    """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides, its
+    equal-time step budget (``run_budget``), and the preset's tuned LR when ``ctx`` has a tune.json for
+    the objective."""
     spec, s = RUNS[key], ctx.scale
     preset = preset_name(ctx, key)
     cfg = TrainConfig(
@@ -75,13 +97,15 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         device=ctx.device,
         seed=seed,
         progress=ctx.progress,
-        **ctx.budget,
+        **run_budget(ctx, key),
     )
     if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
         from ...tune.results import with_tuned_lr
 
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
-    return cfg
+    from .run_overrides import apply_run_overrides  # Table 4's width control, Table 5's settings
+
+    return apply_run_overrides(cfg, key, s)
 
 
 def table_section(
@@ -107,14 +131,24 @@ def diverged_step(error: TrainingDiverged) -> int | None:
 
 def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
     """Trains run ``key`` at ``seed`` unless its record exists; returns the record
-    {key, seed, dir, status: finished|diverged, diverged_at, val_ppl, steps, lr, warmup}."""
+    {key, seed, dir, status: finished|diverged, diverged_at, val_ppl, steps, lr, lr_from, warmup,
+    budget, step_ratio}: ``step_ratio`` is the equal-time record its budget came from (None: none)."""
     directory = run_dir(ctx, key, seed)
     marker = directory + ".json"
     if os.path.isfile(marker):
         return load_json(marker)
     cfg = train_config(ctx, key, seed)
     log(f"training {key} seed {seed} ({cfg.preset}, {RUNS[key].objective}) → {directory}")
-    record: dict[str, Any] = {"key": key, "seed": seed, "dir": directory, "lr": cfg.lr, "warmup": cfg.warmup}
+    record: dict[str, Any] = {
+        "key": key,
+        "seed": seed,
+        "dir": directory,
+        "lr": cfg.lr,
+        "lr_from": cfg.lr_from,
+        "warmup": cfg.warmup,
+        "budget": run_budget(ctx, key),
+        "step_ratio": ctx.step_ratios.get(key),
+    }
     try:
         summary = train(cfg, directory, resume=True)
         record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])

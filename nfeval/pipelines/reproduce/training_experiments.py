@@ -10,11 +10,12 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text
 from ...base.plots import plot_bars, plot_curves
-from ...report.compare import compare
+from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
 from . import verdict
+from .equal_time import PAPER_OVERHEAD, ratio_text
 from .plan import ABLATIONS, RUNS
-from .runner import Context, log, table_section
+from .runner import Context, log, run_budget, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
@@ -56,51 +57,69 @@ def compare_seed(ctx: Context, name: str, keys: tuple[str, ...], seed: int) -> d
     return result
 
 
+def _readings(ctx: Context, c: dict[str, Any], cand: str) -> dict[str, dict[str, Any]]:
+    """Returns {axis: {base, cand, matched, fraction}}: both PPLs at equal compute, whether the reading
+    is compute-matched, and the candidate's compute fraction to the baseline's best PPL.
+
+    With paired step budgets (``equal_time``) both runs end in the same time on their decayed
+    schedules: the equal-time PPLs are the final ones and time is steps × the run's step-time ratio.
+    Otherwise (and always for FLOPs) they are ``compare``'s equal-budget readings, matched unless one
+    falls mid-schedule."""
+    b, n = c["runs"]
+    out = {}
+    for axis in AXIS_WORDS:
+        out[axis] = {
+            "base": b["at_equal"][axis]["val_ppl"],
+            "cand": n["at_equal"][axis]["val_ppl"],
+            "matched": not (b["at_equal"][axis]["mid_schedule"] or n["at_equal"][axis]["mid_schedule"]),
+            "fraction": n["to_target"]["fraction"][axis] if n["to_target"]["reached"] else None,
+        }
+    record = ctx.step_ratios.get(cand)
+    if record is not None and "max_steps" in ctx.budget:
+        target_step = c["baseline_at_target"]["step"]
+        reached = n["to_target"]["reached"] and target_step
+        out["wall_s"] = {
+            "base": b["final_val_ppl"],
+            "cand": n["final_val_ppl"],
+            "matched": True,
+            "fraction": n["to_target"]["step"] * record["ratio"] / target_step if reached else None,
+        }
+    return out
+
+
 def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction: float) -> dict[str, Any]:
-    """Figure 2: the candidate vs the baseline at equal compute, per seed; returns the section parts."""
+    """Figure 2: the candidate vs the baseline at equal time and at equal FLOPs, per seed; returns the
+    section parts. A reading that is not compute-matched is shown, marked, and left out of the verdict."""
     comparisons = {s: compare_seed(ctx, name, (base, cand), s) for s in ctx.seed_values}
-    rows, per_axis = [], {axis: {"diffs": [], "fractions": []} for axis in AXIS_WORDS}
+    rows, per_axis = [], {axis: {"diffs": [], "fractions": [], "unmatched": 0} for axis in AXIS_WORDS}
     for seed, c in comparisons.items():
         if c is None:
-            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 6)
+            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 5)
             continue
-        b, n = c["runs"]
+        readings = _readings(ctx, c, cand)
         for axis, acc in per_axis.items():
-            acc["diffs"].append(_log_ratio(b["at_equal"][axis]["val_ppl"], n["at_equal"][axis]["val_ppl"]))
-            acc["fractions"].append(n["to_target"]["fraction"][axis] if n["to_target"]["reached"] else None)
+            r = readings[axis]
+            if r["matched"]:
+                acc["diffs"].append(_log_ratio(r["base"], r["cand"]))
+            acc["unmatched"] += not r["matched"]
+            acc["fractions"].append(r["fraction"])
+        b, n = c["runs"]
         rows.append(
-            [
-                str(seed),
-                _ppl(b["best_val_ppl"]),
-                *(_ppl(n["at_equal"][axis]["val_ppl"]) for axis in AXIS_WORDS),
-            ]
-            + [_fraction(n, "wall_s"), _fraction(n, "flops"), f"{n['steps']} vs {b['steps']}"]
-            + ["–" if n["step_time_overhead"] is None else f"{n['step_time_overhead']:+.1%}"]
+            [str(seed), _ppl(readings["wall_s"]["base"]), _ppl(readings["wall_s"]["cand"])]
+            + [_ppl(readings["flops"]["cand"]) + ("" if readings["flops"]["matched"] else " (mid-schedule)")]
+            + [_cell(readings["wall_s"]["fraction"], n), _cell(readings["flops"]["fraction"], n)]
+            + [f"{n['steps']} vs {b['steps']}"]
         )
     columns = [
         "seed",
-        f"{RUNS[base].label} best PPL",
+        f"{RUNS[base].label} PPL @ equal time",
         f"{RUNS[cand].label} PPL @ equal time",
         f"{RUNS[cand].label} PPL @ equal FLOPs",
         "compute fraction (time)",
         "compute fraction (FLOPs)",
         "steps (cand vs base)",
-        "step-time overhead",
     ]
-    claims = []
-    for axis, acc in per_axis.items():
-        fractions = [f if f is not None else math.inf for f in acc["fractions"]]
-        claims.append(
-            {
-                "claim": f"{RUNS[cand].label} has lower validation PPL than {RUNS[base].label} at "
-                f"{AXIS_WORDS[axis]} (it reaches the baseline's best PPL with < 100% of the compute; "
-                f"paper {paper_fraction:.0%})",
-                "measured": f"compute fraction to the baseline's best PPL "
-                f"{verdict.fmt_mean_std(fractions, 3, 'not reached')}; log-PPL gain "
-                f"{verdict.fmt_mean_std(acc['diffs'], 4, 'out of range')}",
-                **verdict.decide(_finite(acc["diffs"])),
-            }
-        )
+    claims = [_equal_compute_claim(ctx, base, cand, a, acc, paper_fraction) for a, acc in per_axis.items()]
     figures = []
     first = comparisons.get(ctx.seed_values[0])
     if first is not None:
@@ -109,19 +128,68 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
         "tables": [{"title": "per seed", "columns": columns, "rows": rows}],
         "claims": claims,
         "figures": figures,
-        "data": {"comparisons": comparisons},
+        "notes": _equal_compute_notes(ctx, base, cand),
+        "data": {"comparisons": comparisons, "step_ratio": ctx.step_ratios.get(cand)},
     }
+
+
+def _equal_compute_claim(
+    ctx: Context, base: str, cand: str, axis: str, acc: dict[str, Any], paper_fraction: float
+) -> dict[str, Any]:
+    fractions = [f if f is not None else math.inf for f in acc["fractions"]]
+    measured = (
+        f"compute fraction to the baseline's best PPL {verdict.fmt_mean_std(fractions, 3, 'not reached')}; "
+        f"log-PPL gain {verdict.fmt_mean_std(acc['diffs'], 4, 'out of range')}"
+    )
+    record = ctx.step_ratios.get(cand)
+    if axis == "wall_s" and record is not None:
+        measured += f"; paired step-time ratio {ratio_text(record)}, paper overhead {PAPER_OVERHEAD}"
+    if acc["unmatched"]:
+        measured += f"; {acc['unmatched']} seed(s) {MID_SCHEDULE}, left out"
+    decided = verdict.decide(_finite(acc["diffs"]))
+    if not acc["diffs"] and acc["unmatched"]:
+        decided["why"] = f"{MID_SCHEDULE} in every seed"
+    return {
+        "claim": f"{RUNS[cand].label} has lower validation PPL than {RUNS[base].label} at "
+        f"{AXIS_WORDS[axis]} (it reaches the baseline's best PPL with < 100% of the compute; "
+        f"paper {paper_fraction:.0%})",
+        "measured": measured,
+        **decided,
+    }
+
+
+def _equal_compute_notes(ctx: Context, base: str, cand: str) -> list[str]:
+    notes = [
+        "Equal FLOPs: read by nfeval compare at the smaller final FLOPs of the two runs; a reading before "
+        f"the end of a run's LR schedule is {MID_SCHEDULE}, marked and left out of the verdict."
+    ]
+    record = ctx.step_ratios.get(cand)
+    if record is None or "max_steps" not in ctx.budget:
+        return [
+            "Equal time: read by nfeval compare at the smaller measured training time (each run calibrated "
+            "its own time budget, so machine load enters); mid-schedule readings are left out.",
+            *notes,
+        ]
+    steps = {k: run_budget(ctx, k)["max_steps"] for k in (base, cand)}
+    return [
+        f"Equal time, fixed before training: {RUNS[base].label} trains {steps[base]} steps, "
+        f"{RUNS[cand].label} {steps[base]} ÷ {record['ratio']:.3f} = {steps[cand]}, the ratio being its "
+        f"paired step-time ratio to the baseline, {ratio_text(record)} (paper's overhead {PAPER_OVERHEAD}; "
+        "step_ratios.json). Both end on their decayed schedules in the same time, so the equal-time "
+        "PPLs are the final ones; compute fraction (time) = the step at which the candidate reaches the "
+        "baseline's best PPL × the ratio ÷ the baseline's step there.",
+        *notes,
+    ]
+
+
+def _cell(fraction: float | None, row: dict[str, Any]) -> str:
+    if fraction is None:
+        return "not reached"
+    return ("≤" if row["to_target"]["bound"] == "at_most" else "") + f"{fraction:.3f}"
 
 
 def _ppl(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
-
-
-def _fraction(row: dict[str, Any], axis: str) -> str:
-    target = row["to_target"]
-    if not target["reached"]:
-        return "not reached"
-    return ("≤" if target["bound"] == "at_most" else "") + f"{target['fraction'][axis]:.3f}"
 
 
 def ablations(ctx: Context, name: str, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -172,7 +240,9 @@ def ablations(ctx: Context, name: str, records: dict[str, list[dict[str, Any]]])
     ]
     columns = ["variant", "final val PPL", "log-PPL change vs NormFormer"]
     notes = [
-        "Every variant trains under the same per-run budget; the PPL is each run's final validation PPL.",
+        "Every variant trains for the same time as the Pre-LN baseline's steps: those steps ÷ its paired "
+        "step-time ratio to the baseline (see the equal-time table); the PPL is each run's final "
+        "validation PPL, at the end of its own schedule.",
         "+ ResScale is listed for reference; the paper's ablation claim concerns the removals.",
     ]
     return table_section("variants", columns, rows, claims, figures, notes, {"records": records})

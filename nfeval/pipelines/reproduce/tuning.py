@@ -1,32 +1,54 @@
-"""``nfeval reproduce --tune``: ``nfeval tune`` per architecture before the experiments, so that every
-comparison is between tuned runs, as in the paper (its Table 1 LRs were chosen per architecture).
+"""``nfeval reproduce`` tunes the LR of every architecture before the comparison runs (``nfeval tune``),
+so that every comparison is between tuned runs, as in the paper (its Table 1 LRs were chosen per
+architecture and size).
 
-One sweep per objective (the causal presets, the masked presets) over the scale's LR grid and short
-budget, into ``<out>/tune/<objective>/``; resumable point by point as ``nfeval tune`` is. Cost: presets ×
-LRs short runs per objective (tiny: 5 presets × 4 LRs × 300 steps, about 10 min on a quiet 2-core CPU).
+One sweep per objective over the presets the selected experiments train (Pre-LN, NormFormer, Post-LN;
+the ablations share NormFormer's preset), the scale's LR grid (``Scale.tune_lrs``) and short budget
+(``Scale.tune_budget``), into ``<out>/tune/<objective>/``. It is run once per output folder: ``nfeval
+tune`` resumes point by point, so a rerun, every seed and every section reuse the finished points, and
+a later ``--only`` that needs another preset trains just that preset's points. Cost: presets × LRs
+short runs (tiny: 5 presets × 4 LRs × 300 steps, about 10 min on a quiet 2-core CPU).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from ...engine.config import load_json
+from ...tune.results import lr_key, warnings_for
 from .plan import RUNS
 from .runner import Context, log, preset_name, train_config
 
-TUNED = {"clm": ("clm-prenorm", "clm-normformer", "clm-postnorm"), "mlm": ("mlm-prenorm", "mlm-normformer")}
 
-
-def run_tune(ctx: Context) -> dict[str, str]:
-    """Tunes the LR of every preset the experiments train; returns {objective: tune.json path}."""
+def run_tune(ctx: Context, keys: list[str]) -> dict[str, str]:
+    """Tunes the LR of every preset the runs ``keys`` train; returns {objective: tune.json path}."""
     from ...tune.sweep import tune
 
     files = {}
-    for objective, keys in TUNED.items():
+    for objective in dict.fromkeys(RUNS[k].objective for k in keys):
+        runs = [k for k in keys if RUNS[k].objective == objective]
         out = os.path.join(ctx.out, "tune", objective)
-        presets = list(dict.fromkeys(preset_name(ctx, k) for k in keys))
-        base = train_config(ctx, keys[0], seed=1)  # the scale's recipe; tune sets preset, lr and budget
+        presets = list(dict.fromkeys(preset_name(ctx, k) for k in runs))
+        base = train_config(ctx, runs[0], seed=1)  # the scale's recipe; tune sets preset, lr and budget
         log(f"tuning {', '.join(presets)} ({objective}) over {ctx.scale.tune_lrs}, {ctx.scale.tune_budget}")
         tune(base, presets, list(ctx.scale.tune_lrs), ctx.scale.tune_budget, out, progress=ctx.progress)
         files[objective] = os.path.join(out, "tune.json")
-    assert set(files) == {RUNS[k].objective for k in RUNS}
     return files
+
+
+def tuning_rows(ctx: Context) -> tuple[list[list[str]], list[str]]:
+    """Returns the report's tuning table (objective, preset, final PPL per LR of the grid with the best
+    marked *, best LR, budget) and its warnings (a best LR on the grid's edge, no usable LR)."""
+    rows, warnings = [], []
+    for objective, path in ctx.tune_files.items():
+        summary: dict[str, Any] = load_json(path)
+        for preset, s in summary["presets"].items():
+            cells = []
+            for row in sorted(s["per_lr"].values(), key=lambda r: r["lr"]):
+                ppl = row["status"] if row["val_ppl"] is None else f"{row['val_ppl']:.2f}"
+                cells.append(f"{lr_key(row['lr'])}: {ppl}" + ("*" if row["lr"] == s["best_lr"] else ""))
+            best = "–" if s["best_lr"] is None else lr_key(s["best_lr"])
+            rows.append([objective, preset, "; ".join(cells), best, summary["budget"]["spec"]])
+        warnings += [f"LR tune ({objective}): {w}" for w in warnings_for(summary["presets"])]
+    return rows, warnings

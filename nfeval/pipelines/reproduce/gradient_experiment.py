@@ -1,0 +1,204 @@
+"""Figures 3 and 7 of Shleifer et al. 2021 from the gradient statistics the comparison runs record
+while they train (``TrainConfig.grad_stats``, the scale's ``grad_stats`` window from update 1).
+
+- Figure 3 (§4): mean |∂L/∂W| of fc2 by layer, at initialisation (update 1) and early in training (the
+  Figure 7 window). Claims: Pre-LN's early layers get larger gradients than its late ones (at init and
+  early), NormFormer evens them out, Post-LN the reverse of Pre-LN (the figure's third panel).
+- Figure 7 (appendix): every parameter kind (q, k, v, out_proj, fc1, fc2; q/k/v are the row blocks of
+  the fused qkv weight) averaged over updates 950–1000 of the paper's run (750 warm-up updates of
+  572k), scaled here to the same place relative to the scale's warm-up (``Scale.fig7_window``); each
+  layer's value over the baseline's mean of the same kind across layers, so 2.0 is twice the baseline.
+  Claims: NormFormer raises the gradients of the later (second half) FC layers, and lowers every
+  attention parameter's gradient at all layers.
+
+The depth statistic of a run is the least-squares slope of log |∂L/∂W| over the layer index, times
+(L − 1): the fitted log(first / last) across the depth (one noisy layer moves it less than a ratio).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from typing import Any
+
+from ...analysis.grads import relative_by_kind
+from ...analysis.recorder import GRAD_STATS, average_rows, read_grad_stats
+from . import verdict
+from .plan import RUNS
+from .runner import Context, run_dir
+
+FIG3_KIND = "fc2"
+ATTENTION_KINDS = ("q", "k", "v", "out_proj")
+FC_KINDS = ("fc1", "fc2")
+FIG7_KINDS = ATTENTION_KINDS + FC_KINDS
+BASELINE = "clm-prenorm"
+
+
+def window_values(rows: list[dict[str, Any]], window: tuple[int, int]) -> dict[str, list[float]]:
+    """Returns {kind: per-layer mean over the updates of ``window`` (inclusive)}."""
+    return average_rows([r for r in rows if window[0] <= r["update"] <= window[1]])
+
+
+def recorded(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[list[dict[str, Any]]]]:
+    """Returns {run key: [grad_stats rows of each seed that recorded them]}."""
+    out: dict[str, list[list[dict[str, Any]]]] = {}
+    for key in keys:
+        paths = [os.path.join(run_dir(ctx, key, s), GRAD_STATS) for s in ctx.seed_values]
+        out[key] = [read_grad_stats(p) for p in paths if os.path.isfile(p)]
+    return out
+
+
+def depth_log_ratio(values: list[float]) -> float:
+    """Returns the fitted log(first / last layer) of per-layer values (see the module docstring)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    xs, ys = range(n), [math.log(v) for v in values]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return -slope * (n - 1)
+
+
+def _claim(text: str, measured: str, diffs: list[float]) -> dict[str, Any]:
+    return {"claim": text, "measured": measured, **verdict.decide([d for d in diffs if math.isfinite(d)])}
+
+
+def fig3_claims(init: dict[str, list[list[float]]], early: dict[str, list[list[float]]]) -> list[dict]:
+    """Returns Figure 3's claims from {run key: [per-seed fc2 values by layer]} at init and early."""
+    ratio = {
+        (when, k): [depth_log_ratio(v) for v in seeds]
+        for when, per_run in (("init", init), ("early", early))
+        for k, seeds in per_run.items()
+    }
+    claims = []
+    for when in ("init", "early"):
+        if ratio.get((when, "clm-prenorm")):
+            r = ratio[(when, "clm-prenorm")]
+            claims.append(
+                _claim(
+                    f"Pre-LN ({when}): early layers' fc2 get larger gradients than late layers'",
+                    f"fitted log(first/last) {verdict.fmt_mean_std(r, 3)}",
+                    r,
+                )
+            )
+    pre, nf, post = (ratio.get(("early", k)) for k in ("clm-prenorm", "clm-normformer", "clm-postnorm"))
+    if pre and nf:
+        gap = [abs(p) - abs(n) for p, n in zip(pre, nf)]
+        claims.append(
+            _claim(
+                "NormFormer (early): its fc2 gradients vary less with depth than Pre-LN's",
+                f"|fitted log(first/last)| Pre-LN minus NormFormer {verdict.fmt_mean_std(gap, 3)}",
+                gap,
+            )
+        )
+    if post:
+        flipped = [-r for r in post]
+        claims.append(
+            _claim(
+                "Post-LN (early): late layers' fc2 get larger gradients than early layers'",
+                f"fitted log(last/first) {verdict.fmt_mean_std(flipped, 3)}",
+                flipped,
+            )
+        )
+    return claims
+
+
+def fig7_log_ratios(base: list[dict[str, list[float]]], nf: list[dict[str, list[float]]], kind: str):
+    """Returns per seed the per-layer log(NormFormer / baseline) of ``kind`` (Figure 7's two series)."""
+    return [[math.log(n / b) for n, b in zip(s_nf[kind], s_b[kind])] for s_b, s_nf in zip(base, nf)]
+
+
+def fig7_claims(base: list[dict[str, list[float]]], nf: list[dict[str, list[float]]]) -> list[dict]:
+    """Returns Figure 7's claims: later FC gradients raised (mean log ratio over the second half of the
+    layers, per FC kind) and attention gradients lowered at all layers (minus the largest log ratio)."""
+    claims = []
+    for kind in FC_KINDS:
+        per_seed = fig7_log_ratios(base, nf, kind)
+        later = [statistics.fmean(layers[len(layers) // 2 :]) for layers in per_seed]
+        claims.append(
+            _claim(
+                f"NormFormer raises the gradients of the later {kind} layers over Pre-LN's",
+                "mean log(NormFormer/Pre-LN) over the second half of the layers "
+                + verdict.fmt_mean_std(later, 3),
+                later,
+            )
+        )
+    for kind in ATTENTION_KINDS:
+        worst = [-max(layers) for layers in fig7_log_ratios(base, nf, kind)]
+        claims.append(
+            _claim(
+                f"NormFormer lowers the {kind} gradients at every layer",
+                f"minus the largest log(NormFormer/Pre-LN) over layers {verdict.fmt_mean_std(worst, 3)}",
+                worst,
+            )
+        )
+    return claims
+
+
+def _layer_rows(per_run: dict[str, list[list[float]]], label: str) -> list[list[str]]:
+    return [
+        [
+            f"{RUNS[k].label} ({label})",
+            *(verdict.fmt_mean_std([1e3 * v for v in layer], 3) for layer in zip(*seeds)),
+        ]
+        for k, seeds in per_run.items()
+        if seeds
+    ]
+
+
+def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str, Any]:
+    """Figures 3 and 7: returns {tables, claims, figures, notes, data} from the runs' recorded rows."""
+    from ...analysis.figures import plot_fig3_curves, plot_fig7
+
+    rows = recorded(ctx, keys)
+    window = ctx.scale.fig7_window
+    init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r in seeds] for k, seeds in rows.items()}
+    early = {k: [window_values(r, window) for r in seeds] for k, seeds in rows.items()}
+    early_fc2 = {k: [v.get(FIG3_KIND, []) for v in seeds] for k, seeds in early.items()}
+    if not any(rows.values()):
+        return {"tables": [], "claims": [], "figures": [], "notes": ["no run recorded --grad-stats"]}
+    n_layer = max(len(v) for seeds in early_fc2.values() for v in seeds)
+    layers = [f"layer {i}" for i in range(n_layer)]
+    tables = [
+        {
+            "title": f"Figure 3: mean |∂L/∂W| of fc2 by layer (×1e-3), at update 1 (init) and over updates "
+            f"{window[0]}–{window[1]} (early), mean ± std over seeds",
+            "columns": ["run", *layers],
+            "rows": _layer_rows(init, "init") + _layer_rows(early_fc2, "early"),
+        }
+    ]
+    claims = fig3_claims(init, early_fc2)
+    figures = []
+    first = {k: seeds[0] for k, seeds in rows.items() if seeds}
+    if first:
+        figures.append(plot_fig3_curves(first, FIG3_KIND, os.path.join(folder, "fig3_grads_by_update.png")))
+    data: dict[str, Any] = {"fig3_init": init, "fig3_early": early_fc2, "window": list(window)}
+    pair = (early.get(BASELINE), early.get("clm-normformer"))
+    if all(pair) and all(v for seeds in pair for v in seeds):  # both recorded the window (not cut short)
+        base, nf = early[BASELINE], early["clm-normformer"]
+        relative = [relative_by_kind(n, b) for b, n in zip(base, nf)]
+        baseline_own = [relative_by_kind(b, b) for b in base]
+        tables.append(
+            {
+                "title": f"Figure 7: gradient ÷ Pre-LN's mean over layers of the same parameter, updates "
+                f"{window[0]}–{window[1]}, mean ± std over seeds (1.0 = the baseline's average)",
+                "columns": ["parameter", "run", *layers],
+                "rows": [
+                    [kind, name, *(verdict.fmt_mean_std(list(v), 2) for v in zip(*(r[kind] for r in rel)))]
+                    for kind in FIG7_KINDS
+                    for name, rel in (("Pre-LN", baseline_own), ("NormFormer", relative))
+                ],
+            }
+        )
+        claims += fig7_claims(base, nf)
+        figures.append(
+            plot_fig7(baseline_own[0], relative[0], FIG7_KINDS, os.path.join(folder, "fig7_grads.png"))
+        )
+        data["fig7_relative"] = relative
+    notes = [
+        f"Gradients recorded during training (TrainConfig.grad_stats {ctx.scale.grad_stats}), before "
+        "clipping, of the mean token cross-entropy; the paper's Figure 7 window 950–1000 of its 750 "
+        f"warm-up updates is updates {window[0]}–{window[1]} here (the same place relative to warm-up)."
+    ]
+    return {"tables": tables, "claims": claims, "figures": figures, "notes": notes, "data": data}

@@ -1,0 +1,48 @@
+"""Resume rules come from each TrainConfig field's declaration: none can be forgotten."""
+
+import dataclasses
+
+import pytest
+
+from nfeval.base.errors import ConfigError
+from nfeval.engine import train as train_module
+from nfeval.engine.train_config import RESUME_RULES, TrainConfig, numeric_flags
+
+
+def test_every_field_has_exactly_one_resume_rule():
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    for f in dataclasses.fields(TrainConfig):
+        assert f.metadata.get("resume") in RESUME_RULES, f.name
+    ruled = [*train_module.FIXED, *train_module.OVERRIDABLE, *train_module.FREE]
+    assert sorted(ruled) == sorted(names)
+
+
+def test_numeric_flags_are_typed_from_the_declaration():
+    flags = numeric_flags()
+    assert flags["lr"] is float and flags["batch_size"] is int
+    assert flags["max_tokens"] is float  # 1e9 on the command line, an integer in the config
+
+
+def _saved_run(tmp_path, cfg: TrainConfig):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"train": {"config": dataclasses.asdict(cfg)}}))
+    return str(tmp_path)
+
+
+def test_free_field_changed_on_resume_is_taken(tmp_path):
+    saved = TrainConfig(max_steps=10)
+    out = _saved_run(tmp_path, saved)
+    requested = dataclasses.replace(saved, grad_stats="2:3", device="cpu")
+    cfg = train_module.resumed_config(requested, out, override=False, given={"grad_stats", "device"})
+    assert cfg.grad_stats == "2:3" and cfg.device == "cpu"
+
+
+def test_fixed_field_changed_on_resume_is_refused_and_overridable_needs_the_flag(tmp_path):
+    saved = TrainConfig(max_steps=10)
+    out = _saved_run(tmp_path, saved)
+    with pytest.raises(ConfigError, match="cannot change on resume.*seed"):
+        train_module.resumed_config(dataclasses.replace(saved, seed=7), out, False, {"seed"})
+    with pytest.raises(ConfigError, match="--override-resume"):
+        train_module.resumed_config(dataclasses.replace(saved, lr=1e-3), out, False, {"lr"})
+    assert train_module.resumed_config(dataclasses.replace(saved, lr=1e-3), out, True, {"lr"}).lr == 1e-3
