@@ -317,7 +317,7 @@ def test_damaged_zeroshot_cache_is_named_and_recomputed(
 def test_model_config_from_dict_validates_types():
     base = dict(vocab_size=64, n_layer=1, d_model=16, n_head=2, d_ffn=32)
     assert ModelConfig.from_dict({**base, "dropout": 0}).dropout == 0.0  # an int where a float is: fine
-    with pytest.raises(ConfigError, match=r"src: norm_position='middle': expected one of \['pre', 'post'\]"):
+    with pytest.raises(ConfigError, match=r"src: norm_position='middle': expected one of \['pre', 'post',"):
         ModelConfig.from_dict({**base, "norm_position": "middle"}, source="src")
     with pytest.raises(ConfigError, match="scale_attn=1: expected true or false"):
         ModelConfig.from_dict({**base, "scale_attn": 1})
