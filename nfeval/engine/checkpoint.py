@@ -157,11 +157,11 @@ def check_sizes(directory: str, cfg: ModelConfig, prefix: str = "") -> None:
     shapes = weight_shapes(weights)
     block = re.compile(re.escape(prefix) + r"blocks\.(\d+)\.")
     found = {"n_layer": len({m.group(1) for k in shapes if (m := block.match(k))})}
-    emb, fc1 = shapes.get(prefix + "tok_emb.weight"), shapes.get(prefix + "blocks.0.fc1.weight")
+    emb, fc2 = shapes.get(prefix + "tok_emb.weight"), shapes.get(prefix + "blocks.0.fc2.weight")
     if emb is not None and len(emb) == 2:
         found["vocab_size"], found["d_model"] = emb
-    if fc1 is not None and len(fc1) == 2:
-        found["d_ffn"] = fc1[0]
+    if fc2 is not None and len(fc2) == 2:  # (d_model, d_ffn), gated FFN or not
+        found["d_ffn"] = fc2[1]
     pos = shapes.get(prefix + "pos_emb.weight")
     if cfg.positions == "learned" and pos is not None and len(pos) == 2:
         found["max_seq_len"] = pos[0]
