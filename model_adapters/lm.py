@@ -1,10 +1,15 @@
 """``NFEvalLM``: lm-eval's ``TemplateLM`` over nfeval checkpoints and Hugging Face causal LMs.
 
-Registered in lm-eval as ``nfeval``::
+Registered in lm-eval as ``nfeval`` when ``nfeval.model_adapters`` is imported, which lm-eval's own
+``lm-eval`` command does not do; ``nfeval lm-eval`` is that command with nfeval's model and tasks
+registered::
 
-    lm-eval --model nfeval --model_args pretrained=RUN_DIR,dtype=bfloat16 --tasks piqa_local ...
+    nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR,dtype=bfloat16 --tasks piqa_local \
+        --data-dir DIR
 
-or used as an instance: ``lm_eval.simple_evaluate(model=NFEvalLM(pretrained=path), ...)``.
+From Python, import ``nfeval.model_adapters`` first, then ``lm_eval.simple_evaluate(model="nfeval",
+model_args="pretrained=RUN_DIR", ...)``, or pass an instance: ``model=NFEvalLM(pretrained=path)``.
+Plain ``lm-eval`` scores an ``nfeval export-hf`` folder with its stock ``hf`` model instead.
 Under torchrun each process scores its shard of the documents (lm-eval splits them by ``rank``) and
 the results meet on rank 0 through ``all_gather``/``gather_object``.
 """

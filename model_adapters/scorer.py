@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
-from tqdm import tqdm
+
+from ..base.progress import progress_bar
 
 # features_at(idx (B, T), keep (B, T) bool, position_ids (B, T) | None, attn_mask (B, 1, T, T) bool | None)
 #   -> (features (keep.sum(), ·) in row-major order of ``keep``, head: features -> logits)
@@ -229,7 +230,7 @@ def score(
     rows = pack_rows([inp for inp, _ in prepared], min(pack_tokens, max_length), packed)
     results: list[tuple[TokenLogLik, bool] | None] = [None] * len(requests)
     run = ScoringStats(requests=len(requests), input_tokens=sum(len(inp) for inp, _ in prepared))
-    pbar = tqdm(total=len(requests), desc="Scoring loglikelihood requests", disable=not progress)
+    pbar = progress_bar(total=len(requests), desc="Scoring loglikelihood requests", enabled=progress)
     for batch in plan_batches([len(r.tokens) for r in rows], max_batch_tokens, max_rows):
         picked = [rows[r] for r in batch]
         for i, (total, greedy) in _score_batch(features_at, picked, requests, device, pad_id, packed, run):

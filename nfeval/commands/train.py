@@ -10,6 +10,7 @@ import sys
 import torch.distributed as dist
 
 from ..base.cli_args import add_device, add_dtype
+from ..base.outputs import check_output_dir
 from ..engine.config import load_json
 from ..engine.train import train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
@@ -99,6 +100,7 @@ def given_fields(args: argparse.Namespace) -> set[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")  # before any work
     cfg = config_from_args(args)
     if getattr(args, "tune_json", None):
         from ..tune.results import with_tuned_lr

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..base.errors import ConfigError
+from ..base.outputs import check_output_dir
 from ..engine.train_config import config_from_args
 from ..tune import results as tune_results
 from ..tune.sweep import parse_budget, tune
@@ -66,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval tune``: the points, then prints the table and where tune.json and the plot are."""
+    check_output_dir(args.out, "--out")  # before any work
     for flag, what_to_do in SET_BY_TUNE.items():
         if getattr(args, _hidden(flag)) is not None:
             raise ConfigError(f"{flag}: not a tune flag; {what_to_do}")

@@ -6,6 +6,8 @@ import argparse
 import time
 
 from ..base.cli_args import add_device, add_dtype, device_or_none
+from ..base.errors import ConfigError
+from ..base.outputs import check_output_file
 from ..zeroshot.evaluate import evaluate, make_table
 
 
@@ -71,7 +73,10 @@ def _batch_size(text: str) -> int | str:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
-    task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
+    check_output_file(args.output, "--output")  # before any work
+    task_list = [t for item in args.tasks for t in item.split(",") if t.strip()] if args.tasks else None
+    if args.tasks is not None and not task_list:
+        raise ConfigError(f"--tasks {' '.join(args.tasks)!r}: empty selection; name at least one task")
     same_names = ("data_dir", "limit", "batch_size", "max_batch_tokens", "output", "dtype", "max_length")
     same_names += ("trust_checkpoint",)
     same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
