@@ -25,7 +25,7 @@ from zeroshot_vs_hf import SHARED, TASKS, build_model
 # stage -> (file substring, function name) whose cumulative time is the stage's
 STAGES = {
     "task building (TaskManager, load)": ("zeroshot.py", "load_tasks"),
-    "dataset loading (tasks/loaders.py)": ("tasks/loaders.py", "build"),
+    "dataset loading (tasks/loaders.py)": ("tasks/loaders.py", "load"),
     "datasets .map (process_docs etc.)": ("arrow_dataset.py", "map"),
     "request building (lm-eval build_all_requests)": ("api/task.py", "build_all_requests"),
     "tokenization (tok_encode)": ("model_adapters/lm.py", "tok_encode"),

@@ -2,11 +2,15 @@
 
 Both score the same Hugging Face GPT-2-shaped model (random weights, GPT-2's tokenizer from
 ``../shared/data/tokenizer/gpt2``, saved to a temp dir) on the same first N items of every task in
-``../shared/data/zeroshot`` (StoryCloze when its files are there); the accuracies must agree. The
-nfeval side also reports its scoring stage (wall time, model FLOPs, fraction of the matmul peak).
+``../shared/data/zeroshot`` (StoryCloze when its files are there); the accuracies must agree. Each
+side is a whole process, start-up and imports included: ``python -m nfeval zeroshot`` (cold cache:
+a fresh ``$NFEVAL_CACHE``, ``--no-cache``) against a process that runs lm-eval's ``simple_evaluate``
+with ``model="hf"`` on the same task definitions. Rounds interleave the two (the order alternates), so
+machine load hits both alike; the ratio is the median of the per-round ratios. The load average is
+printed with every round.
 
     python benchmarks/zeroshot_vs_hf.py [--limit 500] [--d-model 256] [--layers 4] [--batch-size 16]
-        [--tasks piqa hellaswag ...]
+        [--rounds 5] [--tasks piqa hellaswag ...]
 
 ``--packing N`` instead scores the first N HellaSwag items with a 125M-shaped (GPT-2 small) random
 model through ``NFEvalLM``, packed and unpacked: tokens, model FLOPs, time and the largest |Δ log-prob|.
@@ -17,6 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +34,8 @@ import torch
 SHARED = Path(os.environ.get("NFEVAL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TASKS = [t for t in ("piqa", "hellaswag", "winogrande", "openbookqa", "storycloze_2016")
          if (SHARED / "zeroshot" / t.split("_")[0]).is_dir()]  # fmt: skip
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = ("acc,none", "acc_norm,none")
 
 
 def build_model(path: str, d_model: int, layers: int) -> str:
@@ -52,80 +61,117 @@ def build_model(path: str, d_model: int, layers: int) -> str:
     return path
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=500)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tasks", nargs="+", default=TASKS)
     parser.add_argument("--packing", type=int, default=None, metavar="N")
-    args = parser.parse_args()
-    if args.packing:
-        packing_comparison(args.packing, args.batch_size)
-        return
+    parser.add_argument("--hf-side", nargs=2, metavar=("MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
+    if args.hf_side:  # the stock side's own process (see run_hf)
+        hf_side(*args.hf_side, args)
+    elif args.packing:
+        packing_comparison(args.packing, args.batch_size)
+    else:
+        side_by_side(args)
+
+
+def hf_side(model_dir: str, out: str, args: argparse.Namespace) -> None:
+    """Runs lm-eval's ``hf`` model over the tasks (this process is the stock side); writes results."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     import nfeval.tasks as nf_tasks
-    from nfeval.zeroshot import evaluate as zeroshot
 
-    data_dir = str(SHARED / "zeroshot")
-    os.environ["NFEVAL_CACHE"] = tempfile.mkdtemp(prefix="nfeval-bench-cache-")
+    manager = TaskManager(include_path=nf_tasks.TASKS_DIR, include_defaults=False,
+                          metadata={"data_dir": str(SHARED / "zeroshot")})  # fmt: skip
+    stock = lm_eval.simple_evaluate(
+        model="hf", model_args=f"pretrained={model_dir},dtype=float32",
+        tasks=[f"{t}_local" for t in args.tasks], task_manager=manager, limit=args.limit,
+        batch_size=args.batch_size, device="cpu", log_samples=False,
+    )  # fmt: skip
+    Path(out).write_text(json.dumps({"results": stock["results"]}, default=str))
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    """Returns the wall seconds of running ``argv`` as a process (its output discarded)."""
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def run_side(side: str, model_dir: str, tmp: str, args: argparse.Namespace) -> tuple[float, dict]:
+    """Returns (wall s, results JSON) of one whole-process run of ``side`` ("hf" or "nfeval")."""
+    out = os.path.join(tmp, f"{side}.json")
+    env = dict(os.environ, NFEVAL_CACHE=tempfile.mkdtemp(prefix="cold-cache-", dir=tmp))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    if side == "hf":
+        argv = [sys.executable, __file__, "--hf-side", model_dir, out, "--limit", str(args.limit),
+                "--batch-size", str(args.batch_size), "--tasks", *args.tasks]  # fmt: skip
+    else:
+        argv = [sys.executable, "-m", "nfeval", "zeroshot", "--ckpt", model_dir, "--data-dir",
+                str(SHARED / "zeroshot"), "--limit", str(args.limit), "--batch-size", str(args.batch_size),
+                "--device", "cpu", "--no-cache", "--output", out, "--tasks", *args.tasks]  # fmt: skip
+    wall = timed(argv, env)
+    return wall, json.loads(Path(out).read_text())
+
+
+def side_by_side(args: argparse.Namespace) -> None:
+    """Prints each interleaved round (walls, ratio, load average), the medians and the accuracy check."""
+    rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(os.path.join(tmp, "gpt2-random"), args.d_model, args.layers)
-        names = [f"{t}_local" for t in args.tasks]
+        for r in range(args.rounds):
+            order = ("hf", "nfeval") if r % 2 == 0 else ("nfeval", "hf")
+            load_before = os.getloadavg()
+            runs = {side: run_side(side, model_dir, tmp, args) for side in order}
+            walls = {side: round(runs[side][0], 1) for side in runs}
+            ratio = round(walls["hf"] / walls["nfeval"], 2)
+            row = {"round": r + 1, "order": order, "wall_s": walls, "ratio": ratio,
+                   "load_avg_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+                   "running_processes": _running()}  # fmt: skip
+            print(json.dumps(row), flush=True)
+            rounds.append((row, runs))
+    print(json.dumps(summary(args, rounds), indent=2))
 
-        t0 = time.perf_counter()
-        manager = TaskManager(
-            include_path=nf_tasks.TASKS_DIR, include_defaults=False, metadata={"data_dir": data_dir}
-        )
-        stock = lm_eval.simple_evaluate(
-            model="hf",
-            model_args=f"pretrained={model_dir},dtype=float32",
-            tasks=names,
-            task_manager=manager,
-            limit=args.limit,
-            batch_size=args.batch_size,
-            device="cpu",
-            log_samples=False,
-        )
-        t_hf = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        ours = zeroshot.evaluate(
-            model_dir,
-            tasks=args.tasks,
-            data_dir=data_dir,
-            limit=args.limit,
-            batch_size=args.batch_size,
-            device="cpu",
-            use_cache=False,
-        )
-        t_nf = time.perf_counter() - t0
+def _running() -> int:
+    """Returns the number of runnable processes now (``/proc/loadavg``), this benchmark's included."""
+    with open("/proc/loadavg") as f:
+        return int(f.read().split()[3].split("/")[0])
 
-    report = {
-        "limit": args.limit,
+
+def summary(args: argparse.Namespace, rounds: list) -> dict:
+    """Returns the medians, the per-round ratios, the last nfeval scoring report and the accuracy check
+    (every round, every task, acc and acc_norm equal)."""
+    names = [f"{t}_local" for t in args.tasks]
+    accuracy, match = {}, True
+    for _, runs in rounds:
+        hf, nf = runs["hf"][1]["results"], runs["nfeval"][1]["results"]
+        for task in names:
+            pairs = {m: {"hf": hf[task][m], "nfeval": nf[task][m]} for m in METRICS if m in hf[task]}
+            match = match and all(v["hf"] == v["nfeval"] for v in pairs.values())
+            accuracy[task] = pairs
+    walls = {side: statistics.median(row["wall_s"][side] for row, _ in rounds) for side in ("hf", "nfeval")}
+    return {
+        "limit": args.limit, "tasks": names, "batch_size": args.batch_size, "rounds": len(rounds),
         "model": f"GPT-2 shape d={args.d_model} L={args.layers} vocab=50259 (random)",
-        "threads": torch.get_num_threads(),
-        "batch_size": args.batch_size,
-        "wall_s": {"lm_eval_hf": round(t_hf, 1), "nfeval_zeroshot": round(t_nf, 1)},
-        "speedup": round(t_hf / t_nf, 2),
-        "scoring": ours["nfeval"].get("scoring"),
-        "accuracy": {},
-    }
-    for task in names:
-        row = {}
-        for metric in ("acc,none", "acc_norm,none"):
-            if metric in stock["results"][task]:
-                row[metric] = {"hf": stock["results"][task][metric],
-                               "nfeval": ours["results"][task][metric]}  # fmt: skip
-        row["match"] = all(
-            v["hf"] == v["nfeval"] for k, v in row.items() if k in ("acc,none", "acc_norm,none")
-        )
-        report["accuracy"][task] = row
-    print(json.dumps(report, indent=2))
+        "torch_threads": torch.get_num_threads(),
+        "median_wall_s": walls,
+        "median_ratio": statistics.median(row["ratio"] for row, _ in rounds),
+        "ratios": [row["ratio"] for row, _ in rounds],
+        "load_avg_1m": [row["load_avg_1m"] for row, _ in rounds],
+        "nfeval_scoring": rounds[-1][1]["nfeval"][1]["nfeval"]["scoring"],
+        "metrics_identical": match, "accuracy": accuracy,
+    }  # fmt: skip
 
 
 def packing_comparison(n_docs: int, batch_size: int) -> None:

@@ -3,8 +3,8 @@
 Importing this package registers the ``nfeval`` model with lm-eval.
 """
 
-from .backends import Identity, identify, is_hf_dir
+from .backends import Identity, identify
 from .lm import NFEvalLM
 from .scorer import TokenLogLik, score
 
-__all__ = ["NFEvalLM", "Identity", "identify", "is_hf_dir", "TokenLogLik", "score"]
+__all__ = ["NFEvalLM", "Identity", "identify", "TokenLogLik", "score"]

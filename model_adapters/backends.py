@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
+from ..base.errors import CheckpointError, ConfigError, MissingDataError
 from ..engine import checkpoint, rundir
 from ..engine.config import load_json
 from ..engine.fingerprint import fingerprint_state_dict, fingerprint_tokenizer
@@ -56,15 +56,6 @@ def dtype_of(name: str | torch.dtype | None) -> torch.dtype:
     if name not in table:
         raise ConfigError(f"dtype {name!r}: expected float32, bfloat16 or float16")
     return table[name]
-
-
-def is_hf_dir(path: str) -> bool:
-    """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``)."""
-    try:
-        data = load_json(os.path.join(path, "config.json"))
-    except (MissingDataError, DataError):  # not HF's: the nfeval loader reports a broken config.json
-        return False
-    return isinstance(data, dict) and "model_type" in data and not isinstance(data.get("model"), dict)
 
 
 def hash_files(paths: list[str]) -> str:
@@ -111,7 +102,7 @@ def identify(
     (a fairseq checkpoint file is converted to find its fingerprint). Weights that do not match the
     fingerprint recorded in config.json, or a truncated weights file, raise CheckpointError.
     ``tokenizer``/``fairseq_dict`` override the checkpoint's tokenizer as ``checkpoint.load`` does."""
-    if is_hf_dir(path):
+    if checkpoint.is_hf_dir(path):
         if tokenizer is not None or fairseq_dict is not None:
             raise ConfigError(
                 f"{path}: a Hugging Face model uses its own tokenizer (drop --tokenizer/--fairseq-dict)"
@@ -133,7 +124,7 @@ def identify(
         cfg, meta = checkpoint.read_config(directory)
         with torch.device("meta"):
             skeleton = Transformer(cfg)
-        state = checkpoint.load_state(directory, skeleton)
+        state = checkpoint.load_state(directory, skeleton, meta.get("weights_prefix", ""))
         fingerprint = fingerprint_state_dict(state)
         checkpoint.check_fingerprint(directory, meta, fingerprint)
         tok_path = os.path.join(directory, rundir.TOKENIZER)
@@ -330,7 +321,7 @@ def load(
     trust_checkpoint: bool = False,
 ) -> Backend:
     """Returns the backend for an nfeval checkpoint/run dir, a fairseq file or a HF causal-LM directory."""
-    if is_hf_dir(pretrained):
+    if checkpoint.is_hf_dir(pretrained):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from .hf_backend import HFBackend

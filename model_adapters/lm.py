@@ -1,10 +1,15 @@
 """``NFEvalLM``: lm-eval's ``TemplateLM`` over nfeval checkpoints and Hugging Face causal LMs.
 
-Registered in lm-eval as ``nfeval``::
+Registered in lm-eval as ``nfeval`` when ``nfeval.model_adapters`` is imported, which lm-eval's own
+``lm-eval`` command does not do; ``nfeval lm-eval`` is that command with nfeval's model and tasks
+registered::
 
-    lm-eval --model nfeval --model_args pretrained=RUN_DIR,dtype=bfloat16 --tasks piqa_local ...
+    nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR,dtype=bfloat16 --tasks piqa_local \
+        --data-dir DIR
 
-or used as an instance: ``lm_eval.simple_evaluate(model=NFEvalLM(pretrained=path), ...)``.
+From Python, import ``nfeval.model_adapters`` first, then ``lm_eval.simple_evaluate(model="nfeval",
+model_args="pretrained=RUN_DIR", ...)``, or pass an instance: ``model=NFEvalLM(pretrained=path)``.
+Plain ``lm-eval`` scores an ``nfeval export-hf`` folder with its stock ``hf`` model instead.
 Under torchrun each process scores its shard of the documents (lm-eval splits them by ``rank``) and
 the results meet on rank 0 through ``all_gather``/``gather_object``.
 """
@@ -106,6 +111,7 @@ class NFEvalLM(TemplateLM):
         self.custom_prefix_token_id = None if prefix_token_id is None else int(prefix_token_id)
         self.progress = _as_bool(progress)
         self.tokenizer = getattr(self.engine, "tokenizer", None)
+        self._encoded: dict[tuple[str, bool | None], list[int]] | None = None  # see loglikelihood
 
     # ---------------------------------------------------------------- identity and tokenization
 
@@ -141,6 +147,14 @@ class NFEvalLM(TemplateLM):
         }
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        if self._encoded is None:
+            return self._tok_encode(string, add_special_tokens)
+        key = (string, add_special_tokens)
+        if key not in self._encoded:
+            self._encoded[key] = self._tok_encode(string, add_special_tokens)
+        return list(self._encoded[key])
+
+    def _tok_encode(self, string: str, add_special_tokens: bool | None) -> list[int]:
         if add_special_tokens is None:
             if has_bos_prefix(string, self.engine.token_text(self.prefix_token_id)):
                 add_special_tokens = False
@@ -157,6 +171,15 @@ class NFEvalLM(TemplateLM):
         return self.engine.decode(tokens)
 
     # ---------------------------------------------------------------- scoring
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """lm-eval's, with each distinct text tokenized once per call: the choices of a document share
+        its context, which lm-eval tokenizes once per choice."""
+        self._encoded = {}
+        try:
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self._encoded = None
 
     def _loglikelihood_tokens(
         self, requests, disable_tqdm: bool = False, **kwargs

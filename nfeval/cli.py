@@ -11,7 +11,8 @@ import importlib
 import os
 import sys
 
-from .base.errors import UserError
+from .base.errors import UserError, environment_error
+from .base.progress import quiet_library_bars
 
 COMMANDS: dict[str, str] = {  # command -> what it does; its module is nfeval.commands.<name>
     "info": "architecture, parameter counts and fingerprint of a checkpoint or preset",
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    quiet_library_bars()
     if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
         return command_module(command).main(argv[argv.index(command) + 1 :])
     parser = build_parser(command if command in COMMANDS else None)
@@ -64,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(command_module(args.command).run(args) or 0)
+        try:
+            return int(command_module(args.command).run(args) or 0)
+        except OSError as e:  # a full or read-only disk, a file in the way: the user's, not a bug
+            user = environment_error(e)
+            if user is None:
+                raise
+            raise user from e
     except UserError as e:  # any other exception is a bug: its traceback shows
         if os.environ.get("NFEVAL_TRACEBACK") == "1":
             raise

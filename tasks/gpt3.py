@@ -12,6 +12,10 @@ plus, per the task YAML's ``metadata``:
 
 A split counts only when the loaded dataset has it, so the eval split is ``test`` when the task names
 one and its file is there, else ``validation`` (local StoryCloze/OpenBookQA files may come with either).
+
+Under ``nfeval zeroshot`` (``nfeval/task_build.py``'s plan) only the eval split's first ``limit``
+documents are processed, and the processed documents and their requests are cached; elsewhere (lm-eval's
+own CLI) the task is lm-eval's.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import numpy as np
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import metric_registry, register_metric
 from lm_eval.api.task import ConfigurableTask
+
+from ..zeroshot import task_build
 
 # Bump when a metric's definition changes: it is part of every zero-shot cache key.
 METRICS_VERSION = 1
@@ -51,6 +57,9 @@ class GPT3Task(ConfigurableTask):
     def __init__(self, config: dict | None = None, **kwargs) -> None:
         config = dict(config or {})
         config.pop("class", None)
+        self._raw_config = config  # the request-cache key reads it (nfeval zeroshot only)
+        self._build: tuple[str, dict | None] | None = None  # (request-cache key, cached payload or None)
+        self.original_doc_count: int | None = None  # the eval split's size before the limit cut it
         super().__init__(config=config, **kwargs)
 
     @property
@@ -85,12 +94,82 @@ class GPT3Task(ConfigurableTask):
         return self._processed(self.config.test_split, super().test_docs)
 
     def _processed(self, split: str | None, build):
-        """Returns ``build()`` (a split's processed documents), built once per loaded split."""
+        """Returns ``build()`` (a split's processed documents), built once per loaded split; documents
+        from the request cache are processed already."""
         cache = self.__dict__.setdefault("_processed_docs", {})
         source = self.dataset[split] if self._has_split(split) else None
+        if self._build and self._build[1] and split == self._build[1]["split"]:
+            return source
         if split not in cache or cache[split][0] is not source:
             cache[split] = (source, build())
         return cache[split][1]
+
+    # ---------------------------------------------------------------- nfeval zeroshot's build plan
+
+    def _eval_split(self) -> str:
+        test = self.config.test_split
+        return test if self._has_split(test) else self.config.validation_split
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        """lm-eval's download; under a build plan, the eval split cut to the plan's limit (before any
+        processing) or replaced by the request cache's processed documents."""
+        plan = task_build.current()
+        if plan is None:
+            return super().download(dataset_kwargs, **kwargs)
+        canonical = getattr(self.config.custom_dataset, "canonical", None)  # a tasks/loaders.py hook
+        if canonical is not None:  # local files: fingerprinted (and served from cache) before loading
+            from .loaders import data_fingerprint
+
+            data_dir = (self.config.metadata or {}).get("data_dir")
+            if self._use_cached(plan, data_fingerprint(canonical, data_dir)):
+                return
+        super().download(dataset_kwargs, **kwargs)
+        splits = {s: getattr(self.dataset[s], "_fingerprint", None) for s in self.dataset}
+        if canonical is None and all(isinstance(f, str) for f in splits.values()):
+            # a Hub (or other) dataset: its own fingerprint, known once loaded; none, no request cache
+            if self._use_cached(plan, task_build.digest(splits), loaded=True):
+                return
+        split = self._eval_split()
+        docs = self.dataset[split]
+        self.original_doc_count = len(docs)
+        if plan.limit is not None and plan.limit < len(docs):
+            self.dataset[split] = docs.select(range(plan.limit))
+
+    def _use_cached(self, plan, fingerprint: str, loaded: bool = False) -> bool:
+        """Returns True when the eval documents now come from the request cache (set up from it)."""
+        import datasets
+
+        key = task_build.request_key(self._raw_config, type(self), fingerprint, plan.limit)
+        payload = task_build.read_requests(key, plan.log) if plan.use_cache else None
+        self._build = (key, payload)
+        if payload is None:
+            return False
+        docs = datasets.Dataset.from_list(payload["docs"])
+        if loaded:
+            self.dataset[payload["split"]] = docs
+        else:
+            self.dataset = datasets.DatasetDict({payload["split"]: docs})
+        self.original_doc_count = payload["original"]
+        return True
+
+    def build_all_requests(self, *, limit=None, rank=0, world_size=1, **kwargs) -> None:
+        """lm-eval's request building; under a build plan, served from and written to the request
+        cache (one process, zero-shot, no chat template: what nfeval zeroshot runs)."""
+        plan = task_build.current()
+        special = ("samples", "cache_requests", "system_instruction", "apply_chat_template")
+        plain = plan is not None and self._build is not None and world_size == 1 and limit == plan.limit
+        plain = plain and not any(kwargs.get(k) for k in special) and not self.config.num_fewshot
+        if plain and self._build[1] is not None:
+            docs = list(self.eval_docs)
+            self._instances = task_build.instances(self._build[1], docs, self.config.task,
+                                                       self.config.repeats)  # fmt: skip
+            return
+        super().build_all_requests(limit=limit, rank=rank, world_size=world_size, **kwargs)
+        cacheable = all(i.request_type in task_build.CACHED_TYPES for i in self._instances)
+        if plain and plan.use_cache and cacheable:
+            docs = [dict(d) for d in self.eval_docs]
+            task_build.write_requests(self._build[0], self._eval_split(), self.original_doc_count,
+                                          docs, self._instances)  # fmt: skip
 
     def construct_requests(self, doc, ctx, **kwargs):
         requests = super().construct_requests(doc, ctx, **dict(kwargs))

@@ -354,11 +354,25 @@ def load(canonical: str, data_dir: str | None = None) -> datasets.DatasetDict:
     return datasets.DatasetDict({split: datasets.Dataset.from_list(r) for split, r in rows.items()})
 
 
+def data_fingerprint(canonical: str, data_dir: str | None = None) -> str:
+    """Returns the sha256 over this module (what turns files into documents) and the names and bytes
+    of every file the task's loader may read (its folder under the data directory): what the request
+    cache is keyed by."""
+    from ..zeroshot.task_build import files_fingerprint
+
+    root = data_root(data_dir)
+    folder = os.path.join(root, "corpus_cloze" if canonical == "corpus_cloze" else canonical.split("_")[0])
+    paths = [os.path.join(d, n) for d, _, names in os.walk(folder) for n in names]
+    files = files_fingerprint(root, [p for p in paths if os.path.isfile(p)])
+    return files_fingerprint(os.path.dirname(__file__), [__file__]) + files
+
+
 def _hook(canonical: str):
     def custom_dataset(data_dir: str | None = None, **_metadata) -> datasets.DatasetDict:
         return load(canonical, data_dir)
 
     custom_dataset.__name__ = f"load_{canonical}"
+    custom_dataset.canonical = canonical  # GPT3Task fingerprints the task's files before loading them
     return custom_dataset
 
 

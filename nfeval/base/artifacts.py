@@ -7,9 +7,12 @@ import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from .errors import OutputError
 
 
 def cache_dir(*parts: str) -> str:
@@ -19,22 +22,40 @@ def cache_dir(*parts: str) -> str:
     return os.path.join(root, *parts)
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` via a temp file in the same folder and a rename (never half-written)."""
+def atomic_write_with(path: str, write: Callable[[str], Any]) -> None:
+    """Has ``write(tmp)`` write the file at a temp path in ``path``'s folder, then renames it to ``path``
+    (never half-written) with the permissions the umask gives a new file; the one atomic writer.
+
+    A killed writer leaves only a ``.tmp-*`` file, which ``rundir.clean_temp_files`` deletes. An OS
+    error (read-only or full filesystem, a file where a folder is expected) is a UserError naming
+    ``path``; the file that was there stays as it was.
+    """
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    tmp = None
     try:
-        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600: give the user's usual permissions
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+        os.close(fd)
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp (and safetensors) make 0600
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write ({e.strerror or e})") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically (``atomic_write_with``)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    atomic_write_with(path, write)
 
 
 def current_umask() -> int:

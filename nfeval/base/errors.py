@@ -9,6 +9,14 @@ too). Each kind also subclasses the builtin it refines, so ``except ValueError``
 
 from __future__ import annotations
 
+import errno
+
+# What the filesystem says about a user's path (full, read-only, not permitted, a file in the way)
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+    errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG,
+}  # fmt: skip
+
 
 class UserError(Exception):
     """Bad input from the user: printed as one line, without a traceback, exit status 2."""
@@ -26,8 +34,21 @@ class MissingDataError(UserError, FileNotFoundError):
     """A file or folder the command needs does not exist; the message says what was expected there."""
 
 
+class OutputError(UserError, OSError):
+    """An output file or folder cannot be written: read-only or full filesystem, a file in the way."""
+
+
 class CheckpointError(UserError, ValueError):
     """A checkpoint is corrupt, truncated, untrusted or does not match its recorded fingerprint."""
+
+
+def environment_error(error: OSError) -> OutputError | None:
+    """Returns the one-line OutputError for an OSError the filesystem raised about a user's path (its
+    errno in ENVIRONMENT_ERRNOS), naming the path when the error carries one; None for any other."""
+    if error.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    where = f"{error.filename}: " if error.filename else ""
+    return OutputError(f"{where}{error.strerror or error}")
 
 
 def hub_unreachable(what: str, error: BaseException, instead: str) -> MissingDataError:

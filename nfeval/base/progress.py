@@ -2,17 +2,27 @@
 
 On a terminal: an ordinary tqdm bar. Elsewhere (a log file, a pipe, a batch job's stdout) tqdm would write
 a carriage-return line at every update; there the bar prints a plain status line at most every
-``LOG_INTERVAL_S`` seconds instead, and none of the clearing sequences.
+``LOG_INTERVAL_S`` seconds instead, and none of the clearing sequences. Other libraries' bars (lm-eval's
+request building, datasets' split generation, transformers' weight loading) are turned off there
+(``quiet_library_bars``, called by the CLI before any command).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 from tqdm import tqdm
 
 LOG_INTERVAL_S = 30.0
+# What turns the libraries' own bars off: tqdm's default for bars that do not say (lm-eval's), and the
+# switches datasets, transformers and the Hub read at import.
+LIBRARY_BARS_OFF = {
+    "TQDM_DISABLE": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+}
 
 
 class _Lines:
@@ -36,3 +46,15 @@ def progress_bar(iterable=None, *, enabled: bool = True, **kwargs: Any) -> tqdm:
     if enabled and not sys.stderr.isatty():
         kwargs = {"mininterval": LOG_INTERVAL_S, "file": _Lines(sys.stderr), "ascii": True, **kwargs}
     return tqdm(iterable, disable=not enabled, **kwargs)
+
+
+def quiet_library_bars() -> None:
+    """When stderr is not a terminal, turns off other libraries' progress bars, which would write
+    carriage-return lines into logs (ours, ``progress_bar``, print plain lines); a variable the user set
+    is kept."""
+    if sys.stderr.isatty():
+        return
+    for name, value in LIBRARY_BARS_OFF.items():
+        os.environ.setdefault(name, value)
+    if "datasets" in sys.modules:  # imported already: its switch was read
+        sys.modules["datasets"].disable_progress_bars()

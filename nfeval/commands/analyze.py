@@ -15,6 +15,7 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.cli_args import add_output_file
 from ..base.errors import ConfigError
+from ..base.outputs import check_output_file
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,6 +88,7 @@ def _data_arguments(p: argparse.ArgumentParser, batches: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.output, "--output")  # before any work
     if not args.output.endswith(".png"):
         raise ConfigError(f"--output {args.output}: expected a .png path (the JSON is written beside it)")
     result = {"grads": run_grads, "gains": run_gains, "stability": run_stability}[args.analysis](args)

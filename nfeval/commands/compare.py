@@ -9,6 +9,7 @@ import sys
 from ..base.artifacts import atomic_write_json
 from ..base.cli_args import add_output_file
 from ..base.errors import ConfigError
+from ..base.outputs import check_output_file
 from ..report.compare import compare
 
 
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.output, "--output")  # before any work
     from ..report.compare_table import format_comparison
 
     if args.group or not args.runs:

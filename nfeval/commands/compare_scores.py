@@ -7,6 +7,7 @@ import json
 
 from ..base.artifacts import atomic_write_json
 from ..base.cli_args import add_output_file
+from ..base.outputs import check_output_file
 from ..report import significance as sig
 from ..report.compare_scores import compare_scores, format_rows
 
@@ -26,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval compare-scores``."""
+    check_output_file(args.output, "--output")  # before any work
     result = compare_scores(args.a, args.b, args.resamples, args.seed, args.confidence)
     if args.output:
         atomic_write_json(args.output, result)

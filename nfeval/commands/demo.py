@@ -7,6 +7,7 @@ import os
 
 from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
 from ..base.errors import ConfigError, MissingDataError
+from ..base.outputs import check_output_dir
 from ..pipelines.demo import DemoConfig, run_demo
 
 
@@ -39,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")  # before any work
     if args.minutes <= 0:
         raise ConfigError(f"--minutes {args.minutes}: expected a positive number")
     cfg = DemoConfig(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..base.outputs import check_output_dir
 from ..engine.hf_export import export_hf
 
 
@@ -34,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")  # before any work
     summary = export_hf(
         args.source,
         args.out,

@@ -23,7 +23,7 @@ import torch
 from ..base.artifacts import atomic_write_text, provenance
 from ..base.cli_args import LONG_NAMES, add_device, add_dtype, device_or_none
 from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
-from ..engine.config import load_json
+from ..base.outputs import check_output_file
 from ..engine.generate import Sampling, generate
 
 
@@ -31,8 +31,12 @@ def read_prompts(path: str) -> list[str]:
     """Returns the prompts of a file: one per non-empty line, or a ``"prompt"`` per line of a .jsonl file."""
     if not os.path.isfile(path):
         raise MissingDataError(f"{path}: prompts file not found (expected one prompt per line)")
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        byte = f"byte {e.start} is {e.object[e.start]:#x}"
+        raise DataError(f"{path}: not UTF-8 text ({byte}); save it as UTF-8") from None
     if not path.endswith(".jsonl"):
         prompts = [line for line in lines if line.strip()]
     else:
@@ -50,17 +54,6 @@ def read_prompts(path: str) -> list[str]:
     if not prompts:
         raise DataError(f"{path}: no prompts (expected one prompt per line)")
     return prompts
-
-
-def is_hf_dir(path: str) -> bool:
-    """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``
-    and no nfeval ``model`` object), as ``model_adapters.backends.is_hf_dir`` decides, without importing
-    ``model_adapters`` (which registers with lm-eval: a second of start-up)."""
-    try:
-        data = load_json(os.path.join(path, "config.json"))
-    except (MissingDataError, DataError):
-        return False
-    return isinstance(data, dict) and "model_type" in data and not isinstance(data.get("model"), dict)
 
 
 class CheckpointGenerator:
@@ -104,7 +97,7 @@ def load_backend(
     (``tokenizer``/``fairseq_dict``/``fairseq_head_scale_bug`` as ``checkpoint.load`` takes them)."""
     from ..engine import checkpoint
 
-    if is_hf_dir(path):
+    if checkpoint.is_hf_dir(path):
         from ..model_adapters import backends
 
         ident = backends.identify(path)
@@ -183,6 +176,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval generate``: prints each continuation, writes ``--output`` if given."""
+    check_output_file(args.output, "--output")  # before any work
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     if args.max_new_tokens < 1 or args.batch_size < 1:
         raise ConfigError("--max-new-tokens and --batch-size: expected positive integers")

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none
+from ..base.outputs import check_output_dir
 from ..engine import torch_files
 from ..glue import data as glue_data
 from ..glue import ensemble
@@ -92,6 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval glue``: the sweep, then prints the table and where the summary is."""
     launch = launch_options(args)
+    check_output_dir(args.out, "--out")  # before any work
     tasks = [t.strip().lower() for t in args.tasks.split(",") if t.strip()]
     for t in tasks:
         glue_data.spec(t)

@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..base.cli_args import add_output_file
+from ..base.outputs import check_output_file
 from ..report import paired
 from ..report.leaderboard import build
 from ..report.leaderboard_read import (
@@ -64,6 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.output, "--output")  # before any work
     from ..analysis.tables import load_analysis
 
     analyses = [load_analysis(path) for path in args.analysis or []]  # checked before any other work

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
+LM_EVAL_UNKNOWN_TASKS = "Tasks not found"  # how lm-eval's process_tasks starts the error
+
 
 def split_data_dir(argv: list[str]) -> tuple[list[str], str | None]:
     """Returns (argv without ``--data-dir DIR``, DIR or None)."""
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         model_adapters,  # noqa: F401  (registers the "nfeval" model)
         tasks,
     )
-    from ..base.errors import UserError
+    from ..base.errors import ConfigError, UserError
     from ..cli import one_line
     from ..zeroshot.lm_eval_git import quiet_git_hash
 
@@ -56,8 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(args, "include_path"):
             args.include_path = [tasks.TASKS_DIR] + ([args.include_path] if args.include_path else [])
         with quiet_git_hash():
-            cli.execute(args)
-    except UserError as e:  # bad data or model: one line, as every nfeval command
+            try:
+                cli.execute(args)
+            except ValueError as e:
+                if not str(e).startswith(LM_EVAL_UNKNOWN_TASKS):
+                    raise
+                known = ", ".join(tasks.CANONICAL_TASKS)
+                raise ConfigError(f"--tasks: {e} (nfeval's: {known}; all: nfeval lm-eval ls tasks)") from None
+    except UserError as e:  # bad data, model or task name: one line, as every nfeval command
         if os.environ.get("NFEVAL_TRACEBACK") == "1":
             raise
         print(f"nfeval lm-eval: error: {one_line(e)}", file=sys.stderr)

@@ -7,6 +7,8 @@ import shlex
 import sys
 
 from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
+from ..base.errors import ConfigError
+from ..base.outputs import check_output_dir
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.reproduce import ReproduceConfig, run_reproduce
 from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES
@@ -50,21 +52,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_launcher_arguments(p)
 
 
-def _names(text: str | None) -> tuple[str, ...] | None:
-    return tuple(t.strip() for t in text.split(",") if t.strip()) if text else None
+def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
+    """Returns the comma-separated names of ``flag`` (None when not given); an empty list is refused."""
+    if text is None:
+        return None
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not names:
+        raise ConfigError(f"{flag} {text!r}: empty selection; name at least one, or drop the flag")
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
     launch = launch_options(args)
+    check_output_dir(args.out, "--out")  # before any work
     cfg = ReproduceConfig(
         out=args.out,
         scale=args.scale,
         minutes=args.minutes,
         seeds=args.seeds,
-        only=_names(args.only),
+        only=_names(args.only, "--only"),
         data_dir=args.data_dir,
         glue_dir=args.glue_dir,
-        glue_tasks=_names(args.glue_tasks),
+        glue_tasks=_names(args.glue_tasks, "--glue-tasks"),
         tune=args.tune,
         device=args.device,
         progress=not args.no_progress,

@@ -10,6 +10,7 @@ import sys
 import torch.distributed as dist
 
 from ..base.cli_args import add_device, add_dtype
+from ..base.outputs import check_output_dir
 from ..engine.config import load_json
 from ..engine.train import refuse_existing_run, train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
@@ -108,6 +109,7 @@ def given_fields(args: argparse.Namespace) -> set[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Trains here (under torchrun: this process's share), or submits the run as one Slurm job."""
+    check_output_dir(args.out, "--out")  # before any work
     launch = launch_options(args)
     if launch.on_cluster:
         return submit(args, launch)

@@ -6,7 +6,9 @@ import argparse
 import os
 
 from ..base.errors import ConfigError
+from ..base.outputs import check_output_dir
 from ..engine.train_config import config_from_args
+from ..launch.options import add_launcher_arguments, launch_options
 from ..tune import results as tune_results
 from ..tune.sweep import parse_budget, tune
 from . import train as train_command
@@ -39,7 +41,8 @@ def _floats(text: str) -> list[float]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Adds ``nfeval train``'s data, batch, model and optimiser flags (the same for every point), then the
     tune's own, which replace train's --preset and --out and hide the flags a tune sets per point."""
-    train_command.add_arguments(p)
+    train_command.add_run_arguments(p)
+    add_launcher_arguments(p)
     p.conflict_handler = "resolve"  # the group below inherits it: its flags replace train's of the same name
     g = p.add_argument_group("tune")
     for flag in SET_BY_TUNE:
@@ -66,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval tune``: the points, then prints the table and where tune.json and the plot are."""
+    launch = launch_options(args)
+    check_output_dir(args.out, "--out")  # before any work
     for flag, what_to_do in SET_BY_TUNE.items():
         if getattr(args, _hidden(flag)) is not None:
             raise ConfigError(f"{flag}: not a tune flag; {what_to_do}")
@@ -81,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         progress=base.progress,
         report_only=args.report_only,
+        launch=launch,
     )
     print(tune_results.format_table(summary))
     plot = os.path.join(args.out, "tune.png")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from ..base.cli_args import add_device, add_dtype, device_or_none
+from ..base.errors import ConfigError
+from ..base.outputs import check_output_file
 from ..zeroshot.evaluate import evaluate, make_table
 
 
@@ -54,6 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_fairseq_arguments(parser)
 
 
+def _process_age() -> float:
+    """Returns the seconds since this process started (interpreter start-up and imports included)."""
+    try:
+        import psutil
+    except ImportError:  # psutil comes with accelerate; without it the command is timed from here
+        return 0.0
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
 def _batch_size(text: str) -> int | str:
     """Returns ``--batch-size``'s value: ``auto`` or an integer (checked to be positive later)."""
     return "auto" if text == "auto" else int(text)
@@ -61,12 +73,16 @@ def _batch_size(text: str) -> int | str:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
-    task_list = [t for item in args.tasks for t in item.split(",") if t] if args.tasks else None
+    check_output_file(args.output, "--output")  # before any work
+    task_list = [t for item in args.tasks for t in item.split(",") if t.strip()] if args.tasks else None
+    if args.tasks is not None and not task_list:
+        raise ConfigError(f"--tasks {' '.join(args.tasks)!r}: empty selection; name at least one task")
     same_names = ("data_dir", "limit", "batch_size", "max_batch_tokens", "output", "dtype", "max_length")
     same_names += ("trust_checkpoint",)
     same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
     settings = {name: getattr(args, name) for name in same_names}
     device = device_or_none(args.device)
+    settings["started"] = time.perf_counter() - _process_age()
     out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)
     if out is not None:
         print(make_table(out))

@@ -3,21 +3,28 @@
 ``config.json`` is ``{"model": <ModelConfig fields>, ...}``; other top-level keys (training config,
 provenance, compute so far) are kept as ``meta``. An nfeval run directory is itself a checkpoint
 directory once training has finished; while it runs, its newest ``checkpoints/step_*`` is used.
+
+``nfeval export-hf``'s remote-code folder (config.json ``model_type: nfeval``: ModelConfig's fields at the
+top level, tensors named ``transformer.<ours>``) reads natively too, without running its remote code.
+Before a model is built, the config's sizes are checked against the tensor shapes in the weights'
+header (``check_sizes``), so a damaged config.json can neither hang nor allocate what the weights are not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from ..base.artifacts import atomic_write_json, atomic_write_text
-from ..base.errors import CheckpointError, ConfigError, MissingDataError
+from ..base.artifacts import atomic_write_json, atomic_write_text, atomic_write_with
+from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
 from . import rundir
 from .config import ModelConfig, load_json
 from .fairseq_import import load_fairseq
@@ -26,6 +33,9 @@ from .fingerprint import fingerprint_state_dict
 from .model import Transformer
 from .rundir import CONFIG, TOKENIZER, WEIGHTS
 from .tokenization import load_tokenizer
+
+HF_EXPORT_TYPE = "nfeval"  # config.json's model_type in export-hf's remote-code format
+HF_EXPORT_PREFIX = "transformer."  # its tensor names: NFEvalForCausalLM.transformer is our Transformer
 
 
 @dataclass
@@ -66,9 +76,7 @@ def save(
     os.makedirs(directory, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     fingerprint = fingerprint_state_dict(state)
-    tmp = os.path.join(directory, f".tmp-{WEIGHTS}")
-    save_file(state, tmp, metadata={"format": "pt", "fingerprint": fingerprint})
-    os.replace(tmp, os.path.join(directory, WEIGHTS))
+    save_weights(os.path.join(directory, WEIGHTS), state, {"format": "pt", "fingerprint": fingerprint})
     if tokenizer is not None:
         atomic_write_text(os.path.join(directory, TOKENIZER), tokenizer.to_str(pretty=True))
     atomic_write_json(
@@ -76,6 +84,11 @@ def save(
         {**(meta or {}), "model": model.cfg.to_dict(), "fingerprint": fingerprint},
     )
     return fingerprint
+
+
+def save_weights(path: str, state: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Writes ``state`` as a safetensors file at ``path`` through the atomic writer (umask permissions)."""
+    atomic_write_with(path, lambda tmp: save_file(state, tmp, metadata=metadata))
 
 
 def resolve(path: str) -> str:
@@ -96,14 +109,80 @@ def resolve(path: str) -> str:
     )
 
 
+def is_hf_dir(path: str) -> bool:
+    """Returns True when ``path`` is a Hugging Face model directory (config.json with a ``model_type``)
+    that nfeval does not read itself (export-hf's nfeval format is an nfeval checkpoint)."""
+    try:
+        data = load_json(os.path.join(path, "config.json"))
+    except (MissingDataError, DataError):  # not HF's: the nfeval loader reports a broken config.json
+        return False
+    if not isinstance(data, dict) or isinstance(data.get("model"), dict):
+        return False
+    return "model_type" in data and data["model_type"] != HF_EXPORT_TYPE  # ours reads natively
+
+
 def read_config(directory: str) -> tuple[ModelConfig, dict[str, Any]]:
-    """Returns (model config, the rest of config.json) of a checkpoint directory."""
+    """Returns (model config, the rest of config.json) of a checkpoint directory, or of an export-hf
+    folder (the rest is then ``{"source": "export-hf", "weights_prefix", "exported_from"}``). The
+    config's sizes are checked against the weights' header when the weights exist (``check_sizes``)."""
     path = os.path.join(directory, CONFIG)
     data = load_json(path)
-    if "model" not in data or not isinstance(data["model"], dict):
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object (an nfeval checkpoint's config.json)")
+    if "model" not in data and data.get("model_type") == HF_EXPORT_TYPE:
+        names = {f.name for f in dataclasses.fields(ModelConfig)}
+        fields = {k: v for k, v in data.items() if k in names}
+        cfg = ModelConfig.from_dict(fields, source=f"{path} (an nfeval export-hf folder)")
+        exported = (data.get("nfeval_export") or {}).get("source")
+        meta = {"source": "export-hf", "weights_prefix": HF_EXPORT_PREFIX, "exported_from": exported}
+    elif "model" not in data and "model_type" in data:
+        raise CheckpointError(
+            f"{path}: a Hugging Face model folder (model_type {data['model_type']!r}), not an nfeval "
+            "checkpoint: zeroshot and generate score it through transformers; info and analyze read "
+            "nfeval checkpoints and export-hf's nfeval format"
+        )
+    elif not isinstance(data.get("model"), dict):
         raise CheckpointError(f"{path}: missing object field 'model' (the model config)")
-    cfg = ModelConfig.from_dict(data["model"], source=f"{path} field 'model'")
-    return cfg, {k: v for k, v in data.items() if k != "model"}
+    else:
+        cfg = ModelConfig.from_dict(data["model"], source=f"{path} field 'model'")
+        meta = {k: v for k, v in data.items() if k != "model"}
+    if os.path.isfile(os.path.join(directory, WEIGHTS)):
+        check_sizes(directory, cfg, meta.get("weights_prefix", ""))
+    return cfg, meta
+
+
+def weight_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """Returns {tensor name: shape} from a safetensors file's header (no tensor is read)."""
+    try:
+        with safe_open(path, framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except FileNotFoundError:
+        raise MissingDataError(f"{path}: not found") from None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({e})") from None
+
+
+def check_sizes(directory: str, cfg: ModelConfig, prefix: str = "") -> None:
+    """Raises CheckpointError naming the config.json field (n_layer, vocab_size, d_model, d_ffn,
+    max_seq_len) whose value the weights' shapes contradict; reads only the weights' header."""
+    weights = os.path.join(directory, WEIGHTS)
+    shapes = weight_shapes(weights)
+    block = re.compile(re.escape(prefix) + r"blocks\.(\d+)\.")
+    found = {"n_layer": len({m.group(1) for k in shapes if (m := block.match(k))})}
+    emb, fc2 = shapes.get(prefix + "tok_emb.weight"), shapes.get(prefix + "blocks.0.fc2.weight")
+    if emb is not None and len(emb) == 2:
+        found["vocab_size"], found["d_model"] = emb
+    if fc2 is not None and len(fc2) == 2:  # (d_model, d_ffn), gated FFN or not
+        found["d_ffn"] = fc2[1]
+    pos = shapes.get(prefix + "pos_emb.weight")
+    if cfg.positions == "learned" and pos is not None and len(pos) == 2:
+        found["max_seq_len"] = pos[0]
+    for name, value in found.items():
+        if getattr(cfg, name) != value:
+            raise CheckpointError(
+                f"{os.path.join(directory, CONFIG)}: {name}={getattr(cfg, name)!r} disagrees with the "
+                f"weights in {weights} ({value}); refusing to build a model from it"
+            )
 
 
 def check_fingerprint(directory: str, meta: dict[str, Any], fingerprint: str) -> None:
@@ -117,8 +196,9 @@ def check_fingerprint(directory: str, meta: dict[str, Any], fingerprint: str) ->
         )
 
 
-def load_state(directory: str, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Returns the checkpoint's tensors after checking every name and shape against ``model``."""
+def load_state(directory: str, model: torch.nn.Module, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Returns the checkpoint's tensors (``prefix`` stripped from their names: an export-hf folder's
+    ``transformer.``) after checking every name and shape against ``model``."""
     path = os.path.join(directory, WEIGHTS)
     try:
         state = load_file(path)
@@ -126,6 +206,7 @@ def load_state(directory: str, model: torch.nn.Module) -> dict[str, torch.Tensor
         raise MissingDataError(f"{path}: not found") from None
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({e})") from None
+    state = {k[len(prefix) :] if prefix and k.startswith(prefix) else k: v for k, v in state.items()}
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     if missing:
@@ -189,7 +270,7 @@ def load(
         directory = resolve(path)
         cfg, meta = read_config(directory)
         model = Transformer(cfg)
-        state = load_state(directory, model)
+        state = load_state(directory, model, meta.get("weights_prefix", ""))
         model.load_state_dict(state)
         tok = _plain_tokenizer(tokenizer, directory)
     cfg = model.cfg

@@ -15,6 +15,7 @@ dtype they come with: bf16 decoding happens only when the caller loads bf16 weig
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,8 +37,8 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"temperature={self.temperature}: expected >= 0 (0 is greedy)")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ConfigError(f"temperature={self.temperature}: expected a finite number >= 0 (0 is greedy)")
         if self.top_k < 0:
             raise ConfigError(f"top_k={self.top_k}: expected >= 0 (0 is off)")
         if not 0 < self.top_p <= 1:

@@ -27,7 +27,6 @@ import shutil
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from tokenizers import Tokenizer, processors
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, provenance
@@ -183,20 +182,14 @@ def write_model(out: str, ckpt: checkpoint.Checkpoint, extra: dict[str, Any], pa
     """
     cfg = ckpt.config
     state = {k: v.detach().float().cpu().contiguous() for k, v in ckpt.model.state_dict().items()}
-    if not gpt2_mismatches(cfg):
-        from transformers import GPT2LMHeadModel
-
-        model = GPT2LMHeadModel(gpt2_config(cfg, pad_token_id=pad_id, **extra))
-        tensors = gpt2_state_dict(state, cfg.n_layer)
-        model.load_state_dict({**tensors, "lm_head.weight": tensors["transformer.wte.weight"]})
-        model.tie_weights()
-        model.save_pretrained(out)
+    weights = os.path.join(out, "model.safetensors")
+    if not gpt2_mismatches(cfg):  # GPT2LMHeadModel's files: its config, its tensors (the head tied)
+        config = gpt2_config(cfg, pad_token_id=pad_id, architectures=["GPT2LMHeadModel"], **extra)
+        atomic_write_text(os.path.join(out, "config.json"), config.to_json_string())
+        checkpoint.save_weights(weights, gpt2_state_dict(state, cfg.n_layer), {"format": "pt"})
         return "gpt2"
-    save_file(
-        {f"transformer.{k}": v for k, v in state.items()},
-        os.path.join(out, "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    prefixed = {checkpoint.HF_EXPORT_PREFIX + k: v for k, v in state.items()}
+    checkpoint.save_weights(weights, prefixed, {"format": "pt"})
     atomic_write_json(os.path.join(out, "config.json"), nfeval_config_json(cfg, **extra))
     for name, source in remote_code_files().items():
         atomic_write_text(os.path.join(out, name), source)

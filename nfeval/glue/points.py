@@ -1,23 +1,22 @@
 """Where a GLUE sweep point lives on disk and who computes it: ``<out>/glue/<task>/lr=<lr>/seed=<s>/``
-holds ``result.json`` (written when the point finishes, with its resume key) and a ``.lock`` file that a
-sweep holds (``flock``) while it computes the point, so concurrent sweeps never compute a point twice."""
+holds ``result.json`` (written when the point finishes, with its resume key) and the ``.lock`` file of
+``nfeval.base.sweep_lock`` that a sweep holds while it computes the point, so concurrent sweeps never
+compute a point twice."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import glob
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from ..base import sweep_lock
 from ..base.errors import DataError
 from ..engine.config import load_json
 from .recipe import ResolvedRecipe
 
 RESULT = "result.json"
-LOCK = ".lock"  # flock'ed while a sweep computes the point
 
 
 class Point(NamedTuple):
@@ -69,32 +68,11 @@ def finished_result(directory: str, key: Mapping) -> dict | None:
     return result
 
 
-@contextlib.contextmanager
-def point_lock(directory: str, wait: bool = False) -> Iterator[bool]:
-    """Holds the point's lock file while the block runs; yields False when another process holds it.
-
-    ``flock`` locks die with their process, so a killed sweep never leaves a stale lock behind.
-    """
-    os.makedirs(directory, exist_ok=True)
-    fd = os.open(os.path.join(directory, LOCK), os.O_CREAT | os.O_RDWR, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
 def claim_and_run(directory: str, key: Mapping, wait: bool, run: Callable[[], dict]) -> dict | None:
-    """Returns the point's result under its lock: read back when another sweep finished it meanwhile,
-    else computed by ``run()``; None when another live sweep holds the lock and ``wait`` is False."""
-    with point_lock(directory, wait) as held:
-        if not held:
-            return None
-        return finished_result(directory, key) or run()
+    """Returns the point's result under its lock (``nfeval.base.sweep_lock``): read back when another
+    sweep finished it meanwhile, else computed by ``run()``; None when another live sweep holds the lock
+    and ``wait`` is False."""
+    return sweep_lock.claim_and_run(directory, lambda: finished_result(directory, key), run, wait)
 
 
 def finished_on_disk(out_dir: str, task: str, key: Mapping) -> list[dict]:

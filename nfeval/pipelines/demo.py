@@ -84,8 +84,13 @@ def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
             seed=cfg.seed,
             progress=cfg.progress,
         )
-        log(f"training {arch} for {tcfg.max_seconds:.0f} s of wall-clock → {run_dir}")
-        train(tcfg, run_dir, resume=True)  # a finished run is kept, a killed one continues, a new one starts
+        log(
+            f"training {arch}: {tcfg.max_seconds:.0f} s of training steps (the budget both models get; "
+            f"the step-time calibration, validation and checkpoints add to it) → {run_dir}"
+        )
+        start = time.time()
+        summary = train(tcfg, run_dir, resume=True)  # a finished run is kept, a killed one continues
+        log(f"{arch}: {summary['step']} steps, {time.time() - start:.0f} s of wall-clock in all")
         runs[arch] = run_dir
     return runs
 
@@ -154,7 +159,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Runs every stage into ``cfg.out``; returns the summary (also written to ``summary.json``)."""
     from ..report.compare import compare
     from ..report.compare_table import format_comparison
-    from ..report.leaderboard import build, write
+    from ..report.leaderboard import build
+    from ..report.leaderboard_render import write
 
     start = time.time()
     os.makedirs(cfg.out, exist_ok=True)

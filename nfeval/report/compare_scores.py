@@ -14,7 +14,7 @@ from ..base.artifacts import provenance
 from ..base.errors import ConfigError
 from . import significance as sig
 from .compare_table import table
-from .paired import compare_files
+from .paired import UnpairedError, compare_files
 
 
 def compare_scores(
@@ -30,6 +30,8 @@ def compare_scores(
     if not 0 < confidence < 1:
         raise ConfigError(f"--confidence {confidence}: expected a value in (0, 1)")
     rows = compare_files(path_a, path_b, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    if not rows:
+        raise UnpairedError(f"{path_a} and {path_b}: no task and metric in both files; nothing to pair")
     return {"nfeval": {"provenance": provenance()}, "a": path_a, "b": path_b, "rows": rows}
 
 

@@ -3,9 +3,9 @@ used (a missing or mistyped key is a DataError naming the file and the key); and
 
 from __future__ import annotations
 
+import importlib.resources
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 from .. import tasks as nf_tasks
@@ -50,7 +50,6 @@ GROUP_MEASURES = {
     "tokens": "tokens",
 }
 GROUP_UNITS = {"device_hours": "device-hours", "flops": "FLOPs", "tokens": "tokens"}
-REFERENCE_DIR = Path(__file__).resolve().parents[1] / "leaderboards" / "reference"
 MISSING = "–"
 
 # ---------------------------------------------------------------- reading, strictly on what we use
@@ -127,7 +126,7 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
     n_samples = data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
     tasks: dict[str, dict[str, Any]] = {}
     for name in results:
-        canonical = aliases.get(name, name)
+        canonical = aliases.get(name) or nf_tasks.canonical_name(name)  # older files: piqa_local
         if canonical not in canonical_names:
             warnings.append(
                 f"{path}: ignored task {name!r} (not one of {canonical_names}; name its canonical task in "
@@ -173,15 +172,21 @@ def read_results(path: str, warnings: list[str]) -> tuple[str, dict[str, Any], d
     return kind, _model_block(data, path), tasks
 
 
+def reference_files() -> dict[str, Any]:
+    """Returns {name: resource} of the reference files shipped in the package (``nfeval.leaderboards``'
+    ``reference/*.json``), found the same from any working directory and in any install."""
+    folder = importlib.resources.files("nfeval.leaderboards") / "reference"
+    return {f.name[: -len(".json")]: f for f in folder.iterdir() if f.name.endswith(".json")}
+
+
 def _reference_path(spec: str) -> str:
     if os.path.isfile(spec):
         return spec
-    for folder in (Path("leaderboards") / "reference", REFERENCE_DIR):
-        if (folder / f"{spec}.json").is_file():
-            return str(folder / f"{spec}.json")
-    known = sorted(p.stem for p in REFERENCE_DIR.glob("*.json"))
+    shipped = reference_files()
+    if spec in shipped:
+        return str(shipped[spec])
     raise MissingDataError(
-        f"--reference {spec}: no such file; expected a path to a reference JSON or one of {known}"
+        f"--reference {spec}: no such file; expected a path to a reference JSON or one of {sorted(shipped)}"
     )
 
 

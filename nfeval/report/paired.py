@@ -22,6 +22,7 @@ from ..engine.config import load_json
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
 from ..glue.points import lr_key, point_dir
+from ..tasks import canonical_name
 from ..zeroshot import items as zeroshot_items
 from . import significance as sig
 
@@ -59,7 +60,7 @@ def zeroshot_items_by_task(path: str) -> dict[str, dict[str, Any]]:
                 _check_reproduces(
                     path, f"results.{name}.{key}", results[key], float(np.mean(metric["value"]))
                 )
-        out[aliases.get(name, name)] = {"name": name, "record": record, "results": results}
+        out[aliases.get(name) or canonical_name(name)] = {"name": name, "record": record, "results": results}
     return out
 
 

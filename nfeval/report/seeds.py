@@ -41,18 +41,20 @@ def _natural(path: str) -> list:
 
 
 def parse_groups(specs: list[str]) -> dict[str, list[str]]:
-    """Returns {group name: run dirs} from ``NAME=GLOB`` specs (repeatable; a name may recur)."""
+    """Returns {group name: run dirs} from ``NAME=GLOB`` specs (repeatable; each name once)."""
     groups: dict[str, list[str]] = {}
     for spec in specs:
         name, sep, pattern = spec.partition("=")
         if not sep or not name or not pattern:
             raise ConfigError(f"--group {spec}: expected NAME=GLOB, e.g. prenorm=runs/pre-s*")
+        if name in groups:
+            raise ConfigError(f"--group {spec}: group name {name!r} given twice; give each group one name")
         found = [p for p in glob.glob(pattern) if os.path.isdir(p)] or (
             [pattern] if os.path.isdir(pattern) else []
         )
         if not found:
             raise MissingDataError(f"--group {spec}: {pattern!r} matches no run directory")
-        groups.setdefault(name, []).extend(sorted(found, key=_natural))
+        groups[name] = sorted(found, key=_natural)
     return groups
 
 

@@ -5,8 +5,9 @@ Kept apart from ``nfeval.tune.sweep`` (which runs the points) so that readers of
 train``, ``nfeval compare``) import neither torch nor the training engine.
 
 Selection. A point is one (preset, lr, seed) short run with status ``ok`` (a finite validation loss
-at the end of the budget) or ``diverged`` (TrainingDiverged, or a non-finite validation loss); a point
-of the grid with no result is ``missing``. An LR's value is the perplexity of its mean validation loss
+at the end of the budget) or ``diverged`` (TrainingDiverged, a non-finite validation loss, or one above
+``divergence_threshold``: worse than guessing uniformly over the vocabulary by DIVERGED_MARGIN nats); a
+point of the grid with no result is ``missing``. An LR's value is the perplexity of its mean validation loss
 over seeds (the geometric mean of the seeds' perplexities); an LR with a diverged seed is diverged and
 one with a missing seed is incomplete: neither can be best. The best LR has the lowest value, the
 smaller LR on ties.
@@ -28,6 +29,44 @@ from ..engine.train_config import TrainConfig
 
 OK, DIVERGED, MISSING = "ok", "diverged", "missing"
 BUDGET_FIELDS = {"steps": "max_steps", "tokens": "max_tokens", "flops": "max_flops", "seconds": "max_seconds"}
+# A final validation loss this many nats above ln(vocab_size) (a uniform guess) learned nothing: diverged.
+DIVERGED_MARGIN = 1.0
+# exp() of a larger loss overflows a float: the threshold when the vocabulary size is not recorded.
+MAX_LOSS = 700.0
+
+
+def divergence_threshold(vocab_size: int | None) -> float:
+    """Returns the final validation loss above which a point counts as diverged: ln(vocab_size) +
+    DIVERGED_MARGIN, or MAX_LOSS when the vocabulary size is unknown."""
+    if isinstance(vocab_size, int) and vocab_size > 1:
+        return min(math.log(vocab_size) + DIVERGED_MARGIN, MAX_LOSS)
+    return MAX_LOSS
+
+
+def point_status(point: dict[str, Any]) -> tuple[str, str | None]:
+    """Returns (status, why) of a point result: ``diverged`` with the reason when it did not finish,
+    its final validation loss is not a finite number, or it lies above ``divergence_threshold``."""
+    loss = point.get("val_loss")
+    if point.get("status") != OK:
+        return DIVERGED, point.get("message")
+    if not isinstance(loss, (int, float)) or not math.isfinite(loss):
+        return DIVERGED, f"non-finite final validation loss {loss}"
+    limit = divergence_threshold(point.get("vocab_size"))
+    if loss > limit:
+        return DIVERGED, f"final validation loss {loss:.4g} above the divergence threshold {limit:.4g}"
+    return OK, None
+
+
+def mark_diverged(points: Sequence[dict]) -> list[dict]:
+    """Returns ``points`` with each point's status, message and val_ppl set by ``point_status`` (older
+    point files may hold an ``ok`` point whose loss is above the threshold)."""
+    out = []
+    for p in points:
+        status, why = point_status(p)
+        if status != OK:
+            p = {**p, "status": status, "message": p.get("message") or why, "val_ppl": None}
+        out.append(p)
+    return out
 
 
 def lr_key(lr: float) -> str:
@@ -38,7 +77,7 @@ def lr_key(lr: float) -> str:
 def _lr_row(preset: str, lr: float, seeds: Sequence[int], by_point: dict) -> dict[str, Any]:
     runs = [by_point.get((preset, lr_key(lr), s)) for s in seeds]
     done = [r for r in runs if r is not None]
-    diverged = [r for r in done if r["status"] != OK or not math.isfinite(r["val_loss"])]
+    diverged = [r for r in done if point_status(r)[0] != OK]
     missing = len(runs) - len(done)
     status = DIVERGED if diverged else MISSING if missing else OK
     loss = statistics.fmean(r["val_loss"] for r in done) if status == OK else None

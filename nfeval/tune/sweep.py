@@ -20,6 +20,14 @@ its key) exists; a rerun skips finished points, resumes a killed one from its ne
 is a finished result (marked, never best). ``--report-only`` writes tune.json from the finished points
 and lists the missing ones.
 
+Concurrent tunes into one ``--out`` claim each point with the lock GLUE's sweep uses
+(``nfeval.base.sweep_lock``): a point is trained once, by whichever tune claims it first; the other
+skips it and, at its end, waits for it and reads its result.
+
+Slurm (``--launcher slurm``, ``nfeval.launch``): the unfinished points run as one job array, a job
+per point, each requeued after preemption and resumed from its checkpoint; a rerun submits only the
+points neither finished nor still queued.
+
 Parallel points (``--jobs N``): N spawned processes, each with its own GPU when there are several
 (``cuda:i`` round-robin) and ``cores / N`` torch threads. The first unfinished point runs alone so the
 tokenizer and token caches are built once. A ``seconds`` budget is calibrated per point: step counts
@@ -42,8 +50,10 @@ import torch
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.progress import progress_bar
+from ..base.sweep_lock import claim_and_run
 from ..engine.config import load_json
 from ..engine.train import TrainConfig, TrainingDiverged, train
+from ..launch.options import LaunchOptions
 from . import results as tune_results
 
 POINT = "point.json"
@@ -117,7 +127,17 @@ def _init_worker(devices, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def run_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
+def run_point(cfg: TrainConfig, directory: str, wait: bool = True) -> dict[str, Any] | None:
+    """Returns the point's result, trained under the point's lock (``nfeval.base.sweep_lock``, as GLUE's
+    points are): read back when another tune finished it meanwhile; None when another live tune holds
+    the lock and ``wait`` is False."""
+    key = point_key(cfg)
+    return claim_and_run(
+        directory, lambda: finished_point(directory, key), lambda: train_point(cfg, directory), wait
+    )
+
+
+def train_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
     """Trains one point into ``directory`` (resuming a killed one), writes ``point.json`` last; returns it.
 
     train()'s log lines go to ``directory/train.log``. A TrainingDiverged or a non-finite final
@@ -140,16 +160,18 @@ def run_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
         "preset": cfg.preset,
         "lr": cfg.lr,
         "seed": cfg.seed,
-        "status": tune_results.OK if finite else tune_results.DIVERGED,
-        "message": message or (None if finite else f"non-finite final validation loss {val_loss}"),
+        "status": tune_results.DIVERGED if message else tune_results.OK,
+        "message": message,
         "val_loss": val_loss if finite else None,
         "val_ppl": summary.get("val_ppl") if finite else None,
+        "vocab_size": (meta.get("model") or {}).get("vocab_size"),
         **{k: summary.get(k) for k in ("step", "tokens", "flops", "wall_s")},
         "run_dir": directory,
         "data_fingerprint": (meta.get("provenance") or {}).get("data_fingerprint"),
         "key": point_key(cfg),
         "provenance": provenance(seed=cfg.seed),
     }
+    (result,) = tune_results.mark_diverged([result])
     atomic_write_json(os.path.join(directory, POINT), result)
     return result
 
@@ -160,21 +182,26 @@ def _job_devices(device: str, jobs: int) -> list[str]:
 
 
 def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, progress: bool) -> list[dict]:
-    """Runs the unfinished points, ``jobs`` at a time; returns their results in completion order."""
-    bar = progress_bar(total=len(todo), enabled=progress and bool(todo), desc="tune", unit="point")
-    results = []
+    """Runs the unfinished points, ``jobs`` at a time; returns their results in completion order.
 
-    def done(result: dict) -> None:
+    A point another tune is training (its lock held) is skipped at first and waited for at the end."""
+    bar = progress_bar(total=len(todo), enabled=progress and bool(todo), desc="tune", unit="point")
+    results, held = [], []
+
+    def done(i: int, result: dict | None) -> None:
+        if result is None:
+            held.append(i)
+            return
         results.append(result)
         ppl = result["status"] if result["val_ppl"] is None else f"val ppl {result['val_ppl']:.2f}"
         bar.write(f"{result['preset']} lr={tune_results.lr_key(result['lr'])} seed={result['seed']}: {ppl}")
         bar.update(1)
 
     alone = len(todo) if jobs == 1 else 1  # the first point alone: it builds the data caches the others read
-    for cfg, directory in zip(todo[:alone], dirs[:alone]):
-        done(run_point(cfg, directory))
-    todo, dirs = todo[alone:], dirs[alone:]
-    if todo:
+    for i in range(min(alone, len(todo))):
+        done(i, run_point(todo[i], dirs[i], wait=False))
+    rest = range(alone, len(todo))
+    if rest:
         ctx = mp.get_context("spawn")
         devices = ctx.Queue()
         for d in _job_devices(todo[0].device, jobs):
@@ -183,15 +210,41 @@ def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, prog
         with cf.ProcessPoolExecutor(
             jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)
         ) as pool:
-            futures = [pool.submit(run_point, cfg, d) for cfg, d in zip(todo, dirs)]
+            futures = {pool.submit(run_point, todo[i], dirs[i], False): i for i in rest}
             try:
                 for fut in cf.as_completed(futures):
-                    done(fut.result())
+                    done(futures[fut], fut.result())
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+    for i in sorted(held):  # points other tunes were training: their result, or ours if they died
+        done(i, run_point(todo[i], dirs[i], wait=True))
     bar.close()
     return results
+
+
+def run_todo(todo, dirs, jobs: int, progress: bool, launch: LaunchOptions | None, out_dir: str) -> list[dict]:
+    """Returns the results of the unfinished points, run here ``jobs`` at a time (``run_points``) or, with
+    ``--launcher slurm``, as one job array of a job per point running ``run_point`` (the jobs that
+    finished; none with ``--no-wait``: a rerun collects them)."""
+    if launch is None or not launch.on_cluster:
+        return run_points(todo, dirs, jobs, progress)
+    from ..launch import cluster
+    from ..launch.jobs import LaunchPoint
+
+    named = [
+        LaunchPoint(f"{c.preset}/lr={tune_results.lr_key(c.lr)}/seed={c.seed}", run_point, (c, d), d)
+        for c, d in zip(todo, dirs)
+    ]
+    return cluster.run_points(named, out_dir, launch, "tune", progress) or []
+
+
+def _missing(grid: Sequence[tuple[str, float, int]], points: Sequence[dict]) -> list[dict]:
+    """Returns the (preset, lr, seed) points of ``grid`` without a result in ``points``."""
+    have = {(r["preset"], tune_results.lr_key(r["lr"]), r["seed"]) for r in points}
+    return [
+        {"preset": p, "lr": lr, "seed": s} for p, lr, s in grid if (p, tune_results.lr_key(lr), s) not in have
+    ]
 
 
 def _check_inputs(
@@ -243,13 +296,14 @@ def tune(
     jobs: int = 1,
     progress: bool = True,
     report_only: bool = False,
+    launch: LaunchOptions | None = None,
 ) -> dict[str, Any]:
     """Trains every unfinished (preset, lr, seed) point of the grid for ``budget``, then writes and returns
     ``out_dir/tune.json``: provenance, grid, budget, per-point results, missing points, per-preset best LR
     and stability (``tune_results.summarize``), warnings; also draws ``out_dir/tune.png``.
 
     ``base`` supplies everything but preset, lr, seed and budget; seeds are base.seed … base.seed+seeds-1.
-    ``report_only`` runs nothing and summarises the finished points.
+    ``report_only`` runs nothing and summarises the finished points; ``launch``: see ``run_todo``.
     """
     presets, lrs = list(dict.fromkeys(presets)), sorted(set(float(x) for x in lrs))
     _check_inputs(base, presets, lrs, seeds, jobs)
@@ -270,13 +324,13 @@ def tune(
     )
     points = [f for f in finished if f is not None]
     if not report_only:
-        points += run_points([configs[i] for i in todo], [dirs[i] for i in todo], jobs, progress)
+        points += run_todo(
+            [configs[i] for i in todo], [dirs[i] for i in todo], jobs, progress, launch, out_dir
+        )
+    points = tune_results.mark_diverged(points)
     order = {(p, tune_results.lr_key(lr), s): i for i, (p, lr, s) in enumerate(grid)}
     points.sort(key=lambda r: order[r["preset"], tune_results.lr_key(r["lr"]), r["seed"]])
-    have = {(r["preset"], tune_results.lr_key(r["lr"]), r["seed"]) for r in points}
-    missing = [
-        {"preset": p, "lr": lr, "seed": s} for p, lr, s in grid if (p, tune_results.lr_key(lr), s) not in have
-    ]
+    missing = _missing(grid, points)
     summary_presets = tune_results.summarize(points, presets, lrs, seed_list)
     summary = {
         "nfeval": {"provenance": provenance(), "command": "tune"},

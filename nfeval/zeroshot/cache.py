@@ -90,7 +90,7 @@ def read_cache(keys: dict[str, str], log) -> tuple[dict[str, dict], dict[str, An
         if not os.path.isfile(path):
             continue
         try:
-            entry, item_record = load_json(path), zeroshot_items.read_cached(path)
+            entry, item_record = check_entry(load_json(path), path, name), zeroshot_items.read_cached(path)
         except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
             log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
             continue
@@ -98,6 +98,19 @@ def read_cache(keys: dict[str, str], log) -> tuple[dict[str, dict], dict[str, An
             items[name], cached[name] = item_record, entry
             log(f"{name}: cached result ({path})")
     return cached, items
+
+
+def check_entry(entry: Any, path: str, name: str) -> dict[str, dict]:
+    """Returns ``entry`` when it is one task's cached results (``{per-task key: {name: value}}``, with
+    ``results.<name>`` an object of metrics); else raises DataError naming ``path`` and the key."""
+    if not isinstance(entry, dict):
+        raise DataError(f"{path}: expected an object {{per-task key: {{task: value}}}}")
+    for k, v in entry.items():
+        if k not in PER_TASK_KEYS or not isinstance(v, dict) or set(v) != {name}:
+            raise DataError(f"{path}: key {k!r} is not a per-task key holding only {name!r}")
+    if not isinstance((entry.get("results") or {}).get(name), dict):
+        raise DataError(f"{path}: key 'results.{name}' is missing or not an object of metrics")
+    return entry
 
 
 def entry_path(key: str) -> str:

@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
 from . import items as zeroshot_items
+from . import task_build
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
 
 
@@ -142,6 +144,8 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
     for t in todo:
         name = t.task_name
         items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
+        if getattr(t, "original_doc_count", None) is not None:  # the split before --limit cut it
+            fresh["n-samples"][name]["original"] = t.original_doc_count
     fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
     for name in keys:
         if name in cached:
@@ -161,6 +165,7 @@ def _nfeval_block(model: dict, loaded: dict, skipped: dict, todo: list, **settin
     from ..tasks.gpt3 import METRIC_DESCRIPTIONS
 
     scored = {t.task_name for t in todo}
+    key = nf_tasks.canonical_name
     return {
         "provenance": provenance(
             lm_eval_version=lm_eval.__version__,
@@ -169,12 +174,48 @@ def _nfeval_block(model: dict, loaded: dict, skipped: dict, todo: list, **settin
         ),
         "model": model,
         **settings,
-        "tasks": {name: nf_tasks.canonical_name(name) for name in loaded},
-        "eval_split": {name: eval_split(t) for name, t in loaded.items()},
-        "skipped": skipped,
-        "cached_tasks": sorted(n for n in loaded if n not in scored),
+        "task_data": {key(name): task_data(name, t, settings.get("data_dir")) for name, t in loaded.items()},
+        "eval_split": {key(name): eval_split(t) for name, t in loaded.items()},
+        "skipped": {key(name): why for name, why in skipped.items()},
+        "cached_tasks": sorted(key(n) for n in loaded if n not in scored),
         "metrics": METRIC_DESCRIPTIONS,
-        "gpt3_metric": {name: nf_tasks.GPT3_METRIC.get(nf_tasks.canonical_name(name)) for name in loaded},
+        "gpt3_metric": {key(name): nf_tasks.GPT3_METRIC.get(key(name)) for name in loaded},
+    }
+
+
+def task_data(name: str, task, data_dir: str | None) -> dict[str, Any]:
+    """Returns where a task's documents came from: the lm-eval task that read them (``piqa_local``) and
+    its source, ``local`` files under ``data_dir`` or the ``hub`` dataset lm-eval names."""
+    if name.endswith("_local"):
+        return {"lm_eval_task": name, "source": "local", "data_dir": data_dir}
+    return {"lm_eval_task": name, "source": "hub", "dataset": task.config.dataset_path}
+
+
+def keyed_by_task(out: dict[str, Any], loaded: dict) -> dict[str, Any]:
+    """Returns ``out`` with its per-task results keyed by lm-eval's task name (``piqa``, not the variant
+    ``piqa_local`` that read the documents; ``nfeval.task_data`` records which)."""
+    from .. import tasks as nf_tasks
+
+    names = {name: nf_tasks.canonical_name(name) for name in loaded}
+    for k in PER_TASK_KEYS:
+        if isinstance(out.get(k), dict):
+            out[k] = {names.get(t, t): v for t, v in out[k].items()}
+    return out
+
+
+def lm_eval_config(ckpt_path: str, lm, **settings: Any) -> dict[str, Any]:
+    """Returns the results' ``config`` block with the values this run used (lm-eval leaves model_args,
+    batch_size and device empty for a model passed as an object): ``model_args`` as ``lm-eval --model
+    nfeval --model_args`` takes them."""
+    args = {"pretrained": os.path.abspath(ckpt_path), "dtype": settings["dtype"]}
+    args |= {k: settings[k] for k in ("max_length", "max_batch_tokens") if settings.get(k) is not None}
+    device = str(lm.device) if lm is not None else settings.get("device") or "auto"
+    return {
+        "model": "nfeval",
+        "model_args": ",".join(f"{k}={v}" for k, v in args.items()),
+        "batch_size": settings["batch_size"],
+        "device": device,
+        "limit": settings.get("limit"),
     }
 
 
@@ -195,13 +236,16 @@ def evaluate(
     tokenizer: str | None = None,
     fairseq_dict: str | None = None,
     fairseq_head_scale_bug: bool = False,
+    started: float | None = None,
 ) -> dict[str, Any] | None:
     """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
     results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
     atomically when given; nothing is written when the data or the model is bad. A fairseq checkpoint
     file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
-    that is not valid JSON is reported (named) and recomputed."""
+    that is not valid JSON is reported (named) and recomputed. The scoring report's whole-command time
+    runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end."""
+    started = time.perf_counter() if started is None else started
     from ..model_adapters import NFEvalLM, identify
     from ..model_adapters.backends import dtype_of
 
@@ -212,31 +256,55 @@ def evaluate(
     loading["fairseq_head_scale_bug"] = fairseq_head_scale_bug
     identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint, **loading)
     dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
-    manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
+    with task_build.building(limit, use_cache, log):
+        manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
+        _check_one_variant(loaded)
 
-    keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
-    cached, items = read_cache(keys, log) if use_cache else ({}, {})
+        keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
+        cached, items = read_cache(keys, log) if use_cache else ({}, {})
 
-    todo = [t for name, t in loaded.items() if name not in cached]
-    run_keys, scoring = {}, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
-    if todo:
-        pretrained = _scored_model(identity, ckpt_path)
-        lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
-        lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
-        run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
-        if run_keys is None:
-            return None
-        scoring = lm.scoring_report()
-    out = _merge(run_keys, cached, loaded)
+        todo = [t for name, t in loaded.items() if name not in cached]
+        run_keys, scoring, lm = {}, None, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
+        if todo:
+            pretrained = _scored_model(identity, ckpt_path)
+            lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
+            lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
+            run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
+            if run_keys is None:
+                return None
+            scoring = lm.scoring_report()
+    out = keyed_by_task(_merge(run_keys, cached, loaded), loaded)
+    if scoring is not None:
+        from ..model_adapters.scorer import with_command
+
+        scoring = with_command(scoring, time.perf_counter() - started)
 
     model = dict(identity.summary, fingerprint=identity.fingerprint)
     run_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
     run_settings.update(device=device, data_dir=data_dir, limit=limit, scoring=scoring)
+    config = lm_eval_config(ckpt_path, lm, max_length=max_length, **run_settings)
+    out["config"] = {**out.get("config", {}), **config}
     out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **run_settings)
     if output:
         atomic_write_json(output, out)
-        zeroshot_items.write_sidecar(output, {name: items[name] for name in loaded}, model)
+        from .. import tasks as nf_tasks
+
+        per_task = {nf_tasks.canonical_name(name): items[name] for name in loaded}
+        zeroshot_items.write_sidecar(output, per_task, model)
     return out
+
+
+def _check_one_variant(loaded: dict) -> None:
+    """Raises ConfigError when two variants of one task were asked for (piqa_local and piqa_hub): their
+    results would share the key ``piqa``."""
+    from .. import tasks as nf_tasks
+
+    seen: dict[str, str] = {}
+    for name in loaded:
+        key = nf_tasks.canonical_name(name)
+        if key in seen:
+            raise ConfigError(f"--tasks: {seen[key]} and {name} both score {key}; pass one of them")
+        seen[key] = name
 
 
 def _merge(run_keys: dict[str, Any], cached: dict[str, dict], loaded: dict) -> dict[str, Any]:

@@ -125,11 +125,43 @@ def cache_path(entry_path: str) -> str:
 
 def read_cached(entry_path: str) -> dict[str, Any] | None:
     """Returns a task's cached per-item record, or None when there is none (an entry from before items
-    were kept: the task is then rescored)."""
+    were kept: the task is then rescored); a record off its schema is a DataError (``check_record``)."""
     path = cache_path(entry_path)
     if not os.path.isfile(path):
         return None
-    return load_json(path)
+    return check_record(load_json(path), path, "")
+
+
+def check_record(record: Any, path: str, where: str) -> dict[str, Any]:
+    """Returns ``record`` when it is a per-item record (``from_samples``'s schema: doc_id, doc_hash and
+    each metric's values one per document); else raises DataError naming ``path`` and the key."""
+    prefix = f"{where}." if where else ""
+
+    def bad(key: str, expected: str) -> DataError:
+        return DataError(f"{path}: key '{prefix}{key}' is missing or malformed; expected {expected}")
+
+    if not isinstance(record, dict):
+        raise (
+            bad("", "an object {doc_id, doc_hash, metrics, gold}")
+            if where
+            else DataError(f"{path}: expected an object {{doc_id, doc_hash, metrics, gold}}")
+        )
+    ids = record.get("doc_id")
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise bad("doc_id", "a list of document ids")
+    if not isinstance(record.get("doc_hash"), list) or len(record["doc_hash"]) != len(ids):
+        raise bad("doc_hash", "one hash per document")
+    metrics = record.get("metrics")
+    if not isinstance(metrics, dict):
+        raise bad("metrics", "an object {metric: {value, chosen}}")
+    for key, m in metrics.items():
+        values = m.get("value") if isinstance(m, dict) else None
+        if not isinstance(values, list) or len(values) != len(ids) or not all(map(_number, values)):
+            raise bad(f"metrics.{key}.value", "one number per document")
+    gold = record.get("gold")
+    if gold is not None and (not isinstance(gold, list) or len(gold) != len(ids)):
+        raise bad("gold", "null or one gold index per document")
+    return record
 
 
 def write_sidecar(results_path: str, items: Mapping[str, Any], model: Mapping[str, Any]) -> str:
@@ -157,7 +189,5 @@ def read_sidecar(results_path: str) -> dict[str, Any]:
     if not isinstance(tasks, dict):
         raise DataError(f"{path}: key 'tasks' is missing; expected {{task: per-item record}}")
     for name, record in tasks.items():
-        for field in ("doc_id", "doc_hash", "metrics"):
-            if not isinstance(record, dict) or field not in record:
-                raise DataError(f"{path}: key 'tasks.{name}.{field}' is missing")
+        check_record(record, path, f"tasks.{name}")
     return tasks

@@ -69,3 +69,87 @@ def test_disabled_progress_prints_nothing(monkeypatch):
     for _ in progress.progress_bar(range(3), enabled=False):
         pass
     assert log.getvalue() == ""
+
+
+# --- output locations are checked before any work (issue 22 item 7) ------------------------------------
+
+# Each command with its output flag; the inputs do not exist, so an error about the output proves it was
+# checked first.
+OUTPUT_COMMANDS = {
+    "train": (["train", "--max-steps", "1", "--train-data", "missing.txt"], "--out", "dir"),
+    "glue": (["glue", "--ckpt", "missing"], "--out", "dir"),
+    "tune": (
+        ["tune", "--preset", "prenorm-tiny", "--lrs", "1e-3", "--budget", "steps=1", "--train-data", "x"],
+        "--out",
+        "dir",
+    ),
+    "export-hf": (["export-hf", "missing"], "--out", "dir"),
+    "demo": (["demo"], "--out", "dir"),
+    "reproduce": (["reproduce"], "--out", "dir"),
+    "zeroshot": (["zeroshot", "--ckpt", "missing"], "--output", "file.json"),
+    "generate": (["generate", "--ckpt", "missing", "--prompt", "x"], "--output", "file.jsonl"),
+    "compare": (["compare", "missing"], "--output", "file.json"),
+    "compare-scores": (["compare-scores", "a.json", "b.json"], "--output", "file.json"),
+    "leaderboard": (["leaderboard", "missing.json"], "--output", "file.md"),
+    "analyze": (["analyze", "grads", "--ckpt", "missing"], "--output", "file.png"),
+}
+
+
+def _output_case(tmp_path, monkeypatch, case: str, kind: str) -> tuple[str, str]:
+    """Returns (the output path to pass, what the error must say) for one bad-output case."""
+    import errno
+    import os
+    import types
+
+    from nfeval.base import outputs
+
+    a_file, a_dir = tmp_path / "a_file", tmp_path / "a_dir"
+    a_file.write_text("x")
+    a_dir.mkdir()
+    name = "out" if kind == "dir" else kind
+    if case == "wrong_kind":
+        return (str(a_file), "is a file, expected a folder") if kind == "dir" else (str(a_dir), "is a folder")
+    if case == "under_a_file":
+        return str(a_file / "sub" / name), f"{a_file} is a file, so nothing can be created under it"
+    if case == "read_only":
+
+        def read_only(*_a, **_k):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+        monkeypatch.setattr(outputs.tempfile, "mkstemp", read_only)
+        return str(a_dir / name), f"cannot write in {a_dir} (Read-only file system)"
+    monkeypatch.setattr(outputs.os, "statvfs", lambda _path: types.SimpleNamespace(f_bavail=0))
+    return str(a_dir / name), f"the filesystem of {a_dir} is full"
+
+
+@pytest.mark.parametrize("case", ["wrong_kind", "under_a_file", "read_only", "full"])
+@pytest.mark.parametrize("command", list(OUTPUT_COMMANDS))
+def test_bad_output_locations_fail_first_in_one_line(tmp_path, monkeypatch, capsys, command, case):
+    from nfeval.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv, flag, kind = OUTPUT_COMMANDS[command]
+    path, message = _output_case(tmp_path, monkeypatch, case, kind)
+    assert main([*argv, flag, path]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} {path}: " in err and message in err, err
+
+
+def test_a_zeroshot_log_holds_no_carriage_returns(tiny_clm_ckpt, tmp_path):
+    """lm-eval's, datasets' and transformers' own bars are off when stderr is a file (issue 22 item 10)."""
+    import os
+    import subprocess
+    import sys
+
+    from test_zeroshot_tasks import DOCS, write_jsonl
+
+    write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
+    argv = [sys.executable, "-m", "nfeval", "zeroshot", "--ckpt", tiny_clm_ckpt, "--tasks", "piqa"]
+    argv += ["--data-dir", str(tmp_path / "data"), "--device", "cpu", "--no-cache"]
+    argv += ["--output", str(tmp_path / "zs.json")]
+    env = {k: v for k, v in os.environ.items() if k not in progress.LIBRARY_BARS_OFF}
+    with open(tmp_path / "log.txt", "w") as log:
+        done = subprocess.run(argv, stdout=log, stderr=log, env={**env, "OMP_NUM_THREADS": "1"}, timeout=300)
+    text = (tmp_path / "log.txt").read_text()
+    assert done.returncode == 0, text[-2000:]
+    assert "\r" not in text and "Scoring loglikelihood requests" in text, text[-2000:]

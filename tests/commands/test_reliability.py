@@ -236,6 +236,28 @@ def _probe_cases(ckpt, tmp_path):
         ["zeroshot", "--ckpt", str(ckpt), "--batch-size", "0"],
         "--batch-size 0: expected a positive integer",
     )
+    yield from _probe_cases_round_two(ckpt, tmp_path)
+
+
+def _probe_cases_round_two(ckpt, tmp_path):
+    """Yields the smaller probes of issue 22 item 9: non-finite sampling, a non-UTF-8 prompts file,
+    duplicate group names, empty selections."""
+    for value in ("nan", "inf", "-inf"):
+        argv = ["generate", "--ckpt", str(ckpt), "--prompt", "x", f"--temperature={value}"]
+        yield argv, "expected a finite number >= 0"
+    latin1 = tmp_path / "prompts.txt"
+    latin1.write_bytes("Caf\xe9 au lait\n".encode("latin-1"))
+    yield (
+        ["generate", "--ckpt", str(ckpt), "--prompts", str(latin1)],
+        f"{latin1}: not UTF-8 text (byte 3 is 0xe9)",
+    )
+    runs = [shutil.copytree(ckpt, tmp_path / f"group_{i}") for i in range(2)]
+    argv = ["compare", "--group", f"a={runs[0]}", "--group", f"a={runs[1]}"]
+    yield argv, "group name 'a' given twice"
+    yield ["zeroshot", "--ckpt", str(ckpt), "--tasks", ""], "--tasks '': empty selection"
+    yield ["zeroshot", "--ckpt", str(ckpt), "--tasks", ",", " "], "empty selection"
+    yield ["reproduce", "--only", "", "--out", str(tmp_path / "rep")], "--only '': empty selection"
+    yield ["reproduce", "--only", " , ", "--out", str(tmp_path / "rep")], "empty selection"
 
 
 def test_cli_probe_matrix(ckpt, tmp_path, monkeypatch):
@@ -255,28 +277,47 @@ def test_batch_size_zero_fails_before_loading_the_model(ckpt, monkeypatch):
     assert code == 2 and "--batch-size 0" in err
 
 
-def test_corrupt_zeroshot_cache_is_named_and_recomputed(tiny_clm_ckpt, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "damaged, content",
+    [
+        ("entry", "{not json"),
+        ("entry", '{"results": 5}'),
+        ("entry", "[]"),
+        ("entry", '{"results": {"piqa": {}}, "extra": {"piqa": 1}}'),
+        ("items", '{"x": 1}'),
+        ("items", '{"doc_id": [0], "doc_hash": ["h"], "metrics": {"acc,none": {"value": [1, 0]}}}'),
+    ],
+)
+def test_damaged_zeroshot_cache_is_named_and_recomputed(
+    tiny_clm_ckpt, tmp_path, monkeypatch, damaged, content
+):
+    from nfeval.zeroshot import cache, items
     from nfeval.zeroshot import evaluate as zeroshot
 
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
-    first = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
+    kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
+    first = zeroshot.evaluate(tiny_clm_ckpt, **kw)
     (entry,) = [
         p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")
     ]
-    entry.write_text("{not json", encoding="utf-8")
+    target = entry if damaged == "entry" else entry.with_name(entry.stem + ".items.json")
+    target.write_text(content, encoding="utf-8")
     logged = []
-    again = zeroshot.evaluate(
-        tiny_clm_ckpt, tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", log=logged.append
-    )
-    assert any(str(entry) in m and "recomputing" in m for m in logged)
-    assert again["results"] == first["results"] and json.loads(entry.read_text())
+    output = tmp_path / "F.json"
+    again = zeroshot.evaluate(tiny_clm_ckpt, log=logged.append, output=str(output), **kw)
+    assert any(str(target) in m and "recomputing" in m for m in logged), logged
+    assert again["results"] == first["results"]
+    rewritten = json.loads(entry.read_text())
+    cache.check_entry(rewritten, str(entry), next(iter(rewritten["results"])))  # both rewritten whole
+    items.check_record(json.loads(entry.with_name(entry.stem + ".items.json").read_text()), "items", "")
+    assert set(items.read_sidecar(str(output))) == {"piqa"}  # a valid F.items.json for compare-scores
 
 
 def test_model_config_from_dict_validates_types():
     base = dict(vocab_size=64, n_layer=1, d_model=16, n_head=2, d_ffn=32)
     assert ModelConfig.from_dict({**base, "dropout": 0}).dropout == 0.0  # an int where a float is: fine
-    with pytest.raises(ConfigError, match=r"src: norm_position='middle': expected one of \['pre', 'post'\]"):
+    with pytest.raises(ConfigError, match=r"src: norm_position='middle': expected one of \['pre', 'post',"):
         ModelConfig.from_dict({**base, "norm_position": "middle"}, source="src")
     with pytest.raises(ConfigError, match="scale_attn=1: expected true or false"):
         ModelConfig.from_dict({**base, "scale_attn": 1})
@@ -354,14 +395,15 @@ def test_atomic_writes_respect_the_umask(tmp_path):
 
 
 def test_point_lock_is_exclusive_and_dies_with_its_process(tmp_path):
-    from nfeval.glue.points import claim_and_run, point_lock
+    from nfeval.base.sweep_lock import point_lock
+    from nfeval.glue.points import claim_and_run
 
     d = str(tmp_path / "point")
     with point_lock(d) as held:
         assert held
         assert claim_and_run(d, {}, wait=False, run=lambda: pytest.fail("ran a held point")) is None
     code = (
-        "import sys, time; from nfeval.glue.points import point_lock\n"
+        "import sys, time; from nfeval.base.sweep_lock import point_lock\n"
         "with point_lock(sys.argv[1]) as held: print(held, flush=True); time.sleep(60)"
     )
     env = {**os.environ, "PYTHONPATH": ROOT}
@@ -412,3 +454,26 @@ def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
         torch.set_num_threads(old)
         pool._WORKER.clear()
     assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU
+
+
+def test_compare_scores_with_nothing_to_pair_is_refused(tmp_path, capsys):
+    from test_paired import write_zeroshot
+
+    a = write_zeroshot(tmp_path, "a", [1, 0, 1, 1])
+    b = write_zeroshot(tmp_path, "b", [1, 1, 0, 1])
+    for path in (b, b.replace(".json", ".items.json")):  # b scored another metric than a
+        text = open(path, encoding="utf-8").read().replace('"acc,none"', '"acc_norm,none"')
+        open(path, "w", encoding="utf-8").write(text)
+    assert cli.main(["compare-scores", a, b]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to pair" in err and a in err and err.count("\n") == 1
+
+
+def test_lm_eval_unknown_task_is_one_line_exit_2(tmp_path):
+    env = {**os.environ, "NFEVAL_TRACEBACK": ""}
+    argv = [sys.executable, "-m", "nfeval", "lm-eval", "--model", "nfeval", "--model_args"]
+    argv += [f"pretrained={tmp_path}", "--tasks", "typo_task"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("nfeval lm-eval: error: --tasks: Tasks not found: typo_task")

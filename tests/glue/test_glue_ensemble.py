@@ -244,7 +244,8 @@ def test_regression_ensemble_equals_sequential_runs(tiny_mlm_ckpt, glue_dir, tmp
         e_history, e_epoch, e_splits, _ = ens[lr]
         assert e_epoch == epoch
         for x, y in zip(history, e_history, strict=True):
-            assert y["metrics"] == pytest.approx(x["metrics"], abs=1e-5)
+            # a correlation of nearly constant scores magnifies their 1e-6 float differences
+            assert y["metrics"] == pytest.approx(x["metrics"], abs=1e-4)
             assert y["train_loss"] == pytest.approx(x["train_loss"], rel=1e-5)
         assert e_splits["dev"]["preds"] == pytest.approx(splits["dev"]["preds"], abs=1e-5)  # STS-B scores
         assert len(set(splits["dev"]["preds"])) > 1

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus, tiny_train_args
+from conftest import make_corpus, tiny_train_args, tiny_train_config
 from launch_points import counting_point, failing_point
 from test_glue import write_cat_tasks
 
@@ -24,6 +24,7 @@ from nfeval.launch.jobs import LaunchPoint
 from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options, parse_minutes
 from nfeval.pipelines.reproduce import runner
 from nfeval.pipelines.reproduce.plan import SCALES
+from nfeval.tune.sweep import tune
 
 HERE = Path(__file__).resolve().parent
 
@@ -79,6 +80,28 @@ def test_a_failed_job_is_one_line_with_its_log_and_the_others_finish(tmp_path, j
     assert [r["directory"] for r in results] == [good]
     [line] = [x for x in capsys.readouterr().err.splitlines() if "bad:" in x]
     assert "failed: ValueError:" in line and "this point cannot be computed" in line and ".err" in line
+
+
+def test_a_tune_sweep_as_jobs_gives_the_in_process_results(tmp_path, job_env, capsys):
+    corpus = tmp_path / "train.txt"
+    corpus.write_text(make_corpus(600), encoding="utf-8")
+    base = tiny_train_config(str(corpus), eval_samples=8)
+    grid = (["normformer-tiny"], [1e-3, 1e-2], "steps=3")
+    here = tune(base, *grid, str(tmp_path / "here"), progress=False)
+    there = tune(base, *grid, str(tmp_path / "jobs"), progress=False, launch=local_jobs())
+    assert [(p["lr"], p["step"], p["val_loss"]) for p in there["points"]] == [
+        (p["lr"], p["step"], p["val_loss"]) for p in here["points"]
+    ]
+    record = (tmp_path / "jobs" / records.RECORD).read_text()
+    assert sorted(json.loads(record)["jobs"]) == [
+        "normformer-tiny/lr=0.001/seed=1",
+        "normformer-tiny/lr=0.01/seed=1",
+    ]
+    capsys.readouterr()
+    again = tune(base, *grid, str(tmp_path / "jobs"), progress=False, launch=local_jobs())
+    out = capsys.readouterr().out
+    assert "2 finished, 0 to run" in out and "submitted" not in out and again["points"] == there["points"]
+    assert (tmp_path / "jobs" / records.RECORD).read_text() == record
 
 
 def test_a_glue_sweep_as_jobs_gives_the_in_process_results(tmp_path, job_env, tiny_mlm_ckpt, capsys):

@@ -145,6 +145,8 @@ def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str
         from .tuning import run_tune
 
         ctx.tune_files = run_tune(ctx, keys)
+        if on_cluster and any(load_json(f)["missing"] for f in ctx.tune_files.values()):
+            return "the LR tune's jobs are not all finished: rerun the same command to collect them"
     if "max_steps" in ctx.budget:
         from .equal_time import measure_ratios, measure_ratios_as_job
 

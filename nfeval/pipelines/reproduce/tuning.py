@@ -32,7 +32,15 @@ def run_tune(ctx: Context, keys: list[str]) -> dict[str, str]:
         presets = list(dict.fromkeys(preset_name(ctx, k) for k in runs))
         base = train_config(ctx, runs[0], seed=1)  # the scale's recipe; tune sets preset, lr and budget
         log(f"tuning {', '.join(presets)} ({objective}) over {ctx.scale.tune_lrs}, {ctx.scale.tune_budget}")
-        tune(base, presets, list(ctx.scale.tune_lrs), ctx.scale.tune_budget, out, progress=ctx.progress)
+        tune(
+            base,
+            presets,
+            list(ctx.scale.tune_lrs),
+            ctx.scale.tune_budget,
+            out,
+            progress=ctx.progress,
+            launch=ctx.launch,
+        )
         files[objective] = os.path.join(out, "tune.json")
     return files
 

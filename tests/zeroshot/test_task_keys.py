@@ -1,0 +1,58 @@
+"""Results are keyed by lm-eval's task names (issue 22 item 10): ``piqa``, with the variant that read the
+documents (``piqa_local``: local files, ``piqa_hub``: the Hub) recorded beside them; files written before,
+keyed ``piqa_local``, still read everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from test_zeroshot_tasks import DOCS, write_jsonl
+
+from nfeval.base.errors import ConfigError
+from nfeval.report import paired
+from nfeval.report.leaderboard import build
+from nfeval.zeroshot import evaluate as zeroshot
+
+
+def as_old_file(new: str, old: str) -> str:
+    """Writes ``new`` (and its items file) as nfeval wrote it before: keyed ``piqa_local``, aliased back to
+    ``piqa`` in ``nfeval.tasks``; returns the old file's path."""
+    data = json.loads(open(new).read())
+    for key in ("results", "n-samples", "configs", "versions", "higher_is_better", "n-shot"):
+        if isinstance(data.get(key), dict):
+            data[key] = {f"{t}_local": v for t, v in data[key].items()}
+    data["nfeval"]["tasks"] = {"piqa_local": "piqa"}
+    open(old, "w").write(json.dumps(data))
+    items = json.loads(open(new.replace(".json", ".items.json")).read())
+    items["tasks"] = {f"{t}_local": v for t, v in items["tasks"].items()}
+    items["nfeval"]["results"] = os.path.basename(old)
+    open(old.replace(".json", ".items.json"), "w").write(json.dumps(items))
+    return old
+
+
+def test_results_keyed_by_lm_eval_task_and_old_files_still_read(tiny_clm_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    write_jsonl(data / "piqa" / "validation.jsonl", DOCS["piqa"])
+    new = str(tmp_path / "new.json")
+    out = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(data), output=new, device="cpu")
+    assert set(out["results"]) == set(out["n-samples"]) == {"piqa"}
+    assert out["nfeval"]["task_data"] == {
+        "piqa": {"lm_eval_task": "piqa_local", "source": "local", "data_dir": str(data)}
+    }
+    assert out["config"]["model"] == "nfeval" and out["config"]["device"] == "cpu"
+    assert out["config"]["batch_size"] == 16 and out["config"]["model_args"].startswith("pretrained=")
+
+    old = as_old_file(new, str(tmp_path / "old.json"))
+    boards = [build([path])["zeroshot"]["rows"][0]["scores"]["piqa"]["value"] for path in (new, old)]
+    assert boards[0] == boards[1] == out["results"]["piqa"]["acc_per_token,none"]
+    rows = paired.compare_files(new, old, n_resamples=200)  # the same model: old and new pair exactly
+    assert {r["task"] for r in rows} == {"piqa"} and all(r["difference"] == 0 for r in rows)
+
+
+def test_two_variants_of_one_task_are_refused(tiny_clm_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setattr(zeroshot, "load_tasks", lambda names, manager, log: (dict.fromkeys(names), {}))
+    with pytest.raises(ConfigError, match="piqa_local and piqa_hub both score piqa"):
+        zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa_local", "piqa_hub"], device="cpu", use_cache=False)
