@@ -243,14 +243,26 @@ def test_bad_launcher_flags_are_one_line_and_exit_2(tmp_path, fake_slurm, capsys
     assert not list(fake_slurm.glob("sbatch_*.sh")) and not (tmp_path / "run").exists()
 
 
-def test_slurm_without_sbatch_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+COMMANDS = {
+    "train": ["train"],
+    "tune": ["tune", "--preset", "prenorm-tiny", "--lrs", "1e-3", "--budget", "steps=2"],
+    "glue": ["glue", "--ckpt", "no-such-run", "--sweep"],
+    "reproduce": ["reproduce"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_refuses_slurm_without_sbatch_or_partition(tmp_path, monkeypatch, capsys, command):
+    argv = [*COMMANDS[command], "--out", str(tmp_path / "out"), "--launcher", "slurm"]
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
-    assert (
-        main(["train", "--out", str(tmp_path / "run"), "--launcher", "slurm", "--slurm-partition", "gpu"])
-        == 2
-    )
+    assert main([*argv, "--slurm-partition", "gpu"]) == 2
     err = capsys.readouterr().err
-    assert "sbatch is not on PATH" in err and err.count("\n") == 1 and not (tmp_path / "run").exists()
+    assert "sbatch is not on PATH" in err and err.count("\n") == 1
+    (tmp_path / "sbatch").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "sbatch").chmod(0o755)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs --slurm-partition" in err and err.count("\n") == 1 and not (tmp_path / "out").exists()
 
 
 # --- nfeval train as one job of several processes ------------------------------------------------
