@@ -47,13 +47,14 @@ from torch.func import functional_call, vmap
 from ..base.artifacts import atomic_write_json
 from ..base.errors import ConfigError
 from ..base.progress import progress_bar
+from ..base.sweep_lock import point_lock
 from ..engine.config import ModelConfig
 from ..engine.tokenization import special_ids
 from . import finetune
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
 from . import submission as glue_submission
-from .points import RESULT, Point, finished_result, lr_key, point_lock
+from .points import RESULT, Point, finished_result, lr_key
 
 AUTO = "auto"
 MEMORY_FRACTION = 0.5  # of the free device memory that ``auto`` fills with ensemble members
