@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -109,9 +110,10 @@ def test_plain_prenorm_exports_native_gpt2(tmp_path, tiny_tokenizer):
 def test_remote_code_is_generated_from_nfeval_model_source():
     files = remote_code_files()
     model_src = open(os.path.join(os.path.dirname(checkpoint.__file__), "model.py")).read()
-    renamed = model_src.replace("from .config import", "from .nfeval_config import")
-    assert files["nfeval_model.py"] == renamed.replace("from .norms import", "from .nfeval_norms import")
-    assert set(files) >= {"modeling_nfeval.py", "nfeval_model.py", "nfeval_config.py", "nfeval_norms.py"}
+    renamed = re.sub(r"^from \.(\w+) import", r"from .nfeval_\1 import", model_src, flags=re.M)
+    assert files["nfeval_model.py"] == renamed
+    expected = {"modeling_nfeval.py", "nfeval_model.py", "nfeval_config.py", "nfeval_norms.py"}
+    assert set(files) >= expected | {"nfeval_initialisation.py"}
     for source in files.values():
         assert "import nfeval" not in source and "from nfeval" not in source
 
