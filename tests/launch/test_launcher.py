@@ -183,6 +183,19 @@ def test_the_sbatch_script_asks_for_what_the_flags_say(tmp_path, fake_slurm, cap
     assert f"{job}_2  lr=1e-2" in out and "submitted 3 job(s)" in out
 
 
+def test_train_on_slurm_is_one_job_of_nodes_times_gpus_processes(tmp_path, fake_slurm, capsys):
+    out = tmp_path / "nf-125M"
+    flags = ["--launcher", "slurm", "--slurm-partition", "gpu", "--nodes", "2", "--gpus-per-node", "8"]
+    assert main(["train", "--out", str(out), "--max-steps", "9", *flags, "--no-wait"]) == 0
+    [script] = list(fake_slurm.glob("sbatch_*.sh"))
+    text = script.read_text()
+    for flag in ["--nodes=2", "--ntasks-per-node=8", "--gpus-per-node=8", "--job-name=nfeval-train-nf-125M"]:
+        assert f"#SBATCH {flag}\n" in text, flag
+    assert "--array" not in text
+    job = json.loads((out / records.RECORD).read_text())["jobs"]["run"]["job_id"]
+    assert job == script.stem.split("_")[1] and f"{job}  run" in capsys.readouterr().out
+
+
 def test_a_rerun_submits_only_the_points_whose_jobs_ended(tmp_path, fake_slurm, capsys):
     points = three_points(tmp_path)
     cluster.run_points(points, str(tmp_path), slurm_options("--no-wait"), "tune")
