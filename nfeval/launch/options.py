@@ -130,10 +130,10 @@ def launch_options(args: argparse.Namespace) -> LaunchOptions:
         "--gpus-per-job": getattr(args, "gpus_per_job", 1),
         "--nodes": getattr(args, "nodes", 1),
         "--gpus-per-node": getattr(args, "gpus_per_node", 1),
-        "--cpus-per-job": args.cpus_per_job or 1,
-        "--array-parallelism": getattr(args, "array_parallelism", None) or 1,
+        "--cpus-per-job": args.cpus_per_job,
+        "--array-parallelism": getattr(args, "array_parallelism", None),
     }
-    bad = [f"{flag} {n}" for flag, n in counts.items() if n < 1]
+    bad = [f"{flag} {n}" for flag, n in counts.items() if n is not None and n < 1]
     if args.slurm_max_requeues < 0:
         bad.append(f"--slurm-max-requeues {args.slurm_max_requeues}")
     if bad:
