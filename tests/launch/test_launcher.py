@@ -247,6 +247,10 @@ def test_reproduce_submits_its_unfinished_runs_as_one_array(tmp_path, fake_slurm
         (["--launcher", "slurm"], "needs --slurm-partition NAME"),
         (["--launcher", "slurm", "--slurm-partition", "gpu", "--slurm-time", "soon"], "--slurm-time 'soon'"),
         (["--launcher", "slurm", "--slurm-partition", "gpu", "--slurm-option", "x"], "expected KEY=VALUE"),
+        (
+            ["--launcher", "slurm", "--slurm-partition", "gpu", "--cpus-per-job", "0"],
+            "--cpus-per-job 0: expected",
+        ),
     ],
 )
 def test_bad_launcher_flags_are_one_line_and_exit_2(tmp_path, fake_slurm, capsys, flags, message):
