@@ -12,10 +12,10 @@ import torch.distributed as dist
 from ..base.cli_args import add_device, add_dtype
 from ..base.outputs import check_output_dir
 from ..engine.config import load_json
-from ..engine.train import refuse_existing_run, train
+from ..engine.train import finished_summary, refuse_existing_run, train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
 from ..engine.trainer import TrainingDiverged
-from ..launch.options import RUN, add_launcher_arguments, launch_options
+from ..launch.options import RUN, LaunchOptions, add_launcher_arguments, launch_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -116,14 +116,21 @@ def run(args: argparse.Namespace) -> int:
     return train_here(args)
 
 
-def submit(args: argparse.Namespace, launch) -> int:
+def submit(args: argparse.Namespace, launch: LaunchOptions) -> int:
     """Submits the run as a job of ``--nodes`` × ``--gpus-per-node`` processes (DDP, or FSDP2 with
     ``--fsdp``), requeued with ``--resume`` after preemption; returns its exit status (0 with
-    ``--no-wait``, 1 when the job did not finish)."""
-    from ..launch import cluster
+    ``--no-wait``, 1 when the job did not finish). Rerun, the same command collects the submitted run:
+    nothing when it finished, its job while queued or running, else a job that resumes it."""
+    from ..launch import cluster, records
 
     config_from_args(args)  # bad flags fail here, before anything is submitted
-    if not args.resume:
+    summary = finished_summary(args.out)
+    if summary is not None:
+        print(json.dumps(summary, indent=2))
+        return 0
+    if os.path.isfile(os.path.join(args.out, records.RECORD)):  # submitted from here before
+        args = argparse.Namespace(**{**vars(args), "resume": True})
+    elif not args.resume:
         refuse_existing_run(args.out)
     requeue = argparse.Namespace(**{**vars(args), "resume": True})
     status = cluster.run_training(train_here, args, requeue, args.out, launch, args.progress is not False)

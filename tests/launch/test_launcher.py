@@ -285,7 +285,7 @@ def test_every_command_refuses_slurm_without_sbatch_or_partition(tmp_path, monke
 # --- nfeval train as one job of several processes ------------------------------------------------
 
 
-def test_a_training_job_of_two_processes_trains_like_torchrun(tmp_path, job_env):
+def test_a_training_job_of_two_processes_trains_like_torchrun(tmp_path, job_env, capsys):
     corpus = tmp_path / "train.txt"
     corpus.write_text(make_corpus(1200), encoding="utf-8")
     flags = tiny_train_args(str(corpus), batch_size=None, max_steps=4, lr="3e-3", eval_interval=None)
@@ -294,11 +294,10 @@ def test_a_training_job_of_two_processes_trains_like_torchrun(tmp_path, job_env)
     args = build_parser("train").parse_args(
         ["train", "--out", str(two), *flags, "--batch-size", "2", "--grad-accum", "2"]
     )
-    requeue = argparse.Namespace(**{**vars(args), "resume": True})
-    assert (
-        cluster.run_training(train_command.train_here, args, requeue, str(two), local_jobs(gpus_per_node=2))
-        == 0
-    )
+    assert train_command.submit(args, local_jobs(gpus_per_node=2)) == 0
+    record = (two / records.RECORD).read_text()
+    assert train_command.submit(args, local_jobs(gpus_per_node=2)) == 0  # finished: nothing submitted
+    assert (two / records.RECORD).read_text() == record
     config = json.loads((two / "config.json").read_text())
     assert config["train"]["world_size"] == 2
     losses = [
@@ -310,6 +309,7 @@ def test_a_training_job_of_two_processes_trains_like_torchrun(tmp_path, job_env)
         for run in (one, two)
     ]
     assert len(losses[1]) == 4 and losses[0] == pytest.approx(losses[1], abs=1e-5)
+    assert "the job ended with status 0" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
