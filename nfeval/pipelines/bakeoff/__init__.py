@@ -184,9 +184,9 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     report = _assemble(cfg, ctx, records, files, stability, tasks, start)
     from .report import write
 
-    path = write(cfg.out, report)
-    log(f"report: {path}")
-    return {**report, "path": path}
+    report = write(cfg.out, report)
+    log(f"report: {report['path']}")
+    return report
 
 
 def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, Any]:
@@ -229,7 +229,8 @@ def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, An
 
 def _budget_text(ctx: Context) -> str:
     if "max_steps" in ctx.budget:
-        return f"{ctx.budget['max_steps']:g} steps for the baseline, the others the same time (paired step-time ratio)"
+        steps = ctx.budget["max_steps"]
+        return f"{steps:g} steps for the baseline, the others the same time (paired step-time ratio)"
     return f"{ctx.budget['max_seconds']:g} s of training per run (each run calibrates its own step count)"
 
 
@@ -265,7 +266,8 @@ def _notes(ctx: Context) -> list[str]:
         "Ranking: mean final validation PPL over seeds with a Student-t 95% interval; a candidate with a "
         "diverged seed ranks after every candidate without one.",
         "Perplexity test: per seed, log PPL(baseline) − log PPL(candidate) (positive: the candidate is "
-        "better), seed k of each paired (same data order and initialisation seed); p from a one-sample t-test.",
+        "better), seed k of each paired (same data order and initialisation seed); p from a one-sample "
+        "t-test.",
         "Zero-shot test: per seed, nfeval compare-scores' paired bootstrap over items (candidate − baseline, "
         "* when its 95% interval excludes 0) and McNemar's exact test; the verdict is over seeds, the items' "
         "standard error counted as each seed's measurement error.",

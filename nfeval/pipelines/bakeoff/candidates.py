@@ -49,20 +49,18 @@ def _overrides(spec: str, text: str) -> dict[str, Any]:
 
 
 def parse_candidate(spec: str) -> Candidate:
-    """Returns the Candidate of one ``--archs`` item: ``ARCH`` or ``NAME=ARCH:FIELD=VALUE,...``."""
-    name, sep, rest = spec.partition("=")
-    arch, colon, fields = (rest if sep else spec).partition(":")
-    if sep and not colon:
-        raise ConfigError(
-            f"--archs {spec}: expected ARCH or NAME=ARCH:FIELD=VALUE,... (e.g. olmo2qk=olmo2norm:qk_norm=true)"
-        )
+    """Returns the Candidate of one ``--archs`` item: ``ARCH``, ``NAME=ARCH`` or
+    ``NAME=ARCH:FIELD=VALUE,...``."""
+    head, colon, fields = spec.partition(":")
+    name, sep, arch = head.partition("=")
+    if not sep:
+        name = arch = head
     if arch not in ARCHITECTURES:
         raise ConfigError(
             f"--archs {spec}: unknown architecture {arch!r}; expected one of {sorted(ARCHITECTURES)}"
         )
     if colon and not sep:
         raise ConfigError(f"--archs {spec}: an architecture with overrides needs a name: NAME={spec}")
-    name = name if sep else arch
     if not NAME.match(name):
         raise ConfigError(f"--archs {spec}: name {name!r}: expected letters, digits, '_', '.', '+' or '-'")
     return Candidate(name, arch, _overrides(spec, fields) if colon else {})

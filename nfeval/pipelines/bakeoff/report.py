@@ -122,7 +122,8 @@ def stability_table(r: dict[str, Any]) -> list[str]:
     rows = [
         [
             s["name"],
-            f"{verdict.fmt_mean_std(s['survived'], 1)} of {s['updates']} ({', '.join(map(str, s['survived']))})",
+            f"{verdict.fmt_mean_std(s['survived'], 1)} of {s['updates']} "
+            f"({', '.join(map(str, s['survived']))})",
             _num(s["lr_at_divergence_mean"]),
             _num(s["attn_logit_max"], ".4g"),
             f"**{s['verdict']}** ({s['why']})" if "verdict" in s else "baseline",
@@ -224,7 +225,8 @@ def render(r: dict[str, Any]) -> str:
         f"Reproduce: `{h['command']}`",
         "",
         f"Baseline **{r['baseline']}** · size {h['size']} · {h['budget']} · {h['seeds']} seeds · LR grid "
-        f"{h['lrs']} at {h['tune_budget']} per point · corpus {h['corpus']} · zero-shot tasks {', '.join(h['tasks'])}",
+        f"{h['lrs']} at {h['tune_budget']} per point · corpus {h['corpus']} · zero-shot tasks "
+        f"{', '.join(h['tasks'])}",
         "",
         f"nfeval {h['version']} (git {h['git']}) · {h['hardware']} · load average {h['load_average']} · wall "
         f"{h['wall_min']:.1f} min",
@@ -266,16 +268,18 @@ def render(r: dict[str, Any]) -> str:
         "## How to read it",
         "",
         *[f"- {n}" for n in r["notes"]],
-        f"- Verdict rule ({verdict.AGREES} = the candidate is better than the baseline): {verdict.RULE}.",
+        "- Verdict rule (reproduce's; \"the paper's direction\" is here the candidate's advantage, so "
+        f"*{verdict.AGREES}* reads *better* and *{verdict.DISAGREES}* *worse*): {verdict.RULE}.",
         "",
     ]
     return "\n".join(lines)
 
 
-def write(out: str, r: dict[str, Any]) -> str:
-    """Writes report.json and report.md (and the PNGs) into ``out``; returns report.md's path."""
+def write(out: str, r: dict[str, Any]) -> dict[str, Any]:
+    """Writes report.json and report.md (and the PNGs) into ``out``; returns the report with its
+    ``figures`` (PNG names) and ``path`` (report.md's)."""
     r = {**r, "figures": plots(out, r)}
     atomic_write_json(os.path.join(out, "report.json"), r)
     path = os.path.join(out, "report.md")
     atomic_write_text(path, render(r))
-    return path
+    return {**r, "path": path}

@@ -25,6 +25,16 @@ from .runs import Context, log, run_dir
 NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
 
 
+VERDICTS = {verdict.AGREES: "better", verdict.DISAGREES: "worse"}  # than the baseline
+
+
+def judge(diffs: list[float], measurement_se: float = 0.0) -> dict[str, Any]:
+    """Returns ``verdict.decide`` on differences oriented so that positive favours the candidate, its
+    verdict said as "better" / "worse" (than the baseline) / "inconclusive at this scale"."""
+    decided = verdict.decide(diffs, measurement_se=measurement_se)
+    return {**decided, "verdict": VERDICTS.get(decided["verdict"], decided["verdict"])}
+
+
 def metric_of(task: str) -> str:
     """Returns the metric a task is judged by: GPT-3's for the public tasks, per-token accuracy else."""
     from ...tasks import GPT3_METRIC, canonical_name
@@ -76,7 +86,7 @@ def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, An
                 "gains": [g if math.isfinite(g) else None for g in gains],
                 "interval": _interval(gains),
                 "p": p,
-                **verdict.decide([g for g in gains if not math.isnan(g)]),
+                **judge([g for g in gains if not math.isnan(g)]),
             }
         )
     return rows
@@ -107,7 +117,7 @@ def zeroshot_tests(ctx: Context, files: dict[str, dict[int, list[str]]]) -> list
                     "per_seed": rows,
                     "significant_seeds": sum(r["significant"] for r in rows),
                     "item_se_points": item_se,
-                    **verdict.decide(diffs, measurement_se=item_se),
+                    **judge(diffs, measurement_se=item_se),
                 }
             )
     return out
@@ -184,6 +194,6 @@ def stability_tests(ctx: Context, results: dict[str, dict[str, Any]]) -> list[di
             {k: summary[k] for k in ("lr_at_divergence_mean", "attn_logit_max", "fp16_overflow_seeds")}
         )
         if c.name != ctx.baseline.name:
-            row.update(verdict.decide([a - b for a, b in zip(survived[c.name], base)]))
+            row.update(judge([a - b for a, b in zip(survived[c.name], base)]))
         rows.append(row)
     return rows

@@ -132,9 +132,8 @@ def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
         if _model_key(ctx, c) == _model_key(ctx, base):
             record = {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "method": "the baseline's model: 1"}
         else:
-            log(
-                f"timing {c.name} against {base.name}, paired ({s.ratio_pairs} pairs of {s.ratio_burst}-step bursts)"
-            )
+            pairs = f"{s.ratio_pairs} pairs of {s.ratio_burst}-step bursts"
+            log(f"timing {c.name} against {base.name}, paired ({pairs})")
             result = measure_step_ratio(
                 train_config(ctx, base, 1, tuned=False),
                 train_config(ctx, c, 1, tuned=False),
