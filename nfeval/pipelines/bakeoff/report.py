@@ -228,8 +228,8 @@ def render(r: dict[str, Any]) -> str:
         f"{h['lrs']} at {h['tune_budget']} per point · corpus {h['corpus']} · zero-shot tasks "
         f"{', '.join(h['tasks'])}",
         "",
-        f"nfeval {h['version']} (git {h['git']}) · {h['hardware']} · load average {h['load_average']} · wall "
-        f"{h['wall_min']:.1f} min",
+        f"nfeval {h['version']} (git {h['git']}) · {h['hardware']} · load average {h['load_average']} · "
+        f"this invocation's wall time {h['wall_min']:.1f} min (a resumed folder's earlier work not counted)",
         "",
         "## Ranking (final validation perplexity)",
         "",
