@@ -218,6 +218,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, An
         "ppl_tests": results.ppl_tests(ctx, records),
         "zeroshot_tests": results.zeroshot_tests(ctx, files),
         "compute_fractions": results.compute_fractions(ctx, records),
+        "curves_seed1": results.curves(ctx, records),
         "stability": results.stability_tests(ctx, stability),
         "tuning": _tuning_rows(ctx),
         "step_ratios": ctx.step_ratios,
@@ -275,6 +276,9 @@ def _notes(ctx: Context) -> list[str]:
         "validation PPL × its step-time ratio ÷ the baseline's step there; (FLOPs): nfeval compare's.",
         "Stability: nfeval analyze stability on each architecture's initialisation (updates survived of a "
         "learning rate rising geometrically from 1e-5 to 1), same batches and seeds for all.",
+        "Curves (first seed): validation PPL vs FLOPs and vs each run's measured wall-clock; on a "
+        "shared machine the latter carries the load of the moment, which is why equal time is fixed "
+        "in steps from the paired step-time ratio instead.",
         "A best LR on the edge of the grid (see the tuning table's warnings) means the grid should be "
         "widened before the ranking is trusted.",
     ]

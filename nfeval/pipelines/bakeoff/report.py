@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text
-from ...base.plots import plot_bars
+from ...base.plots import plot_bars, plot_curves
 from ..reproduce import verdict
 from ..reproduce.equal_time import ratio_text
 from ..reproduce.report import markdown_table
@@ -199,6 +199,8 @@ def plots(out: str, r: dict[str, Any]) -> list[str]:
                 "accuracy (%)",
             )
         )
+    if r.get("curves_seed1"):
+        files.append(plot_curves(r["curves_seed1"], os.path.join(out, "bakeoff_curves_seed1.png")))
     survived = [(s["name"], s["survived"]) for s in r["stability"]]
     files.append(
         plot_bars(

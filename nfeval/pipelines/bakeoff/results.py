@@ -162,6 +162,18 @@ def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict
     return out
 
 
+def curves(ctx: Context, records: dict[str, list[dict]]) -> dict[str, Any] | None:
+    """Returns ``nfeval compare`` over the first seed's finished runs of every candidate (the baseline
+    first), for the perplexity-vs-compute plot; None when the baseline's first seed did not finish."""
+    from ...report.compare import compare
+
+    seed = ctx.seed_values[0]
+    done = [c for c in ctx.candidates if records[c.name][0]["status"] == "finished"]
+    if not done or done[0] is not ctx.baseline:
+        return None
+    return compare([run_dir(ctx, c, seed) for c in done], names=[c.name for c in done])
+
+
 def _fraction_summary(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     summary = {}
     for axis in ("flops", "time"):
