@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {  # command -> what it does; its module is nfeval.co
     "export-hf": "export a causal LM as a Hugging Face model directory",
     "demo": "the whole pipeline, offline, on the embedded default corpus",
     "reproduce": "the paper's tables and figures from one command, at the scale the hardware allows",
+    "bakeoff": "rank normalisation placements: tuned, equal-time, seed-paired, with significance",
 }
 
 

@@ -16,6 +16,7 @@ from nfeval.cli import main
 from nfeval.commands.train import add_arguments
 from nfeval.engine import checkpoint
 from nfeval.engine.config import ARCHITECTURES, RECIPES, SIZES, ModelConfig, preset
+from nfeval.engine.fingerprint import fingerprint_model
 from nfeval.engine.model import Transformer
 from nfeval.engine.run_inputs import model_config
 from nfeval.engine.train import train
@@ -180,7 +181,7 @@ def test_init_does_not_change_loading(tmp_path, tiny_tokenizer):
     (path / "config.json").write_text(json.dumps(config))
     loaded = checkpoint.load(str(path))
     assert loaded.config.init == "gpt2"
-    assert loaded.fingerprint == checkpoint.fingerprint_model(model)
+    assert loaded.fingerprint == fingerprint_model(model)
     assert ModelConfig.from_dict({**config["model"], "init": "bert"}).init == "bert"
 
 
@@ -194,7 +195,8 @@ def test_every_preset_takes_its_objectives_recipe(arch, size):
         "fairseq",
         False,
     )
-    assert clm.final_norm == (clm.norm_position == "pre")  # fairseq: a final LayerNorm for Pre-LN
+    # fairseq: a final LayerNorm for Pre-LN (and for sandwich and OLMo 2's order), none for Post-LN/DeepNorm
+    assert clm.final_norm == (clm.norm_position in ("pre", "sandwich", "olmo2"))
     mlm = preset(f"{arch}-{size}", objective="mlm")
     assert (mlm.positions, mlm.scale_embedding, mlm.init, mlm.embedding_norm) == (
         "learned",

@@ -1,0 +1,87 @@
+"""``nfeval bakeoff``: the command line over ``nfeval.pipelines.bakeoff``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
+from ..base.errors import ConfigError
+from ..pipelines.bakeoff import BakeoffConfig, run_bakeoff
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = BakeoffConfig()
+    p.add_argument(
+        "--archs",
+        nargs="+",
+        default=list(d.archs),
+        metavar="ARCH",
+        help="architectures to rank: presets (prenorm, normformer, sandwich, olmo2norm, deepnorm, qknorm, "
+        "rmsprenorm, ...) or NAME=ARCH:FIELD=VALUE,... for a variant (e.g. olmo2qk=olmo2norm:qk_norm=true); "
+        f"default: {' '.join(d.archs)}",
+    )
+    p.add_argument(
+        "--baseline",
+        default=d.baseline,
+        help=f"the architecture the others are tested against (default {d.baseline})",
+    )
+    p.add_argument(
+        "--size",
+        default=d.size,
+        choices=("tiny", "small", "125M", "smoke"),
+        metavar="{tiny,small,125M}",
+        help="preset size and its recipe (reproduce's scale of that name)",
+    )
+    add_run_folder(p, d.out)
+    p.add_argument("--train-data", help="training text file or folder (default: the embedded corpus)")
+    p.add_argument("--valid-data", help="validation text (default: a fixed 5%% split of --train-data)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--steps",
+        type=int,
+        help="the baseline's training steps; the others get the same time (default: the recipe's)",
+    )
+    budget.add_argument(
+        "--minutes", type=float, help="a time budget per run instead (each run calibrates its steps)"
+    )
+    p.add_argument(
+        "--seeds", type=int, default=d.seeds, help=f"training seeds per architecture (default {d.seeds})"
+    )
+    p.add_argument("--lrs", help="comma-separated LR grid of the tune (default: the recipe's)")
+    p.add_argument("--tune-budget", help="budget of each tune point, as nfeval tune --budget, e.g. steps=100")
+    add_zeroshot_data_dir(p)
+    add_device(p, default=d.device)
+    add_no_progress(p)
+
+
+def _lrs(text: str | None) -> tuple[float, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--lrs {text}: expected comma-separated numbers, e.g. 1e-3,3e-3,1e-2") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = BakeoffConfig(
+        archs=tuple(args.archs),
+        baseline=args.baseline,
+        size=args.size,
+        out=args.out,
+        train_data=args.train_data,
+        valid_data=args.valid_data,
+        steps=args.steps,
+        minutes=args.minutes,
+        seeds=args.seeds,
+        lrs=_lrs(args.lrs),
+        tune_budget=args.tune_budget,
+        data_dir=args.data_dir,
+        device=args.device,
+        progress=not args.no_progress,
+        command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    )
+    print(run_bakeoff(cfg)["path"])
+    return 0

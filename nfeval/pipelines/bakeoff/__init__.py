@@ -1,0 +1,284 @@
+"""``nfeval bakeoff``: rank normalisation placements (or any preset architectures and variants) on one
+corpus and compute budget, against a chosen baseline, into ``--out``: ``report.md`` + ``report.json`` +
+PNGs.
+
+The protocol is ``nfeval reproduce``'s: each candidate's LR is tuned first (``nfeval tune`` over the
+grid at the short tune budget); the baseline gets S steps and each other candidate S ÷ its paired
+step-time ratio to the baseline (measured before training, interleaved in one process, so machine load
+cancels), each on its complete LR schedule; every candidate trains N seeds; each run is scored on
+validation perplexity and zero-shot (the corpus cloze task; the public tasks found under
+``--data-dir``); each architecture's initialisation goes through the rising-LR stability test.
+``results`` holds the statistics and ``report`` renders them. Resumable: every stage writes its record
+last (``runs``), so a rerun with the same ``--out`` redoes nothing finished.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...base.artifacts import atomic_write_json, hardware, hardware_key
+from ...base.errors import ConfigError, MissingDataError
+from ...engine.config import SIZES, load_json
+from ..reproduce.plan import SCALES
+from . import results
+from .candidates import parse_candidates
+from .runs import Context, log
+
+# the reproduce scale whose recipe (batch, sequence length, evaluation, stability test, ...) each size
+# trains with; "smoke" is for tests only
+RECIPES = {"tiny": "tiny", "small": "small", "125M": "125M", "smoke": "smoke"}
+
+
+@dataclass
+class BakeoffConfig:
+    archs: tuple[str, ...] = (
+        "prenorm",
+        "normformer",
+        "sandwich",
+        "olmo2norm",
+        "olmo2qk=olmo2norm:qk_norm=true",
+    )
+    baseline: str = "prenorm"
+    size: str = "tiny"
+    out: str = "bakeoff_out"
+    train_data: str | None = None
+    valid_data: str | None = None
+    steps: int | None = None  # the baseline's steps; default: the recipe's
+    minutes: float | None = None  # a time budget per run instead
+    seeds: int = 3
+    lrs: tuple[float, ...] | None = None  # default: the recipe's tune grid
+    tune_budget: str | None = None  # default: the recipe's
+    data_dir: str | None = None
+    device: str = "auto"
+    progress: bool = True
+    command: str = "nfeval bakeoff"
+
+    def validate(self) -> None:
+        """Raises a UserError naming the first bad option, before any work."""
+        if self.size not in RECIPES:
+            raise ConfigError(
+                f"--size {self.size!r}: expected one of {', '.join(s for s in RECIPES if s in SIZES)}"
+            )
+        if self.seeds < 1:
+            raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
+        if self.steps is not None and self.minutes is not None:
+            raise ConfigError("--steps and --minutes both given: pass one budget")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"--steps {self.steps}: expected a positive number of steps")
+        if self.minutes is not None and not self.minutes > 0:
+            raise ConfigError(f"--minutes {self.minutes}: expected a positive number of minutes per run")
+        if self.lrs is not None and (not self.lrs or any(not lr > 0 for lr in self.lrs)):
+            raise ConfigError(f"--lrs {','.join(map(str, self.lrs))}: expected positive learning rates")
+        if self.tune_budget is not None:
+            from ...tune.sweep import parse_budget
+
+            parse_budget(self.tune_budget)
+        for flag, path in (("--train-data", self.train_data), ("--valid-data", self.valid_data)):
+            if path and not os.path.exists(path):
+                raise MissingDataError(f"{flag} {path}: no such file or folder")
+        if self.valid_data and not self.train_data:
+            raise ConfigError(
+                "--valid-data without --train-data: give both, or neither for the embedded corpus"
+            )
+        if self.data_dir and not os.path.isdir(self.data_dir):
+            raise MissingDataError(f"--data-dir {self.data_dir}: no such folder")
+
+
+def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
+    """Returns what every run of one output folder must share (checked on a rerun)."""
+    return {
+        "archs": [c.spec() for c in ctx.candidates],
+        "size": cfg.size,
+        "budget": ctx.budget,
+        "lrs": list(ctx.lrs),
+        "tune_budget": ctx.tune_budget,
+        "corpus": [cfg.train_data, cfg.valid_data],
+    }
+
+
+def check_settings(out: str, current: dict[str, Any]) -> None:
+    """Stores the folder's settings on first use; raises ConfigError when a rerun's differ (more seeds
+    may be added to a folder: the seeds are not part of them)."""
+    path = os.path.join(out, "bakeoff.json")
+    if os.path.isfile(path):
+        stored = load_json(path)
+        if stored != current:
+            raise ConfigError(f"{path}: this folder was made with {stored}, not {current}; use a new --out")
+    else:
+        atomic_write_json(path, current)
+
+
+def _tokenizer(cfg: BakeoffConfig, out: str, vocab_size: int) -> str:
+    """Returns the tokenizer every run shares: a BPE trained once on the training corpus."""
+    from ...base.artifacts import atomic_write_text
+    from ...engine.data import get_tokenizer, load_text_corpus
+    from ..stages import shared_tokenizer
+
+    if not cfg.train_data:
+        return shared_tokenizer(out, vocab_size)
+    path = os.path.join(out, "tokenizer.json")
+    if not os.path.isfile(path):
+        tok = get_tokenizer(None, load_text_corpus(cfg.train_data, cfg.valid_data), vocab_size)
+        atomic_write_text(path, tok.to_str(pretty=True))
+    return path
+
+
+def make_context(cfg: BakeoffConfig) -> Context:
+    """Returns the bakeoff's Context after checking every option (nothing trained yet)."""
+    cfg.validate()
+    scale = SCALES[RECIPES[cfg.size]]
+    candidates = parse_candidates(list(cfg.archs), cfg.baseline, scale.size, scale.model)
+    if cfg.minutes:
+        budget = {"max_seconds": cfg.minutes * 60}
+    else:
+        budget = {"max_steps": cfg.steps or scale.budget["max_steps"]}
+    return Context(
+        out=cfg.out,
+        scale=scale,
+        candidates=candidates,
+        budget=budget,
+        seeds=cfg.seeds,
+        lrs=tuple(cfg.lrs or scale.tune_lrs),
+        tune_budget=cfg.tune_budget or scale.tune_budget,
+        tokenizer="",
+        train_data=cfg.train_data,
+        valid_data=cfg.valid_data,
+        data_dir=cfg.data_dir,
+        device=cfg.device,
+        progress=cfg.progress,
+    )
+
+
+def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
+    """Runs (or resumes) the bakeoff into ``cfg.out``; returns the report dict with its ``path``."""
+    import torch
+
+    from ..stages import zeroshot_data
+    from . import runs
+
+    ctx = make_context(cfg)
+    if ctx.scale.needs_gpu and not torch.cuda.is_available():
+        raise ConfigError(f"--size {cfg.size}: needs a GPU and none is present; use tiny or small on a CPU")
+    os.makedirs(cfg.out, exist_ok=True)
+    check_settings(cfg.out, settings(cfg, ctx))
+    start = time.time()
+    if ctx.scale.threads:
+        torch.set_num_threads(ctx.scale.threads)
+    ctx.tokenizer = _tokenizer(cfg, cfg.out, ctx.scale.vocab_size)
+    runs.run_tunes(ctx)
+    ctx.step_ratios = runs.measure_ratios(ctx)
+    records = {c.name: [runs.ensure_run(ctx, c, s) for s in ctx.seed_values] for c in ctx.candidates}
+    data, tasks = zeroshot_data(cfg.out, cfg.data_dir, ctx.scale.cloze_items, 1, log)
+    files = {
+        c.name: {
+            r["seed"]: runs.zeroshot_files(ctx, c, r["seed"], tasks, data)
+            for r in rs
+            if r["status"] == "finished"
+        }
+        for c, rs in zip(ctx.candidates, records.values())
+    }
+    stability = {c.name: runs.stability(ctx, c) for c in ctx.candidates}
+    report = _assemble(cfg, ctx, records, files, stability, tasks, start)
+    from .report import write
+
+    report = write(cfg.out, report)
+    log(f"report: {report['path']}")
+    return report
+
+
+def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, Any]:
+    from ... import __version__
+    from ...base.artifacts import git_hash
+    from .runs import run_budget
+
+    header = {
+        "version": __version__,
+        "git": git_hash(),
+        "command": cfg.command,
+        "size": cfg.size,
+        "seeds": ctx.seeds,
+        "budget": _budget_text(ctx),
+        "lrs": list(ctx.lrs),
+        "tune_budget": ctx.tune_budget,
+        "corpus": f"{cfg.train_data} / {cfg.valid_data or '5% split'}"
+        if cfg.train_data
+        else "the embedded default corpus",
+        "tasks": tasks,
+        "hardware": hardware_key(hardware()),
+        "load_average": round(os.getloadavg()[0], 1),
+        "wall_min": (time.time() - start) / 60,
+    }
+    return {
+        "header": header,
+        "baseline": ctx.baseline.name,
+        "ranking": results.ranking(ctx, records),
+        "ppl_tests": results.ppl_tests(ctx, records),
+        "zeroshot_tests": results.zeroshot_tests(ctx, files),
+        "compute_fractions": results.compute_fractions(ctx, records),
+        "curves_seed1": results.curves(ctx, records),
+        "stability": results.stability_tests(ctx, stability),
+        "tuning": _tuning_rows(ctx),
+        "step_ratios": ctx.step_ratios,
+        "steps": {c.name: run_budget(ctx, c).get("max_steps", "time budget") for c in ctx.candidates},
+        "records": records,
+        "notes": _notes(ctx),
+    }
+
+
+def _budget_text(ctx: Context) -> str:
+    if "max_steps" in ctx.budget:
+        steps = ctx.budget["max_steps"]
+        return f"{steps:g} steps for the baseline, the others the same time (paired step-time ratio)"
+    return f"{ctx.budget['max_seconds']:g} s of training per run (each run calibrates its own step count)"
+
+
+def _tuning_rows(ctx: Context) -> list[list[str]]:
+    """Returns one row per candidate: final PPL per LR of the grid (best *), best LR, budget, warnings."""
+    from ...tune.results import lr_key, warnings_for
+    from .runs import tune_file
+
+    rows = []
+    for c in ctx.candidates:
+        summary = load_json(tune_file(ctx, c))
+        for s in summary["presets"].values():
+            cells = [
+                f"{lr_key(p['lr'])}: {p['status'] if p['val_ppl'] is None else format(p['val_ppl'], '.2f')}"
+                + ("*" if p["lr"] == s["best_lr"] else "")
+                for p in sorted(s["per_lr"].values(), key=lambda p: p["lr"])
+            ]
+            best = "–" if s["best_lr"] is None else lr_key(s["best_lr"])
+            rows.append(
+                [
+                    c.name,
+                    "; ".join(cells),
+                    best,
+                    summary["budget"]["spec"],
+                    "; ".join(warnings_for(summary["presets"])),
+                ]
+            )
+    return rows
+
+
+def _notes(ctx: Context) -> list[str]:
+    return [
+        "Ranking: mean final validation PPL over seeds with a Student-t 95% interval; a candidate with a "
+        "diverged seed ranks after every candidate without one.",
+        "Perplexity test: per seed, log PPL(baseline) − log PPL(candidate) (positive: the candidate is "
+        "better), seed k of each paired (same data order and initialisation seed); p from a one-sample "
+        "t-test.",
+        "Zero-shot test: per seed, nfeval compare-scores' paired bootstrap over items (candidate − baseline, "
+        "* when its 95% interval excludes 0) and McNemar's exact test; the verdict is over seeds, the items' "
+        "standard error counted as each seed's measurement error.",
+        "Compute fraction (time): the step at which the candidate first reaches the baseline's best "
+        "validation PPL × its step-time ratio ÷ the baseline's step there; (FLOPs): nfeval compare's.",
+        "Stability: nfeval analyze stability on each architecture's initialisation (updates survived of a "
+        "learning rate rising geometrically from 1e-5 to 1), same batches and seeds for all.",
+        "Curves (first seed): validation PPL vs FLOPs and vs each run's measured wall-clock; on a "
+        "shared machine the latter carries the load of the moment, which is why equal time is fixed "
+        "in steps from the paired step-time ratio instead.",
+        "A best LR on the edge of the grid (see the tuning table's warnings) means the grid should be "
+        "widened before the ranking is trusted.",
+    ]

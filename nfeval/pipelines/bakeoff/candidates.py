@@ -1,0 +1,97 @@
+"""The architectures of a bakeoff: preset architectures (``prenorm``) or named variants of one with
+ModelConfig overrides (``olmo2qk=olmo2norm:qk_norm=true,norm=rmsnorm``), checked before any work."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...base.errors import ConfigError
+from ...engine.config import ARCHITECTURES, MODEL_CHOICES, ModelConfig, check_fields, preset
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a name is a folder name too
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One architecture of the bakeoff: its report name, preset architecture and field overrides."""
+
+    name: str
+    arch: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def preset(self, size: str) -> str:
+        """Returns the preset name at ``size``, e.g. ``olmo2norm-tiny``."""
+        return f"{self.arch}-{size}"
+
+    def spec(self) -> str:
+        """Returns the ``--archs`` spelling of this candidate."""
+        if not self.overrides:
+            return self.name
+        fields = ",".join(f"{k}={json.dumps(v)}" for k, v in self.overrides.items())
+        return f"{self.name}={self.arch}:{fields}"
+
+
+def _overrides(spec: str, text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--archs {spec}: {item!r}: expected FIELD=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    check_fields(ModelConfig, out, f"--archs {spec}", choices=MODEL_CHOICES)
+    return out
+
+
+def parse_candidate(spec: str) -> Candidate:
+    """Returns the Candidate of one ``--archs`` item: ``ARCH``, ``NAME=ARCH`` or
+    ``NAME=ARCH:FIELD=VALUE,...``."""
+    head, colon, fields = spec.partition(":")
+    name, sep, arch = head.partition("=")
+    if not sep:
+        name = arch = head
+    if arch not in ARCHITECTURES:
+        raise ConfigError(
+            f"--archs {spec}: unknown architecture {arch!r}; expected one of {sorted(ARCHITECTURES)}"
+        )
+    if colon and not sep:
+        raise ConfigError(f"--archs {spec}: an architecture with overrides needs a name: NAME={spec}")
+    if not NAME.match(name):
+        raise ConfigError(f"--archs {spec}: name {name!r}: expected letters, digits, '_', '.', '+' or '-'")
+    return Candidate(name, arch, _overrides(spec, fields) if colon else {})
+
+
+def split_specs(items: list[str]) -> list[str]:
+    """Returns the ``--archs`` items, a comma-separated item without overrides split into its archs."""
+    out = []
+    for item in items:
+        out += [item] if "=" in item else [a for a in item.split(",") if a.strip()]
+    return [s.strip() for s in out]
+
+
+def parse_candidates(items: list[str], baseline: str, size: str, model: dict[str, Any]) -> list[Candidate]:
+    """Returns the candidates of ``items`` (``--archs``), the baseline first; raises ConfigError on an
+    empty list, a repeated name, a baseline not among them, or an override the model rejects at
+    ``size`` with the recipe's ``model`` fields."""
+    candidates = [parse_candidate(s) for s in split_specs(items)]
+    if not candidates:
+        raise ConfigError(
+            "--archs: empty; expected at least one architecture, e.g. --archs prenorm normformer"
+        )
+    names = [c.name for c in candidates]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"--archs: {', '.join(repeated)} given twice; give each candidate a distinct NAME=")
+    if baseline not in names:
+        raise ConfigError(f"--baseline {baseline}: not among --archs ({', '.join(names)})")
+    for c in candidates:
+        try:
+            preset(c.preset(size), **{**model, **c.overrides})
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"--archs {c.spec()}: {e}") from None
+    return sorted(candidates, key=lambda c: c.name != baseline)

@@ -1,0 +1,287 @@
+"""``report.md`` + ``report.json`` + PNGs of ``nfeval bakeoff``: setup and the command to reproduce it,
+the ranking, significance against the baseline (perplexity, zero-shot, stability), compute fractions,
+the tuned LRs with their grids and the step-time ratios."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...base.artifacts import atomic_write_json, atomic_write_text
+from ...base.plots import plot_bars, plot_curves
+from ..reproduce import verdict
+from ..reproduce.equal_time import ratio_text
+from ..reproduce.report import markdown_table
+
+
+def _ci(interval: dict[str, Any] | None, digits: int = 2) -> str:
+    if interval is None:
+        return "–"
+    if interval["std"] is None:
+        return f"{interval['mean']:.{digits}f}"
+    return f"{interval['mean']:.{digits}f} [{interval['low']:.{digits}f}, {interval['high']:.{digits}f}]"
+
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def ranking_table(r: dict[str, Any]) -> list[str]:
+    cols = ["rank", "architecture", "final val PPL, mean [95% CI]", "per seed", "diverged", "lr", "steps"]
+    rows = [
+        [
+            i + 1,
+            row["spec"],
+            _ci(row["interval"]),
+            ", ".join(_num(p, ".2f") for p in row["ppl"]),
+            f"{row['diverged']} of {len(row['ppl'])}",
+            f"{row['lr']:g}",
+            "/".join(map(str, sorted(set(row["steps"]), key=str))),
+        ]
+        for i, row in enumerate(r["ranking"])
+    ]
+    return markdown_table(cols, rows)
+
+
+def ppl_table(r: dict[str, Any]) -> list[str]:
+    cols = [
+        "candidate",
+        "log-PPL gain vs baseline [95% CI]",
+        "paired t p",
+        "verdict",
+        "MDE",
+        "seeds needed",
+        "why",
+    ]
+    rows = [
+        [
+            t["name"],
+            _ci(t["interval"], 4),
+            _num(t["p"]),
+            f"**{t['verdict']}**",
+            _num(t["mde"]),
+            t["seeds_needed"] or "–",
+            t["why"],
+        ]
+        for t in r["ppl_tests"]
+    ]
+    return markdown_table(cols, rows)
+
+
+def zeroshot_table(r: dict[str, Any]) -> list[str]:
+    cols = [
+        "candidate",
+        "task (metric)",
+        "per seed: cand − base, points [item 95% CI], McNemar p",
+        "verdict",
+        "MDE (points)",
+        "why",
+    ]
+    rows = []
+    for t in r["zeroshot_tests"]:
+        seeds = "; ".join(
+            f"s{s['seed']}: {100 * s['difference']:+.1f} [{100 * s['low']:+.1f}, {100 * s['high']:+.1f}]"
+            + (f", p {s['mcnemar_p']:.2g}" if s["mcnemar_p"] is not None else "")
+            + ("*" if s["significant"] else "")
+            for s in t["per_seed"]
+        )
+        rows.append(
+            [
+                t["name"],
+                f"{t['task']} ({t['metric']})",
+                seeds,
+                f"**{t['verdict']}**",
+                _num(t["mde"]),
+                t["why"],
+            ]
+        )
+    return markdown_table(cols, rows)
+
+
+def fraction_table(r: dict[str, Any]) -> list[str]:
+    def cell(s: dict[str, Any]) -> str:
+        return _ci(s["interval"], 3) if s["interval"] else f"reached in {s['reached']} of {s['n']} seeds"
+
+    cols = ["candidate", "time fraction, mean [95% CI]", "FLOPs fraction, mean [95% CI]", "per seed (time)"]
+    rows = [
+        [f["name"], cell(f["time"]), cell(f["flops"]), ", ".join(_num(s["time"]) for s in f["per_seed"])]
+        for f in r["compute_fractions"]
+    ]
+    return markdown_table(cols, rows)
+
+
+def stability_table(r: dict[str, Any]) -> list[str]:
+    cols = [
+        "architecture",
+        "updates survived (per seed)",
+        "LR at divergence",
+        "max attn logit",
+        "vs baseline",
+        "MDE",
+    ]
+    rows = [
+        [
+            s["name"],
+            f"{verdict.fmt_mean_std(s['survived'], 1)} of {s['updates']} "
+            f"({', '.join(map(str, s['survived']))})",
+            _num(s["lr_at_divergence_mean"]),
+            _num(s["attn_logit_max"], ".4g"),
+            f"**{s['verdict']}** ({s['why']})" if "verdict" in s else "baseline",
+            _num(s.get("mde")),
+        ]
+        for s in r["stability"]
+    ]
+    return markdown_table(cols, rows)
+
+
+def tuning_table(r: dict[str, Any]) -> list[str]:
+    cols = ["architecture", "final PPL per LR (best *)", "best LR", "budget", "warning"]
+    return markdown_table(cols, r["tuning"])
+
+
+def ratio_table(r: dict[str, Any]) -> list[str]:
+    cols = ["architecture", "step-time ratio to the baseline [95% CI]", "steps", "how"]
+    rows = []
+    for name, rec in r["step_ratios"].items():
+        how = (
+            rec.get("method", "")
+            if "pairs" not in rec
+            else f"{rec['pairs']} pairs × {rec['burst']} steps, load {rec['load_average']}"
+        )
+        rows.append([name, ratio_text(rec), r["steps"].get(name, "time budget"), how])
+    return markdown_table(cols, rows)
+
+
+def plots(out: str, r: dict[str, Any]) -> list[str]:
+    """Draws the PPL, zero-shot and stability bar charts; returns their file names (in ``out``)."""
+    names = [row["name"] for row in r["ranking"]]
+    means = [row["interval"]["mean"] if row["interval"] else None for row in r["ranking"]]
+    files = [
+        plot_bars(
+            names,
+            [("final val PPL, mean over seeds", means)],
+            os.path.join(out, "bakeoff_ppl.png"),
+            "Bakeoff: validation perplexity (lower is better)",
+            "validation PPL",
+        )
+    ]
+    tasks = list(dict.fromkeys(t["task"] for t in r["zeroshot_tests"]))
+    if tasks:
+        score = {(t["name"], t["task"]): t for t in r["zeroshot_tests"]}
+        base = r["baseline"]
+        rows = [
+            (
+                base,
+                [
+                    100
+                    * _mean([s["baseline"] for s in score[next(k for k in score if k[1] == t)]["per_seed"]])
+                    for t in tasks
+                ],
+            )
+        ]
+        rows += [
+            (
+                n,
+                [
+                    100 * _mean([s["value"] for s in score[(n, t)]["per_seed"]]) if (n, t) in score else None
+                    for t in tasks
+                ],
+            )
+            for n in names
+            if n != base
+        ]
+        files.append(
+            plot_bars(
+                tasks,
+                rows,
+                os.path.join(out, "bakeoff_zeroshot.png"),
+                "Bakeoff: zero-shot accuracy",
+                "accuracy (%)",
+            )
+        )
+    if r.get("curves_seed1"):
+        files.append(plot_curves(r["curves_seed1"], os.path.join(out, "bakeoff_curves_seed1.png")))
+    survived = [(s["name"], s["survived"]) for s in r["stability"]]
+    files.append(
+        plot_bars(
+            [n for n, _ in survived],
+            [("updates survived, mean over seeds", [_mean(v) for _, v in survived])],
+            os.path.join(out, "bakeoff_stability.png"),
+            "Bakeoff: rising-LR stability (higher is more stable)",
+            "updates survived",
+        )
+    )
+    return [os.path.basename(f) for f in files]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def render(r: dict[str, Any]) -> str:
+    """Returns report.md's text."""
+    h = r["header"]
+    lines = [
+        "# nfeval bakeoff",
+        "",
+        f"Reproduce: `{h['command']}`",
+        "",
+        f"Baseline **{r['baseline']}** · size {h['size']} · {h['budget']} · {h['seeds']} seeds · LR grid "
+        f"{h['lrs']} at {h['tune_budget']} per point · corpus {h['corpus']} · zero-shot tasks "
+        f"{', '.join(h['tasks'])}",
+        "",
+        f"nfeval {h['version']} (git {h['git']}) · {h['hardware']} · load average {h['load_average']} · "
+        f"this invocation's wall time {h['wall_min']:.1f} min (a resumed folder's earlier work not counted)",
+        "",
+        "## Ranking (final validation perplexity)",
+        "",
+        *ranking_table(r),
+        "",
+        "## Perplexity vs the baseline (seed-paired t-test)",
+        "",
+        *ppl_table(r),
+        "",
+        "## Zero-shot vs the baseline (paired over items per seed; verdict over seeds)",
+        "",
+        *(
+            zeroshot_table(r)
+            if r["zeroshot_tests"]
+            else ["no zero-shot comparison (no finished pair of runs)"]
+        ),
+        "",
+        "## Compute fraction to reach the baseline's best perplexity",
+        "",
+        *fraction_table(r),
+        "",
+        "## Rising-LR stability test",
+        "",
+        *stability_table(r),
+        "",
+        "## Tuned learning rates",
+        "",
+        *tuning_table(r),
+        "",
+        "## Paired step-time ratios (equal-time budgets)",
+        "",
+        *ratio_table(r),
+        "",
+        *[f"![{f}]({f})" for f in r["figures"]],
+        "",
+        "## How to read it",
+        "",
+        *[f"- {n}" for n in r["notes"]],
+        "- Verdict rule (reproduce's; \"the paper's direction\" is here the candidate's advantage, so "
+        f"*{verdict.AGREES}* reads *better* and *{verdict.DISAGREES}* *worse*): {verdict.RULE}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write(out: str, r: dict[str, Any]) -> dict[str, Any]:
+    """Writes report.json and report.md (and the PNGs) into ``out``; returns the report with its
+    ``figures`` (PNG names) and ``path`` (report.md's)."""
+    r = {**r, "figures": plots(out, r)}
+    atomic_write_json(os.path.join(out, "report.json"), r)
+    path = os.path.join(out, "report.md")
+    atomic_write_text(path, render(r))
+    return {**r, "path": path}

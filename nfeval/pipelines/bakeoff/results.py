@@ -1,0 +1,211 @@
+"""What a bakeoff measures from its runs, each candidate against the baseline, seeds paired by number:
+
+- the ranking: final validation perplexity per candidate, mean with a Student-t interval over seeds;
+- perplexity significance: a seed-paired t-test on log PPL(baseline) − log PPL(candidate) (positive:
+  the candidate is better), with ``reproduce``'s verdict rule and minimum detectable effect;
+- zero-shot significance: per seed, ``compare-scores``' paired bootstrap over items and McNemar's test
+  (candidate − baseline); over seeds, the verdict rule on the per-seed differences with the items' mean
+  standard error as the per-measurement error;
+- the compute fraction to reach the baseline's best perplexity (``nfeval compare``), in FLOPs and in
+  time (steps × the paired step-time ratio, as ``reproduce``'s equal-time protocol);
+- the rising-LR stability test: updates survived, candidate − baseline per seed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...report import significance as sig
+from ..reproduce import verdict
+from ..reproduce.eval_experiments import CLOZE_METRIC
+from ..reproduce.training_experiments import _log_ratio, final_ppl
+from .runs import Context, log, run_dir
+
+NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
+
+
+VERDICTS = {verdict.AGREES: "better", verdict.DISAGREES: "worse"}  # than the baseline
+
+
+def judge(diffs: list[float], measurement_se: float = 0.0) -> dict[str, Any]:
+    """Returns ``verdict.decide`` on differences oriented so that positive favours the candidate, its
+    verdict said as "better" / "worse" (than the baseline) / "inconclusive at this scale"."""
+    decided = verdict.decide(diffs, measurement_se=measurement_se)
+    return {**decided, "verdict": VERDICTS.get(decided["verdict"], decided["verdict"])}
+
+
+def metric_of(task: str) -> str:
+    """Returns the metric a task is judged by: GPT-3's for the public tasks, per-token accuracy else."""
+    from ...tasks import GPT3_METRIC, canonical_name
+
+    return GPT3_METRIC.get(canonical_name(task), CLOZE_METRIC)
+
+
+def _interval(values: list[float]) -> dict[str, Any] | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return sig.t_interval(finite) if finite else None
+
+
+def ranking(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
+    """Returns one row per candidate, best mean final PPL first (a candidate with a diverged seed after
+    every one without): name, per-seed PPLs (None: diverged), their t-interval, diverged count."""
+    rows = []
+    for c in ctx.candidates:
+        ppl = final_ppl(records[c.name])
+        diverged = sum(not math.isfinite(p) for p in ppl)
+        rows.append(
+            {
+                "name": c.name,
+                "spec": c.spec(),
+                "ppl": [p if math.isfinite(p) else None for p in ppl],
+                "interval": _interval(ppl),
+                "diverged": diverged,
+                "lr": records[c.name][0]["lr"],
+                "steps": [r.get("steps") for r in records[c.name]],
+            }
+        )
+    rows.sort(key=lambda r: (r["diverged"] > 0, math.inf if r["interval"] is None else r["interval"]["mean"]))
+    return rows
+
+
+def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
+    """Returns, per candidate but the baseline, the seed-paired test of the log-PPL gain over the
+    baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``)."""
+    from scipy import stats
+
+    base = final_ppl(records[ctx.baseline.name])
+    rows = []
+    for c in ctx.candidates[1:]:
+        gains = [_log_ratio(b, x) for b, x in zip(base, final_ppl(records[c.name]))]
+        finite = [g for g in gains if math.isfinite(g)]
+        p = float(stats.ttest_1samp(finite, 0.0).pvalue) if len(finite) > 1 and len(set(finite)) > 1 else None
+        rows.append(
+            {
+                "name": c.name,
+                "gains": [g if math.isfinite(g) else None for g in gains],
+                "interval": _interval(gains),
+                "p": p,
+                **judge([g for g in gains if not math.isnan(g)]),
+            }
+        )
+    return rows
+
+
+def zeroshot_tests(ctx: Context, files: dict[str, dict[int, list[str]]]) -> list[dict[str, Any]]:
+    """Returns, per candidate and task, the per-seed paired item tests against the baseline's same seed
+    (``report.paired.compare_zeroshot``) and the verdict over seeds (percentage points)."""
+    from ...report.paired import compare_zeroshot
+
+    out = []
+    base = files.get(ctx.baseline.name, {})
+    for c in ctx.candidates[1:]:
+        per_task: dict[str, list[dict[str, Any]]] = {}
+        for seed, paths in files.get(c.name, {}).items():
+            for path, ref in zip(paths, base.get(seed, [])):
+                tasks = _tasks_in(path)
+                for row in compare_zeroshot(path, ref, {t: metric_of(t) for t in tasks}):
+                    per_task.setdefault(row["task"], []).append({**row, "seed": seed})
+        for task, rows in per_task.items():
+            diffs = [100 * r["difference"] for r in rows]
+            item_se = 100 * sum((r["high"] - r["low"]) / 2 / NORMAL_Z for r in rows) / len(rows)
+            out.append(
+                {
+                    "name": c.name,
+                    "task": task,
+                    "metric": rows[0]["metric"],
+                    "per_seed": rows,
+                    "significant_seeds": sum(r["significant"] for r in rows),
+                    "item_se_points": item_se,
+                    **judge(diffs, measurement_se=item_se),
+                }
+            )
+    return out
+
+
+def _tasks_in(path: str) -> list[str]:
+    from ...engine.config import load_json
+
+    return list(load_json(path).get("results", {}))
+
+
+def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
+    """Returns, per candidate but the baseline and per seed, the fraction of the baseline's compute the
+    candidate needs to reach the baseline's best validation PPL (None: not reached), in FLOPs and in time
+    (the step it reaches it × its paired step-time ratio ÷ the baseline's step there)."""
+    from ...report.compare import compare
+
+    out = []
+    for c in ctx.candidates[1:]:
+        ratio = (ctx.step_ratios.get(c.name) or {}).get("ratio")
+        per_seed = []
+        for seed in ctx.seed_values:
+            dirs = [run_dir(ctx, ctx.baseline, seed), run_dir(ctx, c, seed)]
+            if any(
+                r["seed"] == seed and r["status"] != "finished"
+                for r in records[c.name] + records[ctx.baseline.name]
+            ):
+                per_seed.append({"seed": seed, "flops": None, "time": None, "why": "a run diverged"})
+                continue
+            try:
+                result = compare(dirs, names=[ctx.baseline.name, c.name])
+            except (ValueError, FileNotFoundError) as e:
+                log(f"compute fraction {c.name} seed {seed}: {e}")
+                per_seed.append({"seed": seed, "flops": None, "time": None, "why": str(e)})
+                continue
+            cand, target = result["runs"][1]["to_target"], result["baseline_at_target"]
+            time_fraction = None
+            if cand["reached"] and ratio and target["step"]:
+                time_fraction = cand["step"] * ratio / target["step"]
+            per_seed.append({"seed": seed, "flops": cand["fraction"]["flops"], "time": time_fraction})
+        out.append({"name": c.name, "per_seed": per_seed, **_fraction_summary(per_seed)})
+    return out
+
+
+def curves(ctx: Context, records: dict[str, list[dict]]) -> dict[str, Any] | None:
+    """Returns ``nfeval compare`` over the first seed's finished runs of every candidate (the baseline
+    first), for the perplexity-vs-compute plot; None when the baseline's first seed did not finish."""
+    from ...report.compare import compare
+
+    seed = ctx.seed_values[0]
+    done = [c for c in ctx.candidates if records[c.name][0]["status"] == "finished"]
+    if not done or done[0] is not ctx.baseline:
+        return None
+    return compare([run_dir(ctx, c, seed) for c in done], names=[c.name for c in done])
+
+
+def _fraction_summary(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    summary = {}
+    for axis in ("flops", "time"):
+        values = [s[axis] for s in per_seed]
+        reached = [v for v in values if v is not None]
+        summary[axis] = {
+            "reached": len(reached),
+            "n": len(values),
+            "interval": sig.t_interval(reached) if len(reached) == len(values) and reached else None,
+        }
+    return summary
+
+
+def stability_tests(ctx: Context, results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Returns, per candidate, the stability summary (updates survived, LR at divergence, largest
+    attention logit) and, but for the baseline, the verdict on survived(candidate) − survived(baseline)."""
+    survived = {
+        name: [run["survived"] for runs in r["runs"].values() for run in runs] for name, r in results.items()
+    }
+    base = survived[ctx.baseline.name]
+    rows = []
+    for c in ctx.candidates:
+        summary = results[c.name]["summary"][0]
+        row = {
+            "name": c.name,
+            "survived": survived[c.name],
+            "updates": results[c.name]["settings"]["updates"],
+        }
+        row.update(
+            {k: summary[k] for k in ("lr_at_divergence_mean", "attn_logit_max", "fp16_overflow_seeds")}
+        )
+        if c.name != ctx.baseline.name:
+            row.update(judge([a - b for a, b in zip(survived[c.name], base)]))
+        rows.append(row)
+    return rows

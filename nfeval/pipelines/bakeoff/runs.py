@@ -1,0 +1,207 @@
+"""The work of a bakeoff, each stage resumable: the LR tune (``nfeval tune``) per candidate, the paired
+step-time ratios that fix the equal-time budgets, the N-seed training runs, zero-shot scoring and the
+rising-LR stability test.
+
+Layout of ``--out``: ``tune/<name>/tune.json``, ``step_ratios.json``, ``runs/<name>/seed<k>/`` (an
+``nfeval train`` run dir, finished when ``seed<k>.json`` exists: written last, so a rerun skips it and a
+killed run resumes from its newest checkpoint), ``zeroshot/<name>-seed<k>*.json``, ``stability/<name>.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...base.artifacts import atomic_write_json, hardware, hardware_key
+from ...engine.config import load_json
+from ...engine.step_ratio import equal_time_steps, measure_step_ratio
+from ...engine.train import TrainConfig, TrainingDiverged, train
+from ..reproduce.plan import Scale
+from ..reproduce.runner import SCALE_TRAIN_FIELDS, diverged_step
+from .candidates import Candidate
+
+
+def log(message: str) -> None:
+    print(f"[bakeoff {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+@dataclass
+class Context:
+    """What every stage shares: the folder, the recipe, the candidates (baseline first), the budget."""
+
+    out: str
+    scale: Scale
+    candidates: list[Candidate]
+    budget: dict[str, float]  # the baseline's TrainConfig budget (max_steps or max_seconds)
+    seeds: int
+    lrs: tuple[float, ...]
+    tune_budget: str
+    tokenizer: str
+    train_data: str | None = None
+    valid_data: str | None = None
+    data_dir: str | None = None
+    device: str = "auto"
+    progress: bool = True
+    step_ratios: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> ratio record
+
+    @property
+    def baseline(self) -> Candidate:
+        return self.candidates[0]
+
+    @property
+    def seed_values(self) -> list[int]:
+        return list(range(1, self.seeds + 1))
+
+
+def tune_file(ctx: Context, c: Candidate) -> str:
+    return os.path.join(ctx.out, "tune", c.name, "tune.json")
+
+
+def run_dir(ctx: Context, c: Candidate, seed: int) -> str:
+    return os.path.join(ctx.out, "runs", c.name, f"seed{seed}")
+
+
+def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
+    """Returns the candidate's budget: the baseline's S steps ÷ its paired step-time ratio once measured
+    (equal time, each on its complete schedule), else the folder's budget as it is."""
+    record = ctx.step_ratios.get(c.name)
+    if record is None or "max_steps" not in ctx.budget:
+        return dict(ctx.budget)
+    return {**ctx.budget, "max_steps": equal_time_steps(int(ctx.budget["max_steps"]), record["ratio"])}
+
+
+def train_config(ctx: Context, c: Candidate, seed: int, tuned: bool = True) -> TrainConfig:
+    """Returns the TrainConfig of ``c`` at ``seed``: the recipe, the candidate's overrides, its
+    equal-time budget, and its tuned LR when ``tuned`` (its tune.json must exist then)."""
+    s = ctx.scale
+    cfg = TrainConfig(
+        preset=c.preset(s.size),
+        model={**s.model, **c.overrides},
+        objective="clm",
+        tokenizer=ctx.tokenizer,
+        train_data=ctx.train_data,
+        valid_data=ctx.valid_data,
+        **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS if name != "grad_stats"},
+        warmup=s.warmup,
+        device=ctx.device,
+        seed=seed,
+        progress=ctx.progress,
+        **run_budget(ctx, c),
+    )
+    if not tuned:
+        return cfg
+    from ...tune.results import with_tuned_lr
+
+    return with_tuned_lr(cfg, tune_file(ctx, c))
+
+
+def run_tunes(ctx: Context) -> None:
+    """Tunes each candidate's LR over ``ctx.lrs`` at ``ctx.tune_budget`` (``nfeval tune``, one folder per
+    candidate, since candidates sharing a preset differ in their overrides); resumes point by point."""
+    from ...tune.sweep import tune
+
+    for c in ctx.candidates:
+        log(f"tuning {c.name} ({c.preset(ctx.scale.size)}) over {list(ctx.lrs)}, {ctx.tune_budget}")
+        base = train_config(ctx, c, seed=1, tuned=False)
+        tune(
+            base,
+            [base.preset],
+            list(ctx.lrs),
+            ctx.tune_budget,
+            os.path.dirname(tune_file(ctx, c)),
+            progress=ctx.progress,
+        )
+
+
+def _model_key(ctx: Context, c: Candidate) -> str:
+    return json.dumps([c.preset(ctx.scale.size), c.overrides], sort_keys=True)
+
+
+def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
+    """Returns {name: paired step-time ratio record to the baseline}, measuring what
+    ``<out>/step_ratios.json`` does not hold yet (stored after each, so budgets never change)."""
+    path = os.path.join(ctx.out, "step_ratios.json")
+    stored: dict[str, dict[str, Any]] = load_json(path) if os.path.isfile(path) else {}
+    s, base = ctx.scale, ctx.baseline
+    for c in ctx.candidates:
+        if c.name in stored:
+            continue
+        if _model_key(ctx, c) == _model_key(ctx, base):
+            record = {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "method": "the baseline's model: 1"}
+        else:
+            pairs = f"{s.ratio_pairs} pairs of {s.ratio_burst}-step bursts"
+            log(f"timing {c.name} against {base.name}, paired ({pairs})")
+            result = measure_step_ratio(
+                train_config(ctx, base, 1, tuned=False),
+                train_config(ctx, c, 1, tuned=False),
+                pairs=s.ratio_pairs,
+                burst=s.ratio_burst,
+                warmup=s.ratio_warmup,
+            )
+            record = {**result.to_dict(), "load_average": round(os.getloadavg()[0], 2)}
+            record["hardware"] = hardware_key(hardware())
+        stored[c.name] = {**record, "baseline": base.name}
+        atomic_write_json(path, stored)
+    return stored
+
+
+def ensure_run(ctx: Context, c: Candidate, seed: int) -> dict[str, Any]:
+    """Trains ``c`` at ``seed`` unless its record exists; returns the record {name, seed, dir, status:
+    finished|diverged, diverged_at, val_ppl, steps, lr, lr_from, budget}."""
+    directory = run_dir(ctx, c, seed)
+    marker = directory + ".json"
+    if os.path.isfile(marker):
+        return load_json(marker)
+    cfg = train_config(ctx, c, seed)
+    log(f"training {c.name} seed {seed} ({cfg.preset}, lr {cfg.lr:g}, {run_budget(ctx, c)}) → {directory}")
+    record: dict[str, Any] = {"name": c.name, "seed": seed, "dir": directory, "lr": cfg.lr}
+    record.update(lr_from=cfg.lr_from, budget=run_budget(ctx, c))
+    try:
+        summary = train(cfg, directory, resume=True)
+        record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
+    except TrainingDiverged as e:
+        log(f"{c.name} seed {seed} diverged: {e}")
+        record.update(status="diverged", diverged_at=diverged_step(e), val_ppl=None, message=str(e))
+    atomic_write_json(marker, record)
+    return record
+
+
+def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data: str) -> list[str]:
+    """Scores one finished run zero-shot (the corpus cloze task in full, the public tasks up to the
+    recipe's limit), unless scored; returns its results files (each with its per-item sidecar)."""
+    from ...zeroshot.evaluate import evaluate
+
+    stem = os.path.join(ctx.out, "zeroshot", f"{c.name}-seed{seed}")
+    device = None if ctx.device == "auto" else ctx.device
+    parts = [(f"{stem}_cloze.json", tasks[:1], None)]
+    if len(tasks) > 1:
+        parts.append((f"{stem}.json", tasks[1:], ctx.scale.zeroshot_limit))
+    for path, names, limit in parts:
+        if not os.path.isfile(path):
+            evaluate(
+                run_dir(ctx, c, seed), tasks=names, data_dir=data, device=device, limit=limit, output=path
+            )
+    return [p for p, _, _ in parts]
+
+
+def stability(ctx: Context, c: Candidate) -> dict[str, Any]:
+    """Runs the rising-LR stability test (``nfeval analyze stability``) on ``c``'s initialisation at the
+    runs' model config and tokenizer, in the device's lowest autocast precision, ``ctx.seeds`` seeds;
+    returns its JSON (not redone once its PNG exists)."""
+    import torch
+
+    from ...analysis.stability import lowest_precision
+    from ..reproduce.analysis_experiment import analyze
+
+    s = ctx.scale
+    device = ctx.device if ctx.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    argv = ["stability", "--preset", c.preset(s.size), "--seeds", str(ctx.seeds)]
+    argv += ["--updates", str(s.stability_updates), "--tokenizer", ctx.tokenizer]
+    argv += ["--batch-size", str(s.stability_batch[0]), "--seq-len", str(s.stability_batch[1])]
+    argv += ["--autocast", lowest_precision(device), "--device", device]
+    argv += [a for k, v in {**s.model, **c.overrides}.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    argv += ["--data", ctx.train_data] if ctx.train_data else []
+    return analyze(argv, os.path.join(ctx.out, "stability", f"{c.name}.png"))

@@ -1,0 +1,124 @@
+"""``nfeval bakeoff``: the architecture specs, bad input (one line, exit 2), and a smoke bakeoff over three
+architectures at the smoke recipe that writes a ranking, significance rows and the command, and reruns
+as a no-op."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from nfeval.base.errors import ConfigError
+from nfeval.cli import main
+from nfeval.pipelines.bakeoff import BakeoffConfig, make_context, run_bakeoff
+from nfeval.pipelines.bakeoff.candidates import Candidate, parse_candidate, parse_candidates
+
+SMOKE_ARCHS = ("prenorm", "normformer", "sandwich")
+
+
+def test_candidate_specs():
+    assert parse_candidate("sandwich") == Candidate("sandwich", "sandwich", {})
+    c = parse_candidate("olmo2qk=olmo2norm:qk_norm=true,norm=rmsnorm")
+    assert (c.name, c.arch, c.overrides) == ("olmo2qk", "olmo2norm", {"qk_norm": True, "norm": "rmsnorm"})
+    assert c.preset("tiny") == "olmo2norm-tiny"
+    assert parse_candidate(c.spec()) == c  # the report's spelling parses back to the same candidate
+    ordered = parse_candidates(["prenorm,normformer", "x=sandwich:qk_norm=true"], "normformer", "tiny", {})
+    assert [c.name for c in ordered] == ["normformer", "prenorm", "x"]  # the baseline first
+
+
+@pytest.mark.parametrize(
+    "archs, baseline, message",
+    [
+        (["prenorm", "nosuchnorm"], "prenorm", "unknown architecture 'nosuchnorm'"),
+        (["prenorm", "x=olmo2norm:no_such_field=1"], "prenorm", "no_such_field"),
+        (["prenorm", "x=olmo2norm:norm=batchnorm"], "prenorm", "norm='batchnorm'"),
+        (["normformer", "sandwich"], "prenorm", "--baseline prenorm: not among --archs"),
+        ([""], "prenorm", "--archs: empty"),
+        (["prenorm", "prenorm"], "prenorm", "given twice"),
+        (["olmo2norm:qk_norm=true"], "prenorm", "needs a name"),
+    ],
+)
+def test_bad_archs(archs, baseline, message):
+    with pytest.raises(ConfigError, match=message):
+        make_context(BakeoffConfig(archs=tuple(archs), baseline=baseline))
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    out = str(tmp_path / "o")
+    cases = [
+        (["--archs", "prenorm", "nosuchnorm"], "unknown architecture"),
+        (["--archs", "prenorm", "x=olmo2norm:qk_nrom=true"], "qk_nrom"),
+        (["--archs", "normformer", "sandwich"], "--baseline prenorm"),
+        (["--seeds", "0"], "--seeds 0: expected at least 1"),
+        (["--archs", ""], "--archs: empty"),
+        (["--lrs", "1e-3,fast"], "--lrs"),
+    ]
+    for argv, message in cases:
+        assert main(["bakeoff", "--out", out, *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert not os.path.exists(out)  # checked before any work
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("bakeoff"))
+    cfg = BakeoffConfig(
+        archs=SMOKE_ARCHS,
+        size="smoke",
+        out=out,
+        seeds=2,
+        lrs=(1e-3, 3e-3),
+        progress=False,
+        command="nfeval bakeoff --smoke",
+    )
+    return cfg, run_bakeoff(cfg)
+
+
+def test_smoke_bakeoff_report(smoke):
+    cfg, report = smoke
+    assert sorted(r["name"] for r in report["ranking"]) == sorted(SMOKE_ARCHS)
+    finite = [r["interval"]["mean"] for r in report["ranking"] if r["interval"] and not r["diverged"]]
+    assert finite == sorted(finite)  # best perplexity first
+    assert [t["name"] for t in report["ppl_tests"]] == ["normformer", "sandwich"]
+    assert all(t["verdict"] and "mde" in t for t in report["ppl_tests"])
+    cloze = [t for t in report["zeroshot_tests"] if t["task"] == "corpus_cloze"]
+    assert [t["name"] for t in cloze] == ["normformer", "sandwich"] and all(
+        len(t["per_seed"]) == 2 for t in cloze
+    )
+    assert {s["name"] for s in report["stability"]} == set(SMOKE_ARCHS)
+    assert report["step_ratios"]["prenorm"]["ratio"] == 1.0 and "ci_low" in report["step_ratios"]["sandwich"]
+    assert len(report["tuning"]) == 3 and all("*" in row[1] for row in report["tuning"])
+    md = open(report["path"]).read()
+    assert "`nfeval bakeoff --smoke`" in md and "## Ranking" in md and "seed-paired t-test" in md
+    for png in report["figures"]:
+        assert os.path.getsize(os.path.join(cfg.out, png)) > 1000
+    stored = json.load(open(os.path.join(cfg.out, "report.json")))
+    assert stored["ranking"] == json.loads(json.dumps(report["ranking"]))
+
+
+def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
+    cfg, first = smoke
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a finished bakeoff stage ran again")
+
+    import nfeval.analysis.stability as stability
+    import nfeval.pipelines.bakeoff.runs as runs
+    import nfeval.tune.sweep as sweep
+    import nfeval.zeroshot.evaluate as zeroshot
+
+    monkeypatch.setattr(runs, "train", forbidden)
+    monkeypatch.setattr(runs, "measure_step_ratio", forbidden)
+    monkeypatch.setattr(sweep, "run_point", forbidden)
+    monkeypatch.setattr(zeroshot, "evaluate", forbidden)
+    monkeypatch.setattr(stability, "stability_test", forbidden)
+    again = run_bakeoff(cfg)
+    assert again["ranking"] == first["ranking"] and again["ppl_tests"] == first["ppl_tests"]
+
+
+def test_a_rerun_with_other_settings_is_refused(smoke):
+    cfg, _ = smoke
+    with pytest.raises(ConfigError, match="this folder was made with"):
+        run_bakeoff(BakeoffConfig(**{**cfg.__dict__, "lrs": (1e-3,)}))
