@@ -8,6 +8,7 @@ import sys
 
 from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
 from ..base.errors import ConfigError
+from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.bakeoff import BakeoffConfig, run_bakeoff
 
 
@@ -54,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_zeroshot_data_dir(p)
     add_device(p, default=d.device)
     add_no_progress(p)
+    add_launcher_arguments(p)
 
 
 def _lrs(text: str | None) -> tuple[float, ...] | None:
@@ -66,6 +68,7 @@ def _lrs(text: str | None) -> tuple[float, ...] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    launch = launch_options(args)
     cfg = BakeoffConfig(
         archs=tuple(args.archs),
         baseline=args.baseline,
@@ -82,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         progress=not args.no_progress,
         command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        launch=launch,
     )
-    print(run_bakeoff(cfg)["path"])
+    result = run_bakeoff(cfg)
+    print(result.get("path") or result["pending"])
     return 0

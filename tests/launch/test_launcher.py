@@ -237,6 +237,18 @@ def test_reproduce_submits_its_unfinished_runs_as_one_array(tmp_path, fake_slurm
     assert "#SBATCH --job-name=nfeval-reproduce\n" in next(fake_slurm.glob("sbatch_*.sh")).read_text()
 
 
+def test_bakeoff_submits_its_tunes_first_and_says_what_to_do(tmp_path, fake_slurm, capsys):
+    corpus = tmp_path / "train.txt"
+    corpus.write_text(make_corpus(200), encoding="utf-8")
+    argv = ["bakeoff", "--size", "smoke", "--archs", "prenorm", "normformer", "--out", str(tmp_path / "b")]
+    argv += ["--train-data", str(corpus)]
+    assert main([*argv, "--launcher", "slurm", "--slurm-partition", "gpu", "--no-wait"]) == 0
+    assert "the LR tunes' jobs are not all finished" in capsys.readouterr().out
+    scripts = sorted(fake_slurm.glob("sbatch_*.sh"))
+    assert len(scripts) == 2 and all("--job-name=nfeval-tune" in p.read_text() for p in scripts)
+    assert not (tmp_path / "b" / "runs").exists()  # nothing trained on the submitting machine
+
+
 # --- bad input: one line, exit status 2, nothing submitted ---------------------------------------
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError, MissingDataError
 from ...engine.config import SIZES, load_json
+from ...launch.options import LaunchOptions
 from ..reproduce.plan import SCALES
 from . import results
 from .candidates import parse_candidates
@@ -55,6 +56,7 @@ class BakeoffConfig:
     device: str = "auto"
     progress: bool = True
     command: str = "nfeval bakeoff"
+    launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
 
     def validate(self) -> None:
         """Raises a UserError naming the first bad option, before any work."""
@@ -149,18 +151,21 @@ def make_context(cfg: BakeoffConfig) -> Context:
         data_dir=cfg.data_dir,
         device=cfg.device,
         progress=cfg.progress,
+        launch=cfg.launch,
     )
 
 
 def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
-    """Runs (or resumes) the bakeoff into ``cfg.out``; returns the report dict with its ``path``."""
+    """Runs (or resumes) the bakeoff into ``cfg.out``; returns the report dict with its ``path``, or
+    {"pending": what to do} while ``--launcher slurm``'s jobs are not all finished."""
     import torch
 
     from ..stages import zeroshot_data
     from . import runs
 
     ctx = make_context(cfg)
-    if ctx.scale.needs_gpu and not torch.cuda.is_available():
+    on_cluster = ctx.launch is not None and ctx.launch.on_cluster
+    if ctx.scale.needs_gpu and not torch.cuda.is_available() and not on_cluster:
         raise ConfigError(f"--size {cfg.size}: needs a GPU and none is present; use tiny or small on a CPU")
     os.makedirs(cfg.out, exist_ok=True)
     check_settings(cfg.out, settings(cfg, ctx))
@@ -168,6 +173,9 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     if ctx.scale.threads:
         torch.set_num_threads(ctx.scale.threads)
     ctx.tokenizer = _tokenizer(cfg, cfg.out, ctx.scale.vocab_size)
+    pending = runs.run_on_cluster(ctx) if on_cluster else None
+    if pending:
+        return {"pending": pending}
     runs.run_tunes(ctx)
     ctx.step_ratios = runs.measure_ratios(ctx)
     records = {c.name: [runs.ensure_run(ctx, c, s) for s in ctx.seed_values] for c in ctx.candidates}

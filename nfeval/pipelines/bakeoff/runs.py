@@ -9,6 +9,7 @@ killed run resumes from its newest checkpoint), ``zeroshot/<name>-seed<k>*.json`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -19,6 +20,7 @@ from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...engine.config import load_json
 from ...engine.step_ratio import equal_time_steps, measure_step_ratio
 from ...engine.train import TrainConfig, TrainingDiverged, train
+from ...launch.options import LaunchOptions
 from ..reproduce.plan import Scale
 from ..reproduce.runner import SCALE_TRAIN_FIELDS, diverged_step
 from .candidates import Candidate
@@ -46,6 +48,7 @@ class Context:
     device: str = "auto"
     progress: bool = True
     step_ratios: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> ratio record
+    launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
 
     @property
     def baseline(self) -> Candidate:
@@ -113,6 +116,7 @@ def run_tunes(ctx: Context) -> None:
             ctx.tune_budget,
             os.path.dirname(tune_file(ctx, c)),
             progress=ctx.progress,
+            launch=ctx.launch,
         )
 
 
@@ -167,6 +171,35 @@ def ensure_run(ctx: Context, c: Candidate, seed: int) -> dict[str, Any]:
         record.update(status="diverged", diverged_at=diverged_step(e), val_ppl=None, message=str(e))
     atomic_write_json(marker, record)
     return record
+
+
+def run_on_cluster(ctx: Context) -> str | None:
+    """With ``--launcher slurm``: the tunes, one job measuring the step-time ratios (on the jobs'
+    hardware) and the training runs, as Slurm jobs in turn; returns what to do while some are not
+    finished (``--no-wait``, a failed job), else None (the later stages then read their results)."""
+    from ...launch import cluster
+    from ...launch.jobs import LaunchPoint
+
+    run_tunes(ctx)
+    if any(load_json(tune_file(ctx, c))["missing"] for c in ctx.candidates):
+        return "the LR tunes' jobs are not all finished: rerun the same command to collect them"
+    path = os.path.join(ctx.out, "step_ratios.json")
+    if not all(c.name in (load_json(path) if os.path.isfile(path) else {}) for c in ctx.candidates):
+        job = LaunchPoint("step-ratios", measure_ratios, (dataclasses.replace(ctx, launch=None),), ctx.out)
+        cluster.run_points([job], ctx.out, ctx.launch, "step-ratios", ctx.progress)
+        if not all(c.name in (load_json(path) if os.path.isfile(path) else {}) for c in ctx.candidates):
+            return "the step-time ratio job is not finished: rerun the same command to collect it"
+    ctx.step_ratios = measure_ratios(ctx)
+    runs = [(c, s) for c in ctx.candidates for s in ctx.seed_values]
+    todo = [(c, s) for c, s in runs if not os.path.isfile(run_dir(ctx, c, s) + ".json")]
+    points = [LaunchPoint(f"{c.name}/seed{s}", ensure_run, (ctx, c, s), run_dir(ctx, c, s)) for c, s in todo]
+    cluster.run_points(points, ctx.out, ctx.launch, "bakeoff", ctx.progress)
+    missing = [(c, s) for c, s in todo if not os.path.isfile(run_dir(ctx, c, s) + ".json")]
+    return (
+        f"{len(missing)} training run(s) not finished yet: rerun the same command to collect them"
+        if missing
+        else None
+    )
 
 
 def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data: str) -> list[str]:
