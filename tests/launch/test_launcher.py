@@ -277,6 +277,7 @@ COMMANDS = {
     "tune": ["tune", "--preset", "prenorm-tiny", "--lrs", "1e-3", "--budget", "steps=2"],
     "glue": ["glue", "--ckpt", "no-such-run", "--sweep"],
     "reproduce": ["reproduce"],
+    "bakeoff": ["bakeoff"],
 }
 
 
