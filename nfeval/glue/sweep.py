@@ -157,6 +157,8 @@ def run_points(
 ) -> None:
     """Runs ``points`` (``setting`` points an ensemble at most, in ``jobs`` processes when more than one),
     appending each result to ``results``; points another sweep holds are waited for at the end."""
+    if not points:  # all finished: nothing to plan
+        return
     bar = progress_bar(total=len(points), enabled=progress and bool(points), desc="glue sweep", unit="point")
     encoded = encode_tasks(ckpt, data, points)
     units = plan_ensembles(ckpt, encoded, points, setting, device, jobs)
