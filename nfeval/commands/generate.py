@@ -6,8 +6,9 @@ tokenizer: GPT-2's BPE folder, mapped through the dict.txt beside it or ``--fair
 get the same prefix as scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own
 special tokens for HF models). The JSONL file starts with a header line (provenance,
 model fingerprint, settings), then one line per prompt. Weights are fp32 unless ``--dtype`` says
-otherwise. Only an HF model directory imports transformers (through ``model_adapters``); an nfeval or
-fairseq checkpoint starts with torch and tokenizers alone.
+otherwise. The path is read by ``engine.loading.identify``; an nfeval or fairseq checkpoint generates
+through ``engine.backend.NFEvalBackend`` (the zero-shot scorer's backend) with torch and tokenizers
+alone, and only an HF model directory imports transformers (through ``model_adapters``).
 """
 
 from __future__ import annotations
