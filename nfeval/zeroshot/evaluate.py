@@ -26,6 +26,7 @@ from ..engine.dtypes import long_name, torch_dtype
 from . import items as zeroshot_items
 from . import task_build
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
+from .lm_eval_git import quiet_git_hash
 
 
 def eval_split(task) -> str:
@@ -133,8 +134,6 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
     ``items`` (and to the cache when ``use_cache``); returns lm-eval's run-level keys (None off rank 0)."""
     import lm_eval
     from lm_eval.utils import handle_non_serializable
-
-    from .lm_eval_git import quiet_git_hash
 
     with quiet_git_hash():
         fresh = lm_eval.simple_evaluate(
