@@ -8,6 +8,9 @@ directory once training has finished; while it runs, its newest ``checkpoints/st
 top level, tensors named ``transformer.<ours>``) reads natively too, without running its remote code.
 Before a model is built, the config's sizes are checked against the tensor shapes in the weights'
 header (``check_sizes``), so a damaged config.json can neither hang nor allocate what the weights are not.
+
+``read`` reads and hashes the weights once (the model a meta-device skeleton), ``materialize`` builds
+the model from them, ``load`` is both; commands go through ``engine.loading.identify``, which reads.
 """
 
 from __future__ import annotations
