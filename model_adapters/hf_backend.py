@@ -7,9 +7,9 @@ import inspect
 
 import torch
 
+from ..engine.backend import Backend, ModelShape, matmul_params
 from ..engine.generate import left_pad
-from .backends import Backend, matmul_params
-from .scorer import ModelShape
+from .scorer import Row
 
 
 class HFBackend(Backend):
@@ -90,8 +90,6 @@ class HFBackend(Backend):
 
     def _tree_logits(self, stem: list[int], a: list[int], b: list[int]) -> torch.Tensor:
         """Returns the logits at the last token of ``stem + a`` and ``stem + b`` packed as one tree."""
-        from .scorer import Row
-
         row = Row(
             tokens=stem + a + b,
             depths=list(range(len(stem) + len(a))) + list(range(len(stem), len(stem) + len(b))),

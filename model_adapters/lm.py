@@ -17,6 +17,7 @@ the results meet on rank 0 through ``all_gather``/``gather_object``.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -31,9 +32,14 @@ from lm_eval.models.utils import (
     postprocess_generated_text,
 )
 
+from ..engine.backend import nfeval_backend
+from ..engine.budget import peak_flops
+from ..engine.checkpoint import Checkpoint
+from ..engine.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.generate import Sampling
+from ..engine.loading import ModelIdentity
 from ..engine.parallel import join_process_group, resolve_device
-from . import backends
+from .backends import open_backend
 from .hf_backend import HFBackend
 from .scorer import DEFAULT_BATCH_TOKENS, ScoringStats, score
 
@@ -62,7 +68,7 @@ class NFEvalLM(TemplateLM):
 
     def __init__(
         self,
-        pretrained: str | Any,
+        pretrained: str | ModelIdentity | Checkpoint | Any,
         tokenizer: Any = None,
         batch_size: int | str = 16,
         max_batch_size: int | None = None,
@@ -79,25 +85,18 @@ class NFEvalLM(TemplateLM):
     ) -> None:
         super().__init__()
         self._rank, self._world_size, self._device = init_distributed(device)
-        self.dtype = backends.dtype_of(dtype)
-        if isinstance(pretrained, str):
-            self.engine = backends.load(
-                pretrained,
-                self._device,
-                self.dtype,
-                _as_bool(fold_head_scale),
-                max_length and int(max_length),
-                tokenizer,
+        self.dtype = torch_dtype(dtype)
+        fold, max_length = _as_bool(fold_head_scale), max_length and int(max_length)
+        if isinstance(pretrained, (str, ModelIdentity)):
+            self.model_backend = open_backend(
+                pretrained, self._device, self.dtype, fold, max_length, tokenizer
             )
-        elif hasattr(pretrained, "model") and hasattr(
-            pretrained, "fingerprint"
-        ):  # a loaded nfeval Checkpoint
-            pretrained.model.to(device=self._device, dtype=self.dtype).eval()
-            self.engine = backends.NFEvalBackend(pretrained, self._device)
+        elif isinstance(pretrained, Checkpoint):  # read (``checkpoint.read``) or loaded
+            self.model_backend = nfeval_backend(pretrained, self._device, self.dtype, fold, max_length)
         else:  # a loaded transformers model
             if tokenizer is None:
                 raise ValueError("NFEvalLM: a transformers model needs its tokenizer (tokenizer=...)")
-            self.engine = HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
+            self.model_backend = HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
         # "auto": batches bounded by tokens only; a number also bounds the rows (packed rows) per batch
         auto = str(batch_size).startswith("auto")
         self.batch_size = int(max_batch_size or 64) if auto else int(batch_size)
@@ -105,29 +104,33 @@ class NFEvalLM(TemplateLM):
             int(max_batch_size) if auto and max_batch_size else (None if auto else self.batch_size)
         )
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
-        self.packed = _as_bool(pack) and self.engine.accepts_tree_mask()
+        self.packed = _as_bool(pack) and self.model_backend.accepts_tree_mask()
         self.scoring_stats = ScoringStats()  # summed over every scoring call (the FLOP/s report)
-        self.add_bos_token = self.engine.add_bos_default if add_bos_token is None else _as_bool(add_bos_token)
+        self.add_bos_token = (
+            self.model_backend.add_bos_default if add_bos_token is None else _as_bool(add_bos_token)
+        )
         self.custom_prefix_token_id = None if prefix_token_id is None else int(prefix_token_id)
         self.progress = _as_bool(progress)
-        self.tokenizer = getattr(self.engine, "tokenizer", None)
+        self.tokenizer = getattr(self.model_backend, "tokenizer", None)
         self._encoded: dict[tuple[str, bool | None], list[int]] | None = None  # see loglikelihood
 
     # ---------------------------------------------------------------- identity and tokenization
 
     @property
     def eot_token_id(self) -> int:
-        return self.engine.eot_id
+        return self.model_backend.eot_id
 
     @property
     def prefix_token_id(self) -> int:
         return (
-            self.custom_prefix_token_id if self.custom_prefix_token_id is not None else self.engine.prefix_id
+            self.custom_prefix_token_id
+            if self.custom_prefix_token_id is not None
+            else self.model_backend.prefix_id
         )
 
     @property
     def max_length(self) -> int:
-        return self.engine.max_length
+        return self.model_backend.max_length
 
     @property
     def max_gen_toks(self) -> int:
@@ -135,16 +138,7 @@ class NFEvalLM(TemplateLM):
 
     @property
     def tokenizer_name(self) -> str:
-        return f"nfeval-{self.engine.kind}"
-
-    def scoring_settings(self) -> dict[str, Any]:
-        """Returns what, besides the weights, decides the scores (part of result cache keys)."""
-        return {
-            "add_bos_token": self.add_bos_token,
-            "prefix_token_id": self.prefix_token_id,
-            "max_length": self.max_length,
-            "dtype": str(self.dtype).removeprefix("torch."),
-        }
+        return f"nfeval-{self.model_backend.kind}"
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
         if self._encoded is None:
@@ -156,19 +150,19 @@ class NFEvalLM(TemplateLM):
 
     def _tok_encode(self, string: str, add_special_tokens: bool | None) -> list[int]:
         if add_special_tokens is None:
-            if has_bos_prefix(string, self.engine.token_text(self.prefix_token_id)):
+            if has_bos_prefix(string, self.model_backend.token_text(self.prefix_token_id)):
                 add_special_tokens = False
             elif self.add_bos_token is not None:
                 add_special_tokens = self.add_bos_token
         if (
-            self.engine.kind == "nfeval"
+            self.model_backend.kind == "nfeval"
         ):  # the nfeval tokenizer adds nothing itself: the prefix is ours to add
-            ids = self.engine.encode(string, False)
+            ids = self.model_backend.encode(string, False)
             return [self.prefix_token_id] + ids if add_special_tokens else ids
-        return self.engine.encode(string, add_special_tokens)
+        return self.model_backend.encode(string, add_special_tokens)
 
     def tok_decode(self, tokens: list[int]) -> str:
-        return self.engine.decode(tokens)
+        return self.model_backend.decode(tokens)
 
     # ---------------------------------------------------------------- scoring
 
@@ -186,15 +180,15 @@ class NFEvalLM(TemplateLM):
     ) -> list[tuple[float, bool]]:
         pairs = [(ctx, cont) for _, ctx, cont in requests]
         results = score(
-            self.engine.features_at,
+            self.model_backend.features_at,
             pairs,
             max_length=self.max_length,
             device=self._device,
-            pad_id=self.engine.pad_id,
+            pad_id=self.model_backend.pad_id,
             packed=self.packed,
             max_batch_tokens=self.max_batch_tokens,
             max_rows=self.max_rows,
-            shape=self.engine.shape(),
+            shape=self.model_backend.shape(),
             stats=self.scoring_stats,
             progress=self.progress and not disable_tqdm and self.rank == 0,
         )
@@ -206,11 +200,7 @@ class NFEvalLM(TemplateLM):
     def scoring_report(self) -> dict[str, Any]:
         """Returns this model's scoring work so far: wall time, model FLOPs, achieved FLOP/s and its
         fraction of the device's peak (``budget.peak_flops``: the best measured matmul rate on CPU)."""
-        from types import SimpleNamespace
-
-        from ..engine.budget import peak_flops
-
-        name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, "fp32")
+        name = SHORT_NAMES.get(self.dtype, "fp32")
         peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)
         return self.scoring_stats.report(peak, source)
 
@@ -242,7 +232,7 @@ class NFEvalLM(TemplateLM):
         for i, req in enumerate(requests):
             kwargs = normalize_gen_kwargs(req.args[1], self.max_gen_toks)
             groups.setdefault(json.dumps(kwargs, sort_keys=True, default=str), []).append(i)
-        eos = self.engine.token_text(self.eot_token_id)
+        eos = self.model_backend.token_text(self.eot_token_id)
         progress = self.progress and not disable_tqdm and self.rank == 0
         out: list[str] = [""] * len(requests)
         for key, members in groups.items():
@@ -252,7 +242,7 @@ class NFEvalLM(TemplateLM):
             keep = max(1, self.max_length - max_new)  # the context's most recent tokens
             prompts = [self.tok_encode(requests[i].args[0])[-keep:] for i in members]
             sampling = sampling_of(kwargs)
-            new = self.engine.generate(prompts, max_new, sampling, until, self.batch_size, progress)
+            new = self.model_backend.generate(prompts, max_new, sampling, until, self.batch_size, progress)
             for i, ids in zip(members, new):
                 text = postprocess_generated_text(self.tok_decode(ids), until, None)
                 self.cache_hook.add_partial("generate_until", requests[i].args, text)

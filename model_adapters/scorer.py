@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..base.progress import progress_bar
+from ..engine.backend import ModelShape
 
 # features_at(idx (B, T), keep (B, T) bool, position_ids (B, T) | None, attn_mask (B, 1, T, T) bool | None)
 #   -> (features (keep.sum(), ·) in row-major order of ``keep``, head: features -> logits)
@@ -184,25 +185,6 @@ def with_command(report: dict, command_wall_s: float) -> dict:
     achieved = report["flops"] / command_wall_s if command_wall_s > 0 else 0.0
     return {**report, "command_wall_s": command_wall_s, "command_flop_per_s": achieved,
             "command_fraction_of_peak": achieved / report["peak_flop_per_s"]}  # fmt: skip
-
-
-@dataclass
-class ModelShape:
-    """What model FLOPs are counted from: 2 FLOPs per weight per token, 4·d per attended pair per
-    layer (QKᵀ and AV), 2·d·V per scored position (the LM head)."""
-
-    matmul_params: int  # weights of the matrices a token goes through, embeddings and LM head excluded
-    d_model: int
-    n_layer: int
-    vocab_size: int
-
-    def flops(self, tokens: int, attended_pairs: int, scored_positions: int) -> float:
-        """Returns the forward FLOPs of scoring."""
-        return (
-            2.0 * self.matmul_params * tokens
-            + 4.0 * self.d_model * self.n_layer * attended_pairs
-            + 2.0 * self.d_model * self.vocab_size * scored_positions
-        )
 
 
 @torch.no_grad()

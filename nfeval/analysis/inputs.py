@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..base.errors import ConfigError, MissingDataError
-from ..engine import checkpoint
+from ..engine import checkpoint, loading
 from ..engine.builtin_corpus import default_corpus
 from ..engine.config import parse_preset, preset
 from ..engine.data import (
@@ -75,12 +75,14 @@ def load_target(
         info = {"source": spec, "seed": seed, "fingerprint": fingerprint_model(model)}
         tokenizer = None
     else:
-        ckpt = checkpoint.load(
+        identity = loading.identify(
             spec,
             fairseq_head_scale_bug=fairseq_head_scale_bug,
             tokenizer=tokenizer,
             fairseq_dict=fairseq_dict,
+            allow_hf=False,
         )
+        ckpt = checkpoint.materialize(identity.loaded)
         model, tokenizer, name = ckpt.model, ckpt.tokenizer, os.path.basename(os.path.normpath(spec))
         info = {"source": os.path.abspath(spec), "fingerprint": ckpt.fingerprint}
     cfg = model.cfg

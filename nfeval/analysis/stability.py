@@ -31,6 +31,7 @@ from torch import nn
 from ..base.errors import ConfigError
 from ..base.progress import progress_bar
 from ..engine.config import ModelConfig
+from ..engine.dtypes import TORCH_DTYPES
 from ..engine.fingerprint import fingerprint_model
 from ..engine.model import Transformer
 
@@ -59,11 +60,8 @@ class StabilitySettings:
             )
         if self.batch_size < 1 or self.seq_len < 2 or self.tolerance < 0:
             raise ConfigError("--batch-size >= 1, --seq-len >= 2 and --tolerance >= 0 expected")
-        if self.autocast not in AUTOCAST:
-            raise ConfigError(f"--autocast {self.autocast}: expected one of {', '.join(AUTOCAST)}")
-
-
-AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+        if self.autocast not in TORCH_DTYPES:
+            raise ConfigError(f"--autocast {self.autocast}: expected one of {', '.join(TORCH_DTYPES)}")
 
 
 def lowest_precision(device: str) -> str:
@@ -114,7 +112,7 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     model = Transformer(cfg).train()
     fingerprint = fingerprint_model(model)
     model.to(settings.device)
-    low = AUTOCAST[settings.autocast]
+    low = None if settings.autocast == "fp32" else TORCH_DTYPES[settings.autocast]  # fp32: no autocast
     opt = torch.optim.AdamW(
         model.parameters(),
         lr=settings.lr_start,

@@ -6,8 +6,9 @@ tokenizer: GPT-2's BPE folder, mapped through the dict.txt beside it or ``--fair
 get the same prefix as scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own
 special tokens for HF models). The JSONL file starts with a header line (provenance,
 model fingerprint, settings), then one line per prompt. Weights are fp32 unless ``--dtype`` says
-otherwise. Only an HF model directory imports transformers (through ``model_adapters``); an nfeval or
-fairseq checkpoint starts with torch and tokenizers alone.
+otherwise. The path is read by ``engine.loading.identify``; an nfeval or fairseq checkpoint generates
+through ``engine.backend.NFEvalBackend`` (the zero-shot scorer's backend) with torch and tokenizers
+alone, and only an HF model directory imports transformers (through ``model_adapters``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,15 @@ from typing import Any
 import torch
 
 from ..base.artifacts import atomic_write_text, provenance
-from ..base.cli_args import LONG_NAMES, add_device, add_dtype, device_or_none
-from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
+from ..base.cli_args import LONG_NAMES, add_device, add_dtype
+from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.outputs import check_output_file
-from ..engine.generate import Sampling, generate
+from ..engine import loading
+from ..engine.backend import Backend, nfeval_backend
+from ..engine.dtypes import torch_dtype
+from ..engine.fairseq_tokenizer import add_fairseq_arguments
+from ..engine.generate import Sampling
+from ..engine.parallel import resolve_device
 
 
 def read_prompts(path: str) -> list[str]:
@@ -56,35 +62,6 @@ def read_prompts(path: str) -> list[str]:
     return prompts
 
 
-class CheckpointGenerator:
-    """Generation from an nfeval or fairseq checkpoint: the prompts get the ``</s>`` prefix of scored
-    texts, a row ends at ``</s>``; the same conventions as ``model_adapters``' ``NFEvalBackend``."""
-
-    add_bos_default = True
-
-    def __init__(self, ckpt):
-        from ..engine.tokenization import special_ids
-
-        ids = special_ids(ckpt.tokenizer)
-        self.model, self.tokenizer, self.eos_id, self.pad_id = ckpt.model, ckpt.tokenizer, ids.eos, ids.pad
-
-    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        """Returns the token ids of ``text``, after ``</s>`` when ``add_special_tokens``."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return [self.eos_id] + ids if add_special_tokens else ids
-
-    def decode(self, ids: list[int]) -> str:
-        """Returns the text of ``ids``, special tokens left out."""
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
-        """Returns each prompt's new tokens (``nfeval.engine.generate.generate``)."""
-        return generate(
-            self.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=self.eos_id,
-            stop=stop, decode=self.decode, batch_size=batch_size, pad_id=self.pad_id, progress=progress,
-        )  # fmt: skip
-
-
 def load_backend(
     path: str,
     device: torch.device,
@@ -92,32 +69,20 @@ def load_backend(
     tokenizer: str | None = None,
     fairseq_dict: str | None = None,
     fairseq_head_scale_bug: bool = False,
-):
+) -> tuple[Backend, dict[str, Any]]:
     """Returns (backend, model block with path/kind/fingerprint) for any ``--ckpt`` nfeval accepts
-    (``tokenizer``/``fairseq_dict``/``fairseq_head_scale_bug`` as ``checkpoint.load`` takes them)."""
-    from ..engine import checkpoint
+    (``loading.identify``; ``tokenizer``/``fairseq_dict``/``fairseq_head_scale_bug`` as it takes them)."""
+    identity = loading.identify(
+        path, tokenizer=tokenizer, fairseq_dict=fairseq_dict, fairseq_head_scale_bug=fairseq_head_scale_bug
+    )
+    if identity.loaded is None:  # a HF directory: transformers (and lm-eval's tokenizer set-up)
+        from ..model_adapters.backends import open_backend
 
-    if checkpoint.is_hf_dir(path):
-        from ..model_adapters import backends
-
-        ident = backends.identify(path)
-        backend = backends.load(path, device, dtype)
-        return backend, {"kind": "hf", "path": ident.path, "fingerprint": ident.fingerprint}
-    ckpt = checkpoint.load(
-        path, device=device, dtype=dtype, fold_head_scale=True, tokenizer=tokenizer,
-        fairseq_dict=fairseq_dict, fairseq_head_scale_bug=fairseq_head_scale_bug,
-    )  # fmt: skip
-    if ckpt.tokenizer is None:
-        from ..model_adapters.backends import no_tokenizer_message
-
-        raise MissingDataError(no_tokenizer_message(path))
-    if not ckpt.config.causal:
-        raise CheckpointError(
-            f"{ckpt.path}: generation needs a causal LM (objective 'clm'), got '{ckpt.config.objective}'"
-        )
-    kind = ckpt.meta.get("source", "nfeval")
-    model = {"kind": kind, "path": os.path.abspath(ckpt.path), "fingerprint": ckpt.fingerprint}
-    return CheckpointGenerator(ckpt), model
+        backend, kind = open_backend(identity, device, dtype), "hf"
+    else:
+        backend = nfeval_backend(identity.loaded, device, dtype)
+        kind = identity.loaded.meta.get("source", "nfeval")
+    return backend, {"kind": kind, "path": identity.path, "fingerprint": identity.fingerprint}
 
 
 def cut_at_stop(text: str, stop: list[str]) -> str:
@@ -153,8 +118,6 @@ def generate_texts(
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..engine.fairseq_tokenizer import add_fairseq_arguments
-
     p.add_argument(
         "--ckpt", required=True, help="nfeval run/checkpoint dir, HF model dir or fairseq .pt file"
     )
@@ -183,11 +146,11 @@ def run(args: argparse.Namespace) -> int:
     if args.output and not args.output.endswith(".jsonl"):
         raise ConfigError(f"--output {args.output}: expected a .jsonl file name")
     prompts = args.prompt if args.prompt else read_prompts(args.prompts)
-    device = torch.device(device_or_none(args.device) or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = resolve_device(args.device)
     backend, model = load_backend(
         args.ckpt,
         device,
-        getattr(torch, LONG_NAMES[args.dtype]),
+        torch_dtype(args.dtype),
         args.tokenizer,
         args.fairseq_dict,
         args.fairseq_head_scale_bug,

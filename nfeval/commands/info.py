@@ -8,7 +8,7 @@ import os
 import warnings
 from typing import Any
 
-from ..engine import checkpoint, torch_files
+from ..engine import loading, torch_files
 from ..engine.config import preset
 from ..engine.fairseq_import import FairseqConfigWarning
 from ..engine.model import Transformer
@@ -28,12 +28,13 @@ def describe(
     if os.path.exists(target) or os.sep in target or target.endswith(".pt"):  # a path, even a missing one
         with warnings.catch_warnings():  # shown in the table instead
             warnings.simplefilter("ignore", FairseqConfigWarning)
-            ckpt = checkpoint.load(
+            ckpt = loading.identify(
                 target,
                 trust_checkpoint=trust_checkpoint,
                 verify=False,
                 fairseq_head_scale_bug=fairseq_head_scale_bug,
-            )
+                allow_hf=False,
+            ).loaded
         model, fingerprint, source = ckpt.model, ckpt.fingerprint, ckpt.path
         warnings_ = ckpt.meta.get("warnings", [])
         train = ckpt.meta.get("train") or {}

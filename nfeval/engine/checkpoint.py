@@ -8,6 +8,9 @@ directory once training has finished; while it runs, its newest ``checkpoints/st
 top level, tensors named ``transformer.<ours>``) reads natively too, without running its remote code.
 Before a model is built, the config's sizes are checked against the tensor shapes in the weights'
 header (``check_sizes``), so a damaged config.json can neither hang nor allocate what the weights are not.
+
+``read`` reads and hashes the weights once (the model a meta-device skeleton), ``materialize`` builds
+the model from them, ``load`` is both; commands go through ``engine.loading.identify``, which reads.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class Checkpoint:
     path: str
     fingerprint: str
     meta: dict[str, Any] = field(default_factory=dict)
+    # the tensors read by ``read`` while ``model`` is a meta-device skeleton (``materialize`` builds it)
+    state: dict[str, torch.Tensor] | None = None
 
 
 def summary(ckpt: Checkpoint) -> dict[str, Any]:
@@ -233,13 +238,23 @@ def load(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     fold_head_scale: bool = False,
+    **reading: Any,
+) -> Checkpoint:
+    """Returns the model (eval mode, on ``device`` in ``dtype``), tokenizer, config and fingerprint
+    stored at ``path``: ``read`` (``reading`` as it takes them) then ``materialize``."""
+    return materialize(read(path, **reading), device, dtype, fold_head_scale)
+
+
+def read(
+    path: str,
     fairseq_head_scale_bug: bool = False,
     trust_checkpoint: bool = False,
     verify: bool = True,
     tokenizer: str | None = None,
     fairseq_dict: str | None = None,
 ) -> Checkpoint:
-    """Returns the model (eval mode), tokenizer, config and fingerprint stored at ``path``.
+    """Returns the checkpoint at ``path`` with its weights read and hashed once; a directory's model is
+    a meta-device skeleton holding no memory until ``materialize`` builds it from ``state``.
 
     ``path`` is a checkpoint/run directory, or a fairseq checkpoint file (converted on load, unpickled
     only as far as ``trust_checkpoint`` allows; ``fairseq_head_scale_bug`` reproduces pre-2021-11-03
@@ -249,9 +264,8 @@ def load(
     ``tokenizer`` gets a ``FairseqTokenizer``: the BPE of ``tokenizer`` mapped through the dictionary.
     ``verify`` checks the weights against the fingerprint config.json recorded at save time
     (CheckpointError on a mismatch).
-    ``fold_head_scale`` folds HeadScale gains into the attention output projections; the fingerprint
-    stays that of the stored weights, so caches keyed by it are shared with the unfolded model.
     """
+    state = None
     if os.path.isfile(path):
         model, notes = load_fairseq(
             path, head_scale_transpose_bug=fairseq_head_scale_bug, trust=trust_checkpoint
@@ -263,26 +277,43 @@ def load(
             tok = load_fairseq_tokenizer(dict_path, tokenizer, model.cfg.vocab_size)
         else:
             tok = _plain_tokenizer(tokenizer, os.path.dirname(path))
-        state = model.state_dict()
+        fingerprint = fingerprint_state_dict(model.state_dict())
     else:
         if fairseq_dict is not None:
             raise ConfigError(f"--fairseq-dict {fairseq_dict}: only for fairseq checkpoint files, not {path}")
         directory = resolve(path)
         cfg, meta = read_config(directory)
-        model = Transformer(cfg)
+        with torch.device("meta"):
+            model = Transformer(cfg)
         state = load_state(directory, model, meta.get("weights_prefix", ""))
-        model.load_state_dict(state)
         tok = _plain_tokenizer(tokenizer, directory)
-    cfg = model.cfg
-    fingerprint = fingerprint_state_dict(state)
+        fingerprint = fingerprint_state_dict(state)
     if verify:
         check_fingerprint(directory, meta, fingerprint)
-    if fold_head_scale:
-        model.fold_head_scale()
-    model.to(device=device, dtype=dtype).eval()
     return Checkpoint(
-        model=model, tokenizer=tok, config=cfg, path=directory, fingerprint=fingerprint, meta=meta
-    )
+        model=model, tokenizer=tok, config=model.cfg, path=directory, fingerprint=fingerprint,
+        meta=meta, state=state,
+    )  # fmt: skip
+
+
+def materialize(
+    ckpt: Checkpoint,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    fold_head_scale: bool = False,
+) -> Checkpoint:
+    """Returns ``ckpt`` with its model built from the tensors ``read`` kept (released afterwards), moved
+    to ``device``/``dtype``, in eval mode. ``fold_head_scale`` folds HeadScale gains into the attention
+    output projections (once); the fingerprint stays that of the stored weights, so caches keyed by
+    it are shared with the unfolded model."""
+    if ckpt.state is not None:
+        ckpt.model = Transformer(ckpt.config)
+        ckpt.model.load_state_dict(ckpt.state)
+        ckpt.state = None
+    if fold_head_scale:
+        ckpt.model.fold_head_scale()
+    ckpt.model.to(device=device, dtype=dtype).eval()
+    return ckpt
 
 
 def _plain_tokenizer(tokenizer: str | None, directory: str) -> Tokenizer | None:

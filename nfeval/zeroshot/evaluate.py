@@ -14,13 +14,19 @@ import logging
 import os
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from .. import tasks as nf_tasks
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
+from ..engine import loading
+from ..engine.backend import no_tokenizer_message
+from ..engine.dtypes import long_name, torch_dtype
 from . import items as zeroshot_items
 from . import task_build
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
+from .lm_eval_git import quiet_git_hash
 
 
 def eval_split(task) -> str:
@@ -35,8 +41,6 @@ def task_manager(data_dir: str | None, names: list[str] | None = None):
     """
     from lm_eval.tasks import TaskManager
 
-    from .. import tasks as nf_tasks
-
     ours = {nf_tasks.registered_name(t, local) for t in nf_tasks.CANONICAL_TASKS for local in (True, False)}
     ours.add("corpus_cloze")
     return TaskManager(
@@ -49,7 +53,6 @@ def task_manager(data_dir: str | None, names: list[str] | None = None):
 def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str, str]]:
     """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data
     raises."""
-    from .. import tasks as nf_tasks
     from ..tasks.loaders import STORYCLOZE_HELP, MissingData
 
     loaded, skipped = {}, {}
@@ -132,8 +135,6 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
     import lm_eval
     from lm_eval.utils import handle_non_serializable
 
-    from .lm_eval_git import quiet_git_hash
-
     with quiet_git_hash():
         fresh = lm_eval.simple_evaluate(
             model=lm, tasks=todo, limit=limit, log_samples=True, task_manager=manager
@@ -161,7 +162,6 @@ def _nfeval_block(model: dict, loaded: dict, skipped: dict, todo: list, **settin
     """Returns the ``nfeval`` block of a results file: provenance, model, settings and per-task notes."""
     import lm_eval
 
-    from .. import tasks as nf_tasks
     from ..tasks.gpt3 import METRIC_DESCRIPTIONS
 
     scored = {t.task_name for t in todo}
@@ -194,8 +194,6 @@ def task_data(name: str, task, data_dir: str | None) -> dict[str, Any]:
 def keyed_by_task(out: dict[str, Any], loaded: dict) -> dict[str, Any]:
     """Returns ``out`` with its per-task results keyed by lm-eval's task name (``piqa``, not the variant
     ``piqa_local`` that read the documents; ``nfeval.task_data`` records which)."""
-    from .. import tasks as nf_tasks
-
     names = {name: nf_tasks.canonical_name(name) for name in loaded}
     for k in PER_TASK_KEYS:
         if isinstance(out.get(k), dict):
@@ -246,16 +244,15 @@ def evaluate(
     that is not valid JSON is reported (named) and recomputed. The scoring report's whole-command time
     runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end."""
     started = time.perf_counter() if started is None else started
-    from ..model_adapters import NFEvalLM, identify
-    from ..model_adapters.backends import dtype_of
+    from ..model_adapters import NFEvalLM
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     _quiet_custom_kwargs_hint()
     data_dir = _check_inputs(data_dir, limit, batch_size, max_length, max_batch_tokens)
-    loading = {"tokenizer": tokenizer, "fairseq_dict": fairseq_dict}
-    loading["fairseq_head_scale_bug"] = fairseq_head_scale_bug
-    identity = identify(ckpt_path, trust_checkpoint=trust_checkpoint, **loading)
-    dtype_name = str(dtype_of(dtype)).removeprefix("torch.")
+    reading = {"tokenizer": tokenizer, "fairseq_dict": fairseq_dict}
+    reading["fairseq_head_scale_bug"] = fairseq_head_scale_bug
+    identity = _identify(ckpt_path, trust_checkpoint=trust_checkpoint, **reading)
+    dtype_name = long_name(torch_dtype(dtype))
     with task_build.building(limit, use_cache, log):
         manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
         _check_one_variant(loaded)
@@ -266,9 +263,8 @@ def evaluate(
         todo = [t for name, t in loaded.items() if name not in cached]
         run_keys, scoring, lm = {}, None, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
         if todo:
-            pretrained = _scored_model(identity, ckpt_path)
             lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
-            lm = NFEvalLM(pretrained, device=device, dtype=dtype, max_length=max_length, **lm_settings)
+            lm = NFEvalLM(identity, device=device, dtype=dtype, max_length=max_length, **lm_settings)
             run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
             if run_keys is None:
                 return None
@@ -287,8 +283,6 @@ def evaluate(
     out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **run_settings)
     if output:
         atomic_write_json(output, out)
-        from .. import tasks as nf_tasks
-
         per_task = {nf_tasks.canonical_name(name): items[name] for name in loaded}
         zeroshot_items.write_sidecar(output, per_task, model)
     return out
@@ -297,8 +291,6 @@ def evaluate(
 def _check_one_variant(loaded: dict) -> None:
     """Raises ConfigError when two variants of one task were asked for (piqa_local and piqa_hub): their
     results would share the key ``piqa``."""
-    from .. import tasks as nf_tasks
-
     seen: dict[str, str] = {}
     for name in loaded:
         key = nf_tasks.canonical_name(name)
@@ -328,8 +320,6 @@ def _quiet_custom_kwargs_hint() -> None:
 def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any, dict, dict]:
     """Returns (TaskManager, {name: Task}, {skipped name: reason}); raises
     MissingDataError when every task was skipped."""
-    from .. import tasks as nf_tasks
-
     names = [
         nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
     ]
@@ -340,19 +330,16 @@ def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any
     return manager, loaded, skipped
 
 
-def _scored_model(identity, ckpt_path: str) -> Any:
-    """Returns what NFEvalLM scores: the checkpoint ``identify`` already loaded whole (a fairseq file,
-    or one read with an outside tokenizer; NFEvalLM loads paths only with their own tokenizer and never
-    trusts a pickle), HeadScale folded as NFEvalLM folds what it loads; else the path itself."""
-    if identity.loaded is None:
-        return ckpt_path
-    identity.loaded.model.fold_head_scale()
-    return identity.loaded
+def _identify(ckpt_path: str, **reading: Any) -> loading.ModelIdentity:
+    """Returns the identity of the model to score (``loading.identify``, read once: a cache miss builds
+    the model from it); a fairseq file without a tokenizer raises MissingDataError before any work."""
+    identity = loading.identify(ckpt_path, **reading)
+    if identity.loaded is not None and identity.loaded.tokenizer is None and os.path.isfile(ckpt_path):
+        raise MissingDataError(no_tokenizer_message(ckpt_path))
+    return identity
 
 
 def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(package)
     except PackageNotFoundError:

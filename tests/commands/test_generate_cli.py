@@ -29,7 +29,7 @@ def greedy_text(lm, context, n):
     ids, new = lm.tok_encode(context), []
     with torch.no_grad():
         for _ in range(n):
-            token = int(lm.engine.model(torch.tensor([ids + new]))[0, -1].argmax())
+            token = int(lm.model_backend.model(torch.tensor([ids + new]))[0, -1].argmax())
             if token == lm.eot_token_id:
                 break
             new.append(token)
@@ -62,7 +62,7 @@ def test_hf_backend_generates_the_hf_models_greedy_text(tmp_path):
         ids, new = lm.tok_encode(c), []
         with torch.no_grad():
             for _ in range(8):
-                token = int(lm.engine.model(torch.tensor([ids + new])).logits[0, -1].argmax())
+                token = int(lm.model_backend.model(torch.tensor([ids + new])).logits[0, -1].argmax())
                 if token == lm.eot_token_id:
                     break
                 new.append(token)

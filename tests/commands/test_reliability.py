@@ -270,9 +270,9 @@ def test_cli_probe_matrix(ckpt, tmp_path, monkeypatch):
 
 
 def test_batch_size_zero_fails_before_loading_the_model(ckpt, monkeypatch):
-    import nfeval.model_adapters as model_adapters
+    from nfeval.engine import loading
 
-    monkeypatch.setattr(model_adapters, "identify", lambda *a, **k: pytest.fail("model was read"))
+    monkeypatch.setattr(loading, "identify", lambda *a, **k: pytest.fail("model was read"))
     code, err = run_cli("zeroshot", "--ckpt", str(ckpt), "--batch-size", "0")
     assert code == 2 and "--batch-size 0" in err
 

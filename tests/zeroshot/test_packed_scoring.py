@@ -10,8 +10,8 @@ import torch
 from test_generate import make_model
 from test_zeroshot_adapter import build_hf_gpt2, requests_for
 
+from nfeval.engine.backend import matmul_params
 from nfeval.model_adapters import NFEvalLM, scorer
-from nfeval.model_adapters.backends import matmul_params
 from nfeval.model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score
 
 VOCAB = 97
@@ -141,7 +141,9 @@ def test_hf_gpt2_packed_equals_unpacked(hf_dir):
     plain = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, pack=False, progress=False)
     assert packed.packed and not plain.packed
     reqs = [(None, ctx, cont) for ctx, cont in multiple_choice_requests(seed=3, max_len=packed.max_length)]
-    want = reference(lambda idx: plain.engine.model(idx).logits, [r[1:] for r in reqs], packed.max_length)
+    want = reference(
+        lambda idx: plain.model_backend.model(idx).logits, [r[1:] for r in reqs], packed.max_length
+    )
     for lm in (packed, plain):
         for (ll, g), (ll_ref, g_ref) in zip(lm._loglikelihood_tokens(reqs), want):
             assert abs(ll - ll_ref) <= 1e-5 and g == g_ref
@@ -165,12 +167,12 @@ def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir):
 
 def test_a_model_refusing_the_tree_mask_keeps_the_plain_path(hf_dir):
     lm = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False)
-    lm.engine.model.config._attn_implementation = "eager"  # still reads the additive 4-D mask
-    assert lm.engine.tree_probe()
-    base = lm.engine.model.base_model
+    lm.model_backend.model.config._attn_implementation = "eager"  # still reads the additive 4-D mask
+    assert lm.model_backend.tree_probe()
+    base = lm.model_backend.model.base_model
     forward = base.forward
     base.forward = lambda *a, position_ids=None, **k: forward(*a, **k)  # ignores positions
-    assert not lm.engine.tree_probe()
+    assert not lm.model_backend.tree_probe()
 
 
 def test_nfeval_checkpoint_packed_equals_unpacked_through_the_adapter(tiny_clm_ckpt):

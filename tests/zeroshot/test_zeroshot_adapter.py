@@ -7,8 +7,9 @@ import torch
 from conftest import make_text
 from lm_eval.api.instance import Instance
 
+from nfeval.engine.loading import identify
 from nfeval.engine.tokenization import train_bpe
-from nfeval.model_adapters import NFEvalLM, TokenLogLik, identify
+from nfeval.model_adapters import NFEvalLM, TokenLogLik
 
 
 def build_hf_gpt2(path, seed: int = 0) -> str:
@@ -112,7 +113,10 @@ def test_hf_rolling_loglikelihood_equals_hflm(hf_dir):
 def test_nfeval_checkpoint_prefixes_eos_and_fold_is_exact(tiny_clm_ckpt):
     folded = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", progress=False)
     unfolded = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", fold_head_scale=False, progress=False)
-    assert folded.engine.model.cfg.scale_heads is False and unfolded.engine.model.cfg.scale_heads is True
+    assert (
+        folded.model_backend.model.cfg.scale_heads is False
+        and unfolded.model_backend.model.cfg.scale_heads is True
+    )
     ids = folded.tok_encode("The cat sat.")
     assert ids[0] == folded.prefix_token_id == 2  # fairseq: </s> starts every scored text
     a = folded.loglikelihood(requests_for(PAIRS), disable_tqdm=True)
