@@ -10,8 +10,8 @@ import sys
 import torch.distributed as dist
 
 from ..base.cli_args import add_device, add_dtype
+from ..base.jsonio import load_json
 from ..base.outputs import check_output_dir
-from ..engine.config import load_json
 from ..engine.train import train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
 from ..engine.trainer import TrainingDiverged

@@ -11,15 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.errors import ConfigError
+from ..base.jsonio import load_json
 from .config import (
     MODEL_CHOICES,
     OBJECTIVE_RECIPES,
     RECIPES,
     ModelConfig,
     check_fields,
-    load_json,
     parse_preset,
 )
+from .grad_stats import parse_grad_stats
 from .tokenization import MIN_BPE_VOCAB
 
 DTYPES = ("fp32", "bf16")
@@ -148,8 +149,6 @@ class TrainConfig:
             )
         self._check_optimizer(bad)
         if self.grad_stats is not None:
-            from ..analysis.recorder import parse_grad_stats
-
             parse_grad_stats(self.grad_stats)
         if self.tensorboard is not None:
             from .tensorboard import check_available

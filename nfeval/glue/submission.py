@@ -29,7 +29,7 @@ from typing import Any
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from . import data as glue_data
 from . import metrics as glue_metrics
 

@@ -45,9 +45,9 @@ import torch
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError
+from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
-from ..engine.config import load_json
 from . import data as glue_data
 from . import ensemble
 from . import metrics as glue_metrics

@@ -12,10 +12,10 @@ import torch
 from test_demo import write_rte
 
 from nfeval.base.errors import ConfigError
+from nfeval.engine.budget import lr_at
 from nfeval.engine.config import ModelConfig
 from nfeval.engine.model import Transformer
 from nfeval.engine.run_inputs import model_config
-from nfeval.engine.train import lr_at
 from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
 from nfeval.pipelines.reproduce.plan import EXPERIMENTS, RUNS, SCALES, TABLE4, TABLE5, available
 from nfeval.pipelines.reproduce.run_overrides import matched_width, parameter_count

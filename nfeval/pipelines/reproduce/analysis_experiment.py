@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from . import verdict
 from .runner import Context, log, run_dir
 

@@ -9,15 +9,16 @@ diverged, so a rerun skips the run without calling ``train`` and a killed one is
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.artifacts import atomic_write_json
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from ...engine.step_ratio import equal_time_steps
-from ...engine.train import TrainConfig, TrainingDiverged, train
+from ...engine.train import train
+from ...engine.train_config import TrainConfig
+from ...engine.trainer import TrainingDiverged
 from .plan import RUNS, Scale
 
 
@@ -120,15 +121,6 @@ def run_dir(ctx: Context, key: str, seed: int) -> str:
     return os.path.join(ctx.out, "runs", key, f"seed{seed}")
 
 
-def diverged_step(error: TrainingDiverged) -> int | None:
-    """Returns the last step of the logging interval in which training diverged, from the error."""
-    step = getattr(error, "step", None)
-    if step is not None:
-        return int(step)
-    match = re.search(r"within steps (\d+)-(\d+)", str(error))
-    return int(match.group(2)) if match else None
-
-
 def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
     """Trains run ``key`` at ``seed`` unless its record exists; returns the record
     {key, seed, dir, status: finished|diverged, diverged_at, val_ppl, steps, lr, lr_from, warmup,
@@ -154,7 +146,7 @@ def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
         record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
     except TrainingDiverged as e:
         log(f"{key} seed {seed} diverged: {e}")
-        record.update(status="diverged", diverged_at=diverged_step(e), val_ppl=None, message=str(e))
+        record.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
     atomic_write_json(marker, record)
     return record
 

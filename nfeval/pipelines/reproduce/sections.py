@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments, verdict
 from .plan import Experiment, available
 from .runner import Context, ensure_runs, log
