@@ -7,7 +7,7 @@ from torch import nn
 
 from .data import Batches
 from .model import Transformer
-from .parallel import Single
+from .parallel import Strategy
 
 
 class Objective(nn.Module):
@@ -31,7 +31,7 @@ class Objective(nn.Module):
 
 
 def evaluate(
-    obj: nn.Module, batches: Batches, n: int, batch_size: int, mask_seed: int, bf16: bool, par: Single
+    obj: nn.Module, batches: Batches, n: int, batch_size: int, mask_seed: int, bf16: bool, par: Strategy
 ) -> float:
     """Returns the mean validation loss over the first ``n`` validation samples, computed in shards
     over the processes (every process runs the same number of forwards, as FSDP2 needs) and summed.

@@ -30,7 +30,7 @@ from .flops import training_flops_per_token
 from .grad_stats import GradStatsRecorder, clip_window, parse_grad_stats
 from .model import Transformer
 from .objective import Objective, evaluate
-from .parallel import Single, make_strategy
+from .parallel import Strategy, make_strategy
 from .run_inputs import load_data, model_config
 from .train_config import TrainConfig, training_recipe
 
@@ -64,7 +64,11 @@ class Trainer:
     statistics (``--grad-stats``, added by ``run()`` after the time calibration)."""
 
     def __init__(
-        self, cfg: TrainConfig, out_dir: str, weights_from: str | None = None, parallel: Single | None = None
+        self,
+        cfg: TrainConfig,
+        out_dir: str,
+        weights_from: str | None = None,
+        parallel: Strategy | None = None,
     ):
         cfg.validate()
         self.cfg, self.out_dir = cfg, out_dir
@@ -132,7 +136,7 @@ class Trainer:
         )
 
     @classmethod
-    def resume(cls, cfg: TrainConfig, out_dir: str, parallel: Single | None = None) -> Trainer:
+    def resume(cls, cfg: TrainConfig, out_dir: str, parallel: Strategy | None = None) -> Trainer:
         """Returns a Trainer at the newest valid checkpoint of ``out_dir`` (a fresh one if there is none);
         says on stderr which checkpoint it resumes from and which newer ones it skipped."""
         path, skipped = rundir.newest_valid_checkpoint(out_dir, thorough=True)
