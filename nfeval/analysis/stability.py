@@ -30,11 +30,13 @@ from torch import nn
 
 from ..base.errors import ConfigError
 from ..base.progress import progress_bar
-from ..engine.config import ModelConfig
+from ..engine.config import RECIPES, ModelConfig
 from ..engine.fingerprint import fingerprint_model
 from ..engine.model import Transformer
 
 FP16_MAX = 65504.0
+
+LM_RECIPE = RECIPES["fairseq_lm"]["train"]  # the AdamW settings of causal-LM training (nfeval train)
 
 
 @dataclass
@@ -45,7 +47,7 @@ class StabilitySettings:
     batch_size: int = 8
     seq_len: int = 128
     tolerance: float = 0.1  # nats above the first update's loss that count as divergence
-    weight_decay: float = 0.01
+    weight_decay: float = LM_RECIPE["weight_decay"]
     autocast: str = "fp32"  # fp32 (off) | bf16 | fp16
     device: str = "cpu"
 
@@ -118,8 +120,8 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     opt = torch.optim.AdamW(
         model.parameters(),
         lr=settings.lr_start,
-        betas=(0.9, 0.98),
-        eps=1e-8,
+        betas=(LM_RECIPE["beta1"], LM_RECIPE["beta2"]),
+        eps=LM_RECIPE["eps"],
         weight_decay=settings.weight_decay,
     )
     probe = AttentionLogitProbe(model)
