@@ -53,7 +53,6 @@ from ..engine.tokenization import special_ids
 from . import finetune
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
-from . import submission as glue_submission
 from .points import RESULT, Point, finished_result, lr_key
 
 AUTO = "auto"
@@ -357,9 +356,7 @@ def _finish_epoch(ens: Ensemble, epoch: int, loss_sums: list[float], n_batches: 
         if glue_predictions.is_reported(m.history, main, r.select):
             task, lr, seed = m.point.task, m.point.lr, m.point.seed
             glue_predictions.write(m.point.directory, task, lr, seed, epoch + 1, enc, preds)
-            glue_submission.keep_test_predictions(
-                m.point.directory, m.model, enc, r, ens.pad_id, ens.dev, epoch + 1
-            )
+            finetune.keep_test_predictions(m.point.directory, m.model, enc, r, ens.pad_id, ens.dev, epoch + 1)
 
 
 def train_ensemble(enc, members: Sequence[Member], pad_id: int, dev: torch.device, progress: bool) -> list:
