@@ -109,6 +109,17 @@ class AttentionLogitProbe:
             handle.remove()
 
 
+def recipe_adamw(model: nn.Module, settings: StabilitySettings) -> torch.optim.AdamW:
+    """Returns AdamW over ``model`` with the LM recipe's betas and eps, at ``lr_start``."""
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=settings.lr_start,
+        betas=(LM_RECIPE["beta1"], LM_RECIPE["beta2"]),
+        eps=LM_RECIPE["eps"],
+        weight_decay=settings.weight_decay,
+    )
+
+
 def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettings) -> dict[str, Any]:
     """Returns one architecture's test: survived, diverged_at (1-based update or None), reason, and per
     update lr, loss, grad_norm and attn_logit_max (per layer), plus the fp16 overflows."""
@@ -117,13 +128,7 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     fingerprint = fingerprint_model(model)
     model.to(settings.device)
     low = AUTOCAST[settings.autocast]
-    opt = torch.optim.AdamW(
-        model.parameters(),
-        lr=settings.lr_start,
-        betas=(LM_RECIPE["beta1"], LM_RECIPE["beta2"]),
-        eps=LM_RECIPE["eps"],
-        weight_decay=settings.weight_decay,
-    )
+    opt = recipe_adamw(model, settings)
     probe = AttentionLogitProbe(model)
     rows: dict[str, list] = {"lr": [], "loss": [], "grad_norm": [], "attn_logit_max": []}
     diverged_at, reason, first_loss = None, None, None
