@@ -15,6 +15,7 @@ from ..base.outputs import check_output_dir
 from ..engine.train import train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
 from ..engine.trainer import TrainingDiverged
+from ..tune.results import with_tuned_lr
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,8 +104,6 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out")  # before any work
     cfg = config_from_args(args)
     if getattr(args, "tune_json", None):
-        from ..tune.results import with_tuned_lr
-
         cfg = with_tuned_lr(cfg, args.tune_json, lr_given=args.lr is not None)
     try:
         summary = train(cfg, args.out, args.resume, args.override_resume, given_fields(args))

@@ -19,7 +19,9 @@ from ...engine.step_ratio import equal_time_steps
 from ...engine.train import train
 from ...engine.train_config import TrainConfig
 from ...engine.trainer import TrainingDiverged
+from ...tune.results import with_tuned_lr
 from .plan import RUNS, Scale
+from .run_overrides import apply_run_overrides  # Table 4's width control, Table 5's settings
 
 
 def log(message: str) -> None:
@@ -101,11 +103,7 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         **run_budget(ctx, key),
     )
     if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
-        from ...tune.results import with_tuned_lr
-
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
-    from .run_overrides import apply_run_overrides  # Table 4's width control, Table 5's settings
-
     return apply_run_overrides(cfg, key, s)
 
 
