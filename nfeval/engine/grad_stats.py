@@ -14,8 +14,9 @@ global batch, as the trainer's backward computes it). Outside the window ``recor
 killed write) and keep the newest line per update (a resumed run rewrites updates after its checkpoint).
 
 The trainer creates the recorder after its step-time calibration (calibration steps must not be
-recorded), with ``clip_window(parse_grad_stats(cfg.grad_stats), total_steps)``, on every process
-(``write`` on rank 0 only), and puts ``summary()`` into config.json's ``train`` block.
+recorded), with ``clip_window(parse_grad_stats(cfg.grad_stats), total_steps)`` (both in
+``train_config``, beside the field they read), on every process (``write`` on rank 0 only), and puts
+``summary()`` into config.json's ``train`` block.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..base.errors import ConfigError, DataError
+from ..base.errors import DataError
 from ..base.jsonio import append_jsonl, read_jsonl
 
 WEIGHT_KINDS = ("fc1", "fc2", "q", "k", "v", "out_proj")
@@ -80,30 +81,6 @@ def per_layer_mean_abs(
 
 
 GRAD_STATS = "grad_stats.jsonl"
-PAPER_WINDOW = "950:1000"  # updates 950–1000, the window of the paper's Figure 7 (Figure 3: early training)
-
-
-def parse_grad_stats(spec: str) -> tuple[int, int]:
-    """Returns (start, end), 1-based inclusive update numbers, of ``START:END``; ConfigError if malformed."""
-    start, sep, end = str(spec).partition(":")
-    try:
-        window = (int(start), int(end))
-    except ValueError:
-        window = None
-    if not sep or window is None or not 1 <= window[0] <= window[1]:
-        raise ConfigError(
-            f"grad_stats={spec!r}: expected START:END with 1 <= START <= END (e.g. {PAPER_WINDOW})"
-        )
-    return window
-
-
-def clip_window(window: tuple[int, int], total_updates: int) -> tuple[int, int]:
-    """Returns ``window`` clipped to updates 1..total_updates; a window wholly after the run becomes the
-    run's last updates of the same length (so a short run still records its own late-training window)."""
-    start, end = window
-    if start > total_updates:
-        start = max(1, total_updates - (end - start))
-    return start, min(end, total_updates)
 
 
 class GradStatsRecorder:

@@ -27,12 +27,12 @@ from .data import (
     Batches,
 )
 from .flops import training_flops_per_token
-from .grad_stats import GradStatsRecorder, clip_window, parse_grad_stats
+from .grad_stats import GradStatsRecorder
 from .model import Transformer
 from .objective import Objective, evaluate
 from .parallel import Strategy, make_strategy
 from .run_inputs import load_data, model_config
-from .train_config import TrainConfig, training_recipe
+from .train_config import TrainConfig, clip_window, parse_grad_stats, training_recipe
 
 
 class TrainingDiverged(RuntimeError):

@@ -19,11 +19,10 @@ from nfeval.engine.grad_stats import (
     GRAD_STATS,
     WEIGHT_KINDS,
     GradStatsRecorder,
-    clip_window,
-    parse_grad_stats,
     read_grad_stats,
 )
 from nfeval.engine.model import Transformer
+from nfeval.engine.train_config import clip_window, parse_grad_stats
 
 ARCHS = ("postnorm", "prenorm", "normformer", "normformer-resscale")
 
