@@ -9,8 +9,10 @@ import os
 from typing import Any
 
 from ...base.plots import plot_bars
+from ...engine.checkpoint import read_config
 from . import verdict
 from .plan import ABLATIONS, CONTROLS, RUNS, TABLE4, TABLE5, TABLE5_SETTINGS
+from .run_overrides import parameter_count
 from .runner import Context, run_dir, table_section
 from .training_experiments import _log_ratio, final_ppl
 
@@ -18,9 +20,6 @@ FULL = "clm-normformer"
 
 
 def _params(ctx: Context, key: str) -> str:
-    from ...engine.checkpoint import read_config
-    from .run_overrides import parameter_count
-
     directory = run_dir(ctx, key, ctx.seed_values[0])
     if not os.path.isfile(os.path.join(directory, "config.json")):
         return "–"

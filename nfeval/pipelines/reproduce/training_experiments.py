@@ -15,7 +15,7 @@ from ...report.compare_table import format_comparison
 from . import verdict
 from .equal_time import PAPER_OVERHEAD, ratio_text
 from .plan import RUNS
-from .runner import Context, log, run_budget, table_section
+from .runner import Context, log, run_budget, run_dir, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
@@ -43,8 +43,6 @@ def compare_seed(ctx: Context, name: str, keys: tuple[str, ...], seed: int) -> d
     """Runs ``nfeval compare`` on the runs ``keys`` (first = baseline) of one seed and stores its JSON
     and text under ``<out>/experiments/<name>/``; returns the comparison, or None if it cannot be made
     (a run diverged before its first validation)."""
-    from .runner import run_dir
-
     dirs = [run_dir(ctx, k, seed) for k in keys]
     try:
         result = compare(dirs, names=[RUNS[k].label for k in keys])
