@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from nfeval.analysis.recorder import GradStatsRecorder
 from nfeval.engine.config import preset
+from nfeval.engine.grad_stats import GradStatsRecorder
 from nfeval.engine.model import Transformer
 
 

@@ -19,11 +19,12 @@ import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
 from nfeval.base.artifacts import hardware, hardware_key
+from nfeval.engine.budget import measure_matmul_flops
 from nfeval.engine.config import preset
 from nfeval.engine.flops import training_flops_per_token
 from nfeval.engine.hf_export import gpt2_config
 from nfeval.engine.model import Transformer
-from nfeval.engine.train import Objective, measure_matmul_flops
+from nfeval.engine.objective import Objective
 
 
 def hf_gpt2(cfg) -> torch.nn.Module:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +28,7 @@ import datasets
 
 from ..base.errors import DataError
 from ..base.errors import MissingDataError as MissingData  # a task's local files are absent
+from ..base.jsonio import read_jsonl
 
 
 def data_root(data_dir: str | None = None) -> str:
@@ -44,20 +44,9 @@ def data_root(data_dir: str | None = None) -> str:
     return root
 
 
-def read_jsonl(path: str) -> list[tuple[int, dict[str, Any]]]:
-    """Returns (line number, object) for each non-blank line of a JSONL file."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            rows.append((lineno, obj))
+def read_records(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """Returns (line number, object) for each non-blank line of a JSONL file; DataError if it has none."""
+    rows, _ = read_jsonl(path, objects_only=True)
     if not rows:
         raise DataError(f"{path}: no records")
     return rows
@@ -97,7 +86,7 @@ def first_existing(root: str, *candidates: str) -> str | None:
 
 def records(path: str, convert: Callable[[dict, str], dict]) -> list[dict]:
     """Returns ``convert(obj, "FILE:LINE")`` for every record of a JSONL file."""
-    return [convert(obj, f"{path}:{lineno}") for lineno, obj in read_jsonl(path)]
+    return [convert(obj, f"{path}:{lineno}") for lineno, obj in read_records(path)]
 
 
 def validation_rows(
@@ -140,7 +129,7 @@ def piqa_rows(root: str) -> dict[str, list[dict]]:
         if data and labels:
             with open(labels, encoding="utf-8") as f:
                 lines = [(n, s.strip()) for n, s in enumerate(f, 1) if s.strip()]
-            objs = read_jsonl(data)
+            objs = read_records(data)
             if len(lines) != len(objs):
                 raise DataError(f"{labels}: {len(lines)} labels for {len(objs)} records in {data}")
             rows = []

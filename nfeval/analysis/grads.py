@@ -15,7 +15,6 @@ training window averages one value per update.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,55 +22,8 @@ from torch import nn
 
 from ..base.errors import DataError
 from ..base.progress import progress_bar
+from ..engine.grad_stats import per_layer_mean_abs, tracked_parameters
 from .inputs import Target
-
-WEIGHT_KINDS = ("fc1", "fc2", "q", "k", "v", "out_proj")
-GAIN_KINDS = ("attn_out_norm", "ffn_hidden_norm", "head_gain", "resid_gain")
-
-
-def _gain_tensors(block: nn.Module) -> dict[str, torch.Tensor | None]:
-    return {
-        "attn_out_norm": block.attn_out_norm.weight if block.attn_out_norm is not None else None,
-        "ffn_hidden_norm": block.ffn_hidden_norm.weight if block.ffn_hidden_norm is not None else None,
-        "head_gain": block.attn.head_gain,
-        "resid_gain": block.resid_gain,
-    }
-
-
-def tracked_parameters(model: nn.Module) -> list[torch.Tensor]:
-    """Returns every parameter ``per_layer_mean_abs`` reads (one list, block by block)."""
-    params = []
-    for block in model.blocks:
-        params += [block.attn.qkv.weight, block.attn.out_proj.weight, block.fc1.weight, block.fc2.weight]
-        params += [t for t in _gain_tensors(block).values() if t is not None]
-    return params
-
-
-def per_layer_mean_abs(
-    model: nn.Module, grad_of: Callable[[torch.Tensor], torch.Tensor]
-) -> dict[str, list[float]]:
-    """Returns {kind: [mean |grad| of layer 0, layer 1, ...]} where ``grad_of(param)`` gives a gradient."""
-
-    def mean_abs(g: torch.Tensor) -> torch.Tensor:
-        m = g.detach().abs().float().mean()
-        return m.full_tensor() if hasattr(m, "full_tensor") else m  # a sharded (FSDP) gradient
-
-    stats: dict[str, list[torch.Tensor]] = {}
-    for block in model.blocks:
-        q, k, v = grad_of(block.attn.qkv.weight).chunk(3)
-        weights = {
-            "fc1": grad_of(block.fc1.weight),
-            "fc2": grad_of(block.fc2.weight),
-            "q": q,
-            "k": k,
-            "v": v,
-            "out_proj": grad_of(block.attn.out_proj.weight),
-        }
-        gains = {kind: grad_of(t) for kind, t in _gain_tensors(block).items() if t is not None}
-        for kind, g in {**weights, **gains}.items():
-            stats.setdefault(kind, []).append(mean_abs(g))
-    values = torch.stack([torch.stack(v) for v in stats.values()]).tolist()  # one device sync
-    return dict(zip(stats, values))
 
 
 def grad_norms(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> dict[str, list[float]]:

@@ -30,12 +30,14 @@ from torch import nn
 
 from ..base.errors import ConfigError
 from ..base.progress import progress_bar
-from ..engine.config import ModelConfig
+from ..engine.config import RECIPES, ModelConfig
 from ..engine.dtypes import TORCH_DTYPES
 from ..engine.fingerprint import fingerprint_model
 from ..engine.model import Transformer
 
 FP16_MAX = 65504.0
+
+LM_RECIPE = RECIPES["fairseq_lm"]["train"]  # the AdamW settings of causal-LM training (nfeval train)
 
 
 @dataclass
@@ -46,7 +48,7 @@ class StabilitySettings:
     batch_size: int = 8
     seq_len: int = 128
     tolerance: float = 0.1  # nats above the first update's loss that count as divergence
-    weight_decay: float = 0.01
+    weight_decay: float = LM_RECIPE["weight_decay"]
     autocast: str = "fp32"  # fp32 (off) | bf16 | fp16
     device: str = "cpu"
 
@@ -105,6 +107,17 @@ class AttentionLogitProbe:
             handle.remove()
 
 
+def recipe_adamw(model: nn.Module, settings: StabilitySettings) -> torch.optim.AdamW:
+    """Returns AdamW over ``model`` with the LM recipe's betas and eps, at ``lr_start``."""
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=settings.lr_start,
+        betas=(LM_RECIPE["beta1"], LM_RECIPE["beta2"]),
+        eps=LM_RECIPE["eps"],
+        weight_decay=settings.weight_decay,
+    )
+
+
 def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettings) -> dict[str, Any]:
     """Returns one architecture's test: survived, diverged_at (1-based update or None), reason, and per
     update lr, loss, grad_norm and attn_logit_max (per layer), plus the fp16 overflows."""
@@ -113,13 +126,7 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     fingerprint = fingerprint_model(model)
     model.to(settings.device)
     low = None if settings.autocast == "fp32" else TORCH_DTYPES[settings.autocast]  # fp32: no autocast
-    opt = torch.optim.AdamW(
-        model.parameters(),
-        lr=settings.lr_start,
-        betas=(0.9, 0.98),
-        eps=1e-8,
-        weight_decay=settings.weight_decay,
-    )
+    opt = recipe_adamw(model, settings)
     probe = AttentionLogitProbe(model)
     rows: dict[str, list] = {"lr": [], "loss": [], "grad_norm": [], "attn_logit_max": []}
     diverged_at, reason, first_loss = None, None, None

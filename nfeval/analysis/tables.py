@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base.errors import DataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 
 ANALYSES = ("grads", "gains", "stability")
 

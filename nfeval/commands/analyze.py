@@ -106,9 +106,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_grads(args: argparse.Namespace) -> dict[str, Any]:
-    from ..analysis.grads import GAIN_KINDS, WEIGHT_KINDS, grads_at, grads_result
+    from ..analysis.grads import grads_at, grads_result
     from ..analysis.inputs import check_data_args, check_model_spec
     from ..analysis.recorder import check_run, read_run
+    from ..engine.grad_stats import GAIN_KINDS, WEIGHT_KINDS
 
     if not args.runs and not args.ckpt:
         raise ConfigError("analyze grads: give RUN dirs (trained with --grad-stats) and/or --ckpt PATH")

@@ -10,12 +10,13 @@ import sys
 import torch.distributed as dist
 
 from ..base.cli_args import add_device, add_dtype
+from ..base.jsonio import load_json
 from ..base.outputs import check_output_dir
-from ..engine.config import load_json
 from ..engine.train import finished_summary, refuse_existing_run, train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
 from ..engine.trainer import TrainingDiverged
 from ..launch.options import RUN, LaunchOptions, add_launcher_arguments, launch_options
+from ..tune.results import with_tuned_lr
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -147,8 +148,6 @@ def train_here(args: argparse.Namespace) -> int:
     diverged)."""
     cfg = config_from_args(args)
     if getattr(args, "tune_json", None):
-        from ..tune.results import with_tuned_lr
-
         cfg = with_tuned_lr(cfg, args.tune_json, lr_given=args.lr is not None)
     try:
         summary = train(cfg, args.out, args.resume, args.override_resume, given_fields(args))

@@ -21,7 +21,7 @@ import torch
 
 from ..base.artifacts import atomic_write_json, cache_dir, hardware, hardware_key
 from ..base.errors import ConfigError
-from .config import load_json
+from ..base.jsonio import load_json
 from .train_config import TrainConfig
 
 CALIBRATION_WARMUP = 2  # untimed steps before timing: allocation, autotuning, torch.compile's first graphs

@@ -28,8 +28,9 @@ from tokenizers import Tokenizer
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, atomic_write_with
 from ..base.errors import CheckpointError, ConfigError, DataError, MissingDataError
+from ..base.jsonio import load_json
 from . import rundir
-from .config import ModelConfig, load_json
+from .config import ModelConfig
 from .fairseq_import import load_fairseq
 from .fairseq_tokenizer import dictionary_path, load_fairseq_tokenizer
 from .fingerprint import fingerprint_state_dict

@@ -9,14 +9,13 @@ preset name is ``ARCH-SIZE`` (``normformer-125M``, ``prenorm-tiny``) or a bare s
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..base.errors import ConfigError, DataError, MissingDataError
+from ..base.errors import ConfigError
 
 # Where the block's main norms sit (see the op order in model.py): Pre-LN, Post-LN, Gemma 2's sandwich,
 # OLMo 2's norm on each sub-layer's output only, and DeepNet's DeepNorm (Post-LN with α and β).
@@ -365,28 +364,3 @@ def check_fields(
         if name in choices and value is not None and value not in choices[name]:
             raise ConfigError(f"{where(name)}: {name}={value!r}: expected one of {list(choices[name])}")
     return out
-
-
-def load_json(path: str, hint: str = "") -> Any:
-    """Returns the parsed JSON object in ``path``: the one reader of JSON files.
-
-    A missing file raises MissingDataError, unreadable or invalid JSON (or a top level that is not an
-    object) DataError; both name the file (and the line), followed by ``hint`` (what to do) if given.
-    """
-    suffix = f"; {hint}" if hint else ""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise MissingDataError(f"{path}: file not found{suffix}") from None
-    except json.JSONDecodeError as e:
-        raise DataError(
-            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}{suffix}"
-        ) from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.start}){suffix}") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror}){suffix}") from None
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}{suffix}")
-    return data

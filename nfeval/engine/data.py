@@ -32,7 +32,7 @@ from tokenizers import Tokenizer
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, cache_dir
 from ..base.errors import DataError, MissingDataError, hub_unreachable
-from .config import load_json
+from ..base.jsonio import load_json
 from .fingerprint import canonical_tokenizer_json
 from .tokenization import (
     SpecialIds,

@@ -24,7 +24,8 @@ import torch
 from ..base.errors import ConfigError, DataError
 from ..base.progress import progress_bar
 from .greedy_head import greedy_head, screen_supported
-from .model import KVCache, Transformer
+from .kv_cache import KVCache
+from .model import Transformer
 
 
 @dataclass(frozen=True)

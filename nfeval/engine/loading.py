@@ -19,8 +19,8 @@ from typing import Any
 from safetensors import safe_open
 
 from ..base.errors import ConfigError, MissingDataError
+from ..base.jsonio import load_json
 from . import checkpoint
-from .config import load_json
 from .fingerprint import fingerprint_tokenizer
 
 HF_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")

@@ -55,6 +55,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .initialisation import init_weights
+from .kv_cache import KVCache, LayerCache
 from .norms import deepnorm_alpha_beta, make_norm, resid_gain
 
 
@@ -77,47 +78,6 @@ def activation_fn(name: str):
     if name == "relu_squared":
         return lambda x: F.relu(x).square()
     raise ValueError(f"unknown activation {name!r}")
-
-
-class LayerCache:
-    """One layer's keys and values (B, H, capacity, head_dim); the first ``KVCache.length`` are filled."""
-
-    def __init__(self, owner: KVCache, keys: torch.Tensor, values: torch.Tensor):
-        self.owner, self.keys, self.values = owner, keys, values
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stores the new tokens' keys/values after the cached ones; returns all of them so far."""
-        start, end = self.owner.length, self.owner.length + k.shape[2]
-        self.keys[:, :, start:end] = k
-        self.values[:, :, start:end] = v
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-
-class KVCache:
-    """Keys and values of every layer for the tokens seen so far, in buffers allocated once.
-
-    ``Transformer.encode`` appends the new tokens to every layer, then advances ``length``.
-    """
-
-    def __init__(self, cfg: ModelConfig, batch_size: int, capacity: int, device=None, dtype=None):
-        if capacity > cfg.max_seq_len:
-            raise ValueError(f"cache capacity {capacity} exceeds max_seq_len {cfg.max_seq_len}")
-        shape = (batch_size, cfg.n_head, capacity, cfg.head_dim)
-        self.capacity, self.length = capacity, 0
-        self.layers = [
-            LayerCache(
-                self,
-                torch.empty(shape, device=device, dtype=dtype),
-                torch.empty(shape, device=device, dtype=dtype),
-            )
-            for _ in range(cfg.n_layer)
-        ]
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Keeps only the batch rows ``rows`` (a LongTensor of indices), e.g. to drop finished ones."""
-        for layer in self.layers:
-            layer.keys = layer.keys.index_select(0, rows)
-            layer.values = layer.values.index_select(0, rows)
 
 
 class SelfAttention(nn.Module):
@@ -358,13 +318,21 @@ class Transformer(nn.Module):
         return self.lm_logits(hidden)
 
     def loss(
-        self, idx: torch.Tensor, targets: torch.Tensor, padding_mask: torch.Tensor | None = None
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        reduction: str = "mean",
     ) -> torch.Tensor:
-        """Returns mean cross-entropy over targets != -100 (logits computed only where needed)."""
+        """Returns the cross-entropy over targets != -100: their mean, or their sum (``reduction="sum"``,
+        the trainer's, which divides by the global target count). The one loss computation."""
         hidden = self.encode(idx, padding_mask)
+        if self.cfg.causal:  # (nearly) every position is a target: no gather, static shapes for compile
+            logits = self.lm_logits(hidden).flatten(0, 1)
+            return F.cross_entropy(logits.float(), targets.flatten(), reduction=reduction)
         keep = targets != -100
-        logits = self.lm_logits(hidden[keep])
-        return F.cross_entropy(logits.float(), targets[keep])
+        logits = self.lm_logits(hidden[keep])  # masked LM: logits only where there is a target
+        return F.cross_entropy(logits.float(), targets[keep], reduction=reduction)
 
     def fold_head_scale(self) -> None:
         """Folds every HeadScale gain into its out_proj; afterwards the config says scale_heads=False."""

@@ -1,4 +1,4 @@
-"""The training objective (model + summed cross-entropy in one forward) and the validation loss."""
+"""The training objective (model + ``Transformer.loss`` summed, in one forward) and the validation loss."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from torch import nn
 
 from .data import Batches
 from .model import Transformer
-from .parallel import Single
+from .parallel import Strategy
 
 
 class Objective(nn.Module):
@@ -21,17 +21,11 @@ class Objective(nn.Module):
         self.model = model
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        hidden = self.model.encode(idx)
-        if self.model.cfg.causal:  # every position is a target: no gather, static shapes
-            logits = self.model.lm_logits(hidden)
-            return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
-        keep = targets != -100
-        logits = self.model.lm_logits(hidden[keep])
-        return nn.functional.cross_entropy(logits, targets[keep], reduction="sum")
+        return self.model.loss(idx, targets, reduction="sum")
 
 
 def evaluate(
-    obj: nn.Module, batches: Batches, n: int, batch_size: int, mask_seed: int, bf16: bool, par: Single
+    obj: nn.Module, batches: Batches, n: int, batch_size: int, mask_seed: int, bf16: bool, par: Strategy
 ) -> float:
     """Returns the mean validation loss over the first ``n`` validation samples, computed in shards
     over the processes (every process runs the same number of forwards, as FSDP2 needs) and summed.

@@ -69,17 +69,18 @@ def join_process_group(device: torch.device) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def make_strategy(requested_device: str, fsdp: bool, bf16: bool = False) -> Single:
-    """Returns the strategy for this process: Single, DDP, or FSDP2 (``fsdp``) under torchrun."""
+def make_strategy(requested_device: str, fsdp: bool, bf16: bool = False) -> Strategy:
+    """Returns the strategy for this process: single-process, DDP, or FSDP2 (``fsdp``) under torchrun."""
     device = resolve_device(requested_device)
     rank, world = join_process_group(device)
     if world == 1:
-        return Single(device)
+        return Strategy(device)
     return (FSDP2 if fsdp else DDP)(device, rank, world, bf16)
 
 
-class Single:
-    """One process: no wrapping, no collectives."""
+class Strategy:
+    """How a training process is spread over processes; this base is one process (``name`` "single"):
+    no wrapping, no collectives. DDP and FSDP2 override what they distribute."""
 
     name = "single"
 
@@ -159,7 +160,7 @@ class Single:
         """Waits for every process."""
 
 
-class DDP(Single):
+class DDP(Strategy):
     """DistributedDataParallel: every process holds the whole model; gradients are averaged."""
 
     name = "ddp"

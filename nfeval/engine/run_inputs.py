@@ -16,12 +16,12 @@ from .data import (
     open_token_shards,
     token_shards,
 )
-from .parallel import Single
+from .parallel import Strategy
 from .tokenization import special_ids
 from .train_config import TrainConfig
 
 
-def load_data(cfg: TrainConfig, default_vocab: int, par: Single) -> tuple[dict, Any, Tokenizer]:
+def load_data(cfg: TrainConfig, default_vocab: int, par: Strategy) -> tuple[dict, Any, Tokenizer]:
     """Returns (corpus description, token shards, tokenizer). Rank 0 reads the corpus and builds the
     tokenizer and shards; every process then opens the shards, so none keeps the corpus text."""
 

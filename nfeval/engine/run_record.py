@@ -6,61 +6,94 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, hardware, provenance
 from . import budget, checkpoint, rundir
+from .config import ModelConfig
+from .grad_stats import GradStatsRecorder
 from .model import Transformer
+from .parallel import Strategy
+from .train_config import TrainConfig
 
-if TYPE_CHECKING:
-    from .trainer import Trainer
+
+class TrainingRun(Protocol):
+    """What this module reads of a run in progress (``trainer.Trainer`` is one)."""
+
+    cfg: TrainConfig
+    mcfg: ModelConfig
+    recipe: dict[str, Any]
+    out_dir: str
+    par: Strategy
+    model: torch.nn.Module
+    wrapped: torch.nn.Module
+    opt: torch.optim.Optimizer
+    tok: Any  # a tokenizers.Tokenizer
+    tokens: Any  # the training token stream (data.TokenStream)
+    corpus_info: dict[str, Any]
+    grad_stats: GradStatsRecorder | None
+    interval: Any  # trainer.Interval: the steps since the last log line
+    budget: dict[str, Any]
+    calibration: dict[str, Any] | None
+    step: int
+    total_steps: int
+    seq_len: int
+    global_batch: int
+    tokens_per_step: int
+    flops_per_token: float
+    flops_per_step: float
+    peak: float
+    peak_source: str
+    wall_s: float
+
+    def counters(self) -> dict[str, Any]: ...
 
 
-def meta(self: Trainer) -> dict[str, Any]:
+def meta(run: TrainingRun) -> dict[str, Any]:
     """Returns the trainer's config.json non-model blocks: resolved training config, data, provenance,
     compute.
 
     Written into ``config.json`` when a run starts and into every checkpoint."""
     train = {
-        "config": dataclasses.asdict(self.cfg),
-        "recipe": self.recipe,  # the optimizer and block size the run took (the config's None: these)
-        "total_steps": self.total_steps,
-        "warmup_steps": budget.warmup_steps(self.cfg, self.total_steps),
-        "seq_len": self.seq_len,
-        "global_batch": self.global_batch,
-        "world_size": self.par.world,
-        "parallel": self.par.name,
-        "device": str(self.par.device),
-        "budget": {**self.budget, "calibration": self.calibration},
-        "flops_per_token": self.flops_per_token,
-        "peak_flops": self.peak,
-        "peak_flops_source": self.peak_source,
+        "config": dataclasses.asdict(run.cfg),
+        "recipe": run.recipe,  # the optimizer and block size the run took (the config's None: these)
+        "total_steps": run.total_steps,
+        "warmup_steps": budget.warmup_steps(run.cfg, run.total_steps),
+        "seq_len": run.seq_len,
+        "global_batch": run.global_batch,
+        "world_size": run.par.world,
+        "parallel": run.par.name,
+        "device": str(run.par.device),
+        "budget": {**run.budget, "calibration": run.calibration},
+        "flops_per_token": run.flops_per_token,
+        "peak_flops": run.peak,
+        "peak_flops_source": run.peak_source,
         "data": {
-            "corpus": self.corpus_info,
-            "tokens": self.tokens.describe(),
-            "tokenizer_vocab": self.tok.get_vocab_size(),
+            "corpus": run.corpus_info,
+            "tokens": run.tokens.describe(),
+            "tokenizer_vocab": run.tok.get_vocab_size(),
         },
     }
-    if self.grad_stats is not None:
-        train["grad_stats"] = self.grad_stats.summary()
+    if run.grad_stats is not None:
+        train["grad_stats"] = run.grad_stats.summary()
     compute = {
-        "steps": self.step,
-        "tokens": self.step * self.tokens_per_step,
-        "flops": self.step * self.flops_per_step,
-        "wall_s": self.wall_s,
-        "device_hours": self.wall_s * self.par.world / 3600,
+        "steps": run.step,
+        "tokens": run.step * run.tokens_per_step,
+        "flops": run.step * run.flops_per_step,
+        "wall_s": run.wall_s,
+        "device_hours": run.wall_s * run.par.world / 3600,
         "hardware": hardware(),
     }
     return {
         "train": train,
-        "provenance": provenance(seed=self.cfg.seed, data_fingerprint=self.tokens.fingerprint),
+        "provenance": provenance(seed=run.cfg.seed, data_fingerprint=run.tokens.fingerprint),
         "compute": compute,
     }
 
 
-def cpu_model(trainer: Trainer, state: dict[str, torch.Tensor]) -> Transformer:
+def cpu_model(trainer: TrainingRun, state: dict[str, torch.Tensor]) -> Transformer:
     """Returns a CPU Transformer holding ``state`` (what checkpoint.save writes)."""
     if trainer.par.name != "fsdp2" and trainer.par.device.type == "cpu":
         return trainer.model
@@ -70,7 +103,7 @@ def cpu_model(trainer: Trainer, state: dict[str, torch.Tensor]) -> Transformer:
     return model
 
 
-def prepare_run_dir(trainer: Trainer) -> None:
+def prepare_run_dir(trainer: TrainingRun) -> None:
     """Rank 0: drops metrics after the resumed step and stale temp files; writes config and tokenizer."""
     if not trainer.par.main:
         return
@@ -85,7 +118,7 @@ def prepare_run_dir(trainer: Trainer) -> None:
     atomic_write_text(os.path.join(trainer.out_dir, rundir.TOKENIZER), trainer.tok.to_str(pretty=True))
 
 
-def save_checkpoint(trainer: Trainer) -> None:
+def save_checkpoint(trainer: TrainingRun) -> None:
     """Writes ``checkpoints/step_N`` atomically (a temp folder renamed into place)."""
     par = trainer.par
     state = par.model_state(trainer.model)
@@ -118,7 +151,7 @@ def save_checkpoint(trainer: Trainer) -> None:
     par.barrier()
 
 
-def finish(trainer: Trainer, val_loss: float) -> dict[str, Any]:
+def finish(trainer: TrainingRun, val_loss: float) -> dict[str, Any]:
     """Writes the final weights, then the completion record (last); returns the run summary."""
     state = trainer.par.model_state(trainer.model)
     summary = {

@@ -32,8 +32,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..base.artifacts import atomic_write_json, atomic_write_text
-from ..base.errors import DataError, MissingDataError
-from .config import load_json
+from ..base.errors import MissingDataError
+from ..base.jsonio import load_json, read_jsonl
 from .fingerprint import fingerprint_state_dict
 
 CONFIG = "config.json"
@@ -199,26 +199,10 @@ def metric_records(path: str) -> tuple[list[tuple[int, Any]], list[str]]:
     """Returns ((line number, parsed JSON) for each non-empty line of a metrics file, warnings).
 
     An unparsable *last* line (a writer killed mid-line) is dropped with a warning; any other bad
-    line raises ValueError naming the file and line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except FileNotFoundError:
-        raise MissingDataError(
-            f"{path}: not found (expected the {METRICS} that nfeval train writes)"
-        ) from None
-    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
-    records, warnings = [], []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append((lineno, json.loads(line)))
-        except json.JSONDecodeError as e:
-            if lineno != last:
-                raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-            warnings.append(f"{path}:{lineno}: ignored an unfinished last line")
-    return records, warnings
+    line raises DataError naming the file and line."""
+    if not os.path.isfile(path):
+        raise MissingDataError(f"{path}: not found (expected the {METRICS} that nfeval train writes)")
+    return read_jsonl(path, tolerate_torn_last_line=True)
 
 
 def read_metrics(run_dir: str, kind: str | None = None) -> list[dict[str, Any]]:

@@ -35,12 +35,10 @@ import sys
 from typing import Any
 
 from ..base.errors import CheckpointError, ConfigError
+from ..base.jsonio import load_json
 from . import rundir, train_config
-from .budget import lr_at, measure_matmul_flops  # noqa: F401  (re-exported)
-from .config import load_json
-from .objective import Objective  # noqa: F401  (re-exported)
-from .train_config import DTYPES, TrainConfig, config_from_args, fields_with, parse_set  # noqa: F401  (re-exported)
-from .trainer import Trainer, TrainingDiverged  # noqa: F401  (re-exported)
+from .train_config import TrainConfig, fields_with
+from .trainer import Trainer
 
 # What a resume may change, from each TrainConfig field's declared rule (train_config.setting).
 FIXED = fields_with(train_config.FIXED)

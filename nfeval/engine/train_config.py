@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.errors import ConfigError
+from ..base.jsonio import load_json
 from .config import (
     MODEL_CHOICES,
     OBJECTIVE_RECIPES,
     RECIPES,
     ModelConfig,
     check_fields,
-    load_json,
     parse_preset,
 )
 from .tokenization import MIN_BPE_VOCAB
@@ -148,8 +148,6 @@ class TrainConfig:
             )
         self._check_optimizer(bad)
         if self.grad_stats is not None:
-            from ..analysis.recorder import parse_grad_stats
-
             parse_grad_stats(self.grad_stats)
         if self.tensorboard is not None:
             from .tensorboard import check_available
@@ -186,6 +184,34 @@ class TrainConfig:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 RECIPE_TRAIN_FIELDS = ("beta1", "beta2", "eps", "weight_decay")
+
+
+GRAD_STATS_PAPER_WINDOW = (
+    "950:1000"  # updates 950–1000, the window of the paper's Figure 7 (Figure 3: early training)
+)
+
+
+def parse_grad_stats(spec: str) -> tuple[int, int]:
+    """Returns (start, end), 1-based inclusive update numbers, of ``START:END``; ConfigError if malformed."""
+    start, sep, end = str(spec).partition(":")
+    try:
+        window = (int(start), int(end))
+    except ValueError:
+        window = None
+    if not sep or window is None or not 1 <= window[0] <= window[1]:
+        raise ConfigError(
+            f"grad_stats={spec!r}: expected START:END with 1 <= START <= END (e.g. {GRAD_STATS_PAPER_WINDOW})"
+        )
+    return window
+
+
+def clip_window(window: tuple[int, int], total_updates: int) -> tuple[int, int]:
+    """Returns ``window`` clipped to updates 1..total_updates; a window wholly after the run becomes the
+    run's last updates of the same length (so a short run still records its own late-training window)."""
+    start, end = window
+    if start > total_updates:
+        start = max(1, total_updates - (end - start))
+    return start, min(end, total_updates)
 
 
 def training_recipe(cfg: TrainConfig, max_seq_len: int) -> dict[str, Any]:

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jsonlines
 import torch
 from tqdm import tqdm
 
 from ..base.errors import ConfigError
+from ..base.jsonio import append_jsonl
 from ..base.progress import progress_bar
 from . import budget, checkpoint, run_record, rundir, torch_files
 from .config import preset
@@ -27,15 +27,21 @@ from .data import (
     Batches,
 )
 from .flops import training_flops_per_token
+from .grad_stats import GradStatsRecorder
 from .model import Transformer
 from .objective import Objective, evaluate
-from .parallel import Single, make_strategy
+from .parallel import Strategy, make_strategy
 from .run_inputs import load_data, model_config
-from .train_config import TrainConfig, training_recipe
+from .train_config import TrainConfig, clip_window, parse_grad_stats, training_recipe
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss or gradient norm became NaN/inf."""
+    """The loss or gradient norm became NaN/inf; ``step`` is the last step of the logging interval
+    in which it did."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 @dataclass
@@ -58,7 +64,11 @@ class Trainer:
     statistics (``--grad-stats``, added by ``run()`` after the time calibration)."""
 
     def __init__(
-        self, cfg: TrainConfig, out_dir: str, weights_from: str | None = None, parallel: Single | None = None
+        self,
+        cfg: TrainConfig,
+        out_dir: str,
+        weights_from: str | None = None,
+        parallel: Strategy | None = None,
     ):
         cfg.validate()
         self.cfg, self.out_dir = cfg, out_dir
@@ -126,7 +136,7 @@ class Trainer:
         )
 
     @classmethod
-    def resume(cls, cfg: TrainConfig, out_dir: str, parallel: Single | None = None) -> Trainer:
+    def resume(cls, cfg: TrainConfig, out_dir: str, parallel: Strategy | None = None) -> Trainer:
         """Returns a Trainer at the newest valid checkpoint of ``out_dir`` (a fresh one if there is none);
         says on stderr which checkpoint it resumes from and which newer ones it skipped."""
         path, skipped = rundir.newest_valid_checkpoint(out_dir, thorough=True)
@@ -238,8 +248,7 @@ class Trainer:
     def log(self, row: dict[str, Any], bar: tqdm) -> None:
         if not self.par.main:
             return
-        with jsonlines.open(os.path.join(self.out_dir, rundir.METRICS), mode="a", flush=True) as w:
-            w.write(row)
+        append_jsonl(os.path.join(self.out_dir, rundir.METRICS), row)
         if self.tensorboard is not None:
             self.tensorboard.write(row)
         if row["kind"] == "train":
@@ -284,7 +293,8 @@ class Trainer:
                 f"non-finite {'loss' if not math.isfinite(mean_loss) else 'gradient norm'} within steps "
                 f"{self.step - iv.steps + 1}-{self.step} (loss {mean_loss}, grad norm {mean_norm}); stopped. "
                 f"Last good checkpoint: {last or 'none (no checkpoint was written yet)'}. "
-                "Try a lower --lr, --clip-grad or fp32."
+                "Try a lower --lr, --clip-grad or fp32.",
+                step=self.step,
             )
         return mean_loss, mean_norm
 
@@ -365,8 +375,6 @@ class Trainer:
 
     def add_grad_stats(self) -> None:
         """Records per-layer gradient statistics over ``cfg.grad_stats``'s window (clipped to the run)."""
-        from ..analysis.recorder import GradStatsRecorder, clip_window, parse_grad_stats
-
         window = clip_window(parse_grad_stats(self.cfg.grad_stats), self.total_steps)
         self.grad_stats = GradStatsRecorder(self.model, window, self.out_dir, write=self.par.main)
         self.gradient_hooks.append(record_grad_stats)

@@ -166,7 +166,7 @@ class TaskData:
     spec: TaskSpec
     train: Split
     dev: dict[str, Split]
-    test: dict = field(default_factory=dict)  # {name: submission.UnlabelledSplit}, for --predict-test
+    test: dict = field(default_factory=dict)  # {name: UnlabelledSplit}, for --predict-test
 
     def fingerprint(self) -> dict[str, str]:
         """Returns {split: sha256} of the train and dev splits, for resume keys and provenance."""
@@ -268,9 +268,78 @@ def load_local(task: str, glue_dir: str) -> TaskData:
         )
     train = read_tsv(os.path.join(folder, "train.tsv"), s, "train")
     dev = {name: read_tsv(os.path.join(folder, fname), s, name) for name, fname in s.dev_files.items()}
-    from .submission import read_tests
-
     return TaskData(s, train, dev, read_tests(task, glue_dir))
+
+
+# task -> {test split: (path under the GLUE folder, submission file name)}; the first split is required
+TEST_FILES: dict[str, dict[str, tuple[str, str]]] = {
+    "cola": {"test": ("CoLA/test.tsv", "CoLA.tsv")},
+    "sst2": {"test": ("SST-2/test.tsv", "SST-2.tsv")},
+    "mrpc": {"test": ("MRPC/test.tsv", "MRPC.tsv")},
+    "stsb": {"test": ("STS-B/test.tsv", "STS-B.tsv")},
+    "qqp": {"test": ("QQP/test.tsv", "QQP.tsv")},
+    "mnli": {
+        "test_matched": ("MNLI/test_matched.tsv", "MNLI-m.tsv"),
+        "test_mismatched": ("MNLI/test_mismatched.tsv", "MNLI-mm.tsv"),
+        "ax": ("diagnostic/diagnostic.tsv", "AX.tsv"),  # optional: the diagnostic set, MNLI's model
+    },
+    "qnli": {"test": ("QNLI/test.tsv", "QNLI.tsv")},
+    "rte": {"test": ("RTE/test.tsv", "RTE.tsv")},
+}
+OPTIONAL = {"ax"}
+TEST_TEXT_COLUMNS = {"cola": ("sentence",)}  # CoLA's train/dev have no header; its test file does
+INDEX_COLUMNS = ("index", "id")  # QQP's test file names it "id"
+
+
+@dataclass
+class UnlabelledSplit:
+    """A test split: the server's example ids and the texts (``text_b`` None for single sentences)."""
+
+    name: str
+    source: str
+    sha256: str
+    index: list[str]
+    text_a: list[str]
+    text_b: list[str] | None
+
+
+def read_test_tsv(path: str, spec: TaskSpec, name: str) -> UnlabelledSplit:
+    """Returns a GLUE test TSV (header with an index column and the task's text columns, no labels)."""
+    raw, text = read_text(path, spec, name)
+    lines = text.split("\n")
+    lines = [line.removesuffix("\r") for line in lines if line.strip()]
+    header = lines[0].split("\t") if lines else []
+    wanted = [
+        next((c for c in INDEX_COLUMNS if c in header), "index"),
+        *TEST_TEXT_COLUMNS.get(spec.name, spec.text_columns),
+    ]
+    missing = [c for c in wanted if c not in header]
+    if missing:
+        raise DataError(f"{path}:1: header lacks column(s) {missing} (expected {wanted} among the columns)")
+    positions = [header.index(c) for c in wanted]
+    columns: list[list[str]] = [[] for _ in wanted]
+    for lineno, line in enumerate(lines[1:], 2):
+        cols = line.split("\t")
+        if len(cols) != len(header):
+            raise DataError(f"{path}:{lineno}: expected {len(header)} tab-separated columns, got {len(cols)}")
+        for out, i in zip(columns, positions):
+            out.append(cols[i])
+    if not columns[0]:
+        raise DataError(f"{path}: empty split: no examples after the header")
+    text_b = columns[2] if len(columns) > 2 else None
+    return UnlabelledSplit(
+        name, os.path.abspath(path), hashlib.sha256(raw).hexdigest(), columns[0], columns[1], text_b
+    )
+
+
+def read_tests(task: str, glue_dir: str) -> dict[str, UnlabelledSplit]:
+    """Returns the test splits of ``task`` present in the GLUE folder (none: an empty dict)."""
+    task_spec = spec(task)
+    return {
+        name: read_test_tsv(os.path.join(glue_dir, rel), task_spec, name)
+        for name, (rel, _) in TEST_FILES[task].items()
+        if os.path.isfile(os.path.join(glue_dir, rel))
+    }
 
 
 def _hub_split(s: TaskSpec, ds, name: str, hub_split: str) -> Split:

@@ -25,7 +25,6 @@ from ..engine.tokenization import special_ids
 from . import data as glue_data
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
-from . import submission as glue_submission
 from .points import RESULT, lr_key, mismatch, same
 from .recipe import ResolvedRecipe
 
@@ -319,7 +318,7 @@ def run_point(
         history.append({"epoch": epoch + 1, "train_loss": loss_sum.item() / len(batches), "metrics": metrics})
         if glue_predictions.is_reported(history, main, r.select):
             glue_predictions.write(directory, enc.spec.name, lr, seed, epoch + 1, enc, preds)
-            glue_submission.keep_test_predictions(directory, model, enc, r, pad_id, dev, epoch + 1)
+            keep_test_predictions(directory, model, enc, r, pad_id, dev, epoch + 1)
         bar.set_postfix({main: round(metrics[main], 4)})
         if epoch + 1 < r.epochs:
             _save_state(
@@ -332,3 +331,20 @@ def run_point(
     if os.path.exists(state_path):
         os.unlink(state_path)
     return result
+
+
+def keep_test_predictions(directory: str, model, enc, recipe, pad_id: int, device, epoch: int) -> None:
+    """Writes the test predictions of the point's reported epoch (``model`` as it is now) to
+    ``directory/test_predictions.json``; does nothing when the task has no test split."""
+    if not enc.test:
+        return
+    splits = {}
+    for name, (seqs, index) in enc.test.items():
+        bf16 = recipe.dtype == "bf16"
+        preds = predict(model, seqs, enc.spec.is_regression, recipe.eval_batch_size, pad_id, device, bf16)
+        splits[name] = {"index": list(index), "preds": preds}
+    atomic_write_json(
+        os.path.join(directory, glue_predictions.TEST_PREDICTIONS),
+        {"task": enc.spec.name, "epoch": epoch, "data": enc.test_fingerprint, "splits": splits,
+         "nfeval": {"provenance": provenance()}},
+    )  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from ..base import sweep_lock
 from ..base.errors import DataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from .recipe import ResolvedRecipe
 
 RESULT = "result.json"

@@ -21,6 +21,7 @@ from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import DataError, MissingDataError
 
 PREDICTIONS = "predictions.json"
+TEST_PREDICTIONS = "test_predictions.json"  # a point's test-split predictions (--predict-test)
 
 
 def is_reported(history: Sequence[Mapping], main: str, select: str) -> bool:

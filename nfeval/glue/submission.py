@@ -21,89 +21,19 @@ nfeval fine-tunes: its file is not written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from . import data as glue_data
 from . import metrics as glue_metrics
+from .points import RESULT, point_dir
+from .predictions import TEST_PREDICTIONS
 
-TEST_PREDICTIONS = "test_predictions.json"
 SUBMISSION_DIR = os.path.join("glue", "submission")
-# task -> {test split: (path under the GLUE folder, submission file name)}; the first split is required
-TEST_FILES: dict[str, dict[str, tuple[str, str]]] = {
-    "cola": {"test": ("CoLA/test.tsv", "CoLA.tsv")},
-    "sst2": {"test": ("SST-2/test.tsv", "SST-2.tsv")},
-    "mrpc": {"test": ("MRPC/test.tsv", "MRPC.tsv")},
-    "stsb": {"test": ("STS-B/test.tsv", "STS-B.tsv")},
-    "qqp": {"test": ("QQP/test.tsv", "QQP.tsv")},
-    "mnli": {
-        "test_matched": ("MNLI/test_matched.tsv", "MNLI-m.tsv"),
-        "test_mismatched": ("MNLI/test_mismatched.tsv", "MNLI-mm.tsv"),
-        "ax": ("diagnostic/diagnostic.tsv", "AX.tsv"),  # optional: the diagnostic set, MNLI's model
-    },
-    "qnli": {"test": ("QNLI/test.tsv", "QNLI.tsv")},
-    "rte": {"test": ("RTE/test.tsv", "RTE.tsv")},
-}
-OPTIONAL = {"ax"}
-TEST_TEXT_COLUMNS = {"cola": ("sentence",)}  # CoLA's train/dev have no header; its test file does
-INDEX_COLUMNS = ("index", "id")  # QQP's test file names it "id"
-
-
-@dataclass
-class UnlabelledSplit:
-    """A test split: the server's example ids and the texts (``text_b`` None for single sentences)."""
-
-    name: str
-    source: str
-    sha256: str
-    index: list[str]
-    text_a: list[str]
-    text_b: list[str] | None
-
-
-def read_test_tsv(path: str, spec: glue_data.TaskSpec, name: str) -> UnlabelledSplit:
-    """Returns a GLUE test TSV (header with an index column and the task's text columns, no labels)."""
-    raw, text = glue_data.read_text(path, spec, name)
-    lines = text.split("\n")
-    lines = [line.removesuffix("\r") for line in lines if line.strip()]
-    header = lines[0].split("\t") if lines else []
-    wanted = [
-        next((c for c in INDEX_COLUMNS if c in header), "index"),
-        *TEST_TEXT_COLUMNS.get(spec.name, spec.text_columns),
-    ]
-    missing = [c for c in wanted if c not in header]
-    if missing:
-        raise DataError(f"{path}:1: header lacks column(s) {missing} (expected {wanted} among the columns)")
-    positions = [header.index(c) for c in wanted]
-    columns: list[list[str]] = [[] for _ in wanted]
-    for lineno, line in enumerate(lines[1:], 2):
-        cols = line.split("\t")
-        if len(cols) != len(header):
-            raise DataError(f"{path}:{lineno}: expected {len(header)} tab-separated columns, got {len(cols)}")
-        for out, i in zip(columns, positions):
-            out.append(cols[i])
-    if not columns[0]:
-        raise DataError(f"{path}: empty split: no examples after the header")
-    text_b = columns[2] if len(columns) > 2 else None
-    return UnlabelledSplit(
-        name, os.path.abspath(path), hashlib.sha256(raw).hexdigest(), columns[0], columns[1], text_b
-    )
-
-
-def read_tests(task: str, glue_dir: str) -> dict[str, UnlabelledSplit]:
-    """Returns the test splits of ``task`` present in the GLUE folder (none: an empty dict)."""
-    spec = glue_data.spec(task)
-    return {
-        name: read_test_tsv(os.path.join(glue_dir, rel), spec, name)
-        for name, (rel, _) in TEST_FILES[task].items()
-        if os.path.isfile(os.path.join(glue_dir, rel))
-    }
 
 
 def check_test_files(tasks: list[str], glue_dir: str | None) -> None:
@@ -112,35 +42,14 @@ def check_test_files(tasks: list[str], glue_dir: str | None) -> None:
     if glue_dir is None:
         raise ConfigError("--predict-test: needs --glue-dir (a GLUE folder with the test.tsv files)")
     for task in tasks:
-        for name, (rel, _) in TEST_FILES[task].items():
-            if name not in OPTIONAL and not os.path.isfile(os.path.join(glue_dir, rel)):
+        for name, (rel, _) in glue_data.TEST_FILES[task].items():
+            if name not in glue_data.OPTIONAL and not os.path.isfile(os.path.join(glue_dir, rel)):
                 raise MissingDataError(f"{os.path.join(glue_dir, rel)}: not found (--predict-test needs it)")
-
-
-def keep_test_predictions(directory: str, model, enc, recipe, pad_id: int, device, epoch: int) -> None:
-    """Writes the test predictions of the point's reported epoch (``model`` as it is now) to
-    ``directory/test_predictions.json``; does nothing when the task has no test split."""
-    if not enc.test:
-        return
-    from .finetune import predict
-
-    splits = {}
-    for name, (seqs, index) in enc.test.items():
-        bf16 = recipe.dtype == "bf16"
-        preds = predict(model, seqs, enc.spec.is_regression, recipe.eval_batch_size, pad_id, device, bf16)
-        splits[name] = {"index": list(index), "preds": preds}
-    atomic_write_json(
-        os.path.join(directory, TEST_PREDICTIONS),
-        {"task": enc.spec.name, "epoch": epoch, "data": enc.test_fingerprint, "splits": splits,
-         "nfeval": {"provenance": provenance()}},
-    )  # fmt: skip
 
 
 def best_point(out_dir: str, summary: Mapping, task: str) -> Mapping:
     """Returns the finished point (result.json) at the task's best lr with the best dev main metric (the
     lowest seed on ties), checked to be of the summary's checkpoint."""
-    from .points import RESULT, point_dir
-
     best_lr, main = summary["tasks"][task]["best_lr"], glue_metrics.MAIN_METRIC[task]
     fingerprint = summary["nfeval"]["model"]["fingerprint"]
     points = []
@@ -163,7 +72,7 @@ def label_text(spec: glue_data.TaskSpec, pred) -> str:
     return spec.labels[int(pred)]
 
 
-def read_test_predictions(directory: str, tests: Mapping[str, UnlabelledSplit]) -> dict[str, Any]:
+def read_test_predictions(directory: str, tests: Mapping[str, glue_data.UnlabelledSplit]) -> dict[str, Any]:
     """Returns a point's test predictions, checked to be for the current test files."""
     path = os.path.join(directory, TEST_PREDICTIONS)
     if not os.path.isfile(path):
@@ -184,8 +93,6 @@ def write_submission(out_dir: str, summary: Mapping, tasks: list[str], glue_dir:
     """Writes the server's TSVs for ``tasks`` into ``<out_dir>/glue/submission`` and updates its
     manifest.json (files of other tasks, from earlier runs of the same checkpoint, are kept); returns
     the folder."""
-    from .points import point_dir
-
     folder = os.path.join(out_dir, SUBMISSION_DIR)
     manifest_path = os.path.join(folder, "manifest.json")
     model = summary["nfeval"]["model"]
@@ -195,13 +102,13 @@ def write_submission(out_dir: str, summary: Mapping, tasks: list[str], glue_dir:
         if earlier.get("model", {}).get("fingerprint") == model["fingerprint"]:
             files = earlier["files"]
     for task in tasks:
-        spec, tests = glue_data.spec(task), read_tests(task, glue_dir)
+        spec, tests = glue_data.spec(task), glue_data.read_tests(task, glue_dir)
         point = best_point(out_dir, summary, task)
         kept = read_test_predictions(point_dir(out_dir, task, point["lr"], point["seed"]), tests)
         for name, split in tests.items():
             preds = kept["splits"][name]
             rows = [f"{i}\t{label_text(spec, p)}" for i, p in zip(preds["index"], preds["preds"])]
-            file_name = TEST_FILES[task][name][1]
+            file_name = glue_data.TEST_FILES[task][name][1]
             atomic_write_text(os.path.join(folder, file_name), "index\tprediction\n" + "\n".join(rows) + "\n")
             files[file_name] = {"task": task, "split": name, "rows": len(rows), "lr": point["lr"],
                                 "seed": point["seed"], "epoch": kept["epoch"], "dev": point["metrics"],

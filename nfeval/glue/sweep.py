@@ -45,9 +45,9 @@ import torch
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError
+from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
-from ..engine.config import load_json
 from ..launch.options import LaunchOptions
 from . import data as glue_data
 from . import ensemble
@@ -125,7 +125,9 @@ def encode_tasks(ckpt, data, points) -> dict[tuple[str, int], EncodedTask]:
 def plan_ensembles(ckpt, encoded, points, setting, device: str, jobs: int) -> list[list[Point]]:
     """Returns ``points`` cut into the units trained together (``--ensemble``; see ``ensemble.py``)."""
     fits = (
-        ensemble.members_that_fit(ckpt, encoded, points, device, jobs) if setting == ensemble.AUTO else None
+        ensemble.members_that_fit(ckpt, encoded, points, device, jobs)
+        if setting == ensemble.AUTO and points  # a rerun of a finished sweep has no points left
+        else None
     )
     return ensemble.plan_units(points, setting, jobs, fits)
 

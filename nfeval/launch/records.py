@@ -16,7 +16,7 @@ from typing import Any
 import submitit
 
 from ..base.artifacts import atomic_write_json
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 
 RECORD = "slurm_jobs.json"
 JOB_FILES = "slurm"  # <folder>/slurm/: submitit's job pickles, sbatch scripts and logs

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, atomic_write_text
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from .stages import CLOZE_CHOICES, shared_tokenizer, zeroshot_data
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
@@ -60,7 +60,8 @@ def log(message: str) -> None:
 
 def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
     """Trains Pre-LN and NormFormer under the same wall-clock budget (resuming); returns {arch: run dir}."""
-    from ..engine.train import TrainConfig, train
+    from ..engine.train import train
+    from ..engine.train_config import TrainConfig
 
     runs = {}
     for arch in ARCHES:

@@ -36,8 +36,9 @@ from typing import Any
 
 from ..base.artifacts import hardware_key, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
+from ..base.jsonio import load_json
 from ..engine import rundir
-from ..engine.config import ModelConfig, load_json
+from ..engine.config import ModelConfig
 from ..tune.results import describe_lr
 
 AXES = ("flops", "wall_s")

@@ -25,8 +25,8 @@ from typing import Any
 
 from ..base.artifacts import provenance
 from ..base.errors import DataError
+from ..base.jsonio import load_json
 from ..engine import rundir
-from ..engine.config import load_json
 from ..glue.data import TASKS as GLUE_TASKS
 from ..tune.results import describe_lr
 from .leaderboard_read import (

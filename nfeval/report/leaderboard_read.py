@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import tasks as nf_tasks
 from ..base.errors import DataError, MissingDataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from ..glue.data import TASKS as GLUE_TASKS
 from ..glue.metrics import SPLIT_METRICS
 

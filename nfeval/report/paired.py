@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ConfigError, DataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
 from ..glue.points import lr_key, point_dir

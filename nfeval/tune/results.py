@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..base.errors import ConfigError, DataError, MissingDataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from ..engine.train_config import TrainConfig
 
 OK, DIVERGED, MISSING = "ok", "diverged", "missing"

@@ -49,10 +49,12 @@ import torch
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
+from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
-from ..engine.config import load_json
-from ..engine.train import TrainConfig, TrainingDiverged, train
+from ..engine.train import train
+from ..engine.train_config import TrainConfig
+from ..engine.trainer import TrainingDiverged
 from ..launch.options import LaunchOptions
 from . import results as tune_results
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..base.artifacts import atomic_write_json, cache_dir
 from ..base.errors import DataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 from . import items as zeroshot_items
 
 PER_TASK_KEYS = (

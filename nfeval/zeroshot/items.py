@@ -28,7 +28,7 @@ import numpy as np
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import DataError, MissingDataError
-from ..engine.config import load_json
+from ..base.jsonio import load_json
 
 log = logging.getLogger(__name__)
 SUFFIX = ".items.json"

@@ -13,13 +13,13 @@ import torch
 from conftest import make_text
 from test_fairseq_import import to_fairseq
 
-from nfeval.analysis.recorder import GradStatsRecorder
 from nfeval.analysis.stability import AttentionLogitProbe, StabilitySettings, stability_test
 from nfeval.analysis.tables import stability_table
 from nfeval.cli import main
 from nfeval.engine import checkpoint
 from nfeval.engine.config import preset
 from nfeval.engine.data import Batches
+from nfeval.engine.grad_stats import GradStatsRecorder
 from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import SpecialIds
 

@@ -10,18 +10,19 @@ import torch
 import torch.nn.functional as F
 from test_fairseq_import import to_fairseq
 
-from nfeval.analysis.grads import GAIN_KINDS, WEIGHT_KINDS, grad_norms, relative_to_baseline
-from nfeval.analysis.recorder import (
-    GRAD_STATS,
-    GradStatsRecorder,
-    clip_window,
-    parse_grad_stats,
-    read_grad_stats,
-)
+from nfeval.analysis.grads import grad_norms, relative_to_baseline
 from nfeval.base.errors import ConfigError
 from nfeval.engine import checkpoint
 from nfeval.engine.config import preset
+from nfeval.engine.grad_stats import (
+    GAIN_KINDS,
+    GRAD_STATS,
+    WEIGHT_KINDS,
+    GradStatsRecorder,
+    read_grad_stats,
+)
 from nfeval.engine.model import Transformer
+from nfeval.engine.train_config import clip_window, parse_grad_stats
 
 ARCHS = ("postnorm", "prenorm", "normformer", "normformer-resscale")
 

@@ -9,7 +9,8 @@ import torch
 
 from nfeval.engine.config import ModelConfig
 from nfeval.engine.generate import Sampling, generate
-from nfeval.engine.model import KVCache, Transformer
+from nfeval.engine.kv_cache import KVCache
+from nfeval.engine.model import Transformer
 
 HEAD_SCALES = {  # (scale_heads, head_scale_position, head_scale_transpose_bug)
     "off": (False, "after_out_proj", False),

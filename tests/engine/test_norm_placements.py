@@ -17,7 +17,8 @@ from torch import nn
 
 from nfeval.engine.config import ARCHITECTURES, NORM_POSITIONS, ModelConfig, preset
 from nfeval.engine.generate import generate
-from nfeval.engine.model import Block, KVCache, Transformer
+from nfeval.engine.kv_cache import KVCache
+from nfeval.engine.model import Block, Transformer
 from nfeval.engine.norms import deepnorm_alpha_beta, make_norm
 
 

@@ -19,8 +19,11 @@ from conftest import make_corpus, tiny_train_args, tiny_train_config
 
 from nfeval import cli
 from nfeval.engine import checkpoint
+from nfeval.engine.budget import lr_at
 from nfeval.engine.model import Transformer
-from nfeval.engine.train import TrainConfig, TrainingDiverged, lr_at, train
+from nfeval.engine.train import train
+from nfeval.engine.train_config import TrainConfig
+from nfeval.engine.trainer import TrainingDiverged
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -169,7 +172,7 @@ def test_resume_after_kill_9_is_bitwise(corpus, tmp_path):
 
     reference = tmp_path / "reference"
     ns = cli.build_parser("train").parse_args(["train", "--out", str(reference), *args])
-    from nfeval.engine.train import config_from_args
+    from nfeval.engine.train_config import config_from_args
 
     train(config_from_args(ns), str(reference))
     got, want = metrics(run), metrics(reference)
@@ -244,7 +247,7 @@ def test_bad_corpus_fails_clearly(tmp_path):
 
 
 def test_config_file_then_flags(corpus, tmp_path):
-    from nfeval.engine.train import config_from_args
+    from nfeval.engine.train_config import config_from_args
 
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"lr": 1e-3, "max_steps": 7, "model": {"dropout": 0.2}}), encoding="utf-8")

@@ -11,6 +11,7 @@ from test_glue import write_cat_tasks
 
 from nfeval import cli
 from nfeval.glue import ensemble, finetune
+from nfeval.glue import members as stacked
 from nfeval.glue import sweep as glue
 from nfeval.glue.points import Point
 
@@ -114,13 +115,13 @@ def test_stacked_adamw_is_torch_adamw_per_member(tiny_mlm_ckpt):
         for m, lr in zip(together, lrs)
     ]
     members = [
-        ensemble.Member(
+        stacked.Member(
             None, m, o, torch.optim.lr_scheduler.LambdaLR(o, finetune.lr_lambda(6, 2)), [], {}, None, None
         )
         for m, o in zip(together, t_opts)
     ]
-    params = ensemble.stack_members(members)
-    adam = ensemble.StackedAdamW(members, params)
+    params = stacked.stack_members(members)
+    adam = stacked.StackedAdamW(members, params)
     for _ in range(6):
         grads = {n: torch.randn(len(lrs), *p.shape[1:]) for n, p in params.items()}
         for k, (m, o, s) in enumerate(zip(alone, opts, scheds)):

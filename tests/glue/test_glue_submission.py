@@ -57,7 +57,7 @@ def fake_sweep(out, root, tasks, lrs=(1e-5, 2e-5)) -> dict:
     summary = {"nfeval": {"model": {"fingerprint": "f" * 64}, "recipe": {}}, "tasks": {}}
     for task in tasks:
         spec, main = submission.glue_data.spec(task), submission.glue_metrics.MAIN_METRIC[task]
-        tests = submission.read_tests(task, str(root))
+        tests = submission.glue_data.read_tests(task, str(root))
         for lr in lrs:
             for seed in range(2):
                 d = point_dir(str(out), task, lr, seed)
@@ -79,14 +79,14 @@ def fake_sweep(out, root, tasks, lrs=(1e-5, 2e-5)) -> dict:
 def test_every_task_file_has_official_name_rows_header_and_labels(tmp_path):
     root = tmp_path / "glue"
     indices = write_test_files(root)
-    tasks = list(submission.TEST_FILES)
+    tasks = list(submission.glue_data.TEST_FILES)
     summary = fake_sweep(tmp_path, root, tasks)
     folder = submission.write_submission(str(tmp_path), summary, tasks, str(root))
     names = {f for f in os.listdir(folder) if f.endswith(".tsv")}
     assert names == {"CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv",
                      "AX.tsv", "QNLI.tsv", "RTE.tsv"}  # fmt: skip
     manifest = json.loads(open(os.path.join(folder, "manifest.json")).read())
-    for task, splits in submission.TEST_FILES.items():
+    for task, splits in submission.glue_data.TEST_FILES.items():
         for name, (rel, file_name) in splits.items():
             lines = open(os.path.join(folder, file_name)).read().splitlines()
             assert lines[0] == "index\tprediction", file_name

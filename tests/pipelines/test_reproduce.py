@@ -12,12 +12,12 @@ import torch
 from test_demo import write_rte
 
 from nfeval.base.errors import ConfigError
+from nfeval.engine.budget import lr_at
 from nfeval.engine.config import ModelConfig
 from nfeval.engine.model import Transformer
 from nfeval.engine.run_inputs import model_config
-from nfeval.engine.train import lr_at
 from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
-from nfeval.pipelines.reproduce.plan import EXPERIMENTS, RUNS, SCALES, TABLE4, TABLE5, available
+from nfeval.pipelines.reproduce.plan import EXPERIMENTS, RUNS, SCALES, TABLE4, TABLE5
 from nfeval.pipelines.reproduce.run_overrides import matched_width, parameter_count
 from nfeval.pipelines.reproduce.verdict import (
     AGREES,
@@ -102,7 +102,7 @@ def test_ablation_changes_exactly_its_flag(key, flag):
     assert abs(full.normformer_param_count() - variant.normformer_param_count()) == expected
 
 
-@pytest.mark.parametrize("key", [k for k in TABLE4 if RUNS[k].model and available(k)])
+@pytest.mark.parametrize("key", [k for k in TABLE4 if RUNS[k].model])
 def test_table4_row_changes_exactly_its_fields(key):
     full, variant = _model("clm-normformer").to_dict(), _model(key).to_dict()
     assert {k for k, v in full.items() if variant[k] != v} == set(RUNS[key].model)
@@ -258,7 +258,7 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
     assert "λresid" in sections["fig6"]["tables"][0]["rows"][0][0]
     assert len(sections["table5"]["claims"]) == len(TABLE5)
     assert "| MDE | seeds to detect the observed mean |" in text
-    for key in (k for k in RUNS if available(k)):  # every run trained for both seeds, with its record
+    for key in RUNS:  # every run trained for both seeds, with its record
         for seed in (1, 2):
             record = json.load(open(os.path.join(cfg.out, "runs", key, f"seed{seed}.json")))
             assert record["status"] in ("finished", "diverged") and record["seed"] == seed

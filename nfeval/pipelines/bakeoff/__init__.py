@@ -21,7 +21,8 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError, MissingDataError
-from ...engine.config import SIZES, load_json
+from ...base.jsonio import load_json
+from ...engine.config import SIZES
 from ...launch.options import LaunchOptions
 from ..reproduce.plan import SCALES
 from . import results

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...base.jsonio import load_json
 from ...report import significance as sig
 from ..reproduce import verdict
 from ..reproduce.eval_experiments import CLOZE_METRIC
@@ -124,7 +125,6 @@ def zeroshot_tests(ctx: Context, files: dict[str, dict[int, list[str]]]) -> list
 
 
 def _tasks_in(path: str) -> list[str]:
-    from ...engine.config import load_json
 
     return list(load_json(path).get("results", {}))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from ...engine.step_ratio import equal_time_steps, measure_step_ratio
 from ...engine.train import TrainConfig, TrainingDiverged, train
 from ...launch.options import LaunchOptions

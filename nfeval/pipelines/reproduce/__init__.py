@@ -20,7 +20,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError, MissingDataError
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from ...launch.options import LaunchOptions
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
 from .runner import Context, log, train_on_cluster

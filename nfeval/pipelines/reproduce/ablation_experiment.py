@@ -1,7 +1,6 @@
 """Table 4 (ablations, controls, width control) and Table 5 (NormFormer vs Pre-LN under other
 hyperparameters) of Shleifer et al. 2021: final validation PPL under the same per-run budget, each
-claim decided per seed on log-PPL differences. Rows whose ModelConfig fields this build lacks are
-listed as not run (``plan.available``)."""
+claim decided per seed on log-PPL differences."""
 
 from __future__ import annotations
 
@@ -10,8 +9,10 @@ import os
 from typing import Any
 
 from ...base.plots import plot_bars
+from ...engine.checkpoint import read_config
 from . import verdict
 from .plan import ABLATIONS, CONTROLS, RUNS, TABLE4, TABLE5, TABLE5_SETTINGS
+from .run_overrides import parameter_count
 from .runner import Context, run_dir, table_section
 from .training_experiments import _log_ratio, final_ppl
 
@@ -19,9 +20,6 @@ FULL = "clm-normformer"
 
 
 def _params(ctx: Context, key: str) -> str:
-    from ...engine.checkpoint import read_config
-    from .run_overrides import parameter_count
-
     directory = run_dir(ctx, key, ctx.seed_values[0])
     if not os.path.isfile(os.path.join(directory, "config.json")):
         return "–"
@@ -58,9 +56,6 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     ppl = {k: final_ppl(rs) for k, rs in records.items()}
     rows = []
     for k in TABLE4:
-        if k not in ppl:
-            rows.append([RUNS[k].label, "–", "not run: this build's ModelConfig lacks its fields", ""])
-            continue
         change = [_log_ratio(a, b) for a, b in zip(ppl[k], ppl[FULL])]
         rows.append(
             [

@@ -14,18 +14,15 @@ import json
 import os
 from typing import Any
 
-from ...engine.config import load_json
+import torch
+
+from ...analysis.stability import lowest_precision
+from ...base.jsonio import load_json
 from . import verdict
+from .gradient_experiment import gradient_parts
 from .runner import Context, log, run_dir
 
 STABILITY_ARCHS = ("prenorm", "normformer", "normformer-resscale", "postnorm")
-
-
-def available() -> bool:
-    """Returns whether this build has ``nfeval analyze`` (nfeval.analysis)."""
-    import importlib.util
-
-    return importlib.util.find_spec("nfeval.analysis") is not None
 
 
 def analyze(argv: list[str], png: str) -> dict[str, Any]:
@@ -57,10 +54,6 @@ def _named_links(ctx: Context, keys: tuple[str, ...], seed: int) -> list[str]:
 def stability(ctx: Context) -> dict[str, Any]:
     """Runs the increasing-LR stability test (Figure 5) on STABILITY_ARCHS at the runs' own model config
     and tokenizer, in the device's lowest autocast precision; returns its JSON."""
-    import torch
-
-    from ...analysis.stability import lowest_precision
-
     s = ctx.scale
     device = ctx.device if ctx.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     precision = lowest_precision(device)
@@ -118,13 +111,6 @@ def stability_parts(result: dict[str, Any], size: str) -> tuple[list[dict], list
 
 def figures_3_to_5(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     """Figures 3, 4, 5 and 7: returns the section parts (tables, claims, PNGs, notes, data)."""
-    from .gradient_experiment import gradient_parts
-
-    if not available():
-        return {
-            "status": "not available in this build",
-            "notes": ["`nfeval analyze` is not part of this build."],
-        }
     folder = os.path.join(ctx.out, "experiments", "fig3-5")
     parts = gradient_parts(ctx, keys, folder)
     tables, claims, figures = parts["tables"], parts["claims"], parts["figures"]

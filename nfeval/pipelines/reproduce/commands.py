@@ -8,7 +8,7 @@ import os
 import shlex
 
 from ...base.artifacts import atomic_write_text
-from ...engine.train import TrainConfig
+from ...engine.train_config import TrainConfig
 from .plan import EXPERIMENTS, RUNS
 from .runner import Context, run_dir, train_config
 

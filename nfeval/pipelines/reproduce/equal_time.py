@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from ...engine.step_ratio import CONFIDENCE, measure_step_ratio
 from .plan import RUNS
 from .runner import BASELINES, Context, log, preset_name, run_budget, train_config

@@ -140,23 +140,12 @@ def glue(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         + [verdict.fmt_mean_std(_average(chosen[k], tasks), 4)]
         for k in keys
     ]
-    claims = []
-    for t in tasks:
-        b, c = chosen[base][t]["report"], chosen[cand][t]["report"]
-        se = 0.0
-        if MAIN_METRIC[t] == "accuracy":  # the report half's binomial SE of an accuracy difference
-            pb, pc = statistics.fmean(b), statistics.fmean(c)
-            se = math.sqrt((pb * (1 - pb) + pc * (1 - pc)) / sizes[t])
-        claims.append(
-            {
-                "claim": f"{RUNS[cand].label} fine-tunes better on {t} than {RUNS[base].label} (LR chosen "
-                "on the other half of dev)",
-                "measured": f"{verdict.fmt_mean_std(c, 4)} vs {verdict.fmt_mean_std(b, 4)} over "
-                f"{len(seeds)} fine-tuning seeds"
-                + (f"; binomial SE of the difference {se:.4f}" if se else ""),
-                **verdict.decide([y - x for x, y in zip(b, c)], measurement_se=se),
-            }
+    claims = [
+        _task_claim(
+            t, MAIN_METRIC[t], base, cand, chosen[base][t]["report"], chosen[cand][t]["report"], sizes[t]
         )
+        for t in tasks
+    ]
     if len(tasks) > 1:
         diffs = [y - x for x, y in zip(_average(chosen[base], tasks), _average(chosen[cand], tasks))]
         claims.append(
@@ -179,6 +168,24 @@ def glue(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         "claims": claims,
         "notes": notes,
         "data": {"glue": chosen},
+    }
+
+
+def _task_claim(
+    task: str, metric: str, base: str, cand: str, b: list[float], c: list[float], size: int
+) -> dict[str, Any]:
+    """Returns the claim that ``cand`` fine-tunes better on ``task`` than ``base`` (report-half scores
+    ``c`` vs ``b``, one per fine-tuning seed; ``size`` the report half's row count)."""
+    se = 0.0
+    if metric == "accuracy":  # the report half's binomial SE of an accuracy difference
+        pb, pc = statistics.fmean(b), statistics.fmean(c)
+        se = math.sqrt((pb * (1 - pb) + pc * (1 - pc)) / size)
+    return {
+        "claim": f"{RUNS[cand].label} fine-tunes better on {task} than {RUNS[base].label} (LR chosen "
+        "on the other half of dev)",
+        "measured": f"{verdict.fmt_mean_std(c, 4)} vs {verdict.fmt_mean_std(b, 4)} over "
+        f"{len(b)} fine-tuning seeds" + (f"; binomial SE of the difference {se:.4f}" if se else ""),
+        **verdict.decide([y - x for x, y in zip(b, c)], measurement_se=se),
     }
 
 

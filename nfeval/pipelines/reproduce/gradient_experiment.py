@@ -23,7 +23,7 @@ import statistics
 from typing import Any
 
 from ...analysis.grads import relative_by_kind
-from ...analysis.recorder import GRAD_STATS, average_rows, read_grad_stats
+from ...engine.grad_stats import GRAD_STATS, average_rows, read_grad_stats
 from . import verdict
 from .plan import RUNS
 from .runner import Context, run_dir

@@ -217,8 +217,7 @@ TABLE5 = {
 }
 
 # Table 4's ablations are the NormFormer preset with exactly one fairseq flag changed; its controls add
-# an op a ModelConfig field defines (a row whose fields a build lacks is listed as not run, see
-# ``available``).
+# an op a ModelConfig field defines.
 RUNS: dict[str, RunSpec] = {
     "clm-prenorm": RunSpec("clm", "prenorm", label="Pre-LN baseline"),
     "clm-normformer": RunSpec("clm", "normformer", label="NormFormer"),
@@ -274,16 +273,6 @@ TABLE4 = (
     "clm-prenorm-wide",
     "clm-prenorm",
 )
-
-
-def available(key: str) -> bool:
-    """Returns whether this build's ModelConfig has every field run ``key`` overrides."""
-    import dataclasses
-
-    from ...engine.config import ModelConfig
-
-    names = {f.name for f in dataclasses.fields(ModelConfig)}
-    return set(RUNS[key].model) <= names
 
 
 @dataclass(frozen=True)

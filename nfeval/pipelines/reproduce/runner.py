@@ -9,17 +9,20 @@ diverged, so a rerun skips the run without calling ``train`` and a killed one is
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.artifacts import atomic_write_json
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from ...engine.step_ratio import equal_time_steps
-from ...engine.train import TrainConfig, TrainingDiverged, train
+from ...engine.train import train
+from ...engine.train_config import TrainConfig
+from ...engine.trainer import TrainingDiverged
 from ...launch.options import LaunchOptions
-from .plan import RUNS, Scale, available
+from ...tune.results import with_tuned_lr
+from .plan import RUNS, Scale
+from .run_overrides import apply_run_overrides  # Table 4's width control, Table 5's settings
 
 
 def log(message: str) -> None:
@@ -102,11 +105,7 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         **run_budget(ctx, key),
     )
     if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
-        from ...tune.results import with_tuned_lr
-
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
-    from .run_overrides import apply_run_overrides  # Table 4's width control, Table 5's settings
-
     return apply_run_overrides(cfg, key, s)
 
 
@@ -120,15 +119,6 @@ def table_section(
 
 def run_dir(ctx: Context, key: str, seed: int) -> str:
     return os.path.join(ctx.out, "runs", key, f"seed{seed}")
-
-
-def diverged_step(error: TrainingDiverged) -> int | None:
-    """Returns the last step of the logging interval in which training diverged, from the error."""
-    step = getattr(error, "step", None)
-    if step is not None:
-        return int(step)
-    match = re.search(r"within steps (\d+)-(\d+)", str(error))
-    return int(match.group(2)) if match else None
 
 
 def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
@@ -156,7 +146,7 @@ def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
         record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
     except TrainingDiverged as e:
         log(f"{key} seed {seed} diverged: {e}")
-        record.update(status="diverged", diverged_at=diverged_step(e), val_ppl=None, message=str(e))
+        record.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
     atomic_write_json(marker, record)
     return record
 
@@ -173,7 +163,7 @@ def train_on_cluster(ctx: Context, keys: list[str]) -> str | None:
     from ...launch import cluster
     from ...launch.jobs import LaunchPoint
 
-    runs = [(k, s) for k in keys if available(k) for s in ctx.seed_values]
+    runs = [(k, s) for k in keys for s in ctx.seed_values]
     todo = [(k, s) for k, s in runs if not os.path.isfile(run_dir(ctx, k, s) + ".json")]
     points = [LaunchPoint(f"{k}/seed{s}", ensure_run, (ctx, k, s), run_dir(ctx, k, s)) for k, s in todo]
     cluster.run_points(points, ctx.out, ctx.launch, "reproduce", ctx.progress)

@@ -8,15 +8,15 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments, verdict
-from .plan import Experiment, available
+from .plan import Experiment
 from .runner import Context, ensure_runs, log
 
 
 def measure(ctx: Context, exp: Experiment) -> dict[str, Any]:
     """Trains what ``exp`` needs, then measures it; returns the section parts (tables, claims, ...)."""
-    records = ensure_runs(ctx, tuple(k for k in exp.runs if available(k)))
+    records = ensure_runs(ctx, exp.runs)
     if exp.name == "fig2-clm":
         return training_experiments.equal_compute(ctx, exp.name, *exp.runs, paper_fraction=0.60)
     if exp.name == "fig2-mlm":

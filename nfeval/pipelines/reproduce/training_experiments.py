@@ -1,5 +1,5 @@
-"""The experiments that read training curves: Figure 2 (CLM and MLM at equal compute), Table 4
-(ablations) and Xiong et al. 2020 (warm-up). Each returns the parts of its report section: tables,
+"""The experiments that read training curves: Figure 2 (CLM and MLM at equal compute) and Xiong
+et al. 2020 (warm-up). Each returns the parts of its report section: tables,
 claims with their verdicts, figures, notes; ``nfeval.pipelines.reproduce.sections`` adds the rest."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
 from . import verdict
 from .equal_time import PAPER_OVERHEAD, ratio_text
-from .plan import ABLATIONS, RUNS
-from .runner import Context, log, run_budget, table_section
+from .plan import RUNS
+from .runner import Context, log, run_budget, run_dir, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
@@ -43,8 +43,6 @@ def compare_seed(ctx: Context, name: str, keys: tuple[str, ...], seed: int) -> d
     """Runs ``nfeval compare`` on the runs ``keys`` (first = baseline) of one seed and stores its JSON
     and text under ``<out>/experiments/<name>/``; returns the comparison, or None if it cannot be made
     (a run diverged before its first validation)."""
-    from .runner import run_dir
-
     dirs = [run_dir(ctx, k, seed) for k in keys]
     try:
         result = compare(dirs, names=[RUNS[k].label for k in keys])
@@ -190,62 +188,6 @@ def _cell(fraction: float | None, row: dict[str, Any]) -> str:
 
 def _ppl(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
-
-
-def ablations(ctx: Context, name: str, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Table 4: final validation PPL of each variant (same per-run budget), against NormFormer per seed."""
-    keys = tuple(records)
-    ppl = {k: final_ppl(records[k]) for k in keys}
-    full = keys[0]
-    diffs = {k: [_log_ratio(a, b) for a, b in zip(ppl[k], ppl[full])] for k in keys}
-    rows = [
-        [
-            RUNS[k].label,
-            verdict.fmt_mean_std(ppl[k], 2, "diverged"),
-            "" if k == full else verdict.fmt_mean_std(diffs[k], 4, "no evidence"),
-        ]
-        for k in keys
-    ]
-    claims = [
-        {
-            "claim": f"{RUNS[k].label} has higher PPL than NormFormer",
-            "measured": f"PPL {verdict.fmt_mean_std(ppl[k], 2, 'diverged')} vs "
-            f"{verdict.fmt_mean_std(ppl[full], 2, 'diverged')}",
-            **verdict.decide(_finite(diffs[k])),
-        }
-        for k in (*ABLATIONS, "clm-prenorm")
-        if k in keys
-    ]
-    means = {k: verdict.mean_std(diffs[k])[0] for k in ABLATIONS}
-    ranked = sorted(ABLATIONS, key=lambda k: -math.inf if means[k] is None else means[k], reverse=True)
-    runner_up = next(k for k in ranked if k != "clm-no-headscale")
-    vs_runner_up = [_log_ratio(a, b) for a, b in zip(ppl["clm-no-headscale"], ppl[runner_up])]
-    claims.append(
-        {
-            "claim": "removing HeadScale hurts most (vs the next most harmful removal, "
-            f"{RUNS[runner_up].label})",
-            "measured": f"largest mean log-PPL increase: {RUNS[ranked[0]].label}; − HeadScale vs "
-            f"{RUNS[runner_up].label}: {verdict.fmt_mean_std(vs_runner_up, 4, 'no evidence')}",
-            **verdict.decide(_finite(vs_runner_up)),
-        }
-    )
-    figures = [
-        plot_bars(
-            [RUNS[k].label for k in keys],
-            [("final val PPL", [verdict.mean_std(ppl[k])[0] for k in keys])],
-            os.path.join(ctx.out, f"{name}_ppl.png"),
-            "Table 4: ablations",
-            "validation PPL",
-        )
-    ]
-    columns = ["variant", "final val PPL", "log-PPL change vs NormFormer"]
-    notes = [
-        "Every variant trains for the same time as the Pre-LN baseline's steps: those steps ÷ its paired "
-        "step-time ratio to the baseline (see the equal-time table); the PPL is each run's final "
-        "validation PPL, at the end of its own schedule.",
-        "+ ResScale is listed for reference; the paper's ablation claim concerns the removals.",
-    ]
-    return table_section("variants", columns, rows, claims, figures, notes, {"records": records})
 
 
 def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...engine.config import load_json
+from ...base.jsonio import load_json
 from ...tune.results import lr_key, warnings_for
 from .plan import RUNS
 from .runner import Context, log, preset_name, train_config

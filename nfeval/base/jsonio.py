@@ -1,0 +1,82 @@
+"""JSON and JSONL files: the one reader of each and the one JSONL appender.
+
+``read_jsonl`` serves every line-per-record file nfeval reads (metrics.jsonl, grad_stats.jsonl, task
+data); the append-only files nfeval writes go through ``append_jsonl``, one ``os.write`` of a whole line
+on an ``O_APPEND`` descriptor, so a killed writer can leave at most a torn last line, which a reader
+given ``tolerate_torn_last_line=True`` drops with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .errors import DataError, MissingDataError
+
+
+def load_json(path: str, hint: str = "") -> Any:
+    """Returns the parsed JSON object in ``path``: the one reader of JSON files.
+
+    A missing file raises MissingDataError, unreadable or invalid JSON (or a top level that is not an
+    object) DataError; both name the file (and the line), followed by ``hint`` (what to do) if given.
+    """
+    suffix = f"; {hint}" if hint else ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise MissingDataError(f"{path}: file not found{suffix}") from None
+    except json.JSONDecodeError as e:
+        raise DataError(
+            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}{suffix}"
+        ) from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}){suffix}") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror}){suffix}") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}{suffix}")
+    return data
+
+
+def read_jsonl(
+    path: str, *, tolerate_torn_last_line: bool = False, objects_only: bool = False
+) -> tuple[list[tuple[int, Any]], list[str]]:
+    """Returns ((line number, parsed value) for each non-blank line of a JSONL file, warnings).
+
+    With ``tolerate_torn_last_line`` an unparsable *last* line (a writer killed mid-line) is dropped
+    with a warning; any other bad line raises DataError naming the file and line, as does a value that
+    is not an object when ``objects_only``. A missing file raises MissingDataError.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        raise MissingDataError(f"{path}: file not found") from None
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    records, warnings = [], []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            if tolerate_torn_last_line and lineno == last:
+                warnings.append(f"{path}:{lineno}: ignored an unfinished last line")
+                continue
+            raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        if objects_only and not isinstance(value, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(value).__name__}")
+        records.append((lineno, value))
+    return records, warnings
+
+
+def append_jsonl(path: str, record: Any) -> None:
+    """Appends ``record`` as one JSON line to ``path`` (created if absent) with a single ``os.write``."""
+    line = json.dumps(record) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
