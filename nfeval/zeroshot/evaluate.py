@@ -245,13 +245,13 @@ def evaluate(
     runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end."""
     started = time.perf_counter() if started is None else started
     from ..model_adapters import NFEvalLM
+    from ..model_adapters.scorer import with_command
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     _quiet_custom_kwargs_hint()
     data_dir = _check_inputs(data_dir, limit, batch_size, max_length, max_batch_tokens)
-    reading = {"tokenizer": tokenizer, "fairseq_dict": fairseq_dict}
-    reading["fairseq_head_scale_bug"] = fairseq_head_scale_bug
-    identity = _identify(ckpt_path, trust_checkpoint=trust_checkpoint, **reading)
+    reading = {"tokenizer": tokenizer, "fairseq_dict": fairseq_dict, "trust_checkpoint": trust_checkpoint}
+    identity = _identify(ckpt_path, fairseq_head_scale_bug=fairseq_head_scale_bug, **reading)
     dtype_name = long_name(torch_dtype(dtype))
     with task_build.building(limit, use_cache, log):
         manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
@@ -259,7 +259,6 @@ def evaluate(
 
         keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
         cached, items = read_cache(keys, log) if use_cache else ({}, {})
-
         todo = [t for name, t in loaded.items() if name not in cached]
         run_keys, scoring, lm = {}, None, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
         if todo:
@@ -271,21 +270,30 @@ def evaluate(
             scoring = lm.scoring_report()
     out = keyed_by_task(_merge(run_keys, cached, loaded), loaded)
     if scoring is not None:
-        from ..model_adapters.scorer import with_command
-
         scoring = with_command(scoring, time.perf_counter() - started)
-
-    model = dict(identity.summary, fingerprint=identity.fingerprint)
-    run_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
-    run_settings.update(device=device, data_dir=data_dir, limit=limit, scoring=scoring)
-    config = lm_eval_config(ckpt_path, lm, max_length=max_length, **run_settings)
-    out["config"] = {**out.get("config", {}), **config}
-    out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **run_settings)
+    settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
+    settings.update(device=device, data_dir=data_dir, limit=limit, scoring=scoring)
+    model = _add_records(out, identity, ckpt_path, lm, max_length, loaded, skipped, todo, settings)
     if output:
-        atomic_write_json(output, out)
-        per_task = {nf_tasks.canonical_name(name): items[name] for name in loaded}
-        zeroshot_items.write_sidecar(output, per_task, model)
+        _write(output, out, items, loaded, model)
     return out
+
+
+def _add_records(out, identity, ckpt_path, lm, max_length, loaded, skipped, todo, settings) -> dict[str, Any]:
+    """Fills ``out``'s lm-eval ``config`` block with the real settings and adds the ``nfeval`` block
+    (model, tasks, scoring); returns the model record."""
+    model = dict(identity.summary, fingerprint=identity.fingerprint)
+    config = lm_eval_config(ckpt_path, lm, max_length=max_length, **settings)
+    out["config"] = {**out.get("config", {}), **config}
+    out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **settings)
+    return model
+
+
+def _write(output: str, out: dict[str, Any], items: dict, loaded: dict, model: dict[str, Any]) -> None:
+    """Writes the results JSON and its per-item sidecar (``F.items.json``), keyed by lm-eval's task names."""
+    atomic_write_json(output, out)
+    per_task = {nf_tasks.canonical_name(name): items[name] for name in loaded}
+    zeroshot_items.write_sidecar(output, per_task, model)
 
 
 def _check_one_variant(loaded: dict) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ...analysis import runs as analysis_runs
 from ...analysis.stability import lowest_precision
 from ...base.jsonio import load_json
 from . import verdict
@@ -27,13 +28,11 @@ STABILITY_ARCHS = ("prenorm", "normformer", "normformer-resscale", "postnorm")
 
 def analyze(argv: list[str], png: str) -> dict[str, Any]:
     """Runs ``nfeval analyze ARGV --out PNG`` unless PNG exists; returns the JSON it wrote beside it."""
-    from ...commands import analyze as cli
-
     if not os.path.isfile(png):
         parser = argparse.ArgumentParser(prog="nfeval analyze")
-        cli.add_arguments(parser)
+        analysis_runs.add_arguments(parser)
         log(f"nfeval analyze {' '.join(argv)}")
-        cli.run(parser.parse_args([*argv, "--output", png]))
+        analysis_runs.analyze(parser.parse_args([*argv, "--output", png]))
     return load_json(os.path.splitext(png)[0] + ".json")
 
 
