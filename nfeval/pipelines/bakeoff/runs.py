@@ -19,10 +19,12 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.jsonio import load_json
 from ...engine.step_ratio import equal_time_steps, measure_step_ratio
-from ...engine.train import TrainConfig, TrainingDiverged, train
+from ...engine.train import train
+from ...engine.train_config import TrainConfig
+from ...engine.trainer import TrainingDiverged
 from ...launch.options import LaunchOptions
 from ..reproduce.plan import Scale
-from ..reproduce.runner import SCALE_TRAIN_FIELDS, diverged_step
+from ..reproduce.runner import SCALE_TRAIN_FIELDS
 from .candidates import Candidate
 
 
@@ -168,7 +170,7 @@ def ensure_run(ctx: Context, c: Candidate, seed: int) -> dict[str, Any]:
         record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
     except TrainingDiverged as e:
         log(f"{c.name} seed {seed} diverged: {e}")
-        record.update(status="diverged", diverged_at=diverged_step(e), val_ppl=None, message=str(e))
+        record.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
     atomic_write_json(marker, record)
     return record
 
