@@ -26,6 +26,7 @@ from lm_eval.api.registry import metric_registry, register_metric
 from lm_eval.api.task import ConfigurableTask
 
 from ..zeroshot import task_build
+from ..zeroshot.cache import sha256_json
 
 # Bump when a metric's definition changes: it is part of every zero-shot cache key.
 METRICS_VERSION = 1
@@ -127,7 +128,7 @@ class GPT3Task(ConfigurableTask):
         splits = {s: getattr(self.dataset[s], "_fingerprint", None) for s in self.dataset}
         if canonical is None and all(isinstance(f, str) for f in splits.values()):
             # a Hub (or other) dataset: its own fingerprint, known once loaded; none, no request cache
-            if self._use_cached(plan, task_build.digest(splits), loaded=True):
+            if self._use_cached(plan, sha256_json(splits), loaded=True):
                 return
         split = self._eval_split()
         docs = self.dataset[split]

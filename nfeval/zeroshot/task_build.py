@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .cache import sha256_json
+
 # Bump when the cached layout or what goes into a key changes.
 BUILD_VERSION = 1
 CACHED_TYPES = ("loglikelihood", "multiple_choice")  # requests whose arguments are plain strings
@@ -104,21 +106,6 @@ def _compiled_apply_template(env) -> Callable[[str, dict], str]:
 # ---------------------------------------------------------------- keys and fingerprints
 
 
-def _stable(obj: Any) -> Any:
-    """Returns a run-independent JSON stand-in: a function's source (never its address), else str()."""
-    if callable(obj):
-        try:
-            return inspect.getsource(obj)
-        except (OSError, TypeError):
-            return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
-    return str(obj)
-
-
-def digest(obj: Any) -> str:
-    """Returns the sha256 of ``obj`` as canonical JSON (callables by source)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_stable).encode()).hexdigest()
-
-
 def files_fingerprint(root: str, paths: list[str]) -> str:
     """Returns the sha256 over the names (relative to ``root``) and bytes of ``paths``."""
     h = hashlib.sha256()
@@ -140,7 +127,7 @@ def request_key(config: dict, task_class: type, data_fingerprint: str, limit: in
     meta = config.get("metadata") or {}
     cfg["metadata"] = {k: v for k, v in meta.items() if k != "data_dir"}
     classes = [inspect.getsource(c) for c in task_class.__mro__ if c.__module__.startswith("tasks")]
-    return digest(
+    return sha256_json(
         {
             "config": cfg,
             "class": classes,
@@ -176,7 +163,7 @@ def write_requests(key: str, split: str, original: int, docs: list[dict], instan
         payload = json.loads(json.dumps(payload))  # what a reader gets back, digested as read
     except (TypeError, ValueError):  # documents JSON cannot hold: built afresh every run
         return
-    atomic_write_json(entry_path(key), {"key": key, "digest": digest(payload), "payload": payload})
+    atomic_write_json(entry_path(key), {"key": key, "digest": sha256_json(payload), "payload": payload})
 
 
 def read_requests(key: str, log: Callable[[str], None]) -> dict[str, Any] | None:
@@ -202,7 +189,7 @@ def _problem(entry: dict, key: str, payload: dict) -> str | None:
     """Returns what is wrong with a cache entry, or None when it holds sound requests for ``key``."""
     if entry.get("key") != key:
         return "stored under another key"
-    if entry.get("digest") != digest(payload):
+    if entry.get("digest") != sha256_json(payload):
         return "contents do not match their digest"
     docs, requests = payload["docs"], payload["requests"]
     if not (isinstance(docs, list) and docs and all(isinstance(d, dict) for d in docs)):
