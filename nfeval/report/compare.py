@@ -75,7 +75,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def read_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
+def split_metrics(path: str) -> tuple[list[dict], list[dict], list[str]]:
     """Returns (validation points, training points, warnings) of a ``metrics.jsonl``, each list in step order.
 
     A resumed run logs again the steps after its last checkpoint: the later line for a step wins. An
@@ -135,7 +135,7 @@ def load_run(run_dir: str, name: str | None = None) -> Run:
     if not os.path.isdir(run_dir):
         raise MissingDataError(f"{run_dir}: no such run directory")
     metrics = os.path.join(run_dir, rundir.METRICS)
-    val, train, warnings = read_metrics(metrics)
+    val, train, warnings = split_metrics(metrics)
     if not val:
         raise DataError(f"{metrics}: no 'val' lines; expected validation points to compare")
     if not any(math.isfinite(p["val_ppl"]) for p in val):
