@@ -8,6 +8,8 @@ option used to be spelled ``--out`` still accept it (hidden).
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 
 # Every command accepts both spellings of a dtype; the value a command sees is the short one.
 DTYPE_SPELLINGS = {
@@ -69,3 +71,22 @@ def add_dtype(
 def add_no_progress(p: argparse.ArgumentParser, **kwargs) -> None:
     """Adds ``--no-progress`` (no progress bars; in a log file they print a line every 30 s anyway)."""
     p.add_argument("--no-progress", action="store_true", help="no progress bars", **kwargs)
+
+
+def learning_rates(text: str) -> list[float]:
+    """Returns the learning rates of a comma-separated ``--lrs`` value (an argparse ``type``); raises
+    argparse.ArgumentTypeError naming the flag when it holds none or a non-number."""
+    try:
+        values = [float(x) for x in text.replace(" ", ",").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--lrs {text!r}: expected comma-separated numbers such as 1e-3,3e-3"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("--lrs: expected at least one learning rate")
+    return values
+
+
+def invoked_command() -> str:
+    """Returns this process's ``nfeval ...`` command line, shell-quoted (for reports to reproduce it)."""
+    return "nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:])

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
-from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
+from ..base.cli_args import (
+    add_device,
+    add_no_progress,
+    add_run_folder,
+    add_zeroshot_data_dir,
+    invoked_command,
+    learning_rates,
+)
 from ..base.errors import ConfigError
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.bakeoff import BakeoffConfig, run_bakeoff
@@ -59,12 +64,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _lrs(text: str | None) -> tuple[float, ...] | None:
+    """Returns ``--lrs``'s grid (None: the recipe's); a bad one is a one-line ConfigError."""
     if not text:
         return None
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"--lrs {text}: expected comma-separated numbers, e.g. 1e-3,3e-3,1e-2") from None
+        return tuple(learning_rates(text))
+    except argparse.ArgumentTypeError as e:
+        raise ConfigError(str(e)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         device=args.device,
         progress=not args.no_progress,
-        command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command=invoked_command(),
         launch=launch,
     )
     result = run_bakeoff(cfg)

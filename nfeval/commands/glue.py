@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none
+from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none, learning_rates
 from ..base.outputs import check_output_dir
 from ..engine import torch_files
 from ..glue import data as glue_data
@@ -15,18 +15,6 @@ from ..glue.points import lr_key
 from ..glue.recipe import DTYPES, SELECTIONS, Recipe
 from ..glue.sweep import DEFAULT_LRS, format_table, sweep
 from ..launch.options import add_launcher_arguments, launch_options
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.replace(" ", ",").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--lrs {text!r}: expected comma-separated numbers such as 1e-5,3e-5"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("--lrs: expected at least one learning rate")
-    return values
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         + ", ".join(lr_key(x) for x in DEFAULT_LRS)
         + "); without it: fairseq's recipe LR per task",
     )
-    p.add_argument("--lrs", type=_floats, help="comma-separated learning rates (overrides the grid)")
+    p.add_argument("--lrs", type=learning_rates, help="comma-separated learning rates (overrides the grid)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per learning rate: 0 .. N-1 (default 1)")
     p.add_argument("--batch-size", type=int, help="default: 32 for MNLI/QNLI/QQP/SST-2, 16 for the others")
     for flag, kind, what in (

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
-from ..base.cli_args import add_device, add_no_progress, add_run_folder, add_zeroshot_data_dir
+from ..base.cli_args import (
+    add_device,
+    add_no_progress,
+    add_run_folder,
+    add_zeroshot_data_dir,
+    invoked_command,
+)
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir
 from ..launch.options import add_launcher_arguments, launch_options
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         tune=args.tune,
         device=args.device,
         progress=not args.no_progress,
-        command="nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command=invoked_command(),
         launch=launch,
     )
     result = run_reproduce(cfg)

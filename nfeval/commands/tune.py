@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..base.cli_args import learning_rates
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir
 from ..engine.train_config import config_from_args
@@ -29,15 +30,6 @@ def _hidden(flag: str) -> str:
     return "set_by_tune_" + flag.strip("-").replace("-", "_")
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.replace(" ", ",").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected comma-separated numbers such as 1e-3,3e-3"
-        ) from None
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Adds ``nfeval train``'s data, batch, model and optimiser flags (the same for every point), then the
     tune's own, which replace train's --preset and --out and hide the flags a tune sets per point."""
@@ -54,7 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="model preset to tune, e.g. prenorm-tiny (repeatable)",
     )
     g.add_argument(
-        "--lrs", type=_floats, required=True, help="comma-separated peak learning rates, e.g. 1e-3,3e-3"
+        "--lrs",
+        type=learning_rates,
+        required=True,
+        help="comma-separated peak learning rates, e.g. 1e-3,3e-3",
     )
     g.add_argument(
         "--budget",

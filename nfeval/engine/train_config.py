@@ -243,21 +243,26 @@ def numeric_flags() -> dict[str, type]:
     return {name: f.metadata["flag"] for name, f in _FIELDS.items() if f.metadata["flag"] is not None}
 
 
-def parse_set(items: list[str]) -> dict[str, Any]:
+def parse_set(items: list[str], where: str | None = None) -> dict[str, Any]:
     """Returns model overrides from FIELD=VALUE strings (VALUE parsed as JSON when it is JSON).
 
-    Each FIELD must be a ModelConfig field and VALUE of its type; errors name ``--set`` and the field.
+    Each FIELD must be a ModelConfig field and VALUE of its type; errors name ``where`` (default:
+    ``--set ITEM``) and the field.
     """
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE")
+            raise ConfigError(
+                f"{where}: {item!r}: expected FIELD=VALUE"
+                if where
+                else f"--set {item!r}: expected FIELD=VALUE"
+            )
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
-        check_fields(ModelConfig, {key: out[key]}, f"--set {item}", choices=MODEL_CHOICES)
+        check_fields(ModelConfig, {key: out[key]}, where or f"--set {item}", choices=MODEL_CHOICES)
     return out
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.errors import ConfigError
-from ...engine.config import ARCHITECTURES, MODEL_CHOICES, ModelConfig, check_fields, preset
+from ...engine.config import ARCHITECTURES, preset
+from ...engine.train_config import parse_set
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a name is a folder name too
 
@@ -35,17 +36,8 @@ class Candidate:
 
 
 def _overrides(spec: str, text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--archs {spec}: {item!r}: expected FIELD=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    check_fields(ModelConfig, out, f"--archs {spec}", choices=MODEL_CHOICES)
-    return out
+    """Returns the model overrides of ``NAME=ARCH:field=value,...``'s field list."""
+    return parse_set(text.split(","), where=f"--archs {spec}")
 
 
 def parse_candidate(spec: str) -> Candidate:
