@@ -20,7 +20,7 @@ from ...base.jsonio import load_json
 from ...report import significance as sig
 from ..reproduce import verdict
 from ..reproduce.eval_experiments import CLOZE_METRIC
-from ..reproduce.training_experiments import _log_ratio, final_ppl
+from ..reproduce.training_experiments import final_ppl, log_ratio
 from .runs import Context, log, run_dir
 
 NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
@@ -78,7 +78,7 @@ def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, An
     base = final_ppl(records[ctx.baseline.name])
     rows = []
     for c in ctx.candidates[1:]:
-        gains = [_log_ratio(b, x) for b, x in zip(base, final_ppl(records[c.name]))]
+        gains = [log_ratio(b, x) for b, x in zip(base, final_ppl(records[c.name]))]
         finite = [g for g in gains if math.isfinite(g)]
         p = float(stats.ttest_1samp(finite, 0.0).pvalue) if len(finite) > 1 and len(set(finite)) > 1 else None
         rows.append(

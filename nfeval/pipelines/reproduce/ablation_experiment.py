@@ -14,7 +14,7 @@ from . import verdict
 from .plan import ABLATIONS, CONTROLS, RUNS, TABLE4, TABLE5, TABLE5_SETTINGS
 from .run_overrides import parameter_count
 from .runner import Context, run_dir, table_section
-from .training_experiments import _log_ratio, final_ppl
+from .training_experiments import final_ppl, log_ratio
 
 FULL = "clm-normformer"
 
@@ -28,7 +28,7 @@ def _params(ctx: Context, key: str) -> str:
 
 def higher_than(ppl: dict[str, list[float]], key: str, ref: str, text: str) -> dict[str, Any]:
     """Returns the claim that run ``key`` ends with a higher PPL than ``ref`` (per-seed log ratio)."""
-    diffs = [_log_ratio(a, b) for a, b in zip(ppl[key], ppl[ref])]
+    diffs = [log_ratio(a, b) for a, b in zip(ppl[key], ppl[ref])]
     return {
         "claim": text,
         "measured": f"PPL {verdict.fmt_mean_std(ppl[key], 2, 'diverged')} vs "
@@ -38,7 +38,7 @@ def higher_than(ppl: dict[str, list[float]], key: str, ref: str, text: str) -> d
 
 
 def _hurts_most(ppl: dict[str, list[float]]) -> dict[str, Any]:
-    means = {k: verdict.mean_std([_log_ratio(a, b) for a, b in zip(ppl[k], ppl[FULL])])[0] for k in ABLATIONS}
+    means = {k: verdict.mean_std([log_ratio(a, b) for a, b in zip(ppl[k], ppl[FULL])])[0] for k in ABLATIONS}
     ranked = sorted(ABLATIONS, key=lambda k: -math.inf if means[k] is None else means[k], reverse=True)
     runner_up = next(k for k in ranked if k != "clm-no-headscale")
     claim = higher_than(
@@ -56,7 +56,7 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     ppl = {k: final_ppl(rs) for k, rs in records.items()}
     rows = []
     for k in TABLE4:
-        change = [_log_ratio(a, b) for a, b in zip(ppl[k], ppl[FULL])]
+        change = [log_ratio(a, b) for a, b in zip(ppl[k], ppl[FULL])]
         rows.append(
             [
                 RUNS[k].label,
@@ -117,7 +117,7 @@ def table5(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     rows, claims = [], []
     for name, (pre, nf) in TABLE5.items():
         setting = TABLE5_SETTINGS[name][0]
-        gain = [_log_ratio(a, b) for a, b in zip(ppl[pre], ppl[nf])]
+        gain = [log_ratio(a, b) for a, b in zip(ppl[pre], ppl[nf])]
         lr = records[pre][0]["lr"] if records[pre] else None
         rows.append(
             [

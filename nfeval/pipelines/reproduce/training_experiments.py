@@ -20,7 +20,7 @@ from .runner import Context, log, run_budget, run_dir, table_section
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
 
-def _log_ratio(a: float | None, b: float | None) -> float:
+def log_ratio(a: float | None, b: float | None) -> float:
     """Returns log(a / b). A diverged run's PPL is inf (worse than any finite one); the result is nan
     (no evidence either way) when a value is missing (None) or both runs diverged."""
     if a is None or b is None or (math.isinf(a) and math.isinf(b)):
@@ -98,7 +98,7 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
         for axis, acc in per_axis.items():
             r = readings[axis]
             if r["matched"]:
-                acc["diffs"].append(_log_ratio(r["base"], r["cand"]))
+                acc["diffs"].append(log_ratio(r["base"], r["cand"]))
             acc["unmatched"] += not r["matched"]
             acc["fractions"].append(r["fraction"])
         b, n = c["runs"]
@@ -203,9 +203,9 @@ def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     ]
     columns = ["run", "warm-up", *(f"final PPL, seed {s}" for s in ctx.seed_values)]
     ppl = {k: final_ppl(rs) for k, rs in records.items()}
-    post_diffs = [_log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-postnorm"])]
+    post_diffs = [log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-postnorm"])]
     pre_vs_post = [
-        _log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-prenorm-no-warmup"])
+        log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-prenorm-no-warmup"])
     ]
     diverged = {k: sum(r["status"] == "diverged" for r in rs) for k, rs in records.items()}
     claims = [
