@@ -111,7 +111,7 @@ SCALES: dict[str, Scale] = {
     # x 3 seeds x 1000 steps. A step took 0.26 s at 6 layers vs 0.13 s at 2 (measured once, one thread,
     # with the 2-core machine's load at 10: noise; ~0.03 s expected quiet): ~40 min loaded, ~5 quiet, plus
     # evaluation, inside 90 minutes. The whole plan (30 runs x 3 seeds) takes hours on a loaded machine.
-    # Before the runs: the LR tune (each preset x 4 LRs x 300 steps) and the paired step ratios.
+    # Before the runs: the LR tune (each preset x 7 LRs x 1000 steps) and the paired step ratios.
     "tiny": Scale(
         "tiny",
         "tiny",
@@ -124,6 +124,11 @@ SCALES: dict[str, Scale] = {
         eval_interval=50,
         eval_samples=64,
         calibration_steps=5,
+        # a grid that brackets every preset's best LR (the 4-point grid of the first 6-layer report put
+        # Pre-LN's and NormFormer's best on its top edge and Post-LN's on its bottom), each point trained
+        # for a baseline run's whole budget: a short tune favours high LRs a full run cannot keep
+        tune_lrs=(3e-4, 1e-3, 3e-3, 6e-3, 1e-2, 2e-2, 4e-2),
+        tune_budget="steps=1000",
         glue_epochs=1,
         stability_updates=100,
         stability_batch=(4, 64),

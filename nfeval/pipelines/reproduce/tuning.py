@@ -3,11 +3,11 @@ so that every comparison is between tuned runs, as in the paper (its Table 1 LRs
 architecture and size).
 
 One sweep per objective over the presets the selected experiments train (Pre-LN, NormFormer, Post-LN;
-the ablations share NormFormer's preset), the scale's LR grid (``Scale.tune_lrs``) and short budget
+the ablations share NormFormer's preset), the scale's LR grid (``Scale.tune_lrs``) and budget
 (``Scale.tune_budget``), into ``<out>/tune/<objective>/``. It is run once per output folder: ``nfeval
 tune`` resumes point by point, so a rerun, every seed and every section reuse the finished points, and
 a later ``--only`` that needs another preset trains just that preset's points. Cost: presets × LRs
-short runs (tiny: 5 presets × 4 LRs × 300 steps, about 10 min on a quiet 2-core CPU).
+runs (tiny: 3 presets × 7 LRs × 1000 steps, about 16 min on one quiet core).
 """
 
 from __future__ import annotations
