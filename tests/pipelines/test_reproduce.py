@@ -304,6 +304,9 @@ def test_smoke_fixes_equal_time_budgets_before_training(smoke):
     assert set(ratios) == set(RUNS)
     assert ratios["clm-prenorm"]["ratio"] == 1.0 and ratios["clm-prenorm-no-warmup"]["ratio"] == 1.0
     assert ratios["clm-postnorm-no-warmup"]["shared_with"] == "clm-postnorm"  # warm-up costs no time
+    assert ratios["clm-prenorm-gpt3"]["ratio"] == 1.0  # an optimizer setting is the baseline's model
+    # the width control is Pre-LN's preset but a wider model: timed, not assumed to cost the baseline's
+    assert ratios["clm-prenorm-wide"]["pairs"] == SCALES["smoke"].ratio_pairs
     assert ratios["clm-normformer"]["pairs"] == SCALES["smoke"].ratio_pairs
     for key, r in ratios.items():
         record = json.load(open(os.path.join(cfg.out, "runs", key, "seed1.json")))

@@ -1,7 +1,8 @@
 """Equal time, fixed before training: each run's paired step-time ratio to its objective's baseline and
 the step budget it buys (``plan``'s module docstring gives the protocol).
 
-Runs whose model is the baseline's (the same preset and model flags: a warm-up change costs no time)
+Runs whose model is the baseline's (the same preset and model overrides, width included: a warm-up or
+optimizer change costs no time)
 have ratio 1 by definition; runs sharing one model share one measurement. The measurements are stored
 in ``<out>/step_ratios.json`` after each one, so a rerun and every seed and section reuse them, and a
 run's step budget never changes once measured.
@@ -19,6 +20,7 @@ from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.jsonio import load_json
 from ...engine.step_ratio import CONFIDENCE, measure_step_ratio
 from .plan import RUNS
+from .run_overrides import run_model
 from .runner import BASELINES, Context, log, preset_name, run_budget, train_config
 
 FILE = "step_ratios.json"
@@ -26,8 +28,7 @@ PAPER_OVERHEAD = "2–6%"  # Shleifer et al. 2021: NormFormer's extra operations
 
 
 def _model_key(ctx: Context, key: str) -> str:
-    spec = RUNS[key]
-    return json.dumps([spec.objective, preset_name(ctx, key), spec.model], sort_keys=True)
+    return json.dumps([RUNS[key].objective, preset_name(ctx, key), run_model(ctx.scale, key)], sort_keys=True)
 
 
 def _measure(ctx: Context, key: str, base: str) -> dict[str, Any]:

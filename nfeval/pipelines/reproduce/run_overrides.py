@@ -44,18 +44,26 @@ def scale_model_config(scale: Scale, arch: str, vocab_size: int) -> ModelConfig:
     return ModelConfig(**fields)
 
 
-def apply_run_overrides(cfg: TrainConfig, key: str, scale: Scale) -> TrainConfig:
-    """Returns ``cfg`` with run ``key``'s width control and Table 5 setting applied (after any tuned LR,
-    so an LR factor scales the LR the run would otherwise use)."""
+def run_model(scale: Scale, key: str) -> dict[str, Any]:
+    """Returns the ModelConfig overrides of run ``key``: the scale's, the row's, and the width control's
+    d_model and d_ffn. What equal time compares: two runs with the same preset and these overrides are
+    the same model."""
     spec = RUNS[key]
-    changes: dict[str, Any] = {}
+    model = {**scale.model, **spec.model}
     if spec.widen_to_match:
         base = scale_model_config(scale, spec.arch, -(-scale.vocab_size // 64) * 64)
-        changes["model"] = {**cfg.model, **matched_width(base, spec.widen_to_match)}
-    if spec.setting:
-        setting = dict(TABLE5_SETTINGS[spec.setting][1](scale))
-        factor = setting.pop("lr_factor", None)
-        if factor is not None:
-            setting["lr"] = cfg.lr * factor
-        changes.update(setting)
-    return dataclasses.replace(cfg, **changes) if changes else cfg
+        model.update(matched_width(base, spec.widen_to_match))
+    return model
+
+
+def apply_setting(cfg: TrainConfig, key: str, scale: Scale) -> TrainConfig:
+    """Returns ``cfg`` with run ``key``'s Table 5 setting applied (after any tuned LR, so an LR factor
+    scales the LR the run would otherwise use)."""
+    spec = RUNS[key]
+    if not spec.setting:
+        return cfg
+    setting = dict(TABLE5_SETTINGS[spec.setting][1](scale))
+    factor = setting.pop("lr_factor", None)
+    if factor is not None:
+        setting["lr"] = cfg.lr * factor
+    return dataclasses.replace(cfg, **setting)

@@ -22,7 +22,7 @@ from ...engine.trainer import TrainingDiverged
 from ...launch.options import LaunchOptions
 from ...tune.results import with_tuned_lr
 from .plan import RUNS, Scale
-from .run_overrides import apply_run_overrides  # Table 4's width control, Table 5's settings
+from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
 
 def log(message: str) -> None:
@@ -94,7 +94,7 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
     preset = preset_name(ctx, key)
     cfg = TrainConfig(
         preset=preset,
-        model={**s.model, **spec.model},
+        model=run_model(s, key),
         objective=spec.objective,
         tokenizer=ctx.tokenizer,
         **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},
@@ -106,7 +106,7 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
     )
     if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
-    return apply_run_overrides(cfg, key, s)
+    return apply_setting(cfg, key, s)
 
 
 def table_section(
