@@ -96,9 +96,9 @@ class TrainConfig:
     peak_flops: float | None = setting(FREE, None, flag=float)
     seed: int = setting(FIXED, 1, flag=int)
     progress: bool = setting(FREE, True)
-    lr_from: dict[str, Any] | None = setting(
-        OVERRIDABLE, None
-    )  # where a tuned lr came from: nfeval.tune.results.tuned_lr's record
+    # where a tuned lr came from (nfeval.tune.results.tuned_lr's record). A record, not a setting: the lr
+    # it gave is checked on resume; a rewritten tune.json (a newer nfeval's provenance) changes its hash
+    lr_from: dict[str, Any] | None = setting(FREE, None)
     # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
     grad_stats: str | None = setting(FREE, None)
     # also log metrics as TensorBoard events in this folder ("": RUN/tensorboard); None: off

@@ -46,3 +46,14 @@ def test_fixed_field_changed_on_resume_is_refused_and_overridable_needs_the_flag
     with pytest.raises(ConfigError, match="--override-resume"):
         train_module.resumed_config(dataclasses.replace(saved, lr=1e-3), out, False, {"lr"})
     assert train_module.resumed_config(dataclasses.replace(saved, lr=1e-3), out, True, {"lr"}).lr == 1e-3
+
+
+def test_a_rewritten_tune_record_with_the_same_lr_resumes(tmp_path):
+    # a rerun rewrites tune.json (a newer nfeval's provenance: another hash) without changing its LR
+    saved = TrainConfig(max_steps=10, lr=3e-3, lr_from={"sha256": "a" * 64, "lr": 3e-3})
+    out = _saved_run(tmp_path, saved)
+    requested = dataclasses.replace(saved, lr_from={"sha256": "b" * 64, "lr": 3e-3})
+    cfg = train_module.resumed_config(requested, out, override=False, given={"lr", "lr_from"})
+    assert cfg.lr == 3e-3 and cfg.lr_from["sha256"] == "b" * 64
+    with pytest.raises(ConfigError, match="--override-resume"):  # a tune that now gives another LR
+        train_module.resumed_config(dataclasses.replace(requested, lr=1e-3), out, False, {"lr", "lr_from"})
