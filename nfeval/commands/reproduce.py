@@ -26,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=d.scale,
         choices=PUBLIC_SCALES + ("smoke",),
         metavar="{tiny,small,125M}",
-        help="tiny: ≤ 45 min on a 2-core CPU; small: a few hours; 125M: GPUs (writes the torchrun "
-        "commands when none is present)",
+        help="tiny: the headline sections (--only fig2-clm,fig3-5) in about 35 min on one quiet CPU core, "
+        "every causal-LM section in about 2 h; small: many hours; 125M: GPUs (writes the torchrun commands "
+        "when none is present)",
     )
     p.add_argument(
         "--minutes",
@@ -47,8 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="tune",
         action="store_false",
         help="train every run at the scale's one LR instead of first tuning each architecture's LR with "
-        "nfeval tune (the scale's grid and short budget; tiny: about 10 minutes); every verdict then says "
-        "untuned",
+        "nfeval tune (the scale's grid and budget; tiny: 3 presets x 7 LRs x 1000 steps, about 18 minutes); "
+        "every verdict then says untuned",
     )
     p.add_argument("--tune", dest="tune", action="store_true", help=argparse.SUPPRESS)  # the default, kept
     add_device(p, default=d.device)
