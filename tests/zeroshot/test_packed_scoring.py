@@ -10,8 +10,10 @@ import torch
 from test_generate import make_model
 from test_zeroshot_adapter import build_hf_gpt2, requests_for
 
+from nfeval.engine import vocab_head
 from nfeval.engine.backend import matmul_params
-from nfeval.model_adapters import NFEvalLM, scorer
+from nfeval.engine.vocab_head import VocabProjection
+from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score
 
 VOCAB = 97
@@ -51,7 +53,8 @@ def reference(model, requests, max_length):
 
 def nfeval_features_at(model):
     def features_at(idx, keep, position_ids=None, attn_mask=None):
-        return model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)[keep], model.lm_logits
+        hidden = model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
+        return hidden[keep], VocabProjection(model.tok_emb.weight)
 
     return features_at
 
@@ -59,7 +62,8 @@ def nfeval_features_at(model):
 @pytest.mark.parametrize("norm,positions", [("pre", "learned"), ("post", "sinusoidal")])
 @pytest.mark.parametrize("pack_tokens", [16, 256])
 def test_packed_equals_unpacked_and_plain_forward_nfeval(norm, positions, pack_tokens, monkeypatch):
-    monkeypatch.setattr(scorer, "HEAD_CHUNK", 7)  # the LM head's chunks end inside rows and requests
+    monkeypatch.setattr(vocab_head, "ROW_CHUNK", 7)  # the head's chunks end inside rows and requests
+    monkeypatch.setattr(vocab_head, "VOCAB_TILE", 10)  # and its tiles do not divide the vocabulary
     model = make_model(norm=norm, positions=positions)
     reqs = multiple_choice_requests(max_len=40)
     want = reference(model, reqs, 40)
