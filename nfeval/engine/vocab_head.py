@@ -2,9 +2,10 @@
 
 A scored position needs three numbers from its logits: the target's logit, the logsumexp and whether
 the target is the first maximal index (as ``argmax`` picks). The projection runs on ``ROW_CHUNK``
-positions × ``VOCAB_TILE`` tokens at a time, a tile small enough to stay in a core's L2 cache while
-it is read again: on one CPU thread the (64 × 50,259) logits of a whole-vocabulary chunk ran its
-matmul at under half the speed of a square matmul, the tiles at ~95% (``benchmarks/zeroshot_head.py``).
+positions × ``VOCAB_TILE`` tokens at a time, a tile of about a core's L2 cache (1 MB), read again
+while it is still there: on one CPU thread the matmul of a whole-vocabulary chunk (64 × 50,259
+logits, 13 MB) ran at under half the speed of a square matmul, that of the tiles at ~95%
+(``benchmarks/zeroshot_head.py``).
 Each tile gives its maximum, the sum of its exponentials shifted by it and, for the positions whose
 maximum it raises (strictly: the earliest tile wins a tie), its first maximal index; the tiles'
 results combine into the exact argmax and, to fp32 rounding, the logsumexp.
