@@ -13,6 +13,20 @@ from ..engine.vocab_head import VocabProjection
 from .scorer import Row
 
 
+def fuse_tanh_gelu(model: torch.nn.Module) -> torch.nn.Module:
+    """Returns ``model`` with each ``NewGELUActivation`` (GPT-2's tanh GELU, eight elementwise ops in
+    Python) replaced by transformers' ``GELUTanh``: the same function as one kernel, equal to fp32
+    rounding (|Δ| ≤ 2.4e-7 on N(0, 1) inputs) and ~7× faster on a CPU thread, where it took a third of
+    a d=256 GPT-2's forward."""
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    for module in model.modules():
+        for name, child in module.named_children():
+            if type(child) is NewGELUActivation:
+                setattr(module, name, GELUTanh())
+    return model
+
+
 class HFBackend(Backend):
     """A Hugging Face causal LM, tokenized exactly as lm-eval's HFLM does (so scores match HFLM's)."""
 
@@ -21,7 +35,7 @@ class HFBackend(Backend):
     def __init__(self, model, tokenizer, device: torch.device, max_length: int | None = None):
         from lm_eval.models.utils import configure_pad_token, resolve_max_length
 
-        self.model, self.device = model.eval(), device
+        self.model, self.device = fuse_tanh_gelu(model.eval()), device
         self.tokenizer = configure_pad_token(tokenizer, model_config=model.config)
         self.eot_id = self.tokenizer.eos_token_id
         self.prefix_id = (

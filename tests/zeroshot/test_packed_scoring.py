@@ -190,3 +190,18 @@ def test_nfeval_checkpoint_packed_equals_unpacked_through_the_adapter(tiny_clm_c
     for (ll, g), (ll_ref, g_ref) in zip(packed.loglikelihood(reqs, True), plain.loglikelihood(reqs, True)):
         assert abs(ll - ll_ref) <= 1e-5 and g == g_ref and ll.n_tokens == ll_ref.n_tokens
     assert packed.scoring_stats.tokens < plain.scoring_stats.tokens
+
+
+def test_hf_gpt2_with_the_fused_gelu_equals_the_stock_model(hf_dir):
+    from transformers import AutoModelForCausalLM
+    from transformers.activations import NewGELUActivation
+
+    from nfeval.model_adapters.hf_backend import fuse_tanh_gelu
+
+    stock = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    fused = fuse_tanh_gelu(AutoModelForCausalLM.from_pretrained(hf_dir).eval())
+    gelus = lambda m: sum(type(x) is NewGELUActivation for x in m.modules())  # noqa: E731
+    assert gelus(stock) > 0 and gelus(fused) == 0
+    idx = torch.randint(0, stock.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(idx).logits, stock(idx).logits, rtol=0, atol=1e-5)
