@@ -42,6 +42,7 @@ class VocabProjection:
         return features if self.weight is None else F.linear(features, self.weight, self.bias)
 
     def vocab_size(self, features: torch.Tensor) -> int:
+        """Returns the number of logits per feature row."""
         return features.shape[1] if self.weight is None else self.weight.shape[0]
 
     def tile(self, rows: torch.Tensor, start: int, end: int, out: torch.Tensor) -> torch.Tensor:
