@@ -30,8 +30,8 @@ STAGES = {
     "request building (lm-eval build_all_requests)": ("api/task.py", "build_all_requests"),
     "tokenization (tok_encode)": ("model_adapters/lm.py", "tok_encode"),
     "scoring (scorer.score)": ("model_adapters/scorer.py", "score"),
-    "forward (backend.features_at)": ("model_adapters/backends.py", "features_at"),
-    "LM head, logsumexp, argmax (scorer._head_log_probs)": ("model_adapters/scorer.py", "_head_log_probs"),
+    "forward (backend.features_at)": ("model_adapters/hf_backend.py", "features_at"),
+    "LM head, logsumexp, argmax (vocab_head.target_log_probs)": ("engine/vocab_head.py", "target_log_probs"),
     "metrics (lm-eval process_results/aggregate)": ("lm_eval/evaluator.py", "evaluate"),
 }
 

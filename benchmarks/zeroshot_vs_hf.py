@@ -157,7 +157,8 @@ def summary(args: argparse.Namespace, rounds: list) -> dict:
     for _, runs in rounds:
         hf, nf = runs["hf"][1]["results"], runs["nfeval"][1]["results"]
         for task in names:
-            pairs = {m: {"hf": hf[task][m], "nfeval": nf[task][m]} for m in METRICS if m in hf[task]}
+            ours = nf[task.removesuffix("_local")]  # nfeval keys results by lm-eval's task name
+            pairs = {m: {"hf": hf[task][m], "nfeval": ours[m]} for m in METRICS if m in hf[task]}
             match = match and all(v["hf"] == v["nfeval"] for v in pairs.values())
             accuracy[task] = pairs
     walls = {side: statistics.median(row["wall_s"][side] for row, _ in rounds) for side in ("hf", "nfeval")}

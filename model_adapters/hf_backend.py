@@ -9,7 +9,22 @@ import torch
 
 from ..engine.backend import Backend, ModelShape, matmul_params
 from ..engine.generate import left_pad
+from ..engine.vocab_head import VocabProjection
 from .scorer import Row
+
+
+def fuse_tanh_gelu(model: torch.nn.Module) -> torch.nn.Module:
+    """Returns ``model`` with each ``NewGELUActivation`` (GPT-2's tanh GELU, eight elementwise ops in
+    Python) replaced by transformers' ``GELUTanh``: the same function as one kernel, equal to fp32
+    rounding (|Δ| ≤ 2.4e-7 on N(0, 1) inputs) and ~7× faster on a CPU thread, where it took a third of
+    a d=256 GPT-2's forward."""
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    for module in model.modules():
+        for name, child in module.named_children():
+            if type(child) is NewGELUActivation:
+                setattr(module, name, GELUTanh())
+    return model
 
 
 class HFBackend(Backend):
@@ -20,7 +35,7 @@ class HFBackend(Backend):
     def __init__(self, model, tokenizer, device: torch.device, max_length: int | None = None):
         from lm_eval.models.utils import configure_pad_token, resolve_max_length
 
-        self.model, self.device = model.eval(), device
+        self.model, self.device = fuse_tanh_gelu(model.eval()), device
         self.tokenizer = configure_pad_token(tokenizer, model_config=model.config)
         self.eot_id = self.tokenizer.eos_token_id
         self.prefix_id = (
@@ -30,6 +45,7 @@ class HFBackend(Backend):
         self.max_length = max_length or resolve_max_length(model.config, self.tokenizer, default=2048)
         self.add_bos_default = None
         self.slices_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.projection = VocabProjection.of(model.get_output_embeddings())  # None: not an nn.Linear
         self.tree = self.tree_probe()  # packed prefix trees (scorer.py), else one row per input
 
     def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
@@ -44,17 +60,17 @@ class HFBackend(Backend):
 
     def features_at(self, idx, keep, position_ids=None, attn_mask=None):
         if self.tree:
-            return self._hidden_at(idx, keep, position_ids, attn_mask), self.model.get_output_embeddings()
+            return self._hidden_at(idx, keep, position_ids, attn_mask), self.projection
         first = int(keep.any(0).nonzero()[0])  # earliest scored position in the batch
         if self.slices_logits:
             logits = self.model(idx, logits_to_keep=idx.shape[1] - first).logits
         else:
             logits = self.model(idx).logits[:, first:]
-        return logits[keep[:, first:]], lambda logits: logits
+        return logits[keep[:, first:]], VocabProjection(None)
 
     def _hidden_at(self, idx, keep, position_ids=None, attn_mask=None) -> torch.Tensor:
-        """Returns the base model's last hidden states at ``keep``: the output embedding of them is
-        what ``tree_probe`` checked equals the model's logits."""
+        """Returns the base model's last hidden states at ``keep``: ``projection`` of them is what
+        ``tree_probe`` checked equals the model's logits."""
         kwargs = {}
         if attn_mask is not None:  # additive, so that eager and SDPA attention read it alike
             blocked = torch.finfo(self.model.dtype).min
@@ -69,9 +85,9 @@ class HFBackend(Backend):
         return self.tree
 
     def tree_probe(self) -> bool:
-        """Returns True when the base model and output embedding score a packed prefix tree (4-D mask,
+        """Returns True when the base model and output projection score a packed prefix tree (4-D mask,
         position ids) as the model's own forward scores each branch alone (two random branches)."""
-        if self.model.get_output_embeddings() is None:
+        if self.projection is None:
             return False
         vocab = self.model.get_input_embeddings().weight.shape[0]
         gen = torch.Generator().manual_seed(0)
@@ -100,7 +116,7 @@ class HFBackend(Backend):
         hidden = self._hidden_at(torch.tensor([row.tokens], device=self.device), keep,
                                  position_ids=torch.tensor([row.depths], device=self.device),
                                  attn_mask=row.ancestor_mask(n)[None, None].to(self.device))  # fmt: skip
-        return self.model.get_output_embeddings()(hidden)
+        return self.projection(hidden)
 
     def shape(self) -> ModelShape:
         vocab, d_model = self.model.get_input_embeddings().weight.shape

@@ -5,8 +5,8 @@ that those sharing a prefix sit together, then packed into rows as prefix trees:
 token appears once, each token attends only to its ancestors (a tree attention mask) and its
 position id is its depth, so one forward scores every choice of a document. Rows are sorted by
 length and cut into batches of at most ``max_batch_tokens`` (padding included). The vocabulary
-projection runs only at the scored tree nodes, a chunk at a time, and a log-prob is
-``logit[target] - logsumexp``.
+projection runs only at the scored tree nodes, tiled over the vocabulary (``engine.vocab_head``), and
+a log-prob is ``logit[target] - logsumexp``.
 
 Without packing (a model that cannot take a tree mask) each distinct input is a row of its own,
 run with the model's causal mask: the same code with chains instead of trees.
@@ -22,15 +22,12 @@ import torch
 
 from ..base.progress import progress_bar
 from ..engine.backend import ModelShape
+from ..engine.vocab_head import VocabProjection, target_log_probs
 
 # features_at(idx (B, T), keep (B, T) bool, position_ids (B, T) | None, attn_mask (B, 1, T, T) bool | None)
-#   -> (features (keep.sum(), ·) in row-major order of ``keep``, head: features -> logits)
-FeaturesFn = Callable[..., tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]
+#   -> (features (keep.sum(), ·) in row-major order of ``keep``, the VocabProjection to logits)
+FeaturesFn = Callable[..., tuple[torch.Tensor, VocabProjection]]
 
-# The LM head runs on this many scored positions at a time: their logits (positions × vocab floats,
-# 13 MB at GPT-2's vocabulary) stay in cache for the logsumexp and argmax passes that read them again
-# (measured on CPU: 64 rows ran the head ~35% faster than 256).
-HEAD_CHUNK = 64
 DEFAULT_BATCH_TOKENS = 8192  # padded tokens per forward
 DEFAULT_PACK_TOKENS = 256  # tokens per packed row, at most max_length (the model's own bound on a row)
 
@@ -206,7 +203,8 @@ def score(
     """Returns (summed log-prob, greedy) for each (context tokens, continuation tokens) request.
 
     ``greedy`` is True when every continuation token is the argmax of its position's logits. Each
-    batch costs one device-to-host copy. ``stats`` (when given) is increased by this call's work."""
+    batch's results come back in one device-to-host copy. ``stats`` (when given) is increased by this
+    call's work."""
     start = time.perf_counter()
     prepared = [model_input(ctx, cont, max_length) for ctx, cont in requests]
     rows = pack_rows([inp for inp, _ in prepared], min(pack_tokens, max_length), packed)
@@ -253,7 +251,7 @@ def _score_batch(features_at, rows, requests, device, pad_id, packed, run):
     run.tokens += sum(len(row.tokens) for row in rows)
     run.padded_tokens += idx.numel()
     run.scored_positions += int(keep.sum())
-    features, head = features_at(
+    features, projection = features_at(
         idx.to(device), keep.to(device),
         position_ids=None if position_ids is None else position_ids.to(device),
         attn_mask=None if mask is None else mask.to(device),
@@ -264,29 +262,10 @@ def _score_batch(features_at, rows, requests, device, pad_id, packed, run):
     flat, target, owner = (torch.tensor(col) for col in zip(*pairs))
     at = where[flat].to(features.device)
     target, owner = target.to(features.device), owner.to(features.device)
-    token_lp, wrong = _head_log_probs(features, head, at, target)
+    token_lp, wrong = target_log_probs(features, projection, at, target)
     sums = torch.zeros(len(owners), dtype=torch.float64, device=owner.device).index_add_(
         0, owner, token_lp.double()
     )
     misses = torch.zeros(len(owners), dtype=torch.int64, device=owner.device).index_add_(0, owner, wrong)
     sums, misses = sums.tolist(), misses.tolist()  # the batch's one sync
     return [(i, (sums[k], misses[k] == 0)) for k, i in enumerate(owners)]
-
-
-def _head_log_probs(features, head, at, target) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (log-prob of ``target`` at feature row ``at``, 1 where it is not the argmax), running the
-    head on ``HEAD_CHUNK`` rows at a time: ``logit[target] - logsumexp(logits)``, no log-softmax copy.
-    One max pass gives both the argmax (its first maximal index, as ``argmax``) and logsumexp's shift;
-    the exponentials are taken in place, over the chunk's logits (over ``features`` themselves when the
-    head is the identity: each chunk is read once)."""
-    lse = torch.empty(len(features), dtype=torch.float32, device=features.device)
-    best = torch.empty(len(features), dtype=torch.long, device=features.device)
-    token_logit = torch.empty(len(at), dtype=torch.float32, device=features.device)
-    for start in range(0, len(features), HEAD_CHUNK):
-        logits = head(features[start : start + HEAD_CHUNK]).float()
-        end = start + len(logits)
-        here = ((at >= start) & (at < end)).nonzero()[:, 0]
-        token_logit[here] = logits[at[here] - start, target[here]]
-        top, best[start:end] = logits.max(dim=-1)
-        lse[start:end] = top + logits.sub_(top[:, None]).exp_().sum(dim=-1).log_()
-    return token_logit - lse[at], (best[at] != target).to(torch.int64)

@@ -9,7 +9,6 @@ with torch and tokenizers alone; the Hugging Face backend is ``model_adapters.hf
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +18,7 @@ from . import checkpoint
 from .generate import Sampling, generate
 from .rundir import TOKENIZER
 from .tokenization import special_ids
+from .vocab_head import VocabProjection
 
 
 @dataclass
@@ -83,9 +83,11 @@ class Backend:
         """Returns the text of one (special) token, to spot strings that already start with it."""
         raise NotImplementedError
 
-    def features_at(self, idx: torch.Tensor, keep: torch.Tensor, position_ids: torch.Tensor | None = None,
-                    attn_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Callable]:  # fmt: skip
-        """Returns (features at ``keep``, row-major; the head that maps them to logits);
+    def features_at(
+        self, idx: torch.Tensor, keep: torch.Tensor, position_ids: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, VocabProjection]:  # fmt: skip
+        """Returns (features at ``keep``, row-major; the ``VocabProjection`` that maps them to logits);
         ``position_ids``/``attn_mask`` for packed rows."""
         raise NotImplementedError
 
@@ -143,7 +145,7 @@ class NFEvalBackend(Backend):
     def features_at(self, idx, keep, position_ids=None, attn_mask=None):
         # without a mask, causal: right padding never reaches a real position
         hidden = self.model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
-        return hidden[keep], self.model.lm_logits
+        return hidden[keep], VocabProjection(self.model.tok_emb.weight)  # causal: ``lm_logits`` unbiased
 
     def shape(self) -> ModelShape:
         cfg = self.ckpt.config

@@ -10,8 +10,10 @@ import torch
 from test_generate import make_model
 from test_zeroshot_adapter import build_hf_gpt2, requests_for
 
+from nfeval.engine import vocab_head
 from nfeval.engine.backend import matmul_params
-from nfeval.model_adapters import NFEvalLM, scorer
+from nfeval.engine.vocab_head import VocabProjection
+from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score
 
 VOCAB = 97
@@ -51,7 +53,8 @@ def reference(model, requests, max_length):
 
 def nfeval_features_at(model):
     def features_at(idx, keep, position_ids=None, attn_mask=None):
-        return model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)[keep], model.lm_logits
+        hidden = model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
+        return hidden[keep], VocabProjection(model.tok_emb.weight)
 
     return features_at
 
@@ -59,7 +62,8 @@ def nfeval_features_at(model):
 @pytest.mark.parametrize("norm,positions", [("pre", "learned"), ("post", "sinusoidal")])
 @pytest.mark.parametrize("pack_tokens", [16, 256])
 def test_packed_equals_unpacked_and_plain_forward_nfeval(norm, positions, pack_tokens, monkeypatch):
-    monkeypatch.setattr(scorer, "HEAD_CHUNK", 7)  # the LM head's chunks end inside rows and requests
+    monkeypatch.setattr(vocab_head, "ROW_CHUNK", 7)  # the head's chunks end inside rows and requests
+    monkeypatch.setattr(vocab_head, "VOCAB_TILE", 10)  # and its tiles do not divide the vocabulary
     model = make_model(norm=norm, positions=positions)
     reqs = multiple_choice_requests(max_len=40)
     want = reference(model, reqs, 40)
@@ -186,3 +190,18 @@ def test_nfeval_checkpoint_packed_equals_unpacked_through_the_adapter(tiny_clm_c
     for (ll, g), (ll_ref, g_ref) in zip(packed.loglikelihood(reqs, True), plain.loglikelihood(reqs, True)):
         assert abs(ll - ll_ref) <= 1e-5 and g == g_ref and ll.n_tokens == ll_ref.n_tokens
     assert packed.scoring_stats.tokens < plain.scoring_stats.tokens
+
+
+def test_hf_gpt2_with_the_fused_gelu_equals_the_stock_model(hf_dir):
+    from transformers import AutoModelForCausalLM
+    from transformers.activations import NewGELUActivation
+
+    from nfeval.model_adapters.hf_backend import fuse_tanh_gelu
+
+    stock = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    fused = fuse_tanh_gelu(AutoModelForCausalLM.from_pretrained(hf_dir).eval())
+    gelus = lambda m: sum(type(x) is NewGELUActivation for x in m.modules())  # noqa: E731
+    assert gelus(stock) > 0 and gelus(fused) == 0
+    idx = torch.randint(0, stock.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(idx).logits, stock(idx).logits, rtol=0, atol=1e-5)
