@@ -26,9 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=d.scale,
         choices=PUBLIC_SCALES + ("smoke",),
         metavar="{tiny,small,125M}",
-        help="tiny: the headline sections (--only fig2-clm,fig3-5) in about 35 min on one quiet CPU core, "
-        "every causal-LM section in about 2 h; small: many hours; 125M: GPUs (writes the torchrun commands "
-        "when none is present)",
+        help="tiny: the headline sections (--only fig2-clm,fig3-5) in about 40 min on one quiet CPU core, "
+        "every causal-LM section in about 2 h at --seeds 3; small: many hours; 125M: GPUs (writes the "
+        "torchrun commands when none is present)",
     )
     p.add_argument(
         "--minutes",
