@@ -52,7 +52,7 @@ from ..engine.tokenization import special_ids
 from . import finetune
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
-from .members import Member, StackedAdamW, clip_per_member, stack_members
+from .members import Member, clip_per_member, stack_members, step_members
 from .points import RESULT, Point, finished_result, lr_key
 
 AUTO = "auto"
@@ -162,7 +162,7 @@ class Ensemble:
         self.base = copy.deepcopy(members[0].model).to("meta")
         self.buffers = dict(members[0].model.named_buffers())
         self.params = stack_members(self.members)
-        self.adam = StackedAdamW(self.members, self.params)
+        self.views = [[m.model.get_parameter(name) for name in self.params] for m in self.members]
 
     def _scores(self, params, ids, mask):
         with (
@@ -195,7 +195,7 @@ class Ensemble:
             losses.sum().backward()  # member k's gradient is that of its own loss
             if self.recipe.clip_norm > 0:
                 clip_per_member(self.params, self.recipe.clip_norm)
-            self.adam.step()
+            step_members(self.members, self.params, self.views)
             loss_sum += losses.detach()
             tokens = sum(len(seqs[i]) for i in batch)
             for m in self.members:
@@ -217,7 +217,6 @@ class Ensemble:
 
     def save_states(self) -> None:
         """Writes each member's state.pt as ``run_point`` writes it (tensors copied out of the stack)."""
-        self.adam.sync_steps()
         for m in self.members:
             state = finetune._resume_state(m.point.key, m.model, m.opt, m.sched, self.dev)
             state = _owned(state | {"history": m.history, "stats": m.stats})
