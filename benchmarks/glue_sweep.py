@@ -4,13 +4,15 @@ and ``group_by_length=True`` (``train_sampling_strategy="group_by_length"`` in t
 fine-tune per learning rate.
 
 Both sides fine-tune the same RoBERTa-shaped encoder (post-LN, embedding LayerNorm, learned positions;
-random init, no pretraining: no weights can be downloaded) on the same subset of each GLUE task, with the
-same token ids, learning-rate grid, epochs, batch size, warmup, Adam betas/eps, weight decay and dropout,
-evaluating on the full dev set after every epoch. Rounds interleave the sides (nfeval first in even
-rounds, the Trainer first in odd ones) so that a change in the machine's load hits both; each side's
-time is its fastest round. Reported per task: wall time of the whole sweep on each side, the ratio, and
-the dev metric (best epoch, and last epoch) at each learning rate, so that speed is compared at an equal
-dev score. ``--sequential`` also times nfeval one point at a time (``--ensemble 1``).
+random init, no pretraining: no weights can be downloaded) from the same weights (the nfeval checkpoint's
+and the head nfeval's seed 0 draws, copied into ``RobertaForSequenceClassification`` and checked to give
+the same scores) on the same subset of each GLUE task, with the same token ids, learning-rate grid,
+epochs, batch size, warmup, Adam betas/eps, weight decay and dropout, evaluating on the full dev set after
+every epoch. Rounds interleave the sides (nfeval first in even rounds, the Trainer first in odd ones) so
+that a change in the machine's load hits both; each side's time is its fastest round. Reported per task:
+wall time of the whole sweep on each side, the ratio, and the dev metric (best epoch, and last epoch) at
+each learning rate, so that speed is compared at an equal dev score. ``--sequential`` (on by default) also
+times nfeval one point at a time (``--ensemble 1``).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
 """
@@ -139,7 +141,63 @@ def roberta_config(ckpt, spec: glue_data.TaskSpec):
         bos_token_id=sp.bos,
         eos_token_id=sp.eos,
         num_labels=spec.num_labels,
+        layer_norm_eps=cfg.layer_norm_eps,
     )
+
+
+def roberta_state(ckpt, spec: glue_data.TaskSpec, args) -> dict[str, torch.Tensor]:
+    """Returns the Hugging Face RoBERTa state dict of the classifier nfeval's points start from (the
+    checkpoint's encoder, the head that seed 0 draws), so that both sides fine-tune one model."""
+    recipe = glue.Recipe(max_len=args.max_len).resolve(spec, args.max_len, "cpu")
+    nf = finetune.build_classifier(ckpt, spec, recipe, seed=0).state_dict()
+    d, pad = ckpt.config.d_model, special_ids(ckpt.tokenizer).pad
+    positions = torch.zeros(ckpt.config.max_seq_len + pad + 1, d)
+    positions[pad + 1 :] = nf["transformer.pos_emb.weight"]  # RoBERTa numbers positions from pad + 1
+    emb = "roberta.embeddings."
+    out = {
+        emb + "word_embeddings.weight": nf["transformer.tok_emb.weight"],
+        emb + "position_embeddings.weight": positions,
+        emb + "token_type_embeddings.weight": torch.zeros(1, d),
+        emb + "LayerNorm.weight": nf["transformer.emb_norm.weight"],
+        emb + "LayerNorm.bias": nf["transformer.emb_norm.bias"],
+    }
+    for i in range(ckpt.config.n_layer):
+        hf, mine = f"roberta.encoder.layer.{i}.", f"transformer.blocks.{i}."
+        for kind in ("weight", "bias"):
+            q, k, v = nf[f"{mine}attn.qkv.{kind}"].split(d)
+            out |= {f"{hf}attention.self.query.{kind}": q, f"{hf}attention.self.key.{kind}": k}
+            pairs = {
+                "attention.self.value": v,
+                "attention.output.dense": nf[f"{mine}attn.out_proj.{kind}"],
+                "attention.output.LayerNorm": nf[f"{mine}attn_norm.{kind}"],  # post-LN: after the add
+                "intermediate.dense": nf[f"{mine}fc1.{kind}"],
+                "output.dense": nf[f"{mine}fc2.{kind}"],
+                "output.LayerNorm": nf[f"{mine}ffn_norm.{kind}"],
+            }
+            out |= {f"{hf}{name}.{kind}": t for name, t in pairs.items()}
+    for kind in ("weight", "bias"):
+        out |= {f"classifier.{n}.{kind}": nf[f"head.{n}.{kind}"] for n in ("dense", "out_proj")}
+    return {name: t.clone() for name, t in out.items()}
+
+
+def check_same_start(ckpt, data: glue_data.TaskData, start: dict, args) -> float:
+    """Returns the largest difference between the scores (and the CLS states) of nfeval's starting
+    classifier and of the Trainer's model loaded with ``start`` on a few training examples, dropout off;
+    raises AssertionError when they differ."""
+    from transformers import RobertaForSequenceClassification
+
+    hf_model = RobertaForSequenceClassification(roberta_config(ckpt, data.spec))
+    hf_model.load_state_dict(start)
+    recipe = glue.Recipe(max_len=args.max_len).resolve(data.spec, args.max_len, "cpu")
+    nf = finetune.build_classifier(ckpt, data.spec, recipe, seed=0).eval()
+    seqs = finetune.encode(ckpt.tokenizer, data.train, args.max_len)[:16]
+    ids, mask = finetune.collate(seqs, special_ids(ckpt.tokenizer).pad, torch.device("cpu"))
+    with torch.no_grad():
+        hf = hf_model.eval()(input_ids=ids, attention_mask=mask.long(), output_hidden_states=True)
+        cls_gap = (nf.transformer.encode(ids, mask)[:, 0] - hf.hidden_states[-1][:, 0]).abs().max()
+        gap = max(cls_gap, (nf(ids, mask) - hf.logits).abs().max())  # the CLS state has unit scale
+    assert gap < 1e-5, f"the Trainer's model does not start as nfeval's (they differ by {gap:.2e})"
+    return gap.item()
 
 
 def training_arguments(lr: float, args):
@@ -184,11 +242,15 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
             spec.name, {dev_name: pred.label_ids.tolist()}, {dev_name: preds.tolist()}
         )
 
+    start = roberta_state(ckpt, spec, args)
+    check_same_start(ckpt, data, start, args)
     t0, scores = time.perf_counter(), {}
     for lr in args.lrs:
         torch.manual_seed(0)
+        model = RobertaForSequenceClassification(roberta_config(ckpt, spec))
+        model.load_state_dict(start)
         trainer = Trainer(
-            model=RobertaForSequenceClassification(roberta_config(ckpt, spec)),
+            model=model,
             args=training_arguments(lr, args),
             train_dataset=train,
             eval_dataset=dev_set,
@@ -240,8 +302,9 @@ def report(task: str, times: dict[str, list[float]], scores: dict[str, dict], lr
     best = {s: min(t) for s, t in times.items()}
     rounds = ", ".join(f"{s} " + "/".join(f"{t:.1f}" for t in ts) for s, ts in times.items())
     print(f"sweep wall time (fastest of {len(times['nfeval'])} round(s); all: {rounds} s)")
-    for s in sides[1:]:
-        print(f"  {s} / nfeval: {best[s]:.1f} s / {best['nfeval']:.1f} s = {best[s] / best['nfeval']:.2f}x")
+    hf = "HF Trainer"
+    for s in (s for s in sides if s != hf):
+        print(f"  {hf} / {s}: {best[hf]:.1f} s / {best[s]:.1f} s = {best[hf] / best[s]:.2f}x")
 
 
 def parse_args() -> argparse.Namespace:
@@ -262,7 +325,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--ensemble", help="nfeval's --ensemble (default: the whole grid in one ensemble)")
-    p.add_argument("--sequential", action="store_true", help="also time nfeval with --ensemble 1")
+    p.add_argument(
+        "--sequential",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time nfeval with --ensemble 1 (default: on; on CPU it beats the ensemble)",
+    )
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per side")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
     return p.parse_args()
@@ -303,6 +371,8 @@ def main() -> None:
         f"lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}, {args.layers} layers "
         f"d={args.d_model}, torch threads {torch.get_num_threads()}, load average {os.getloadavg()}"
     )
+    # torch imports its optimizer machinery on the first step: paid here, not by the side timed first
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)], fused=True).step()
     work = tempfile.mkdtemp(prefix="glue-bench-")
     for task in args.tasks.split(","):
         times, scores = interleaved(sides_of(task, args, work), args.rounds)

@@ -95,25 +95,38 @@ class SelfAttention(nn.Module):
             (make_norm(cfg, cfg.head_dim), make_norm(cfg, cfg.head_dim)) if cfg.qk_norm else (None, None)
         )
 
-    def project_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_heads(
+        self, x: torch.Tensor, queries: slice | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns the queries, keys and values (B, H, T, head_dim) of ``x`` (B, T, d), their norms
-        applied: what attention multiplies and the KV cache stores."""
+        applied: what attention multiplies and the KV cache stores. ``queries``: only those positions'
+        queries (the keys and values of every position)."""
         cfg = self.cfg
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
+        if queries is None:
+            q, k, v = self.qkv(x).split(C, dim=2)
+        else:
+            w, b = self.qkv.weight, self.qkv.bias
+            q = F.linear(x[:, queries], w[:C], b[:C])
+            k, v = F.linear(x, w[C:], b[C:]).split(C, dim=2)
         if self.query_norm is not None:
             q, k, v = self.query_norm(q), self.key_norm(k), self.value_norm(v)
-        q, k, v = (t.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.view(B, t.shape[1], cfg.n_head, cfg.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.q_head_norm is not None:
             q, k = self.q_head_norm(q), self.k_head_norm(k)
         return q, k, v
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, cache: LayerCache | None = None
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
+        queries: slice | None = None,
     ) -> torch.Tensor:
+        """Returns the attention output (B, T, d), or (B, len(queries), d) at ``queries`` only."""
         cfg = self.cfg
-        B, T, C = x.shape
-        q, k, v = self.project_heads(x)
+        q, k, v = self.project_heads(x, queries)
+        B, T, C = q.shape[0], q.shape[2], x.shape[2]
         if cache is not None:
             k, v = cache.append(k, v)
         y = F.scaled_dot_product_attention(
@@ -183,12 +196,18 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, cache: LayerCache | None = None
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
+        queries: slice | None = None,
     ) -> torch.Tensor:
-        residual = x
+        """Returns the layer's output (B, T, d); with ``queries``, at those positions only (B,
+        len(queries), d), every position still a key and value: every op after attention is per token."""
+        residual = x if queries is None else x[:, queries]
         if self.norm_before:
             x = self.attn_norm(x)
-        x = self.attn(x, attn_mask, cache)
+        x = self.attn(x, attn_mask, cache, queries)
         for norm in (self.attn_out_norm, self.attn_post_norm):
             if norm is not None:
                 x = norm(x)
@@ -271,8 +290,11 @@ class Transformer(nn.Module):
         position_ids: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        last_layer_positions: slice | None = None,
     ) -> torch.Tensor:
-        """Returns the final hidden states (B, T, d) of ``idx``.
+        """Returns the final hidden states (B, T, d) of ``idx``; (B, len(positions), d) of
+        ``last_layer_positions`` only when given (encoder only: the last layer then computes just those
+        rows, which is all a sentence classifier reads).
 
         ``padding_mask`` (encoder only): True at real tokens. ``cache``: the tokens of ``idx`` follow the
         cached ones, whose keys/values are used and to which theirs are appended. ``position_ids`` (B, T):
@@ -281,6 +303,8 @@ class Transformer(nn.Module):
         and every query must be allowed at least one key.
         """
         B, T = idx.shape
+        if last_layer_positions is not None and (self.cfg.causal or cache is not None):
+            raise ValueError("last_layer_positions is for an encoder without a cache")
         past = cache.length if cache is not None else 0
         if past + T > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {past + T} exceeds max_seq_len {self.cfg.max_seq_len}")
@@ -295,7 +319,8 @@ class Transformer(nn.Module):
         elif attn_mask is None and self.cfg.causal and past and T > 1:  # new queries after cached keys
             attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=idx.device).tril(past)
         for i, block in enumerate(self.blocks):
-            x = block(x, attn_mask, cache.layers[i] if cache is not None else None)
+            queries = last_layer_positions if i == len(self.blocks) - 1 else None
+            x = block(x, attn_mask, cache.layers[i] if cache is not None else None, queries)
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:
@@ -360,7 +385,8 @@ class ClassificationHead(nn.Module):
 class SequenceClassifier(nn.Module):
     """A Transformer with a classification/regression head (num_labels=1 for regression).
 
-    Pools the first token for an encoder (as RoBERTa) and the last real token for a causal model.
+    Pools the first token for an encoder (as RoBERTa), whose last layer then computes that row only,
+    and the last real token for a causal model.
     """
 
     def __init__(self, transformer: Transformer, num_labels: int, dropout: float = 0.1):
@@ -370,8 +396,8 @@ class SequenceClassifier(nn.Module):
 
     def forward(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Returns (B, num_labels) scores."""
-        hidden = self.transformer.encode(idx, padding_mask)
         if self.transformer.cfg.causal:
+            hidden = self.transformer.encode(idx, padding_mask)
             last = (
                 (padding_mask.long().sum(1) - 1)
                 if padding_mask is not None
@@ -379,5 +405,5 @@ class SequenceClassifier(nn.Module):
             )
             pooled = hidden[torch.arange(idx.shape[0], device=idx.device), last]
         else:
-            pooled = hidden[:, 0]
+            pooled = self.transformer.encode(idx, padding_mask, last_layer_positions=slice(1))[:, 0]
         return self.head(pooled)

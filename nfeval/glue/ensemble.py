@@ -7,10 +7,12 @@ reseeds the global RNG with its seed when it builds its model, and the learning 
 So the ensemble runs the model's own forward once per batch under ``torch.func.vmap`` over the members'
 stacked weights (``functional_call``) with ``randomness="same"``: each dropout mask is drawn once, with
 the shape and from the RNG state of a run alone, and shared by the members, which is exactly what each
-of them would draw alone. Each member keeps its own ``torch.optim.AdamW`` and ``LambdaLR`` (the source of
-its learning rate at every update, and what its ``state.pt`` saves); ``StackedAdamW`` applies AdamW's
-arithmetic (torch's single-tensor path, operation for operation) to the stacked tensors, a learning rate
-per member. Members' parameters and moments are views of the stacked tensors, so there is one copy.
+of them would draw alone. That forward is the classifier's own (``SequenceClassifier``), which runs an
+encoder's last layer at the first position only, every token still a key and value (exact: only that
+row feeds the head). Each member keeps its own fused ``torch.optim.AdamW`` and ``LambdaLR`` (the source
+of its learning rate at every update, and what its ``state.pt`` saves) and steps them itself on its
+slice of the stacked gradients (``members.step_members``): the same kernel on the same numbers as a run
+alone. Members' parameters are views of the stacked tensors, so there is one copy of the weights.
 
 The point files are the one-at-a-time path's: ``state.pt`` after every epoch but the last (the same
 model, optimizer and scheduler state dicts, so either path resumes the other's points), then
@@ -18,14 +20,16 @@ model, optimizer and scheduler state dicts, so either path resumes the other's p
 ``result.json`` at the end. Members resuming from different epochs train as separate ensembles. A
 member's ``train.wall_s`` is its share (1/K) of the ensemble's time.
 
-``plan_units`` cuts the points into ensembles for ``--ensemble``: ``1`` one point per unit (today's
-path), ``N`` at most N points, ``auto`` as many as fit in ``MEMORY_FRACTION`` of the device's free
-memory (an estimate from the parameter count and the activations of a batch of the longest sequence),
-spread over at least ``jobs`` units. Speed on CPU: the ensemble saves the per-member dropout draws, the
-data pipeline and most per-parameter AdamW calls, but vmap turns each member's fused ``addmm`` into a
-batched matmul plus a bias pass over K-times larger tensors; measured on a loaded 2-core CPU the two
-came out about even (benchmarks/RESULTS.md). Dev evaluation runs member by member on the members' own
-models (views of the stack): as fast on CPU as vmapped, and exactly what a run alone predicts.
+``plan_units`` cuts the points into ensembles for ``--ensemble``: ``1`` one point per unit (today's path),
+``N`` at most N points, ``auto`` as many as fit in ``MEMORY_FRACTION`` of the device's free memory (an
+estimate from the parameter count and the activations of a batch of the longest sequence), spread over at
+least ``jobs`` units. Speed on CPU: a step is matmul-bound (three quarters of its time in ``mm``/``addmm``
+at this project's shapes), and a batched matmul over K members does the same work as K matmuls at the same
+speed, so the ensemble saves only the per-member dropout draws (~5%) and data pipeline, while vmap adds
+copies and a separate bias pass: at one thread it measured 10-30% slower per member-step than one at a time
+(benchmarks/RESULTS.md, "Seven LRs as one batched ensemble"); it is meant for GPUs, where small models one
+at a time underuse the device (not measured yet). Dev evaluation runs member by member on the members' own
+models (views of the stack): exactly what a run alone predicts.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from ..engine.tokenization import special_ids
 from . import finetune
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
-from .members import Member, StackedAdamW, clip_per_member, stack_members
+from .members import Member, clip_per_member, stack_members, step_members
 from .points import RESULT, Point, finished_result, lr_key
 
 AUTO = "auto"
@@ -162,7 +166,7 @@ class Ensemble:
         self.base = copy.deepcopy(members[0].model).to("meta")
         self.buffers = dict(members[0].model.named_buffers())
         self.params = stack_members(self.members)
-        self.adam = StackedAdamW(self.members, self.params)
+        self.views = [[m.model.get_parameter(name) for name in self.params] for m in self.members]
 
     def _scores(self, params, ids, mask):
         with (
@@ -195,7 +199,7 @@ class Ensemble:
             losses.sum().backward()  # member k's gradient is that of its own loss
             if self.recipe.clip_norm > 0:
                 clip_per_member(self.params, self.recipe.clip_norm)
-            self.adam.step()
+            step_members(self.members, self.params, self.views)
             loss_sum += losses.detach()
             tokens = sum(len(seqs[i]) for i in batch)
             for m in self.members:
@@ -217,7 +221,6 @@ class Ensemble:
 
     def save_states(self) -> None:
         """Writes each member's state.pt as ``run_point`` writes it (tensors copied out of the stack)."""
-        self.adam.sync_steps()
         for m in self.members:
             state = finetune._resume_state(m.point.key, m.model, m.opt, m.sched, self.dev)
             state = _owned(state | {"history": m.history, "stats": m.stats})

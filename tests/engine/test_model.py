@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from nfeval.engine.config import ARCHITECTURES, SIZES, preset
-from nfeval.engine.model import Block, SelfAttention, Transformer, sinusoidal_table
+from nfeval.engine.model import Block, SelfAttention, SequenceClassifier, Transformer, sinusoidal_table
 
 
 def tiny(arch: str = "normformer", **kw):
@@ -185,6 +185,33 @@ def test_masked_lm_is_bidirectional_and_ignores_padding():
     padded = torch.cat([idx, torch.full((1, 4), 1)], dim=1)
     mask = torch.cat([torch.ones(1, 10, dtype=torch.bool), torch.zeros(1, 4, dtype=torch.bool)], dim=1)
     torch.testing.assert_close(model(padded, mask)[0, :10], model(idx)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_classifier_computes_only_the_first_row_of_the_last_layer_exactly(arch):
+    """An encoder's classifier runs its last layer at the first position only (keys and values from
+    every token): its scores and every gradient equal those of the full last layer's first row."""
+    torch.manual_seed(0)
+    qkv_norm = {} if ARCHITECTURES[arch].get("qk_norm") else {"qkv_norm": True}  # the query's own norm too
+    model = SequenceClassifier(Transformer(tiny(arch, objective="mlm", **qkv_norm)), 3).eval()
+    randomize(model)
+    idx = torch.randint(5, model.transformer.cfg.vocab_size, (3, 9))
+    mask = torch.arange(9)[None, :] < torch.tensor([[9], [6], [2]])
+
+    def scores_and_grads(scores_of):
+        model.zero_grad()
+        scores = scores_of()
+        scores.square().sum().backward()
+        return scores.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    fast, fast_grads = scores_and_grads(lambda: model(idx, mask))
+    full, full_grads = scores_and_grads(lambda: model.head(model.transformer.encode(idx, mask)[:, 0]))
+    torch.testing.assert_close(fast, full, rtol=1e-5, atol=1e-5)
+    assert fast_grads.keys() == full_grads.keys()
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+    with pytest.raises(ValueError, match="encoder"):
+        Transformer(tiny(arch)).encode(idx, last_layer_positions=slice(1))
 
 
 def test_sinusoidal_positions_follow_fairseq_offset():

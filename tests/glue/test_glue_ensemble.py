@@ -87,8 +87,11 @@ def test_ensemble_equals_three_sequential_runs(tiny_mlm_ckpt, glue_dir, tmp_path
         assert torch.equal(s["rng"], e["rng"])  # the ensemble drew exactly the one-at-a-time dropout masks
         assert s["scheduler"] == e["scheduler"]
         assert s["model"].keys() == e["model"].keys()
+        # vmap's batched matmuls round differently from one model's, and AdamW (eps 1e-6) turns a rounding
+        # difference δ in a near-zero gradient into a step that differs by up to lr·δ/eps
+        atol = 2e-3 * s["scheduler"]["base_lrs"][0]
         for name, w in s["model"].items():
-            torch.testing.assert_close(e["model"][name], w, rtol=1e-5, atol=1e-6, msg=name)
+            torch.testing.assert_close(e["model"][name], w, rtol=1e-5, atol=atol, msg=name)
         assert s["optimizer"]["param_groups"] == e["optimizer"]["param_groups"]
         assert s["optimizer"]["state"].keys() == e["optimizer"]["state"].keys()
         for i, moments in s["optimizer"]["state"].items():
@@ -98,43 +101,33 @@ def test_ensemble_equals_three_sequential_runs(tiny_mlm_ckpt, glue_dir, tmp_path
     assert any(not torch.equal(by_lr[0][n], by_lr[-1][n]) for n in by_lr[0])  # the members did differ
 
 
-def test_stacked_adamw_is_torch_adamw_per_member(tiny_mlm_ckpt):
+def test_members_step_their_own_adamw_on_the_stacks_bit_for_bit(tiny_mlm_ckpt):
     torch.manual_seed(0)
     lrs, shape = [1e-3, 3e-2, 1e-1], (4, 5)
+
+    def adamw(model, lr):
+        opt = torch.optim.AdamW(model.parameters(), lr, (0.9, 0.98), 1e-6, 0.1, fused=True)
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, finetune.lr_lambda(6, 2))
+
     alone = [torch.nn.Linear(*shape) for _ in lrs]
-    opts = [
-        torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.1)
-        for m, lr in zip(alone, lrs)
-    ]
-    scheds = [torch.optim.lr_scheduler.LambdaLR(o, finetune.lr_lambda(6, 2)) for o in opts]
-    together = [torch.nn.Linear(*shape) for _ in lrs]
-    for a, b in zip(alone, together):
-        b.load_state_dict(a.state_dict())
-    t_opts = [
-        torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.1)
-        for m, lr in zip(together, lrs)
-    ]
-    members = [
-        stacked.Member(
-            None, m, o, torch.optim.lr_scheduler.LambdaLR(o, finetune.lr_lambda(6, 2)), [], {}, None, None
-        )
-        for m, o in zip(together, t_opts)
-    ]
+    together = [copy.deepcopy(m) for m in alone]
+    steppers = [adamw(m, lr) for m, lr in zip(alone, lrs)]
+    members = [stacked.Member(None, m, *adamw(m, lr), [], {}, None, None) for m, lr in zip(together, lrs)]
     params = stacked.stack_members(members)
-    adam = stacked.StackedAdamW(members, params)
+    views = [[m.model.get_parameter(n) for n in params] for m in members]
     for _ in range(6):
         grads = {n: torch.randn(len(lrs), *p.shape[1:]) for n, p in params.items()}
-        for k, (m, o, s) in enumerate(zip(alone, opts, scheds)):
+        for k, (m, (opt, sched)) in enumerate(zip(alone, steppers)):
             for n, p in m.named_parameters():
                 p.grad = grads[n][k].clone()
-            o.step()
-            s.step()
+            opt.step()
+            sched.step()
         for n, p in params.items():
             p.grad = grads[n]
-        adam.step()
-    for a, b in zip(alone, together):
-        for (n, p), q in zip(a.named_parameters(), b.parameters()):
-            torch.testing.assert_close(q, p, rtol=0, atol=0, msg=n)  # the same arithmetic, bit for bit
+        stacked.step_members(members, params, views)
+    for k, a in enumerate(alone):
+        for n, p in a.named_parameters():
+            torch.testing.assert_close(params[n][k], p, rtol=0, atol=0, msg=n)  # the same kernel, bit for bit
     assert not torch.equal(alone[0].weight, alone[2].weight)
 
 
