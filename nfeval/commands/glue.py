@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=ensemble.ensemble_arg,
         default=ensemble.AUTO,
         help="learning rates of one task and seed trained together as one batched model: auto (default: "
-        "as many as fit in memory), N (at most N), 1 (one point at a time)",
+        "on a GPU as many as fit in memory, on a CPU 1, where the ensemble measured slower), N (at most "
+        "N), 1 (one point at a time)",
     )
     p.add_argument("--out", default="results", help="results folder (default: results)")
     add_no_progress(p)

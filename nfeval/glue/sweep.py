@@ -123,7 +123,11 @@ def encode_tasks(ckpt, data, points) -> dict[tuple[str, int], EncodedTask]:
 
 
 def plan_ensembles(ckpt, encoded, points, setting, device: str, jobs: int) -> list[list[Point]]:
-    """Returns ``points`` cut into the units trained together (``--ensemble``; see ``ensemble.py``)."""
+    """Returns ``points`` cut into the units trained together (``--ensemble``; see ``ensemble.py``):
+    under ``auto`` one point per unit on a CPU, where the vmapped ensemble measured slower than one point
+    at a time (benchmarks/RESULTS.md, "Seven LRs as one batched ensemble")."""
+    if setting == ensemble.AUTO and not device.startswith("cuda"):
+        setting = 1
     fits = (
         ensemble.members_that_fit(ckpt, encoded, points, device, jobs)
         if setting == ensemble.AUTO and points  # a rerun of a finished sweep has no points left

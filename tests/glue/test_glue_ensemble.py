@@ -200,6 +200,9 @@ def test_units_group_task_and_seed_and_respect_the_size():
     assert shape("auto", fits=10) == [[(lr, s) for lr in (1e-3, 2e-3, 3e-3)] for s in (0, 1)]
     assert shape("auto", fits=1) == shape(1)
     assert [len(u) for u in ensemble.plan_units(pts, "auto", 2, 10)] == [2, 1, 2, 1]  # spread over jobs
+    # on a CPU, auto trains one point at a time (the ensemble measured slower there); N still ensembles
+    assert glue.plan_ensembles(None, {}, pts, "auto", "cpu", 1) == [[p] for p in pts]
+    assert [len(u) for u in glue.plan_ensembles(None, {}, pts, 3, "cpu", 1)] == [3, 3]
 
 
 def test_member_estimate_grows_with_params_and_batch(tiny_mlm_ckpt):
