@@ -54,6 +54,11 @@ def build_models(layers: int, d_model: int, seed: int = 0):
         d_ffn=4 * d_model,
         vocab_size=50257,
         max_seq_len=1024,
+        # GPT-2's own layout, so the weights map onto GPT2LMHeadModel one to one (the preset brings
+        # fairseq's recipe: sinusoidal positions and a scaled embedding, which GPT-2 has not)
+        positions="learned",
+        scale_embedding=False,
+        init="gpt2",
     )
     torch.manual_seed(seed)
     ours = Transformer(cfg).eval()
@@ -233,14 +238,14 @@ def table(rows: list[dict], args, bandwidth: float) -> str:
 
 def write_results(path: str, key: str, block: str) -> None:
     """Replaces (or appends to the generation section) the block of ``path`` marked with ``key``."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = Path(path).read_text(encoding="utf-8") if Path(path).is_file() else ""
     begin, end = f"<!-- generate_vs_hf {key} -->", f"<!-- /generate_vs_hf {key} -->"
     marked = f"{begin}\n{block}\n{end}"
     if begin in text:
         text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: marked, text, flags=re.S)
     else:
         heading = "## Generation (`nfeval generate` vs Hugging Face `generate`)\n"
-        text = text.replace(heading, f"{heading}\n{marked}\n", 1)
+        text = text.replace(heading, f"{heading}\n{marked}\n", 1) if heading in text else f"{text}{marked}\n"
     Path(path).write_text(text, encoding="utf-8")
 
 
