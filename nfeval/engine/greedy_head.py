@@ -27,8 +27,9 @@ import torch.nn.functional as F
 # The screen keeps blocks of BLOCK tokens whose best screened logit passes, then the tokens within them:
 # two small selections instead of one over the whole (B, vocab) logits.
 BLOCK = 64
-# If the screen lets through more than this fraction of the blocks, the full product is cheaper.
-MAX_BLOCK_FRACTION = 0.25
+# If the screen lets through more than this fraction of the tokens, the full product is cheaper. Count
+# tokens, not blocks: a near-flat distribution (random weights) passes half the blocks on ~1% of the tokens.
+MAX_TOKEN_FRACTION = 0.25
 # Room for fp32 rounding in the quantized kernel's rescaling and in the re-scoring dot products.
 ROUNDING_SLACK = 1e-4
 
@@ -82,10 +83,12 @@ class GreedyHead:
             return self.full_argmax(hidden)
         blocks, threshold = self.screen(hidden)
         block_rows, block_ids = (blocks.amax(2) >= threshold[:, None]).nonzero(as_tuple=True)
-        if not 0 < len(block_rows) <= MAX_BLOCK_FRACTION * blocks.shape[0] * blocks.shape[1]:
+        if not len(block_rows):  # no block reaches the threshold: the screened logits are not finite
             return self.full_argmax(hidden)
         passed = blocks.flatten(0, 1).index_select(0, block_rows * blocks.shape[1] + block_ids)
         which, offset = (passed >= threshold.index_select(0, block_rows)[:, None]).nonzero(as_tuple=True)
+        if len(which) > MAX_TOKEN_FRACTION * blocks.numel():
+            return self.full_argmax(hidden)
         rows, tokens = block_rows.index_select(0, which), block_ids.index_select(0, which) * BLOCK + offset
         exact = torch.linalg.vecdot(hidden.index_select(0, rows), self.weight.index_select(0, tokens))
         best = torch.full_like(threshold, -math.inf).scatter_reduce(0, rows, exact, "amax")

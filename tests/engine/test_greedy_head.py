@@ -67,6 +67,24 @@ def test_equal_logits_pick_the_lowest_token_and_nan_falls_back():
     assert torch.equal(GreedyHead(w)(nan), F.linear(nan, w).argmax(-1))
 
 
+def test_a_near_tie_in_every_block_is_rescored_without_the_full_product(monkeypatch):
+    """Every block passes the screen but only one token in each does: the tokens, not the blocks,
+    decide whether the full product is cheaper."""
+    w = weights(64 * 50) * 0.1
+    w[::64] = w[0] + torch.linspace(0, 1e-4, 50)[:, None] * w[0]  # one near-best token per block
+    h = w[:1] * 200
+
+    def no_fallback(self, hidden):
+        raise AssertionError("the screen fell back to the full product")
+
+    head = GreedyHead(w)
+    blocks, threshold = head.screen(h)
+    assert bool((blocks.amax(2) >= threshold[:, None]).all())  # every block passes
+    want = F.linear(h, w).argmax(-1)
+    monkeypatch.setattr(GreedyHead, "full_argmax", no_fallback)
+    assert torch.equal(head(h), want)
+
+
 def test_head_is_cached_per_model_and_rebuilt_after_an_update():
     model = make_model()
     first = greedy_head(model)
