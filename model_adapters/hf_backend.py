@@ -4,6 +4,7 @@ trees where the model's forward takes a 4-D mask (checked by ``tree_probe``), an
 from __future__ import annotations
 
 import inspect
+import math
 
 import torch
 
@@ -12,18 +13,34 @@ from ..engine.generate import left_pad
 from ..engine.vocab_head import VocabProjection
 from .scorer import Row
 
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+class SigmoidTanhGELU(torch.nn.Module):
+    """GPT-2's tanh GELU, 0.5·x·(1 + tanh(z)) with z = √(2/π)·(x + 0.044715·x³), computed as the equal
+    x·σ(2z): on a CPU thread torch's fp32 ``tanh`` runs at a quarter of ``sigmoid``'s speed, so this is
+    2.5× faster than the one-kernel ``F.gelu(approximate="tanh")`` (5.8 against 14.5 ms on 3.5M values)
+    and as close to the float64 function (|Δ| ≤ 4.8e-7 on N(0, 2²) inputs, the same as that kernel's).
+    In-place on its own intermediate, so for inference only: with gradients on it is ``F.gelu``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            return torch.nn.functional.gelu(x, approximate="tanh")
+        z = x * x
+        z.mul_(2 * 0.044715 * _SQRT_2_OVER_PI).add_(2 * _SQRT_2_OVER_PI).mul_(x)
+        return z.sigmoid_().mul_(x)
+
 
 def fuse_tanh_gelu(model: torch.nn.Module) -> torch.nn.Module:
     """Returns ``model`` with each ``NewGELUActivation`` (GPT-2's tanh GELU, eight elementwise ops in
-    Python) replaced by transformers' ``GELUTanh``: the same function as one kernel, equal to fp32
-    rounding (|Δ| ≤ 2.4e-7 on N(0, 1) inputs) and ~7× faster on a CPU thread, where it took a third of
-    a d=256 GPT-2's forward."""
+    Python, a third of a d=256 GPT-2's forward on a CPU thread) and each ``GELUTanh`` replaced by
+    ``SigmoidTanhGELU``: the same function to fp32 rounding, 3.7× faster than the former."""
     from transformers.activations import GELUTanh, NewGELUActivation
 
     for module in model.modules():
         for name, child in module.named_children():
-            if type(child) is NewGELUActivation:
-                setattr(module, name, GELUTanh())
+            if type(child) in (NewGELUActivation, GELUTanh):
+                setattr(module, name, SigmoidTanhGELU())
     return model
 
 

@@ -3,6 +3,7 @@ nfeval models and a HF GPT-2 built from a config; token-budget batches; the FLOP
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -205,3 +206,18 @@ def test_hf_gpt2_with_the_fused_gelu_equals_the_stock_model(hf_dir):
     idx = torch.randint(0, stock.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(fused(idx).logits, stock(idx).logits, rtol=0, atol=1e-5)
+
+
+def test_the_sigmoid_form_of_the_tanh_gelu_is_as_close_to_float64_as_torchs_kernel():
+    from nfeval.model_adapters.hf_backend import SigmoidTanhGELU
+
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 3
+    x64 = x.double()
+    exact = 0.5 * x64 * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    kernel_error = (torch.nn.functional.gelu(x, approximate="tanh").double() - exact).abs().max()
+    with torch.no_grad():
+        ours = SigmoidTanhGELU()(x)
+    assert (ours.double() - exact).abs().max() <= max(2 * kernel_error, 1e-6)
+    wants_grad = x.clone().requires_grad_()
+    SigmoidTanhGELU()(wants_grad).sum().backward()  # with gradients on: the differentiable kernel
+    assert wants_grad.grad is not None and torch.isfinite(wants_grad.grad).all()
