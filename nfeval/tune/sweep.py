@@ -16,9 +16,12 @@ the LR came from. Cost: presets × LRs × seeds runs of the budget (run ``--jobs
 
 Resume. A point is finished when its ``point.json`` (written last, holding the point's config as
 its key) exists; a rerun skips finished points, resumes a killed one from its newest checkpoint
-(``--ckpt-interval``) and refuses a point folder written under a different config. A diverged point
-is a finished result (marked, never best). ``--report-only`` writes tune.json from the finished points
-and lists the missing ones.
+(``--ckpt-interval``) and refuses a point folder written under a different config. The key names the
+data and tokenizer files by what they hold (``nfeval.engine.input_fingerprints``), not by path, so a
+tune folder may be moved or copied (to another path or machine), and its data and tokenizer too, then
+resumed or reused there; a data file whose content changed is refused. Keys of an older nfeval (paths)
+are accepted in place and rewritten. A diverged point is a finished result (marked, never best).
+``--report-only`` writes tune.json from the finished points and lists the missing ones.
 
 Concurrent tunes into one ``--out`` claim each point with the lock GLUE's sweep uses
 (``nfeval.base.sweep_lock``): a point is trained once, by whichever tune claims it first; the other
@@ -52,6 +55,7 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
+from ..engine.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints, recorded_input_fingerprints
 from ..engine.train import train
 from ..engine.train_config import TrainConfig
 from ..engine.trainer import TrainingDiverged
@@ -93,31 +97,53 @@ def point_config(
     return dataclasses.replace(base, preset=preset, lr=lr, seed=seed, progress=False, lr_from=None, **budgets)
 
 
-def point_key(cfg: TrainConfig) -> dict[str, Any]:
-    """Returns the fields of a point's config that decide its result."""
-    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_IN_KEY}
+def point_key(cfg: TrainConfig, inputs: dict[str, str | None]) -> dict[str, Any]:
+    """Returns what decides a point's result: its config's fields, its input files named by what they
+    hold (``inputs``: ``input_fingerprints(cfg)``) rather than by path, so a moved or copied tune folder
+    or data keeps its finished points and a file whose content changed does not."""
+    fields = dataclasses.asdict(cfg)
+    return {k: v for k, v in fields.items() if k not in NOT_IN_KEY + INPUT_PATH_FIELDS} | {"inputs": inputs}
 
 
-def _check_key(path: str, stored: dict[str, Any], key: dict[str, Any]) -> None:
+def _in_key_form(stored: dict[str, Any], key: dict[str, Any], cfg: TrainConfig) -> dict[str, Any]:
+    """Returns ``stored`` as a ``point_key``. A key of nfeval <= 0.1 held the input paths instead of
+    ``inputs``: it counts as today's when those paths are the current ones (the folder was not moved)."""
+    if "inputs" in stored:
+        return {k: v for k, v in stored.items() if k not in INPUT_PATH_FIELDS}
+    moved = {n: stored.get(n) for n in INPUT_PATH_FIELDS if stored.get(n) != getattr(cfg, n)}
+    rest = {k: v for k, v in stored.items() if k not in INPUT_PATH_FIELDS}
+    return rest | moved | {"inputs": key["inputs"]}  # the moved paths stay: they differ from the key
+
+
+def _check_key(path: str, stored: dict[str, Any], key: dict[str, Any], cfg: TrainConfig) -> None:
+    old = "inputs" not in stored
+    stored = _in_key_form(stored, key, cfg)
     diff = sorted(k for k in set(stored) | set(key) if k not in NOT_IN_KEY and stored.get(k) != key.get(k))
     if diff:
+        names = ", ".join("data or tokenizer contents" if k == "inputs" else k for k in diff)
+        hint = " (an older nfeval's key, of paths: rerun once at the old paths to key it by content)"
         raise ConfigError(
-            f"{path}: this point was trained with different {', '.join(diff)} than now; use another --out, "
-            "or delete the point's folder to recompute it"
+            f"{path}: this point was trained with different {names} than now{hint if old else ''}; use "
+            "another --out, or delete the point's folder to recompute it"
         )
 
 
-def finished_point(directory: str, key: dict[str, Any]) -> dict[str, Any] | None:
-    """Returns a finished point's result (its point.json) or None; a point folder written for another
-    config is a ConfigError (finished or killed), never a silent mix."""
+def finished_point(directory: str, cfg: TrainConfig, key: dict[str, Any]) -> dict[str, Any] | None:
+    """Returns a finished point's result (its point.json, ``run_dir`` where it is now) or None; a point
+    folder written for another config is a ConfigError (finished or killed), never a silent mix."""
     marker = os.path.join(directory, POINT)
     if os.path.isfile(marker):
         result = load_json(marker, hint="delete the point's folder to recompute it")
-        _check_key(marker, result.get("key") or {}, key)
-        return result
+        stored = result.get("key") or {}
+        _check_key(marker, stored, key, cfg)
+        if "inputs" not in stored:  # an older nfeval's key of paths: rewritten, so the folder can move
+            atomic_write_json(marker, result | {"key": key})
+        return result | {"run_dir": directory}
     saved = os.path.join(directory, "config.json")  # a killed point: train's own record of its config
     if os.path.isfile(saved):
-        _check_key(saved, ((load_json(saved).get("train") or {}).get("config")) or {}, key)
+        config = ((load_json(saved).get("train") or {}).get("config")) or {}
+        recorded = recorded_input_fingerprints(directory)
+        _check_key(saved, config if recorded is None else config | {"inputs": recorded}, key, cfg)
     return None
 
 
@@ -133,14 +159,15 @@ def run_point(cfg: TrainConfig, directory: str, wait: bool = True) -> dict[str, 
     """Returns the point's result, trained under the point's lock (``nfeval.base.sweep_lock``, as GLUE's
     points are): read back when another tune finished it meanwhile; None when another live tune holds
     the lock and ``wait`` is False."""
-    key = point_key(cfg)
+    key = point_key(cfg, input_fingerprints(cfg))
     return claim_and_run(
-        directory, lambda: finished_point(directory, key), lambda: train_point(cfg, directory), wait
+        directory, lambda: finished_point(directory, cfg, key), lambda: train_point(cfg, directory, key), wait
     )
 
 
-def train_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
-    """Trains one point into ``directory`` (resuming a killed one), writes ``point.json`` last; returns it.
+def train_point(cfg: TrainConfig, directory: str, key: dict[str, Any]) -> dict[str, Any]:
+    """Trains one point into ``directory`` (resuming a killed one), writes ``point.json`` (holding
+    ``key``) last; returns it.
 
     train()'s log lines go to ``directory/train.log``. A TrainingDiverged or a non-finite final
     validation loss makes the point ``diverged``, itself a finished result.
@@ -170,7 +197,7 @@ def train_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
         **{k: summary.get(k) for k in ("step", "tokens", "flops", "wall_s")},
         "run_dir": directory,
         "data_fingerprint": (meta.get("provenance") or {}).get("data_fingerprint"),
-        "key": point_key(cfg),
+        "key": key,
         "provenance": provenance(seed=cfg.seed),
     }
     (result,) = tune_results.mark_diverged([result])
@@ -319,7 +346,8 @@ def tune(
         except ValueError as e:
             raise ConfigError(f"{cfg.preset} lr={cfg.lr:g}: {e}") from None
     dirs = [point_dir(out_dir, p, lr, s) for p, lr, s in grid]
-    finished = [finished_point(d, point_key(c)) for c, d in zip(configs, dirs)]
+    inputs = input_fingerprints(base)  # every point reads the same files: read once
+    finished = [finished_point(d, c, point_key(c, inputs)) for c, d in zip(configs, dirs)]
     todo = [i for i, f in enumerate(finished) if f is None]
     print(
         f"nfeval tune: {len(grid)} point(s), {len(grid) - len(todo)} finished, {len(todo)} to run", flush=True
@@ -338,7 +366,8 @@ def tune(
         "nfeval": {"provenance": provenance(), "command": "tune"},
         "grid": {"presets": presets, "lrs": lrs, "seeds": seed_list},
         "budget": {"spec": budget, "field": field[0], "value": field[1]},
-        "base_config": {k: v for k, v in point_key(configs[0]).items() if k not in ("preset", "lr", "seed")},
+        "base_config": {n: getattr(base, n) for n in INPUT_PATH_FIELDS}
+        | {k: v for k, v in point_key(configs[0], inputs).items() if k not in ("preset", "lr", "seed")},
         "presets": summary_presets,
         "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
         "missing": missing,
