@@ -155,11 +155,12 @@ def _init_worker(devices, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def run_point(cfg: TrainConfig, directory: str, wait: bool = True) -> dict[str, Any] | None:
-    """Returns the point's result, trained under the point's lock (``nfeval.base.sweep_lock``, as GLUE's
-    points are): read back when another tune finished it meanwhile; None when another live tune holds
-    the lock and ``wait`` is False."""
-    key = point_key(cfg, input_fingerprints(cfg))
+def run_point(
+    cfg: TrainConfig, directory: str, key: dict[str, Any], wait: bool = True
+) -> dict[str, Any] | None:
+    """Returns the point's result (``key``: its ``point_key``), trained under the point's lock
+    (``nfeval.base.sweep_lock``, as GLUE's points are): read back when another tune finished it
+    meanwhile; None when another live tune holds the lock and ``wait`` is False."""
     return claim_and_run(
         directory, lambda: finished_point(directory, cfg, key), lambda: train_point(cfg, directory, key), wait
     )
@@ -210,8 +211,11 @@ def _job_devices(device: str, jobs: int) -> list[str]:
     return [f"cuda:{i % n}" for i in range(jobs)] if n else [device] * jobs
 
 
-def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, progress: bool) -> list[dict]:
-    """Runs the unfinished points, ``jobs`` at a time; returns their results in completion order.
+def run_points(
+    todo: Sequence[TrainConfig], dirs: Sequence[str], keys: Sequence[dict], jobs: int, progress: bool
+) -> list[dict]:
+    """Runs the unfinished points (their configs, dirs and keys), ``jobs`` at a time; returns their
+    results in completion order.
 
     A point another tune is training (its lock held) is skipped at first and waited for at the end."""
     bar = progress_bar(total=len(todo), enabled=progress and bool(todo), desc="tune", unit="point")
@@ -228,7 +232,7 @@ def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, prog
 
     alone = len(todo) if jobs == 1 else 1  # the first point alone: it builds the data caches the others read
     for i in range(min(alone, len(todo))):
-        done(i, run_point(todo[i], dirs[i], wait=False))
+        done(i, run_point(todo[i], dirs[i], keys[i], wait=False))
     rest = range(alone, len(todo))
     if rest:
         ctx = mp.get_context("spawn")
@@ -239,7 +243,7 @@ def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, prog
         with cf.ProcessPoolExecutor(
             jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)
         ) as pool:
-            futures = {pool.submit(run_point, todo[i], dirs[i], False): i for i in rest}
+            futures = {pool.submit(run_point, todo[i], dirs[i], keys[i], False): i for i in rest}
             try:
                 for fut in cf.as_completed(futures):
                     done(futures[fut], fut.result())
@@ -247,23 +251,25 @@ def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, prog
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     for i in sorted(held):  # points other tunes were training: their result, or ours if they died
-        done(i, run_point(todo[i], dirs[i], wait=True))
+        done(i, run_point(todo[i], dirs[i], keys[i], wait=True))
     bar.close()
     return results
 
 
-def run_todo(todo, dirs, jobs: int, progress: bool, launch: LaunchOptions | None, out_dir: str) -> list[dict]:
+def run_todo(
+    todo, dirs, keys, jobs: int, progress: bool, launch: LaunchOptions | None, out_dir: str
+) -> list[dict]:
     """Returns the results of the unfinished points, run here ``jobs`` at a time (``run_points``) or, with
     ``--launcher slurm``, as one job array of a job per point running ``run_point`` (the jobs that
     finished; none with ``--no-wait``: a rerun collects them)."""
     if launch is None or not launch.on_cluster:
-        return run_points(todo, dirs, jobs, progress)
+        return run_points(todo, dirs, keys, jobs, progress)
     from ..launch import cluster
     from ..launch.jobs import LaunchPoint
 
     named = [
-        LaunchPoint(f"{c.preset}/lr={tune_results.lr_key(c.lr)}/seed={c.seed}", run_point, (c, d), d)
-        for c, d in zip(todo, dirs)
+        LaunchPoint(f"{c.preset}/lr={tune_results.lr_key(c.lr)}/seed={c.seed}", run_point, (c, d, k), d)
+        for c, d, k in zip(todo, dirs, keys)
     ]
     return cluster.run_points(named, out_dir, launch, "tune", progress) or []
 
@@ -315,6 +321,17 @@ def _consistency_warnings(points: Sequence[dict]) -> list[str]:
     return warnings
 
 
+def _point_configs(base: TrainConfig, grid: Sequence[tuple[str, float, int]], budget: tuple[str, float]):
+    """Returns the validated config of each (preset, lr, seed) point of ``grid``."""
+    configs = [point_config(base, p, lr, s, budget) for p, lr, s in grid]
+    for cfg in configs:
+        try:
+            cfg.validate()
+        except ValueError as e:
+            raise ConfigError(f"{cfg.preset} lr={cfg.lr:g}: {e}") from None
+    return configs
+
+
 def tune(
     base: TrainConfig,
     presets: Sequence[str],
@@ -339,15 +356,11 @@ def tune(
     field = parse_budget(budget)
     seed_list = [base.seed + i for i in range(seeds)]
     grid = [(p, lr, s) for p in presets for lr in lrs for s in seed_list]
-    configs = [point_config(base, p, lr, s, field) for p, lr, s in grid]
-    for cfg in configs:
-        try:
-            cfg.validate()
-        except ValueError as e:
-            raise ConfigError(f"{cfg.preset} lr={cfg.lr:g}: {e}") from None
+    configs = _point_configs(base, grid, field)
     dirs = [point_dir(out_dir, p, lr, s) for p, lr, s in grid]
     inputs = input_fingerprints(base)  # every point reads the same files: read once
-    finished = [finished_point(d, c, point_key(c, inputs)) for c, d in zip(configs, dirs)]
+    keys = [point_key(c, inputs) for c in configs]
+    finished = [finished_point(d, c, k) for c, d, k in zip(configs, dirs, keys)]
     todo = [i for i, f in enumerate(finished) if f is None]
     print(
         f"nfeval tune: {len(grid)} point(s), {len(grid) - len(todo)} finished, {len(todo)} to run", flush=True
@@ -355,7 +368,7 @@ def tune(
     points = [f for f in finished if f is not None]
     if not report_only:
         points += run_todo(
-            [configs[i] for i in todo], [dirs[i] for i in todo], jobs, progress, launch, out_dir
+            *([seq[i] for i in todo] for seq in (configs, dirs, keys)), jobs, progress, launch, out_dir
         )
     points = tune_results.mark_diverged(points)
     order = {(p, tune_results.lr_key(lr), s): i for i, (p, lr, s) in enumerate(grid)}
@@ -367,7 +380,7 @@ def tune(
         "grid": {"presets": presets, "lrs": lrs, "seeds": seed_list},
         "budget": {"spec": budget, "field": field[0], "value": field[1]},
         "base_config": {n: getattr(base, n) for n in INPUT_PATH_FIELDS}
-        | {k: v for k, v in point_key(configs[0], inputs).items() if k not in ("preset", "lr", "seed")},
+        | {k: v for k, v in keys[0].items() if k not in ("preset", "lr", "seed")},
         "presets": summary_presets,
         "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
         "missing": missing,
