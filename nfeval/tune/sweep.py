@@ -106,7 +106,7 @@ def point_key(cfg: TrainConfig, inputs: dict[str, str | None]) -> dict[str, Any]
 
 
 def _in_key_form(stored: dict[str, Any], key: dict[str, Any], cfg: TrainConfig) -> dict[str, Any]:
-    """Returns ``stored`` as a ``point_key``. A key of nfeval <= 0.1 held the input paths instead of
+    """Returns ``stored`` as a ``point_key``. An older nfeval's key held the input paths instead of
     ``inputs``: it counts as today's when those paths are the current ones (the folder was not moved)."""
     if "inputs" in stored:
         return {k: v for k, v in stored.items() if k not in INPUT_PATH_FIELDS}

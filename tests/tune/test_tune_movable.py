@@ -60,14 +60,18 @@ def finished(tmp_path_factory):
     return root, summary
 
 
-def test_a_moved_tune_with_moved_data_reuses_every_point(finished, tmp_path, monkeypatch):
+@pytest.mark.parametrize("moved", ["folder", "data", "both"])
+def test_a_moved_tune_or_moved_data_reuses_every_point(finished, tmp_path, monkeypatch, moved):
     root, first = finished
-    here, out = tmp_path / "here" / "tune", tmp_path / "elsewhere" / "tune"
+    here = tmp_path / "here" / "tune"
     shutil.copytree(root / "a" / "tune", here)
     written = point_files(here)
+    out = tmp_path / "elsewhere" / "tune" if moved in ("folder", "both") else here
     shutil.move(here, out)
-    shutil.copytree(root / "data", tmp_path / "data2")  # the same files at another path
-    corpus, tokenizer = str(tmp_path / "data2" / "train.txt"), str(tmp_path / "data2" / "tokenizer.json")
+    data = tmp_path / "data2" if moved in ("data", "both") else root / "data"
+    if moved != "folder":
+        shutil.copytree(root / "data", data)  # the same files at another path
+    corpus, tokenizer = str(data / "train.txt"), str(data / "tokenizer.json")
     monkeypatch.setattr(tune, "train", no_training)
 
     again = tune.tune(config(corpus, tokenizer), *GRID, str(out), progress=False)
@@ -124,7 +128,8 @@ def test_an_older_key_of_paths_matches_in_place_and_is_rewritten(finished, tmp_p
     marker = out / "points" / "prenorm-tiny" / "lr=0.001" / "seed=1" / tune.POINT
     point_cfg = tune.point_config(cfg, "prenorm-tiny", 1e-3, 1, tune.parse_budget(GRID[2]))
     old_key = {k: v for k, v in dataclasses.asdict(point_cfg).items() if k not in tune.NOT_IN_KEY}
-    marker.write_text(json.dumps(json.loads(marker.read_text()) | {"key": old_key}))  # nfeval <= 0.1's shape
+    # the key as an older nfeval wrote it: the config, input paths included
+    marker.write_text(json.dumps(json.loads(marker.read_text()) | {"key": old_key}))
     monkeypatch.setattr(tune, "train", no_training)
 
     moved = config(str(tmp_path / "train.txt"), cfg.tokenizer)
