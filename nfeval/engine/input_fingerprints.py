@@ -4,18 +4,23 @@ path or machine is the same run.
 
 The fingerprints are the ones runs already record: the corpus fingerprint of ``data.load_text_corpus``
 (config.json ``train.data.corpus.fingerprint``) and ``fingerprint_tokenizer`` (of the tokenizer at
-``tokenizer``; a run folder holds the one it trained with, ``tokenizer.json``). Computing them reads the
-corpus once, as the start of a training run does.
+``tokenizer``; a run folder holds the one it trained with, ``tokenizer.json``). A corpus fingerprint is
+cached in ``$NFEVAL_CACHE`` under the path, size and times of every file it was read from, so a rerun
+over unchanged files reads none of them; files moved, copied or rewritten are read once (as the start of
+a training run reads them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from typing import Any
 
 from tokenizers import Tokenizer
 
+from ..base.artifacts import atomic_write_text, cache_dir
 from ..base.jsonio import load_json
 from . import rundir
 from .data import load_text_corpus
@@ -32,9 +37,33 @@ def input_fingerprints(cfg: TrainConfig) -> dict[str, str | None]:
     """Returns {"corpus", "tokenizer"}: the fingerprints of the text at ``train_data`` (+ ``valid_data``)
     and of the tokenizer at ``tokenizer``; None where ``cfg`` names no file (the default corpus, a
     dataset by name, a BPE trained on the corpus: their other fields decide them)."""
-    corpus = load_text_corpus(cfg.train_data, cfg.valid_data).fingerprint if cfg.train_data else None
+    corpus = corpus_fingerprint(cfg.train_data, cfg.valid_data) if cfg.train_data else None
     tokenizer = fingerprint_tokenizer(load_tokenizer(cfg.tokenizer)) if cfg.tokenizer else None
     return {"corpus": corpus, "tokenizer": tokenizer}
+
+
+def _file_stats(path: str) -> list[list]:
+    """Returns [path, size, mtime, ctime] of ``path``, or of every file under it: a change to any shows."""
+    paths = (
+        [path]
+        if not os.path.isdir(path)
+        else sorted(os.path.join(d, f) for d, _, files in os.walk(path) for f in files)
+    )
+    stats = [(p, os.stat(p)) for p in map(os.path.abspath, paths)]
+    return [[p, st.st_size, st.st_mtime_ns, st.st_ctime_ns] for p, st in stats]
+
+
+def corpus_fingerprint(train_data: str, valid_data: str | None) -> str:
+    """Returns ``load_text_corpus(train_data, valid_data).fingerprint``, cached under the files' stats."""
+    stats = [_file_stats(p) for p in (train_data, valid_data) if p and os.path.exists(p)]
+    name = hashlib.sha256(json.dumps([valid_data is not None, stats]).encode()).hexdigest()[:32]
+    cached = cache_dir("corpus_fingerprints", f"{name}.txt")
+    if os.path.isfile(cached):
+        with open(cached, encoding="utf-8") as f:
+            return f.read().strip()
+    fingerprint = load_text_corpus(train_data, valid_data).fingerprint
+    atomic_write_text(cached, fingerprint)
+    return fingerprint
 
 
 def recorded_input_fingerprints(run_dir: str) -> dict[str, str | None] | None:
