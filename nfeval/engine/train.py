@@ -25,11 +25,14 @@ followed by ``complete.json``, written last. ``--resume`` finishes nothing twice
 returns its summary, any other continues from the newest *valid* checkpoint (the data position is
 the sample count, the LR a function of the step), so a resumed fp32 CPU run reproduces the
 uninterrupted run's losses bitwise. A non-finite loss or gradient norm stops the run before any
-further checkpoint is written, so the last checkpoint is the last good one.
+further checkpoint is written, so the last checkpoint is the last good one. A run folder may be moved
+or copied and resumed there; so may its data and tokenizer, given at their new paths: a resume compares
+what they hold with what the run read, not their paths (``input_fingerprints``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -37,6 +40,7 @@ from typing import Any
 from ..base.errors import CheckpointError, ConfigError
 from ..base.jsonio import load_json
 from . import rundir, train_config
+from .input_fingerprints import INPUT_PATH_FIELDS, unchanged_inputs
 from .train_config import TrainConfig, fields_with
 from .trainer import Trainer
 
@@ -101,7 +105,9 @@ def resumed_config(
     requested: TrainConfig, out_dir: str, override: bool, given: set[str] | None
 ) -> TrainConfig:
     """Returns the config a resume runs under: the saved one, with FREE fields (and, with ``override``,
-    OVERRIDABLE ones) from the request. Raises ConfigError naming any other changed field."""
+    OVERRIDABLE ones) from the request. Input paths (data, tokenizer) may change when they hold what the
+    run read (``input_fingerprints``): a moved or copied run or data resumes. Raises ConfigError naming
+    any other changed field."""
     path = os.path.join(out_dir, rundir.CONFIG)
     if not os.path.isfile(path):
         return requested  # killed before it wrote anything: a fresh start
@@ -110,6 +116,11 @@ def resumed_config(
         (data.get("train") or {}).get("config") or {}, source=f"{path} field 'train.config'"
     )
     changed = changed_fields(saved, requested, given)
+    moved = {n: b for n, (_, b) in changed.items() if n in INPUT_PATH_FIELDS}
+    if moved:  # the same files at another path are the same inputs
+        moved = unchanged_inputs(saved, out_dir, moved)
+        saved = dataclasses.replace(saved, **moved)
+        changed = {n: v for n, v in changed.items() if n not in moved}
     fixed = {n: v for n, v in changed.items() if n in FIXED}
     blocked = {n: v for n, v in changed.items() if n in OVERRIDABLE and not override}
     describe = ", ".join(f"{n}: {a!r} -> {b!r}" for n, (a, b) in {**fixed, **blocked}.items())

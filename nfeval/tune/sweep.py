@@ -16,9 +16,12 @@ the LR came from. Cost: presets × LRs × seeds runs of the budget (run ``--jobs
 
 Resume. A point is finished when its ``point.json`` (written last, holding the point's config as
 its key) exists; a rerun skips finished points, resumes a killed one from its newest checkpoint
-(``--ckpt-interval``) and refuses a point folder written under a different config. A diverged point
-is a finished result (marked, never best). ``--report-only`` writes tune.json from the finished points
-and lists the missing ones.
+(``--ckpt-interval``) and refuses a point folder written under a different config. The key names the
+data and tokenizer files by what they hold (``nfeval.engine.input_fingerprints``), not by path, so a
+tune folder may be moved or copied (to another path or machine), and its data and tokenizer too, then
+resumed or reused there; a data file whose content changed is refused. Keys of an older nfeval (paths)
+are accepted in place and rewritten. A diverged point is a finished result (marked, never best).
+``--report-only`` writes tune.json from the finished points and lists the missing ones.
 
 Concurrent tunes into one ``--out`` claim each point with the lock GLUE's sweep uses
 (``nfeval.base.sweep_lock``): a point is trained once, by whichever tune claims it first; the other
@@ -52,6 +55,7 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
+from ..engine.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints, recorded_input_fingerprints
 from ..engine.train import train
 from ..engine.train_config import TrainConfig
 from ..engine.trainer import TrainingDiverged
@@ -93,31 +97,53 @@ def point_config(
     return dataclasses.replace(base, preset=preset, lr=lr, seed=seed, progress=False, lr_from=None, **budgets)
 
 
-def point_key(cfg: TrainConfig) -> dict[str, Any]:
-    """Returns the fields of a point's config that decide its result."""
-    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_IN_KEY}
+def point_key(cfg: TrainConfig, inputs: dict[str, str | None]) -> dict[str, Any]:
+    """Returns what decides a point's result: its config's fields, its input files named by what they
+    hold (``inputs``: ``input_fingerprints(cfg)``) rather than by path, so a moved or copied tune folder
+    or data keeps its finished points and a file whose content changed does not."""
+    fields = dataclasses.asdict(cfg)
+    return {k: v for k, v in fields.items() if k not in NOT_IN_KEY + INPUT_PATH_FIELDS} | {"inputs": inputs}
 
 
-def _check_key(path: str, stored: dict[str, Any], key: dict[str, Any]) -> None:
+def _in_key_form(stored: dict[str, Any], key: dict[str, Any], cfg: TrainConfig) -> dict[str, Any]:
+    """Returns ``stored`` as a ``point_key``. An older nfeval's key held the input paths instead of
+    ``inputs``: it counts as today's when those paths are the current ones (the folder was not moved)."""
+    if "inputs" in stored:
+        return {k: v for k, v in stored.items() if k not in INPUT_PATH_FIELDS}
+    moved = {n: stored.get(n) for n in INPUT_PATH_FIELDS if stored.get(n) != getattr(cfg, n)}
+    rest = {k: v for k, v in stored.items() if k not in INPUT_PATH_FIELDS}
+    return rest | moved | {"inputs": key["inputs"]}  # the moved paths stay: they differ from the key
+
+
+def _check_key(path: str, stored: dict[str, Any], key: dict[str, Any], cfg: TrainConfig) -> None:
+    old = "inputs" not in stored
+    stored = _in_key_form(stored, key, cfg)
     diff = sorted(k for k in set(stored) | set(key) if k not in NOT_IN_KEY and stored.get(k) != key.get(k))
     if diff:
+        names = ", ".join("data or tokenizer contents" if k == "inputs" else k for k in diff)
+        hint = " (an older nfeval's key, of paths: rerun once at the old paths to key it by content)"
         raise ConfigError(
-            f"{path}: this point was trained with different {', '.join(diff)} than now; use another --out, "
-            "or delete the point's folder to recompute it"
+            f"{path}: this point was trained with different {names} than now{hint if old else ''}; use "
+            "another --out, or delete the point's folder to recompute it"
         )
 
 
-def finished_point(directory: str, key: dict[str, Any]) -> dict[str, Any] | None:
-    """Returns a finished point's result (its point.json) or None; a point folder written for another
-    config is a ConfigError (finished or killed), never a silent mix."""
+def finished_point(directory: str, cfg: TrainConfig, key: dict[str, Any]) -> dict[str, Any] | None:
+    """Returns a finished point's result (its point.json, ``run_dir`` where it is now) or None; a point
+    folder written for another config is a ConfigError (finished or killed), never a silent mix."""
     marker = os.path.join(directory, POINT)
     if os.path.isfile(marker):
         result = load_json(marker, hint="delete the point's folder to recompute it")
-        _check_key(marker, result.get("key") or {}, key)
-        return result
+        stored = result.get("key") or {}
+        _check_key(marker, stored, key, cfg)
+        if "inputs" not in stored:  # an older nfeval's key of paths: rewritten, so the folder can move
+            atomic_write_json(marker, result | {"key": key})
+        return result | {"run_dir": directory}
     saved = os.path.join(directory, "config.json")  # a killed point: train's own record of its config
     if os.path.isfile(saved):
-        _check_key(saved, ((load_json(saved).get("train") or {}).get("config")) or {}, key)
+        config = ((load_json(saved).get("train") or {}).get("config")) or {}
+        recorded = recorded_input_fingerprints(directory)
+        _check_key(saved, config if recorded is None else config | {"inputs": recorded}, key, cfg)
     return None
 
 
@@ -129,18 +155,20 @@ def _init_worker(devices, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def run_point(cfg: TrainConfig, directory: str, wait: bool = True) -> dict[str, Any] | None:
-    """Returns the point's result, trained under the point's lock (``nfeval.base.sweep_lock``, as GLUE's
-    points are): read back when another tune finished it meanwhile; None when another live tune holds
-    the lock and ``wait`` is False."""
-    key = point_key(cfg)
+def run_point(
+    cfg: TrainConfig, directory: str, key: dict[str, Any], wait: bool = True
+) -> dict[str, Any] | None:
+    """Returns the point's result (``key``: its ``point_key``), trained under the point's lock
+    (``nfeval.base.sweep_lock``, as GLUE's points are): read back when another tune finished it
+    meanwhile; None when another live tune holds the lock and ``wait`` is False."""
     return claim_and_run(
-        directory, lambda: finished_point(directory, key), lambda: train_point(cfg, directory), wait
+        directory, lambda: finished_point(directory, cfg, key), lambda: train_point(cfg, directory, key), wait
     )
 
 
-def train_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
-    """Trains one point into ``directory`` (resuming a killed one), writes ``point.json`` last; returns it.
+def train_point(cfg: TrainConfig, directory: str, key: dict[str, Any]) -> dict[str, Any]:
+    """Trains one point into ``directory`` (resuming a killed one), writes ``point.json`` (holding
+    ``key``) last; returns it.
 
     train()'s log lines go to ``directory/train.log``. A TrainingDiverged or a non-finite final
     validation loss makes the point ``diverged``, itself a finished result.
@@ -170,7 +198,7 @@ def train_point(cfg: TrainConfig, directory: str) -> dict[str, Any]:
         **{k: summary.get(k) for k in ("step", "tokens", "flops", "wall_s")},
         "run_dir": directory,
         "data_fingerprint": (meta.get("provenance") or {}).get("data_fingerprint"),
-        "key": point_key(cfg),
+        "key": key,
         "provenance": provenance(seed=cfg.seed),
     }
     (result,) = tune_results.mark_diverged([result])
@@ -183,8 +211,11 @@ def _job_devices(device: str, jobs: int) -> list[str]:
     return [f"cuda:{i % n}" for i in range(jobs)] if n else [device] * jobs
 
 
-def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, progress: bool) -> list[dict]:
-    """Runs the unfinished points, ``jobs`` at a time; returns their results in completion order.
+def run_points(
+    todo: Sequence[TrainConfig], dirs: Sequence[str], keys: Sequence[dict], jobs: int, progress: bool
+) -> list[dict]:
+    """Runs the unfinished points (their configs, dirs and keys), ``jobs`` at a time; returns their
+    results in completion order.
 
     A point another tune is training (its lock held) is skipped at first and waited for at the end."""
     bar = progress_bar(total=len(todo), enabled=progress and bool(todo), desc="tune", unit="point")
@@ -201,7 +232,7 @@ def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, prog
 
     alone = len(todo) if jobs == 1 else 1  # the first point alone: it builds the data caches the others read
     for i in range(min(alone, len(todo))):
-        done(i, run_point(todo[i], dirs[i], wait=False))
+        done(i, run_point(todo[i], dirs[i], keys[i], wait=False))
     rest = range(alone, len(todo))
     if rest:
         ctx = mp.get_context("spawn")
@@ -212,7 +243,7 @@ def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, prog
         with cf.ProcessPoolExecutor(
             jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)
         ) as pool:
-            futures = {pool.submit(run_point, todo[i], dirs[i], False): i for i in rest}
+            futures = {pool.submit(run_point, todo[i], dirs[i], keys[i], False): i for i in rest}
             try:
                 for fut in cf.as_completed(futures):
                     done(futures[fut], fut.result())
@@ -220,23 +251,25 @@ def run_points(todo: Sequence[TrainConfig], dirs: Sequence[str], jobs: int, prog
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     for i in sorted(held):  # points other tunes were training: their result, or ours if they died
-        done(i, run_point(todo[i], dirs[i], wait=True))
+        done(i, run_point(todo[i], dirs[i], keys[i], wait=True))
     bar.close()
     return results
 
 
-def run_todo(todo, dirs, jobs: int, progress: bool, launch: LaunchOptions | None, out_dir: str) -> list[dict]:
+def run_todo(
+    todo, dirs, keys, jobs: int, progress: bool, launch: LaunchOptions | None, out_dir: str
+) -> list[dict]:
     """Returns the results of the unfinished points, run here ``jobs`` at a time (``run_points``) or, with
     ``--launcher slurm``, as one job array of a job per point running ``run_point`` (the jobs that
     finished; none with ``--no-wait``: a rerun collects them)."""
     if launch is None or not launch.on_cluster:
-        return run_points(todo, dirs, jobs, progress)
+        return run_points(todo, dirs, keys, jobs, progress)
     from ..launch import cluster
     from ..launch.jobs import LaunchPoint
 
     named = [
-        LaunchPoint(f"{c.preset}/lr={tune_results.lr_key(c.lr)}/seed={c.seed}", run_point, (c, d), d)
-        for c, d in zip(todo, dirs)
+        LaunchPoint(f"{c.preset}/lr={tune_results.lr_key(c.lr)}/seed={c.seed}", run_point, (c, d, k), d)
+        for c, d, k in zip(todo, dirs, keys)
     ]
     return cluster.run_points(named, out_dir, launch, "tune", progress) or []
 
@@ -288,6 +321,17 @@ def _consistency_warnings(points: Sequence[dict]) -> list[str]:
     return warnings
 
 
+def _point_configs(base: TrainConfig, grid: Sequence[tuple[str, float, int]], budget: tuple[str, float]):
+    """Returns the validated config of each (preset, lr, seed) point of ``grid``."""
+    configs = [point_config(base, p, lr, s, budget) for p, lr, s in grid]
+    for cfg in configs:
+        try:
+            cfg.validate()
+        except ValueError as e:
+            raise ConfigError(f"{cfg.preset} lr={cfg.lr:g}: {e}") from None
+    return configs
+
+
 def tune(
     base: TrainConfig,
     presets: Sequence[str],
@@ -312,14 +356,11 @@ def tune(
     field = parse_budget(budget)
     seed_list = [base.seed + i for i in range(seeds)]
     grid = [(p, lr, s) for p in presets for lr in lrs for s in seed_list]
-    configs = [point_config(base, p, lr, s, field) for p, lr, s in grid]
-    for cfg in configs:
-        try:
-            cfg.validate()
-        except ValueError as e:
-            raise ConfigError(f"{cfg.preset} lr={cfg.lr:g}: {e}") from None
+    configs = _point_configs(base, grid, field)
     dirs = [point_dir(out_dir, p, lr, s) for p, lr, s in grid]
-    finished = [finished_point(d, point_key(c)) for c, d in zip(configs, dirs)]
+    inputs = input_fingerprints(base)  # every point reads the same files: read once
+    keys = [point_key(c, inputs) for c in configs]
+    finished = [finished_point(d, c, k) for c, d, k in zip(configs, dirs, keys)]
     todo = [i for i, f in enumerate(finished) if f is None]
     print(
         f"nfeval tune: {len(grid)} point(s), {len(grid) - len(todo)} finished, {len(todo)} to run", flush=True
@@ -327,7 +368,7 @@ def tune(
     points = [f for f in finished if f is not None]
     if not report_only:
         points += run_todo(
-            [configs[i] for i in todo], [dirs[i] for i in todo], jobs, progress, launch, out_dir
+            *([seq[i] for i in todo] for seq in (configs, dirs, keys)), jobs, progress, launch, out_dir
         )
     points = tune_results.mark_diverged(points)
     order = {(p, tune_results.lr_key(lr), s): i for i, (p, lr, s) in enumerate(grid)}
@@ -338,7 +379,8 @@ def tune(
         "nfeval": {"provenance": provenance(), "command": "tune"},
         "grid": {"presets": presets, "lrs": lrs, "seeds": seed_list},
         "budget": {"spec": budget, "field": field[0], "value": field[1]},
-        "base_config": {k: v for k, v in point_key(configs[0]).items() if k not in ("preset", "lr", "seed")},
+        "base_config": {n: getattr(base, n) for n in INPUT_PATH_FIELDS}
+        | {k: v for k, v in keys[0].items() if k not in ("preset", "lr", "seed")},
         "presets": summary_presets,
         "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
         "missing": missing,

@@ -8,7 +8,9 @@ step budget (``equal_time``). Built from the library functions behind ``nfeval t
 (``plan`` lists the experiments and runs as data; ``runner`` trains; ``training_experiments`` and
 ``eval_experiments`` measure; ``verdict`` holds the one decision rule; ``report`` renders). Resumable:
 every run and every section has a record written last, so a rerun with the same ``--out`` skips what
-finished and a killed invocation resumes inside the run it was training.
+finished and a killed invocation resumes inside the run it was training. The folder may be moved or
+copied (to another path or machine) and resumed there: nothing in it is keyed by where it lies (its
+tune points and runs compare the tokenizer it holds by content; its links are relative).
 """
 
 from __future__ import annotations

@@ -37,15 +37,19 @@ def analyze(argv: list[str], png: str) -> dict[str, Any]:
 
 
 def _named_links(ctx: Context, keys: tuple[str, ...], seed: int) -> list[str]:
-    """Returns links named by run key to the finished runs of ``seed`` (analyze names models by folder)."""
+    """Returns links named by run key to the finished runs of ``seed`` (analyze names models by folder).
+    The links are relative, so they hold in a moved or copied ``--out``; an older absolute one is redone."""
     folder = os.path.join(ctx.out, "experiments", "fig3-5", "models", f"seed{seed}")
     os.makedirs(folder, exist_ok=True)
     links = []
     for key in keys:
-        link, target = os.path.join(folder, key), os.path.abspath(run_dir(ctx, key, seed))
+        link, target = os.path.join(folder, key), run_dir(ctx, key, seed)
         if os.path.isfile(os.path.join(target, "model.safetensors")):
+            relative = os.path.relpath(target, folder)
+            if os.path.lexists(link) and os.readlink(link) != relative:
+                os.remove(link)
             if not os.path.lexists(link):
-                os.symlink(target, link)
+                os.symlink(relative, link)
             links.append(link)
     return links
 

@@ -128,7 +128,7 @@ def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
     directory = run_dir(ctx, key, seed)
     marker = directory + ".json"
     if os.path.isfile(marker):
-        return load_json(marker)
+        return load_json(marker) | {"dir": directory}  # where the run is now (the folder may have moved)
     cfg = train_config(ctx, key, seed)
     log(f"training {key} seed {seed} ({cfg.preset}, {RUNS[key].objective}) → {directory}")
     record: dict[str, Any] = {

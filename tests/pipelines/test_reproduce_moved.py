@@ -1,0 +1,66 @@
+"""An ``nfeval reproduce --out`` folder moved elsewhere resumes there: its LR tune (whose tokenizer lies
+inside the folder), step ratios and finished runs are reused, and a run killed before the move resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from types import SimpleNamespace
+
+from nfeval.pipelines.reproduce import ReproduceConfig, analysis_experiment, equal_time, run_reproduce, runner
+from nfeval.tune import sweep as tune_sweep
+
+
+def counting(real, calls):
+    def count(cfg, out_dir, resume=False):
+        calls.append(out_dir)
+        return real(cfg, out_dir, resume=resume)
+
+    return count
+
+
+def test_a_moved_reproduce_folder_reuses_its_tune_and_resumes_a_killed_run(tmp_path, monkeypatch):
+    first = ReproduceConfig(
+        out=str(tmp_path / "a"), scale="smoke", seeds=1, only=("fig2-clm",), device="cpu", progress=False
+    )
+    run_reproduce(first)
+    shutil.move(first.out, tmp_path / "b")
+    out = str(tmp_path / "b")
+    victim = os.path.join(out, "runs", "clm-normformer", "seed1")  # killed during its final save
+    for name in ("complete.json", "model.safetensors"):
+        os.remove(os.path.join(victim, name))
+    os.remove(victim + ".json")
+    os.remove(os.path.join(out, "experiments", "fig2-clm", "section.json"))  # so is the section it feeds
+    runs, tune_runs = [], []
+    monkeypatch.setattr(runner, "train", counting(runner.train, runs))
+    monkeypatch.setattr(tune_sweep, "train", counting(tune_sweep.train, tune_runs))
+    monkeypatch.setattr(equal_time, "measure_step_ratio", None)  # the stored ratios are reused
+
+    result = run_reproduce(ReproduceConfig(**{**vars(first), "out": out}))
+
+    assert tune_runs == [] and runs == [victim]
+    assert os.path.isfile(os.path.join(victim, "model.safetensors")) and result["report"].startswith(out)
+    train_cfg = json.load(open(os.path.join(victim, "config.json")))["train"]["config"]
+    assert train_cfg["tokenizer"] == os.path.join(out, "tokenizer.json")  # where the folder is now
+
+
+def test_analysis_links_hold_in_a_moved_folder_and_old_absolute_ones_are_redone(tmp_path):
+    ctx = SimpleNamespace(out=str(tmp_path / "a"))
+    for key in ("clm-prenorm", "clm-normformer"):
+        folder = tmp_path / "a" / "runs" / key / "seed1"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_text(key)
+    links = analysis_experiment._named_links(ctx, ("clm-prenorm", "clm-normformer"), 1)
+    stale = links[1]
+    os.remove(stale)
+    os.symlink(os.path.abspath(runner.run_dir(ctx, "clm-normformer", 1)), stale)  # an older nfeval's link
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    moved = SimpleNamespace(out=str(tmp_path / "b"))
+
+    links = analysis_experiment._named_links(moved, ("clm-prenorm", "clm-normformer"), 1)
+
+    assert [open(os.path.join(link, "model.safetensors")).read() for link in links] == [
+        "clm-prenorm",
+        "clm-normformer",
+    ]
