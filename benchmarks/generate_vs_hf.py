@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from results_md import write_block
 
 from nfeval.engine.config import preset
 from nfeval.engine.generate import generate
@@ -237,16 +237,9 @@ def table(rows: list[dict], args, bandwidth: float) -> str:
 
 
 def write_results(path: str, key: str, block: str) -> None:
-    """Replaces (or appends to the generation section) the block of ``path`` marked with ``key``."""
-    text = Path(path).read_text(encoding="utf-8") if Path(path).is_file() else ""
-    begin, end = f"<!-- generate_vs_hf {key} -->", f"<!-- /generate_vs_hf {key} -->"
-    marked = f"{begin}\n{block}\n{end}"
-    if begin in text:
-        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: marked, text, flags=re.S)
-    else:
-        heading = "## Generation (`nfeval generate` vs Hugging Face `generate`)\n"
-        text = text.replace(heading, f"{heading}\n{marked}\n", 1) if heading in text else f"{text}{marked}\n"
-    Path(path).write_text(text, encoding="utf-8")
+    """Replaces (or adds to the generation section) the block of ``path`` marked with ``key``."""
+    heading = "## Generation (`nfeval generate` vs Hugging Face `generate`)"
+    write_block(path, f"generate_vs_hf {key}", block, heading)
 
 
 def main() -> None:
