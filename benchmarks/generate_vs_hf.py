@@ -42,24 +42,21 @@ SHARED = next(
 )
 
 
+def gpt2_layout(layers: int, d_model: int, vocab_size: int = 50257):
+    """Returns a Pre-LN ``ModelConfig`` in GPT-2's own layout (learned positions, no embedding scale,
+    GPT-2's init), so its weights map onto ``GPT2LMHeadModel`` one to one; the preset alone brings
+    fairseq's recipe (sinusoidal positions, a scaled embedding), which GPT-2 has not."""
+    return preset(
+        "prenorm-125M", n_layer=layers, d_model=d_model, n_head=max(1, d_model // 64), d_ffn=4 * d_model,
+        vocab_size=vocab_size, max_seq_len=1024, positions="learned", scale_embedding=False, init="gpt2",
+    )  # fmt: skip
+
+
 def build_models(layers: int, d_model: int, seed: int = 0):
     """Returns (nfeval Transformer, GPT2LMHeadModel) with the same random weights, both in eval mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = preset(
-        "prenorm-125M",
-        n_layer=layers,
-        d_model=d_model,
-        n_head=max(1, d_model // 64),
-        d_ffn=4 * d_model,
-        vocab_size=50257,
-        max_seq_len=1024,
-        # GPT-2's own layout, so the weights map onto GPT2LMHeadModel one to one (the preset brings
-        # fairseq's recipe: sinusoidal positions and a scaled embedding, which GPT-2 has not)
-        positions="learned",
-        scale_embedding=False,
-        init="gpt2",
-    )
+    cfg = gpt2_layout(layers, d_model)
     torch.manual_seed(seed)
     ours = Transformer(cfg).eval()
     hf_cfg = GPT2Config(
