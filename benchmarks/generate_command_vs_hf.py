@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 
 import torch
-from generate_vs_hf import SHARED, prompts, write_results
+from generate_vs_hf import SHARED, gpt2_layout, prompts, write_results
 
 from nfeval.engine import checkpoint
-from nfeval.engine.config import preset
 from nfeval.engine.hf_export import export_hf
 from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import gpt2_tokenizer
@@ -40,10 +39,7 @@ HERE = Path(__file__).resolve().parent
 def build(work: Path, layers: int, d_model: int, n_prompts: int) -> tuple[str, str, str]:
     """Returns (nfeval checkpoint dir, HF model dir, prompts file) written under ``work``."""
     tok = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
-    cfg = preset(
-        "prenorm-125M", n_layer=layers, d_model=d_model, n_head=max(1, d_model // 64), d_ffn=4 * d_model,
-        vocab_size=tok.get_vocab_size(), max_seq_len=1024,
-    )  # fmt: skip
+    cfg = gpt2_layout(layers, d_model, tok.get_vocab_size())  # export-hf writes it as a GPT-2
     torch.manual_seed(0)
     ckpt, hf_dir = str(work / "nfeval"), str(work / "hf")
     checkpoint.save(ckpt, Transformer(cfg), tok)
@@ -86,8 +82,10 @@ def run_interleaved(sides: dict, rounds: int, env: dict) -> dict[str, float]:
     for r in range(rounds):
         for name in list(sides)[:: 1 if r % 2 == 0 else -1]:
             t0 = time.perf_counter()
-            subprocess.run(sides[name][0], env=env, check=True, capture_output=True)
+            done = subprocess.run(sides[name][0], env=env, capture_output=True, text=True)
             times[name].append(time.perf_counter() - t0)
+            if done.returncode:
+                sys.exit(f"{name} side failed: {' '.join(sides[name][0])}\n{done.stderr[-3000:]}")
     return {name: statistics.median(t) for name, t in times.items()}
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from results_md import write_block
 
 from nfeval.engine.config import preset
 from nfeval.engine.generate import generate
@@ -42,24 +42,21 @@ SHARED = next(
 )
 
 
+def gpt2_layout(layers: int, d_model: int, vocab_size: int = 50257):
+    """Returns a Pre-LN ``ModelConfig`` in GPT-2's own layout (learned positions, no embedding scale,
+    GPT-2's init), so its weights map onto ``GPT2LMHeadModel`` one to one; the preset alone brings
+    fairseq's recipe (sinusoidal positions, a scaled embedding), which GPT-2 has not."""
+    return preset(
+        "prenorm-125M", n_layer=layers, d_model=d_model, n_head=max(1, d_model // 64), d_ffn=4 * d_model,
+        vocab_size=vocab_size, max_seq_len=1024, positions="learned", scale_embedding=False, init="gpt2",
+    )  # fmt: skip
+
+
 def build_models(layers: int, d_model: int, seed: int = 0):
     """Returns (nfeval Transformer, GPT2LMHeadModel) with the same random weights, both in eval mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = preset(
-        "prenorm-125M",
-        n_layer=layers,
-        d_model=d_model,
-        n_head=max(1, d_model // 64),
-        d_ffn=4 * d_model,
-        vocab_size=50257,
-        max_seq_len=1024,
-        # GPT-2's own layout, so the weights map onto GPT2LMHeadModel one to one (the preset brings
-        # fairseq's recipe: sinusoidal positions and a scaled embedding, which GPT-2 has not)
-        positions="learned",
-        scale_embedding=False,
-        init="gpt2",
-    )
+    cfg = gpt2_layout(layers, d_model)
     torch.manual_seed(seed)
     ours = Transformer(cfg).eval()
     hf_cfg = GPT2Config(
@@ -237,16 +234,9 @@ def table(rows: list[dict], args, bandwidth: float) -> str:
 
 
 def write_results(path: str, key: str, block: str) -> None:
-    """Replaces (or appends to the generation section) the block of ``path`` marked with ``key``."""
-    text = Path(path).read_text(encoding="utf-8") if Path(path).is_file() else ""
-    begin, end = f"<!-- generate_vs_hf {key} -->", f"<!-- /generate_vs_hf {key} -->"
-    marked = f"{begin}\n{block}\n{end}"
-    if begin in text:
-        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: marked, text, flags=re.S)
-    else:
-        heading = "## Generation (`nfeval generate` vs Hugging Face `generate`)\n"
-        text = text.replace(heading, f"{heading}\n{marked}\n", 1) if heading in text else f"{text}{marked}\n"
-    Path(path).write_text(text, encoding="utf-8")
+    """Replaces (or adds to the generation section) the block of ``path`` marked with ``key``."""
+    heading = "## Generation (`nfeval generate` vs Hugging Face `generate`)"
+    write_block(path, f"generate_vs_hf {key}", block, heading)
 
 
 def main() -> None:

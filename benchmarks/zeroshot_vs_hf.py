@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from results_md import write_block
 
 # ../shared/data beside the checkout; $NFEVAL_SHARED_DATA for a checkout elsewhere (a git worktree)
 SHARED = Path(os.environ.get("NFEVAL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -36,6 +37,7 @@ TASKS = [t for t in ("piqa", "hellaswag", "winogrande", "openbookqa", "storycloz
          if (SHARED / "zeroshot" / t.split("_")[0]).is_dir()]  # fmt: skip
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("acc,none", "acc_norm,none")
+HEADING = "## Zero-shot fixed costs removed (issue 26, zero-shot half)"  # where --results adds its table
 
 
 def build_model(path: str, d_model: int, layers: int) -> str:
@@ -70,6 +72,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tasks", nargs="+", default=TASKS)
     parser.add_argument("--packing", type=int, default=None, metavar="N")
+    parser.add_argument("--results", metavar="RESULTS.md", help="write the rounds' table into this file")
+    parser.add_argument("--note", default="", help="a line above the table (e.g. the machine's state)")
     parser.add_argument("--hf-side", nargs=2, metavar=("MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -140,7 +144,39 @@ def side_by_side(args: argparse.Namespace) -> None:
                    "running_processes": _running()}  # fmt: skip
             print(json.dumps(row), flush=True)
             rounds.append((row, runs))
-    print(json.dumps(summary(args, rounds), indent=2))
+    result = summary(args, rounds)
+    print(json.dumps(result, indent=2))
+    if args.results:
+        block = "\n\n".join(x for x in (args.note, table(args, rounds, result)) if x)
+        marker = f"zeroshot_vs_hf limit={args.limit} d={args.d_model} L={args.layers}"
+        write_block(args.results, marker, block, HEADING)
+
+
+def table(args: argparse.Namespace, rounds: list, result: dict) -> str:
+    """Returns the markdown of the rounds (walls, ratio, load), their median and nfeval's scoring line."""
+    same = "identical on every task in every round." if result["metrics_identical"] else "**NOT identical**."
+    command = (
+        f"OMP_NUM_THREADS=1 python benchmarks/zeroshot_vs_hf.py --limit {args.limit} "
+        f"--d-model {args.d_model} --layers {args.layers} --rounds {args.rounds}"
+    )
+    lines = [
+        f"`{command}`: {result['model']}, tasks {', '.join(args.tasks)}, {args.limit} items each, batch size "
+        f"{args.batch_size}, {result['torch_threads']} torch thread(s), cold cache, whole processes; metrics "
+        f"(acc, acc_norm) {same}",
+        "",
+        "| round (order) | lm-eval `hf` s | `nfeval zeroshot` s | ratio | load avg 1m (before, after) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row, _ in rounds:
+        load = ", ".join(f"{x:.2f}" for x in row["load_avg_1m"])
+        lines.append(f"| {row['round']} ({row['order'][0]} first) | {row['wall_s']['hf']:.1f} | "
+                     f"{row['wall_s']['nfeval']:.1f} | {row['ratio']:.2f} | {load} |")  # fmt: skip
+    walls = result["median_wall_s"]
+    median = result["median_ratio"]
+    lines.append(f"| **median** | {walls['hf']:.1f} | {walls['nfeval']:.1f} | **{median:.2f}** | |")
+    scoring = result["nfeval_scoring"]
+    lines += ["", f"nfeval's own scoring report (last round): `{json.dumps(scoring)}`"]
+    return "\n".join(lines)
 
 
 def _running() -> int:
