@@ -15,6 +15,8 @@ each learning rate, so that speed is compared at an equal dev score. ``--sequent
 times nfeval one point at a time (``--ensemble 1``).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
+    ... --threads 2 --jobs 2 --ensemble 1 --no-sequential   # the whole 2-core machine: a 2-thread
+                                                             # Trainer against two 1-thread points at once
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, ensemble, args) -> tuple
         device="cpu",
         progress=False,
         ensemble_size=ensemble,
+        jobs=args.jobs,
     )
     seconds = time.perf_counter() - t0
     main = glue_metrics.MAIN_METRIC[task]
@@ -333,6 +336,7 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per side")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
+    p.add_argument("--jobs", type=int, default=1, help="nfeval's --jobs: N processes, cores / N threads each")
     return p.parse_args()
 
 
