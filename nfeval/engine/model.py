@@ -249,6 +249,12 @@ class Block(nn.Module):
         return residual + self.dropout(x)
 
 
+def embedding(num: int, dim: int, skeleton: bool) -> nn.Embedding:
+    """Returns ``nn.Embedding(num, dim)``, without its own N(0, 1) draw for a ``skeleton`` (``init_weights``
+    draws every embedding again anyway)."""
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim)) if skeleton else nn.Embedding(num, dim)
+
+
 class Transformer(nn.Module):
     """Token embedding, blocks, and the language-model head (tied; RoBERTa-style head for MLM)."""
 
@@ -256,13 +262,18 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
-        self.tok_emb = nn.Embedding(cfg.vocab_size, d)
+        # A checkpoint's skeleton (``checkpoint.read`` builds it on the meta device) computes and draws
+        # nothing: there, a factory like ``arange`` or a ``normal_`` runs a Python decomposition that
+        # imports torch._dynamo, 1.5 s of a command's start.
+        skeleton = torch.get_default_device().type == "meta"
+        self.tok_emb = embedding(cfg.vocab_size, d, skeleton)
         if cfg.positions == "learned":
-            self.pos_emb = nn.Embedding(cfg.max_seq_len, d)
+            self.pos_emb = embedding(cfg.max_seq_len, d, skeleton)
         else:
             self.pos_emb = None
             # fairseq numbers positions from padding_idx + 1.
-            table = sinusoidal_table(cfg.max_seq_len + cfg.pad_token_id + 1, d, cfg.pad_token_id)
+            n = cfg.max_seq_len + cfg.pad_token_id + 1
+            table = torch.empty(n, d) if skeleton else sinusoidal_table(n, d, cfg.pad_token_id)
             self.register_buffer("sin_pos", table[cfg.pad_token_id + 1 :].clone(), persistent=False)
         self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
         self.emb_norm = make_norm(cfg, d) if cfg.embedding_norm else None
@@ -273,7 +284,8 @@ class Transformer(nn.Module):
             self.mlm_dense = nn.Linear(d, d)
             self.mlm_norm = make_norm(cfg, d)
             self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        init_weights(self)
+        if not skeleton:
+            init_weights(self)
 
     def num_params(self, include_positions: bool = True) -> int:
         """Returns the parameter count (tied weights counted once)."""

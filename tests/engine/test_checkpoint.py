@@ -123,3 +123,21 @@ def test_info_command(tiny_clm_ckpt, capsys):
     assert main(["info", os.path.join(tiny_clm_ckpt, "missing")]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
     assert os.path.basename(tiny_clm_ckpt)
+
+
+def test_loading_a_checkpoint_does_not_import_dynamo(tiny_clm_ckpt):
+    """The meta skeleton ``read`` builds draws no initial weights: a meta ``normal_`` imports
+    ``torch._dynamo``, 1.5 s of each command's start. The stored weights load all the same."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, torch\n"
+        "from nfeval.engine import checkpoint\n"
+        f"ckpt = checkpoint.load({str(tiny_clm_ckpt)!r})\n"
+        "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'\n"
+        "print(ckpt.fingerprint)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == checkpoint.load(tiny_clm_ckpt).fingerprint
