@@ -29,8 +29,8 @@ KEEP_BYTES = 1 << 30
 
 
 def relays(model: nn.Module, rows: int, tokens: int) -> bool:
-    """Returns whether decoding ``tokens`` tokens, ``rows`` rows at a time, re-lays ``model``'s linear
-    weights: fp32 on a CPU, at most ``MAX_ROWS`` rows, at least ``MIN_TOKENS`` tokens."""
+    """Returns whether decoding ``tokens`` tokens, ``rows`` rows at a time, re-lays ``model``'s widening
+    linear weights: fp32 on a CPU, at most ``MAX_ROWS`` rows, at least ``MIN_TOKENS`` tokens."""
     weight = next(model.parameters())
     on_cpu_fp32 = weight.device.type == "cpu" and weight.dtype == torch.float32
     return on_cpu_fp32 and rows <= MAX_ROWS and tokens >= MIN_TOKENS
