@@ -22,7 +22,7 @@ from nfeval.base.artifacts import hardware, hardware_key
 from nfeval.engine.budget import measure_matmul_flops
 from nfeval.engine.config import preset
 from nfeval.engine.flops import training_flops_per_token
-from nfeval.engine.hf_export import gpt2_config
+from nfeval.engine.hf_gpt2 import gpt2_config
 from nfeval.engine.model import Transformer
 from nfeval.engine.objective import Objective
 

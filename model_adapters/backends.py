@@ -1,5 +1,6 @@
 """The backend for any model path nfeval scores: an nfeval checkpoint (``engine.backend.NFEvalBackend``)
-or a Hugging Face causal-LM directory (``hf_backend.HFBackend``, loaded through transformers).
+or a Hugging Face causal-LM directory: a GPT-2 the engine reproduces in the engine
+(``gpt2_engine.GPT2EngineBackend``), anything else loaded through transformers (``hf_backend.HFBackend``).
 
 The path is identified, read and hashed once (``engine.loading.identify``); ``open_backend`` builds the
 model from what ``identify`` read, so a cache miss does not read the weights again.
@@ -11,10 +12,14 @@ from typing import Any
 
 import torch
 
+from ..base.errors import ConfigError
 from ..engine import checkpoint
 from ..engine.backend import Backend, nfeval_backend
 from ..engine.loading import ModelIdentity, identify
+from .gpt2_engine import gpt2_engine_backend
 from .hf_backend import HFBackend
+
+HF_FORWARDS = ("engine", "transformers")  # engine: GPT-2 directories the engine reproduces
 
 
 def open_backend(
@@ -25,24 +30,33 @@ def open_backend(
     max_length: int | None = None,
     tokenizer: Any = None,
     trust_checkpoint: bool = False,
+    hf_forward: str = "engine",
 ) -> Backend:
     """Returns the backend of ``model`` on ``device`` in ``dtype``: an identified model
     (``loading.identify``: the nfeval checkpoint it read is built, HeadScale folded when asked) or a
     path (identified here; a HF directory is not hashed, only loaded). A HF directory is loaded by
+    the engine when it is a GPT-2 the engine reproduces and ``hf_forward`` is "engine", else by
     transformers (``tokenizer``: a transformers tokenizer to use instead of the directory's)."""
+    if hf_forward not in HF_FORWARDS:
+        raise ConfigError(f"hf_forward={hf_forward!r}: expected one of {HF_FORWARDS}")
     if isinstance(model, str):
         if not checkpoint.is_hf_dir(model):
             model = identify(model, trust_checkpoint=trust_checkpoint)
         else:
-            return _hf_backend(model, device, dtype, max_length, tokenizer)
+            return _hf_backend(model, device, dtype, max_length, tokenizer, hf_forward)
     if model.loaded is not None:
         return nfeval_backend(model.loaded, device, dtype, fold_head_scale, max_length)
-    return _hf_backend(model.path, device, dtype, max_length, tokenizer)
+    return _hf_backend(model.path, device, dtype, max_length, tokenizer, hf_forward)
 
 
 def _hf_backend(path: str, device: torch.device, dtype: torch.dtype, max_length: int | None,
-                tokenizer: Any) -> HFBackend:  # fmt: skip
-    """Returns the HF causal-LM directory ``path`` loaded by transformers."""
+                tokenizer: Any, hf_forward: str) -> Backend:  # fmt: skip
+    """Returns the HF causal-LM directory ``path`` in the engine (see ``gpt2_engine``) or loaded by
+    transformers."""
+    if tokenizer is None and hf_forward == "engine":
+        backend = gpt2_engine_backend(path, device, dtype, max_length)
+        if backend is not None:
+            return backend
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)

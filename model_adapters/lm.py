@@ -61,7 +61,8 @@ class NFEvalLM(TemplateLM):
     checkpoints (fairseq prepends ``</s>``) and the tokenizer's own behaviour for HF models (as HFLM).
     ``batch_size``: rows per batch (a row packs many requests, see scorer.py), or ``auto``: bounded
     by ``max_batch_tokens`` (padded tokens per forward) only. ``pack=False`` scores each distinct
-    input as a row of its own (what a model that fails the tree probe gets).
+    input as a row of its own (what a model that fails the tree probe gets). ``hf_forward``: for a
+    HF GPT-2 directory, "engine" (nfeval's forward, when it reproduces the model) or "transformers".
     """
 
     backend = "causal"
@@ -81,6 +82,7 @@ class NFEvalLM(TemplateLM):
         progress: bool = True,
         max_batch_tokens: int | None = None,
         pack: bool = True,
+        hf_forward: str = "engine",
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -89,7 +91,7 @@ class NFEvalLM(TemplateLM):
         fold, max_length = _as_bool(fold_head_scale), max_length and int(max_length)
         if isinstance(pretrained, (str, ModelIdentity)):
             self.model_backend = open_backend(
-                pretrained, self._device, self.dtype, fold, max_length, tokenizer
+                pretrained, self._device, self.dtype, fold, max_length, tokenizer, hf_forward=hf_forward
             )
         elif isinstance(pretrained, Checkpoint):  # read (``checkpoint.read``) or loaded
             self.model_backend = nfeval_backend(pretrained, self._device, self.dtype, fold, max_length)
@@ -202,7 +204,7 @@ class NFEvalLM(TemplateLM):
         fraction of the device's peak (``budget.peak_flops``: the best measured matmul rate on CPU)."""
         name = SHORT_NAMES.get(self.dtype, "fp32")
         peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)
-        return self.scoring_stats.report(peak, source)
+        return {"forward_by": self.model_backend.forward_by, **self.scoring_stats.report(peak, source)}
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []

@@ -75,10 +75,10 @@ def load_backend(
     identity = loading.identify(
         path, tokenizer=tokenizer, fairseq_dict=fairseq_dict, fairseq_head_scale_bug=fairseq_head_scale_bug
     )
-    if identity.loaded is None:  # a HF directory: transformers (and lm-eval's tokenizer set-up)
+    if identity.loaded is None:  # a HF directory: transformers (its own generate, lm-eval's tokenizer set-up)
         from ..model_adapters.backends import open_backend
 
-        backend, kind = open_backend(identity, device, dtype), "hf"
+        backend, kind = open_backend(identity, device, dtype, hf_forward="transformers"), "hf"
     else:
         backend = nfeval_backend(identity.loaded, device, dtype)
         kind = identity.loaded.meta.get("source", "nfeval")

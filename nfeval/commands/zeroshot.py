@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
     parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
+    parser.add_argument(
+        "--hf-forward",
+        choices=("engine", "transformers"),
+        default="engine",
+        help="a Hugging Face GPT-2 directory: nfeval's engine when it reproduces the model (default), "
+        "or transformers' own forward (to cross-check; cached apart)",
+    )
     add_fairseq_arguments(parser)
 
 
@@ -78,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks is not None and not task_list:
         raise ConfigError(f"--tasks {' '.join(args.tasks)!r}: empty selection; name at least one task")
     same_names = ("data_dir", "limit", "batch_size", "max_batch_tokens", "output", "dtype", "max_length")
-    same_names += ("trust_checkpoint",)
+    same_names += ("trust_checkpoint", "hf_forward")
     same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
     settings = {name: getattr(args, name) for name in same_names}
     device = device_or_none(args.device)

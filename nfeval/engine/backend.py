@@ -65,6 +65,7 @@ class Backend:
     """The model, tokenizer and special ids the adapter scores and generates with."""
 
     kind: str
+    forward_by: str  # what computes the forward, for the results to say
     model: torch.nn.Module
     device: torch.device
     max_length: int
@@ -117,6 +118,7 @@ class NFEvalBackend(Backend):
     prepended to every scored text and prompt, as fairseq does; a generated row ends at ``</s>``."""
 
     kind = "nfeval"
+    forward_by = "nfeval engine"
 
     def __init__(self, ckpt: checkpoint.Checkpoint, device: torch.device):
         if not ckpt.config.causal:

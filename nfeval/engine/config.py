@@ -28,7 +28,7 @@ PLACEMENT_NAMES = dict(
 )
 NORMS = ("layernorm", "rmsnorm")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
-ACTIVATIONS = ("gelu", "relu_squared")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
 # How the weights are drawn (nfeval.engine.model.init_weights): fairseq's transformer_lm, GPT-2's

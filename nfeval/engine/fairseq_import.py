@@ -26,6 +26,14 @@ from . import torch_files
 from .config import ModelConfig
 from .model import Transformer
 
+# fairseq's activation_fn -> nfeval's activation (gelu_fast is fairseq's old name of gelu_accurate)
+FAIRSEQ_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_accurate": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu_squared": "relu_squared",
+}
+
 LAYER_NAMES = {
     "self_attn_layer_norm": "attn_norm",
     "self_attn.out_proj": "attn.out_proj",
@@ -139,6 +147,12 @@ def _model_config(
         if learned
         else int(hparams.get("max_target_positions") or hparams.get("tokens_per_sample") or 2048)
     )
+    activation = FAIRSEQ_ACTIVATIONS.get(hparams.get("activation_fn", "gelu"))
+    if activation is None:
+        raise CheckpointError(
+            f"{source}: activation_fn={hparams['activation_fn']!r}: nfeval computes "
+            f"{', '.join(FAIRSEQ_ACTIVATIONS)} (unsupported)"
+        )
     out_proj = state.get("decoder.output_projection.weight")
     if out_proj is not None and not torch.equal(out_proj, emb):
         raise CheckpointError(
@@ -162,7 +176,7 @@ def _model_config(
         head_scale_transpose_bug=transpose_bug,
         positions="learned" if learned else "sinusoidal",
         scale_embedding=not hparams.get("no_scale_embedding", False),
-        activation="relu_squared" if hparams.get("activation_fn") == "relu_squared" else "gelu",
+        activation=activation,
         pad_token_id=pad,
         init="fairseq",  # what trained it: fairseq's transformer_lm
     )

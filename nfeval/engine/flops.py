@@ -11,6 +11,7 @@ FLOPS_PER_ELEMENT = {
     "layer_norm": 7,  # mean, subtract it, square, variance sum, normalise, gain, bias (rsqrt per row: 0)
     "rms_norm": 4,  # square, sum, normalise, gain
     "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
+    "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
     "relu_squared": 2,  # max, multiply
     "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
     "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim)

@@ -2,7 +2,7 @@
 
 Two formats, chosen from the architecture:
 
-- ``gpt2``: when the model is exactly GPT-2 (see ``gpt2_mismatches``), transformers' own
+- ``gpt2``: when the model is exactly GPT-2 (see ``hf_gpt2.gpt2_mismatches``), transformers' own
   ``GPT2LMHeadModel``: no remote code. GPT-2's ``Conv1D`` stores weights as (in, out), so every
   projection is transposed; the head is tied to the token embedding, as ours is.
 - ``nfeval``: everything else (Post-LN, sandwich, OLMo 2 order, DeepNorm, RMSNorm, QK-norm, NormFormer
@@ -34,85 +34,13 @@ from ..base.errors import CheckpointError, ConfigError, MissingDataError, UserEr
 from . import checkpoint
 from .config import ModelConfig
 from .fairseq_tokenizer import dictionary_path
+from .hf_gpt2 import gpt2_config, gpt2_mismatches, gpt2_state_dict
 from .tokenization import load_tokenizer, special_ids
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_template", "modeling_nfeval.py")
 GENERATED_PREFIX = "nfeval_"  # engine/model.py is written as nfeval_model.py, and so on
 LM_EVAL_MODEL_ARGS = "pretrained={dir},dtype=float32"  # + trust_remote_code=True for the nfeval format
 VERIFY_TOLERANCE = 1e-5
-
-# The fields GPT-2 fixes, with the value GPT-2 has; the other fields map onto GPT2Config.
-GPT2_FIELDS = {
-    "objective": "clm",
-    "norm_position": "pre",
-    "norm": "layernorm",
-    "norm_affine": True,
-    "qk_norm": False,
-    "qkv_norm": False,
-    "ffn_glu": False,
-    "scale_resids_attn": False,
-    "scale_attn": False,
-    "scale_fc": False,
-    "scale_heads": False,
-    "scale_resids": False,
-    "positions": "learned",
-    "scale_embedding": False,
-    "embedding_norm": False,
-    "final_norm": True,
-    "activation": "gelu",  # exact GELU: GPT2Config(activation_function="gelu"), not GPT-2's gelu_new
-}
-
-
-def gpt2_mismatches(cfg: ModelConfig) -> list[str]:
-    """Returns the fields (``name=value``) that keep ``cfg`` from being GPT-2; empty when it is GPT-2."""
-    return [f"{k}={getattr(cfg, k)!r}" for k, v in GPT2_FIELDS.items() if getattr(cfg, k) != v]
-
-
-def gpt2_config(cfg: ModelConfig, **extra: Any):
-    """Returns the ``GPT2Config`` of a GPT-2-shaped nfeval config."""
-    from transformers import GPT2Config
-
-    return GPT2Config(
-        vocab_size=cfg.vocab_size,
-        n_positions=cfg.max_seq_len,
-        n_embd=cfg.d_model,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        n_inner=cfg.d_ffn,
-        activation_function="gelu",
-        resid_pdrop=cfg.dropout,
-        embd_pdrop=cfg.dropout,
-        attn_pdrop=cfg.attn_dropout,
-        layer_norm_epsilon=cfg.layer_norm_eps,
-        tie_word_embeddings=True,
-        **extra,
-    )
-
-
-def gpt2_state_dict(state: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
-    """Returns ``GPT2LMHeadModel`` tensors for an nfeval GPT-2-shaped state dict (Conv1D: transposed)."""
-    out = {
-        "transformer.wte.weight": state["tok_emb.weight"],
-        "transformer.wpe.weight": state["pos_emb.weight"],
-        "transformer.ln_f.weight": state["final_norm.weight"],
-        "transformer.ln_f.bias": state["final_norm.bias"],
-    }
-    renames = {"attn_norm": "ln_1", "ffn_norm": "ln_2"}
-    conv1d = {
-        "attn.qkv": "attn.c_attn",
-        "attn.out_proj": "attn.c_proj",
-        "fc1": "mlp.c_fc",
-        "fc2": "mlp.c_proj",
-    }
-    for i in range(n_layer):
-        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
-        for ours, theirs in renames.items():
-            for kind in ("weight", "bias"):
-                out[f"{dst}{theirs}.{kind}"] = state[f"{src}{ours}.{kind}"]
-        for ours, theirs in conv1d.items():
-            out[f"{dst}{theirs}.weight"] = state[f"{src}{ours}.weight"].t().contiguous()
-            out[f"{dst}{theirs}.bias"] = state[f"{src}{ours}.bias"]
-    return out
 
 
 def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> dict[str, str]:

@@ -61,7 +61,13 @@ def task_hash(task) -> str:
 
 
 def cache_keys(
-    identity, dtype_name: str, max_length, loaded: dict, limit, fairseq_head_scale_bug: bool = False
+    identity,
+    dtype_name: str,
+    max_length,
+    loaded: dict,
+    limit,
+    fairseq_head_scale_bug: bool = False,
+    hf_forward: str = "engine",
 ) -> dict[str, str]:
     """Returns {task: cache key}: a hash of the model, scoring settings, task contents and limit."""
     import lm_eval
@@ -76,6 +82,8 @@ def cache_keys(
     }
     if fairseq_head_scale_bug:  # same weights, another forward: its own cache key (old keys unchanged)
         settings["fairseq_head_scale_bug"] = True
+    if identity.kind == "hf" and hf_forward != "engine":  # a cross-check is not answered by the default's
+        settings["hf_forward"] = hf_forward
     return {
         name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
         for name, t in loaded.items()

@@ -235,6 +235,7 @@ def evaluate(
     fairseq_dict: str | None = None,
     fairseq_head_scale_bug: bool = False,
     started: float | None = None,
+    hf_forward: str = "engine",
 ) -> dict[str, Any] | None:
     """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
     results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
@@ -242,7 +243,8 @@ def evaluate(
     file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
     that is not valid JSON is reported (named) and recomputed. The scoring report's whole-command time
-    runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end."""
+    runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end.
+    ``hf_forward``: what computes a Hugging Face GPT-2's forward (``model_adapters.backends``)."""
     started = time.perf_counter() if started is None else started
     from ..model_adapters import NFEvalLM
     from ..model_adapters.scorer import with_command
@@ -257,12 +259,16 @@ def evaluate(
         manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
         _check_one_variant(loaded)
 
-        keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug)
+        keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug, hf_forward)
         cached, items = read_cache(keys, log) if use_cache else ({}, {})
         todo = [t for name, t in loaded.items() if name not in cached]
         run_keys, scoring, lm = {}, None, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
         if todo:
-            lm_settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens}
+            lm_settings = {
+                "batch_size": batch_size,
+                "max_batch_tokens": max_batch_tokens,
+                "hf_forward": hf_forward,
+            }
             lm = NFEvalLM(identity, device=device, dtype=dtype, max_length=max_length, **lm_settings)
             run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
             if run_keys is None:

@@ -53,22 +53,24 @@ def test_generate_until_groups_settings_and_keeps_order(tiny_clm_ckpt):
     assert lm.generate_until(mixed, disable_tqdm=True) == want
 
 
-def test_hf_backend_generates_the_hf_models_greedy_text(tmp_path):
+@pytest.mark.parametrize("hf_forward", ["engine", "transformers"])
+def test_hf_backend_generates_the_hf_models_greedy_text(tmp_path, hf_forward):
     hf_dir = build_hf_gpt2(tmp_path / "hf")
-    lm = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, progress=False)
+    lm = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, progress=False, hf_forward=hf_forward)
+    stock = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False, hf_forward="transformers").model_backend
     got = lm.generate_until(gen_requests([]), disable_tqdm=True)
     want = []
     for c in CONTEXTS:
         ids, new = lm.tok_encode(c), []
         with torch.no_grad():
             for _ in range(8):
-                token = int(lm.model_backend.model(torch.tensor([ids + new])).logits[0, -1].argmax())
+                token = int(stock.model(torch.tensor([ids + new])).logits[0, -1].argmax())
                 if token == lm.eot_token_id:
                     break
                 new.append(token)
         want.append(lm.tok_decode(new))
     assert got == want
-    stop = got[0][len(got[0]) // 2 :][:2]  # HF's own stop strings end that row; the text is cut there
+    stop = got[0][len(got[0]) // 2 :][:2]  # the stop strings end that row; the text is cut there
     assert lm.generate_until(gen_requests([stop]), disable_tqdm=True) == [t.split(stop)[0] for t in got]
 
 

@@ -250,3 +250,21 @@ def test_export_hf_refuses_a_dict_txt_tokenizer(tmp_path, bpe_dir):
     with pytest.raises(ConfigError, match=r"model\.pt: has a fairseq dict\.txt beside it"):
         export_hf(path, str(tmp_path / "hf"), tokenizer=bpe_dir)
     assert not (tmp_path / "hf").exists()
+
+
+FAIRSEQ_ACTIVATION_CASES = [("gelu", "gelu"), ("gelu_accurate", "gelu_tanh"), ("gelu_fast", "gelu_tanh"),
+                            ("relu_squared", "relu_squared"), ("relu", None), ("swish", None)]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn, ours", FAIRSEQ_ACTIVATION_CASES)
+def test_fairseq_activation_maps_or_is_refused(fn, ours):
+    from nfeval.engine.fairseq_import import _model_config
+
+    cfg = preset("prenorm-tiny", vocab_size=40, positions="learned", scale_embedding=True)
+    state = to_fairseq(Transformer(cfg))
+    hparams = {"activation_fn": fn, "decoder_attention_heads": cfg.n_head, "decoder_normalize_before": True}
+    if ours is None:  # fairseq's relu (its transformer_lm default) was read as GELU before: now refused
+        with pytest.raises(CheckpointError, match=f"activation_fn='{fn}'"):
+            _model_config(state, hparams, "model.pt", cfg.n_layer, False)
+    else:
+        assert _model_config(state, hparams, "model.pt", cfg.n_layer, False).activation == ours

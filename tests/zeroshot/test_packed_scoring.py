@@ -141,13 +141,16 @@ def hf_dir(tmp_path_factory):
     return build_hf_gpt2(tmp_path_factory.mktemp("hf_gpt2_packed"))
 
 
-def test_hf_gpt2_packed_equals_unpacked(hf_dir):
-    packed = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size="auto", max_batch_tokens=64, progress=False)
-    plain = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, pack=False, progress=False)
+@pytest.mark.parametrize("hf_forward", ["engine", "transformers"])
+def test_hf_gpt2_packed_equals_unpacked(hf_dir, hf_forward):
+    settings = {"device": "cpu", "progress": False, "hf_forward": hf_forward}
+    packed = NFEvalLM(pretrained=hf_dir, batch_size="auto", max_batch_tokens=64, **settings)
+    plain = NFEvalLM(pretrained=hf_dir, batch_size=4, pack=False, **settings)
     assert packed.packed and not plain.packed
+    stock = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False, hf_forward="transformers")
     reqs = [(None, ctx, cont) for ctx, cont in multiple_choice_requests(seed=3, max_len=packed.max_length)]
     want = reference(
-        lambda idx: plain.model_backend.model(idx).logits, [r[1:] for r in reqs], packed.max_length
+        lambda idx: stock.model_backend.model(idx).logits, [r[1:] for r in reqs], packed.max_length
     )
     for lm in (packed, plain):
         for (ll, g), (ll_ref, g_ref) in zip(lm._loglikelihood_tokens(reqs), want):
@@ -155,12 +158,13 @@ def test_hf_gpt2_packed_equals_unpacked(hf_dir):
     assert packed.scoring_stats.tokens < plain.scoring_stats.tokens
 
 
-def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir):
+@pytest.mark.parametrize("hf_forward", ["engine", "transformers"])
+def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir, hf_forward):
     from lm_eval.models.huggingface import HFLM
 
     text = "The cat sat on the mat and the dog ran under the tree. " * 8
     ref = HFLM(pretrained=hf_dir, device="cpu", batch_size=2, dtype="float32")
-    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size="auto", progress=False)
+    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size="auto", progress=False, hf_forward=hf_forward)
     assert ours.packed
     req = requests_for([(text,)])
     for r in req:
@@ -171,7 +175,7 @@ def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir):
 
 
 def test_a_model_refusing_the_tree_mask_keeps_the_plain_path(hf_dir):
-    lm = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False)
+    lm = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False, hf_forward="transformers")
     lm.model_backend.model.config._attn_implementation = "eager"  # still reads the additive 4-D mask
     assert lm.model_backend.tree_probe()
     base = lm.model_backend.model.base_model

@@ -69,11 +69,20 @@ def greedy_continuation(lm_model, context_ids, n):
     return ids[len(context_ids) :]
 
 
-def test_hf_model_scores_equal_hflm(hf_dir):
+FORWARDS = {"engine": "nfeval engine (GPT-2 weights)", "transformers": "transformers"}
+
+
+@pytest.mark.parametrize("hf_forward", FORWARDS)
+def test_hf_model_scores_equal_hflm(hf_dir, hf_forward):
     from lm_eval.models.huggingface import HFLM
 
     ref = HFLM(pretrained=hf_dir, device="cpu", batch_size=3, dtype="float32")
-    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, dtype="float32", progress=False)
+    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, dtype="float32", progress=False,
+                    hf_forward=hf_forward)  # fmt: skip
+    assert ours.model_backend.forward_by == FORWARDS[hf_forward]
+    assert (ours.eot_token_id, ours.prefix_token_id, ours.max_length) == (
+        ref.eot_token_id, ref.prefix_token_id, ref.max_length
+    )  # fmt: skip
     want = ref.loglikelihood(requests_for(PAIRS), disable_tqdm=True)
     got = ours.loglikelihood(requests_for(PAIRS), disable_tqdm=True)
     for (ll_ref, g_ref), (ll, g) in zip(want, got):
@@ -94,11 +103,14 @@ def test_hf_model_scores_equal_hflm(hf_dir):
     assert max(abs(a - b) for (a, _), (b, _) in zip(want, got)) <= 1e-4
 
 
-def test_hf_rolling_loglikelihood_equals_hflm(hf_dir):
+@pytest.mark.parametrize("hf_forward", FORWARDS)
+def test_hf_rolling_loglikelihood_equals_hflm(hf_dir, hf_forward):
     from lm_eval.models.huggingface import HFLM
 
     ref = HFLM(pretrained=hf_dir, device="cpu", batch_size=2, dtype="float32", max_length=16)
-    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=2, max_length=16, progress=False)
+    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=2, max_length=16, progress=False,
+                    hf_forward=hf_forward)  # fmt: skip
+    assert ours.model_backend.forward_by == FORWARDS[hf_forward]
     text = " ".join(make_text(6, seed=3))  # longer than 16 tokens: several windows
     reqs = [Instance("loglikelihood_rolling", doc={}, arguments=(text,), idx=0, metadata=("t", 0, 1))]
     assert (
