@@ -8,11 +8,13 @@ random init, no pretraining: no weights can be downloaded) from the same weights
 and the head nfeval's seed 0 draws, copied into ``RobertaForSequenceClassification`` and checked to give
 the same scores) on the same subset of each GLUE task, with the same token ids, learning-rate grid,
 epochs, batch size, warmup, Adam betas/eps, weight decay and dropout, evaluating on the full dev set after
-every epoch. Rounds interleave the sides (nfeval first in even rounds, the Trainer first in odd ones) so
-that a change in the machine's load hits both; each side's time is its fastest round. Reported per task:
-wall time of the whole sweep on each side, the ratio, and the dev metric (best epoch, and last epoch) at
-each learning rate, so that speed is compared at an equal dev score. ``--sequential`` (on by default) also
-times nfeval one point at a time (``--ensemble 1``).
+every epoch. The Trainer is held to nfeval's (fairseq's RoBERTa GLUE) recipe where its defaults differ:
+no gradient clipping (its ``max_grad_norm`` is 1.0) and weight decay on every parameter (it exempts
+biases and LayerNorm gains). Rounds interleave the sides (nfeval first in even rounds, the Trainer
+first in odd ones) so that a change in the machine's load hits both; each side's time is its fastest
+round. Reported per task: wall time of the whole sweep on each side, the ratio, and the dev metric
+(best epoch, and last epoch) at each learning rate, so that speed is compared at an equal dev score.
+``--sequential`` (on by default) also times nfeval one point at a time (``--ensemble 1``).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
     ... --threads 2 --jobs 2 --ensemble 1 --no-sequential   # the whole 2-core machine: a 2-thread
@@ -221,6 +223,7 @@ def training_arguments(lr: float, args):
         adam_beta2=0.98,
         adam_epsilon=1e-6,
         weight_decay=0.1,
+        max_grad_norm=0.0,  # the recipe's clip_norm: no clipping (the Trainer's default clips at 1.0)
         eval_strategy="epoch",
         save_strategy="no",
         logging_strategy="no",
@@ -234,6 +237,12 @@ def training_arguments(lr: float, args):
 def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of one Trainer run per lr."""
     from transformers import PrinterCallback, RobertaForSequenceClassification, Trainer
+
+    class RecipeTrainer(Trainer):
+        """The Trainer with fairseq's weight decay: on every parameter, as nfeval's AdamW applies it."""
+
+        def get_decay_parameter_names(self, model) -> list[str]:
+            return [name for name, _ in model.named_parameters()]
 
     spec = data.spec
     train, dev_set, dev_name, collator = trainer_inputs(ckpt, data, args)
@@ -252,7 +261,7 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
         torch.manual_seed(0)
         model = RobertaForSequenceClassification(roberta_config(ckpt, spec))
         model.load_state_dict(start)
-        trainer = Trainer(
+        trainer = RecipeTrainer(
             model=model,
             args=training_arguments(lr, args),
             train_dataset=train,
