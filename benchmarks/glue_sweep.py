@@ -127,7 +127,7 @@ def trainer_inputs(ckpt, data: glue_data.TaskData, args):
     return unpadded(data.train), unpadded(dev_split), dev_name, collator
 
 
-def roberta_config(ckpt, spec: glue_data.TaskSpec):
+def roberta_config(ckpt, spec: glue_data.TaskSpec, dropout: float = 0.1):
     """Returns the Hugging Face RoBERTa config of the checkpoint's shape (dropout 0.1, as nfeval's recipe)."""
     from transformers import RobertaConfig
 
@@ -140,8 +140,8 @@ def roberta_config(ckpt, spec: glue_data.TaskSpec):
         intermediate_size=cfg.d_ffn,
         max_position_embeddings=cfg.max_seq_len + sp.pad + 1,
         type_vocab_size=1,
-        hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
         pad_token_id=sp.pad,
         bos_token_id=sp.bos,
         eos_token_id=sp.eos,
@@ -154,7 +154,12 @@ def roberta_state(ckpt, spec: glue_data.TaskSpec, args) -> dict[str, torch.Tenso
     """Returns the Hugging Face RoBERTa state dict of the classifier nfeval's points start from (the
     checkpoint's encoder, the head that seed 0 draws), so that both sides fine-tune one model."""
     recipe = glue.Recipe(max_len=args.max_len).resolve(spec, args.max_len, "cpu")
-    nf = finetune.build_classifier(ckpt, spec, recipe, seed=0).state_dict()
+    return roberta_names(ckpt, finetune.build_classifier(ckpt, spec, recipe, seed=0).state_dict())
+
+
+def roberta_names(ckpt, nf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Returns the nfeval classifier state ``nf`` (of ``ckpt``'s shape) as a Hugging Face RoBERTa state
+    dict."""
     d, pad = ckpt.config.d_model, special_ids(ckpt.tokenizer).pad
     positions = torch.zeros(ckpt.config.max_seq_len + pad + 1, d)
     positions[pad + 1 :] = nf["transformer.pos_emb.weight"]  # RoBERTa numbers positions from pad + 1
@@ -205,6 +210,39 @@ def check_same_start(ckpt, data: glue_data.TaskData, start: dict, args) -> float
     return gap.item()
 
 
+def recipe_model(ckpt, spec: glue_data.TaskSpec, start: dict, dropout: float = 0.1):
+    """Returns the Trainer's model: ``RobertaForSequenceClassification`` loaded with ``start``, its
+    token-type embedding frozen at zero (nfeval's encoder, as fairseq's RoBERTa, has none: trained, it is
+    a learned vector added to every token, which nfeval's model cannot learn)."""
+    from transformers import RobertaForSequenceClassification
+
+    model = RobertaForSequenceClassification(roberta_config(ckpt, spec, dropout))
+    model.load_state_dict(start)
+    model.roberta.embeddings.token_type_embeddings.weight.requires_grad_(False)
+    return model
+
+
+def recipe_trainer_class():
+    """Returns ``Trainer`` held to nfeval's (fairseq's) recipe where its defaults differ: weight decay on
+    every parameter (it exempts biases and LayerNorm gains) and nfeval's warmup, whose first update runs
+    at lr/warmup (the Trainer's runs at lr 0: its warmup is one step behind nfeval's)."""
+    from transformers import Trainer
+
+    class RecipeTrainer(Trainer):
+        def get_decay_parameter_names(self, model) -> list[str]:
+            return [name for name, _ in model.named_parameters()]
+
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            if self.lr_scheduler is None:
+                warmup = int(self.args.warmup_steps * num_training_steps)  # as finetune.set_up_point
+                factor = finetune.lr_lambda(num_training_steps, warmup)
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
+                self._created_lr_scheduler = True  # the Trainer's flag: a later train() makes a new one
+            return self.lr_scheduler
+
+    return RecipeTrainer
+
+
 def training_arguments(lr: float, args):
     """Returns run_glue-style TrainingArguments at ``lr`` with dynamic padding's partner,
     ``group_by_length``."""
@@ -236,13 +274,7 @@ def training_arguments(lr: float, args):
 
 def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of one Trainer run per lr."""
-    from transformers import PrinterCallback, RobertaForSequenceClassification, Trainer
-
-    class RecipeTrainer(Trainer):
-        """The Trainer with fairseq's weight decay: on every parameter, as nfeval's AdamW applies it."""
-
-        def get_decay_parameter_names(self, model) -> list[str]:
-            return [name for name, _ in model.named_parameters()]
+    from transformers import PrinterCallback
 
     spec = data.spec
     train, dev_set, dev_name, collator = trainer_inputs(ckpt, data, args)
@@ -259,10 +291,8 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     t0, scores = time.perf_counter(), {}
     for lr in args.lrs:
         torch.manual_seed(0)
-        model = RobertaForSequenceClassification(roberta_config(ckpt, spec))
-        model.load_state_dict(start)
-        trainer = RecipeTrainer(
-            model=model,
+        trainer = recipe_trainer_class()(
+            model=recipe_model(ckpt, spec, start),
             args=training_arguments(lr, args),
             train_dataset=train,
             eval_dataset=dev_set,
