@@ -9,11 +9,14 @@ and the head nfeval's seed 0 draws, copied into ``RobertaForSequenceClassificati
 the same scores) on the same subset of each GLUE task, with the same token ids, learning-rate grid,
 epochs, batch size, warmup, Adam betas/eps, weight decay and dropout, evaluating on the full dev set after
 every epoch. The Trainer is held to nfeval's (fairseq's RoBERTa GLUE) recipe where its defaults differ:
-no gradient clipping (its ``max_grad_norm`` is 1.0) and weight decay on every parameter (it exempts
-biases and LayerNorm gains). Rounds interleave the sides (nfeval first in even rounds, the Trainer
-first in odd ones) so that a change in the machine's load hits both; each side's time is its fastest
-round. Reported per task: wall time of the whole sweep on each side, the ratio, and the dev metric
-(best epoch, and last epoch) at each learning rate, so that speed is compared at an equal dev score.
+no gradient clipping (its ``max_grad_norm`` is 1.0), weight decay on every parameter (it exempts
+biases and LayerNorm gains), nfeval's warmup (the Trainer's first update runs at lr 0) and no trained
+token-type embedding (nfeval's encoder has none). Fed the same batches with dropout off, the two then
+train alike to ~1e-8 at every step (``glue_gap_probe.py``). Rounds interleave the sides (nfeval first in
+even rounds, the Trainer first in odd ones) so that a change in the machine's load hits both; each side's
+time is its fastest round. Reported per task: wall time of the whole sweep on each side, the ratio, and
+the dev metric (best epoch, and last epoch) at each learning rate, so that speed is compared at an equal
+dev score.
 ``--sequential`` (on by default) also times nfeval one point at a time (``--ensemble 1``).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
