@@ -136,9 +136,11 @@ def run_trainer(ckpt, data, args, lr: float, first_state: dict) -> tuple[list, l
             spec.name, {dev_name: pred.label_ids.tolist()}, {dev_name: pred.predictions.argmax(-1).tolist()}
         )
 
+    targs = sweep_training_arguments(lr, args)
+    targs.seed = args.dropout_seed  # the Trainer seeds torch with it: only the dropout masks follow
     trainer = ProbeTrainer(
         model=model,
-        args=sweep_training_arguments(lr, args),
+        args=targs,
         train_dataset=train,
         eval_dataset=dev_set,
         data_collator=collator,
@@ -192,6 +194,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dropout-seed", type=int, default=0, help="the Trainer's seed (its dropout masks)")
     p.add_argument("--order", choices=("nfeval", "group_by_length", "random"), default="nfeval")
     p.add_argument(
         "--schedule",
