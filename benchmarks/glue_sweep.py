@@ -9,11 +9,14 @@ and the head nfeval's seed 0 draws, copied into ``RobertaForSequenceClassificati
 the same scores) on the same subset of each GLUE task, with the same token ids, learning-rate grid,
 epochs, batch size, warmup, Adam betas/eps, weight decay and dropout, evaluating on the full dev set after
 every epoch. The Trainer is held to nfeval's (fairseq's RoBERTa GLUE) recipe where its defaults differ:
-no gradient clipping (its ``max_grad_norm`` is 1.0) and weight decay on every parameter (it exempts
-biases and LayerNorm gains). Rounds interleave the sides (nfeval first in even rounds, the Trainer
-first in odd ones) so that a change in the machine's load hits both; each side's time is its fastest
-round. Reported per task: wall time of the whole sweep on each side, the ratio, and the dev metric
-(best epoch, and last epoch) at each learning rate, so that speed is compared at an equal dev score.
+no gradient clipping (its ``max_grad_norm`` is 1.0), weight decay on every parameter (it exempts
+biases and LayerNorm gains), nfeval's warmup (the Trainer's first update runs at lr 0) and no trained
+token-type embedding (nfeval's encoder has none). Fed the same batches with dropout off, the two then
+train alike to ~1e-8 at every step (``glue_gap_probe.py``). Rounds interleave the sides (nfeval first in
+even rounds, the Trainer first in odd ones) so that a change in the machine's load hits both; each side's
+time is its fastest round. Reported per task: wall time of the whole sweep on each side, the ratio, and
+the dev metric (best epoch, and last epoch) at each learning rate, so that speed is compared at an equal
+dev score.
 ``--sequential`` (on by default) also times nfeval one point at a time (``--ensemble 1``).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
@@ -127,7 +130,7 @@ def trainer_inputs(ckpt, data: glue_data.TaskData, args):
     return unpadded(data.train), unpadded(dev_split), dev_name, collator
 
 
-def roberta_config(ckpt, spec: glue_data.TaskSpec):
+def roberta_config(ckpt, spec: glue_data.TaskSpec, dropout: float = 0.1):
     """Returns the Hugging Face RoBERTa config of the checkpoint's shape (dropout 0.1, as nfeval's recipe)."""
     from transformers import RobertaConfig
 
@@ -140,8 +143,8 @@ def roberta_config(ckpt, spec: glue_data.TaskSpec):
         intermediate_size=cfg.d_ffn,
         max_position_embeddings=cfg.max_seq_len + sp.pad + 1,
         type_vocab_size=1,
-        hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
         pad_token_id=sp.pad,
         bos_token_id=sp.bos,
         eos_token_id=sp.eos,
@@ -154,7 +157,12 @@ def roberta_state(ckpt, spec: glue_data.TaskSpec, args) -> dict[str, torch.Tenso
     """Returns the Hugging Face RoBERTa state dict of the classifier nfeval's points start from (the
     checkpoint's encoder, the head that seed 0 draws), so that both sides fine-tune one model."""
     recipe = glue.Recipe(max_len=args.max_len).resolve(spec, args.max_len, "cpu")
-    nf = finetune.build_classifier(ckpt, spec, recipe, seed=0).state_dict()
+    return roberta_names(ckpt, finetune.build_classifier(ckpt, spec, recipe, seed=0).state_dict())
+
+
+def roberta_names(ckpt, nf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Returns the nfeval classifier state ``nf`` (of ``ckpt``'s shape) as a Hugging Face RoBERTa state
+    dict."""
     d, pad = ckpt.config.d_model, special_ids(ckpt.tokenizer).pad
     positions = torch.zeros(ckpt.config.max_seq_len + pad + 1, d)
     positions[pad + 1 :] = nf["transformer.pos_emb.weight"]  # RoBERTa numbers positions from pad + 1
@@ -205,6 +213,39 @@ def check_same_start(ckpt, data: glue_data.TaskData, start: dict, args) -> float
     return gap.item()
 
 
+def recipe_model(ckpt, spec: glue_data.TaskSpec, start: dict, dropout: float = 0.1):
+    """Returns the Trainer's model: ``RobertaForSequenceClassification`` loaded with ``start``, its
+    token-type embedding frozen at zero (nfeval's encoder, as fairseq's RoBERTa, has none: trained, it is
+    a learned vector added to every token, which nfeval's model cannot learn)."""
+    from transformers import RobertaForSequenceClassification
+
+    model = RobertaForSequenceClassification(roberta_config(ckpt, spec, dropout))
+    model.load_state_dict(start)
+    model.roberta.embeddings.token_type_embeddings.weight.requires_grad_(False)
+    return model
+
+
+def recipe_trainer_class():
+    """Returns ``Trainer`` held to nfeval's (fairseq's) recipe where its defaults differ: weight decay on
+    every parameter (it exempts biases and LayerNorm gains) and nfeval's warmup, whose first update runs
+    at lr/warmup (the Trainer's runs at lr 0: its warmup is one step behind nfeval's)."""
+    from transformers import Trainer
+
+    class RecipeTrainer(Trainer):
+        def get_decay_parameter_names(self, model) -> list[str]:
+            return [name for name, _ in model.named_parameters()]
+
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            if self.lr_scheduler is None:
+                warmup = int(self.args.warmup_steps * num_training_steps)  # as finetune.set_up_point
+                factor = finetune.lr_lambda(num_training_steps, warmup)
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
+                self._created_lr_scheduler = True  # the Trainer's flag: a later train() makes a new one
+            return self.lr_scheduler
+
+    return RecipeTrainer
+
+
 def training_arguments(lr: float, args):
     """Returns run_glue-style TrainingArguments at ``lr`` with dynamic padding's partner,
     ``group_by_length``."""
@@ -236,13 +277,7 @@ def training_arguments(lr: float, args):
 
 def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of one Trainer run per lr."""
-    from transformers import PrinterCallback, RobertaForSequenceClassification, Trainer
-
-    class RecipeTrainer(Trainer):
-        """The Trainer with fairseq's weight decay: on every parameter, as nfeval's AdamW applies it."""
-
-        def get_decay_parameter_names(self, model) -> list[str]:
-            return [name for name, _ in model.named_parameters()]
+    from transformers import PrinterCallback
 
     spec = data.spec
     train, dev_set, dev_name, collator = trainer_inputs(ckpt, data, args)
@@ -259,10 +294,8 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
     t0, scores = time.perf_counter(), {}
     for lr in args.lrs:
         torch.manual_seed(0)
-        model = RobertaForSequenceClassification(roberta_config(ckpt, spec))
-        model.load_state_dict(start)
-        trainer = RecipeTrainer(
-            model=model,
+        trainer = recipe_trainer_class()(
+            model=recipe_model(ckpt, spec, start),
             args=training_arguments(lr, args),
             train_dataset=train,
             eval_dataset=dev_set,
