@@ -16,7 +16,9 @@ train alike to ~1e-8 at every step (``glue_gap_probe.py``). Rounds interleave th
 even rounds, the Trainer first in odd ones) so that a change in the machine's load hits both; each side's
 time is its fastest round. Reported per task: wall time of the whole sweep on each side, the ratio, and
 the dev metric (best epoch, and last epoch) at each learning rate, so that speed is compared at an equal
-dev score.
+dev score. The Trainer's dev scores are lower at short schedules and low learning rates because of its
+``group_by_length`` order (each epoch runs from long to short rows); on nfeval's batches or a plain
+shuffle it scores within ~0.01 of nfeval (``glue_gap_probe.py --order``, RESULTS.md, session 6).
 ``--sequential`` (on by default) also times nfeval one point at a time (``--ensemble 1``).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
