@@ -33,16 +33,12 @@ from glue_sweep import (
 )
 from glue_sweep import training_arguments as sweep_training_arguments
 
+from nfeval.base.progress import progress_bar
 from nfeval.engine import checkpoint
 from nfeval.engine.tokenization import special_ids
 from nfeval.glue import finetune
 from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
-
-
-class NullBar:
-    def update(self, n: int) -> None:
-        pass
 
 
 def nfeval_order(lengths: list[int], batch_size: int, epoch: int) -> list[list[int]]:
@@ -57,9 +53,10 @@ def run_nfeval(ckpt, enc, recipe, lr: float, first_state: dict) -> tuple[list, l
     model, opt, sched, _, stats = finetune.set_up_point(ckpt, enc, lr, 0, recipe, tempfile.mkdtemp(), {}, dev)
     lengths = [len(s) for s in enc.train[0]]
     losses, weights, dev_scores = [], [], []
+    quiet = progress_bar(total=1, enabled=False)
     for epoch in range(recipe.epochs):
         for batch in nfeval_order(lengths, recipe.batch_size, epoch):
-            loss = finetune._train_epoch(model, opt, sched, enc, recipe, [batch], pad, dev, stats, NullBar())
+            loss = finetune._train_epoch(model, opt, sched, enc, recipe, [batch], pad, dev, stats, quiet)
             losses.append(loss.item())
             weights.append(model.head.out_proj.weight.detach().clone())
             if len(weights) == 1:
@@ -84,9 +81,8 @@ def fixed_order_sampler(lengths: list[int], batch_size: int, order: str):
 
         def __iter__(self):
             if order == "random":
-                return iter(
-                    torch.randperm(len(lengths), generator=torch.Generator().manual_seed(self.epoch)).tolist()
-                )  # noqa: E501
+                shuffle = torch.Generator().manual_seed(self.epoch)
+                return iter(torch.randperm(len(lengths), generator=shuffle).tolist())
             return iter([i for b in nfeval_order(lengths, batch_size, self.epoch) for i in b])
 
     return Sampler()

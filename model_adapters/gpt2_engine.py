@@ -20,7 +20,6 @@ from tokenizers import Tokenizer
 from ..base.jsonio import load_json
 from ..engine import checkpoint, hf_gpt2
 from ..engine.backend import NFEvalBackend
-from ..engine.model import Transformer
 
 # tokenizer classes whose transformers tokenizer runs tokenizer.json as it is, and the special tokens
 # each class gives a config that names none (GPT2Tokenizer's defaults)
@@ -75,19 +74,14 @@ def gpt2_engine_backend(
     special = tokenizer_special_tokens(path)
     if special is None:
         return None
-    read, _ = hf_gpt2.read_dir(path)
-    if read is None:
+    ckpt, _ = hf_gpt2.read_dir(path)
+    if ckpt is None:
         return None
-    cfg, state = read
     tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
     ids = {k: None if v is None else tok.token_to_id(v) for k, v in special.items()}
     if ids["eos_token"] is None or any(ids[k] is None for k, v in special.items() if v is not None):
         return None
-    with torch.device("meta"):
-        skeleton = Transformer(cfg)
-    ckpt = checkpoint.Checkpoint(
-        model=skeleton, tokenizer=tok, config=cfg, path=path, fingerprint="", state=state
-    )
+    ckpt.tokenizer = tok
     backend = GPT2EngineBackend(checkpoint.materialize(ckpt, device, dtype), device, ids)
     if max_length:
         backend.max_length = min(max_length, backend.max_length)

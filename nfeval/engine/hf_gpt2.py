@@ -2,11 +2,11 @@
 names, both ways.
 
 ``export-hf`` writes an nfeval model that is exactly GPT-2 in transformers' format (``gpt2_config``,
-``gpt2_state_dict``); ``read_dir`` reads such a directory (or any GPT-2 directory the engine computes
-exactly) back as an engine checkpoint, so that scoring it needs neither transformers' modelling code
-(~2 s of imports and loading) nor its forward. A directory with anything the engine does not compute
-(another attention scaling, cross-attention, an untied head, pickled weights, ...) is not read: the
-reasons say why, and the caller loads it with transformers.
+``gpt2_state_dict``, over the one name map ``gpt2_names``); ``read_dir`` reads such a directory (or any
+GPT-2 directory the engine computes exactly) back as an engine checkpoint, so that scoring it needs
+neither transformers' modelling code (~2 s of imports and loading) nor its forward. A directory with
+anything the engine does not compute (another attention scaling, cross-attention, an untied head,
+pickled weights, ...) is not read: the reasons say why, and the caller loads it with transformers.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import torch
 from safetensors import safe_open
 
 from ..base.jsonio import load_json
+from .checkpoint import Checkpoint
 from .config import ModelConfig
+from .model import Transformer
 
 # The fields GPT-2 fixes, with the value GPT-2 has; the other fields map onto GPT2Config.
 GPT2_FIELDS = {
@@ -89,23 +91,30 @@ def gpt2_config(cfg: ModelConfig, **extra: Any):
     )
 
 
+def gpt2_names(n_layer: int) -> tuple[dict[str, str], set[str]]:
+    """Returns ({nfeval tensor name: GPT2Model tensor name}, the nfeval names GPT-2 stores transposed,
+    its ``Conv1D`` weights)."""
+    names = {
+        "tok_emb.weight": "wte.weight",
+        "pos_emb.weight": "wpe.weight",
+        "final_norm.weight": "ln_f.weight",
+        "final_norm.bias": "ln_f.bias",
+    }
+    conv1d = set()
+    for i in range(n_layer):
+        for ours, theirs in {**LAYER_NORMS, **LAYER_CONV1D}.items():
+            names |= {f"blocks.{i}.{ours}.{k}": f"h.{i}.{theirs}.{k}" for k in ("weight", "bias")}
+        conv1d |= {f"blocks.{i}.{ours}.weight" for ours in LAYER_CONV1D}
+    return names, conv1d
+
+
 def gpt2_state_dict(state: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
     """Returns ``GPT2LMHeadModel`` tensors for an nfeval GPT-2-shaped state dict (Conv1D: transposed)."""
-    out = {
-        "transformer.wte.weight": state["tok_emb.weight"],
-        "transformer.wpe.weight": state["pos_emb.weight"],
-        "transformer.ln_f.weight": state["final_norm.weight"],
-        "transformer.ln_f.bias": state["final_norm.bias"],
+    names, conv1d = gpt2_names(n_layer)
+    return {
+        f"transformer.{theirs}": state[ours].t().contiguous() if ours in conv1d else state[ours]
+        for ours, theirs in names.items()
     }
-    for i in range(n_layer):
-        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
-        for ours, theirs in LAYER_NORMS.items():
-            for kind in ("weight", "bias"):
-                out[f"{dst}{theirs}.{kind}"] = state[f"{src}{ours}.{kind}"]
-        for ours, theirs in LAYER_CONV1D.items():
-            out[f"{dst}{theirs}.weight"] = state[f"{src}{ours}.weight"].t().contiguous()
-            out[f"{dst}{theirs}.bias"] = state[f"{src}{ours}.bias"]
-    return out
 
 
 def engine_config(hf: dict[str, Any]) -> tuple[ModelConfig | None, list[str]]:
@@ -135,52 +144,38 @@ def engine_config(hf: dict[str, Any]) -> tuple[ModelConfig | None, list[str]]:
     return cfg, []
 
 
-def engine_state_dict(
-    tensors: dict[str, torch.Tensor], cfg: ModelConfig
-) -> tuple[dict[str, torch.Tensor] | None, list[str]]:
-    """Returns (nfeval tensors of a GPT2LMHeadModel's (or its base model's) tensors, []) or (None, the
-    tensors that do not map: missing, unexpected, of another shape or an untied head)."""
+def engine_checkpoint(
+    tensors: dict[str, torch.Tensor], cfg: ModelConfig, path: str
+) -> tuple[Checkpoint | None, list[str]]:
+    """Returns (the engine checkpoint of a GPT2LMHeadModel's (or its base model's) tensors, read: a
+    meta-device model and the tensors ``checkpoint.materialize`` builds it from, no tokenizer; []) or
+    (None, the tensors that do not map: missing, unexpected, of another shape or an untied head)."""
     prefixed = {k.removeprefix("transformer."): v for k, v in tensors.items() if not k.endswith(MASK_BUFFERS)}
     head = prefixed.pop("lm_head.weight", None)
     if head is not None and not torch.equal(head, prefixed.get("wte.weight", head)):
         return None, ["lm_head.weight: an output projection not tied to the token embedding"]
-    theirs = {
-        "tok_emb.weight": "wte.weight",
-        "pos_emb.weight": "wpe.weight",
-        "final_norm.weight": "ln_f.weight",
-        "final_norm.bias": "ln_f.bias",
-    }
-    conv1d = set()
-    for i in range(cfg.n_layer):
-        for ours, name in LAYER_NORMS.items():
-            theirs |= {f"blocks.{i}.{ours}.{k}": f"h.{i}.{name}.{k}" for k in ("weight", "bias")}
-        for ours, name in LAYER_CONV1D.items():
-            theirs |= {f"blocks.{i}.{ours}.{k}": f"h.{i}.{name}.{k}" for k in ("weight", "bias")}
-            conv1d.add(f"blocks.{i}.{ours}.weight")
-    missing = sorted(set(theirs.values()) - set(prefixed))
-    unexpected = sorted(set(prefixed) - set(theirs.values()))
+    names, conv1d = gpt2_names(cfg.n_layer)
+    missing = sorted(set(names.values()) - set(prefixed))
+    unexpected = sorted(set(prefixed) - set(names.values()))
     if missing or unexpected:
         return None, [f"missing tensors {missing[:3]}" if missing else f"unexpected tensors {unexpected[:3]}"]
-    state = {ours: prefixed[name].t() if ours in conv1d else prefixed[name] for ours, name in theirs.items()}
-    expected = _skeleton_shapes(cfg)
+    state = {
+        ours: prefixed[theirs].t() if ours in conv1d else prefixed[theirs] for ours, theirs in names.items()
+    }
+    with torch.device("meta"):
+        skeleton = Transformer(cfg)
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     wrong = [k for k, v in state.items() if tuple(v.shape) != expected[k]]
     if wrong:
         return None, [f"{wrong[0]}: shape {tuple(state[wrong[0]].shape)}, config says {expected[wrong[0]]}"]
-    return {k: v.contiguous() for k, v in state.items()}, []
+    state = {k: v.contiguous() for k, v in state.items()}
+    return Checkpoint(model=skeleton, tokenizer=None, config=cfg, path=path, fingerprint="", state=state), []
 
 
-def _skeleton_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Returns the engine model's tensor shapes for ``cfg`` (a meta-device model: nothing allocated)."""
-    from .model import Transformer
-
-    with torch.device("meta"):
-        return {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
-
-
-def read_dir(path: str) -> tuple[tuple[ModelConfig, dict[str, torch.Tensor]] | None, list[str]]:
-    """Returns ((engine config, engine tensors) of the GPT-2 directory ``path``, []) or (None, why the
-    engine does not compute it: not GPT-2, a field or tensor it does not map, weights not in
-    safetensors)."""
+def read_dir(path: str) -> tuple[Checkpoint | None, list[str]]:
+    """Returns (the engine checkpoint of the GPT-2 directory ``path``, read as ``engine_checkpoint``
+    returns it, []) or (None, why the engine does not compute it: not GPT-2, a field or tensor it does
+    not map, weights not in safetensors)."""
     cfg, reasons = engine_config(load_json(os.path.join(path, "config.json")))
     if cfg is None:
         return None, reasons
@@ -193,5 +188,4 @@ def read_dir(path: str) -> tuple[tuple[ModelConfig, dict[str, torch.Tensor]] | N
     for file in files:
         with safe_open(file, framework="pt") as f:
             tensors |= {k: f.get_tensor(k) for k in f.keys()}
-    state, reasons = engine_state_dict(tensors, cfg)
-    return (None, reasons) if state is None else ((cfg, state), [])
+    return engine_checkpoint(tensors, cfg, path)

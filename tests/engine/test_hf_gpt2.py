@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from nfeval.engine import hf_export
+from nfeval.engine import checkpoint, hf_export
 from nfeval.engine.hf_gpt2 import read_dir
 from nfeval.engine.model import Transformer
 
@@ -32,11 +32,9 @@ def save_gpt2(path, seed: int = 0, **config) -> str:
 
 
 def engine_model(path: str) -> Transformer:
-    (cfg, state), reasons = read_dir(path)
+    ckpt, reasons = read_dir(path)
     assert reasons == []
-    model = Transformer(cfg)
-    model.load_state_dict(state)
-    return model.eval()
+    return checkpoint.materialize(ckpt).model
 
 
 @pytest.mark.parametrize(
