@@ -24,6 +24,8 @@ shuffle it scores within ~0.01 of nfeval (``glue_gap_probe.py --order``, RESULTS
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
     ... --threads 2 --jobs 2 --ensemble 1 --no-sequential   # the whole 2-core machine: a 2-thread
                                                              # Trainer against two 1-thread points at once
+    ... --trainer-order group_by_length,random   # also the Trainer on a plain shuffle (equal dev scores)
+    ... --device cuda   # both sides on the GPU, bf16 (the ensemble's case)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
 
 DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+TRAINER = "HF Trainer"  # the name of its side in group_by_length order; other orders add theirs
 SEVEN_LRS = "1e-4,2e-4,3e-4,5e-4,1e-3,2e-3,3e-3"  # a random-init model wants larger LRs than RoBERTa's grid
 
 
@@ -97,7 +100,7 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, ensemble, args) -> tuple
         out_dir=out,
         glue_dir=glue_dir,
         recipe=recipe,
-        device="cpu",
+        device=args.device,
         progress=False,
         ensemble_size=ensemble,
         jobs=args.jobs,
@@ -248,18 +251,20 @@ def recipe_trainer_class():
     return RecipeTrainer
 
 
-def training_arguments(lr: float, args):
-    """Returns run_glue-style TrainingArguments at ``lr`` with dynamic padding's partner,
-    ``group_by_length``."""
+def training_arguments(lr: float, order: str, args):
+    """Returns run_glue-style TrainingArguments at ``lr``, drawing batches in ``order``
+    (``group_by_length``, dynamic padding's partner and the fastest, or ``random``); bf16 on a GPU, as
+    nfeval's recipe there."""
     from transformers import TrainingArguments
 
+    on_gpu = args.device.startswith("cuda")
     return TrainingArguments(
         output_dir=tempfile.mkdtemp(prefix="hf-glue-bench-"),
         learning_rate=lr,
         num_train_epochs=args.epochs,
         per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=64,
-        train_sampling_strategy="group_by_length",  # group_by_length=True before transformers 5
+        train_sampling_strategy=order,  # "group_by_length": group_by_length=True before transformers 5
         warmup_steps=0.06,
         lr_scheduler_type="linear",
         adam_beta1=0.9,
@@ -271,14 +276,16 @@ def training_arguments(lr: float, args):
         save_strategy="no",
         logging_strategy="no",
         report_to="none",
-        use_cpu=True,
+        use_cpu=not on_gpu,
+        bf16=on_gpu,
         disable_tqdm=True,
         seed=0,
     )
 
 
-def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
-    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of one Trainer run per lr."""
+def run_trainer(ckpt, data: glue_data.TaskData, order: str, args) -> tuple[float, dict]:
+    """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of one Trainer run per lr, each
+    drawing its batches in ``order``."""
     from transformers import PrinterCallback
 
     spec = data.spec
@@ -298,7 +305,7 @@ def run_trainer(ckpt, data: glue_data.TaskData, args) -> tuple[float, dict]:
         torch.manual_seed(0)
         trainer = recipe_trainer_class()(
             model=recipe_model(ckpt, spec, start),
-            args=training_arguments(lr, args),
+            args=training_arguments(lr, order, args),
             train_dataset=train,
             eval_dataset=dev_set,
             data_collator=collator,
@@ -349,12 +356,21 @@ def report(task: str, times: dict[str, list[float]], scores: dict[str, dict], lr
     best = {s: min(t) for s, t in times.items()}
     rounds = ", ".join(f"{s} " + "/".join(f"{t:.1f}" for t in ts) for s, ts in times.items())
     print(f"sweep wall time (fastest of {len(times['nfeval'])} round(s); all: {rounds} s)")
-    hf = "HF Trainer"
-    for s in (s for s in sides if s != hf):
-        print(f"  {hf} / {s}: {best[hf]:.1f} s / {best[s]:.1f} s = {best[hf] / best[s]:.2f}x")
+    for hf in (s for s in sides if s.startswith(TRAINER)):
+        for s in (s for s in sides if not s.startswith(TRAINER)):
+            print(f"  {hf} / {s}: {best[hf]:.1f} s / {best[s]:.1f} s = {best[hf] / best[s]:.2f}x")
 
 
-def parse_args() -> argparse.Namespace:
+def trainer_orders(text: str) -> list[str]:
+    """Returns the comma-separated Trainer batch orders of ``--trainer-order``; raises on an unknown one."""
+    orders = text.split(",")
+    unknown = [o for o in orders if o not in ("group_by_length", "random")]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown order {unknown[0]!r}: expected group_by_length or random")
+    return orders
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--glue-dir", default=str(DEFAULT_GLUE))
     p.add_argument("--tasks", default="sst2,rte", help="comma-separated tasks (classification)")
@@ -378,10 +394,18 @@ def parse_args() -> argparse.Namespace:
         default=True,
         help="also time nfeval with --ensemble 1 (default: on; on CPU it beats the ensemble)",
     )
+    p.add_argument(
+        "--trainer-order",
+        type=trainer_orders,
+        default=["group_by_length"],
+        help="the Trainer's batch orders, one side each: group_by_length (its fastest), random (a plain "
+        "shuffle, on which it learned within ~0.01 of nfeval in glue_gap_probe.py, RESULTS.md session 6)",
+    )
+    p.add_argument("--device", default="cpu", help="both sides' device (cuda: bf16 on both)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per side")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
     p.add_argument("--jobs", type=int, default=1, help="nfeval's --jobs: N processes, cores / N threads each")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def sides_of(task: str, args, work: str) -> dict:
@@ -389,8 +413,10 @@ def sides_of(task: str, args, work: str) -> dict:
     glue_dir, data, ckpt_dir = prepare_task(task, args, work)
     sides = {
         "nfeval": functools.partial(run_nfeval, ckpt_dir, glue_dir, task, args.ensemble, args),
-        "HF Trainer": functools.partial(run_trainer, checkpoint.load(ckpt_dir), data, args),
     }
+    for order in args.trainer_order:
+        name = TRAINER if order == "group_by_length" else f"{TRAINER} ({order} order)"
+        sides[name] = functools.partial(run_trainer, checkpoint.load(ckpt_dir), data, order, args)
     if args.sequential:
         sides["nfeval --ensemble 1"] = functools.partial(run_nfeval, ckpt_dir, glue_dir, task, 1, args)
     return sides
