@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from results_md import write_block
 
+from nfeval.engine.budget import synchronize
 from nfeval.engine.config import preset
 from nfeval.engine.generate import generate
 from nfeval.engine.model import Transformer
@@ -103,6 +104,11 @@ def build_models(layers: int, d_model: int, seed: int = 0):
     return ours, hf
 
 
+def prompt_length(i: int, n: int) -> int:
+    """Returns the length of prompt ``i`` of ``n``: 12 to 42 tokens, ragged."""
+    return 12 + (30 * i) // max(1, n - 1)
+
+
 def prompts(n: int) -> list[list[int]]:
     """Returns ``n`` GPT-2-tokenized passages of CPython's documentation, 12 to 42 tokens long."""
     from pydoc_data.topics import topics
@@ -111,41 +117,48 @@ def prompts(n: int) -> list[list[int]]:
 
     tok = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
     text = " ".join(topics[k] for k in sorted(topics))
-    out = []
-    for i in range(n):
-        ids = tok.encode(text[5000 * i : 5000 * i + 2000]).ids
-        out.append(ids[: 12 + (30 * i) // max(1, n - 1)])
-    return out
+    return [tok.encode(text[5000 * i : 5000 * i + 2000]).ids[: prompt_length(i, n)] for i in range(n)]
 
 
-def hf_generate(model, batch: list[list[int]], new_tokens: int) -> list[list[int]]:
-    """HF generate, left-padded, greedy, EOS off; returns each row's new tokens."""
+def random_prompts(n: int, vocab_size: int = 50257) -> list[list[int]]:
+    """Returns ``n`` prompts of seeded random token ids, as long as ``prompts``' (for a machine without
+    the shared GPT-2 tokenizer: the weights are random, so the text does not matter)."""
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, vocab_size, (prompt_length(i, n),), generator=g).tolist() for i in range(n)]
+
+
+def hf_generate(model, batch: list[list[int]], new_tokens: int, **options) -> list[list[int]]:
+    """HF generate, left-padded, greedy, EOS off, with ``options`` (e.g. ``cache_implementation``);
+    returns each row's new tokens."""
     width = max(map(len, batch))
     ids = torch.zeros((len(batch), width), dtype=torch.long)
     mask = torch.zeros_like(ids)
     for r, p in enumerate(batch):
         ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
     out = model.generate(
-        ids,
-        attention_mask=mask,
+        ids.to(model.device),
+        attention_mask=mask.to(model.device),
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,
         do_sample=False,
         pad_token_id=0,
         eos_token_id=None,
+        **options,
     )
     return out[:, width:].tolist()
 
 
-def measure_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
-    """Returns the memory bandwidth in bytes/s: bytes read + written by the fastest of ``repeats``
-    copies of a ``megabytes`` fp32 tensor."""
-    src = torch.ones(megabytes * 2**20 // 4)
+def measure_bandwidth(megabytes: int = 256, repeats: int = 5, device: str = "cpu") -> float:
+    """Returns the memory bandwidth of ``device`` in bytes/s: bytes read + written by the fastest of
+    ``repeats`` copies of a ``megabytes`` fp32 tensor."""
+    src = torch.ones(megabytes * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
     best = float("inf")
     for _ in range(repeats):
+        synchronize(src.device)
         t0 = time.perf_counter()
         dst.copy_(src)
+        synchronize(src.device)
         best = min(best, time.perf_counter() - t0)
     return 2 * src.numel() * 4 / best
 
@@ -181,14 +194,30 @@ def agreement(got: list[list[int]], want: list[list[int]]) -> tuple[int, float]:
     return same, sum(x == y for x, y in pairs) / max(1, len(pairs))
 
 
-def compare(ours, ours_bf16, hf, batch: int, new_tokens: int, rounds: int, bandwidth: float) -> dict:
-    """Returns one table row: HF, nfeval fp32 and nfeval bf16 at ``batch``, timed interleaved."""
-    ps = prompts(max(batch, 2))
+def compare(
+    ours,
+    ours_bf16,
+    hf,
+    batch: int,
+    new_tokens: int,
+    rounds: int,
+    bandwidth: float,
+    make_prompts=prompts,
+    hf_static: bool = False,
+) -> dict:
+    """Returns one table row: HF, nfeval fp32 and nfeval bf16 at ``batch``, timed interleaved, on
+    ``make_prompts(n)``; with ``hf_static`` also HF with its static KV cache (which ``generate``
+    compiles on a GPU), its speed and its agreement with nfeval in ``hf_static_*`` fields."""
+    ps = make_prompts(max(batch, 2))
     chunks = [ps[i : i + batch] for i in range(0, len(ps), batch)]
     sides = {
         "hf": lambda: [r for c in chunks for r in hf_generate(hf, c, new_tokens)],
         "nfeval": lambda: generate(ours, ps, max_new_tokens=new_tokens, batch_size=batch),
     }
+    if hf_static:
+        sides["hf_static"] = lambda: [
+            r for c in chunks for r in hf_generate(hf, c, new_tokens, cache_implementation="static")
+        ]
     if ours_bf16 is not None:
         sides["bf16"] = lambda: generate(ours_bf16, ps, max_new_tokens=new_tokens, batch_size=batch)
     timed = interleaved(sides, rounds)
@@ -199,6 +228,9 @@ def compare(ours, ours_bf16, hf, batch: int, new_tokens: int, rounds: int, bandw
         row[f"{name}_tok_s"] = tokens / seconds
     row["speedup"] = timed["hf"][0] / timed["nfeval"][0]
     row["identical"], _ = agreement(timed["nfeval"][1], timed["hf"][1])
+    if hf_static:
+        row["hf_static_speedup"] = timed["hf_static"][0] / timed["nfeval"][0]
+        row["hf_static_identical"], _ = agreement(timed["nfeval"][1], timed["hf_static"][1])
     row["limit_fp32"] = bandwidth / bytes_per_token(ours, batch, context, 4)
     row["limit_int8_head"] = bandwidth / bytes_per_token(ours, batch, context, 1)
     if ours_bf16 is not None:
@@ -257,7 +289,7 @@ def main() -> None:
     ours, hf = build_models(args.layers, args.d_model)
     ours, hf = ours.to(args.device), hf.to(args.device)
     ours_bf16 = None if args.no_bf16 else copy.deepcopy(ours).to(torch.bfloat16)
-    bandwidth = measure_bandwidth()
+    bandwidth = measure_bandwidth(device=args.device)
     rows = []
     for batch in args.batches:
         rows.append(compare(ours, ours_bf16, hf, batch, args.new_tokens, args.rounds, bandwidth))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import random
 import shutil
@@ -317,6 +318,149 @@ def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
     }
 
 
+def generate_vs_hf(s: Setup) -> dict:
+    """Times greedy generation of nfeval against HF ``generate`` (its dynamic and its static, compiled
+    KV cache) on the device, a 125M-shaped model, batch 1 and 16 (``benchmarks/generate_vs_hf.py``);
+    returns per batch tokens/s, ratios, identical rows and the device's bandwidth limit."""
+    import generate_vs_hf as gen
+
+    layers, d_model, new_tokens, rounds = (2, 64, 8, 1) if s.dry_run else (12, 768, 64, 3)
+    ours, hf = gen.build_models(layers, d_model)
+    ours, hf = ours.to(s.device), hf.to(s.device)
+    bandwidth = gen.measure_bandwidth(megabytes=16 if s.dry_run else 1024, device=str(s.device))
+    shared_tokenizer = (gen.SHARED / "tokenizer" / "gpt2").is_dir()
+    make_prompts = gen.prompts if shared_tokenizer else gen.random_prompts
+    out = {"shape": f"L={layers} d={d_model}", "prompts_from": "pydoc" if shared_tokenizer else "random ids"}
+    out["bandwidth_gb_s"] = bandwidth / 1e9
+    for batch in (1, 16):
+        row = gen.compare(ours, None, hf, batch, new_tokens, rounds, bandwidth, make_prompts, hf_static=True)
+        out |= {f"b{batch}_{k}": v for k, v in row.items() if k != "batch"}
+    return out
+
+
+def hf_gpt2_dir(s: Setup, path: Path) -> Path:
+    """Saves a random GPT2LMHeadModel (125M-shaped; tiny in the dry run) with a BPE tokenizer trained on
+    the check's corpus to ``path``; returns it."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from nfeval.engine.tokenization import train_bpe
+
+    corpus = s.work / "corpus.txt"
+    if not corpus.is_file():
+        write_corpus(corpus)
+    tok = train_bpe(corpus.read_text().splitlines(), vocab_size=512)
+    layers, d_model = (2, 64) if s.dry_run else (12, 768)
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=1024, n_embd=d_model, n_layer=layers,
+                     n_head=d_model // 64, bos_token_id=0, eos_token_id=2)  # fmt: skip
+    GPT2LMHeadModel(cfg).save_pretrained(str(path))
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+    hf_tok.save_pretrained(str(path))
+    return path
+
+
+def zeroshot_vs_hflm(s: Setup) -> dict:
+    """Times lm-eval's ``HFLM`` against nfeval's adapter (the engine running the GPT-2 weights) on the
+    same loglikelihood requests of a HF GPT-2 directory on the device, fp32, equal batch size; returns
+    seconds (median of interleaved rounds), the ratio and the largest log-likelihood difference."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from nfeval.model_adapters.lm import NFEvalLM
+
+    path = hf_gpt2_dir(s, s.work / "hf-gpt2")
+    n, rounds = (40, 1) if s.dry_run else (2000, 3)
+    lines = [line for line in (s.work / "corpus.txt").read_text().splitlines() if line.strip()]
+    pairs = [(" ".join(lines[i : i + 3]), " " + lines[(i * 7 + 3) % len(lines)]) for i in range(n)]
+    requests = [
+        Instance("loglikelihood", doc={}, arguments=p, idx=i, metadata=("t", i, 1))
+        for i, p in enumerate(pairs)
+    ]
+    where = str(s.device)
+    lms = {
+        "hflm": HFLM(pretrained=str(path), device=where, batch_size=32, dtype="float32"),
+        "nfeval": NFEvalLM(
+            pretrained=str(path), device=where, dtype="float32", batch_size=32, progress=False
+        ),
+    }
+    forward_by = lms["nfeval"].model_backend.forward_by
+    results = {name: lm.loglikelihood(requests, disable_tqdm=True) for name, lm in lms.items()}  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in lms}
+    for r in range(rounds):
+        for name in list(lms)[:: 1 if r % 2 == 0 else -1]:
+            synchronize(s.device)
+            t0 = time.perf_counter()
+            results[name] = lms[name].loglikelihood(requests, disable_tqdm=True)
+            synchronize(s.device)
+            times[name].append(time.perf_counter() - t0)
+    median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    diff = max(abs(a[0] - b[0]) for a, b in zip(results["hflm"], results["nfeval"]))
+    if diff > 1e-3:
+        raise RuntimeError(f"HFLM and nfeval log-likelihoods differ by up to {diff}")
+    return {
+        "requests": n,
+        "forward_by": forward_by,
+        "hflm_s": median["hflm"],
+        "nfeval_s": median["nfeval"],
+        "speedup": median["hflm"] / median["nfeval"],
+        "max_abs_loglik_diff": diff,
+        "greedy_flags_differing": sum(a[1] != b[1] for a, b in zip(results["hflm"], results["nfeval"])),
+    }
+
+
+def write_sst2(folder: Path, n_train: int = 4000, n_dev: int = 872) -> str:
+    """Writes a synthetic SST-2 folder (``sentence``/``label`` TSVs) whose label is which of two word
+    lists a sentence draws more from, 10% of labels flipped; returns the GLUE folder."""
+    rng = random.Random(0)
+    good, bad = ["good", "fine", "great", "warm", "bright"], ["bad", "dull", "poor", "cold", "grim"]
+    neutral = ["the", "film", "a", "story", "was", "and", "its", "cast", "plot", "of"]
+
+    def rows(n: int) -> str:
+        out = ["sentence\tlabel"]
+        for _ in range(n):
+            k, label = rng.randint(1, 3), rng.randint(0, 1)
+            words = [rng.choice(neutral) for _ in range(rng.randint(4, 30))]
+            words += [rng.choice(good if label else bad) for _ in range(k)] + [rng.choice(good + bad)]
+            rng.shuffle(words)
+            out.append(" ".join(words) + f"\t{label if rng.random() > 0.1 else 1 - label}")
+        return "\n".join(out) + "\n"
+
+    (folder / "SST-2").mkdir(parents=True, exist_ok=True)
+    (folder / "SST-2" / "train.tsv").write_text(rows(n_train), encoding="utf-8")
+    (folder / "SST-2" / "dev.tsv").write_text(rows(n_dev), encoding="utf-8")
+    return str(folder)
+
+
+def glue_ensemble_vs_trainer(s: Setup) -> dict:
+    """Times the seven-learning-rate SST-2 sweep on the device (``benchmarks/glue_sweep.py``): nfeval as
+    one ensemble, nfeval one point at a time, and HF ``Trainer`` in ``group_by_length`` and random order,
+    bf16; SST-2 from ../shared/data when present, else synthetic. Returns each side's seconds, the
+    Trainer / nfeval ratios and each side's best dev accuracy."""
+    import glue_sweep
+
+    real = glue_sweep.DEFAULT_GLUE / "SST-2"
+    glue_dir = str(real.parent) if real.is_dir() else write_sst2(s.work / "glue-synthetic")
+    argv = ["--glue-dir", glue_dir, "--tasks", "sst2", "--device", str(s.device),
+            "--trainer-order", "group_by_length,random"]  # fmt: skip
+    if s.dry_run:
+        argv += ["--train", "64", "--layers", "1", "--d-model", "32", "--heads", "2", "--epochs", "1",
+                 "--lrs", "1e-3,2e-3", "--vocab", "300"]  # fmt: skip
+    args = glue_sweep.parse_args(argv)
+    args.ensemble = len(args.lrs)
+    times, scores = glue_sweep.interleaved(glue_sweep.sides_of("sst2", args, str(s.work / "glue-bench")), 1)
+    seconds = {side: t[0] for side, t in times.items()}
+    out = {"data": "SST-2" if real.is_dir() else "synthetic SST-2", "lrs": len(args.lrs)}
+    for side, t in seconds.items():
+        out[f"{side} s"] = t
+        out[f"{side} best dev"] = max(best for best, _ in scores[side].values())
+    for hf in (side for side in seconds if side.startswith(glue_sweep.TRAINER)):
+        for ours in (side for side in seconds if not side.startswith(glue_sweep.TRAINER)):
+            out[f"{hf} / {ours}"] = seconds[hf] / seconds[ours]
+    return out
+
+
 def markdown(record: dict, command: str) -> str:
     """Returns the RESULTS.md section: the command, the machine and one row per check."""
     lines = [
@@ -338,6 +482,31 @@ def markdown(record: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# name -> check(setup); run in this order (zeroshot_cuda_vs_cpu scores ddp_checkpoint_resume's run)
+CHECKS: dict[str, Callable[[Setup], dict]] = {
+    "train_step_eager": functools.partial(train_step, compiled=False),
+    "train_step_compiled": functools.partial(train_step, compiled=True),
+    "flash_attention": flash_attention,
+    "ddp_checkpoint_resume": ddp_checkpoint_resume,
+    "zeroshot_cuda_vs_cpu": zeroshot_cuda_vs_cpu,
+    "generate_vs_hf": generate_vs_hf,
+    "zeroshot_vs_hflm": zeroshot_vs_hflm,
+    "glue_ensemble_vs_trainer": glue_ensemble_vs_trainer,
+}
+
+
+def check_names(text: str) -> list[str]:
+    """Returns the checks named in the comma-separated ``text``, in ``CHECKS``' order; raises on an
+    unknown name or on zeroshot_cuda_vs_cpu without the run it scores."""
+    names = text.split(",")
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown check {unknown[0]!r}: expected one of {', '.join(CHECKS)}")
+    if "zeroshot_cuda_vs_cpu" in names and "ddp_checkpoint_resume" not in names:
+        raise argparse.ArgumentTypeError("zeroshot_cuda_vs_cpu scores ddp_checkpoint_resume's run: add it")
+    return [n for n in CHECKS if n in names]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "gpu_check"))
@@ -345,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument(
+        "--checks",
+        type=check_names,
+        default=list(CHECKS),
+        help=f"comma-separated checks to run (default: all): {', '.join(CHECKS)}",
+    )
     args = p.parse_args(argv)
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu_check: no CUDA device; run with --dry-run to check the paths on the CPU", file=sys.stderr)
@@ -362,11 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: dict = {}
     t0 = time.perf_counter()
-    run_check("train_step_eager", lambda: train_step(s, compiled=False), s, results)
-    run_check("train_step_compiled", lambda: train_step(s, compiled=True), s, results)
-    run_check("flash_attention", lambda: flash_attention(s), s, results)
-    run_check("ddp_checkpoint_resume", lambda: ddp_checkpoint_resume(s), s, results)
-    run_check("zeroshot_cuda_vs_cpu", lambda: zeroshot_cuda_vs_cpu(s), s, results)
+    for name in args.checks:
+        run_check(name, functools.partial(CHECKS[name], s), s, results)
     name = torch.cuda.get_device_name(s.device) if s.device.type == "cuda" else "CPU (dry run)"
     record = {
         "device": name,

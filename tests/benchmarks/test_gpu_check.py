@@ -29,6 +29,9 @@ def test_gpu_check_dry_run(tmp_path):
         "flash_attention",
         "ddp_checkpoint_resume",
         "zeroshot_cuda_vs_cpu",
+        "generate_vs_hf",
+        "zeroshot_vs_hflm",
+        "glue_ensemble_vs_trainer",
     ]
     assert all(c["status"] == "ok" for c in checks.values()), checks
     assert (
@@ -36,5 +39,30 @@ def test_gpu_check_dry_run(tmp_path):
     )
     zeroshot = checks["zeroshot_cuda_vs_cpu"]  # CPU against CPU in the dry run: identical
     assert zeroshot["max_abs_loglik_diff"] == 0.0 and zeroshot["choices_differing"] == 0
+    generation = checks["generate_vs_hf"]  # greedy fp32 on one device: the same tokens on every side
+    for batch in (1, 16):
+        prompts = generation[f"b{batch}_prompts"]
+        assert generation[f"b{batch}_identical"] == generation[f"b{batch}_hf_static_identical"] == prompts
+        assert generation[f"b{batch}_nfeval_tok_s"] > 0 and generation[f"b{batch}_limit_fp32"] > 0
+    scoring = checks["zeroshot_vs_hflm"]
+    assert scoring["forward_by"] == "nfeval engine (GPT-2 weights)" and scoring["max_abs_loglik_diff"] < 1e-4
+    glue = checks["glue_ensemble_vs_trainer"]
+    sides = ["nfeval", "HF Trainer", "HF Trainer (random order)", "nfeval --ensemble 1"]
+    assert all(glue[f"{side} s"] > 0 and 0 <= glue[f"{side} best dev"] <= 1 for side in sides)
+    assert glue["nfeval best dev"] == glue["nfeval --ensemble 1 best dev"]  # the ensemble is the points
+    assert glue["HF Trainer / nfeval"] > 0
     table = (tmp_path / "gpu_check.md").read_text()
-    assert table.startswith("## GPU check") and table.count("| ok |") == 5
+    assert table.startswith("## GPU check") and table.count("| ok |") == len(checks)
+
+
+def test_gpu_check_refuses_an_unknown_check_and_a_check_without_its_input(tmp_path):
+    script = str(REPO / "benchmarks" / "gpu_check.py")
+    for checks, message in [("nope", "unknown check 'nope'"), ("zeroshot_cuda_vs_cpu", "add it")]:
+        done = subprocess.run(
+            [sys.executable, script, "--dry-run", "--checks", checks, "--out", str(tmp_path)],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
