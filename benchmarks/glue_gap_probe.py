@@ -132,7 +132,7 @@ def run_trainer(ckpt, data, args, lr: float, first_state: dict) -> tuple[list, l
             spec.name, {dev_name: pred.label_ids.tolist()}, {dev_name: pred.predictions.argmax(-1).tolist()}
         )
 
-    targs = sweep_training_arguments(lr, args)
+    targs = sweep_training_arguments(lr, "group_by_length", args)  # the sampler above sets the order
     targs.seed = args.dropout_seed  # the Trainer seeds torch with it: only the dropout masks follow
     trainer = ProbeTrainer(
         model=model,
@@ -176,7 +176,7 @@ def compare(task: str, args) -> None:
             print(f"{s + 1:4d} | {nf_loss[s]:.7f} | {hf_loss[s]:.7f} | {gap:.2e}")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--glue-dir", default=str(DEFAULT_GLUE))
     p.add_argument("--task", default="sst2")
@@ -205,7 +205,8 @@ def parse_args() -> argparse.Namespace:
         help="freeze the Trainer's token-type embedding (HF trains it; nfeval has none)",
     )
     p.add_argument("--nfeval", action=argparse.BooleanOptionalAction, default=True)
-    return p.parse_args()
+    p.set_defaults(device="cpu")  # glue_sweep's TrainingArguments read it: the probe runs on the CPU
+    return p.parse_args(argv)
 
 
 if __name__ == "__main__":

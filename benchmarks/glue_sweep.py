@@ -70,6 +70,29 @@ def subset_glue_dir(glue_dir: str, task: str, n_train: int, out: str) -> str:
     return out
 
 
+def synthetic_sst2(folder: Path, n_train: int = 4000, n_dev: int = 872) -> str:
+    """Writes a synthetic SST-2 folder (``sentence``/``label`` TSVs) whose label is which of two word
+    lists a sentence draws more from, 10% of labels flipped; returns the GLUE folder."""
+    rng = random.Random(0)
+    good, bad = ["good", "fine", "great", "warm", "bright"], ["bad", "dull", "poor", "cold", "grim"]
+    neutral = ["the", "film", "a", "story", "was", "and", "its", "cast", "plot", "of"]
+
+    def rows(n: int) -> str:
+        out = ["sentence\tlabel"]
+        for _ in range(n):
+            k, label = rng.randint(1, 3), rng.randint(0, 1)
+            words = [rng.choice(neutral) for _ in range(rng.randint(4, 30))]
+            words += [rng.choice(good if label else bad) for _ in range(k)] + [rng.choice(good + bad)]
+            rng.shuffle(words)
+            out.append(" ".join(words) + f"\t{label if rng.random() > 0.1 else 1 - label}")
+        return "\n".join(out) + "\n"
+
+    (folder / "SST-2").mkdir(parents=True, exist_ok=True)
+    (folder / "SST-2" / "train.tsv").write_text(rows(n_train), encoding="utf-8")
+    (folder / "SST-2" / "dev.tsv").write_text(rows(n_dev), encoding="utf-8")
+    return str(folder)
+
+
 def encoder_config(vocab: int, args) -> ModelConfig:
     """Returns a RoBERTa-shaped nfeval config (post-LN, embedding LayerNorm, learned positions)."""
     return ModelConfig(

@@ -1,7 +1,12 @@
-"""One-call GPU check: the CUDA paths of a first GPU run, each checked and timed (≤ 8 min on one H100/H200).
+"""GPU check: the CUDA paths of a first GPU run and the speed comparisons of issues 26 and 27, each
+checked and timed.
 
     python benchmarks/gpu_check.py [--out benchmarks/gpu_check] [--batch 8] [--seq 2048] [--steps 10]
+    python benchmarks/gpu_check.py --checks generate_vs_hf,zeroshot_vs_hflm,glue_ensemble_vs_trainer
     python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check   # the same code on CPU, tiny shapes
+
+Checks 1-4 were sized for ≤ 8 minutes on one H100/H200 and 5-7 for a few more, none measured yet: when
+one device call (10 minutes at most) may not hold them all, run them as two ``--checks`` calls.
 
 Checks (each reports its time and peak GPU memory; one failing does not stop the others):
 
@@ -15,6 +20,16 @@ Checks (each reports its time and peak GPU memory; one failing does not stop the
 4. ``zeroshot_cuda_vs_cpu``: the lm-eval adapter scores the same multiple-choice items with the
    trained checkpoint on the GPU and on the CPU, both fp32; log-likelihoods must agree to 1e-3,
    differing choices, greedy flags and generations are counted.
+5. ``generate_vs_hf``: greedy generation of a random 125M-shaped GPT-2 on the device, nfeval against
+   HF ``generate`` with its dynamic and its static KV cache (which ``generate`` compiles on a GPU), at
+   batch 1 and 16 (``generate_vs_hf.py``): tokens/s, ratios, identical rows, the bandwidth limit.
+6. ``zeroshot_vs_hflm``: 2,000 loglikelihood requests of a random 125M-shaped HF GPT-2 directory, fp32,
+   batch 32, lm-eval's ``HFLM`` against nfeval's adapter (the engine running the GPT-2 weights):
+   seconds, ratio, largest log-likelihood difference (must be < 1e-3).
+7. ``glue_ensemble_vs_trainer``: the seven-learning-rate SST-2 sweep (``glue_sweep.py`` defaults,
+   bf16): nfeval as one ensemble and one point at a time against HF ``Trainer`` in ``group_by_length``
+   and in random order; seconds, ratios, best dev accuracy per side. Real SST-2 when ../shared/data
+   is beside the checkout, else a synthetic one (``glue_sweep.synthetic_sst2``).
 
 Writes ``gpu_check.json`` (figures) and ``gpu_check.md`` (a section for benchmarks/RESULTS.md) into
 ``--out``; exits 1 if any check failed. ``--dry-run`` runs every path on the CPU with tiny shapes
@@ -410,29 +425,6 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
     }
 
 
-def write_sst2(folder: Path, n_train: int = 4000, n_dev: int = 872) -> str:
-    """Writes a synthetic SST-2 folder (``sentence``/``label`` TSVs) whose label is which of two word
-    lists a sentence draws more from, 10% of labels flipped; returns the GLUE folder."""
-    rng = random.Random(0)
-    good, bad = ["good", "fine", "great", "warm", "bright"], ["bad", "dull", "poor", "cold", "grim"]
-    neutral = ["the", "film", "a", "story", "was", "and", "its", "cast", "plot", "of"]
-
-    def rows(n: int) -> str:
-        out = ["sentence\tlabel"]
-        for _ in range(n):
-            k, label = rng.randint(1, 3), rng.randint(0, 1)
-            words = [rng.choice(neutral) for _ in range(rng.randint(4, 30))]
-            words += [rng.choice(good if label else bad) for _ in range(k)] + [rng.choice(good + bad)]
-            rng.shuffle(words)
-            out.append(" ".join(words) + f"\t{label if rng.random() > 0.1 else 1 - label}")
-        return "\n".join(out) + "\n"
-
-    (folder / "SST-2").mkdir(parents=True, exist_ok=True)
-    (folder / "SST-2" / "train.tsv").write_text(rows(n_train), encoding="utf-8")
-    (folder / "SST-2" / "dev.tsv").write_text(rows(n_dev), encoding="utf-8")
-    return str(folder)
-
-
 def glue_ensemble_vs_trainer(s: Setup) -> dict:
     """Times the seven-learning-rate SST-2 sweep on the device (``benchmarks/glue_sweep.py``): nfeval as
     one ensemble, nfeval one point at a time, and HF ``Trainer`` in ``group_by_length`` and random order,
@@ -441,7 +433,7 @@ def glue_ensemble_vs_trainer(s: Setup) -> dict:
     import glue_sweep
 
     real = glue_sweep.DEFAULT_GLUE / "SST-2"
-    glue_dir = str(real.parent) if real.is_dir() else write_sst2(s.work / "glue-synthetic")
+    glue_dir = str(real.parent) if real.is_dir() else glue_sweep.synthetic_sst2(s.work / "glue-synthetic")
     argv = ["--glue-dir", glue_dir, "--tasks", "sst2", "--device", str(s.device),
             "--trainer-order", "group_by_length,random"]  # fmt: skip
     if s.dry_run:

@@ -1,0 +1,70 @@
+"""The GLUE benchmarks' Trainer is nfeval's recipe: fed the same batches with dropout off it trains as
+nfeval's fine-tune does (glue_gap_probe.py), and glue_sweep.py runs its sides on a synthetic SST-2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import glue_gap_probe  # noqa: E402
+import glue_sweep  # noqa: E402
+
+from nfeval.engine import checkpoint  # noqa: E402
+from nfeval.glue import finetune  # noqa: E402
+from nfeval.glue import sweep as glue  # noqa: E402
+
+TINY = [
+    "--train",
+    "96",
+    "--layers",
+    "1",
+    "--d-model",
+    "32",
+    "--heads",
+    "2",
+    "--vocab",
+    "300",
+    "--epochs",
+    "2",
+]
+
+
+@pytest.fixture(scope="module")
+def sst2(tmp_path_factory) -> str:
+    return glue_sweep.synthetic_sst2(tmp_path_factory.mktemp("glue"), n_train=96, n_dev=64)
+
+
+def test_the_trainer_on_nfevals_batches_trains_as_nfeval(sst2, tmp_path):
+    args = glue_gap_probe.parse_args(["--glue-dir", sst2, "--batch-size", "16", "--lrs", "3e-3", *TINY])
+    _, data, ckpt_dir = glue_sweep.prepare_task("sst2", args, str(tmp_path))
+    ckpt = checkpoint.load(ckpt_dir)
+    recipe = glue.Recipe(epochs=2, batch_size=16, max_len=args.max_len, dropout=0.0, attn_dropout=0.0)
+    recipe = recipe.resolve(data.spec, args.max_len, "cpu")
+    enc = finetune.encode_task(data, ckpt.tokenizer, recipe.max_len)
+    hf_loss, hf_w, hf_dev = glue_gap_probe.run_trainer(ckpt, data, args, 3e-3, {})
+    nf_loss, nf_w, nf_dev = glue_gap_probe.run_nfeval(ckpt, enc, recipe, 3e-3, {})
+    assert len(hf_loss) == len(nf_loss) == 12  # 96 rows / 16, two epochs
+    assert max(abs(a - b) for a, b in zip(hf_loss, nf_loss)) < 1e-5
+    assert (hf_w[-1] - nf_w[-1]).abs().max() < 1e-5
+    assert hf_loss[0] != hf_loss[-1] and hf_dev == nf_dev  # it trained, and both score alike
+
+
+def test_glue_sweep_times_every_side_on_one_start(sst2, tmp_path):
+    argv = ["--glue-dir", sst2, "--tasks", "sst2", "--lrs", "1e-3,3e-3", *TINY]
+    args = glue_sweep.parse_args(argv + ["--trainer-order", "group_by_length,random"])
+    args.ensemble = len(args.lrs)
+    times, scores = glue_sweep.interleaved(glue_sweep.sides_of("sst2", args, str(tmp_path)), 1)
+    assert list(times) == ["nfeval", "HF Trainer", "HF Trainer (random order)", "nfeval --ensemble 1"]
+    assert all(len(t) == 1 and t[0] > 0 for t in times.values())
+    assert set(scores["HF Trainer (random order)"]) == {1e-3, 3e-3}
+    for lr, (best, last) in scores["nfeval"].items():  # the ensemble's points are the points alone
+        assert abs(best - scores["nfeval --ensemble 1"][lr][0]) <= 1 / 64 and 0 <= last <= best <= 1
+
+
+def test_glue_sweep_refuses_an_unknown_trainer_order():
+    with pytest.raises(SystemExit):
+        glue_sweep.parse_args(["--trainer-order", "sorted"])
