@@ -149,15 +149,21 @@ def run_trainer(ckpt, data, args, lr: float, first_state: dict) -> tuple[list, l
     return losses, weights, [h[main] for h in trainer.state.log_history if main in h]
 
 
-def compare(task: str, args) -> None:
-    """Prints, per lr, both sides' per-step losses and weight gaps (or the Trainer's dev metric alone)."""
-    glue_dir, data, ckpt_dir = prepare_task(task, args, tempfile.mkdtemp(prefix="glue-gap-"))
+def prepare(task: str, args, work: str):
+    """Returns (checkpoint, task data, nfeval's resolved recipe, encoded task) of the probe's subset of
+    ``task`` under ``work``: what both sides train on."""
+    _, data, ckpt_dir = prepare_task(task, args, work)
     ckpt = checkpoint.load(ckpt_dir)
     recipe = glue.Recipe(
         epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len,
         dropout=args.dropout, attn_dropout=args.dropout,
     ).resolve(data.spec, args.max_len, "cpu")  # fmt: skip
-    enc = finetune.encode_task(data, ckpt.tokenizer, recipe.max_len)
+    return ckpt, data, recipe, finetune.encode_task(data, ckpt.tokenizer, recipe.max_len)
+
+
+def compare(task: str, args) -> None:
+    """Prints, per lr, both sides' per-step losses and weight gaps (or the Trainer's dev metric alone)."""
+    ckpt, data, recipe, enc = prepare(task, args, tempfile.mkdtemp(prefix="glue-gap-"))
     for lr in args.lrs:
         hf_loss, hf_w, hf_dev = run_trainer(ckpt, data, args, lr, hf_first := {})
         side = f"{args.order} order, {args.schedule} warmup, token type frozen {args.freeze_token_type}"

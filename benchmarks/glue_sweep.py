@@ -379,9 +379,15 @@ def report(task: str, times: dict[str, list[float]], scores: dict[str, dict], lr
     best = {s: min(t) for s, t in times.items()}
     rounds = ", ".join(f"{s} " + "/".join(f"{t:.1f}" for t in ts) for s, ts in times.items())
     print(f"sweep wall time (fastest of {len(times['nfeval'])} round(s); all: {rounds} s)")
-    for hf in (s for s in sides if s.startswith(TRAINER)):
-        for s in (s for s in sides if not s.startswith(TRAINER)):
-            print(f"  {hf} / {s}: {best[hf]:.1f} s / {best[s]:.1f} s = {best[hf] / best[s]:.2f}x")
+    for (hf, s), ratio in trainer_ratios(best).items():
+        print(f"  {hf} / {s}: {best[hf]:.1f} s / {best[s]:.1f} s = {ratio:.2f}x")
+
+
+def trainer_ratios(seconds: dict[str, float]) -> dict[tuple[str, str], float]:
+    """Returns {(Trainer side, nfeval side): Trainer's seconds / nfeval's} for every pair of sides."""
+    trainers = [s for s in seconds if s.startswith(TRAINER)]
+    ours = [s for s in seconds if not s.startswith(TRAINER)]
+    return {(hf, s): seconds[hf] / seconds[s] for hf in trainers for s in ours}
 
 
 def trainer_orders(text: str) -> list[str]:
@@ -428,18 +434,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per side")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
     p.add_argument("--jobs", type=int, default=1, help="nfeval's --jobs: N processes, cores / N threads each")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.ensemble = args.ensemble or len(args.lrs)
+    return args
 
 
 def sides_of(task: str, args, work: str) -> dict:
     """Returns {side: a call timing that side's sweep of ``task``} on one shared subset and checkpoint."""
     glue_dir, data, ckpt_dir = prepare_task(task, args, work)
+    ckpt = checkpoint.load(ckpt_dir)
     sides = {
         "nfeval": functools.partial(run_nfeval, ckpt_dir, glue_dir, task, args.ensemble, args),
     }
     for order in args.trainer_order:
         name = TRAINER if order == "group_by_length" else f"{TRAINER} ({order} order)"
-        sides[name] = functools.partial(run_trainer, checkpoint.load(ckpt_dir), data, order, args)
+        sides[name] = functools.partial(run_trainer, ckpt, data, order, args)
     if args.sequential:
         sides["nfeval --ensemble 1"] = functools.partial(run_nfeval, ckpt_dir, glue_dir, task, 1, args)
     return sides
@@ -462,7 +471,6 @@ def interleaved(sides: dict, rounds: int) -> tuple[dict[str, list[float]], dict[
 
 def main() -> None:
     args = parse_args()
-    args.ensemble = args.ensemble or len(args.lrs)
     torch.set_num_threads(args.threads)
     print(
         f"lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}, {args.layers} layers "

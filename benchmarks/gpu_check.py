@@ -380,6 +380,7 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
     """Times lm-eval's ``HFLM`` against nfeval's adapter (the engine running the GPT-2 weights) on the
     same loglikelihood requests of a HF GPT-2 directory on the device, fp32, equal batch size; returns
     seconds (median of interleaved rounds), the ratio and the largest log-likelihood difference."""
+    from generate_vs_hf import interleaved
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
@@ -401,16 +402,13 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
         ),
     }
     forward_by = lms["nfeval"].model_backend.forward_by
-    results = {name: lm.loglikelihood(requests, disable_tqdm=True) for name, lm in lms.items()}  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in lms}
-    for r in range(rounds):
-        for name in list(lms)[:: 1 if r % 2 == 0 else -1]:
-            synchronize(s.device)
-            t0 = time.perf_counter()
-            results[name] = lms[name].loglikelihood(requests, disable_tqdm=True)
-            synchronize(s.device)
-            times[name].append(time.perf_counter() - t0)
-    median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    # each call returns Python floats: the device's work is done when it returns
+    timed = interleaved(
+        {name: functools.partial(lm.loglikelihood, requests, disable_tqdm=True) for name, lm in lms.items()},
+        rounds,
+    )
+    median = {name: seconds for name, (seconds, _) in timed.items()}
+    results = {name: result for name, (_, result) in timed.items()}
     diff = max(abs(a[0] - b[0]) for a, b in zip(results["hflm"], results["nfeval"]))
     if diff > 1e-3:
         raise RuntimeError(f"HFLM and nfeval log-likelihoods differ by up to {diff}")
@@ -440,16 +438,13 @@ def glue_ensemble_vs_trainer(s: Setup) -> dict:
         argv += ["--train", "64", "--layers", "1", "--d-model", "32", "--heads", "2", "--epochs", "1",
                  "--lrs", "1e-3,2e-3", "--vocab", "300"]  # fmt: skip
     args = glue_sweep.parse_args(argv)
-    args.ensemble = len(args.lrs)
     times, scores = glue_sweep.interleaved(glue_sweep.sides_of("sst2", args, str(s.work / "glue-bench")), 1)
     seconds = {side: t[0] for side, t in times.items()}
     out = {"data": "SST-2" if real.is_dir() else "synthetic SST-2", "lrs": len(args.lrs)}
     for side, t in seconds.items():
         out[f"{side} s"] = t
         out[f"{side} best dev"] = max(best for best, _ in scores[side].values())
-    for hf in (side for side in seconds if side.startswith(glue_sweep.TRAINER)):
-        for ours in (side for side in seconds if not side.startswith(glue_sweep.TRAINER)):
-            out[f"{hf} / {ours}"] = seconds[hf] / seconds[ours]
+    out |= {f"{hf} / {ours}": ratio for (hf, ours), ratio in glue_sweep.trainer_ratios(seconds).items()}
     return out
 
 

@@ -13,10 +13,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import glue_gap_probe  # noqa: E402
 import glue_sweep  # noqa: E402
 
-from nfeval.engine import checkpoint  # noqa: E402
-from nfeval.glue import finetune  # noqa: E402
-from nfeval.glue import sweep as glue  # noqa: E402
-
 TINY = [
     "--train",
     "96",
@@ -40,11 +36,8 @@ def sst2(tmp_path_factory) -> str:
 
 def test_the_trainer_on_nfevals_batches_trains_as_nfeval(sst2, tmp_path):
     args = glue_gap_probe.parse_args(["--glue-dir", sst2, "--batch-size", "16", "--lrs", "3e-3", *TINY])
-    _, data, ckpt_dir = glue_sweep.prepare_task("sst2", args, str(tmp_path))
-    ckpt = checkpoint.load(ckpt_dir)
-    recipe = glue.Recipe(epochs=2, batch_size=16, max_len=args.max_len, dropout=0.0, attn_dropout=0.0)
-    recipe = recipe.resolve(data.spec, args.max_len, "cpu")
-    enc = finetune.encode_task(data, ckpt.tokenizer, recipe.max_len)
+    ckpt, data, recipe, enc = glue_gap_probe.prepare("sst2", args, str(tmp_path))
+    assert (recipe.epochs, recipe.batch_size, recipe.dropout) == (2, 16, 0.0)  # the probe's default: off
     hf_loss, hf_w, hf_dev = glue_gap_probe.run_trainer(ckpt, data, args, 3e-3, {})
     nf_loss, nf_w, nf_dev = glue_gap_probe.run_nfeval(ckpt, enc, recipe, 3e-3, {})
     assert len(hf_loss) == len(nf_loss) == 12  # 96 rows / 16, two epochs
@@ -56,7 +49,7 @@ def test_the_trainer_on_nfevals_batches_trains_as_nfeval(sst2, tmp_path):
 def test_glue_sweep_times_every_side_on_one_start(sst2, tmp_path):
     argv = ["--glue-dir", sst2, "--tasks", "sst2", "--lrs", "1e-3,3e-3", *TINY]
     args = glue_sweep.parse_args(argv + ["--trainer-order", "group_by_length,random"])
-    args.ensemble = len(args.lrs)
+    assert args.ensemble == 2  # the whole grid in one ensemble
     times, scores = glue_sweep.interleaved(glue_sweep.sides_of("sst2", args, str(tmp_path)), 1)
     assert list(times) == ["nfeval", "HF Trainer", "HF Trainer (random order)", "nfeval --ensemble 1"]
     assert all(len(t) == 1 and t[0] > 0 for t in times.values())
