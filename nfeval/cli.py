@@ -60,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     quiet_library_bars()
     if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
-        return command_module(command).main(argv[argv.index(command) + 1 :])
+        try:
+            return command_module(command).main(argv[argv.index(command) + 1 :])
+        finally:
+            leave_process_groups()
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
@@ -74,11 +77,22 @@ def main(argv: list[str] | None = None) -> int:
             if user is None:
                 raise
             raise user from e
+        finally:
+            leave_process_groups()
     except UserError as e:  # any other exception is a bug: its traceback shows
         if os.environ.get("NFEVAL_TRACEBACK") == "1":
             raise
         print(f"nfeval {args.command}: error: {one_line(e)}", file=sys.stderr)
         return 2
+
+
+def leave_process_groups() -> None:
+    """Destroys the torch.distributed process groups a command joined under torchrun; returns None.
+    Checks ``sys.modules`` first so a command that never imported torch does not pay for it."""
+    if "torch.distributed" in sys.modules:
+        from .engine.parallel import leave_process_group
+
+        leave_process_group()
 
 
 def one_line(error: BaseException) -> str:

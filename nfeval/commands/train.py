@@ -7,11 +7,10 @@ import json
 import os
 import sys
 
-import torch.distributed as dist
-
 from ..base.cli_args import add_device, add_dtype
 from ..base.jsonio import load_json
 from ..base.outputs import check_output_dir
+from ..engine.parallel import leave_process_group
 from ..engine.train import finished_summary, refuse_existing_run, train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
 from ..engine.trainer import TrainingDiverged
@@ -155,8 +154,7 @@ def train_here(args: argparse.Namespace) -> int:
         print(f"nfeval train: {e}", file=sys.stderr)
         return 3
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_process_group()
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(summary, indent=2))
     return 0

@@ -69,6 +69,16 @@ def join_process_group(device: torch.device) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def leave_process_group() -> None:
+    """Destroys this process's process groups, if it joined any; returns None. Every command that may
+    run under torchrun ends with it: a gloo process left to the interpreter's exit can abort with
+    "terminate called without an active exception" (pytorch/pytorch#190489)."""
+    global _host_group
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _host_group = None
+
+
 def make_strategy(requested_device: str, fsdp: bool, bf16: bool = False) -> Strategy:
     """Returns the strategy for this process: single-process, DDP, or FSDP2 (``fsdp``) under torchrun."""
     device = resolve_device(requested_device)

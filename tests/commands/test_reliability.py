@@ -477,3 +477,23 @@ def test_lm_eval_unknown_task_is_one_line_exit_2(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("nfeval lm-eval: error: --tasks: Tasks not found: typo_task")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_every_command_leaves_the_process_group_it_joined(tiny_clm_ckpt, tmp_path, fails):
+    """A gloo process left joined at interpreter exit can abort (pytorch/pytorch#190489): that is how
+    a torchrun zero-shot rank died in CI. The command line destroys the groups whether it succeeds or
+    fails."""
+    import torch.distributed as dist
+
+    from nfeval.engine import parallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    parallel.join_process_group(torch.device("cpu"))
+    assert parallel._host_group is not None
+    target = str(tmp_path / "missing.pt") if fails else tiny_clm_ckpt
+    try:
+        assert cli.main(["info", target, "--json"]) == (2 if fails else 0)
+        assert not dist.is_initialized() and parallel._host_group is None
+    finally:
+        parallel.leave_process_group()
