@@ -241,6 +241,7 @@ def compare(
 def table(rows: list[dict], args, bandwidth: float) -> str:
     """Returns the markdown block of one run: settings, machine load, one line per batch size."""
     load = os.getloadavg()
+    static = all("hf_static_tok_s" in r for r in rows)
     lines = [
         f"Model: Pre-LN L={args.layers} d={args.d_model} vocab 50257 (random), device {args.device}, "
         f"{args.threads} torch thread(s); {args.rounds} interleaved rounds, median. "
@@ -248,8 +249,9 @@ def table(rows: list[dict], args, bandwidth: float) -> str:
         f"Load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} ({os.cpu_count()} cores).",
         "",
         "| batch | new tokens | HF tok/s | nfeval tok/s | nfeval / HF | identical rows | "
-        "bandwidth limit tok/s (fp32 / int8 head) | nfeval bf16 tok/s | bf16 = fp32 rows, tokens |",
-        "|---:|---:|---:|---:|---:|---|---|---:|---|",
+        "bandwidth limit tok/s (fp32 / int8 head) | nfeval bf16 tok/s | bf16 = fp32 rows, tokens |"
+        + (" HF static-cache tok/s | nfeval / HF static | identical rows |" if static else ""),
+        "|---:|---:|---:|---:|---:|---|---|---:|---|" + ("---:|---:|---|" if static else ""),
     ]
     for r in rows:
         bf16 = (
@@ -261,6 +263,12 @@ def table(rows: list[dict], args, bandwidth: float) -> str:
             f"| {r['batch']} | {r['new_tokens']} | {r['hf_tok_s']:.1f} | {r['nfeval_tok_s']:.1f} | "
             f"**{r['speedup']:.2f}x** | {r['identical']}/{r['prompts']} | "
             f"{r['limit_fp32']:.0f} / {r['limit_int8_head']:.0f} | {bf16} |"
+            + (
+                f" {r['hf_static_tok_s']:.1f} | **{r['hf_static_speedup']:.2f}x** | "
+                f"{r['hf_static_identical']}/{r['prompts']} |"
+                if static
+                else ""
+            )
         )
     return "\n".join(lines)
 
@@ -281,6 +289,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-bf16", action="store_true", help="skip the nfeval bf16 side")
+    parser.add_argument(
+        "--hf-static",
+        action="store_true",
+        help="also time HF generate with its static KV cache (cache_implementation='static')",
+    )
     parser.add_argument("--results", metavar="RESULTS.md", help="write the table into this file")
     parser.add_argument("--note", default="", help="a line above the table (e.g. the machine's state)")
     args = parser.parse_args()
@@ -292,7 +305,11 @@ def main() -> None:
     bandwidth = measure_bandwidth(device=args.device)
     rows = []
     for batch in args.batches:
-        rows.append(compare(ours, ours_bf16, hf, batch, args.new_tokens, args.rounds, bandwidth))
+        rows.append(
+            compare(
+                ours, ours_bf16, hf, batch, args.new_tokens, args.rounds, bandwidth, hf_static=args.hf_static
+            )
+        )
         print({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()}, flush=True)
     block = "\n\n".join(x for x in (args.note, table(rows, args, bandwidth)) if x)
     print("\n" + block)

@@ -52,6 +52,7 @@ from nfeval.glue import sweep as glue
 
 DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 TRAINER = "HF Trainer"  # the name of its side in group_by_length order; other orders add theirs
+TRAINER_COMPILE = {"off": [False], "on": [True], "both": [False, True]}  # --trainer-compile's sides
 SEVEN_LRS = "1e-4,2e-4,3e-4,5e-4,1e-3,2e-3,3e-3"  # a random-init model wants larger LRs than RoBERTa's grid
 
 
@@ -274,10 +275,10 @@ def recipe_trainer_class():
     return RecipeTrainer
 
 
-def training_arguments(lr: float, order: str, args):
+def training_arguments(lr: float, order: str, args, compiled: bool = False):
     """Returns run_glue-style TrainingArguments at ``lr``, drawing batches in ``order``
-    (``group_by_length``, dynamic padding's partner and the fastest, or ``random``); bf16 on a GPU, as
-    nfeval's recipe there."""
+    (``group_by_length``, dynamic padding's partner and the fastest, or ``random``), the model under
+    ``torch.compile`` when ``compiled``; bf16 on a GPU, as nfeval's recipe there."""
     from transformers import TrainingArguments
 
     on_gpu = args.device.startswith("cuda")
@@ -302,13 +303,16 @@ def training_arguments(lr: float, order: str, args):
         use_cpu=not on_gpu,
         bf16=on_gpu,
         disable_tqdm=True,
+        torch_compile=compiled,
         seed=0,
     )
 
 
-def run_trainer(ckpt, data: glue_data.TaskData, order: str, args) -> tuple[float, dict]:
+def run_trainer(
+    ckpt, data: glue_data.TaskData, order: str, args, compiled: bool = False
+) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of one Trainer run per lr, each
-    drawing its batches in ``order``."""
+    drawing its batches in ``order``, its model under ``torch.compile`` when ``compiled``."""
     from transformers import PrinterCallback
 
     spec = data.spec
@@ -328,7 +332,7 @@ def run_trainer(ckpt, data: glue_data.TaskData, order: str, args) -> tuple[float
         torch.manual_seed(0)
         trainer = recipe_trainer_class()(
             model=recipe_model(ckpt, spec, start),
-            args=training_arguments(lr, order, args),
+            args=training_arguments(lr, order, args, compiled),
             train_dataset=train,
             eval_dataset=dev_set,
             data_collator=collator,
@@ -430,12 +434,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the Trainer's batch orders, one side each: group_by_length (its fastest), random (a plain "
         "shuffle, on which it learned within ~0.01 of nfeval in glue_gap_probe.py, RESULTS.md session 6)",
     )
+    p.add_argument(
+        "--trainer-compile",
+        choices=TRAINER_COMPILE,
+        default="off",
+        help="the Trainer's model under torch.compile (TrainingArguments.torch_compile): off, on, or both "
+        "(one side each, interleaved)",
+    )
     p.add_argument("--device", default="cpu", help="both sides' device (cuda: bf16 on both)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per side")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
     p.add_argument("--jobs", type=int, default=1, help="nfeval's --jobs: N processes, cores / N threads each")
     args = p.parse_args(argv)
     args.ensemble = args.ensemble or len(args.lrs)
+    args.trainer_compile = TRAINER_COMPILE[args.trainer_compile]
     return args
 
 
@@ -447,8 +459,10 @@ def sides_of(task: str, args, work: str) -> dict:
         "nfeval": functools.partial(run_nfeval, ckpt_dir, glue_dir, task, args.ensemble, args),
     }
     for order in args.trainer_order:
-        name = TRAINER if order == "group_by_length" else f"{TRAINER} ({order} order)"
-        sides[name] = functools.partial(run_trainer, ckpt, data, order, args)
+        for compiled in args.trainer_compile:
+            name = TRAINER if order == "group_by_length" else f"{TRAINER} ({order} order)"
+            name += ", torch.compile" if compiled else ""
+            sides[name] = functools.partial(run_trainer, ckpt, data, order, args, compiled)
     if args.sequential:
         sides["nfeval --ensemble 1"] = functools.partial(run_nfeval, ckpt_dir, glue_dir, task, 1, args)
     return sides

@@ -61,3 +61,22 @@ def test_glue_sweep_times_every_side_on_one_start(sst2, tmp_path):
 def test_glue_sweep_refuses_an_unknown_trainer_order():
     with pytest.raises(SystemExit):
         glue_sweep.parse_args(["--trainer-order", "sorted"])
+
+
+def test_glue_sweep_names_one_trainer_side_per_order_and_compile_mode(sst2, tmp_path):
+    argv = ["--glue-dir", sst2, "--tasks", "sst2", "--no-sequential", "--trainer-compile", "both", *TINY]
+    args = glue_sweep.parse_args(argv + ["--trainer-order", "group_by_length,random"])
+    assert args.trainer_compile == [False, True]
+    sides = glue_sweep.sides_of("sst2", args, str(tmp_path))
+    assert list(sides) == [
+        "nfeval",
+        "HF Trainer",
+        "HF Trainer, torch.compile",
+        "HF Trainer (random order)",
+        "HF Trainer (random order), torch.compile",
+    ]
+    assert sides["HF Trainer, torch.compile"].args[-1] is True  # run_trainer(..., compiled)
+    assert glue_sweep.training_arguments(1e-3, "random", args, compiled=True).torch_compile
+    assert not glue_sweep.training_arguments(1e-3, "random", args).torch_compile
+    with pytest.raises(SystemExit):
+        glue_sweep.parse_args(["--trainer-compile", "sometimes"])
