@@ -32,6 +32,7 @@ from lm_eval.models.utils import (
     postprocess_generated_text,
 )
 
+from ..base.progress import library_bars_shown
 from ..engine.backend import nfeval_backend
 from ..engine.budget import peak_flops
 from ..engine.checkpoint import Checkpoint
@@ -115,6 +116,7 @@ class NFEvalLM(TemplateLM):
         self.progress = _as_bool(progress)
         self.tokenizer = getattr(self.model_backend, "tokenizer", None)
         self._encoded: dict[tuple[str, bool | None], list[int]] | None = None  # see loglikelihood
+        self._scoring_bar: bool | None = None  # within loglikelihood: whether its caller wants bars
 
     # ---------------------------------------------------------------- identity and tokenization
 
@@ -171,16 +173,21 @@ class NFEvalLM(TemplateLM):
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """lm-eval's, with each distinct text tokenized once per call: the choices of a document share
         its context, which lm-eval tokenizes once per choice."""
-        self._encoded = {}
+        self._encoded, self._scoring_bar = {}, not disable_tqdm
+        # lm-eval's own "Tokenizing inputs" bar: on a terminal only (in a log it writes \r lines);
+        # ours (the scoring bar) prints plain lines there, so it follows the caller's disable_tqdm
+        quiet = disable_tqdm or not library_bars_shown(self.progress and self.rank == 0)
         try:
-            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+            return super().loglikelihood(requests, disable_tqdm=quiet)
         finally:
-            self._encoded = None
+            self._encoded, self._scoring_bar = None, None
 
     def _loglikelihood_tokens(
         self, requests, disable_tqdm: bool = False, **kwargs
     ) -> list[tuple[float, bool]]:
         pairs = [(ctx, cont) for _, ctx, cont in requests]
+        # through loglikelihood, disable_tqdm is the one it gave lm-eval; the caller's is _scoring_bar
+        wanted = not disable_tqdm if self._scoring_bar is None else self._scoring_bar
         results = score(
             self.model_backend.features_at,
             pairs,
@@ -192,7 +199,7 @@ class NFEvalLM(TemplateLM):
             max_rows=self.max_rows,
             shape=self.model_backend.shape(),
             stats=self.scoring_stats,
-            progress=self.progress and not disable_tqdm and self.rank == 0,
+            progress=self.progress and self.rank == 0 and wanted,
         )
         for (request, _, _), answer in zip(requests, results):
             if request is not None:

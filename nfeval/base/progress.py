@@ -9,6 +9,7 @@ request building, datasets' split generation, transformers' weight loading) are 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -23,6 +24,7 @@ LIBRARY_BARS_OFF = {
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 }
+_TQDM_DEFAULT_OFF = False  # quiet_library_bars has set tqdm's default to disable=True
 
 
 class _Lines:
@@ -51,10 +53,22 @@ def progress_bar(iterable=None, *, enabled: bool = True, **kwargs: Any) -> tqdm:
 def quiet_library_bars() -> None:
     """When stderr is not a terminal, turns off other libraries' progress bars, which would write
     carriage-return lines into logs (ours, ``progress_bar``, print plain lines); a variable the user set
-    is kept."""
+    is kept. Returns None."""
+    global _TQDM_DEFAULT_OFF
     if sys.stderr.isatty():
         return
     for name, value in LIBRARY_BARS_OFF.items():
         os.environ.setdefault(name, value)
+    # tqdm reads TQDM_DISABLE once, at its import, and this module imported it already: a bar that
+    # does not say ``disable`` (lm-eval's request building) gets the default here instead
+    if os.environ["TQDM_DISABLE"] == "1" and not _TQDM_DEFAULT_OFF:
+        tqdm.__init__ = functools.partialmethod(tqdm.__init__, disable=True)
+        _TQDM_DEFAULT_OFF = True
     if "datasets" in sys.modules:  # imported already: its switch was read
         sys.modules["datasets"].disable_progress_bars()
+
+
+def library_bars_shown(progress: bool) -> bool:
+    """Returns whether a library bar whose ``disable`` we choose (lm-eval's "Tokenizing inputs") is
+    shown: only with ``progress`` on, on a terminal."""
+    return progress and sys.stderr.isatty()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..base.cli_args import add_device, add_dtype, device_or_none
+from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..zeroshot.evaluate import evaluate, make_table
@@ -53,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
     parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
+    add_no_progress(parser)
     parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
     parser.add_argument(
         "--hf-forward",
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     same_names += ("trust_checkpoint", "hf_forward")
     same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
     settings = {name: getattr(args, name) for name in same_names}
+    settings["progress"] = not args.no_progress
     device = device_or_none(args.device)
     settings["started"] = time.perf_counter() - _process_age()
     out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)

@@ -236,6 +236,7 @@ def evaluate(
     fairseq_head_scale_bug: bool = False,
     started: float | None = None,
     hf_forward: str = "engine",
+    progress: bool = True,
 ) -> dict[str, Any] | None:
     """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
     results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
@@ -244,7 +245,8 @@ def evaluate(
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
     that is not valid JSON is reported (named) and recomputed. The scoring report's whole-command time
     runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end.
-    ``hf_forward``: what computes a Hugging Face GPT-2's forward (``model_adapters.backends``)."""
+    ``hf_forward``: what computes a Hugging Face GPT-2's forward (``model_adapters.backends``).
+    ``progress``: the scoring bar (plain lines in a log file)."""
     started = time.perf_counter() if started is None else started
     from ..model_adapters import NFEvalLM
     from ..model_adapters.scorer import with_command
@@ -268,6 +270,7 @@ def evaluate(
                 "batch_size": batch_size,
                 "max_batch_tokens": max_batch_tokens,
                 "hf_forward": hf_forward,
+                "progress": progress,
             }
             lm = NFEvalLM(identity, device=device, dtype=dtype, max_length=max_length, **lm_settings)
             run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)

@@ -148,8 +148,12 @@ def test_a_zeroshot_log_holds_no_carriage_returns(tiny_clm_ckpt, tmp_path):
     argv += ["--data-dir", str(tmp_path / "data"), "--device", "cpu", "--no-cache"]
     argv += ["--output", str(tmp_path / "zs.json")]
     env = {k: v for k, v in os.environ.items() if k not in progress.LIBRARY_BARS_OFF}
-    with open(tmp_path / "log.txt", "w") as log:
-        done = subprocess.run(argv, stdout=log, stderr=log, env={**env, "OMP_NUM_THREADS": "1"}, timeout=300)
-    text = (tmp_path / "log.txt").read_text()
-    assert done.returncode == 0, text[-2000:]
-    assert "\r" not in text and "Scoring loglikelihood requests" in text, text[-2000:]
+    env["OMP_NUM_THREADS"] = "1"
+    logs = {}
+    for name, extra in (("default", []), ("quiet", ["--no-progress"])):
+        with open(tmp_path / f"{name}.txt", "w") as log:
+            done = subprocess.run([*argv, *extra], stdout=log, stderr=log, env=env, timeout=300)
+        logs[name] = (tmp_path / f"{name}.txt").read_bytes().decode()  # read_text would turn \r into \n
+        assert done.returncode == 0, logs[name][-2000:]
+    assert "\r" not in logs["default"] and "Scoring loglikelihood requests" in logs["default"], logs
+    assert "it/s" not in logs["quiet"] and "piqa" in logs["quiet"], logs["quiet"]  # the table, no bars

@@ -217,7 +217,13 @@ def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data
     for path, names, limit in parts:
         if not os.path.isfile(path):
             evaluate(
-                run_dir(ctx, c, seed), tasks=names, data_dir=data, device=device, limit=limit, output=path
+                run_dir(ctx, c, seed),
+                tasks=names,
+                data_dir=data,
+                device=device,
+                limit=limit,
+                output=path,
+                progress=ctx.progress,
             )
     return [p for p, _, _ in parts]
 

@@ -38,6 +38,7 @@ def zeroshot_scores(ctx: Context, key: str, seed: int, data_dir: str, tasks: lis
         tasks=tasks[:1],
         data_dir=data_dir,
         device=device,
+        progress=ctx.progress,
         output=os.path.join(folder, f"{key}-seed{seed}_cloze.json"),
     )["results"]
     if len(tasks) > 1:
@@ -46,6 +47,7 @@ def zeroshot_scores(ctx: Context, key: str, seed: int, data_dir: str, tasks: lis
             tasks=tasks[1:],
             data_dir=data_dir,
             device=device,
+            progress=ctx.progress,
             limit=ctx.scale.zeroshot_limit,
             output=os.path.join(folder, f"{key}-seed{seed}.json"),
         )["results"]
