@@ -57,13 +57,19 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
     quiet_library_bars()
+    try:
+        return run_command(argv)
+    finally:
+        leave_process_groups()
+
+
+def run_command(argv: list[str]) -> int:
+    """Runs the command ``argv`` names; returns its exit status (2 with a one-line message for a user
+    error)."""
+    command = next((a for a in argv if not a.startswith("-")), None)
     if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
-        try:
-            return command_module(command).main(argv[argv.index(command) + 1 :])
-        finally:
-            leave_process_groups()
+        return command_module(command).main(argv[argv.index(command) + 1 :])
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
@@ -77,8 +83,6 @@ def main(argv: list[str] | None = None) -> int:
             if user is None:
                 raise
             raise user from e
-        finally:
-            leave_process_groups()
     except UserError as e:  # any other exception is a bug: its traceback shows
         if os.environ.get("NFEVAL_TRACEBACK") == "1":
             raise

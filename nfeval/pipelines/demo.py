@@ -109,8 +109,8 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
     for arch, run_dir in runs.items():
         log(f"zero-shot {arch}: {', '.join(tasks)}")
         out = os.path.join(cfg.out, "zeroshot", f"{arch}_cloze.json")
-        bars = {"device": device, "progress": cfg.progress}
-        evaluate(run_dir, tasks=["corpus_cloze"], data_dir=data_dir, output=out, **bars)
+        common = {"device": device, "progress": cfg.progress}
+        evaluate(run_dir, tasks=["corpus_cloze"], data_dir=data_dir, output=out, **common)
         files[arch] = [out]
         if len(tasks) > 1:
             out = os.path.join(cfg.out, "zeroshot", f"{arch}.json")
@@ -120,7 +120,7 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
                 data_dir=data_dir,
                 limit=cfg.zeroshot_limit,
                 output=out,
-                **bars,
+                **common,
             )
             files[arch].append(out)
     return files
