@@ -36,6 +36,7 @@ from ..base.progress import library_bars_shown
 from ..engine.backend import nfeval_backend
 from ..engine.budget import peak_flops
 from ..engine.checkpoint import Checkpoint
+from ..engine.cpu_linear import packed_weights
 from ..engine.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.generate import Sampling
 from ..engine.loading import ModelIdentity
@@ -188,7 +189,15 @@ class NFEvalLM(TemplateLM):
         pairs = [(ctx, cont) for _, ctx, cont in requests]
         # through loglikelihood, disable_tqdm is the one it gave lm-eval; the caller's is _scoring_bar
         wanted = not disable_tqdm if self._scoring_bar is None else self._scoring_bar
-        results = score(
+        with packed_weights(self.model_backend.model, steps=len(pairs)):  # oneDNN's blocked weights
+            results = self._score(pairs, wanted)
+        for (request, _, _), answer in zip(requests, results):
+            if request is not None:
+                self.cache_hook.add_partial("loglikelihood", request, answer)
+        return results
+
+    def _score(self, pairs, progress: bool) -> list[tuple[float, bool]]:
+        return score(
             self.model_backend.features_at,
             pairs,
             max_length=self.max_length,
@@ -199,12 +208,8 @@ class NFEvalLM(TemplateLM):
             max_rows=self.max_rows,
             shape=self.model_backend.shape(),
             stats=self.scoring_stats,
-            progress=self.progress and self.rank == 0 and wanted,
+            progress=self.progress and self.rank == 0 and progress,
         )
-        for (request, _, _), answer in zip(requests, results):
-            if request is not None:
-                self.cache_hook.add_partial("loglikelihood", request, answer)
-        return results
 
     def scoring_report(self) -> dict[str, Any]:
         """Returns this model's scoring work so far: wall time, model FLOPs, achieved FLOP/s and its

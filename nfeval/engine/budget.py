@@ -22,6 +22,7 @@ import torch
 from ..base.artifacts import atomic_write_json, cache_dir, hardware, hardware_key
 from ..base.errors import ConfigError
 from ..base.jsonio import load_json
+from .cpu_linear import linear
 from .train_config import TrainConfig
 
 CALIBRATION_WARMUP = 2  # untimed steps before timing: allocation, autotuning, torch.compile's first graphs
@@ -201,19 +202,19 @@ def synchronize(device: torch.device) -> None:
 def measure_matmul_flops(
     device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 0.5
 ) -> float:
-    """Returns the FLOP/s of n×n matmuls on ``device`` (a practical peak for MFU): the fastest of
-    bursts of 4 matmuls within ``seconds``, so that a moment of load on a shared machine does not
-    lower it."""
+    """Returns the FLOP/s of n×n matmuls on ``device`` through the engine's linear kernel
+    (``cpu_linear.linear``: a practical peak for MFU): the fastest of bursts of 4 matmuls within
+    ``seconds``, so that a moment of load on a shared machine does not lower it."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # the run's RNG stays put
         a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
-        a @ b
+        linear(a, b)
     synchronize(device)
     best, start = 0.0, time.perf_counter()
     while time.perf_counter() - start < seconds or best == 0.0:
         t0 = time.perf_counter()
         for _ in range(4):
-            a @ b
+            linear(a, b)
         synchronize(device)
         best = max(best, 2.0 * n**3 * 4 / (time.perf_counter() - t0))
     return best

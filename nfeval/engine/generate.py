@@ -5,8 +5,8 @@ same column. The padding is hidden by an attention mask (a pad query sees only i
 the softmax is empty), and positions count real tokens only, so a row generates exactly what it
 would generate alone. A row that ends (EOS, a stop string, ``max_new_tokens``) leaves the batch and
 its cache rows are dropped. Only the last position's hidden state reaches the output projection.
-One or two rows at a time on a CPU decode with column-major widening weights (``decode_layout``:
-faster GEMVs).
+On a CPU the linear layers read oneDNN's blocked copies of their weights while a call decodes
+(``cpu_linear.packed_weights``).
 Greedy fp32 decoding on a CPU takes the argmax through ``greedy_head`` (an int8 screen of the
 projection, the candidates re-scored in fp32: the fp32 argmax, from a quarter of the bytes); other
 dtypes, devices and sampling compute the full logits. Sampling uses transformers' logits warpers
@@ -25,7 +25,7 @@ import torch
 
 from ..base.errors import ConfigError, DataError
 from ..base.progress import progress_bar
-from .decode_layout import decode_layout
+from .cpu_linear import packed_weights
 from .greedy_head import greedy_head, screen_supported
 from .kv_cache import KVCache
 from .model import Transformer
@@ -212,9 +212,9 @@ def generate(
     stops = StopStrings(stop, decode) if stop else None
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths share a batch
     results: list[list[int]] = [[] for _ in prompts]
-    rows = min(batch_size, len(prompts))
-    layout = decode_layout(model, rows, len(prompts) * max_new_tokens)
-    with layout, progress_bar(total=len(prompts), desc="Generating", enabled=progress) as bar:
+    steps = -(-len(prompts) // batch_size) * max_new_tokens
+    bar = progress_bar(total=len(prompts), desc="Generating", enabled=progress)
+    with packed_weights(model, steps), bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             outs = generate_batch(

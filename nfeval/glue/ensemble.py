@@ -27,8 +27,10 @@ least ``jobs`` units. Speed on CPU: a step is matmul-bound (three quarters of it
 at this project's shapes), and a batched matmul over K members does the same work as K matmuls at the same
 speed, so the ensemble saves only the per-member dropout draws (~5%) and data pipeline, while vmap adds
 copies and a separate bias pass: at one thread it measured 10-30% slower per member-step than one at a time
-(benchmarks/RESULTS.md, "Seven LRs as one batched ensemble"); it is meant for GPUs, where small models one
-at a time underuse the device (not measured yet). Dev evaluation runs member by member on the members' own
+(benchmarks/RESULTS.md, "Seven LRs as one batched ensemble"). A point alone also multiplies through oneDNN
+(``engine.cpu_linear``: about twice MKL's speed on an AMD CPU), which vmap's batched products cannot, so
+there the ensemble's weights match the one-at-a-time path's to the two kernels' rounding, not the same
+kernel's. It is meant for GPUs, where small models one at a time underuse the device (not measured yet). Dev evaluation runs member by member on the members' own
 models (views of the stack): exactly what a run alone predicts.
 """
 

@@ -1,0 +1,186 @@
+"""fp32 linear products on an x86 CPU through oneDNN: ``F.linear``'s value, at the core's AVX-512 speed.
+
+torch's CPU ``F.linear`` (``addmm``) calls MKL's sgemm, which runs its AVX2 code on AMD processors: on
+the 2-core EPYC (Zen 5) one thread's fp32 products reach ~100 GFLOP/s through MKL and ~230 through
+oneDNN (``torch.ops.mkldnn._linear_pointwise``, the kernel inductor uses) from 64 rows up, and few-row
+products read their weights faster (``benchmarks/cpu_linear.py``; ``benchmarks/RESULTS.md``, "CPU
+linear kernel"). Both accumulate in fp32 and differ by the order of their sums, as any two GEMM kernels
+do (|Δ| ~1e-6 relative; oneDNN's rounding error is ~1.4× MKL's on average).
+
+``linear`` takes oneDNN for fp32 tensors on a CPU when the product is large enough to repay its fixed
+cost (~10 µs a call more than MKL's: ``MIN_MACS``) and the weight is plain and contiguous (the kernel
+reads the weight as contiguous whatever its strides say). Everything else is ``F.linear``: other
+devices and dtypes, autocast (which ``F.linear`` obeys), ``torch.compile`` (inductor lowers
+``F.linear`` its own way), tensors under ``torch.func`` transforms (vmap has no rule for the kernel),
+tensor subclasses (DTensor). Gradients go through ``_OneDNNLinear``, whose backward runs the same
+kernel on transposed copies.
+
+Inference that runs many forward passes (decoding, zero-shot scoring) packs the weights first
+(``packed_weights``: oneDNN's blocked layout, which the kernel otherwise reorders into at every call):
+a decoding step of the 125M shape then reads its weights at ~31 GB/s with one row and ~15 with 16
+(plain oneDNN ~20 and ~11, MKL ~17 and ~6).
+
+``NFEVAL_CPU_LINEAR=torch`` keeps torch's own kernel everywhere (torch's results bit for bit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+from torch.utils.flop_counter import flop_registry, register_flop_formula
+
+ENV = "NFEVAL_CPU_LINEAR"
+KERNELS = ("onednn", "torch")
+# Rows × in × out below which MKL's fixed cost, ~10 µs a call lower, wins (break-even on one EPYC thread:
+# ~1M with a plain weight, ~0.5M with a packed one, which the kernel need not reorder first).
+MIN_MACS, MIN_PACKED_MACS = 1 << 20, 1 << 19
+# ``packed_weights`` reorders every weight (~1.4 GB/s: 0.25 s for the 125M shape), which one- to 16-row
+# products repay at 6-9 ms a decoding step of that shape: worth it from a few dozen forward passes on.
+MIN_PACK_STEPS = 32
+PACK_MAX_BYTES = 1 << 30  # the copies double the linear weights' memory while packed
+
+
+@functools.cache
+def kernel() -> str:
+    """Returns the kernel of fp32 CPU linear products: ``onednn`` on an x86 torch built with it, else
+    (or when ``NFEVAL_CPU_LINEAR=torch``) ``torch``."""
+    wanted = os.environ.get(ENV, "onednn").strip().lower() or "onednn"
+    if wanted not in KERNELS:
+        from ..base.errors import ConfigError
+
+        raise ConfigError(f"{ENV}={wanted!r}: expected one of {', '.join(KERNELS)}")
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    built = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return "onednn" if wanted == "onednn" and x86 and built else "torch"
+
+
+def _linear_flops(x_shape, weight_shape, *args, **kwargs) -> int:
+    """torch's FLOP counter formula for the kernel: 2 × rows × in × out, as for ``addmm``."""
+    rows = 1
+    for size in x_shape[:-1]:
+        rows *= size
+    return 2 * rows * weight_shape[0] * weight_shape[1]
+
+
+# FlopCounterMode (the MFU checks) counts the kernel as it counts addmm. Once per process: an exported
+# model's copy of this module (``hf_export``) may be imported beside it.
+_KERNEL_OP = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+if _KERNEL_OP is not None and _KERNEL_OP not in flop_registry:
+    register_flop_formula(_KERNEL_OP)(_linear_flops)
+
+
+def _plain(t: torch.Tensor) -> bool:
+    return type(t) in (torch.Tensor, nn.Parameter) and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def takes_onednn(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, packed: bool = False
+) -> bool:
+    """Returns whether ``linear(x, weight, bias)`` runs on oneDNN (else on ``F.linear``); ``packed``:
+    whether a product with the weight's packed copy would (a lower size floor)."""
+    fp32 = torch.float32
+    floor = MIN_PACKED_MACS if packed else MIN_MACS
+    return (
+        not torch.compiler.is_compiling()  # inductor lowers F.linear itself (it cannot lower this kernel)
+        and x.device.type == "cpu"
+        and x.dtype == fp32
+        and weight.dtype == fp32
+        and weight.dim() == 2
+        and x.dim() >= 2
+        and (bias is None or (bias.dtype == fp32 and _plain(bias)))
+        and x.numel() // max(1, x.shape[-1]) * weight.numel() >= floor
+        and weight.is_contiguous()
+        and not torch.is_autocast_enabled("cpu")
+        and _plain(x)
+        and _plain(weight)
+        and kernel() == "onednn"
+    )
+
+
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _product(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:  # grad @ weight: weight.t() as the (in, out) "weight" of the kernel
+            grad_x = _product(grad, weight.t().contiguous(), None)
+        rows = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[1]:  # grad.t() @ x: the sum runs over rows
+            grad_weight = _product(rows.t(), x.reshape(-1, x.shape[-1]).t().contiguous(), None)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = rows.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Returns ``F.linear(x, weight, bias)``, computed by oneDNN where ``takes_onednn`` says so."""
+    if not takes_onednn(x, weight, bias):
+        return F.linear(x, weight, bias)
+    tracked = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    if tracked and torch.is_grad_enabled():
+        return _OneDNNLinear.apply(x, weight, bias)
+    return _product(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters, init and state dict) whose product is ``linear``'s; inside
+    ``packed_weights`` its weight's blocked copy serves products that need no gradient."""
+
+    packed: tuple[torch.Tensor, int] | None = None  # (oneDNN blocked weight, weight._version packed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        packed = self.packed
+        if (
+            packed is not None
+            and packed[1] == self.weight._version
+            and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+            and takes_onednn(x, self.weight, self.bias, packed=True)
+        ):
+            return _product(x, packed[0], self.bias)
+        return linear(x, self.weight, self.bias)
+
+
+@contextlib.contextmanager
+def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS) -> Iterator[None]:
+    """Yields with every fp32 CPU ``Linear`` of ``model`` holding oneDNN's blocked copy of its weight,
+    which inference products read instead (bitwise the plain kernel's results from two rows up; one
+    row takes a faster GEMV whose sums differ by rounding). Packs only when the kernel is oneDNN, the
+    copies fit in ``PACK_MAX_BYTES`` and the caller expects at least ``MIN_PACK_STEPS`` forward passes
+    (``steps``) to repay the copy; drops the copies on exit. Nested calls pack once."""
+    linears = [
+        m
+        for m in model.modules()
+        if isinstance(m, Linear) and m.packed is None and _plain(m.weight) and m.weight.device.type == "cpu"
+        and m.weight.dtype == torch.float32
+    ]  # fmt: skip
+    fits = sum(m.weight.nbytes for m in linears) <= PACK_MAX_BYTES
+    if kernel() != "onednn" or not fits or steps < MIN_PACK_STEPS:
+        linears = []
+    for m in linears:
+        with torch.no_grad():
+            m.packed = (torch.ops.mkldnn._reorder_linear_weight(m.weight.detach()), m.weight._version)
+    try:
+        yield
+    finally:
+        for m in linears:
+            m.packed = None

@@ -1,0 +1,201 @@
+"""The oneDNN linear kernel: F.linear's values and gradients, where it runs and where it must not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from nfeval.base.errors import ConfigError
+from nfeval.engine import cpu_linear
+from nfeval.engine.config import ModelConfig
+from nfeval.engine.cpu_linear import Linear, linear, packed_weights, takes_onednn
+from nfeval.engine.generate import generate
+from nfeval.engine.model import Transformer
+
+pytestmark = pytest.mark.skipif(cpu_linear.kernel() != "onednn", reason="torch built without oneDNN")
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts the products that reach oneDNN."""
+    calls = []
+    product = cpu_linear._product
+
+    def counted(x, weight, bias):
+        calls.append((tuple(x.shape), weight.is_mkldnn))
+        return product(x, weight, bias)
+
+    monkeypatch.setattr(cpu_linear, "_product", counted)
+    return calls
+
+
+def operands(rows=64, n_in=128, n_out=256, seed=0):
+    """Returns (x, weight, bias) whose product is above the kernel's size floor."""
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(n_out, n_in, generator=g) * 0.1
+    return torch.randn(rows, n_in, generator=g), weight, torch.randn(n_out, generator=g)
+
+
+@pytest.mark.parametrize("shape", [(64, 128), (4, 16, 128)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_values_equal_f_linear(kernel_calls, shape, with_bias):
+    x, w, b = operands()
+    x = torch.randn(shape)
+    bias = b if with_bias else None
+    torch.testing.assert_close(linear(x, w, bias), F.linear(x, w, bias), rtol=1e-5, atol=1e-5)
+    assert len(kernel_calls) == 1
+
+
+def test_non_contiguous_input_equals_f_linear(kernel_calls):
+    x, w, b = operands()
+    x = torch.randn(128, 64).t()  # a transposed view
+    torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    assert kernel_calls
+
+
+def test_gradients_equal_f_linear(kernel_calls):
+    x, w, b = operands()
+    x3 = x.view(4, 16, 128)
+    grad = torch.randn(4, 16, 256)
+    leaves = [t.clone().requires_grad_() for t in (x3, w, b)]
+    reference = [t.clone().requires_grad_() for t in (x3, w, b)]
+    linear(*leaves).backward(grad)
+    F.linear(*reference).backward(grad)
+    for got, want in zip(leaves, reference):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-4)
+    assert len(kernel_calls) == 3  # forward, input gradient, weight gradient
+
+
+def test_only_the_needed_gradients_are_computed(kernel_calls):
+    x, w, b = operands()
+    w = w.requires_grad_()
+    linear(x, w, b).sum().backward()  # x and b need none
+    assert w.grad is not None and len(kernel_calls) == 2
+
+
+def test_fallbacks_are_f_linear_bit_for_bit(kernel_calls):
+    x, w, b = operands()
+    cases = {
+        "strided weight": (x, w.t().contiguous().t(), b),  # the kernel would read it as contiguous
+        "bf16": (x.bfloat16(), w.bfloat16(), b.bfloat16()),
+        "below the floor": (x[:2], w, b),
+        "vector input": (x[0], w, b),
+    }
+    for name, args in cases.items():
+        assert torch.equal(linear(*args), F.linear(*args)), name
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # F.linear obeys autocast: so must linear
+        assert linear(x, w, b).dtype == torch.bfloat16
+    batched = torch.func.vmap(lambda w_: linear(x, w_, b))(torch.stack([w, 2 * w]))  # no rule under vmap
+    assert torch.equal(batched[1], F.linear(x, 2 * w, b))
+    assert kernel_calls == []
+
+
+def test_environment_keeps_torch_kernel(monkeypatch, kernel_calls):
+    x, w, b = operands()
+    monkeypatch.setenv(cpu_linear.ENV, "torch")
+    cpu_linear.kernel.cache_clear()
+    try:
+        assert not takes_onednn(x, w, b)
+        assert torch.equal(linear(x, w, b), F.linear(x, w, b)) and kernel_calls == []
+        monkeypatch.setenv(cpu_linear.ENV, "mkl")
+        cpu_linear.kernel.cache_clear()
+        with pytest.raises(ConfigError, match="NFEVAL_CPU_LINEAR='mkl'"):
+            cpu_linear.kernel()
+    finally:
+        monkeypatch.delenv(cpu_linear.ENV)
+        cpu_linear.kernel.cache_clear()
+    assert cpu_linear.kernel() == "onednn"
+
+
+def test_flop_counter_counts_the_kernel_as_a_matmul():
+    x, w, b = operands()
+    w = w.requires_grad_()
+    with FlopCounterMode(display=False) as counter:
+        linear(x, w, b).sum().backward()
+    assert counter.get_total_flops() == 2 * 2 * 64 * 128 * 256  # forward and the weight gradient
+
+
+def model(d=256, layers=2, seed=0):
+    cfg = ModelConfig(vocab_size=512, n_layer=layers, d_model=d, n_head=4, d_ffn=4 * d, max_seq_len=96)
+    torch.manual_seed(seed)
+    return Transformer(cfg).eval()
+
+
+@torch.no_grad()
+def test_packed_weights_give_the_plain_kernels_values(kernel_calls):
+    m = model()
+    ids = torch.randint(0, 512, (4, 8))
+    plain = m(ids)
+    with packed_weights(m):
+        assert all(lin.packed is not None for lin in m.modules() if isinstance(lin, Linear))
+        inside = m(ids)
+    assert all(lin.packed is None for lin in m.modules() if isinstance(lin, Linear))  # copies dropped
+    assert any(is_packed for _, is_packed in kernel_calls)
+    assert torch.equal(inside, plain)  # from two rows on, the blocked layout changes no sum
+
+
+@torch.no_grad()
+def test_packed_copy_is_ignored_once_its_weight_changes(kernel_calls):
+    m = model()
+    ids = torch.randint(0, 512, (4, 8))
+    with packed_weights(m):
+        for p in m.parameters():
+            p.mul_(1.5)
+        inside = m(ids)
+    assert torch.equal(inside, m(ids))
+    assert not any(is_packed for _, is_packed in kernel_calls)
+
+
+def test_training_inside_packed_weights_uses_the_weights(kernel_calls):
+    m = model().train()
+    ids = torch.randint(0, 512, (4, 8))
+    with packed_weights(m):
+        m.loss(ids, ids).backward()
+    assert all(p.grad is not None for p in m.parameters())
+    assert not any(is_packed for _, is_packed in kernel_calls)
+
+
+@pytest.mark.parametrize(
+    "setting", ["few steps", "too large", "torch kernel"], ids=lambda s: s.replace(" ", "-")
+)
+def test_packing_is_skipped(monkeypatch, setting):
+    m = model(d=128, layers=1)
+    steps = cpu_linear.MIN_PACK_STEPS
+    if setting == "few steps":
+        steps -= 1
+    elif setting == "too large":
+        monkeypatch.setattr(cpu_linear, "PACK_MAX_BYTES", 0)
+    else:
+        monkeypatch.setattr(cpu_linear, "kernel", lambda: "torch")
+    with packed_weights(m, steps):
+        assert all(lin.packed is None for lin in m.modules() if isinstance(lin, Linear))
+
+
+def test_generation_with_packed_weights_equals_recomputation(kernel_calls):
+    m = model(seed=3)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 512, (n,), generator=g).tolist() for n in range(3, 19)]
+    new = generate(m, prompts, max_new_tokens=40, batch_size=16)
+    assert any(is_packed for _, is_packed in kernel_calls)
+    for prompt, tokens in zip(prompts[:4], new[:4]):
+        ids = list(prompt)
+        with torch.no_grad():
+            for _ in range(len(tokens)):
+                ids.append(int(m(torch.tensor([ids]))[0, -1].argmax()))
+        assert ids[len(prompt) :] == tokens
+
+
+def test_model_training_step_equals_torch_kernel(monkeypatch):
+    m = model().train()
+    ids = torch.randint(0, 512, (4, 32))
+    torch.manual_seed(1)
+    m.loss(ids, ids).backward()
+    ours = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad()
+    monkeypatch.setattr(cpu_linear, "kernel", lambda: "torch")
+    torch.manual_seed(1)
+    m.loss(ids, ids).backward()
+    for n, p in m.named_parameters():
+        torch.testing.assert_close(ours[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
