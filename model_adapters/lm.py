@@ -36,7 +36,7 @@ from ..base.progress import library_bars_shown
 from ..engine.backend import nfeval_backend
 from ..engine.budget import peak_flops
 from ..engine.checkpoint import Checkpoint
-from ..engine.cpu_linear import packed_weights
+from ..engine.cpu_linear import kernel, packed_weights
 from ..engine.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.generate import Sampling
 from ..engine.loading import ModelIdentity
@@ -216,7 +216,11 @@ class NFEvalLM(TemplateLM):
         fraction of the device's peak (``budget.peak_flops``: the best measured matmul rate on CPU)."""
         name = SHORT_NAMES.get(self.dtype, "fp32")
         peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)
-        return {"forward_by": self.model_backend.forward_by, **self.scoring_stats.report(peak, source)}
+        return {
+            "forward_by": self.model_backend.forward_by,
+            "cpu_linear_kernel": kernel(),
+            **self.scoring_stats.report(peak, source),
+        }
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []

@@ -30,8 +30,9 @@ copies and a separate bias pass: at one thread it measured 10-30% slower per mem
 (benchmarks/RESULTS.md, "Seven LRs as one batched ensemble"). A point alone also multiplies through oneDNN
 (``engine.cpu_linear``: about twice MKL's speed on an AMD CPU), which vmap's batched products cannot, so
 there the ensemble's weights match the one-at-a-time path's to the two kernels' rounding, not the same
-kernel's. It is meant for GPUs, where small models one at a time underuse the device (not measured yet). Dev evaluation runs member by member on the members' own
-models (views of the stack): exactly what a run alone predicts.
+kernel's. It is meant for GPUs, where small models one at a time underuse the device (not measured yet).
+Dev evaluation runs member by member on the members' own models (views of the stack): exactly what a run
+alone predicts.
 """
 
 from __future__ import annotations
