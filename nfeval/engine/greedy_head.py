@@ -24,6 +24,8 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from .cpu_linear import linear
+
 # The screen keeps blocks of BLOCK tokens whose best screened logit passes, then the tokens within them:
 # two small selections instead of one over the whole (B, vocab) logits.
 BLOCK = 64
@@ -90,7 +92,9 @@ class GreedyHead:
         if len(which) > MAX_TOKEN_FRACTION * blocks.numel():
             return self.full_argmax(hidden)
         rows, tokens = block_rows.index_select(0, which), block_ids.index_select(0, which) * BLOCK + offset
-        exact = torch.linalg.vecdot(hidden.index_select(0, rows), self.weight.index_select(0, tokens))
+        # every row against every candidate in one product: each candidate's weight row is read once
+        candidates, column = torch.unique(tokens, return_inverse=True)
+        exact = linear(hidden, self.weight.index_select(0, candidates))[rows, column]
         best = torch.full_like(threshold, -math.inf).scatter_reduce(0, rows, exact, "amax")
         ties = exact == best[rows]  # of equal best logits the lowest token, as argmax picks
         vocab = len(self.weight)
@@ -102,7 +106,7 @@ class GreedyHead:
 
     def full_argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         """Returns the argmax of the full fp32 logits: where the screen would not pay off, or cannot run."""
-        return F.linear(hidden, self.weight).argmax(-1)
+        return linear(hidden, self.weight).argmax(-1)
 
 
 _HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
