@@ -189,7 +189,8 @@ class NFEvalLM(TemplateLM):
         pairs = [(ctx, cont) for _, ctx, cont in requests]
         # through loglikelihood, disable_tqdm is the one it gave lm-eval; the caller's is _scoring_bar
         wanted = not disable_tqdm if self._scoring_bar is None else self._scoring_bar
-        with packed_weights(self.model_backend.model, steps=len(pairs)):  # oneDNN's blocked weights
+        # engine models read oneDNN's blocked weights meanwhile (requests: a bound on the batches)
+        with packed_weights(self.model_backend.model, steps=len(pairs)):
             results = self._score(pairs, wanted)
         for (request, _, _), answer in zip(requests, results):
             if request is not None:

@@ -48,7 +48,8 @@ class VocabProjection:
 
     def tile(self, rows: torch.Tensor, start: int, end: int, out: torch.Tensor) -> torch.Tensor:
         """Returns the logits of ``rows`` for tokens ``start:end`` in fp32, written into ``out``
-        (features' dtype for a projection, fp32 when the features are logits)."""
+        (features' dtype for a projection, fp32 when the features are logits) unless oneDNN computes
+        them (``cpu_linear``: a new tensor)."""
         if self.weight is None:
             return out.copy_(rows[:, start:end])
         weight, bias = self.weight[start:end], None if self.bias is None else self.bias[start:end]
