@@ -303,13 +303,14 @@ def main() -> None:
     ours, hf = ours.to(args.device), hf.to(args.device)
     ours_bf16 = None if args.no_bf16 else copy.deepcopy(ours).to(torch.bfloat16)
     bandwidth = measure_bandwidth(device=args.device)
+    make_prompts = prompts if (SHARED / "tokenizer" / "gpt2").is_dir() else random_prompts
+    if make_prompts is random_prompts:
+        print(f"{SHARED / 'tokenizer' / 'gpt2'}: not found; prompts are random token ids", flush=True)
     rows = []
     for batch in args.batches:
-        rows.append(
-            compare(
-                ours, ours_bf16, hf, batch, args.new_tokens, args.rounds, bandwidth, hf_static=args.hf_static
-            )
-        )
+        row = compare(ours, ours_bf16, hf, batch, args.new_tokens, args.rounds, bandwidth, make_prompts,
+                      hf_static=args.hf_static)  # fmt: skip
+        rows.append(row)
         print({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()}, flush=True)
     block = "\n\n".join(x for x in (args.note, table(rows, args, bandwidth)) if x)
     print("\n" + block)
