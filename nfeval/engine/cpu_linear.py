@@ -136,10 +136,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """Returns ``F.linear(x, weight, bias)``, computed by oneDNN where ``takes_onednn`` says so."""
     if not takes_onednn(x, weight, bias):
         return F.linear(x, weight, bias)
-    tracked = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-    if tracked and torch.is_grad_enabled():
+    if _needs_grad(x, weight, bias):
         return _OneDNNLinear.apply(x, weight, bias)
     return _product(x, weight, bias)
+
+
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 class Linear(nn.Linear):
@@ -153,7 +156,7 @@ class Linear(nn.Linear):
         if (
             packed is not None
             and packed[1] == self.weight._version
-            and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+            and not _needs_grad(x, self.weight, self.bias)
             and takes_onednn(x, self.weight, self.bias, packed=True)
         ):
             return _product(x, packed[0], self.bias)
