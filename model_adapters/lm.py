@@ -36,7 +36,7 @@ from ..base.progress import library_bars_shown
 from ..engine.backend import nfeval_backend
 from ..engine.budget import peak_flops
 from ..engine.checkpoint import Checkpoint
-from ..engine.cpu_linear import kernel, packed_weights
+from ..engine.cpu_linear import describe, packed_weights
 from ..engine.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.generate import Sampling
 from ..engine.loading import ModelIdentity
@@ -219,7 +219,7 @@ class NFEvalLM(TemplateLM):
         peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)
         return {
             "forward_by": self.model_backend.forward_by,
-            "cpu_linear_kernel": kernel(),
+            "cpu_linear_kernel": describe(),
             **self.scoring_stats.report(peak, source),
         }
 

@@ -20,7 +20,13 @@ Inference that runs many forward passes (decoding, zero-shot scoring) packs the 
 a decoding step of the 125M shape then reads its weights at ~31 GB/s with one row and ~15 with 16
 (plain oneDNN ~20 and ~11, MKL ~17 and ~6).
 
-``NFEVAL_CPU_LINEAR=torch`` keeps torch's own kernel everywhere (torch's results bit for bit).
+Which is faster depends on the CPU's vendor, by which MKL picks its code. On an Intel CPU MKL runs
+AVX-512 code, as fast as oneDNN forward from 512 rows (one thread of a Xeon with AMX) and faster
+forward + backward (oneDNN's backward pays two transposing copies: 0.83-0.89× MKL's speed), and its
+one- and two-row products beat packed oneDNN; so there the default, ``auto``, keeps torch's kernel except
+for products with packed weights from ``INTEL_PACKED_ROWS`` rows. On other x86 vendors (AMD) ``auto``
+takes oneDNN for every product. ``NFEVAL_CPU_LINEAR=onednn|torch`` forces one (``torch``: torch's
+results bit for bit); ``choice()`` says what this machine does.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import functools
 import os
 import platform
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +45,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
 ENV = "NFEVAL_CPU_LINEAR"
-KERNELS = ("onednn", "torch")
+KERNELS = ("auto", "onednn", "torch")
 # Rows × in × out below which MKL's fixed cost, ~10 µs a call lower, wins (break-even on one EPYC thread:
 # ~1M with a plain weight, ~0.5M with a packed one, which the kernel need not reorder first).
 MIN_MACS, MIN_PACKED_MACS = 1 << 20, 1 << 19
@@ -46,20 +53,65 @@ MIN_MACS, MIN_PACKED_MACS = 1 << 20, 1 << 19
 # products repay at 6-9 ms a decoding step of that shape: worth it from a few dozen forward passes on.
 MIN_PACK_STEPS = 32
 PACK_MAX_BYTES = 1 << 30  # the copies double the linear weights' memory while packed
+# On an Intel Xeon (one thread, 125M shapes) packed oneDNN runs 0.74-0.87× MKL's speed at 1-2 rows and
+# 1.2-1.7× at 4-16: generation at batch 1 / 16 ran 1.21× / 1.32× HF's on MKL, 1.09× / 1.53× all packed.
+INTEL_PACKED_ROWS = 4
+
+
+def cpu_vendor() -> str:
+    """Returns the CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...), or "" when unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    processor = platform.processor()  # Windows: "Intel64 Family 6 ... GenuineIntel"
+    return next((v for v in ("GenuineIntel", "AuthenticAMD") if v in processor), "")
+
+
+class Choice(NamedTuple):
+    """Which products take oneDNN on this machine."""
+
+    kernel: str  # of products with a plain weight (training, prefill): "onednn" or "torch"
+    packed_rows: int | None  # rows from which a product with a packed weight does; None: nothing packed
 
 
 @functools.cache
-def kernel() -> str:
-    """Returns the kernel of fp32 CPU linear products: ``onednn`` on an x86 torch built with it, else
-    (or when ``NFEVAL_CPU_LINEAR=torch``) ``torch``."""
-    wanted = os.environ.get(ENV, "onednn").strip().lower() or "onednn"
+def choice() -> Choice:
+    """Returns which fp32 CPU products take oneDNN, as ``NFEVAL_CPU_LINEAR`` (default ``auto``) says.
+
+    ``auto``: on an x86 CPU not made by Intel (where MKL runs its AVX2 code) every product; on an Intel
+    CPU products with packed weights from ``INTEL_PACKED_ROWS`` rows (MKL's own one- and two-row products
+    are faster there) and nothing else. ``onednn``: every product, on any x86 CPU. Either only with a
+    torch built with oneDNN's kernel. ``torch``: none (torch's ``F.linear`` everywhere, bit for bit)."""
+    wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if wanted not in KERNELS:
         from ..base.errors import ConfigError
 
         raise ConfigError(f"{ENV}={wanted!r}: expected one of {', '.join(KERNELS)}")
     x86 = platform.machine().lower() in ("x86_64", "amd64")
     built = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    return "onednn" if wanted == "onednn" and x86 and built else "torch"
+    if wanted == "torch" or not (x86 and built):
+        return Choice("torch", None)
+    if wanted == "auto" and cpu_vendor() == "GenuineIntel":
+        return Choice("torch", INTEL_PACKED_ROWS)
+    return Choice("onednn", 1)
+
+
+def kernel() -> str:
+    """Returns the kernel of fp32 CPU products with a plain weight: ``onednn`` or ``torch``."""
+    return choice().kernel
+
+
+def describe() -> str:
+    """Returns the kernels in words, for run records: ``onednn``, ``torch``, or ``torch; packed: onednn
+    from N rows``."""
+    kernel, rows = choice()
+    if kernel == "onednn" or rows is None:
+        return kernel
+    return f"torch; packed: onednn from {rows} rows"
 
 
 def _linear_flops(x_shape, weight_shape, *args, **kwargs) -> int:
@@ -85,9 +137,15 @@ def takes_onednn(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, packed: bool = False
 ) -> bool:
     """Returns whether ``linear(x, weight, bias)`` runs on oneDNN (else on ``F.linear``); ``packed``:
-    whether a product with the weight's packed copy would (a lower size floor)."""
+    whether a product with the weight's packed copy would (a lower size floor; ``choice().packed_rows``)."""
     fp32 = torch.float32
     floor = MIN_PACKED_MACS if packed else MIN_MACS
+    rows = x.numel() // max(1, x.shape[-1]) if x.dim() else 0
+    if packed:
+        from_rows = choice().packed_rows
+        chosen = from_rows is not None and rows >= from_rows
+    else:
+        chosen = choice().kernel == "onednn"
     return (
         not torch.compiler.is_compiling()  # inductor lowers F.linear itself (it cannot lower this kernel)
         and x.device.type == "cpu"
@@ -96,12 +154,12 @@ def takes_onednn(
         and weight.dim() == 2
         and x.dim() >= 2
         and (bias is None or (bias.dtype == fp32 and _plain(bias)))
-        and x.numel() // max(1, x.shape[-1]) * weight.numel() >= floor
+        and rows * weight.numel() >= floor
         and weight.is_contiguous()
         and not torch.is_autocast_enabled("cpu")
         and _plain(x)
         and _plain(weight)
-        and kernel() == "onednn"
+        and chosen
     )
 
 
@@ -177,7 +235,7 @@ def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS) -> Iterator[No
         and m.weight.dtype == torch.float32
     ]  # fmt: skip
     fits = sum(m.weight.nbytes for m in linears) <= PACK_MAX_BYTES
-    if kernel() != "onednn" or not fits or steps < MIN_PACK_STEPS:
+    if choice().packed_rows is None or not fits or steps < MIN_PACK_STEPS:
         linears = []
     for m in linears:
         with torch.no_grad():

@@ -84,7 +84,7 @@ def meta(run: TrainingRun) -> dict[str, Any]:
         "flops": run.step * run.flops_per_step,
         "wall_s": run.wall_s,
         "device_hours": run.wall_s * run.par.world / 3600,
-        "hardware": {**hardware(), "cpu_linear_kernel": cpu_linear.kernel()},
+        "hardware": {**hardware(), "cpu_linear_kernel": cpu_linear.describe()},
     }
     return {
         "train": train,

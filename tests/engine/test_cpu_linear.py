@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,7 +16,25 @@ from nfeval.engine.cpu_linear import Linear, linear, packed_weights, takes_onedn
 from nfeval.engine.generate import generate
 from nfeval.engine.model import Transformer
 
-pytestmark = pytest.mark.skipif(cpu_linear.kernel() != "onednn", reason="torch built without oneDNN")
+
+def _onednn_built() -> bool:
+    import platform
+
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    return x86 and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+pytestmark = pytest.mark.skipif(not _onednn_built(), reason="not an x86 torch built with oneDNN's kernel")
+
+
+@pytest.fixture(autouse=True)
+def onednn_kernel(monkeypatch):
+    """Every test here runs with the oneDNN kernel, whatever ``auto`` picks on this CPU."""
+    monkeypatch.setenv(cpu_linear.ENV, "onednn")
+    cpu_linear.choice.cache_clear()
+    yield
+    monkeypatch.undo()  # the environment, and any test's own patches of this module
+    cpu_linear.choice.cache_clear()
 
 
 @pytest.fixture
@@ -95,18 +115,60 @@ def test_fallbacks_are_f_linear_bit_for_bit(kernel_calls):
 def test_environment_keeps_torch_kernel(monkeypatch, kernel_calls):
     x, w, b = operands()
     monkeypatch.setenv(cpu_linear.ENV, "torch")
-    cpu_linear.kernel.cache_clear()
+    cpu_linear.choice.cache_clear()
     try:
         assert not takes_onednn(x, w, b)
         assert torch.equal(linear(x, w, b), F.linear(x, w, b)) and kernel_calls == []
         monkeypatch.setenv(cpu_linear.ENV, "mkl")
-        cpu_linear.kernel.cache_clear()
+        cpu_linear.choice.cache_clear()
         with pytest.raises(ConfigError, match="NFEVAL_CPU_LINEAR='mkl'"):
             cpu_linear.kernel()
     finally:
-        monkeypatch.delenv(cpu_linear.ENV)
-        cpu_linear.kernel.cache_clear()
+        monkeypatch.setenv(cpu_linear.ENV, "onednn")
+        cpu_linear.choice.cache_clear()
     assert cpu_linear.kernel() == "onednn"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "expected"),
+    [("GenuineIntel", ("torch", cpu_linear.INTEL_PACKED_ROWS)), ("AuthenticAMD", ("onednn", 1))],
+)
+def test_auto_takes_onednn_where_mkl_runs_its_avx2_code(monkeypatch, vendor, expected):
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: vendor)
+    for value in ("auto", ""):  # unset or empty: auto
+        monkeypatch.setenv(cpu_linear.ENV, value)
+        cpu_linear.choice.cache_clear()
+        assert cpu_linear.choice() == expected
+    monkeypatch.delenv(cpu_linear.ENV)
+    cpu_linear.choice.cache_clear()
+    assert cpu_linear.choice() == expected
+    monkeypatch.setenv(cpu_linear.ENV, "onednn")  # forced: every product, whoever made the CPU
+    cpu_linear.choice.cache_clear()
+    assert cpu_linear.choice() == ("onednn", 1) and cpu_linear.describe() == "onednn"
+
+
+def test_on_intel_packed_weights_serve_from_four_rows(monkeypatch, kernel_calls):
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setenv(cpu_linear.ENV, "auto")
+    cpu_linear.choice.cache_clear()
+    assert cpu_linear.describe() == "torch; packed: onednn from 4 rows"
+    torch.manual_seed(0)
+    layer = Linear(768, 768)
+    with packed_weights(layer):
+        for rows in (1, 2, 4, 16):
+            x = torch.randn(rows, 768)
+            with torch.no_grad():
+                out = layer(x)
+            torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        layer(torch.randn(64, 768)).sum().backward()  # a training product: torch's kernel
+    assert [(shape[0], packed) for shape, packed in kernel_calls] == [(4, True), (16, True)]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads Linux's /proc/cpuinfo")
+def test_cpu_vendor_reads_this_machine():
+    vendor = cpu_linear.cpu_vendor()
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        assert vendor and f"vendor_id\t: {vendor}\n" in f.read()
 
 
 def test_flop_counter_counts_the_kernel_as_a_matmul():
@@ -168,7 +230,8 @@ def test_packing_is_skipped(monkeypatch, setting):
     elif setting == "too large":
         monkeypatch.setattr(cpu_linear, "PACK_MAX_BYTES", 0)
     else:
-        monkeypatch.setattr(cpu_linear, "kernel", lambda: "torch")
+        monkeypatch.setenv(cpu_linear.ENV, "torch")
+        cpu_linear.choice.cache_clear()
     with packed_weights(m, steps):
         assert all(lin.packed is None for lin in m.modules() if isinstance(lin, Linear))
 
