@@ -291,11 +291,14 @@ def run_point(
     key: Mapping,
     device: str = "cpu",
     progress: bool = True,
-) -> dict:
+    until: int | None = None,
+) -> dict | None:
     """Fine-tunes one (task, lr, seed) point, resuming from its last finished epoch; returns its result.
 
     The result (also written atomically to ``directory/result.json``) holds the selected epoch's dev
-    metrics, every epoch's metrics, training statistics and the resume key.
+    metrics, every epoch's metrics, training statistics and the resume key. With ``until`` below the
+    recipe's epochs, stops after that many finished epochs, leaving ``state.pt`` for a later call to
+    resume from, and returns None.
     """
     dev, r, main = torch.device(device), recipe, glue_metrics.MAIN_METRIC[enc.spec.name]
     pad_id = special_ids(ckpt.tokenizer).pad
@@ -309,7 +312,8 @@ def run_point(
     desc = f"{enc.spec.name} lr={lr_key(lr)} seed={seed}"
     initial = len(history) * per_epoch
     bar = progress_bar(total=total, initial=initial, enabled=progress, leave=False, desc=desc, unit="upd")
-    for epoch in range(len(history), r.epochs):
+    stop = r.epochs if until is None else min(until, r.epochs)
+    for epoch in range(len(history), stop):
         batches = length_batches(lengths, r.batch_size, torch.Generator().manual_seed(seed * 100_003 + epoch))
         t0 = time.perf_counter()
         loss_sum = _train_epoch(model, opt, sched, enc, r, batches, pad_id, dev, stats, bar)
@@ -327,6 +331,8 @@ def run_point(
                 state_path, _resume_state(key, model, opt, sched, dev) | {"history": history, "stats": stats}
             )
     bar.close()
+    if len(history) < r.epochs:
+        return None
 
     result = _point_result(enc, lr, seed, r, history, stats, dev, key)
     atomic_write_json(os.path.join(directory, RESULT), result)

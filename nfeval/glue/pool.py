@@ -8,7 +8,7 @@ import concurrent.futures as cf
 import functools
 import multiprocessing as mp
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -41,8 +41,39 @@ def _worker_task(ckpt_path: str, glue_dir: str | None, task: str, max_len: int) 
     return encode_task(glue_data.load(task, glue_dir), _worker_ckpt(ckpt_path).tokenizer, max_len)
 
 
-def _worker_unit(ckpt_path: str, glue_dir: str | None, unit: list[Point]) -> tuple[list[dict], list[Point]]:
-    """Returns (results, points another sweep holds) of one unit: a point, or an ensemble of points."""
+class Work(NamedTuple):
+    """A unit of the pool's work (a point, or an ensemble of points) trained up to ``until`` finished
+    epochs (None: to the end); ``wait``: whether to wait for a process that holds its point's lock."""
+
+    unit: list[Point]
+    until: int | None = None
+    wait: bool = False
+
+
+def plan_work(units: list[list[Point]], jobs: int) -> list[Work]:
+    """Returns ``units`` as the pool's work, in the order the pool hands it out.
+
+    When the units do not divide among the jobs, the last ``len(units) % jobs`` single points are split
+    at half their epochs: their first halves go first, their second halves last (each waits for its first
+    half), so the jobs end together instead of one training the remainder while the others idle (seven
+    learning rates of two epochs in two jobs: seven epochs' time instead of eight). Both halves run in
+    processes of the same thread count and the second resumes from the first's exact state, so a split
+    point's result is the unsplit one's.
+    """
+    singles = [u for u in units if len(u) == 1 and u[0].recipe.epochs > 1]
+    left = len(units) % jobs
+    if len(units) < jobs or not left or len(singles) < left:
+        return [Work(u) for u in units]
+    split = singles[-left:]
+    whole = [Work(u) for u in units if not any(u is s for s in split)]
+    heads = [Work(u, until=u[0].recipe.epochs // 2) for u in split]
+    return heads + whole + [Work(u, wait=True) for u in split]
+
+
+def _worker_unit(ckpt_path: str, glue_dir: str | None, work: Work) -> tuple[list[dict], list[Point]]:
+    """Returns (results, points another sweep holds) of one piece of work; none of either for the first
+    epochs of a point (or for those another sweep holds: the point's last epochs wait for that sweep)."""
+    unit = work.unit
     ckpt = _worker_ckpt(ckpt_path)
     task, recipe = unit[0].task, unit[0].recipe
     enc = _worker_task(ckpt_path, glue_dir, task, recipe.max_len)
@@ -52,8 +83,10 @@ def _worker_unit(ckpt_path: str, glue_dir: str | None, unit: list[Point]) -> tup
     if len(unit) > 1:
         return ensemble.claim_and_run_ensemble(ckpt, enc, unit, device, progress=False, wait=False)
     _, lr, seed, _, directory, key = unit[0]
-    run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, device, False)
-    result = claim_and_run(directory, key, wait=False, run=run)
+    run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, device, False, work.until)
+    result = claim_and_run(directory, key, wait=work.wait, run=run)
+    if work.until is not None:
+        return [], []
     return ([], unit) if result is None else ([result], [])
 
 
@@ -75,7 +108,7 @@ def run_in_pool(ckpt, glue_dir, units, results, device, jobs, trust_checkpoint, 
     with cf.ProcessPoolExecutor(
         jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads, trust_checkpoint)
     ) as pool:
-        futures = [pool.submit(_worker_unit, ckpt.path, glue_dir, unit) for unit in units]
+        futures = [pool.submit(_worker_unit, ckpt.path, glue_dir, work) for work in plan_work(units, jobs)]
         try:
             for fut in cf.as_completed(futures):
                 done, held = fut.result()
@@ -93,7 +126,7 @@ def job_unit(ckpt_path: str, glue_dir: str | None, device: str, trust_checkpoint
     """Runs one unit in a Slurm job (a process of its own, on ``device``); returns its results (none for
     points another sweep holds: a rerun collects them)."""
     _WORKER.update(device=device, trust_checkpoint=trust_checkpoint)
-    return _worker_unit(ckpt_path, glue_dir, unit)[0]
+    return _worker_unit(ckpt_path, glue_dir, Work(unit))[0]
 
 
 def run_as_jobs(ckpt_path, glue_dir, points, setting, device, trust_checkpoint, launch, out_dir, progress):

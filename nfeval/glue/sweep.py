@@ -23,8 +23,9 @@ head pools the first token of an encoder and the last real token of a causal mod
 
 Speed: batches are padded only to their longest member, and drawn from length-sorted pools of 100
 batches (bucketing); bf16 autocast on GPUs that support it; ``--jobs N`` runs points in N processes
-(spread over the visible GPUs); ``--ensemble`` trains the learning rates of one task and seed as one
-batched model (``ensemble.py``; the same results as one at a time). Resume: finished points are
+(spread over the visible GPUs; a remainder of points split at an epoch: ``pool.plan_work``);
+``--ensemble`` trains the learning rates of one task and seed as one batched model (``ensemble.py``;
+the same results as one at a time). Resume: finished points are
 skipped (their result.json records the checkpoint fingerprint, data sha256s and recipe, and a
 mismatch is an error, never a silent mix); an unfinished point restarts from its last finished epoch
 (``state.pt``, deleted when the point is done).
