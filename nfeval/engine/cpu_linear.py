@@ -53,8 +53,8 @@ MIN_MACS, MIN_PACKED_MACS = 1 << 20, 1 << 19
 # products repay at 6-9 ms a decoding step of that shape: worth it from a few dozen forward passes on.
 MIN_PACK_STEPS = 32
 PACK_MAX_BYTES = 1 << 30  # the copies double the linear weights' memory while packed
-# On an Intel Xeon (one thread, 125M shapes) packed oneDNN runs 0.74-0.87× MKL's speed at 1-2 rows and
-# 1.2-1.7× at 4-16: generation at batch 1 / 16 ran 1.21× / 1.32× HF's on MKL, 1.09× / 1.53× all packed.
+# On an Intel Xeon (one thread, 125M shapes) packed oneDNN runs 0.73-0.90× MKL's speed at 1-2 rows and
+# 1.15-1.67× at 4-16: generation at batch 1 / 16 ran 1.21× / 1.32× HF's on MKL, 1.09× / 1.53× all packed.
 INTEL_PACKED_ROWS = 4
 
 
@@ -108,9 +108,9 @@ def kernel() -> str:
 def describe() -> str:
     """Returns the kernels in words, for run records: ``onednn``, ``torch``, or ``torch; packed: onednn
     from N rows``."""
-    kernel, rows = choice()
-    if kernel == "onednn" or rows is None:
-        return kernel
+    plain, rows = choice()
+    if plain == "onednn" or rows is None:
+        return plain
     return f"torch; packed: onednn from {rows} rows"
 
 
