@@ -71,6 +71,12 @@ def cpu_vendor() -> str:
     return next((v for v in ("GenuineIntel", "AuthenticAMD") if v in processor), "")
 
 
+def onednn_available() -> bool:
+    """Returns whether this is an x86 machine whose torch has oneDNN's linear kernel."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    return x86 and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
 class Choice(NamedTuple):
     """Which products take oneDNN on this machine."""
 
@@ -91,9 +97,7 @@ def choice() -> Choice:
         from ..base.errors import ConfigError
 
         raise ConfigError(f"{ENV}={wanted!r}: expected one of {', '.join(KERNELS)}")
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    built = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    if wanted == "torch" or not (x86 and built):
+    if wanted == "torch" or not onednn_available():
         return Choice("torch", None)
     if wanted == "auto" and cpu_vendor() == "GenuineIntel":
         return Choice("torch", INTEL_PACKED_ROWS)
@@ -141,11 +145,6 @@ def takes_onednn(
     fp32 = torch.float32
     floor = MIN_PACKED_MACS if packed else MIN_MACS
     rows = x.numel() // max(1, x.shape[-1]) if x.dim() else 0
-    if packed:
-        from_rows = choice().packed_rows
-        chosen = from_rows is not None and rows >= from_rows
-    else:
-        chosen = choice().kernel == "onednn"
     return (
         not torch.compiler.is_compiling()  # inductor lowers F.linear itself (it cannot lower this kernel)
         and x.device.type == "cpu"
@@ -159,8 +158,14 @@ def takes_onednn(
         and not torch.is_autocast_enabled("cpu")
         and _plain(x)
         and _plain(weight)
-        and chosen
+        and _serves(rows, packed)
     )
+
+
+def _serves(rows: int, packed: bool) -> bool:
+    """Whether this machine's ``choice()`` sends a product of ``rows`` rows to oneDNN."""
+    kernel, packed_rows = choice()
+    return packed_rows is not None and rows >= packed_rows if packed else kernel == "onednn"
 
 
 def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -16,15 +16,9 @@ from nfeval.engine.cpu_linear import Linear, linear, packed_weights, takes_onedn
 from nfeval.engine.generate import generate
 from nfeval.engine.model import Transformer
 
-
-def _onednn_built() -> bool:
-    import platform
-
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    return x86 and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-pytestmark = pytest.mark.skipif(not _onednn_built(), reason="not an x86 torch built with oneDNN's kernel")
+pytestmark = pytest.mark.skipif(
+    not cpu_linear.onednn_available(), reason="not an x86 torch built with oneDNN's kernel"
+)
 
 
 @pytest.fixture(autouse=True)
