@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from nfeval.engine import checkpoint
+from nfeval.engine import checkpoint, denormals
 from nfeval.engine.config import ModelConfig
 from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import special_ids, train_bpe
@@ -441,6 +441,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the Trainer's model under torch.compile (TrainingArguments.torch_compile): off, on, or both "
         "(one side each, interleaved)",
     )
+    p.add_argument(
+        "--trainer-flush-denormals",
+        action="store_true",
+        help="flush denormals in this process too (the Trainer's side; nfeval's --jobs workers always do, "
+        "as the nfeval executable does): torch.set_flush_denormal before torch starts its threads",
+    )
     p.add_argument("--device", default="cpu", help="both sides' device (cuda: bf16 on both)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per side")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
@@ -486,9 +492,12 @@ def interleaved(sides: dict, rounds: int) -> tuple[dict[str, list[float]], dict[
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
+    if args.trainer_flush_denormals and not denormals.flush_in_this_process():
+        raise SystemExit("could not flush denormals in every thread of this process")
     print(
         f"lrs {args.lrs}, {args.epochs} epochs, batch {args.batch_size}, {args.layers} layers "
-        f"d={args.d_model}, torch threads {torch.get_num_threads()}, load average {os.getloadavg()}"
+        f"d={args.d_model}, torch threads {torch.get_num_threads()}, load average {os.getloadavg()}, "
+        f"this process flushes denormals: {denormals.flushing()}"
     )
     # torch imports its optimizer machinery on the first step: paid here, not by the side timed first
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)], fused=True).step()

@@ -37,6 +37,7 @@ from ..engine.backend import nfeval_backend
 from ..engine.budget import peak_flops
 from ..engine.checkpoint import Checkpoint
 from ..engine.cpu_linear import describe, packed_weights
+from ..engine.denormals import flushing
 from ..engine.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.generate import Sampling
 from ..engine.loading import ModelIdentity
@@ -220,6 +221,7 @@ class NFEvalLM(TemplateLM):
         return {
             "forward_by": self.model_backend.forward_by,
             "cpu_linear_kernel": describe(),
+            "cpu_flush_denormals": flushing(),
             **self.scoring_stats.report(peak, source),
         }
 

@@ -54,19 +54,27 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def console() -> int:
+    """The ``nfeval`` executable: ``main`` in a process of its own; returns the exit status. Only here
+    does a command's CPU arithmetic flush denormals (``engine.denormals``): ``main`` called from another
+    program leaves that program's arithmetic alone."""
+    return main(own_process=True)
+
+
+def main(argv: list[str] | None = None, own_process: bool = False) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_library_bars()
     try:
-        return run_command(argv)
+        return run_command(argv, own_process)
     finally:
         leave_process_groups()
 
 
-def run_command(argv: list[str]) -> int:
+def run_command(argv: list[str], own_process: bool = False) -> int:
     """Runs the command ``argv`` names; returns its exit status (2 with a one-line message for a user
-    error)."""
+    error). In a process of its own, a command that imported torch flushes denormals before torch starts
+    its threads."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
         return command_module(command).main(argv[argv.index(command) + 1 :])
@@ -75,6 +83,10 @@ def run_command(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if own_process and "torch" in sys.modules:
+        from .engine.denormals import flush_in_this_process
+
+        flush_in_this_process()
     try:
         try:
             return int(command_module(args.command).run(args) or 0)
@@ -105,4 +117,4 @@ def one_line(error: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(console())

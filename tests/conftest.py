@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -81,6 +82,27 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def ieee_denormals():
+    """nfeval flushes denormals only in processes it owns (``engine.denormals``); a test that turns
+    flushing on in this one must turn it off again, or the tests after it would compute differently."""
+    yield
+    tiny = torch.full((1 << 20,), 1 << 20, dtype=torch.int32).view(torch.float32)  # 2^20 denormals
+    survivors = int((tiny * 1.5).count_nonzero())  # a chunk per thread: a leak into any thread shows
+    assert survivors == tiny.numel(), "the test left this process flushing denormals"
+
+
+@contextlib.contextmanager
+def flushed_denormals():
+    """Runs the block on one thread flushing denormals, as a one-thread ``nfeval`` process computes."""
+    assert torch.get_num_threads() == 1, "only this thread is switched"
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import torch
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, hardware, provenance
-from . import budget, checkpoint, cpu_linear, rundir
+from . import budget, checkpoint, cpu_linear, denormals, rundir
 from .config import ModelConfig
 from .grad_stats import GradStatsRecorder
 from .model import Transformer
@@ -84,7 +84,11 @@ def meta(run: TrainingRun) -> dict[str, Any]:
         "flops": run.step * run.flops_per_step,
         "wall_s": run.wall_s,
         "device_hours": run.wall_s * run.par.world / 3600,
-        "hardware": {**hardware(), "cpu_linear_kernel": cpu_linear.describe()},
+        "hardware": {
+            **hardware(),
+            "cpu_linear_kernel": cpu_linear.describe(),
+            "cpu_flush_denormals": denormals.flushing(),
+        },
     }
     return {
         "train": train,

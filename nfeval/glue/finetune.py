@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
-from ..engine import torch_files
+from ..engine import denormals, torch_files
 from ..engine.model import SequenceClassifier, Transformer
 from ..engine.tokenization import special_ids
 from . import data as glue_data
@@ -260,6 +260,7 @@ def _point_result(enc: EncodedTask, lr, seed, recipe: ResolvedRecipe, history, s
         "history": history,
         "train": stats,
         "device": str(dev),
+        "cpu_flush_denormals": denormals.flushing() if dev.type == "cpu" else None,
         "key": dict(key),
         "provenance": provenance(),
     }

@@ -14,6 +14,7 @@ import torch
 
 from ..base.errors import DataError
 from ..engine import checkpoint as ckpt_lib
+from ..engine import denormals
 from . import data as glue_data
 from . import ensemble
 from .finetune import EncodedTask, encode_task, run_point
@@ -23,12 +24,14 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(devices, threads: int, trust_checkpoint: bool) -> None:
-    """Binds this worker process to its device and its share of the CPU cores."""
+    """Binds this worker process to its device and its share of the CPU cores, flushing denormals (before
+    torch starts its threads: ``engine.denormals``)."""
     device = devices.get()
     _WORKER.update(device=device, trust_checkpoint=trust_checkpoint)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     torch.set_num_threads(threads)
+    denormals.flush_in_this_process()
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,6 +17,14 @@ from typing import Any
 import submitit
 
 
+def flush_denormals() -> None:
+    """Flushes denormals in this job's process, which nfeval owns (``engine.denormals``; imports torch,
+    which every job's work needs anyway); returns None."""
+    from ..engine.denormals import flush_in_this_process
+
+    flush_in_this_process()
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchPoint:
     """One independent point: its name (unique in the folder), ``fn(*args)`` computes it (picklable,
@@ -36,6 +44,7 @@ class PointJob(submitit.helpers.Checkpointable):
 
     def __call__(self) -> Any:
         print(f"nfeval: point {self.point.name} in {self.point.directory}", flush=True)
+        flush_denormals()
         return self.point.fn(*self.point.args)
 
 
@@ -51,6 +60,7 @@ class RunJob(submitit.helpers.Checkpointable):
         # keeps seeing all its node's GPUs (parallel.resolve_device takes cuda:LOCAL_RANK)
         env = submitit.helpers.TorchDistributedEnvironment()
         env.export(set_cuda_visible_devices=False, overwrite=True)
+        flush_denormals()
         return self.fn(self.args)
 
     def checkpoint(self) -> submitit.helpers.DelayedSubmission:

@@ -55,6 +55,7 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
+from ..engine import denormals
 from ..engine.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints, recorded_input_fingerprints
 from ..engine.train import train
 from ..engine.train_config import TrainConfig
@@ -153,6 +154,7 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(devices, threads: int) -> None:
     _WORKER["device"] = devices.get()
     torch.set_num_threads(threads)
+    denormals.flush_in_this_process()  # before torch starts its threads (engine.denormals)
 
 
 def run_point(

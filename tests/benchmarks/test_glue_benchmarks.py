@@ -1,5 +1,6 @@
 """The GLUE benchmarks' Trainer is nfeval's recipe: fed the same batches with dropout off it trains as
-nfeval's fine-tune does (glue_gap_probe.py), and glue_sweep.py runs its sides on a synthetic SST-2."""
+nfeval's fine-tune does (glue_gap_probe.py), and glue_sweep.py runs its sides on a synthetic SST-2;
+glue_denormals.py times a point flushing and not."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+import glue_denormals  # noqa: E402
 import glue_gap_probe  # noqa: E402
 import glue_sweep  # noqa: E402
 
@@ -80,3 +82,13 @@ def test_glue_sweep_names_one_trainer_side_per_order_and_compile_mode(sst2, tmp_
     assert not glue_sweep.training_arguments(1e-3, "random", args).torch_compile
     with pytest.raises(SystemExit):
         glue_sweep.parse_args(["--trainer-compile", "sometimes"])
+
+
+def test_glue_denormals_times_a_point_both_ways_and_leaves_ieee_arithmetic(sst2):
+    argv = ["--glue-dir", sst2, "--task", "sst2", "--lr", "1e-3", "--rounds", "1", *TINY]
+    runs = glue_denormals.main(argv)
+    assert [len(runs[flush]) for flush in (True, False)] == [1, 1]
+    (on, on_scores), (off, off_scores) = runs[True][0], runs[False][0]
+    assert on > 0 and off > 0 and set(on_scores) == set(off_scores) == {1e-3}
+    # the tiny model meets no denormal, so flushing changes nothing it computes
+    assert on_scores == off_scores

@@ -111,6 +111,7 @@ def test_a_pool_with_a_split_point_gives_the_one_process_results(tiny_mlm_ckpt, 
         results = [
             json.loads((tmp_path / side / point / "result.json").read_text()) for side in ("alone", "pool")
         ]
+        assert [r["cpu_flush_denormals"] for r in results] == [False, True]  # in process; a pool worker
         assert [h["train_loss"] for h in results[0]["history"]] == [
             h["train_loss"] for h in results[1]["history"]
         ]

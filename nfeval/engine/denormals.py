@@ -1,0 +1,56 @@
+"""Denormal fp32 values flushed to zero on the CPU (x86's FTZ and DAZ), in the processes nfeval owns.
+
+A float32 below 2⁻¹²⁶ ≈ 1.2e-38 in magnitude is denormal. x86 cores compute with denormals through
+microcode assists, many times slower than with normal numbers. A GLUE point near divergence saturates its
+attention, and the softmax rows and the last layer's key and value gradients fall into that range:
+there a backward product ran at 3 GFLOP/s against 180, and the whole point trained 1.27× slower
+(RESULTS.md, session 11). Flushing reads and writes such values as zero, which moves a result by less
+than 1.2e-38 at each operation. TensorFlow's and XLA's CPU runtimes do the same on every compute
+thread (``port::ScopedFlushDenormal``).
+
+The switch is x86's MXCSR register, one per thread; a new thread starts with its creator's.
+``torch.set_flush_denormal`` sets only the calling thread. So ``flush_in_this_process`` must run before
+torch starts its intra-op threads, which then inherit it. It is called where nfeval owns the process: the
+``nfeval`` executable (``cli.console``), the GLUE and tune pool workers and the Slurm jobs. The library,
+called from someone else's process, leaves that process's arithmetic as it is.
+``NFEVAL_FLUSH_DENORMALS=0`` keeps IEEE denormals everywhere. Records state which applied
+(``flushing()``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+ENV = "NFEVAL_FLUSH_DENORMALS"
+
+
+def wanted() -> bool:
+    """Returns whether nfeval's processes flush denormals: unless ``NFEVAL_FLUSH_DENORMALS=0``."""
+    return os.environ.get(ENV, "1") != "0"
+
+
+def flushing() -> bool:
+    """Returns whether every intra-op thread of this process flushes denormals: a denormal times 1.5,
+    computed in a chunk per thread, is zero everywhere."""
+    per_thread = 1 << 16  # above torch's grain (32768 elements), so every thread takes a chunk
+    # the bit pattern 2^20 read as float32 is the denormal 1.47e-39; built from bits, not converted
+    # (a conversion would itself flush under FTZ)
+    tiny = torch.full((torch.get_num_threads() * per_thread,), 1 << 20, dtype=torch.int32).view(torch.float32)
+    return not bool((tiny * 1.5).any())
+
+
+def flush_in_this_process() -> bool:
+    """Makes this thread, and the intra-op threads torch starts after it, flush denormals (unless
+    ``NFEVAL_FLUSH_DENORMALS=0`` or the CPU cannot); returns whether every intra-op thread flushes.
+
+    Where torch's threads started earlier and did not inherit it, it turns flushing off again: a process
+    flushes in every thread or in none.
+    """
+    if not wanted() or not torch.set_flush_denormal(True):
+        return flushing()
+    if flushing():
+        return True
+    torch.set_flush_denormal(False)
+    return False
