@@ -3,7 +3,7 @@
 A float32 below 2⁻¹²⁶ ≈ 1.2e-38 in magnitude is denormal. x86 cores compute with denormals through
 microcode assists, many times slower than with normal numbers. A GLUE point near divergence saturates its
 attention, and the softmax rows and the last layer's key and value gradients fall into that range:
-there a backward product ran at 3 GFLOP/s against 180, and the whole point trained 1.27× slower
+there a backward product ran at 3 GFLOP/s against 180, and the whole point trained 1.28× slower
 (RESULTS.md, session 11). Flushing reads and writes such values as zero, which moves a result by less
 than 1.2e-38 at each operation. TensorFlow's and XLA's CPU runtimes do the same on every compute
 thread (``port::ScopedFlushDenormal``).
