@@ -1,12 +1,12 @@
 """Denormal fp32 values flushed to zero on the CPU (x86's FTZ and DAZ), in the processes nfeval owns.
 
 A float32 below 2⁻¹²⁶ ≈ 1.2e-38 in magnitude is denormal. x86 cores compute with denormals through
-microcode assists, many times slower than with normal numbers. A GLUE point near divergence saturates its
-attention, and the softmax rows and the last layer's key and value gradients fall into that range:
-there a backward product ran at 3 GFLOP/s against 180, and the whole point trained 1.28× slower
-(RESULTS.md, session 11). Flushing reads and writes such values as zero, which moves a result by less
-than 1.2e-38 at each operation. TensorFlow's and XLA's CPU runtimes do the same on every compute
-thread (``port::ScopedFlushDenormal``).
+microcode assists, many times slower than with normal numbers. In a GLUE point near divergence the last
+layer's key and value gradients, which reach it only through the CLS row's saturated attention, fall
+into that range: their backward product ran at 3 GFLOP/s against 180, and the whole point trained 1.28×
+slower (RESULTS.md, session 11). Flushing reads and writes such values as zero, so an operation's result
+differs from IEEE arithmetic only where a value below 1.2e-38 took part. TensorFlow's and XLA's CPU
+runtimes do the same on every compute thread (``port::ScopedFlushDenormal``).
 
 The switch is x86's MXCSR register, one per thread; a new thread starts with its creator's.
 ``torch.set_flush_denormal`` sets only the calling thread. So ``flush_in_this_process`` must run before
