@@ -165,7 +165,9 @@ def takes_onednn(
 def _serves(rows: int, packed: bool) -> bool:
     """Whether this machine's ``choice()`` sends a product of ``rows`` rows to oneDNN."""
     kernel, packed_rows = choice()
-    return packed_rows is not None and rows >= packed_rows if packed else kernel == "onednn"
+    if packed:
+        return packed_rows is not None and rows >= packed_rows
+    return kernel == "onednn"
 
 
 def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

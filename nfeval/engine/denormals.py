@@ -26,11 +26,6 @@ import torch
 ENV = "NFEVAL_FLUSH_DENORMALS"
 
 
-def wanted() -> bool:
-    """Returns whether nfeval's processes flush denormals: unless ``NFEVAL_FLUSH_DENORMALS=0``."""
-    return os.environ.get(ENV, "1") != "0"
-
-
 def flushing() -> bool:
     """Returns whether every intra-op thread of this process flushes denormals: a denormal times 1.5,
     computed in a chunk per thread, is zero everywhere."""
@@ -48,7 +43,7 @@ def flush_in_this_process() -> bool:
     Where torch's threads started earlier and did not inherit it, it turns flushing off again: a process
     flushes in every thread or in none.
     """
-    if not wanted() or not torch.set_flush_denormal(True):
+    if os.environ.get(ENV, "1") == "0" or not torch.set_flush_denormal(True):
         return flushing()
     if flushing():
         return True
