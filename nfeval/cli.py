@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
+from .base import env
 from .base.errors import UserError, environment_error
 from .base.progress import quiet_library_bars
 
@@ -76,6 +76,12 @@ def run_command(argv: list[str], own_process: bool = False) -> int:
     error). In a process of its own, a command that imported torch flushes denormals before torch starts
     its threads."""
     command = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        env.check_switches()  # a mistyped switch fails before any work
+    except UserError as e:
+        prog = f"nfeval {command}" if command in COMMANDS else "nfeval"
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return 2
     if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
         if own_process:
             flush_denormals()
@@ -96,7 +102,7 @@ def run_command(argv: list[str], own_process: bool = False) -> int:
                 raise
             raise user from e
     except UserError as e:  # any other exception is a bug: its traceback shows
-        if os.environ.get("NFEVAL_TRACEBACK") == "1":
+        if env.enabled(env.TRACEBACK):
             raise
         print(f"nfeval {args.command}: error: {one_line(e)}", file=sys.stderr)
         return 2

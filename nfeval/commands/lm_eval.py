@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         model_adapters,  # noqa: F401  (registers the "nfeval" model)
         tasks,
     )
+    from ..base import env
     from ..base.errors import ConfigError, UserError
     from ..cli import one_line
     from ..zeroshot.lm_eval_git import quiet_git_hash
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 known = ", ".join(tasks.CANONICAL_TASKS)
                 raise ConfigError(f"--tasks: {e} (nfeval's: {known}; all: nfeval lm-eval ls tasks)") from None
     except UserError as e:  # bad data, model or task name: one line, as every nfeval command
-        if os.environ.get("NFEVAL_TRACEBACK") == "1":
+        if env.enabled(env.TRACEBACK):
             raise
         print(f"nfeval lm-eval: error: {one_line(e)}", file=sys.stderr)
         return 2

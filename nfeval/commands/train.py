@@ -10,7 +10,7 @@ import sys
 from ..base.cli_args import add_device, add_dtype
 from ..base.jsonio import load_json
 from ..base.outputs import check_output_dir
-from ..engine.parallel import leave_process_group
+from ..engine.parallel import launched_rank, leave_process_group
 from ..engine.train import finished_summary, refuse_existing_run, train
 from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
 from ..engine.trainer import TrainingDiverged
@@ -155,6 +155,6 @@ def train_here(args: argparse.Namespace) -> int:
         return 3
     finally:
         leave_process_group()
-    if int(os.environ.get("RANK", "0")) == 0:
+    if launched_rank() == 0:
         print(json.dumps(summary, indent=2))
     return 0

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import platform
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -44,8 +43,9 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
-ENV = "NFEVAL_CPU_LINEAR"
-KERNELS = ("auto", "onednn", "torch")
+from ..base.env import CPU_LINEAR, switch
+
+ENV = CPU_LINEAR
 # Rows × in × out below which MKL's fixed cost, ~10 µs a call lower, wins (break-even on one EPYC thread:
 # ~1M with a plain weight, ~0.5M with a packed one, which the kernel need not reorder first).
 MIN_MACS, MIN_PACKED_MACS = 1 << 20, 1 << 19
@@ -92,11 +92,7 @@ def choice() -> Choice:
     CPU products with packed weights from ``INTEL_PACKED_ROWS`` rows (MKL's own one- and two-row products
     are faster there) and nothing else. ``onednn``: every product, on any x86 CPU. Either only with a
     torch built with oneDNN's kernel. ``torch``: none (torch's ``F.linear`` everywhere, bit for bit)."""
-    wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if wanted not in KERNELS:
-        from ..base.errors import ConfigError
-
-        raise ConfigError(f"{ENV}={wanted!r}: expected one of {', '.join(KERNELS)}")
+    wanted = switch(ENV)
     if wanted == "torch" or not onednn_available():
         return Choice("torch", None)
     if wanted == "auto" and cpu_vendor() == "GenuineIntel":

@@ -13,17 +13,17 @@ The switch is x86's MXCSR register, one per thread; a new thread starts with its
 torch starts its intra-op threads, which then inherit it. It is called where nfeval owns the process: the
 ``nfeval`` executable (``cli.console``), the GLUE and tune pool workers and the Slurm jobs. The library,
 called from someone else's process, leaves that process's arithmetic as it is.
-``NFEVAL_FLUSH_DENORMALS=0`` keeps IEEE denormals everywhere. Records state which applied
-(``flushing()``).
+``NFEVAL_FLUSH_DENORMALS=0`` keeps IEEE denormals everywhere (``1``, the default, flushes; any other value
+is a ConfigError). Records state which applied (``flushing()``).
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-ENV = "NFEVAL_FLUSH_DENORMALS"
+from ..base.env import FLUSH_DENORMALS, enabled
+
+ENV = FLUSH_DENORMALS
 
 
 def flushing() -> bool:
@@ -43,7 +43,7 @@ def flush_in_this_process() -> bool:
     Where torch's threads started earlier and did not inherit it, it turns flushing off again: a process
     flushes in every thread or in none.
     """
-    if os.environ.get(ENV, "1") == "0" or not torch.set_flush_denormal(True):
+    if not enabled(ENV) or not torch.set_flush_denormal(True):
         return flushing()
     if flushing():
         return True

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,11 +23,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..base import env
 from ..base.errors import ConfigError
 
 T = TypeVar("T")
 HOST_WAIT = datetime.timedelta(hours=12)  # rank 0 may tokenize (and train a BPE on) a large corpus
 _host_group: Any = None  # the long-timeout gloo group of this process, once joined
+
+
+def launched_rank() -> int:
+    """Returns this process's rank as torchrun or a Slurm job set it (``RANK``; 0 when unset)."""
+    return env.integer("RANK", 0)
 
 
 def resolve_device(requested: str | None, cpu_fallback: bool = False) -> torch.device:
@@ -48,9 +53,9 @@ def resolve_device(requested: str | None, cpu_fallback: bool = False) -> torch.d
             return torch.device("cpu")
         raise ConfigError(f"device={requested!r}: CUDA is not available on this machine")
     device = torch.device(req)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = env.integer("WORLD_SIZE", 1)
     if device.index is None or world > 1:  # under torchrun each process takes its own GPU
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        device = torch.device("cuda", env.integer("LOCAL_RANK", 0))
     return device
 
 
@@ -60,7 +65,7 @@ def join_process_group(device: torch.device) -> tuple[int, int]:
     global _host_group
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not dist.is_initialized():
+    if env.integer("WORLD_SIZE", 1) <= 1 and not dist.is_initialized():
         return 0, 1
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")

@@ -41,6 +41,7 @@ from ..base.errors import CheckpointError, ConfigError
 from ..base.jsonio import load_json
 from . import rundir, train_config
 from .input_fingerprints import INPUT_PATH_FIELDS, unchanged_inputs
+from .parallel import launched_rank
 from .train_config import TrainConfig, fields_with
 from .trainer import Trainer
 
@@ -135,7 +136,7 @@ def resumed_config(
         )
     taken = {n: b for n, (_, b) in changed.items() if n in OVERRIDABLE or n in FREE}
     overridden = {n: b for n, b in taken.items() if n in OVERRIDABLE}
-    if overridden and int(os.environ.get("RANK", "0")) == 0:
+    if overridden and launched_rank() == 0:
         print(f"nfeval train: --override-resume: taking {overridden} from the command line", file=sys.stderr)
     return TrainConfig(**{**vars(saved), **taken})
 

@@ -30,7 +30,7 @@ from .flops import training_flops_per_token
 from .grad_stats import GradStatsRecorder
 from .model import Transformer
 from .objective import Objective, evaluate
-from .parallel import Strategy, make_strategy
+from .parallel import Strategy, launched_rank, make_strategy
 from .run_inputs import load_data, model_config
 from .train_config import TrainConfig, clip_window, parse_grad_stats, training_recipe
 
@@ -144,7 +144,7 @@ class Trainer:
             *skipped,
             f"resuming from {path}" if path else f"{out_dir}: no valid checkpoint; starting at step 0",
         ]
-        if int(os.environ.get("RANK", "0")) == 0:
+        if launched_rank() == 0:
             for note in notes:
                 print(f"nfeval train: {note}", file=sys.stderr)
         trainer = cls(cfg, out_dir, weights_from=path, parallel=parallel)

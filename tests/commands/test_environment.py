@@ -1,0 +1,49 @@
+"""Every environment variable nfeval reads is parsed strictly: a documented value, or one line naming the
+variable and exit status 2 before any work (``nfeval.base.env``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nfeval.base import env
+from nfeval.base.errors import ConfigError
+from nfeval.cli import main
+from nfeval.engine import denormals, parallel
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "accepted"),
+    [
+        ("NFEVAL_FLUSH_DENORMALS", "false", "0, 1"),
+        ("NFEVAL_FLUSH_DENORMALS", "garbage", "0, 1"),
+        ("NFEVAL_TRACEBACK", "yes", "0, 1"),
+        ("NFEVAL_CPU_LINEAR", "bogus", "auto, onednn, torch"),
+    ],
+)
+def test_a_switch_with_an_undocumented_value_is_one_line_before_any_work(
+    monkeypatch, capsys, tmp_path, name, value, accepted
+):
+    monkeypatch.setenv(name, value)
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--max-steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"nfeval train: error: {name}={value!r}: expected one of {accepted}\n"
+    assert not out.exists()
+
+
+def test_flushing_is_off_only_for_0_and_refused_for_other_words(monkeypatch):
+    monkeypatch.setenv(denormals.ENV, "false")
+    with pytest.raises(ConfigError, match="NFEVAL_FLUSH_DENORMALS='false'"):
+        denormals.flush_in_this_process()
+    for value, on in (("0", False), ("1", True), ("", True), (" 1 ", True)):
+        monkeypatch.setenv(denormals.ENV, value)
+        assert env.enabled(env.FLUSH_DENORMALS) is on
+
+
+@pytest.mark.parametrize("value", ["one", "-1", "1.0"])
+def test_a_launcher_rank_that_is_not_a_count_is_named(monkeypatch, value):
+    monkeypatch.setenv("RANK", value)
+    with pytest.raises(ConfigError, match=f"RANK={value!r}: expected a non-negative integer"):
+        parallel.launched_rank()
+    monkeypatch.setenv("RANK", "3")
+    assert parallel.launched_rank() == 3
