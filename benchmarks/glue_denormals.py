@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict[bool, list[tuple[float, dict]]]:
         for r in range(args.rounds):
             for flush in (True, False) if r % 2 == 0 else (False, True):
                 torch.set_flush_denormal(flush)
-                seconds, scores = run_nfeval(ckpt_dir, glue_dir, args.task, 1, sweep)
+                seconds, scores = run_nfeval(ckpt_dir, glue_dir, args.task, sweep)
                 runs[flush].append((seconds, scores))
                 print(f"flush={flush}: {seconds:.1f} s, dev (best, last epoch) {scores}", flush=True)
     finally:

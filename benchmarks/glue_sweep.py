@@ -1,7 +1,7 @@
-"""GLUE sweep time: ``nfeval.glue.sweep`` (the learning rates of a task trained as one batched ensemble)
-vs Hugging Face ``Trainer`` in its strongest configuration: dynamic padding (``DataCollatorWithPadding``)
-and ``group_by_length=True`` (``train_sampling_strategy="group_by_length"`` in transformers 5), one
-fine-tune per learning rate.
+"""GLUE sweep time: ``nfeval.glue.sweep`` (one point at a time, in ``--jobs`` processes) vs Hugging Face
+``Trainer`` in its strongest configuration: dynamic padding (``DataCollatorWithPadding``) and
+``group_by_length=True`` (``train_sampling_strategy="group_by_length"`` in transformers 5), one fine-tune
+per learning rate.
 
 Both sides fine-tune the same RoBERTa-shaped encoder (post-LN, embedding LayerNorm, learned positions;
 random init, no pretraining: no weights can be downloaded) from the same weights (the nfeval checkpoint's
@@ -19,13 +19,11 @@ the dev metric (best epoch, and last epoch) at each learning rate, so that speed
 dev score. The Trainer's dev scores are lower at short schedules and low learning rates because of its
 ``group_by_length`` order (each epoch runs from long to short rows); on nfeval's batches or a plain
 shuffle it scores within ~0.01 of nfeval (``glue_gap_probe.py --order``, RESULTS.md, session 6).
-``--sequential`` (on by default) also times nfeval one point at a time (``--ensemble 1``).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
-    ... --threads 2 --jobs 2 --ensemble 1 --no-sequential   # the whole 2-core machine: a 2-thread
-                                                             # Trainer against two 1-thread points at once
+    ... --threads 2 --jobs 2   # the whole 2-core machine: a 2-thread Trainer against two 1-thread points
     ... --trainer-order group_by_length,random   # also the Trainer on a plain shuffle (equal dev scores)
-    ... --device cuda   # both sides on the GPU, bf16 (the ensemble's case)
+    ... --device cuda   # both sides on the GPU, bf16
 """
 
 from __future__ import annotations
@@ -110,7 +108,7 @@ def encoder_config(vocab: int, args) -> ModelConfig:
     )
 
 
-def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, ensemble, args) -> tuple[float, dict]:
+def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, args) -> tuple[float, dict]:
     """Returns (seconds, {lr: (best-epoch metric, last-epoch metric)}) of nfeval's sweep."""
     recipe = glue.Recipe(
         epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, eval_batch_size=64
@@ -126,7 +124,6 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, ensemble, args) -> tuple
         recipe=recipe,
         device=args.device,
         progress=False,
-        ensemble_size=ensemble,
         jobs=args.jobs,
     )
     seconds = time.perf_counter() - t0
@@ -420,13 +417,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--ensemble", help="nfeval's --ensemble (default: the whole grid in one ensemble)")
-    p.add_argument(
-        "--sequential",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also time nfeval with --ensemble 1 (default: on; on CPU it beats the ensemble)",
-    )
     p.add_argument(
         "--trainer-order",
         type=trainer_orders,
@@ -452,7 +442,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
     p.add_argument("--jobs", type=int, default=1, help="nfeval's --jobs: N processes, cores / N threads each")
     args = p.parse_args(argv)
-    args.ensemble = args.ensemble or len(args.lrs)
     args.trainer_compile = TRAINER_COMPILE[args.trainer_compile]
     return args
 
@@ -461,16 +450,12 @@ def sides_of(task: str, args, work: str) -> dict:
     """Returns {side: a call timing that side's sweep of ``task``} on one shared subset and checkpoint."""
     glue_dir, data, ckpt_dir = prepare_task(task, args, work)
     ckpt = checkpoint.load(ckpt_dir)
-    sides = {
-        "nfeval": functools.partial(run_nfeval, ckpt_dir, glue_dir, task, args.ensemble, args),
-    }
+    sides = {"nfeval": functools.partial(run_nfeval, ckpt_dir, glue_dir, task, args)}
     for order in args.trainer_order:
         for compiled in args.trainer_compile:
             name = TRAINER if order == "group_by_length" else f"{TRAINER} ({order} order)"
             name += ", torch.compile" if compiled else ""
             sides[name] = functools.partial(run_trainer, ckpt, data, order, args, compiled)
-    if args.sequential:
-        sides["nfeval --ensemble 1"] = functools.partial(run_nfeval, ckpt_dir, glue_dir, task, 1, args)
     return sides
 
 

@@ -2,7 +2,7 @@
 checked and timed.
 
     python benchmarks/gpu_check.py [--out benchmarks/gpu_check] [--batch 8] [--seq 2048] [--steps 10]
-    python benchmarks/gpu_check.py --checks generate_vs_hf,zeroshot_vs_hflm,glue_ensemble_vs_trainer
+    python benchmarks/gpu_check.py --checks generate_vs_hf,zeroshot_vs_hflm,glue_vs_trainer
     python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check   # the same code on CPU, tiny shapes
 
 Checks 1-4 were sized for ≤ 8 minutes on one H100/H200 and 5-7 for a few more, none measured yet: when
@@ -26,10 +26,10 @@ Checks (each reports its time and peak GPU memory; one failing does not stop the
 6. ``zeroshot_vs_hflm``: 2,000 loglikelihood requests of a random 125M-shaped HF GPT-2 directory, fp32,
    batch 32, lm-eval's ``HFLM`` against nfeval's adapter (the engine running the GPT-2 weights):
    seconds, ratio, largest log-likelihood difference (must be < 1e-3).
-7. ``glue_ensemble_vs_trainer``: the seven-learning-rate SST-2 sweep (``glue_sweep.py`` defaults,
-   bf16): nfeval as one ensemble and one point at a time against HF ``Trainer`` in ``group_by_length``
-   and in random order; seconds, ratios, best dev accuracy per side. Real SST-2 when ../shared/data
-   is beside the checkout, else a synthetic one (``glue_sweep.synthetic_sst2``).
+7. ``glue_vs_trainer``: the seven-learning-rate SST-2 sweep (``glue_sweep.py`` defaults, bf16): nfeval
+   one point at a time against HF ``Trainer`` in ``group_by_length`` and in random order; seconds,
+   ratios, best dev accuracy per side. Real SST-2 when ../shared/data is beside the checkout, else a
+   synthetic one (``glue_sweep.synthetic_sst2``).
 
 Writes ``gpu_check.json`` (figures) and ``gpu_check.md`` (a section for benchmarks/RESULTS.md) into
 ``--out``; exits 1 if any check failed. ``--dry-run`` runs every path on the CPU with tiny shapes
@@ -423,11 +423,11 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
     }
 
 
-def glue_ensemble_vs_trainer(s: Setup) -> dict:
-    """Times the seven-learning-rate SST-2 sweep on the device (``benchmarks/glue_sweep.py``): nfeval as
-    one ensemble, nfeval one point at a time, and HF ``Trainer`` in ``group_by_length`` and random order,
-    bf16; SST-2 from ../shared/data when present, else synthetic. Returns each side's seconds, the
-    Trainer / nfeval ratios and each side's best dev accuracy."""
+def glue_vs_trainer(s: Setup) -> dict:
+    """Times the seven-learning-rate SST-2 sweep on the device (``benchmarks/glue_sweep.py``): nfeval one
+    point at a time and HF ``Trainer`` in ``group_by_length`` and random order, bf16; SST-2 from
+    ../shared/data when present, else synthetic. Returns each side's seconds, the Trainer / nfeval ratios
+    and each side's best dev accuracy."""
     import glue_sweep
 
     real = glue_sweep.DEFAULT_GLUE / "SST-2"
@@ -478,7 +478,7 @@ CHECKS: dict[str, Callable[[Setup], dict]] = {
     "zeroshot_cuda_vs_cpu": zeroshot_cuda_vs_cpu,
     "generate_vs_hf": generate_vs_hf,
     "zeroshot_vs_hflm": zeroshot_vs_hflm,
-    "glue_ensemble_vs_trainer": glue_ensemble_vs_trainer,
+    "glue_vs_trainer": glue_vs_trainer,
 }
 
 

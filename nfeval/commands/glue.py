@@ -9,7 +9,6 @@ from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_no
 from ..base.outputs import check_output_dir
 from ..engine import torch_files
 from ..glue import data as glue_data
-from ..glue import ensemble
 from ..glue import submission as glue_submission
 from ..glue.points import lr_key
 from ..glue.recipe import DTYPES, SELECTIONS, Recipe
@@ -59,14 +58,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_dtype(p, DTYPES, default=Recipe.dtype, help="auto (default): bf16 on GPUs that support it")
     add_device(p)
     p.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
-    p.add_argument(
-        "--ensemble",
-        type=ensemble.ensemble_arg,
-        default=ensemble.AUTO,
-        help="learning rates of one task and seed trained together as one batched model: auto (default: "
-        "on a GPU as many as fit in memory, on a CPU 1, where the ensemble measured slower), N (at most "
-        "N), 1 (one point at a time)",
-    )
     p.add_argument("--out", default="results", help="results folder (default: results)")
     add_no_progress(p)
     p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
@@ -103,7 +94,6 @@ def run(args: argparse.Namespace) -> int:
         device=device_or_none(args.device),
         progress=not args.no_progress,
         trust_checkpoint=args.trust_checkpoint,
-        ensemble_size=args.ensemble,
         launch=launch,
     )
     if summary is None:

@@ -23,12 +23,10 @@ head pools the first token of an encoder and the last real token of a causal mod
 
 Speed: batches are padded only to their longest member, and drawn from length-sorted pools of 100
 batches (bucketing); bf16 autocast on GPUs that support it; ``--jobs N`` runs points in N processes
-(spread over the visible GPUs; a remainder of points split at an epoch: ``pool.plan_work``);
-``--ensemble`` trains the learning rates of one task and seed as one batched model (``ensemble.py``;
-the same results as one at a time). Resume: finished points are
-skipped (their result.json records the checkpoint fingerprint, data sha256s and recipe, and a
-mismatch is an error, never a silent mix); an unfinished point restarts from its last finished epoch
-(``state.pt``, deleted when the point is done).
+(spread over the visible GPUs; a remainder of points split at an epoch: ``pool.plan_work``). Resume:
+finished points are skipped (their result.json records the checkpoint fingerprint, data sha256s and
+recipe, and a mismatch is an error, never a silent mix); an unfinished point restarts from its last
+finished epoch (``state.pt``, deleted when the point is done).
 
 This module plans, runs and summarises a sweep; ``recipe.py`` holds the recipe, ``finetune.py`` one point,
 ``points.py`` a point's files and lock.
@@ -51,7 +49,6 @@ from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
 from ..launch.options import LaunchOptions
 from . import data as glue_data
-from . import ensemble
 from . import metrics as glue_metrics
 from .finetune import EncodedTask, encode_task, run_point
 from .points import Point, claim_and_run, finished_on_disk, finished_result, lr_key, point_dir
@@ -123,59 +120,37 @@ def encode_tasks(ckpt, data, points) -> dict[tuple[str, int], EncodedTask]:
     return encoded
 
 
-def plan_ensembles(ckpt, encoded, points, setting, device: str, jobs: int) -> list[list[Point]]:
-    """Returns ``points`` cut into the units trained together (``--ensemble``; see ``ensemble.py``):
-    under ``auto`` one point per unit on a CPU, where the vmapped ensemble measured slower than one point
-    at a time (benchmarks/RESULTS.md, "Seven LRs as one batched ensemble")."""
-    if setting == ensemble.AUTO and not device.startswith("cuda"):
-        setting = 1
-    fits = (
-        ensemble.members_that_fit(ckpt, encoded, points, device, jobs)
-        if setting == ensemble.AUTO and points  # a rerun of a finished sweep has no points left
-        else None
-    )
-    return ensemble.plan_units(points, setting, jobs, fits)
-
-
-def _run_here(ckpt, encoded, units, results, device, progress, bar, wait: bool) -> list[Point]:
-    """Runs ``units`` in this process, appending to ``results``; returns the points another sweep holds."""
+def _run_here(ckpt, encoded, points, results, device, progress, bar, wait: bool) -> list[Point]:
+    """Runs ``points`` in this process, appending to ``results``; returns the points another sweep holds."""
     deferred = []
-    for unit in units:
-        enc = encoded[unit[0].task, unit[0].recipe.max_len]
-        if len(unit) > 1:
-            done, held = ensemble.claim_and_run_ensemble(ckpt, enc, unit, device, progress, wait)
-            results[unit[0].task] += done
-            deferred += held
-            bar.update(len(done))
-            continue
-        task, lr, seed, r, directory, key = unit[0]
+    for point in points:
+        task, lr, seed, r, directory, key = point
+        enc = encoded[task, r.max_len]
         run = functools.partial(run_point, ckpt, enc, lr, seed, r, directory, key, device, progress)
         result = claim_and_run(directory, key, wait, run)
         if result is None:
-            deferred.append(unit[0])
+            deferred.append(point)
             continue
         results[task].append(result)
         bar.update(1)
     return deferred
 
 
-def run_points(
-    ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint, setting=1
-) -> None:
-    """Runs ``points`` (``setting`` points an ensemble at most, in ``jobs`` processes when more than one),
-    appending each result to ``results``; points another sweep holds are waited for at the end."""
-    if not points:  # all finished: nothing to plan
+def run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint) -> None:
+    """Runs ``points`` (in ``jobs`` processes when more than one), appending each result to ``results``;
+    points another sweep holds are waited for at the end. Returns None."""
+    if not points:  # all finished: nothing to encode
         return
-    bar = progress_bar(total=len(points), enabled=progress and bool(points), desc="glue sweep", unit="point")
-    encoded = encode_tasks(ckpt, data, points)
-    units = plan_ensembles(ckpt, encoded, points, setting, device, jobs)
-    if jobs == 1 or len(units) <= 1:
-        deferred = _run_here(ckpt, encoded, units, results, device, progress, bar, wait=False)
-    else:
-        deferred = run_in_pool(ckpt, glue_dir, units, results, device, jobs, trust_checkpoint, bar)
+    bar = progress_bar(total=len(points), enabled=progress, desc="glue sweep", unit="point")
+    if jobs == 1 or len(points) == 1:
+        encoded = encode_tasks(ckpt, data, points)
+        deferred = _run_here(ckpt, encoded, points, results, device, progress, bar, wait=False)
+    else:  # each worker encodes the tasks it trains
+        deferred = run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar)
     if deferred:
         print(f"nfeval glue: waiting for {len(deferred)} point(s) another sweep is running", flush=True)
-        _run_here(ckpt, encoded, [[p] for p in deferred], results, device, progress, bar, wait=True)
+        encoded = encode_tasks(ckpt, data, deferred)
+        _run_here(ckpt, encoded, deferred, results, device, progress, bar, wait=True)
     bar.close()
 
 
@@ -280,7 +255,6 @@ def sweep(
     device: str | None = None,
     progress: bool = True,
     trust_checkpoint: bool = False,
-    ensemble_size: int | str = ensemble.AUTO,
     launch: LaunchOptions | None = None,
 ) -> dict[str, Any] | None:
     """Fine-tunes every (task, lr, seed) point not yet finished, writes ``<out_dir>/glue.json``; returns it.
@@ -290,14 +264,12 @@ def sweep(
     this sweep's tasks and of those kept from an earlier summary of the same checkpoint in ``out_dir``.
     Concurrent sweeps into one ``out_dir`` never compute a point twice (a per-point lock: a point held by
     another sweep is waited for at the end), and each task's summary covers every finished point on disk
-    for the same checkpoint, data and recipe. ``ensemble_size`` (``--ensemble``): the learning rates of
-    one task and seed trained as one batched ensemble, ``auto`` as many as fit in memory, 1 one at a
-    time. ``launch`` (``--launcher slurm``): the points as Slurm jobs (``pool.run_as_jobs``); the summary
-    then covers the tasks with a finished point, and None is returned when there is none yet.
+    for the same checkpoint, data and recipe. ``launch`` (``--launcher slurm``): the points as Slurm jobs
+    (``pool.run_as_jobs``); the summary then covers the tasks with a finished point, and None is returned
+    when there is none yet.
     """
     recipe = recipe or Recipe()
     tasks, grids = _check_arguments(tasks, lrs, seeds, jobs)
-    setting = ensemble.ensemble_setting(ensemble_size)
     if isinstance(ckpt, str):
         ckpt = ckpt_lib.load(ckpt, trust_checkpoint=trust_checkpoint)
     if ckpt.tokenizer is None:
@@ -313,9 +285,9 @@ def sweep(
         flush=True,
     )
     if launch is not None and launch.on_cluster:
-        run_as_jobs(ckpt.path, glue_dir, points, setting, device, trust_checkpoint, launch, out_dir, progress)
+        run_as_jobs(ckpt.path, glue_dir, points, device, trust_checkpoint, launch, out_dir, progress)
     else:
-        run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint, setting)
+        run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint)
     for t in tasks:  # points finished by concurrent sweeps (or Slurm jobs) into the same folder count too
         same_run = {
             "checkpoint": ckpt.fingerprint,

@@ -31,7 +31,7 @@ def test_gpu_check_dry_run(tmp_path):
         "zeroshot_cuda_vs_cpu",
         "generate_vs_hf",
         "zeroshot_vs_hflm",
-        "glue_ensemble_vs_trainer",
+        "glue_vs_trainer",
     ]
     assert all(c["status"] == "ok" for c in checks.values()), checks
     assert (
@@ -46,10 +46,9 @@ def test_gpu_check_dry_run(tmp_path):
         assert generation[f"b{batch}_nfeval_tok_s"] > 0 and generation[f"b{batch}_limit_fp32"] > 0
     scoring = checks["zeroshot_vs_hflm"]
     assert scoring["forward_by"] == "nfeval engine (GPT-2 weights)" and scoring["max_abs_loglik_diff"] < 1e-4
-    glue = checks["glue_ensemble_vs_trainer"]
-    sides = ["nfeval", "HF Trainer", "HF Trainer (random order)", "nfeval --ensemble 1"]
+    glue = checks["glue_vs_trainer"]
+    sides = ["nfeval", "HF Trainer", "HF Trainer (random order)"]
     assert all(glue[f"{side} s"] > 0 and 0 <= glue[f"{side} best dev"] <= 1 for side in sides)
-    assert glue["nfeval best dev"] == glue["nfeval --ensemble 1 best dev"]  # the ensemble is the points
     assert glue["HF Trainer / nfeval"] > 0
     table = (tmp_path / "gpu_check.md").read_text()
     assert table.startswith("## GPU check") and table.count("| ok |") == len(checks)

@@ -163,8 +163,7 @@ def test_killed_sweep_resumes_without_redoing_points(tiny_mlm_ckpt, glue_dir, tm
     out, lrs = tmp_path / "results", [3e-4, 1e-3, 3e-3]
     recipe = glue.Recipe(epochs=1, batch_size=32)
     real, calls = glue.run_point, []
-    # the one-at-a-time path (ensembles: test_glue_ensemble.py)
-    args = dict(out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False, ensemble_size=1)
+    args = dict(out_dir=str(out), glue_dir=glue_dir, recipe=recipe, progress=False)
 
     def dies_after_two(*args, **kwargs):
         if len(calls) == 2:

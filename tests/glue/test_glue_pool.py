@@ -15,9 +15,9 @@ from nfeval.glue.points import Point
 from nfeval.glue.pool import Work, plan_work
 
 
-def points(n: int, epochs: int) -> list[list[Point]]:
+def points(n: int, epochs: int) -> list[Point]:
     recipe = types.SimpleNamespace(epochs=epochs)
-    return [[Point("rte", 1e-4 * (i + 1), 0, recipe, f"lr{i}", {})] for i in range(n)]
+    return [Point("rte", 1e-4 * (i + 1), 0, recipe, f"lr{i}", {}) for i in range(n)]
 
 
 def makespan(work: list[Work], jobs: int) -> int:
@@ -26,7 +26,7 @@ def makespan(work: list[Work], jobs: int) -> int:
     free, heads = [0] * jobs, {}  # heads: {lr: (when its first epochs end, how many)}
     for w in work:
         job = min(range(jobs), key=free.__getitem__)
-        point = w.unit[0]
+        point = w.point
         if w.until is not None:
             free[job] += w.until
             heads[point.lr] = (free[job], w.until)
@@ -38,13 +38,13 @@ def makespan(work: list[Work], jobs: int) -> int:
 
 def test_the_remainder_is_split_so_seven_lrs_take_seven_epochs_on_two_jobs():
     work = plan_work(points(7, 2), jobs=2)
-    assert [(w.unit[0].lr, w.until, w.wait) for w in (work[0], work[-1])] == [
+    assert [(w.point.lr, w.until, w.wait) for w in (work[0], work[-1])] == [
         (7e-4, 1, False),
         (7e-4, None, True),
     ]
     assert [w.until for w in work[1:-1]] == [None] * 6 and not any(w.wait for w in work[1:-1])
     assert makespan(work, 2) == 7
-    assert makespan([Work(u) for u in points(7, 2)], 2) == 8  # unsplit: the last point runs alone
+    assert makespan([Work(p) for p in points(7, 2)], 2) == 8  # unsplit: the last point runs alone
 
 
 @pytest.mark.parametrize(
@@ -56,19 +56,13 @@ def test_split_work_ends_within_an_epoch_of_an_even_share(n, jobs, epochs):
 
 @pytest.mark.parametrize(("n", "jobs", "epochs"), [(4, 2, 2), (1, 2, 2), (3, 4, 2), (7, 2, 1)])
 def test_nothing_is_split_where_it_cannot_help(n, jobs, epochs):
-    assert plan_work(points(n, epochs), jobs) == [Work(u) for u in points(n, epochs)]
-
-
-def test_ensembles_are_never_split():
-    pair = [points(2, 2)[0][0], points(2, 2)[1][0]]
-    work = plan_work([pair, *points(2, 2)], jobs=2)
-    assert [w.unit for w in work if w.until is not None] == [points(2, 2)[1]]
+    assert plan_work(points(n, epochs), jobs) == [Work(p) for p in points(n, epochs)]
 
 
 def test_a_point_run_in_two_calls_equals_one_call(tiny_mlm_ckpt, tmp_path):
     glue_dir = write_cat_tasks(tmp_path / "glue", n_train=160, n_dev=64)
     recipe = glue.Recipe(epochs=3, batch_size=32)  # dropout on: the masks must resume too
-    args = dict(glue_dir=glue_dir, recipe=recipe, progress=False, ensemble_size=1)
+    args = dict(glue_dir=glue_dir, recipe=recipe, progress=False)
     whole = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], out_dir=str(tmp_path / "whole"), **args)
 
     real = glue.run_point
@@ -96,7 +90,7 @@ def test_a_pool_with_a_split_point_gives_the_one_process_results(tiny_mlm_ckpt, 
     glue_dir = write_cat_tasks(tmp_path / "glue", n_train=160, n_dev=64)
     recipe = glue.Recipe(epochs=2, batch_size=32)
     lrs = [3e-4, 1e-3, 3e-3]  # three points in two jobs: the last one split
-    args = dict(glue_dir=glue_dir, recipe=recipe, progress=False, ensemble_size=1)
+    args = dict(glue_dir=glue_dir, recipe=recipe, progress=False)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # each job's share: threads move rounding
     try:

@@ -107,9 +107,7 @@ def test_a_tune_sweep_as_jobs_gives_the_in_process_results(tmp_path, job_env, ca
 def test_a_glue_sweep_as_jobs_gives_the_in_process_results(tmp_path, job_env, tiny_mlm_ckpt, capsys):
     glue_dir = write_cat_tasks(tmp_path / "glue", n_train=48, n_dev=24)
     recipe = glue.Recipe(epochs=1, batch_size=16, dtype="fp32")
-    kw = dict(
-        lrs=[1e-3, 3e-3], glue_dir=glue_dir, recipe=recipe, device="cpu", progress=False, ensemble_size=1
-    )
+    kw = dict(lrs=[1e-3, 3e-3], glue_dir=glue_dir, recipe=recipe, device="cpu", progress=False)
     here = glue.sweep(tiny_mlm_ckpt, ["sst2"], out_dir=str(tmp_path / "here"), **kw)
     jobs = glue.sweep(tiny_mlm_ckpt, ["sst2"], out_dir=str(tmp_path / "jobs"), launch=local_jobs(), **kw)
     assert jobs["tasks"]["sst2"]["per_lr"] == here["tasks"]["sst2"]["per_lr"]
