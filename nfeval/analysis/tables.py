@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base.errors import DataError
+from ..base.escape import markdown_row
 from ..base.jsonio import load_json
 
 ANALYSES = ("grads", "gains", "stability")
@@ -13,8 +14,8 @@ ANALYSES = ("grads", "gains", "stability")
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     """Returns the lines of a markdown table; columns after the first are right-aligned."""
-    lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+    lines = [markdown_row(header), "|---" + "|---:" * (len(header) - 1) + "|"]
+    return lines + [markdown_row(row) for row in rows]
 
 
 def _num(x: float | None, fmt: str = ".3g") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..base.escape import text_cell
 from ..engine.flops import FLOPS_COUNTED
 from .compare import AXIS_LABELS, MID_SCHEDULE, NOT_REACHED
 
@@ -64,8 +65,9 @@ def _fraction(row: dict, axis: str) -> str:
 
 
 def table(rows: list[list[str]], right: set[int]) -> list[str]:
-    """Returns ``rows`` (the first being the header) as aligned text lines; columns in ``right``
-    right-aligned."""
+    """Returns ``rows`` (the first being the header) as aligned text lines, each cell on one line
+    (``escape.text_cell``: names come from files and folders); columns in ``right`` right-aligned."""
+    rows = [[text_cell(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from ..base.artifacts import atomic_write_text
+from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
 from . import paired
 from .leaderboard_read import GROUP_UNITS, MISSING, TITLES, ZEROSHOT_TASKS
 
@@ -44,7 +45,7 @@ def _cell(cell: dict[str, Any] | None) -> str:
 def _markdown_table(table: dict[str, Any]) -> list[str]:
     header = ["Model", "Params", "Arch", "Tokens", "FLOPs", "Device-h"]
     header += [f"{c['title']} ({c['metric']})" for c in table["columns"]] + ["Avg"]
-    lines = ["| " + " | ".join(header) + " |", "|---|---:|---|" + "---:|" * (len(header) - 3)]
+    lines = [markdown_row(header), "|---|---:|---|" + "---:|" * (len(header) - 3)]
     group = None
     for row in table["rows"]:
         label = (
@@ -53,7 +54,7 @@ def _markdown_table(table: dict[str, Any]) -> list[str]:
             else (f"**{row['group']}**" if row["group"] else None)
         )
         if label and label != group:
-            lines.append("| " + " | ".join([label] + [""] * (len(header) - 1)) + " |")
+            lines.append(markdown_row([label] + [""] * (len(header) - 1)))
             group = label
         cells = [
             row["name"],
@@ -65,7 +66,7 @@ def _markdown_table(table: dict[str, Any]) -> list[str]:
         ]
         cells += [_cell(row["scores"][c["task"]]) for c in table["columns"]]
         cells.append(MISSING if row["average"] is None else f"{100 * row['average']:.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(markdown_row(cells))
     return lines
 
 
@@ -112,11 +113,12 @@ def _sources(board: dict[str, Any]) -> list[str]:
             if row["reference"] or row["name"] in seen:
                 continue
             seen.add(row["name"])
-            fingerprint = (
-                f"fingerprint `{row['fingerprint'][:16]}`" if row["fingerprint"] else "no fingerprint"
-            )
+            # a code span ends only at a backtick: the fingerprint's are replaced
+            shown = text_cell(row["fingerprint"][:16]).replace("`", "'") if row["fingerprint"] else None
+            fingerprint = f"fingerprint `{shown}`" if shown else "no fingerprint"
             lr = f"{row['lr']['label']}; " if row.get("lr") else ""
-            lines.append(f"- {row['name']}: {fingerprint}; {lr}{', '.join(row['sources'])}")
+            detail = markdown_text(f"{lr}{', '.join(row['sources'])}")
+            lines.append(f"- {markdown_text(row['name'])}: {fingerprint}; {detail}")
     return lines
 
 
@@ -133,7 +135,7 @@ def render_markdown(
     lines = [f"# {title}", ""]
     if "zeroshot" in board:
         lines += ["## Zero-shot", ""] + _markdown_table(board["zeroshot"]) + [""]
-        lines += [f"- {note}" for note in _zeroshot_notes(board)] + [""]
+        lines += [f"- {markdown_text(note)}" for note in _zeroshot_notes(board)] + [""]
         if "zeroshot" in images:
             lines += [f"![Zero-shot accuracy]({images['zeroshot']})", ""]
     if "glue" in board:
@@ -149,7 +151,7 @@ def render_markdown(
         ]
     if comparison or "curves" in images:
         lines += ["## Training runs at equal compute", ""]
-        lines += ["```text", comparison, "```", ""] if comparison else []
+        lines += [*code_block(comparison), ""] if comparison else []
         lines += (
             [f"![Validation perplexity vs compute]({images['curves']})", ""] if "curves" in images else []
         )
@@ -208,9 +210,9 @@ def render_csv(board: dict[str, Any]) -> str:
             out[f"{name}_average"] = row["average"]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
-    writer.writeheader()
+    writer.writerow({k: csv_text(k) for k in header})
     for out in rows.values():
-        writer.writerow({k: "" if out.get(k) is None else out[k] for k in header})
+        writer.writerow({k: "" if out.get(k) is None else csv_text(out[k]) for k in header})
     return buf.getvalue()
 
 

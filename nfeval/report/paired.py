@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ConfigError, DataError
+from ..base.escape import markdown_row, markdown_text
 from ..base.jsonio import load_json
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
@@ -255,7 +256,7 @@ def markdown_section(board: dict[str, Any]) -> list[str]:
     settings = board["paired"]
     conf = f"{100 * settings['confidence']:g}%"
     lines = [
-        f"## Paired differences vs {settings['baseline']}",
+        f"## Paired differences vs {markdown_text(settings['baseline'])}",
         "",
         f"| Model | Task | Metric | n | Δ (points) | {conf} interval | McNemar p |",
         "|---|---|---|---:|---:|---|---:|",
@@ -268,16 +269,15 @@ def markdown_section(board: dict[str, Any]) -> list[str]:
                 if not paired:
                     continue
                 p = "–" if paired["mcnemar_p"] is None else f"{paired['mcnemar_p']:.3g}"
-                lines.append(
-                    f"| {row['name']} | {col['title']} | {col['metric']} | {paired['n']} | "
-                    f"{100 * paired['difference']:+.1f}{markdown_mark(row['scores'][col['task']])} | "
-                    f"[{100 * paired['low']:+.1f}, {100 * paired['high']:+.1f}] | {p} |"
-                )
+                difference = f"{100 * paired['difference']:+.1f}{markdown_mark(row['scores'][col['task']])}"
+                interval = f"[{100 * paired['low']:+.1f}, {100 * paired['high']:+.1f}]"
+                cells = [row["name"], col["title"], col["metric"], paired["n"], difference, interval, p]
+                lines.append(markdown_row(cells))
     lines += [
         "",
-        f"- Δ: model − {settings['baseline']} on the same items; interval: paired bootstrap over items "
-        f"({settings['n_resamples']} resamples, seed {settings['seed']}); McNemar: exact test on the items "
-        "only one model got right (accuracy metrics). †: the interval excludes 0.",
+        f"- Δ: model − {markdown_text(settings['baseline'])} on the same items; interval: paired bootstrap "
+        f"over items ({settings['n_resamples']} resamples, seed {settings['seed']}); McNemar: exact test on "
+        "the items only one model got right (accuracy metrics). †: the interval excludes 0.",
         "",
     ]
     return lines
