@@ -10,6 +10,7 @@ created.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
@@ -36,7 +37,8 @@ def _probe(folder: str, flag: str, shown: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):  # the folder's writer cleaned it meanwhile
+                os.unlink(tmp)
         full = os.statvfs(folder).f_bavail == 0
     except OSError as e:
         raise OutputError(f"{flag} {shown}: cannot write in {folder} ({e.strerror or e})") from None

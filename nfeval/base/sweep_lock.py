@@ -1,34 +1,123 @@
-"""The one lock every sweep (GLUE, tune) claims its points with: a ``.lock`` file in the point's folder,
-``flock``-ed while a process computes the point, so concurrent sweeps into one folder compute each point
-once. ``flock`` locks die with their process: a killed sweep never leaves a stale lock behind."""
+"""The one lock of nfeval's folders: a ``.lock`` file in the folder, ``flock``-ed while a process writes
+there, holding the holder's pid, host and command line. ``flock`` locks die with their process: a killed
+writer never leaves a stale lock behind.
+
+Sweeps (GLUE, tune) claim each point with ``point_lock``, so concurrent sweeps into one folder compute
+each point once. A folder with one writer (a training run, a reproduce or bakeoff folder) is held for
+the writer's lifetime with ``folder_lock``, and a second process refuses at once, naming the holder.
+A thread that holds a folder's lock (a sweep point's, say) enters ``folder_lock`` on that folder again
+freely: a point's training run is the point's own writer.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
+import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+from .errors import OutputError
+
 LOCK = ".lock"
 T = TypeVar("T")
+_HELD: set[tuple[str, int]] = set()  # (lock file, thread) of the locks this process holds
+_ATTEMPTS = 100  # a lock file removed by its last holder while we opened it is opened again
+
+
+def _open_locked(path: str, wait: bool) -> int | None:
+    """Returns a descriptor of the lock file ``path`` holding its lock, or None when another process
+    holds it (``wait``: blocks until it is free instead)."""
+    for _ in range(_ATTEMPTS):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+        except FileNotFoundError:  # the folder was removed meanwhile
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its last holder removed the file after we opened it: ours locks nothing
+    raise OutputError(f"{path}: the lock file keeps being removed while it is taken")
 
 
 @contextlib.contextmanager
 def point_lock(directory: str, wait: bool = False) -> Iterator[bool]:
-    """Holds the point's lock file while the block runs; yields False when another process holds it
-    (``wait`` blocks until it is free instead)."""
-    os.makedirs(directory, exist_ok=True)
-    fd = os.open(os.path.join(directory, LOCK), os.O_CREAT | os.O_RDWR, 0o666)
+    """Holds the folder's lock file while the block runs; yields False when another process (or another
+    ``point_lock`` of this one) holds it (``wait`` blocks until it is free instead)."""
+    path = os.path.join(directory, LOCK)
+    fd = _open_locked(path, wait)
+    if fd is None:
+        yield False
+        return
+    key = (os.path.realpath(path), threading.get_ident())
+    _HELD.add(key)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
+        holder = f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)}"[:300]
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode("utf-8", "replace"), 0)
         yield True
     finally:
+        _HELD.discard(key)
         os.close(fd)  # closing releases the lock
+
+
+def holder(directory: str) -> str:
+    """Returns what the folder's lock file says of the process holding it (pid, host, command line)."""
+    try:
+        with open(os.path.join(directory, LOCK), encoding="utf-8", errors="replace") as f:
+            return " ".join(f.read().split()) or "a process that has not said which"
+    except OSError:
+        return "a process that has not said which"
+
+
+@contextlib.contextmanager
+def folder_lock(directory: str) -> Iterator[None]:
+    """Holds ``directory``'s lock while the block runs, as its one writer; an OutputError naming the
+    folder and the holder when another process holds it. Entered again by the thread holding it, it
+    does nothing. A folder it created that holds nothing but the lock at the end is removed, so a refused
+    or failed start leaves nothing behind."""
+    if (os.path.realpath(os.path.join(directory, LOCK)), threading.get_ident()) in _HELD:
+        yield
+        return
+    created = not os.path.isdir(directory)
+    with point_lock(directory) as held:
+        if not held:
+            raise OutputError(
+                f"{directory}: in use by another nfeval process ({holder(directory)}); wait for it to "
+                "end, or write elsewhere"
+            )
+        try:
+            yield
+        finally:
+            if created and os.path.isdir(directory) and os.listdir(directory) == [LOCK]:  # while held
+                os.unlink(os.path.join(directory, LOCK))
+                os.rmdir(directory)
+
+
+def folder_locked(folder_of: Callable[..., str]) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Returns a decorator that runs its function under ``folder_lock(folder_of(*args, **kwargs))``."""
+
+    def decorate(fn: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(fn)
+        def locked(*args, **kwargs) -> T:
+            with folder_lock(folder_of(*args, **kwargs)):
+                return fn(*args, **kwargs)
+
+        return locked
+
+    return decorate
 
 
 def claim_and_run(

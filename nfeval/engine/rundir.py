@@ -12,11 +12,13 @@
 
 A run is finished only when ``complete.json`` exists: a run killed while writing its final weights
 has none and resumes from its newest valid checkpoint. Every write goes through a temp name
-(``.tmp-*``) that readers never look at and a new run or resume deletes.
+(``.tmp*``) that readers never look at and the run's next writer deletes. The writer holds the folder's
+lock (``writing``), so a second process never writes into a run being written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import math
@@ -34,6 +36,7 @@ from safetensors import SafetensorError, safe_open
 from ..base.artifacts import atomic_write_json, atomic_write_text
 from ..base.errors import MissingDataError
 from ..base.jsonio import load_json, read_jsonl
+from ..base.sweep_lock import folder_lock
 from .fingerprint import fingerprint_state_dict
 
 CONFIG = "config.json"
@@ -44,6 +47,7 @@ CHECKPOINTS = "checkpoints"
 STATE = "training_state.pt"  # a torch zip file of tensors and plain values: loads with weights_only=True
 COMPLETE = "complete.json"
 TMP_PREFIX = ".tmp-"
+TMP_GLOB = ".tmp*"  # ours, and the temp names of the libraries that write for us (safetensors: .tmpXXXXXX)
 CRASH_AT = "NFEVAL_TEST_CRASH_AT"  # tests: SIGKILL the writer at the named point (kill -9 tests)
 _STEP = re.compile(r"step_(\d{8})")
 
@@ -182,16 +186,23 @@ def mark_complete(run_dir: str, record: dict[str, Any]) -> None:
     atomic_write_json(os.path.join(run_dir, COMPLETE), record)
 
 
+def writing(run_dir: str, writer: bool = True) -> contextlib.AbstractContextManager:
+    """Returns the run folder's lock (``sweep_lock.folder_lock``: another process holding it is an
+    OutputError naming it) for its writer; nothing for a rank that does not write (``writer`` False)."""
+    return folder_lock(run_dir) if writer else contextlib.nullcontext()
+
+
 def clean_temp_files(run_dir: str) -> list[str]:
     """Deletes temp files and folders a killed writer left in the run; returns what was deleted."""
-    stale = glob.glob(os.path.join(run_dir, TMP_PREFIX + "*"))
-    stale += glob.glob(os.path.join(run_dir, CHECKPOINTS, TMP_PREFIX + "*"))
-    stale += glob.glob(os.path.join(run_dir, CHECKPOINTS, "step_*", TMP_PREFIX + "*"))
+    stale = glob.glob(os.path.join(run_dir, TMP_GLOB))
+    stale += glob.glob(os.path.join(run_dir, CHECKPOINTS, TMP_GLOB))
+    stale += glob.glob(os.path.join(run_dir, CHECKPOINTS, "step_*", TMP_GLOB))
     for path in stale:
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
         else:
-            os.remove(path)
+            with contextlib.suppress(FileNotFoundError):  # a probe its process deleted meanwhile
+                os.remove(path)
     return stale
 
 

@@ -62,16 +62,24 @@ def train(
     (out_dir, fingerprint, step, tokens, wall_s, flops, total_steps, val_loss, val_ppl).
 
     ``resume``: a finished run returns its summary; any other continues from its newest valid
-    checkpoint under its saved config. ``given`` names the fields the user set (default: those that
-    differ from TrainConfig's defaults); changed OVERRIDABLE fields need ``override_resume``."""
-    if not resume:
-        refuse_existing_run(out_dir)
-        return Trainer(cfg, out_dir).run()
-    summary = finished_summary(out_dir)
-    if summary is not None:
+    checkpoint under its saved config. Either way a request that changes a field the run cannot change
+    is a ConfigError. ``given`` names the fields the user set (default: those that
+    differ from TrainConfig's defaults); changed OVERRIDABLE fields need ``override_resume``.
+
+    The run folder's one writer (rank 0) holds its lock throughout (``rundir.writing``): a second process
+    training into it is refused at once."""
+    writer = launched_rank() == 0
+    with rundir.writing(out_dir, writer):
+        if not resume:
+            refuse_existing_run(out_dir)
+            return Trainer(cfg, out_dir).run()
+        cfg = resumed_config(cfg, out_dir, override_resume, given)  # a finished run is checked too
+        summary = finished_summary(out_dir)
+        if summary is None:
+            return Trainer.resume(cfg, out_dir).run()  # deletes what killed writers left, then trains
+        if writer:
+            rundir.clean_temp_files(out_dir)  # what a rerun killed at its start left
         return summary
-    cfg = resumed_config(cfg, out_dir, override_resume, given)
-    return Trainer.resume(cfg, out_dir).run()
 
 
 def refuse_existing_run(out_dir: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError, MissingDataError
 from ...base.jsonio import load_json
+from ...base.sweep_lock import folder_locked
 from ...engine.config import SIZES
 from ...launch.options import LaunchOptions
 from ..reproduce.plan import SCALES
@@ -156,6 +157,7 @@ def make_context(cfg: BakeoffConfig) -> Context:
     )
 
 
+@folder_locked(lambda cfg: cfg.out)  # one writer per output folder
 def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     """Runs (or resumes) the bakeoff into ``cfg.out``; returns the report dict with its ``path``, or
     {"pending": what to do} while ``--launcher slurm``'s jobs are not all finished."""

@@ -23,6 +23,7 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError, MissingDataError
 from ...base.jsonio import load_json
+from ...base.sweep_lock import folder_locked
 from ...launch.options import LaunchOptions
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
 from .runner import Context, log, train_on_cluster
@@ -89,6 +90,7 @@ def check_settings(out: str, current: dict[str, Any]) -> None:
         atomic_write_json(path, current)
 
 
+@folder_locked(lambda cfg: cfg.out)  # one writer per output folder
 def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     """Runs (or resumes) the selected experiments into ``cfg.out`` and writes the report; returns
     {"report": report.md, "sections": [...]}, {"commands": script} (a GPU scale, no GPUs here), or

@@ -1,0 +1,119 @@
+"""One writer per run, reproduce and bakeoff folder (``sweep_lock.folder_lock``): a second process is
+refused at once, naming the folder and the holder; the holder's own nested writers are not; a rerun
+deletes what a killed writer left; a resume that changes the architecture of a finished run is refused."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_corpus, tiny_train_args
+
+from nfeval import cli
+from nfeval.base.sweep_lock import folder_lock, point_lock
+
+ROOT = str(Path(__file__).resolve().parents[2])
+HOLD = (
+    "import sys, time; from nfeval.base.sweep_lock import folder_lock\n"
+    "with folder_lock(sys.argv[1]): print('held', flush=True); time.sleep(120)"
+)
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    """Returns (exit status, stderr) of ``nfeval ARGV`` run in this process."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(list(argv))
+    return code, err.getvalue()
+
+
+@contextlib.contextmanager
+def held_elsewhere(folder: Path):
+    """Another process holds ``folder``'s lock while the block runs; yields its pid."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text(make_corpus(300), encoding="utf-8")
+    return str(path)
+
+
+def test_a_second_train_into_a_run_being_written_is_refused_at_once(tmp_path, corpus):
+    run = tmp_path / "run"
+    with held_elsewhere(run) as pid:
+        code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, max_steps=2))
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"{run}: in use by another nfeval process (pid {pid} on " in err
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing written beside the holder
+    code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, max_steps=2))
+    assert code == 0, err  # the holder died: its lock with it
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [(r["kind"], r["step"]) for r in rows]
+    assert len(steps) == len(set(steps))
+
+
+def test_a_refused_or_failed_start_leaves_no_folder(tmp_path, corpus):
+    run = tmp_path / "run"
+    code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, preset="nosuch-tiny"))
+    assert code == 2 and "nosuch" in err and not run.exists()
+
+
+def test_the_holder_enters_its_own_lock_again_and_others_are_refused(tmp_path):
+    folder = tmp_path / "point"
+    with point_lock(str(folder)) as held:
+        assert held
+        with folder_lock(str(folder)):  # a sweep point's training run, in the point's own process
+            pass
+    with held_elsewhere(folder):
+        with pytest.raises(OSError, match="in use by another nfeval process"):
+            with folder_lock(str(folder)):
+                pytest.fail("entered a folder another process holds")
+
+
+def test_a_rerun_deletes_the_temp_files_a_killed_start_left(tmp_path, corpus):
+    run = tmp_path / "run"
+    code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, max_steps=2))
+    assert code == 0, err
+    # a probe killed at the start of a rerun, and safetensors' own temp name killed in a final save
+    for name in (".tmp-probe-k3j2", ".tmpAb12Cd"):
+        (run / name).write_bytes(b"half")
+    code, err = run_cli("train", "--out", str(run), "--resume", *tiny_train_args(corpus, max_steps=2))
+    assert code == 0, err  # finished: its summary
+    assert not list(run.rglob(".tmp*"))
+
+
+def test_resuming_a_finished_run_with_another_architecture_is_refused(tmp_path, corpus):
+    run = tmp_path / "run"
+    flags = tiny_train_args(corpus, max_steps=2, preset="prenorm-tiny")
+    assert run_cli("train", "--out", str(run), *flags)[0] == 0
+    code, err = run_cli("train", "--out", str(run), "--resume", *flags, "--set", "norm_position=post")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "cannot change on resume (model:" in err and "norm_position" in err
+
+
+@pytest.mark.parametrize("command", ["bakeoff", "reproduce"])
+def test_a_second_pipeline_into_one_folder_is_refused_at_once(tmp_path, corpus, command):
+    out = tmp_path / "out"
+    argv = [command, "--out", str(out)]
+    argv += ["--size", "smoke", "--archs", "prenorm", "normformer"] if command == "bakeoff" else []
+    with held_elsewhere(out) as pid:
+        code, err = run_cli(*argv)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out}: in use by another nfeval process (pid {pid} on " in err
