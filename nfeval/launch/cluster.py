@@ -3,21 +3,29 @@ still queued, record the job IDs, then wait with a progress bar or return at onc
 
 The jobs themselves are ``jobs.PointJob`` and ``jobs.RunJob``. Finished points are never passed in
 (the caller checks their finished markers), and points whose recorded job is still queued or running
-are not submitted again, so no point is computed twice.
+are not submitted again, so no point is computed twice. One process at a time submits from a folder
+(the lock of its ``slurm/`` folder, ``sweep_lock.folder_lock``). How a job ended is read from its JSON
+outcome file (``jobs.write_outcome``), never from submitit's result pickle. sbatch refusing a job (a
+mistyped partition or account) is a ConfigError with sbatch's own message.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import submitit
 
+from ..base.errors import ConfigError
 from ..base.progress import progress_bar
+from ..base.sweep_lock import folder_lock
 from . import records
-from .jobs import LaunchPoint, PointJob, RunJob
+from .jobs import FINISHED, LaunchPoint, PointJob, RunJob
 from .options import LaunchOptions
 
 
@@ -67,7 +75,7 @@ def run_points(
 ) -> list | None:
     """Runs the (unfinished) ``points`` as one job array named ``nfeval-<desc>``; returns the results of
     the jobs that finished, in completion order, or None with ``--no-wait``."""
-    jobs = [(p.name, PointJob(p)) for p in points]
+    jobs = [(p.name, lambda outcome, p=p: PointJob(p, outcome)) for p in points]
     return launch(jobs, folder, options, desc, point_parameters(options, f"nfeval-{desc}"), progress)
 
 
@@ -75,43 +83,61 @@ def run_training(fn, args, requeue_args, folder: str, options: LaunchOptions, pr
     """Runs ``fn(args)`` as one job of ``--nodes`` × ``--gpus-per-node`` processes; returns rank 0's
     exit status, or None with ``--no-wait`` (or when the job did not finish)."""
     params = run_parameters(options, f"nfeval-train-{os.path.basename(os.path.abspath(folder))}")
-    done = launch([("run", RunJob(fn, args, requeue_args))], folder, options, "train", params, progress)
+    job = ("run", lambda outcome: RunJob(fn, args, requeue_args, outcome))
+    done = launch([job], folder, options, "train", params, progress)
     return done[0] if done else None
 
 
 def launch(jobs, folder: str, options: LaunchOptions, desc: str, params: dict, progress: bool) -> list | None:
-    """Submits ``jobs`` ([(name, callable)]) except those whose recorded job is still queued or running
-    (or of unknown state, unless ``--resubmit``); waits for all of them unless ``--no-wait``."""
-    tasks = params["ntasks_per_node"] * params["nodes"]
-    record = records.read(folder)["jobs"]
-    submit, waiting = [], {}
-    for name, fn in jobs:
-        entry = record.get(name)
-        verdict, word = records.state(entry, folder) if entry else (records.ENDED, "")
-        if verdict == records.ENDED or (verdict == records.UNKNOWN and options.resubmit):
-            submit.append((name, fn))
-        elif verdict == records.ACTIVE:
-            print(f"nfeval {desc}: {name}: job {entry['job_id']} is {word}, not resubmitted", flush=True)
-            waiting[name] = records.job(entry["executor"], folder, entry["job_id"], tasks)
-        else:
-            print(
-                f"nfeval {desc}: {name}: the state of job {entry['job_id']} cannot be known ({word}); "
-                "not resubmitted (check squeue, then rerun with --resubmit to submit it again)",
-                flush=True,
-            )
-    if submit:
-        waiting.update(_submit(submit, folder, options, desc, params))
-    if not options.wait:
-        return None
-    return wait(waiting, desc, options.poll_s, progress)
+    """Submits ``jobs`` ([(name, make(outcome path) -> callable)]) except those whose recorded job is still
+    queued or running (or of unknown state, unless ``--resubmit``); waits for all of them unless
+    ``--no-wait``. Holds the lock of ``folder``'s job files throughout: another process submitting from
+    the same folder is refused."""
+    with folder_lock(records.job_files(folder)):
+        tasks = params["ntasks_per_node"] * params["nodes"]
+        record = records.read(folder)["jobs"]
+        submit, waiting = [], {}
+        for name, make in jobs:
+            entry = record.get(name)
+            verdict, word = records.state(entry, folder) if entry else (records.ENDED, "")
+            if verdict == records.ENDED or (verdict == records.UNKNOWN and options.resubmit):
+                submit.append((name, make))
+            elif verdict == records.ACTIVE:
+                print(f"nfeval {desc}: {name}: job {entry['job_id']} is {word}, not resubmitted", flush=True)
+                waiting[name] = _waiting(entry, folder, tasks)
+            else:
+                print(
+                    f"nfeval {desc}: {name}: the state of job {entry['job_id']} cannot be known ({word}); "
+                    "not resubmitted (check squeue, then rerun with --resubmit to submit it again)",
+                    flush=True,
+                )
+        if submit:
+            waiting.update(_submit(submit, folder, options, desc, params))
+        if not options.wait:
+            return None
+        return wait(waiting, desc, options.poll_s, progress)
 
 
-def _submit(jobs, folder: str, options: LaunchOptions, desc: str, params: dict) -> dict[str, submitit.Job]:
+def _waiting(entry: dict[str, Any], folder: str, tasks: int) -> tuple[submitit.Job, str, str | None]:
+    """Returns (submitit's handle, executor, outcome path or None) of a recorded job to wait for."""
+    outcome = records.outcome_path(folder, entry["outcome"]) if "outcome" in entry else None
+    return records.job(entry["executor"], folder, entry["job_id"], tasks), entry["executor"], outcome
+
+
+def _submit(jobs, folder: str, options: LaunchOptions, desc: str, params: dict) -> dict[str, tuple]:
     executor = make_executor(options, folder, params)
-    submitted = executor.submit_array([fn for _, fn in jobs])
+    tokens = [records.new_outcome_token() for _ in jobs]
+    calls = [make(records.outcome_path(folder, t)) for (_, make), t in zip(jobs, tokens)]
+    quiet = io.StringIO()  # submitit prints sbatch's stderr itself: it is in our one line instead
+    try:
+        with contextlib.redirect_stderr(quiet):
+            submitted = executor.submit_array(calls)
+    except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) as e:
+        message = " ".join(str(e).split()) or "no message"
+        raise ConfigError(f"sbatch refused the {desc} job(s): {message}") from None
     entries = {
-        name: {"job_id": job.job_id, "executor": options.executor, "log": str(job.paths.stdout)}
-        for (name, _), job in zip(jobs, submitted)
+        name: {"job_id": job.job_id, "executor": options.executor, "log": str(job.paths.stdout), "outcome": t}
+        for (name, _), job, t in zip(jobs, submitted, tokens)
     }
     path = records.add(folder, entries)
     print(
@@ -121,29 +147,33 @@ def _submit(jobs, folder: str, options: LaunchOptions, desc: str, params: dict) 
     if not options.wait:
         for name, entry in entries.items():
             print(f"  {entry['job_id']}  {name}")
-    return {name: job for (name, _), job in zip(jobs, submitted)}
+    tasks = params["ntasks_per_node"] * params["nodes"]
+    return {name: _waiting(entry, folder, tasks) for name, entry in entries.items()}
 
 
-def wait(jobs: dict[str, submitit.Job], desc: str, poll_s: float, progress: bool = True) -> list:
-    """Waits for ``jobs`` (name -> job) with a progress bar; returns the results of those that finished
-    (rank 0's for a job of several processes) and prints one line per failed job with its log."""
-    names = {id(job): name for name, job in jobs.items()}
-    results = []
+def wait(jobs: dict[str, tuple], desc: str, poll_s: float, progress: bool = True) -> list:
+    """Waits for ``jobs`` (name -> ``_waiting``'s tuple) with a progress bar; returns the results the
+    finished ones recorded in their outcome files (rank 0's for a job of several processes) and prints one
+    line per job that failed or ended without an outcome, with its log."""
+    results, pending, seen_ended = [], dict(jobs), set()
     bar = progress_bar(total=len(jobs), enabled=progress and bool(jobs), desc=f"{desc} jobs", unit="job")
-    for job in submitit.helpers.as_completed(list(jobs.values()), poll_frequency=poll_s):
-        try:
-            results.append(job.results()[0])
-        except submitit.core.utils.UncompletedJobError as e:
-            line = f"nfeval {desc}: {names[id(job)]}: job {job.job_id} {_why(e)}; log {job.paths.stderr}"
+    while pending:
+        for name, (handle, executor, path) in list(pending.items()):
+            gone = records.ended(handle, executor)  # asked first: a job writes its outcome before it ends
+            outcome = records.read_outcome(path) if path else None
+            if outcome is None and not (gone and name in seen_ended):
+                if gone:  # a shared filesystem may show the outcome a poll later
+                    seen_ended.add(name)
+                continue
+            del pending[name]
+            bar.update(1)
+            if outcome is not None and outcome["status"] == FINISHED:
+                results.append(outcome.get("result"))
+                continue
+            why = f"failed: {outcome.get('error')}" if outcome else "ended without finishing"
+            line = f"nfeval {desc}: {name}: job {handle.job_id} {why}; log {handle.paths.stderr}"
             bar.write(line, file=sys.stderr)
-        bar.update(1)
+        if pending:
+            time.sleep(poll_s)
     bar.close()
     return results
-
-
-def _why(error: Exception) -> str:
-    """Returns one line on why a job did not finish: the last line of its traceback."""
-    text = str(error)
-    parts = text.split("----------------------\n")
-    lines = [line for line in (parts[1] if len(parts) > 2 else text).splitlines() if line.strip()]
-    return "failed: " + (lines[-1].strip() if lines else type(error).__name__)
