@@ -57,6 +57,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lrs", help="comma-separated LR grid of the tune (default: the recipe's)")
     p.add_argument("--tune-budget", help="budget of each tune point, as nfeval tune --budget, e.g. steps=100")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=d.jobs,
+        help="training runs and tune points at a time, each on its share of the cores (default 1)",
+    )
+    p.add_argument(
+        "--render-only",
+        action="store_true",
+        help="rewrite --out's report.md from its report.json (nothing is trained or measured)",
+    )
     add_zeroshot_data_dir(p)
     add_device(p, default=d.device)
     add_no_progress(p)
@@ -74,6 +85,16 @@ def _lrs(text: str | None) -> tuple[float, ...] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.render_only:
+        import os
+
+        from ..base.errors import MissingDataError
+        from ..pipelines.bakeoff.report import rerender
+
+        if not os.path.isfile(os.path.join(args.out, "report.json")):
+            raise MissingDataError(f"--out {args.out}: no report.json to render (run nfeval bakeoff first)")
+        print(rerender(args.out))
+        return 0
     launch = launch_options(args)
     cfg = BakeoffConfig(
         archs=tuple(args.archs),
@@ -87,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         lrs=_lrs(args.lrs),
         tune_budget=args.tune_budget,
+        jobs=args.jobs,
         data_dir=args.data_dir,
         device=args.device,
         progress=not args.no_progress,

@@ -31,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--names", nargs="+", metavar="NAME", help="display names, one per RUN_DIR (default: dir basenames)"
     )
+    p.add_argument(
+        "--mixed-recipes",
+        action="store_true",
+        help="compare runs trained under different recipes (init, optimizer, schedule, ...), labelled as "
+        "such; without it they are refused",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     add_output_file(p, metavar="FILE.json", help="also write the JSON to this file")
     p.add_argument(
@@ -47,12 +53,14 @@ def run(args: argparse.Namespace) -> int:
 
         if args.runs or args.names or args.plot:
             raise ConfigError("compare: --group replaces RUN_DIRs, --names and --plot; pass one or the other")
-        result = compare_groups(parse_groups(args.group or []), baseline=args.baseline)
+        result = compare_groups(
+            parse_groups(args.group or []), baseline=args.baseline, mixed_recipes=args.mixed_recipes
+        )
         if args.output:
             atomic_write_json(args.output, result)
         print(json.dumps(result, indent=2) if args.json else format_groups(result))
         return 0
-    result = compare(args.runs, baseline=args.baseline, names=args.names)
+    result = compare(args.runs, baseline=args.baseline, names=args.names, mixed_recipes=args.mixed_recipes)
     if args.json:  # the table carries its warnings; JSON on stdout carries them too, repeated on stderr
         for w in result["warnings"]:
             print(f"nfeval compare: warning: {w}", file=sys.stderr)

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import torch
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, hardware, provenance
-from . import budget, checkpoint, cpu_linear, denormals, rundir
+from . import budget, checkpoint, cpu_linear, denormals, recipe, rundir
 from .config import ModelConfig
 from .grad_stats import GradStatsRecorder
 from .model import Transformer
@@ -52,8 +52,8 @@ class TrainingRun(Protocol):
 
 
 def meta(run: TrainingRun) -> dict[str, Any]:
-    """Returns the trainer's config.json non-model blocks: resolved training config, data, provenance,
-    compute.
+    """Returns the trainer's config.json non-model blocks: resolved training config, data, the recipe
+    (``engine.recipe``), provenance, compute.
 
     Written into ``config.json`` when a run starts and into every checkpoint."""
     train = {
@@ -92,6 +92,8 @@ def meta(run: TrainingRun) -> dict[str, Any]:
     }
     return {
         "train": train,
+        # the whole recipe (init to precision) in one record, so runs can be checked to share it
+        "recipe": recipe.record(run.mcfg.to_dict(), train["config"], run.recipe),
         "provenance": provenance(seed=run.cfg.seed, data_fingerprint=run.tokens.fingerprint),
         "compute": compute,
     }

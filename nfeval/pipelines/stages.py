@@ -14,15 +14,18 @@ from ..base.artifacts import atomic_write_text
 CLOZE_CHOICES = 4
 
 
-def shared_tokenizer(out: str, vocab_size: int) -> str:
-    """Trains (once) a BPE of ``vocab_size`` on the embedded default corpus into ``out/tokenizer.json``;
-    returns that path."""
+def shared_tokenizer(
+    out: str, vocab_size: int, train_data: str | None = None, valid_data: str | None = None
+) -> str:
+    """Trains (once) a BPE of ``vocab_size`` on the training corpus (``train_data``/``valid_data``, text
+    files or folders; neither: the embedded default corpus) into ``out/tokenizer.json``; returns that path."""
     from ..engine.builtin_corpus import default_corpus
-    from ..engine.data import get_tokenizer
+    from ..engine.data import get_tokenizer, load_text_corpus
 
     path = os.path.join(out, "tokenizer.json")
     if not os.path.isfile(path):
-        tok = get_tokenizer(None, default_corpus(), vocab_size)
+        corpus = load_text_corpus(train_data, valid_data) if train_data else default_corpus()
+        tok = get_tokenizer(None, corpus, vocab_size)
         atomic_write_text(path, tok.to_str(pretty=True))
     return path
 

@@ -14,6 +14,11 @@ reports, against a baseline run (the first, unless ``--baseline``):
 Between consecutive validation points perplexity is interpolated linearly in perplexity; values are
 never extrapolated past a run's first or last validation point.
 
+Runs of different training recipes (``engine.recipe``: initialisation, positions, embedding scale,
+optimizer, schedule, precision) are refused, naming the field that differs, as are runs whose recipe
+cannot be told (trained before nfeval recorded the initialisation); ``mixed_recipes=True``
+(``--mixed-recipes``) compares them anyway, and the result and its table say so on their first line.
+
 Mid-schedule readings are labelled, not refused. A run whose final compute is above the equal budget is
 read before the end of its own LR schedule (its LR not yet decayed), against a run read at its
 decayed end: that reading is not compute-matched, it compares two points of two schedules. Each
@@ -37,7 +42,7 @@ from typing import Any
 from ..base.artifacts import hardware_key, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
-from ..engine import rundir
+from ..engine import recipe, rundir
 from ..engine.config import ModelConfig
 from ..tune.results import describe_lr
 
@@ -69,6 +74,7 @@ class Run:
     warnings: list[str]
     lr: dict[str, Any] | None = None  # peak LR and where it came from (tune_results.describe_lr)
     total_steps: int | None = None  # the steps its LR schedule spans (None: its last logged step)
+    recipe: dict[str, Any] | None = None  # engine.recipe's record (None: the run cannot tell it)
 
 
 def _number(value: Any) -> bool:
@@ -166,6 +172,7 @@ def load_run(run_dir: str, name: str | None = None) -> Run:
         warnings=warnings,
         lr=describe_lr((config.get("train") or {}).get("config") or {}),
         total_steps=_total_steps(config),
+        recipe=recipe.of_config(config),
     )
 
 
@@ -226,6 +233,28 @@ def _at_budget(run: Run, axis: str, budget: float) -> dict[str, Any]:
         "schedule_fraction": fraction,
         "mid_schedule": fraction is not None and fraction < 1 - MID_SCHEDULE_TOLERANCE,
     }
+
+
+def _shared_recipe(runs: list[Run], mixed_ok: bool) -> tuple[dict[str, Any] | None, list[str]]:
+    """Returns (the recipe every run shares, []) or, when ``mixed_ok``, (None, what differs); raises
+    ConfigError on different or unknown recipes otherwise."""
+    recipes = {run.name: run.recipe for run in runs}
+    try:
+        return recipe.check_same(recipes, "compare"), []
+    except ConfigError as e:
+        if not mixed_ok:
+            raise ConfigError(f"{e}; pass --mixed-recipes to compare them anyway, labelled") from None
+        base = runs[0]
+        return None, [
+            f"{run.name}: "
+            + (
+                "recipe unknown"
+                if run.recipe is None or base.recipe is None
+                else "; ".join(recipe.differences(base.recipe, run.recipe))
+            )
+            for run in runs[1:]
+            if run.recipe is None or base.recipe is None or recipe.differences(base.recipe, run.recipe)
+        ]
 
 
 def _check_comparable(runs: list[Run]) -> list[str]:
@@ -311,13 +340,18 @@ def _row(run: Run, base: Run, best: dict, budget: dict) -> dict[str, Any]:
 
 
 def compare(
-    run_dirs: list[str], baseline: str | None = None, names: list[str] | None = None
+    run_dirs: list[str],
+    baseline: str | None = None,
+    names: list[str] | None = None,
+    mixed_recipes: bool = False,
 ) -> dict[str, Any]:
     """Returns the compute-matched comparison of ``run_dirs`` as a JSON-safe dict (see the module docstring).
 
     ``baseline`` (a run dir or a name) defaults to the first run; it is added when not among ``run_dirs``.
+    Runs of different or unknown recipes raise ConfigError unless ``mixed_recipes``.
     """
     runs = _load_runs(run_dirs, baseline, names)
+    shared, mixed = _shared_recipe(runs, mixed_recipes)
     base = runs[0]
     finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
     if not finite:
@@ -334,6 +368,8 @@ def compare(
         {
             "nfeval": {"provenance": provenance()},
             "baseline": base.name,
+            "recipe": shared,  # the one recipe of every run; None with mixed_recipes
+            "mixed_recipes": mixed,  # what differs between the runs' recipes ([]: nothing)
             "target_val_ppl": target,
             "baseline_at_target": {k: best[k] for k in ("step", "tokens", *AXES)},
             "budget": budget,

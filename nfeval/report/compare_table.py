@@ -79,7 +79,11 @@ def table(rows: list[list[str]], right: set[int]) -> list[str]:
 def format_comparison(result: dict[str, Any]) -> str:
     """Returns the comparison as a text table with a header naming target and budget, warnings last."""
     at = result["baseline_at_target"]
-    lines = [
+    mixed = result.get("mixed_recipes") or []
+    lines = [f"MIXED RECIPES: these runs were trained under different recipes ({' | '.join(mixed)})"] * bool(
+        mixed
+    )
+    lines += [
         f"baseline: {result['baseline']}; target = its best val ppl {_ppl(result['target_val_ppl'])} "
         f"(step {at['step']}, {_sci(at['flops'])} FLOPs, {_hours(at['wall_s'])})",
         f"equal-compute budget: {_sci(result['budget']['flops'])} FLOPs | "

@@ -30,6 +30,7 @@ from .compare import (
     _at_budget,
     _check_comparable,
     _json_safe,
+    _shared_recipe,
     crossing,
     load_run,
 )
@@ -67,9 +68,12 @@ def _fraction(run, base, axis: str) -> float | None:
     return reached[axis] / best[axis] if reached else None
 
 
-def compare_groups(groups: dict[str, list[str]], baseline: str | None = None) -> dict[str, Any]:
+def compare_groups(
+    groups: dict[str, list[str]], baseline: str | None = None, mixed_recipes: bool = False
+) -> dict[str, Any]:
     """Returns the seed-group comparison as a JSON-safe dict (see the module docstring); ``baseline`` is a
-    group name, default the first group."""
+    group name, default the first group; runs of different recipes raise ConfigError unless
+    ``mixed_recipes`` (``compare``'s rule)."""
     if not groups:
         raise ConfigError("compare: expected RUN_DIRs or --group NAME=GLOB")
     baseline = baseline or next(iter(groups))
@@ -83,6 +87,7 @@ def compare_groups(groups: dict[str, list[str]], baseline: str | None = None) ->
             "the same number of runs"
         )
     every = [r for group in runs.values() for r in group]
+    shared, mixed = _shared_recipe(every, mixed_recipes)
     budget = {axis: min(r.val[-1][axis] for r in every) for axis in AXES}
     rows = []
     for name, group in runs.items():
@@ -108,6 +113,8 @@ def compare_groups(groups: dict[str, list[str]], baseline: str | None = None) ->
         {
             "nfeval": {"provenance": provenance()},
             "baseline": baseline,
+            "recipe": shared,
+            "mixed_recipes": mixed,
             "budget": budget,
             "warnings": _check_comparable(every),
             "groups": rows,
@@ -147,7 +154,11 @@ def format_groups(result: dict[str, Any]) -> str:
         sig.CONFIDENCE,
     )
     budget = result["budget"]
-    lines = [
+    mixed = result.get("mixed_recipes") or []
+    lines = [f"MIXED RECIPES: these runs were trained under different recipes ({' | '.join(mixed)})"] * bool(
+        mixed
+    )
+    lines += [
         f"baseline group: {result['baseline']}; seeds pair by position; "
         f"mean ± std [{100 * conf:g}% t-interval]",
         f"equal-compute budget: {budget['flops']:.2e} FLOPs | {budget['wall_s']:.4g} s of training time",

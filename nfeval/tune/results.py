@@ -264,12 +264,33 @@ def tuned_lr(tune_json: str, preset: str) -> tuple[float, dict[str, Any]]:
     return float(best), record
 
 
-def with_tuned_lr(cfg: TrainConfig, tune_json: str, lr_given: bool = False) -> TrainConfig:
-    """Returns ``cfg`` with its lr taken from ``tune_json`` for its preset and ``lr_from``
-    set to the record of where it came from; ``lr_given`` (--lr on the same command line) is a ConfigError."""
+def with_tuned_lr(
+    cfg: TrainConfig, tune_json: str, lr_given: bool = False, deviations: Sequence[str] = ()
+) -> TrainConfig:
+    """Returns ``cfg`` with its lr taken from ``tune_json`` for its preset and ``lr_from`` set to the
+    record of where it came from. ConfigError: ``lr_given`` (--lr on the same command line), or ``cfg``'s
+    recipe differs from the one the tune trained under in a field other than ``deviations`` (dotted
+    ``engine.recipe`` fields a caller changes on purpose, e.g. ``schedule.warmup``), or the tune's recipe
+    cannot be told."""
+    from ..engine import recipe
+
     if lr_given:
         raise ConfigError("--lr and --lr-from both given: pass one")
     lr, record = tuned_lr(tune_json, cfg.preset)
+    tuned = load_json(tune_json).get("recipe")
+    if not isinstance(tuned, dict):
+        raise ConfigError(
+            f"{tune_json}: records no training recipe (written before nfeval recorded one, or its points "
+            "differ): its LR cannot be trusted for this run's recipe; rerun nfeval tune"
+        )
+    differ = [
+        d for d in recipe.differences(tuned, recipe.of_train_config(cfg)) if d.split(":")[0] not in deviations
+    ]
+    if differ:
+        raise ConfigError(
+            f"{tune_json}: tuned under another recipe than this run's ({'; '.join(differ)}); tune under "
+            "this recipe, or pass --lr"
+        )
     return dataclasses.replace(cfg, lr=lr, lr_from=record)
 
 

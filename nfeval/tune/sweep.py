@@ -55,7 +55,7 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
-from ..engine import denormals
+from ..engine import denormals, recipe
 from ..engine.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints, recorded_input_fingerprints
 from ..engine.train import train
 from ..engine.train_config import TrainConfig
@@ -377,21 +377,39 @@ def tune(
     points.sort(key=lambda r: order[r["preset"], tune_results.lr_key(r["lr"]), r["seed"]])
     missing = _missing(grid, points)
     summary_presets = tune_results.summarize(points, presets, lrs, seed_list)
+    tuned_recipe, recipe_warnings = _recipe(base, points)
     summary = {
         "nfeval": {"provenance": provenance(), "command": "tune"},
         "grid": {"presets": presets, "lrs": lrs, "seeds": seed_list},
         "budget": {"spec": budget, "field": field[0], "value": field[1]},
         "base_config": {n: getattr(base, n) for n in INPUT_PATH_FIELDS}
         | {k: v for k, v in keys[0].items() if k not in ("preset", "lr", "seed")},
+        "recipe": tuned_recipe,  # engine.recipe's record every point trained under (None: they differ)
         "presets": summary_presets,
         "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
         "missing": missing,
-        "warnings": _consistency_warnings(points) + tune_results.warnings_for(summary_presets),
+        "warnings": _consistency_warnings(points)
+        + tune_results.warnings_for(summary_presets)
+        + recipe_warnings,
     }
     atomic_write_json(os.path.join(out_dir, "tune.json"), summary)
     if points:
         tune_results.plot(summary, os.path.join(out_dir, "tune.png"))
     return summary
+
+
+def _recipe(base: TrainConfig, points: Sequence[dict]) -> tuple[dict[str, Any] | None, list[str]]:
+    """Returns (the recipe of the grid's points, []) or, when their run folders record different or
+    unknown recipes, (None, the reason)."""
+    recipes = {"the grid's base config": recipe.of_train_config(base)}
+    for point in points:
+        config = os.path.join(point["run_dir"], "config.json")
+        if os.path.isfile(config):
+            recipes[point["run_dir"]] = recipe.of_config(load_json(config))
+    try:
+        return recipe.check_same(recipes, "tune"), []
+    except ConfigError as e:
+        return None, [str(e)]
 
 
 # ---------------------------------------------------------------------------------------- CLI

@@ -228,7 +228,7 @@ def test_reproduce_submits_its_unfinished_runs_as_one_array(tmp_path, fake_slurm
     ctx.launch = slurm_options("--no-wait")
     Path(runner.run_dir(ctx, "clm-prenorm", 1) + ".json").parent.mkdir(parents=True)
     Path(runner.run_dir(ctx, "clm-prenorm", 1) + ".json").write_text("{}")  # finished: not submitted
-    pending = runner.train_on_cluster(ctx, ["clm-prenorm", "clm-normformer"])
+    pending = runner.train_all(ctx, ["clm-prenorm", "clm-normformer"])
     assert pending.startswith("3 training run(s) not finished yet")
     jobs = json.loads((tmp_path / records.RECORD).read_text())["jobs"]
     assert sorted(jobs) == ["clm-normformer/seed1", "clm-normformer/seed2", "clm-prenorm/seed2"]

@@ -96,6 +96,29 @@ def test_smoke_bakeoff_report(smoke):
         assert os.path.getsize(os.path.join(cfg.out, png)) > 1000
     stored = json.load(open(os.path.join(cfg.out, "report.json")))
     assert stored["ranking"] == json.loads(json.dumps(report["ranking"]))
+    # Holm over the perplexity tests (the primary family) and over the rest (secondary)
+    assert {t["family"] for t in report["ppl_tests"]} == {"primary"}
+    assert all(
+        t["p_holm"] is None or t["p_holm"] >= t["p"] for t in report["ppl_tests"] + report["stability"][1:]
+    )
+    assert all(t["verdict"] in ("better", "worse", "inconclusive at this scale") for t in report["ppl_tests"])
+    # the scale, the one recipe and each architecture's gradient ratio by depth
+    header = stored["header"]
+    assert header["recipe"]["init"] == "fairseq" and header["facts"]["layers"] == 2
+    assert "fewer parameters" in md.splitlines()[2] and "**Recipe, shared by every run:** fairseq init" in md
+    depth = {d["name"]: d for d in report["depth_ratios"]}
+    assert set(depth) == set(SMOKE_ARCHS) and all(
+        len(d["per_seed"]) == 2 and d["mean"] > 0 for d in depth.values()
+    )
+    # report.md is a function of report.json alone
+    from nfeval.pipelines.bakeoff.report import render
+
+    assert render(stored) == md
+
+
+def test_a_candidate_changing_the_recipe_is_refused():
+    with pytest.raises(ConfigError, match="init is part of the training recipe"):
+        parse_candidates(["prenorm", "gpt2init=prenorm:init=gpt2"], "prenorm", "tiny", {})
 
 
 def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
@@ -105,7 +128,7 @@ def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
         raise AssertionError("a finished bakeoff stage ran again")
 
     import nfeval.analysis.stability as stability
-    import nfeval.pipelines.bakeoff.runs as runs
+    import nfeval.pipelines.runs as runs
     import nfeval.tune.sweep as sweep
     import nfeval.zeroshot.evaluate as zeroshot
 

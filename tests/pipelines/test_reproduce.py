@@ -12,14 +12,24 @@ import torch
 from test_demo import write_rte
 
 from nfeval.base.errors import ConfigError
+from nfeval.engine import recipe
 from nfeval.engine.budget import lr_at
-from nfeval.engine.config import ModelConfig
+from nfeval.engine.config import ARCHITECTURES, SIZES, ModelConfig
 from nfeval.engine.model import Transformer
 from nfeval.engine.run_inputs import model_config
+from nfeval.pipelines import runs
 from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
-from nfeval.pipelines.reproduce.plan import EXPERIMENTS, RUNS, SCALES, TABLE4, TABLE5
-from nfeval.pipelines.reproduce.run_overrides import matched_width, parameter_count
-from nfeval.pipelines.reproduce.verdict import (
+from nfeval.pipelines.reproduce.plan import (
+    EXPERIMENTS,
+    PRIMARY_CLAIMS,
+    RUNS,
+    SCALES,
+    TABLE4,
+    TABLE5,
+    at_equal_updates,
+)
+from nfeval.pipelines.reproduce.run_overrides import matched_ffn, parameter_count
+from nfeval.report.verdict import (
     AGREES,
     DISAGREES,
     INCONCLUSIVE,
@@ -31,9 +41,14 @@ from nfeval.pipelines.reproduce.verdict import (
 
 
 def ctx(**kw) -> runner.Context:
+    """Returns a tiny-scale reproduce Context with a 100-step budget."""
     return runner.Context(
         out="o", scale=SCALES["tiny"], budget={"max_steps": 100}, seeds=1, tokenizer="t", **kw
     )
+
+
+# the recipe every tiny-scale CLM run trains under
+RECIPE = recipe.of_train_config(runner.train_config(ctx(), "clm-prenorm", 1))
 
 
 # ------------------------------------------------------------------------------------ decision rule
@@ -50,7 +65,11 @@ def test_decision_rule_by_hand():
     assert decide([0.5])["verdict"] == INCONCLUSIVE  # one seed, no spread
     assert decide([0.5], measurement_se=0.2)["verdict"] == AGREES  # 0.5 > 1.96 * 0.2
     assert decide([0.3], measurement_se=0.2)["verdict"] == INCONCLUSIVE
-    assert decide([math.inf, math.inf])["verdict"] == AGREES  # diverged in every seed, paper's way
+    # a diverged seed: the exact sign test (2 of 2 the same way: p = 0.5; 6 of 6: p = 2 / 64)
+    assert decide([math.inf, math.inf])["verdict"] == INCONCLUSIVE
+    assert decide([math.inf] * 6)["verdict"] == AGREES and decide([math.inf] * 6)["p"] == pytest.approx(
+        1 / 32
+    )
     assert decide([math.inf, 0.1])["verdict"] == INCONCLUSIVE
 
 
@@ -108,24 +127,43 @@ def test_table4_row_changes_exactly_its_fields(key):
     assert {k for k, v in full.items() if variant[k] != v} == set(RUNS[key].model)
 
 
-def test_width_control_matches_normformer_parameters():
-    from nfeval.engine.config import preset
+@pytest.mark.parametrize("size", list(SIZES))
+def test_width_control_is_within_one_percent_of_normformer_at_every_size(size):
+    base = ModelConfig(**{**SIZES[size], **ARCHITECTURES["prenorm"], "vocab_size": 2048})
+    widened = base.replace(**matched_ffn(base, "normformer"))
+    target = parameter_count(base.replace(**ARCHITECTURES["normformer"]))
+    assert widened.d_model == base.d_model and widened.d_ffn > base.d_ffn
+    assert target <= parameter_count(widened) <= 1.01 * target
+    # the smallest such FFN: one unit fewer falls short of NormFormer's count
+    assert parameter_count(widened.replace(d_ffn=widened.d_ffn - 1)) < target
 
-    base = preset("125M", vocab_size=50304, positions="sinusoidal")
-    assert matched_width(base, "normformer") == {"d_model": 780, "d_ffn": 3120}  # the paper's 768 -> 780
-    wide = _model("clm-prenorm-wide")
-    nf, pre = _model("clm-normformer"), _model("clm-prenorm")
-    assert wide.d_model % wide.n_head == 0 and wide.d_model > pre.d_model
-    assert wide.d_ffn * pre.d_model == pre.d_ffn * wide.d_model
-    assert parameter_count(wide) >= parameter_count(nf)  # the first width that reaches NormFormer's count
-    narrower = pre.replace(
-        d_model=wide.d_model - wide.n_head, d_ffn=pre.d_ffn * (wide.d_model - wide.n_head) // pre.d_model
-    )
-    assert wide.d_model - wide.n_head == pre.d_model or parameter_count(narrower) < parameter_count(nf)
+
+def test_width_control_run_widens_the_ffn_only():
+    wide, nf, pre = _model("clm-prenorm-wide"), _model("clm-normformer"), _model("clm-prenorm")
+    assert (wide.d_model, wide.n_head) == (pre.d_model, pre.n_head) and wide.d_ffn > pre.d_ffn
+    assert parameter_count(nf) <= parameter_count(wide) <= 1.01 * parameter_count(nf)
+
+
+def test_table4_is_read_at_equal_updates_with_equal_time_beside_it():
+    table4 = next(e for e in EXPERIMENTS if e.name == "table4")
+    for key in TABLE4:
+        twin = at_equal_updates(key)
+        assert twin in table4.runs and key in table4.runs
+        assert runner.run_budget(ctx(), twin) == {"max_steps": 100}  # the baseline's steps, never a ratio
+    record = {"ratio": 1.25}
+    c = ctx(step_ratios={"clm-normformer": record, "clm-normformer@updates": record})
+    assert runner.run_budget(c, "clm-normformer") == {"max_steps": 80}  # equal time: 100 / 1.25
+    assert runner.run_budget(c, "clm-normformer@updates") == {"max_steps": 100}
+    assert _model("clm-no-headscale@updates") == _model("clm-no-headscale")
+
+
+def test_primary_claims_are_declared_in_the_plan():
+    assert PRIMARY_CLAIMS == ("fig2-clm/equal-time", "table4/baseline", "fig3/prenorm-early")
 
 
 def test_table5_settings_change_both_architectures_alike():
     base = runner.train_config(ctx(), "clm-prenorm", 1)
+    assert set(TABLE5) == {"warmup4x", "gpt3", "clip1"}  # the three kinds the paper names
     for pre_key, nf_key in TABLE5.values():
         pre, nf = runner.train_config(ctx(), pre_key, 1), runner.train_config(ctx(), nf_key, 1)
         fields = ("lr", "warmup", "beta2", "clip_grad", "weight_decay")
@@ -164,7 +202,7 @@ def test_tuned_lr_is_used_per_preset(tmp_path):
     presets = {
         p: {"best_lr": lr, "per_lr": {}} for p, lr in (("prenorm-tiny", 1e-3), ("normformer-tiny", 6e-3))
     }
-    tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}}))
+    tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}, "recipe": RECIPE}))
     c = ctx(tune_files={"clm": str(tune_json)})
     pre, nf = runner.train_config(c, "clm-prenorm", 1), runner.train_config(c, "clm-no-headscale", 1)
     assert (pre.lr, nf.lr) == (1e-3, 6e-3) and pre.lr_from["file"] == str(tune_json)
@@ -176,10 +214,22 @@ def test_tuned_lr_is_used_per_preset(tmp_path):
 def test_table5_lr_factor_scales_the_tuned_lr(tmp_path):
     tune_json = tmp_path / "tune.json"
     presets = {p: {"best_lr": 1e-3, "per_lr": {}} for p in ("prenorm-tiny", "normformer-tiny")}
-    tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}}))
+    tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}, "recipe": RECIPE}))
     c = ctx(tune_files={"clm": str(tune_json)})
-    assert runner.train_config(c, "clm-prenorm-lr2x", 1).lr == pytest.approx(2e-3)
     assert runner.train_config(c, "clm-normformer-gpt3", 1).lr == pytest.approx(2e-4)
+    assert runner.train_config(c, "clm-prenorm-no-warmup", 1).lr == 1e-3  # a declared deviation
+
+
+def test_a_tune_of_another_or_unknown_recipe_is_refused(tmp_path):
+    presets = {"prenorm-tiny": {"best_lr": 1e-3, "per_lr": {}}}
+    for name, content, match in (
+        ("gpt2.json", {"recipe": {**RECIPE, "init": "gpt2"}}, "init: 'gpt2' vs 'fairseq'"),
+        ("old.json", {}, "records no training recipe"),
+    ):
+        path = tmp_path / name
+        path.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}, **content}))
+        with pytest.raises(ConfigError, match=match):
+            runner.train_config(ctx(tune_files={"clm": str(path)}), "clm-prenorm", 1)
 
 
 def test_tune_then_train_at_the_tuned_lr(tmp_path):
@@ -240,14 +290,20 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
         )
         assert s["tables"] and all(t["rows"] for t in s["tables"])
         assert s["claims"] or exp.name == "fig6"  # Figure 6 is described, not tested, by the paper
-        assert all(c["verdict"] in (AGREES, DISAGREES, INCONCLUSIVE) for c in s["claims"])
+        assert all(
+            c["verdict"].split(" within")[0] in (AGREES, DISAGREES, INCONCLUSIVE, "equivalent")
+            for c in s["claims"]
+        )
+        assert all(
+            c["family"] == ("primary" if c["id"] in PRIMARY_CLAIMS else "secondary") for c in s["claims"]
+        )
         assert all(c["mde"] is None or c["mde"] >= 0 for c in s["claims"])
         assert all(any(ch.isdigit() for ch in c["measured"]) for c in s["claims"])
         for png in s["figures"]:
             assert os.path.getsize(os.path.join(cfg.out, png)) > 1000 and f"]({png})" in text
     glue = [t for t in sections["fig2-mlm"]["tables"] if t["title"].startswith("GLUE")]
     assert glue and len(glue[0]["rows"]) == 2 and "rte" in sections["fig2-mlm"]["claims"][-1]["claim"]
-    assert "Decision rule" in text and "Student's t" in text
+    assert "Decision rule" in text and "Holm-adjusted" in text
     titles = {t["title"].split(":")[0] for t in sections["fig3-5"]["tables"]}
     assert titles == {"Figure 3", "Figure 4", "Figure 5", "Figure 7"}
     fig7 = [
@@ -257,11 +313,83 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
     assert any("extra" in c["claim"] and "Post-LN" in c["claim"] for c in sections["fig3-5"]["claims"])
     assert "λresid" in sections["fig6"]["tables"][0]["rows"][0][0]
     assert len(sections["table5"]["claims"]) == len(TABLE5)
-    assert "| MDE | seeds to detect the observed mean |" in text
+    assert "| p | Holm p | verdict | MDE | TOST p (margin) | seeds to detect |" in text
+    assert {c["id"] for s in sections.values() for c in s["claims"]} >= set(PRIMARY_CLAIMS)
     for key in RUNS:  # every run trained for both seeds, with its record
         for seed in (1, 2):
             record = json.load(open(os.path.join(cfg.out, "runs", key, f"seed{seed}.json")))
             assert record["status"] in ("finished", "diverged") and record["seed"] == seed
+
+
+def test_smoke_report_states_its_scale_and_recipe_and_renders_from_its_json(smoke):
+    from nfeval.pipelines.reproduce.report import render
+
+    cfg, result = smoke
+    report = json.load(open(os.path.join(cfg.out, "report.json")))
+    text = open(result["report"], encoding="utf-8").read()
+    h = report["header"]
+    facts = h["facts"]
+    assert facts["layers"] == 2 and facts["parameters"] > facts["non_embedding_parameters"] > 0
+    assert (
+        facts["tokens"] == 8 * 2 * 16
+        and facts["tokens_per_parameter"] == facts["tokens"] / facts["parameters"]
+    )
+    assert h["paper_facts"]["tokens"] == 572_204 * 524_288 and h["paper_facts"]["layers"] == 12
+    lines = text.splitlines()
+    assert (
+        lines[0].startswith("# NormFormer paper") and "fewer parameters" in lines[2]
+    )  # right under the title
+    assert "| tokens per parameter |" in text and "CPython" in text  # the corpus is named
+    assert set(h["recipes"]) == {"clm", "mlm"} and h["recipes"]["clm"]["init"] == "fairseq"
+    assert h["recipes"]["mlm"]["init"] == "bert" and "**Recipe (clm), shared by every run" in text
+    assert "From the 2-layer" not in text and "What this scale can decide" not in text  # no carried text
+    assert render(report) + "\n" == text  # report.md is a function of report.json alone
+
+
+def test_render_only_rewrites_the_markdown_from_the_json(smoke, capsys):
+    from nfeval.cli import main
+
+    cfg, result = smoke
+    path = os.path.join(cfg.out, "report.md")
+    before = open(path, encoding="utf-8").read()
+    open(path, "w").write("stale")
+    assert main(["reproduce", "--out", cfg.out, "--render-only"]) == 0
+    assert open(path, encoding="utf-8").read() == before
+    assert main(["reproduce", "--out", str(os.path.dirname(cfg.out)) + "/none", "--render-only"]) == 2
+
+
+def test_a_run_of_another_recipe_is_refused_in_the_report(smoke, tmp_path):
+    import shutil
+
+    cfg, _ = smoke
+    copy = str(tmp_path / "copy")
+    shutil.copytree(cfg.out, copy, symlinks=True)
+    marker = os.path.join(copy, "runs", "clm-normformer", "seed2.json")
+    record = json.load(open(marker))
+    json.dump({**record, "recipe": {**record["recipe"], "init": "gpt2"}}, open(marker, "w"))
+    with pytest.raises(
+        ConfigError, match=r"clm-normformer/seed2: trained under another recipe than clm-prenorm \(init"
+    ):
+        run_reproduce(ReproduceConfig(**{**vars(cfg), "out": copy}))
+    json.dump({**record, "recipe": None}, open(marker, "w"))
+    with pytest.raises(ConfigError, match="the recipe of clm-normformer/seed2 cannot be told"):
+        run_reproduce(ReproduceConfig(**{**vars(cfg), "out": copy}))
+
+
+def test_seeds_added_after_a_report_are_said(tmp_path):
+    from nfeval.pipelines.reproduce import record_seeds
+    from nfeval.pipelines.reproduce.report import _seed_note
+
+    out = str(tmp_path)
+    assert [e["seeds"] for e in record_seeds(out, 3)] == [3] and record_seeds(out, 3)[-1][
+        "after_a_report"
+    ] is False
+    (tmp_path / "report.json").write_text("{}")
+    history = record_seeds(out, 5)
+    assert [e["seeds"] for e in history] == [3, 5] and history[-1]["after_a_report"] is True
+    note = " ".join(_seed_note({"seed_history": history}))
+    assert "3 → 5" in note and "optional stopping" in note
+    assert _seed_note({"seed_history": history[:1]}) == []
 
 
 def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
@@ -301,7 +429,7 @@ def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
 def test_smoke_fixes_equal_time_budgets_before_training(smoke):
     cfg, result = smoke
     ratios = json.load(open(os.path.join(cfg.out, "step_ratios.json")))
-    assert set(ratios) == set(RUNS)
+    assert set(ratios) == {k for k in RUNS if RUNS[k].protocol == "equal time"}
     assert ratios["clm-prenorm"]["ratio"] == 1.0 and ratios["clm-prenorm-no-warmup"]["ratio"] == 1.0
     assert ratios["clm-postnorm-no-warmup"]["shared_with"] == "clm-postnorm"  # warm-up costs no time
     assert ratios["clm-prenorm-gpt3"]["ratio"] == 1.0  # an optimizer setting is the baseline's model
@@ -322,7 +450,7 @@ def test_smoke_fixes_equal_time_budgets_before_training(smoke):
 def untuned_slow(tmp_path_factory):
     """An untuned Figure 2 whose NormFormer is measured twice as slow as Pre-LN."""
     from nfeval.engine.step_ratio import StepRatio
-    from nfeval.pipelines.reproduce import equal_time
+    from nfeval.pipelines import runs
 
     def twice_as_slow(base, cand, pairs, burst, warmup):
         return StepRatio(2.0, 1.9, 2.1, 0.95, pairs, burst, warmup, (2.0,) * pairs, 0.01, 0.02)
@@ -330,7 +458,7 @@ def untuned_slow(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("untuned") / "o")
     cfg = ReproduceConfig(out=out, scale="smoke", seeds=2, only=("fig2-clm",), tune=False, progress=False)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(equal_time, "measure_step_ratio", twice_as_slow)
+        m.setattr(runs, "measure_step_ratio", twice_as_slow)
         result = run_reproduce(cfg)
     return out, result
 
@@ -359,7 +487,7 @@ def test_no_tune_marks_every_verdict_untuned(untuned_slow):
 
 def _count_train(monkeypatch) -> list[str]:
     calls: list[str] = []
-    monkeypatch.setattr(runner, "train", _counting(runner.train, calls))
+    monkeypatch.setattr(runs, "train", _counting(runs.train, calls))
     return calls
 
 
@@ -372,12 +500,12 @@ def test_rerun_is_a_noop_and_a_killed_run_resumes(smoke, monkeypatch):
     }
     mtimes = {p: os.path.getmtime(p) for p in weights}
     calls = _count_train(monkeypatch)
-    from nfeval.pipelines.reproduce import equal_time
+    from nfeval.pipelines import runs
     from nfeval.tune import sweep as tune_sweep
 
     tune_calls: list[str] = []  # the LR tune and the step ratios are reused, not redone
     monkeypatch.setattr(tune_sweep, "train", _counting(tune_sweep.train, tune_calls))
-    monkeypatch.setattr(equal_time, "measure_step_ratio", None)
+    monkeypatch.setattr(runs, "measure_step_ratio", None)
     again = run_reproduce(cfg)
     assert calls == [] and tune_calls == [] and {p: os.path.getmtime(p) for p in weights} == mtimes
     assert [s["claims"] for s in again["sections"]] == [s["claims"] for s in first["sections"]]
@@ -428,7 +556,7 @@ def test_killed_invocation_leaves_a_partial_report_and_resumes(tmp_path, monkeyp
         device="cpu",
         progress=False,
     )
-    real, calls = runner.train, []
+    real, calls = runs.train, []
 
     def killed_on_third(tcfg, out_dir, resume=False):
         calls.append(out_dir)
@@ -436,7 +564,7 @@ def test_killed_invocation_leaves_a_partial_report_and_resumes(tmp_path, monkeyp
             raise KeyboardInterrupt
         return real(tcfg, out_dir, resume=resume)
 
-    monkeypatch.setattr(runner, "train", killed_on_third)
+    monkeypatch.setattr(runs, "train", killed_on_third)
     with pytest.raises(KeyboardInterrupt):
         run_reproduce(cfg)
     text = open(os.path.join(cfg.out, "report.md"), encoding="utf-8").read()
@@ -445,7 +573,7 @@ def test_killed_invocation_leaves_a_partial_report_and_resumes(tmp_path, monkeyp
     killed = calls[-1]
 
     calls.clear()
-    monkeypatch.setattr(runner, "train", _counting(real, calls))
+    monkeypatch.setattr(runs, "train", _counting(real, calls))
     result = run_reproduce(cfg)
     assert calls[0] == killed and len(calls) == 3  # the killed run and Xiong's other two; Pre-LN reused
     xiong = next(s for s in result["sections"] if s["name"] == "xiong")

@@ -8,7 +8,8 @@ import os
 import shutil
 from types import SimpleNamespace
 
-from nfeval.pipelines.reproduce import ReproduceConfig, analysis_experiment, equal_time, run_reproduce, runner
+from nfeval.pipelines import runs
+from nfeval.pipelines.reproduce import ReproduceConfig, analysis_experiment, run_reproduce, runner
 from nfeval.tune import sweep as tune_sweep
 
 
@@ -32,14 +33,14 @@ def test_a_moved_reproduce_folder_reuses_its_tune_and_resumes_a_killed_run(tmp_p
         os.remove(os.path.join(victim, name))
     os.remove(victim + ".json")
     os.remove(os.path.join(out, "experiments", "fig2-clm", "section.json"))  # so is the section it feeds
-    runs, tune_runs = [], []
-    monkeypatch.setattr(runner, "train", counting(runner.train, runs))
+    trained, tune_runs = [], []
+    monkeypatch.setattr(runs, "train", counting(runs.train, trained))
     monkeypatch.setattr(tune_sweep, "train", counting(tune_sweep.train, tune_runs))
-    monkeypatch.setattr(equal_time, "measure_step_ratio", None)  # the stored ratios are reused
+    monkeypatch.setattr(runs, "measure_step_ratio", None)  # the stored ratios are reused
 
     result = run_reproduce(ReproduceConfig(**{**vars(first), "out": out}))
 
-    assert tune_runs == [] and runs == [victim]
+    assert tune_runs == [] and trained == [victim]
     assert os.path.isfile(os.path.join(victim, "model.safetensors")) and result["report"].startswith(out)
     train_cfg = json.load(open(os.path.join(victim, "config.json")))["train"]["config"]
     assert train_cfg["tokenizer"] == os.path.join(out, "tokenizer.json")  # where the folder is now

@@ -8,7 +8,9 @@ import math
 import pytest
 from matplotlib.image import imread
 
+from nfeval.base.errors import ConfigError
 from nfeval.cli import main
+from nfeval.engine import recipe
 from nfeval.report.compare import (
     NOT_REACHED,
     compare,
@@ -17,6 +19,13 @@ from nfeval.report.compare import (
 )
 from nfeval.report.compare_table import format_comparison
 
+# the fairseq LM recipe as a run records it (engine.recipe.record)
+RECIPE = recipe.record(
+    {"init": "fairseq", "positions": "sinusoidal", "scale_embedding": True, "embedding_norm": False}
+    | {"dropout": 0.0, "attn_dropout": 0.0},
+    {"clip_grad": 0.0, "warmup": 0.05, "lr_power": 1.0, "end_lr": 0.0, "dtype": "fp32"},
+    {"beta1": 0.9, "beta2": 0.98, "eps": 1e-8, "weight_decay": 0.01},
+)
 CPU = {"platform": "Linux", "processor": "x86_64", "cpu_count": 2, "torch_threads": 2}
 GPU = {**CPU, "cuda_device": "NVIDIA H100", "cuda_device_count": 8}
 
@@ -31,6 +40,7 @@ def make_run(
     extra_lines=(),
     arch="prenorm",
     total_steps=None,
+    run_recipe=RECIPE,
 ):
     """Writes a run dir; ``val`` is [(step, flops, val_ppl)], with wall_s = step * step_time and a train
     line at every validation step."""
@@ -68,6 +78,7 @@ def make_run(
                 "train": {"total_steps": total_steps} if total_steps else {},
                 "provenance": {"hardware": hardware},
                 "compute": {"hardware": hardware},
+                **({"recipe": run_recipe} if run_recipe else {}),
             }
         )
     )
@@ -277,3 +288,33 @@ def test_step_time_leaves_out_startup_interval():
     )  # median of 0.10, 0.12, 0.09; the 0.8 s/step start-up is left out
     assert step_time(train[:1]) == pytest.approx(0.8)
     assert step_time([]) is None
+
+
+def test_runs_of_different_recipes_are_refused_or_labelled(tmp_path):
+    val = [(10, 100, 40.0), (20, 200, 30.0)]
+    base = make_run(tmp_path, "base", val)
+    gpt2 = make_run(tmp_path, "gpt2", val, run_recipe={**RECIPE, "init": "gpt2"})
+    with pytest.raises(
+        ConfigError, match=r"gpt2 was trained under another recipe than base \(init: 'fairseq' vs 'gpt2'\)"
+    ):
+        compare([base, gpt2])
+    labelled = compare([base, gpt2], mixed_recipes=True)
+    assert labelled["recipe"] is None and labelled["mixed_recipes"] == ["gpt2: init: 'fairseq' vs 'gpt2'"]
+    assert format_comparison(labelled).startswith("MIXED RECIPES: ")
+    same = compare([base, make_run(tmp_path, "same", val)])
+    assert same["recipe"] == RECIPE and same["mixed_recipes"] == []
+    assert not format_comparison(same).startswith("MIXED")
+
+
+def test_a_run_whose_recipe_cannot_be_told_is_refused(tmp_path, capsys):
+    val = [(10, 100, 40.0), (20, 200, 30.0)]
+    base = make_run(tmp_path, "base", val)
+    old = make_run(tmp_path, "old", val, run_recipe=None)  # no recipe record, no init field
+    with pytest.raises(ConfigError, match="the recipe of old cannot be told"):
+        compare([base, old])
+    assert main(["compare", base, old]) == 2
+    assert "--mixed-recipes" in capsys.readouterr().err
+    assert main(["compare", base, old, "--mixed-recipes"]) == 0
+    assert "MIXED RECIPES: these runs were trained under different recipes (old: recipe unknown)" in (
+        capsys.readouterr().out
+    )

@@ -10,6 +10,7 @@ from typing import Any
 
 from ...base.errors import ConfigError
 from ...engine.config import ARCHITECTURES, preset
+from ...engine.recipe import MODEL_FIELDS
 from ...engine.train_config import parse_set
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a name is a folder name too
@@ -82,6 +83,12 @@ def parse_candidates(items: list[str], baseline: str, size: str, model: dict[str
     if baseline not in names:
         raise ConfigError(f"--baseline {baseline}: not among --archs ({', '.join(names)})")
     for c in candidates:
+        recipe_fields = sorted(set(c.overrides) & set(MODEL_FIELDS))
+        if recipe_fields:
+            raise ConfigError(
+                f"--archs {c.spec()}: {', '.join(recipe_fields)} is part of the training recipe, which every "
+                "candidate shares; compare recipes in separate bakeoffs"
+            )
         try:
             preset(c.preset(size), **{**model, **c.overrides})
         except (ValueError, TypeError) as e:

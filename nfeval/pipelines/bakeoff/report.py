@@ -1,6 +1,8 @@
-"""``report.md`` + ``report.json`` + PNGs of ``nfeval bakeoff``: setup and the command to reproduce it,
-the ranking, significance against the baseline (perplexity, zero-shot, stability), compute fractions,
-the tuned LRs with their grids and the step-time ratios."""
+"""``report.md`` + ``report.json`` + PNGs of ``nfeval bakeoff``: its scale beside the paper's, the one
+recipe, the command to reproduce it, the ranking with each architecture's gradient mismatch by depth,
+significance against the baseline (perplexity, zero-shot, stability; Holm-adjusted), compute
+fractions, the tuned LRs with their grids and the step-time ratios. ``render`` reads ``report.json``
+alone (``nfeval bakeoff --out DIR --render-only`` regenerates a committed report)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,11 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text
+from ...base.jsonio import load_json
 from ...base.plots import plot_bars, plot_curves
-from ..reproduce import verdict
+from ...engine import recipe
+from ...report import verdict
+from .. import scale_facts
 from ..reproduce.equal_time import ratio_text
 from ..reproduce.report import markdown_table
 
@@ -27,7 +32,9 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
 
 
 def ranking_table(r: dict[str, Any]) -> list[str]:
+    depth = {d["name"]: d for d in r.get("depth_ratios", [])}
     cols = ["rank", "architecture", "final val PPL, mean [95% CI]", "per seed", "diverged", "lr", "steps"]
+    cols += ["fc2 layer-0 ÷ last-layer gradient, early (mean ± std)"]
     rows = [
         [
             i + 1,
@@ -37,6 +44,7 @@ def ranking_table(r: dict[str, Any]) -> list[str]:
             f"{row['diverged']} of {len(row['ppl'])}",
             f"{row['lr']:g}",
             "/".join(map(str, sorted(set(row["steps"]), key=str))),
+            verdict.fmt_mean_std(depth[row["name"]]["per_seed"], 2) if row["name"] in depth else "–",
         ]
         for i, row in enumerate(r["ranking"])
     ]
@@ -48,6 +56,7 @@ def ppl_table(r: dict[str, Any]) -> list[str]:
         "candidate",
         "log-PPL gain vs baseline [95% CI]",
         "paired t p",
+        "Holm p",
         "verdict",
         "MDE",
         "seeds needed",
@@ -58,6 +67,7 @@ def ppl_table(r: dict[str, Any]) -> list[str]:
             t["name"],
             _ci(t["interval"], 4),
             _num(t["p"]),
+            _num(t.get("p_holm")),
             f"**{t['verdict']}**",
             _num(t["mde"]),
             t["seeds_needed"] or "–",
@@ -73,6 +83,7 @@ def zeroshot_table(r: dict[str, Any]) -> list[str]:
         "candidate",
         "task (metric)",
         "per seed: cand − base, points [item 95% CI], McNemar p",
+        "Holm p",
         "verdict",
         "MDE (points)",
         "why",
@@ -90,6 +101,7 @@ def zeroshot_table(r: dict[str, Any]) -> list[str]:
                 t["name"],
                 f"{t['task']} ({t['metric']})",
                 seeds,
+                _num(t.get("p_holm")),
                 f"**{t['verdict']}**",
                 _num(t["mde"]),
                 t["why"],
@@ -126,7 +138,9 @@ def stability_table(r: dict[str, Any]) -> list[str]:
             f"({', '.join(map(str, s['survived']))})",
             _num(s["lr_at_divergence_mean"]),
             _num(s["attn_logit_max"], ".4g"),
-            f"**{s['verdict']}** ({s['why']})" if "verdict" in s else "baseline",
+            f"**{s['verdict']}** ({s['why']}; Holm p {_num(s.get('p_holm'))})"
+            if "verdict" in s
+            else "baseline",
             _num(s.get("mde")),
         ]
         for s in r["stability"]
@@ -221,18 +235,27 @@ def _mean(values: list[float]) -> float | None:
 def render(r: dict[str, Any]) -> str:
     """Returns report.md's text."""
     h = r["header"]
-    lines = [
-        "# nfeval bakeoff",
-        "",
+    facts = h.get("facts")
+    lines = ["# nfeval bakeoff", ""]
+    if facts:
+        lines += [scale_facts.caveat(facts, h["paper_facts"]), ""]
+    lines += [
         f"Reproduce: `{h['command']}`",
         "",
         f"Baseline **{r['baseline']}** · size {h['size']} · {h['budget']} · {h['seeds']} seeds · LR grid "
         f"{h['lrs']} at {h['tune_budget']} per point · corpus {h['corpus']} · zero-shot tasks "
         f"{', '.join(h['tasks'])}",
         "",
-        f"nfeval {h['version']} (git {h['git']}) · {h['hardware']} · load average {h['load_average']} · "
-        f"this invocation's wall time {h['wall_min']:.1f} min (a resumed folder's earlier work not counted)",
+        f"nfeval {h['version']} (git {h['git']}) · {h['hardware']}, {h.get('jobs', 1)} run(s) at a time on "
+        f"{h.get('cpu_count', '?')} cores · load average {h['load_average']} · training time of every run "
+        f"{h.get('train_hours', 0):.2f} h · this invocation's wall time {h['wall_min']:.1f} min",
         "",
+        *(
+            [f"**Recipe, shared by every run:** {recipe.describe(h['recipe'])}.", ""]
+            if h.get("recipe")
+            else []
+        ),
+        *_scale_lines(h),
         "## Ranking (final validation perplexity)",
         "",
         *ranking_table(r),
@@ -270,11 +293,26 @@ def render(r: dict[str, Any]) -> str:
         "## How to read it",
         "",
         *[f"- {n}" for n in r["notes"]],
-        "- Verdict rule (reproduce's; \"the paper's direction\" is here the candidate's advantage, so "
-        f"*{verdict.AGREES}* reads *better* and *{verdict.DISAGREES}* *worse*): {verdict.RULE}.",
+        "- Verdict rule (reproduce's; the claim's direction is here the candidate's advantage, so "
+        f"*{verdict.AGREES}* reads *better* and *{verdict.DISAGREES}* *worse*; the perplexity tests are the "
+        f"primary family): {verdict.RULE}.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _scale_lines(h: dict[str, Any]) -> list[str]:
+    if not h.get("facts"):
+        return []
+    columns, rows = scale_facts.table(h["facts"], h["paper_facts"])
+    return ["## Scale", "", *markdown_table(columns, rows), ""]
+
+
+def rerender(out: str) -> str:
+    """Rewrites ``out/report.md`` from ``out/report.json`` alone; returns the markdown path."""
+    path = os.path.join(out, "report.md")
+    atomic_write_text(path, render(load_json(os.path.join(out, "report.json"))))
+    return path
 
 
 def write(out: str, r: dict[str, Any]) -> dict[str, Any]:

@@ -8,17 +8,24 @@
   standard error as the per-measurement error;
 - the compute fraction to reach the baseline's best perplexity (``nfeval compare``), in FLOPs and in
   time (steps × the paired step-time ratio, as ``reproduce``'s equal-time protocol);
-- the rising-LR stability test: updates survived, candidate − baseline per seed.
+- the rising-LR stability test: updates survived, candidate − baseline per seed;
+- the gradient mismatch by depth (Shleifer et al. 2021, Figure 3): fc2's mean |gradient| of layer 0 ÷
+  the last layer's over the beginning of training, from the gradients every run records.
+
+Every test gets a raw p; ``settle`` takes the verdicts from Holm-adjusted p (``report.verdict``): the
+perplexity tests against the baseline are the primary family (the ranking's claims, declared by the
+protocol before any run), the zero-shot and stability tests the secondary one.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from ...base.jsonio import load_json
 from ...report import significance as sig
-from ..reproduce import verdict
+from ...report import verdict
 from ..reproduce.eval_experiments import CLOZE_METRIC
 from ..reproduce.training_experiments import final_ppl, log_ratio
 from .runs import Context, log, run_dir
@@ -29,11 +36,18 @@ NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it est
 VERDICTS = {verdict.AGREES: "better", verdict.DISAGREES: "worse"}  # than the baseline
 
 
-def judge(diffs: list[float], measurement_se: float = 0.0) -> dict[str, Any]:
-    """Returns ``verdict.decide`` on differences oriented so that positive favours the candidate, its
-    verdict said as "better" / "worse" (than the baseline) / "inconclusive at this scale"."""
-    decided = verdict.decide(diffs, measurement_se=measurement_se)
-    return {**decided, "verdict": VERDICTS.get(decided["verdict"], decided["verdict"])}
+def judge(diffs: list[float], measurement_se: float = 0.0, family: str = verdict.SECONDARY) -> dict:
+    """Returns ``verdict.decide`` on differences oriented so that positive favours the candidate, in
+    ``family`` (its verdict is settled by ``settle``)."""
+    return {**verdict.decide(diffs, measurement_se=measurement_se), "family": family}
+
+
+def settle(*groups: list[dict[str, Any]]) -> None:
+    """Takes each test's verdict of ``groups`` (lists of test rows, in place) from its family's
+    Holm-adjusted p, said as "better" / "worse" (than the baseline) / "inconclusive at this scale"."""
+    tested = [t for group in groups for t in group if "family" in t]
+    for t, adjusted in zip(tested, verdict.adjust(tested)):
+        t.update(adjusted, verdict=VERDICTS.get(adjusted["verdict"], adjusted["verdict"]))
 
 
 def metric_of(task: str) -> str:
@@ -73,24 +87,44 @@ def ranking(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]
 def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
     """Returns, per candidate but the baseline, the seed-paired test of the log-PPL gain over the
     baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``)."""
-    from scipy import stats
-
     base = final_ppl(records[ctx.baseline.name])
     rows = []
     for c in ctx.candidates[1:]:
         gains = [log_ratio(b, x) for b, x in zip(base, final_ppl(records[c.name]))]
-        finite = [g for g in gains if math.isfinite(g)]
-        p = float(stats.ttest_1samp(finite, 0.0).pvalue) if len(finite) > 1 and len(set(finite)) > 1 else None
         rows.append(
             {
                 "name": c.name,
                 "gains": [g if math.isfinite(g) else None for g in gains],
                 "interval": _interval(gains),
-                "p": p,
-                **judge([g for g in gains if not math.isnan(g)]),
+                **judge([g for g in gains if not math.isnan(g)], family=verdict.PRIMARY),
             }
         )
     return rows
+
+
+def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
+    """Returns, per candidate, fc2's mean |gradient| of layer 0 ÷ the last layer's over the scale's
+    Figure 3 window (the beginning of training), per seed and as mean ± std: the gradient mismatch by
+    depth that NormFormer targets (None: the run recorded no gradients)."""
+    from ...engine.grad_stats import GRAD_STATS, average_rows, read_grad_stats
+    from ...engine.train_config import clip_window
+
+    out = []
+    for c in ctx.candidates:
+        per_seed = []
+        for seed in ctx.seed_values:
+            directory = run_dir(ctx, c, seed)
+            path = os.path.join(directory, GRAD_STATS)
+            if not os.path.isfile(path):
+                per_seed.append(None)
+                continue
+            total = int(load_json(os.path.join(directory, "config.json"))["train"]["total_steps"])
+            start, end = clip_window(ctx.scale.fig3_window, total)
+            fc2 = average_rows([r for r in read_grad_stats(path) if start <= r["update"] <= end])["fc2"]
+            per_seed.append(fc2[0] / fc2[-1])
+        mean, std = verdict.mean_std(per_seed)
+        out.append({"name": c.name, "per_seed": per_seed, "mean": mean, "std": std})
+    return out
 
 
 def zeroshot_tests(ctx: Context, files: dict[str, dict[int, list[str]]]) -> list[dict[str, Any]]:

@@ -9,20 +9,15 @@ killed run resumes from its newest checkpoint), ``zeroshot/<name>-seed<k>*.json`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...base.jsonio import load_json
-from ...engine.step_ratio import equal_time_steps, measure_step_ratio
-from ...engine.train import train
 from ...engine.train_config import TrainConfig
-from ...engine.trainer import TrainingDiverged
 from ...launch.options import LaunchOptions
+from .. import runs
 from ..reproduce.plan import Scale
 from ..reproduce.runner import SCALE_TRAIN_FIELDS
 from .candidates import Candidate
@@ -51,6 +46,7 @@ class Context:
     progress: bool = True
     step_ratios: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> ratio record
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
+    jobs: int = 1  # runs and tune points trained at a time here
 
     @property
     def baseline(self) -> Candidate:
@@ -72,10 +68,7 @@ def run_dir(ctx: Context, c: Candidate, seed: int) -> str:
 def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
     """Returns the candidate's budget: the baseline's S steps ÷ its paired step-time ratio once measured
     (equal time, each on its complete schedule), else the folder's budget as it is."""
-    record = ctx.step_ratios.get(c.name)
-    if record is None or "max_steps" not in ctx.budget:
-        return dict(ctx.budget)
-    return {**ctx.budget, "max_steps": equal_time_steps(int(ctx.budget["max_steps"]), record["ratio"])}
+    return runs.equal_time_budget(ctx.budget, ctx.step_ratios.get(c.name))
 
 
 def train_config(ctx: Context, c: Candidate, seed: int, tuned: bool = True) -> TrainConfig:
@@ -89,7 +82,7 @@ def train_config(ctx: Context, c: Candidate, seed: int, tuned: bool = True) -> T
         tokenizer=ctx.tokenizer,
         train_data=ctx.train_data,
         valid_data=ctx.valid_data,
-        **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS if name != "grad_stats"},
+        **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},  # grad_stats: the depth ratio
         warmup=s.warmup,
         device=ctx.device,
         seed=seed,
@@ -117,6 +110,7 @@ def run_tunes(ctx: Context) -> None:
             list(ctx.lrs),
             ctx.tune_budget,
             os.path.dirname(tune_file(ctx, c)),
+            jobs=ctx.jobs,
             progress=ctx.progress,
             launch=ctx.launch,
         )
@@ -129,56 +123,51 @@ def _model_key(ctx: Context, c: Candidate) -> str:
 def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
     """Returns {name: paired step-time ratio record to the baseline}, measuring what
     ``<out>/step_ratios.json`` does not hold yet (stored after each, so budgets never change)."""
-    path = os.path.join(ctx.out, "step_ratios.json")
-    stored: dict[str, dict[str, Any]] = load_json(path) if os.path.isfile(path) else {}
-    s, base = ctx.scale, ctx.baseline
-    for c in ctx.candidates:
-        if c.name in stored:
-            continue
-        if _model_key(ctx, c) == _model_key(ctx, base):
-            record = {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "method": "the baseline's model: 1"}
-        else:
-            pairs = f"{s.ratio_pairs} pairs of {s.ratio_burst}-step bursts"
-            log(f"timing {c.name} against {base.name}, paired ({pairs})")
-            result = measure_step_ratio(
-                train_config(ctx, base, 1, tuned=False),
-                train_config(ctx, c, 1, tuned=False),
-                pairs=s.ratio_pairs,
-                burst=s.ratio_burst,
-                warmup=s.ratio_warmup,
-            )
-            record = {**result.to_dict(), "load_average": round(os.getloadavg()[0], 2)}
-            record["hardware"] = hardware_key(hardware())
-        stored[c.name] = {**record, "baseline": base.name}
-        atomic_write_json(path, stored)
-    return stored
+    s, by_name = ctx.scale, {c.name: c for c in ctx.candidates}
+    return runs.measure_ratios(
+        os.path.join(ctx.out, "step_ratios.json"),
+        list(by_name),
+        baseline_of=lambda name: ctx.baseline.name,
+        model_of=lambda name: _model_key(ctx, by_name[name]),
+        configs=lambda name, base: (
+            train_config(ctx, by_name[base], 1, tuned=False),
+            train_config(ctx, by_name[name], 1, tuned=False),
+        ),
+        timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup},
+        log=log,
+    )
 
 
 def ensure_run(ctx: Context, c: Candidate, seed: int) -> dict[str, Any]:
-    """Trains ``c`` at ``seed`` unless its record exists; returns the record {name, seed, dir, status:
-    finished|diverged, diverged_at, val_ppl, steps, lr, lr_from, budget}."""
-    directory = run_dir(ctx, c, seed)
-    marker = directory + ".json"
-    if os.path.isfile(marker):
-        return load_json(marker)
-    cfg = train_config(ctx, c, seed)
-    log(f"training {c.name} seed {seed} ({cfg.preset}, lr {cfg.lr:g}, {run_budget(ctx, c)}) → {directory}")
-    record: dict[str, Any] = {"name": c.name, "seed": seed, "dir": directory, "lr": cfg.lr}
-    record.update(lr_from=cfg.lr_from, budget=run_budget(ctx, c))
-    try:
-        summary = train(cfg, directory, resume=True)
-        record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
-    except TrainingDiverged as e:
-        log(f"{c.name} seed {seed} diverged: {e}")
-        record.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
-    atomic_write_json(marker, record)
-    return record
+    """Trains ``c`` at ``seed`` unless it is finished; returns its record (``runs.ensure_run``'s, with
+    name, seed and budget)."""
+    record = {"name": c.name, "seed": seed, "budget": run_budget(ctx, c)}
+    return runs.ensure_run(train_config(ctx, c, seed), run_dir(ctx, c, seed), record, log)
+
+
+def train_all(ctx: Context) -> str | None:
+    """Trains every candidate's unfinished seeds: ``ctx.jobs`` at a time here, or as Slurm jobs
+    (``ctx.launch``); returns None once every run is finished, else what to do."""
+    from ...launch.jobs import LaunchPoint
+
+    points = [
+        LaunchPoint(f"{c.name}/seed{s}", ensure_run, (ctx, c, s), run_dir(ctx, c, s))
+        for c in ctx.candidates
+        for s in ctx.seed_values
+    ]
+    s = ctx.scale
+    return runs.train_points(
+        points, ctx.out, ctx.launch, ctx.jobs, "bakeoff", ctx.progress, s.threads, ctx.device
+    )
 
 
 def run_on_cluster(ctx: Context) -> str | None:
     """With ``--launcher slurm``: the tunes, one job measuring the step-time ratios (on the jobs'
     hardware) and the training runs, as Slurm jobs in turn; returns what to do while some are not
     finished (``--no-wait``, a failed job), else None (the later stages then read their results)."""
+    import dataclasses
+
+    from ...base.jsonio import load_json
     from ...launch import cluster
     from ...launch.jobs import LaunchPoint
 
@@ -192,16 +181,7 @@ def run_on_cluster(ctx: Context) -> str | None:
         if not all(c.name in (load_json(path) if os.path.isfile(path) else {}) for c in ctx.candidates):
             return "the step-time ratio job is not finished: rerun the same command to collect it"
     ctx.step_ratios = measure_ratios(ctx)
-    runs = [(c, s) for c in ctx.candidates for s in ctx.seed_values]
-    todo = [(c, s) for c, s in runs if not os.path.isfile(run_dir(ctx, c, s) + ".json")]
-    points = [LaunchPoint(f"{c.name}/seed{s}", ensure_run, (ctx, c, s), run_dir(ctx, c, s)) for c, s in todo]
-    cluster.run_points(points, ctx.out, ctx.launch, "bakeoff", ctx.progress)
-    missing = [(c, s) for c, s in todo if not os.path.isfile(run_dir(ctx, c, s) + ".json")]
-    return (
-        f"{len(missing)} training run(s) not finished yet: rerun the same command to collect them"
-        if missing
-        else None
-    )
+    return train_all(ctx)
 
 
 def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data: str) -> list[str]:

@@ -19,7 +19,7 @@ import torch
 from ...analysis import runs as analysis_runs
 from ...analysis.stability import lowest_precision
 from ...base.jsonio import load_json
-from . import verdict
+from ...report import verdict
 from .gradient_experiment import gradient_parts
 from .runner import Context, log, run_dir
 
@@ -94,6 +94,7 @@ def stability_parts(result: dict[str, Any], size: str) -> tuple[list[dict], list
 
     def more(a: str, b: str, text: str) -> dict[str, Any]:
         return {
+            "id": f"fig5/{a}-vs-{b}",
             "claim": text,
             "measured": f"{verdict.fmt_mean_std(survived[a], 1)} vs {verdict.fmt_mean_std(survived[b], 1)} "
             f"of {updates} updates",

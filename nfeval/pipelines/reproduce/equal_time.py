@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from typing import Any
 
-from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.jsonio import load_json
-from ...engine.step_ratio import CONFIDENCE, measure_step_ratio
-from .plan import RUNS
+from ...engine.step_ratio import CONFIDENCE
+from .. import runs
+from .plan import EQUAL_TIME, RUNS
 from .run_overrides import run_model
 from .runner import BASELINES, Context, log, preset_name, run_budget, train_config
 
@@ -31,45 +30,24 @@ def _model_key(ctx: Context, key: str) -> str:
     return json.dumps([RUNS[key].objective, preset_name(ctx, key), run_model(ctx.scale, key)], sort_keys=True)
 
 
-def _measure(ctx: Context, key: str, base: str) -> dict[str, Any]:
-    s = ctx.scale
-    log(f"timing {key} against {base}, paired ({s.ratio_pairs} pairs of {s.ratio_burst}-step bursts)")
-    result = measure_step_ratio(
-        train_config(ctx, base, 1),
-        train_config(ctx, key, 1),
-        pairs=s.ratio_pairs,
-        burst=s.ratio_burst,
-        warmup=s.ratio_warmup,
-    )
-    return {
-        **result.to_dict(),
-        "load_average": round(os.getloadavg()[0], 2),
-        "hardware": hardware_key(hardware()),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+def timed(keys: list[str]) -> list[str]:
+    """Returns the runs of ``keys`` whose budget is equal time (those equal-time ratios are measured for)."""
+    return [k for k in keys if RUNS[k].protocol == EQUAL_TIME]
 
 
 def measure_ratios(ctx: Context, keys: list[str]) -> dict[str, dict[str, Any]]:
-    """Returns {run key: its step-time ratio record (ratio, ci_low, ci_high, baseline, ...)} for
-    ``keys``, measuring what ``<out>/step_ratios.json`` does not hold yet."""
-    path = os.path.join(ctx.out, FILE)
-    stored: dict[str, dict[str, Any]] = load_json(path) if os.path.isfile(path) else {}
-    for key in keys:
-        if key in stored:
-            continue
-        base = BASELINES[RUNS[key].objective]
-        model = _model_key(ctx, key)
-        measured = [k for k in stored if "pairs" in stored[k] and "shared_with" not in stored[k]]
-        shared = next((k for k in measured if _model_key(ctx, k) == model), None)
-        if model == _model_key(ctx, base):
-            record = {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "method": "the baseline's model: 1"}
-        elif shared is not None:
-            record = {**stored[shared], "shared_with": shared}
-        else:
-            record = _measure(ctx, key, base)
-        stored[key] = {**record, "baseline": base}
-        atomic_write_json(path, stored)
-    return {k: stored[k] for k in keys}
+    """Returns {run key: its step-time ratio record (ratio, ci_low, ci_high, baseline, ...)} for the
+    equal-time runs of ``keys``, measuring what ``<out>/step_ratios.json`` does not hold yet."""
+    s = ctx.scale
+    return runs.measure_ratios(
+        os.path.join(ctx.out, FILE),
+        timed(keys),
+        baseline_of=lambda key: BASELINES[RUNS[key].objective],
+        model_of=lambda key: _model_key(ctx, key),
+        configs=lambda key, base: (train_config(ctx, base, 1), train_config(ctx, key, 1)),
+        timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup},
+        log=log,
+    )
 
 
 def measure_ratios_as_job(ctx: Context, keys: list[str]) -> bool:
@@ -80,12 +58,13 @@ def measure_ratios_as_job(ctx: Context, keys: list[str]) -> bool:
     from ...launch.jobs import LaunchPoint
 
     path = os.path.join(ctx.out, FILE)
-    if not all(k in (load_json(path) if os.path.isfile(path) else {}) for k in keys):
+    wanted = timed(keys)
+    if not all(k in (load_json(path) if os.path.isfile(path) else {}) for k in wanted):
         job = LaunchPoint(
             "step-ratios", measure_ratios, (dataclasses.replace(ctx, launch=None), keys), ctx.out
         )
         cluster.run_points([job], ctx.out, ctx.launch, "step-ratios", ctx.progress)
-    return all(k in (load_json(path) if os.path.isfile(path) else {}) for k in keys)
+    return all(k in (load_json(path) if os.path.isfile(path) else {}) for k in wanted)
 
 
 def ratio_text(record: dict[str, Any]) -> str:

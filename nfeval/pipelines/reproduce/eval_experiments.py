@@ -11,8 +11,8 @@ from typing import Any
 
 from ...base.plots import plot_bars
 from ...engine.checkpoint import read_config
+from ...report import verdict
 from ..stages import zeroshot_data
-from . import verdict
 from .plan import RUNS
 from .runner import Context, log, run_dir, table_section
 

@@ -1,15 +1,20 @@
 """Figures 3 and 7 of Shleifer et al. 2021 from the gradient statistics the comparison runs record
 while they train (``TrainConfig.grad_stats``, the scale's ``grad_stats`` window from update 1).
 
-- Figure 3 (§4): mean |∂L/∂W| of fc2 by layer, at initialisation (update 1) and early in training (the
-  Figure 7 window). Claims: Pre-LN's early layers get larger gradients than its late ones (at init and
-  early), NormFormer evens them out, Post-LN the reverse of Pre-LN (the figure's third panel).
+- Figure 3 (§4): mean |∂L/∂W| of fc2 by layer at the beginning of training: averaged over the
+  scale's ``fig3_window`` (the first updates, warm-up included; the report states the window), and at
+  initialisation (update 1) on its own. Claims: Pre-LN's early layers get larger gradients than its
+  late ones (early: a primary claim; at init), NormFormer evens them out, Post-LN the reverse of Pre-LN
+  (the figure's third panel). The window decides some of these (at update 1 alone NormFormer's slope
+  can be steeper than Pre-LN's): the table shows both.
 - Figure 7 (appendix): every parameter kind (q, k, v, out_proj, fc1, fc2; q/k/v are the row blocks of
-  the fused qkv weight) averaged over updates 950–1000 of the paper's run (750 warm-up updates of
-  572k), scaled here to the same place relative to the scale's warm-up (``Scale.fig7_window``); each
-  layer's value over the baseline's mean of the same kind across layers, so 2.0 is twice the baseline.
-  Claims: NormFormer raises the gradients of the later (second half) FC layers, and lowers every
-  attention parameter's gradient at all layers.
+  the fused qkv weight) averaged over the paper's updates 950–1000 (``Scale.fig7_window``); a run with
+  fewer updates reads its own last updates of the same length, the same fraction of a 1000-update run
+  (``train_config.clip_window``); each layer's value over the baseline's mean of the same kind across
+  layers, so 2.0 is twice the baseline. Claims, each a pattern across layers: NormFormer raises the
+  gradients of the later (second half) FC layers (the mean log ratio over them), and lowers every
+  attention parameter's gradient at all layers (the mean log ratio over all layers; the table and the
+  "lower at k of L layers" count show whether it holds layer by layer).
 
 The depth statistic of a run is the least-squares slope of log |∂L/∂W| over the layer index, times
 (L − 1): the fitted log(first / last) across the depth (one noisy layer moves it less than a ratio).
@@ -23,8 +28,10 @@ import statistics
 from typing import Any
 
 from ...analysis.grads import relative_by_kind
+from ...base.jsonio import load_json
 from ...engine.grad_stats import GRAD_STATS, average_rows, read_grad_stats
-from . import verdict
+from ...engine.train_config import clip_window
+from ...report import verdict
 from .plan import RUNS
 from .runner import Context, run_dir
 
@@ -40,12 +47,17 @@ def window_values(rows: list[dict[str, Any]], window: tuple[int, int]) -> dict[s
     return average_rows([r for r in rows if window[0] <= r["update"] <= window[1]])
 
 
-def recorded(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[list[dict[str, Any]]]]:
-    """Returns {run key: [grad_stats rows of each seed that recorded them]}."""
-    out: dict[str, list[list[dict[str, Any]]]] = {}
+def recorded(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[tuple[list[dict[str, Any]], int]]]:
+    """Returns {run key: [(grad_stats rows, the run's scheduled updates) of each seed that recorded them]}."""
+    out: dict[str, list[tuple[list[dict[str, Any]], int]]] = {}
     for key in keys:
-        paths = [os.path.join(run_dir(ctx, key, s), GRAD_STATS) for s in ctx.seed_values]
-        out[key] = [read_grad_stats(p) for p in paths if os.path.isfile(p)]
+        out[key] = []
+        for seed in ctx.seed_values:
+            directory = run_dir(ctx, key, seed)
+            path = os.path.join(directory, GRAD_STATS)
+            if os.path.isfile(path):
+                total = load_json(os.path.join(directory, "config.json"))["train"]["total_steps"]
+                out[key].append((read_grad_stats(path), int(total)))
     return out
 
 
@@ -60,8 +72,9 @@ def depth_log_ratio(values: list[float]) -> float:
     return -slope * (n - 1)
 
 
-def _claim(text: str, measured: str, diffs: list[float]) -> dict[str, Any]:
-    return {"claim": text, "measured": measured, **verdict.decide([d for d in diffs if math.isfinite(d)])}
+def _claim(claim_id: str, text: str, measured: str, diffs: list[float]) -> dict[str, Any]:
+    decided = verdict.decide([d for d in diffs if math.isfinite(d)])
+    return {"id": claim_id, "claim": text, "measured": measured, **decided}
 
 
 def fig3_claims(init: dict[str, list[list[float]]], early: dict[str, list[list[float]]]) -> list[dict]:
@@ -77,6 +90,7 @@ def fig3_claims(init: dict[str, list[list[float]]], early: dict[str, list[list[f
             r = ratio[(when, "clm-prenorm")]
             claims.append(
                 _claim(
+                    f"fig3/prenorm-{when}",
                     f"Pre-LN ({when}): early layers' fc2 get larger gradients than late layers'",
                     f"fitted log(first/last) {verdict.fmt_mean_std(r, 3)}",
                     r,
@@ -87,6 +101,7 @@ def fig3_claims(init: dict[str, list[list[float]]], early: dict[str, list[list[f
         gap = [abs(p) - abs(n) for p, n in zip(pre, nf)]
         claims.append(
             _claim(
+                "fig3/normformer-evens",
                 "NormFormer (early): its fc2 gradients vary less with depth than Pre-LN's",
                 f"|fitted log(first/last)| Pre-LN minus NormFormer {verdict.fmt_mean_std(gap, 3)}",
                 gap,
@@ -96,6 +111,7 @@ def fig3_claims(init: dict[str, list[list[float]]], early: dict[str, list[list[f
         flipped = [-r for r in post]
         claims.append(
             _claim(
+                "fig3/postnorm-reverse",
                 "Post-LN (early): late layers' fc2 get larger gradients than early layers'",
                 f"fitted log(last/first) {verdict.fmt_mean_std(flipped, 3)}",
                 flipped,
@@ -110,14 +126,16 @@ def fig7_log_ratios(base: list[dict[str, list[float]]], nf: list[dict[str, list[
 
 
 def fig7_claims(base: list[dict[str, list[float]]], nf: list[dict[str, list[float]]]) -> list[dict]:
-    """Returns Figure 7's claims: later FC gradients raised (mean log ratio over the second half of the
-    layers, per FC kind) and attention gradients lowered at all layers (minus the largest log ratio)."""
+    """Returns Figure 7's claims, each a pattern across layers: later FC gradients raised (the mean log
+    ratio over the second half of the layers, per FC kind) and attention gradients lowered at all layers
+    (minus the mean log ratio over every layer, with the count of layers where it is lower)."""
     claims = []
     for kind in FC_KINDS:
         per_seed = fig7_log_ratios(base, nf, kind)
         later = [statistics.fmean(layers[len(layers) // 2 :]) for layers in per_seed]
         claims.append(
             _claim(
+                f"fig7/{kind}",
                 f"NormFormer raises the gradients of the later {kind} layers over Pre-LN's",
                 "mean log(NormFormer/Pre-LN) over the second half of the layers "
                 + verdict.fmt_mean_std(later, 3),
@@ -125,15 +143,23 @@ def fig7_claims(base: list[dict[str, list[float]]], nf: list[dict[str, list[floa
             )
         )
     for kind in ATTENTION_KINDS:
-        worst = [-max(layers) for layers in fig7_log_ratios(base, nf, kind)]
+        per_seed = fig7_log_ratios(base, nf, kind)
+        lowered = [-statistics.fmean(layers) for layers in per_seed]
+        below = [sum(x < 0 for x in layers) for layers in per_seed]
         claims.append(
             _claim(
-                f"NormFormer lowers the {kind} gradients at every layer",
-                f"minus the largest log(NormFormer/Pre-LN) over layers {verdict.fmt_mean_std(worst, 3)}",
-                worst,
+                f"fig7/{kind}",
+                f"NormFormer lowers the {kind} gradients across the layers",
+                f"minus the mean log(NormFormer/Pre-LN) over layers {verdict.fmt_mean_std(lowered, 3)}; "
+                f"lower at {verdict.fmt_mean_std(below, 1)} of {len(per_seed[0])} layers",
+                lowered,
             )
         )
     return claims
+
+
+def _windows_text(windows: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{a}–{b}" for a, b in windows) or "–"
 
 
 def _layer_rows(per_run: dict[str, list[list[float]]], label: str) -> list[list[str]]:
@@ -152,10 +178,12 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
     from ...analysis.figures import plot_fig3_curves, plot_fig7
 
     rows = recorded(ctx, keys)
-    window = ctx.scale.fig7_window
-    init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r in seeds] for k, seeds in rows.items()}
-    early = {k: [window_values(r, window) for r in seeds] for k, seeds in rows.items()}
-    early_fc2 = {k: [v.get(FIG3_KIND, []) for v in seeds] for k, seeds in early.items()}
+    fig3, window = ctx.scale.fig3_window, ctx.scale.fig7_window
+    init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r, _ in seeds] for k, seeds in rows.items()}
+    beginning = {k: [window_values(r, clip_window(fig3, n)) for r, n in seeds] for k, seeds in rows.items()}
+    early_fc2 = {k: [v.get(FIG3_KIND, []) for v in seeds] for k, seeds in beginning.items()}
+    late = {k: [window_values(r, clip_window(window, n)) for r, n in seeds] for k, seeds in rows.items()}
+    windows = {k: sorted({clip_window(window, n) for _, n in seeds}) for k, seeds in rows.items()}
     if not any(rows.values()):
         return {"tables": [], "claims": [], "figures": [], "notes": ["no run recorded --grad-stats"]}
     n_layer = max(len(v) for seeds in early_fc2.values() for v in seeds)
@@ -163,26 +191,32 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
     tables = [
         {
             "title": f"Figure 3: mean |∂L/∂W| of fc2 by layer (×1e-3), at update 1 (init) and over updates "
-            f"{window[0]}–{window[1]} (early), mean ± std over seeds",
+            f"{fig3[0]}–{fig3[1]} (early: the beginning of training), mean ± std over seeds",
             "columns": ["run", *layers],
             "rows": _layer_rows(init, "init") + _layer_rows(early_fc2, "early"),
         }
     ]
     claims = fig3_claims(init, early_fc2)
     figures = []
-    first = {k: seeds[0] for k, seeds in rows.items() if seeds}
+    first = {k: seeds[0][0] for k, seeds in rows.items() if seeds}
     if first:
         figures.append(plot_fig3_curves(first, FIG3_KIND, os.path.join(folder, "fig3_grads_by_update.png")))
-    data: dict[str, Any] = {"fig3_init": init, "fig3_early": early_fc2, "window": list(window)}
-    pair = (early.get(BASELINE), early.get("clm-normformer"))
+    data: dict[str, Any] = {
+        "fig3_init": init,
+        "fig3_early": early_fc2,
+        "fig3_window": list(fig3),
+        "fig7_windows": {k: [list(w) for w in ws] for k, ws in windows.items()},
+    }
+    pair = (late.get(BASELINE), late.get("clm-normformer"))
     if all(pair) and all(v for seeds in pair for v in seeds):  # both recorded the window (not cut short)
-        base, nf = early[BASELINE], early["clm-normformer"]
+        base, nf = late[BASELINE], late["clm-normformer"]
         relative = [relative_by_kind(n, b) for b, n in zip(base, nf)]
         baseline_own = [relative_by_kind(b, b) for b in base]
         tables.append(
             {
                 "title": f"Figure 7: gradient ÷ Pre-LN's mean over layers of the same parameter, updates "
-                f"{window[0]}–{window[1]}, mean ± std over seeds (1.0 = the baseline's average)",
+                f"{_windows_text(windows[BASELINE])} (Pre-LN) and {_windows_text(windows['clm-normformer'])} "
+                "(NormFormer), mean ± std over seeds (1.0 = the baseline's average)",
                 "columns": ["parameter", "run", *layers],
                 "rows": [
                     [kind, name, *(verdict.fmt_mean_std(list(v), 2) for v in zip(*(r[kind] for r in rel)))]
@@ -198,7 +232,8 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
         data["fig7_relative"] = relative
     notes = [
         f"Gradients recorded during training (TrainConfig.grad_stats {ctx.scale.grad_stats}), before "
-        "clipping, of the mean token cross-entropy; the paper's Figure 7 window 950–1000 of its 750 "
-        f"warm-up updates is updates {window[0]}–{window[1]} here (the same place relative to warm-up)."
+        f"clipping, of the mean token cross-entropy. Figure 3 reads updates {fig3[0]}–{fig3[1]} (the "
+        f"beginning of training; warm-up is {ctx.scale.warmup:g} of the run) and update 1 alone; Figure 7 "
+        f"the paper's updates {window[0]}–{window[1]}, or a shorter run's last updates of that length."
     ]
     return {"tables": tables, "claims": claims, "figures": figures, "notes": notes, "data": data}

@@ -22,6 +22,7 @@ every run at the scale's ``lr`` and marks every verdict untuned).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,10 +70,12 @@ class Scale:
     # busy machine (measured 0.17 s vs 1.3 s a step at 2 threads with the machine's load at 6).
     threads: int | None = None
     # Figures 3 and 7: every run records per-layer gradients over these updates (TrainConfig.grad_stats),
-    # from the first (init) to the end of Figure 7's window: the paper's updates 950–1000 after 750
-    # warm-up updates, at the same place relative to this scale's warm-up (50 steps: 63–67).
-    grad_stats: str | None = "1:67"
-    fig7_window: tuple[int, int] = (63, 67)
+    # from the first (init) through Figure 3's window (the beginning of training) and Figure 7's (the
+    # paper's updates 950–1000; a run shorter than that reads its own last updates of the same length,
+    # the same fraction of a 1000-update run: ``train_config.clip_window``).
+    grad_stats: str | None = "1:1000"
+    fig3_window: tuple[int, int] = (1, 100)
+    fig7_window: tuple[int, int] = (950, 1000)
 
 
 SCALES: dict[str, Scale] = {
@@ -103,20 +106,18 @@ SCALES: dict[str, Scale] = {
         ratio_warmup=1,
         model={"max_seq_len": 256},
         grad_stats="1:8",
-        fig7_window=(6, 8),
+        fig3_window=(1, 4),
+        fig7_window=(7, 8),
     ),
-    # 6 layers (the depth claims of Figures 3 and 7 need more than a first and a last layer) of the tiny
-    # width. The headline claims (Figure 2 CLM, Figure 3's Pre-LN pattern, Table 4's baseline vs
-    # NormFormer) read the Pre-LN, NormFormer and Post-LN runs only: `--only fig2-clm,fig3-5` is 3 runs
-    # x 5 seeds x 1000 steps. A step takes 0.038 s at 6 layers on one quiet thread (a run with its
-    # evaluations ~55 s): ~15 min of runs, inside 90 minutes with the tune. The CLM sections at 3 seeds
-    # (84 runs) took ~2 h beside other work (docs/reproduce_tiny).
-    # Before the runs: the LR tune (each preset x 7 LRs x 1000 steps) and the paired step ratios.
+    # 6 layers of the tiny width (d 64): the depth claims of Figures 3 and 7 need more than a first and a
+    # last layer. On the embedded corpus; minutes per run on one CPU thread. Pre-LN's gradient mismatch
+    # is weak at this shape (layer-0 ÷ last fc2 gradient about 1.5-2: benchmarks/grad_mismatch_by_shape.py).
+    # Before the runs: the LR tune (each preset × 7 LRs × 1000 steps) and the paired step ratios.
     "tiny": Scale(
         "tiny",
         "tiny",
         budget={"max_steps": 1000},
-        seeds=5,  # Figure 2's equal-time gap at this scale is decided at 5 (POWER_NOTES)
+        seeds=5,
         threads=1,
         model={"max_seq_len": 1024, "n_layer": 6},
         # small batches: more updates per second, which is what a CPU can buy
@@ -124,18 +125,34 @@ SCALES: dict[str, Scale] = {
         eval_interval=50,
         eval_samples=64,
         calibration_steps=5,
-        # a grid that brackets every preset's best LR (the 4-point grid of the first 6-layer report put
-        # Pre-LN's and NormFormer's best on its top edge and Post-LN's on its bottom), each point trained
-        # for a baseline run's whole budget: a short tune favours high LRs a full run cannot keep
+        # a grid that brackets every preset's best LR, each point trained for a baseline run's whole
+        # budget: a short tune favours high LRs a full run cannot keep
         tune_lrs=(3e-4, 1e-3, 3e-3, 6e-3, 1e-2, 2e-2, 4e-2),
         tune_budget="steps=1000",
         glue_epochs=1,
         stability_updates=100,
         stability_batch=(4, 64),
     ),
-    # ~3 h on a quiet laptop CPU
+    # 12 layers × d 128 (4 heads, FFN 512): the CPU shape where Pre-LN's gradient mismatch is as strong
+    # as at 24 layers × d 64 (benchmarks/grad_mismatch_by_shape.py; RESULTS.md), at a step time that runs
+    # `--only fig2-clm,fig3-5` at 5 seeds, the tune included, in about 1.5 hours on 2 cores with
+    # `--jobs 2`. Meant for natural text (`--train-data`); the tune's grid reaches lower than tiny's:
+    # a 12-layer Post-LN wants a smaller LR.
     "small": Scale(
-        "small", "small", budget={"max_steps": 1000}, seeds=3, seq_len=256, lr=2e-3, vocab_size=8192
+        "small",
+        "small",
+        budget={"max_steps": 1000},
+        seeds=5,
+        threads=1,
+        batch_size=4,
+        eval_interval=50,
+        eval_samples=64,
+        calibration_steps=5,
+        tune_lrs=(1e-4, 3e-4, 1e-3, 3e-3, 6e-3, 1e-2, 2e-2),
+        tune_budget="steps=1000",
+        glue_epochs=1,
+        stability_updates=100,
+        stability_batch=(4, 64),
     ),
     # fairseq's 125M recipe (examples/normformer), one GPU or torchrun; a day per run on 8 GPUs
     "125M": Scale(
@@ -160,33 +177,19 @@ SCALES: dict[str, Scale] = {
         model={"dropout": 0.1, "attn_dropout": 0.1},
         dtype="bf16",
         needs_gpu=True,
-        grad_stats="1:1000",  # the paper's run: 750 warm-up updates of 572k
-        fig7_window=(950, 1000),
+        fig3_window=(1, 1000),  # the paper's run: 750 warm-up updates of 572k
     ),
 }
 PUBLIC_SCALES = ("tiny", "small", "125M")
 
-# Which claims a scale can decide, from the per-seed spreads of the 6-layer tiny report (2026-12-01,
-# docs/reproduce_tiny: fairseq's recipe, tuned LRs, paired equal time) and verdict.seeds_needed.
-POWER_NOTES = {
-    "tiny": "From the 6-layer tiny report's spreads (docs/reproduce_tiny): Figure 2 CLM at equal time "
-    "(NormFormer vs Pre-LN, -0.09 to -0.11 log-PPL, MDE 0.11 at 3 seeds, 0.07 at 5) needs the default 5 "
-    "seeds, and Table 4's baseline vs NormFormer is the same pair; Figure 3's Pre-LN pattern (+0.36 to "
-    "+0.75, MDE 0.07-0.15) and Figure 7's fully-connected claims are decided at 3. `--only "
-    "fig2-clm,fig3-5` at 5 seeds takes about 40 minutes on one quiet core, the LR tune included. Not "
-    "decidable here: Figure 7's q, k and v claims (12-80 seeds at the measured means), Figure 5's "
-    "ordering (25-40 seeds; and no fp16 overflow on a CPU, the paper's mechanism), most Table 4 rows "
-    "(differences of 0.00-0.07 log-PPL against MDEs of 0.04-0.11 at 3 seeds), Table 5's per-setting "
-    "gaps, Post-LN warm-up, the masked LM and GLUE (binomial SE ~0.06 on half of RTE's 277 dev rows, "
-    "against the paper's 1-2 points). The paper's own effects (0.83 PPL at 125M, about 0.03 log-PPL) "
-    "need its 125M scale on GPUs.",
-}
+EQUAL_TIME, EQUAL_UPDATES = "equal time", "equal updates"
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: objective, architecture preset, model-flag overrides, warm-up override, and
-    the Table 4/5 variations resolved against the scale by ``run_overrides``."""
+    """One training run: objective, architecture preset, model-flag overrides, warm-up override, the
+    Table 4/5 variations resolved against the scale by ``run_overrides``, and its budget protocol:
+    equal time (the baseline's steps ÷ the paired step-time ratio) or equal updates (the baseline's steps)."""
 
     objective: str  # clm | mlm
     arch: str  # engine.config.ARCHITECTURES key
@@ -194,34 +197,26 @@ class RunSpec:
     warmup: float | None = None  # None: the scale's; 0: no warm-up (the LR starts at its peak)
     label: str = ""
     setting: str | None = None  # a TABLE5_SETTINGS key: TrainConfig changes of Table 5
-    widen_to_match: str | None = None  # an architecture whose parameter count the width matches
+    widen_to_match: str | None = None  # an architecture whose parameter count the widened FFN matches
+    protocol: str = EQUAL_TIME
 
 
 # Table 5's settings, each a function of the scale returning TrainConfig changes ("lr_factor" scales
-# the run's LR, tuned or not). The paper's text was not reachable when this was written: "longer
-# warm-up", "GPT-3 settings" and "gradient clipping" are the issue's words; GPT-3's 125M recipe
-# (Brown et al. 2020, Table 2.1 and appendix B: LR 6e-4, Adam β2 0.95, clip 1.0, weight decay 0.1) is
-# expressed against fairseq's NormFormer recipe (LR 3e-3, β2 0.98, no clipping, weight decay 0.01);
-# the LR rows are fairseq's README baselines (6e-4 GPT-3, 1e-3 "stronger high-lr"; 3e-3 NormFormer).
+# the run's LR, tuned or not): the three kinds the paper names (longer warm-up, GPT-3's settings,
+# gradient clipping). The paper's text was not at hand: each is nfeval's reconstruction. GPT-3's 125M
+# recipe (Brown et al. 2020, Table 2.1 and appendix B: LR 6e-4, Adam β2 0.95, clip 1.0, weight decay
+# 0.1) is expressed against fairseq's NormFormer recipe (LR 3e-3, β2 0.98, no clipping, weight decay
+# 0.01), so its LR factor is 6e-4 ÷ 3e-3.
 TABLE5_SETTINGS: dict[str, tuple[str, Callable[[Scale], dict[str, Any]]]] = {  # key: (label, changes)
-    "recipe": ("the scale's recipe", lambda s: {}),
     "warmup4x": ("longer warm-up (4x)", lambda s: {"warmup": 4 * s.warmup}),
     "gpt3": (
         "GPT-3 settings (LR ÷ 5, β2 0.95, clip 1.0, weight decay 0.1)",
         lambda s: {"lr_factor": 0.2, "beta2": 0.95, "clip_grad": 1.0, "weight_decay": 0.1},
     ),
     "clip1": ("gradient clipping 1.0", lambda s: {"clip_grad": 1.0}),
-    "clip0.1": ("gradient clipping 0.1", lambda s: {"clip_grad": 0.1}),
-    "lr-third": ("LR ÷ 3 (fairseq's high-LR baseline)", lambda s: {"lr_factor": 1 / 3}),
-    "lr2x": ("LR x 2", lambda s: {"lr_factor": 2.0}),
 }
-# {setting: (Pre-LN run, NormFormer run)}; the recipe's runs are Figure 2's
-TABLE5 = {
-    name: ("clm-prenorm", "clm-normformer")
-    if name == "recipe"
-    else (f"clm-prenorm-{name}", f"clm-normformer-{name}")
-    for name in TABLE5_SETTINGS
-}
+# {setting: (Pre-LN run, NormFormer run)}
+TABLE5 = {name: (f"clm-prenorm-{name}", f"clm-normformer-{name}") for name in TABLE5_SETTINGS}
 
 # Table 4's ablations are the NormFormer preset with exactly one fairseq flag changed; its controls add
 # an op a ModelConfig field defines.
@@ -256,7 +251,7 @@ RUNS: dict[str, RunSpec] = {
         "clm", "normformer", {"scale_resids": True, "resid_scale_scalar": True}, label="scalar λresid"
     ),
     "clm-prenorm-wide": RunSpec(
-        "clm", "prenorm", widen_to_match="normformer", label="Pre-LN widened to NormFormer's parameters"
+        "clm", "prenorm", widen_to_match="normformer", label="Pre-LN, FFN widened to NormFormer's parameters"
     ),
     "clm-postnorm": RunSpec("clm", "postnorm", label="Post-LN, warm-up"),
     "clm-postnorm-no-warmup": RunSpec("clm", "postnorm", warmup=0, label="Post-LN, no warm-up"),
@@ -265,10 +260,9 @@ RUNS: dict[str, RunSpec] = {
     "mlm-normformer": RunSpec("mlm", "normformer", label="NormFormer masked LM"),
 }
 for _name, (_pre, _nf) in TABLE5.items():
-    if _name != "recipe":
-        _label = TABLE5_SETTINGS[_name][0]
-        RUNS[_pre] = RunSpec("clm", "prenorm", label=f"Pre-LN, {_label}", setting=_name)
-        RUNS[_nf] = RunSpec("clm", "normformer", label=f"NormFormer, {_label}", setting=_name)
+    _label = TABLE5_SETTINGS[_name][0]
+    RUNS[_pre] = RunSpec("clm", "prenorm", label=f"Pre-LN, {_label}", setting=_name)
+    RUNS[_nf] = RunSpec("clm", "normformer", label=f"NormFormer, {_label}", setting=_name)
 ABLATIONS = ("clm-no-attn-ln", "clm-no-ffn-ln", "clm-no-headscale")
 CONTROLS = ("clm-more-ln", "clm-ffn-glu", "clm-rmsnorm", "clm-resscale-attn", "clm-resscale-scalar")
 TABLE4 = (
@@ -280,6 +274,26 @@ TABLE4 = (
     "clm-prenorm-wide",
     "clm-prenorm",
 )
+UPDATES = "@updates"  # the suffix of a Table 4 run's twin trained for the baseline's number of updates
+
+
+def at_equal_updates(key: str) -> str:
+    """Returns the run of ``key``'s model trained for the baseline's updates (Table 4's protocol): the
+    baseline itself, or ``key``'s equal-updates twin."""
+    return key if key == "clm-prenorm" else key + UPDATES
+
+
+for _key in TABLE4:
+    if at_equal_updates(_key) != _key:
+        RUNS[at_equal_updates(_key)] = dataclasses.replace(RUNS[_key], protocol=EQUAL_UPDATES)
+
+# The claims declared primary before any run (the rest are secondary; verdict.adjust corrects each
+# family for its many tests): Figure 2's CLM gap at equal time, Table 4's baseline vs NormFormer at
+# the paper's fixed number of updates, and Figure 3's Pre-LN pattern at the beginning of training.
+PRIMARY_CLAIMS = ("fig2-clm/equal-time", "table4/baseline", "fig3/prenorm-early")
+# The margin of the equivalence test (verdict.equivalence) of every claim in log-PPL, fixed before the
+# runs: a 2% perplexity difference. A report says an effect is absent only when TOST rejects this margin.
+LOG_PPL_MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -291,6 +305,7 @@ class Experiment:
     reference: str
     finding: str  # the paper's finding, one line
     runs: tuple[str, ...]
+    protocol: str  # how the runs are matched, as the paper states it for this claim (or nfeval's choice)
 
 
 # In the paper's order: §3.1 (Figure 2, Table 2), §3.2 (Table 3), §4 (Figures 3–5), §5 (Table 4);
@@ -302,6 +317,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "Shleifer et al. 2021, Figure 2 and §3.1",
         "NormFormer reaches the Pre-LN baseline's best perplexity with 60% of the compute (125M CLM).",
         ("clm-prenorm", "clm-normformer"),
+        "equal time (the paper's equal GPU time): each run completes its own LR schedule in the baseline's "
+        "time; equal FLOPs read from the same runs",
     ),
     Experiment(
         "table2",
@@ -309,6 +326,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "Shleifer et al. 2021, Table 2",
         "At equal compute NormFormer scores higher zero-shot than the Pre-LN baseline.",
         ("clm-prenorm", "clm-normformer"),
+        "Figure 2's equal-time runs, scored zero-shot",
     ),
     Experiment(
         "fig2-mlm",
@@ -317,6 +335,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "NormFormer reaches the baseline's best MLM perplexity with 57% of the compute and fine-tunes "
         "better on GLUE.",
         ("mlm-prenorm", "mlm-normformer"),
+        "equal time, as Figure 2 / CLM; GLUE: the best of the LR grid per task",
     ),
     Experiment(
         "fig3-5",
@@ -326,6 +345,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "raising later FC gradients and lowering attention gradients at all layers; NormFormer survives "
         "a larger learning rate, and λresid reduces that gain.",
         ("clm-postnorm", "clm-prenorm", "clm-normformer"),
+        "gradients recorded while Figure 2's runs train: Figure 3 at the beginning of training (the "
+        "scale's fig3_window, update 1 separately), Figure 7 over the paper's updates 950–1000 (a shorter "
+        "run: its own last updates of that length); Figure 5 from each architecture's initialisation",
     ),
     Experiment(
         "fig6",
@@ -333,6 +355,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "Shleifer et al. 2021, Figure 6",
         "The learned ResScale weights λresid vary by layer (described, not tested).",
         ("clm-resscale",),
+        "Figure 2's protocol (equal time)",
     ),
     Experiment(
         "table4",
@@ -341,14 +364,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "Removing any NormFormer op hurts perplexity, HeadScale the most; none of the controls improves on "
         "NormFormer, and widening the baseline to NormFormer's parameter count gains far less (0.08 vs "
         "0.83 PPL at 125M).",
-        TABLE4,
+        tuple(at_equal_updates(k) for k in TABLE4) + TABLE4,
+        "the paper's fixed number of updates (every variant trains the baseline's steps); equal time as "
+        "a second, untested column",
     ),
     Experiment(
         "table5",
         "Table 5: NormFormer vs Pre-LN under other hyperparameters",
         "Shleifer et al. 2021, Table 5",
         "NormFormer has lower perplexity than the baseline under each hyperparameter setting.",
-        tuple(k for pair in TABLE5.values() for k in pair),
+        ("clm-prenorm", "clm-normformer", *(k for pair in TABLE5.values() for k in pair)),
+        "Figure 2's protocol (equal time), each setting applied to both architectures at their tuned LRs",
     ),
     Experiment(
         "xiong",
@@ -356,6 +382,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture, §3",
         "Post-LN trained without learning-rate warm-up fails or ends much worse; Pre-LN trains without it.",
         ("clm-postnorm", "clm-postnorm-no-warmup", "clm-prenorm", "clm-prenorm-no-warmup"),
+        "each run with and without warm-up at its architecture's tuned LR, equal time",
     ),
 )
 EXPERIMENT_NAMES = tuple(e.name for e in EXPERIMENTS)

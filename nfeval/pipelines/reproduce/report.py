@@ -1,5 +1,8 @@
-"""``report.md`` and ``report.json`` of ``nfeval reproduce``: one section per experiment, in the paper's
-order, each with the paper's finding, the measured numbers, seeds, budget, hardware and verdicts."""
+"""``report.md`` and ``report.json`` of ``nfeval reproduce``: the scale beside the paper's, the one recipe,
+what was fixed before training, then one section per experiment in the paper's order, each with the
+paper's finding, its protocol, the measured numbers and verdicts (``report.verdict``: Holm-adjusted
+within the primary and the secondary family). ``render`` is a function of ``report.json`` alone, so a
+committed report regenerates from its JSON (``nfeval reproduce --out DIR --render-only``)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
-from . import verdict
-from .plan import POWER_NOTES
+from ...base.jsonio import load_json
+from ...engine import recipe as recipes
+from ...report import verdict
+from .. import scale_facts
 
 
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|")
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
@@ -21,19 +26,25 @@ def markdown_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
     return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
 
 
+def _p(p: float | None) -> str:
+    return "–" if p is None else (f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}")
+
+
 def summary_rows(sections: list[dict[str, Any]]) -> list[list[str]]:
-    """Returns one row per claim: experiment, claim, verdict, minimum detectable effect, seeds that would
-    detect the observed mean, why."""
+    """Returns one row per claim: experiment, claim, family, raw p, Holm-adjusted p, verdict, MDE, TOST p,
+    seeds that would detect the observed mean."""
     rows = []
     for s in sections:
+        name = s["title"].split(":")[0]
         if not s.get("claims"):
-            rows.append([s["title"].split(":")[0], "–", s["status"], "", "", ""])
+            rows.append([name, "–", "", "", "", s["status"], "", "", ""])
         for c in s.get("claims", []):
             mde = "–" if c.get("mde") is None else f"{c['mde']:.3g}"
-            needed = c.get("seeds_needed")
-            needed_text = "–" if needed is None else str(needed)
+            needed = "–" if c.get("seeds_needed") is None else str(c["seeds_needed"])
+            tost = "–" if c.get("p_equivalence") is None else f"{_p(c['p_equivalence'])} (±{c['margin']:g})"
             rows.append(
-                [s["title"].split(":")[0], c["claim"], f"**{c['verdict']}**", mde, needed_text, c["why"]]
+                [name, c["claim"], c.get("family", ""), _p(c.get("p")), _p(c.get("p_holm"))]
+                + [f"**{c['verdict']}**", mde, tost, needed]
             )
     return rows
 
@@ -41,6 +52,8 @@ def summary_rows(sections: list[dict[str, Any]]) -> list[list[str]]:
 def render_section(s: dict[str, Any]) -> list[str]:
     """Returns the markdown lines of one section."""
     lines = [f"## {s['title']}", "", f"**Paper** ({s['reference']}): {s['finding']}", ""]
+    if s.get("protocol"):
+        lines += [f"**Protocol:** {s['protocol']}.", ""]
     if s["status"] != "done":
         return lines + [f"**Status:** {s['status']}.", ""] + [f"- {n}" for n in s.get("notes", [])] + [""]
     lines += [
@@ -52,7 +65,11 @@ def render_section(s: dict[str, Any]) -> list[str]:
     if s["claims"]:
         lines += ["**Measured vs paper:**", ""]
         for c in s["claims"]:
-            lines.append(f"- {c['claim']}: {c['measured']} → **{c['verdict']}** ({c['why']}, n={c['n']})")
+            family = c.get("family", verdict.SECONDARY)
+            lines.append(
+                f"- {c['claim']} ({family}): {c['measured']} → **{c['verdict']}** "
+                f"({c['why']}; Holm-adjusted p {_p(c.get('p_holm'))}, n={c['n']})"
+            )
         lines.append("")
     lines += [f"![{os.path.basename(f)}]({f})" for f in s["figures"]]
     lines += [""] if s["figures"] else []
@@ -85,35 +102,76 @@ def setup_lines(h: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(report: dict[str, Any]) -> str:
-    """Returns report.md's text."""
-    h = report["header"]
-    lines = [
-        "# NormFormer paper, reproduced at small scale (`nfeval reproduce`)",
+def _scale_lines(h: dict[str, Any]) -> list[str]:
+    facts = h.get("facts")
+    if not facts:
+        return []
+    columns, rows = scale_facts.table(facts, h["paper_facts"])
+    return ["## Scale", "", *markdown_table(columns, rows), ""]
+
+
+def _seed_note(h: dict[str, Any]) -> list[str]:
+    history = h.get("seed_history") or []
+    later = [e for e in history[1:] if e.get("after_a_report")]
+    if not later:
+        return []
+    steps = " → ".join(str(e["seeds"]) for e in history)
+    return [
+        f"**Seeds added after reading results.** This folder's seeds went {steps}; the report at "
+        f"{history[0]['seeds']} seed(s) had been written before seeds were added (optional stopping): the "
+        "p-values below do not account for that choice.",
         "",
+    ]
+
+
+def _claims(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for s in report["sections"] for c in s.get("claims", [])]
+
+
+def render(report: dict[str, Any]) -> str:
+    """Returns report.md's text, from ``report`` (report.json's content) alone."""
+    h = report["header"]
+    claims = _claims(report)
+    primary = [c for c in claims if c.get("family") == verdict.PRIMARY]
+    facts = h.get("facts")
+    lines = [f"# NormFormer paper, reproduced at the `{h['scale']}` scale (`nfeval reproduce`)", ""]
+    if facts:
+        lines += [scale_facts.caveat(facts, h["paper_facts"]), ""]
+    lines += [
         f"Command: `{h['command']}`  ",
-        f"Scale: {h['scale']} · seeds: {h['seeds']} · budget: {h['budget']} · hardware: {h['hardware']}  ",
+        f"Seeds: {h['seeds']} · budget: {h['budget']} · hardware: {h['hardware']}, {h.get('jobs', 1)} "
+        f"run(s) at a time on {h.get('cpu_count', '?')} cores  ",
         f"Learning rate: {h['lr']}  ",
-        f"Wall-clock of this invocation: {h['wall_min']:.1f} min · 1-min load average at the last "
-        f"update: {h['load_average']} on {os.cpu_count()} cores · "
+        f"Training time of every run: {h.get('train_hours', 0):.2f} h · wall-clock of the last invocation: "
+        f"{h['wall_min']:.1f} min · 1-min load average at its last update: {h['load_average']} · "
         f"nfeval {h['version']} ({h['git'] or 'no git'})",
         "",
-        f"**Decision rule.** {verdict.RULE}. Small models trained for minutes are not 125M models trained "
-        "for days: an 'inconclusive' or 'disagrees' here is a statement about this scale only.",
+    ]
+    for objective, r in (h.get("recipes") or {}).items():
+        lines += [f"**Recipe ({objective}), shared by every run of the report:** {recipes.describe(r)}.", ""]
+    lines += _scale_lines(h)
+    lines += _seed_note(h)
+    lines += [
+        "**Primary claims, declared before the runs:** "
+        + (", ".join(f"{c['claim']} → **{c['verdict']}**" for c in primary) or "none of them was run")
+        + ". Every other claim is secondary.",
         "",
-        f"**Power.** MDE: the minimum detectable effect of each claim at the seeds used ({verdict.POWER:.0%} "
-        "power, α 0.05 two-sided, in the claim's units); seeds to detect: how many seeds would decide it if "
-        f"the effect is what was measured (– : over {verdict.MAX_SEEDS}, or no spread).",
-        *(
-            ["", f"**What this scale can decide.** {POWER_NOTES[h['scale']]}"]
-            if h["scale"] in POWER_NOTES
-            else []
-        ),
+        f"**Decision rule.** {verdict.RULE}.",
         "",
         "## Summary",
         "",
         *markdown_table(
-            ["experiment", "claim", "verdict", "MDE", "seeds to detect the observed mean", "why"],
+            [
+                "experiment",
+                "claim",
+                "family",
+                "p",
+                "Holm p",
+                "verdict",
+                "MDE",
+                "TOST p (margin)",
+                "seeds to detect",
+            ],
             summary_rows(report["sections"]),
         ),
         "",
@@ -124,10 +182,28 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def adjusted(sections: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Returns ``sections`` with every finished claim's verdict taken from its family's Holm-adjusted p."""
+    claims = verdict.adjust(c for s in sections if s["status"] == "done" for c in s.get("claims", []))
+    it = iter(claims)
+    return [
+        {**s, "claims": [next(it) for _ in s.get("claims", [])]} if s["status"] == "done" else s
+        for s in sections
+    ]
+
+
 def write(out: str, header: dict[str, Any], sections: list[dict[str, Any]]) -> str:
     """Writes ``out/report.json`` and ``out/report.md`` atomically; returns the markdown path."""
-    report = {"nfeval": {"provenance": provenance()}, "header": header, "sections": sections}
+    report = {"nfeval": {"provenance": provenance()}, "header": header, "sections": adjusted(sections)}
     atomic_write_json(os.path.join(out, "report.json"), report)
     path = os.path.join(out, "report.md")
     atomic_write_text(path, render(report) + "\n")
+    return path
+
+
+def rerender(out: str) -> str:
+    """Rewrites ``out/report.md`` from ``out/report.json`` alone (nothing is trained or measured);
+    returns the markdown path."""
+    path = os.path.join(out, "report.md")
+    atomic_write_text(path, render(load_json(os.path.join(out, "report.json"))) + "\n")
     return path

@@ -1,9 +1,6 @@
-"""Training the runs of ``nfeval reproduce``, resumably.
-
-Each run lives in ``<out>/runs/<key>/seed<k>/`` (an ``nfeval train`` run dir) and is finished when
-``<out>/runs/<key>/seed<k>.json`` exists: that record is written last, after training returned or
-diverged, so a rerun skips the run without calling ``train`` and a killed one is resumed by
-``train(..., resume=True)`` from its newest checkpoint.
+"""Training the runs of ``nfeval reproduce``, resumably, through the pipelines' one run mechanism
+(``pipelines.runs``): each run lives in ``<out>/runs/<key>/seed<k>/`` and is finished when
+``<out>/runs/<key>/seed<k>.json`` exists.
 """
 
 from __future__ import annotations
@@ -13,15 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...base.artifacts import atomic_write_json
-from ...base.jsonio import load_json
-from ...engine.step_ratio import equal_time_steps
-from ...engine.train import train
 from ...engine.train_config import TrainConfig
-from ...engine.trainer import TrainingDiverged
 from ...launch.options import LaunchOptions
 from ...tune.results import with_tuned_lr
-from .plan import RUNS, Scale
+from .. import runs
+from .plan import EQUAL_UPDATES, RUNS, TABLE5_SETTINGS, Scale
 from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
 
@@ -38,6 +31,8 @@ class Context:
     budget: dict[str, float]
     seeds: int
     tokenizer: str
+    train_data: str | None = None  # the corpus (None: the embedded default)
+    valid_data: str | None = None
     data_dir: str | None = None
     glue_dir: str | None = None
     glue_tasks: tuple[str, ...] = ("rte",)
@@ -46,6 +41,7 @@ class Context:
     tune_files: dict[str, str] = field(default_factory=dict)  # objective -> tune.json of `nfeval tune`
     step_ratios: dict[str, dict] = field(default_factory=dict)  # run key -> its equal_time record
     launch: LaunchOptions | None = None  # --launcher slurm: the runs (and the tune) as Slurm jobs
+    jobs: int = 1  # runs and tune points trained at a time here
 
     @property
     def seed_values(self) -> list[int]:
@@ -71,13 +67,31 @@ BASELINES = {"clm": "clm-prenorm", "mlm": "mlm-prenorm"}
 
 
 def run_budget(ctx: Context, key: str) -> dict[str, float]:
-    """Returns the TrainConfig budget of run ``key``: the scale's S steps ÷ its paired step-time ratio
-    to its baseline once measured (``equal_time``) and when the budget is in steps, else the folder's
-    budget as it is."""
-    record = ctx.step_ratios.get(key)
-    if record is None or "max_steps" not in ctx.budget:
+    """Returns the TrainConfig budget of run ``key``: the folder's budget for an equal-updates run, else
+    its equal-time budget (``runs.equal_time_budget``) once its step-time ratio is measured."""
+    if RUNS[key].protocol == EQUAL_UPDATES:
         return dict(ctx.budget)
-    return {**ctx.budget, "max_steps": equal_time_steps(int(ctx.budget["max_steps"]), record["ratio"])}
+    return runs.equal_time_budget(ctx.budget, ctx.step_ratios.get(key))
+
+
+# where a TrainConfig field of a Table 5 setting sits in the recipe record (engine.recipe)
+SETTING_FIELDS = {
+    "warmup": "schedule.warmup",
+    "beta2": "optimizer.betas",
+    "clip_grad": "optimizer.clip_grad",
+    "weight_decay": "optimizer.weight_decay",
+}
+
+
+def recipe_deviations(ctx: Context, key: str) -> tuple[str, ...]:
+    """Returns the dotted recipe fields (``engine.recipe``) that run ``key``'s row changes on purpose
+    against its objective's recipe: warm-up off (Xiong et al.), a Table 5 setting's fields."""
+    spec = RUNS[key]
+    fields = ["schedule.warmup"] if spec.warmup is not None else []
+    if spec.setting:
+        changes = TABLE5_SETTINGS[spec.setting][1](ctx.scale)
+        fields += [SETTING_FIELDS[name] for name in changes if name in SETTING_FIELDS]
+    return tuple(fields)
 
 
 # the Scale fields a run's TrainConfig takes as they are
@@ -97,6 +111,8 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         model=run_model(s, key),
         objective=spec.objective,
         tokenizer=ctx.tokenizer,
+        train_data=ctx.train_data,
+        valid_data=ctx.valid_data,
         **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},
         warmup=s.warmup if spec.warmup is None else spec.warmup,
         device=ctx.device,
@@ -105,7 +121,7 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
         **run_budget(ctx, key),
     )
     if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
-        cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective])
+        cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective], deviations=recipe_deviations(ctx, key))
     return apply_setting(cfg, key, s)
 
 
@@ -122,33 +138,15 @@ def run_dir(ctx: Context, key: str, seed: int) -> str:
 
 
 def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
-    """Trains run ``key`` at ``seed`` unless its record exists; returns the record
-    {key, seed, dir, status: finished|diverged, diverged_at, val_ppl, steps, lr, lr_from, warmup,
-    budget, step_ratio}: ``step_ratio`` is the equal-time record its budget came from (None: none)."""
-    directory = run_dir(ctx, key, seed)
-    marker = directory + ".json"
-    if os.path.isfile(marker):
-        return load_json(marker) | {"dir": directory}  # where the run is now (the folder may have moved)
-    cfg = train_config(ctx, key, seed)
-    log(f"training {key} seed {seed} ({cfg.preset}, {RUNS[key].objective}) → {directory}")
-    record: dict[str, Any] = {
+    """Trains run ``key`` at ``seed`` unless it is finished; returns its record (``runs.ensure_run``'s,
+    with key, seed, budget and the equal-time record ``step_ratio`` its budget came from)."""
+    record = {
         "key": key,
         "seed": seed,
-        "dir": directory,
-        "lr": cfg.lr,
-        "lr_from": cfg.lr_from,
-        "warmup": cfg.warmup,
         "budget": run_budget(ctx, key),
         "step_ratio": ctx.step_ratios.get(key),
     }
-    try:
-        summary = train(cfg, directory, resume=True)
-        record.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
-    except TrainingDiverged as e:
-        log(f"{key} seed {seed} diverged: {e}")
-        record.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
-    atomic_write_json(marker, record)
-    return record
+    return runs.ensure_run(train_config(ctx, key, seed), run_dir(ctx, key, seed), record, log)
 
 
 def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
@@ -156,18 +154,17 @@ def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str,
     return {key: [ensure_run(ctx, key, seed) for seed in ctx.seed_values] for key in keys}
 
 
-def train_on_cluster(ctx: Context, keys: list[str]) -> str | None:
-    """Trains the unfinished runs of ``keys`` (every seed) as one array of Slurm jobs (``ctx.launch``),
-    each ``ensure_run`` in its own job; returns None once every run is finished, else what to do (with
-    ``--no-wait``, or when a job failed: a rerun submits what is missing)."""
-    from ...launch import cluster
+def train_all(ctx: Context, keys: list[str]) -> str | None:
+    """Trains the unfinished runs of ``keys`` (every seed): ``ctx.jobs`` at a time here, or as Slurm jobs
+    (``ctx.launch``); returns None once every run is finished, else what to do."""
     from ...launch.jobs import LaunchPoint
 
-    runs = [(k, s) for k in keys for s in ctx.seed_values]
-    todo = [(k, s) for k, s in runs if not os.path.isfile(run_dir(ctx, k, s) + ".json")]
-    points = [LaunchPoint(f"{k}/seed{s}", ensure_run, (ctx, k, s), run_dir(ctx, k, s)) for k, s in todo]
-    cluster.run_points(points, ctx.out, ctx.launch, "reproduce", ctx.progress)
-    missing = [f"{k}/seed{s}" for k, s in todo if not os.path.isfile(run_dir(ctx, k, s) + ".json")]
-    if not missing:
-        return None
-    return f"{len(missing)} training run(s) not finished yet: rerun the same command to collect them"
+    points = [
+        LaunchPoint(f"{k}/seed{s}", ensure_run, (ctx, k, s), run_dir(ctx, k, s))
+        for k in keys
+        for s in ctx.seed_values
+    ]
+    desc, launch = "reproduce", ctx.launch
+    return runs.train_points(
+        points, ctx.out, launch, ctx.jobs, desc, ctx.progress, ctx.scale.threads, ctx.device
+    )

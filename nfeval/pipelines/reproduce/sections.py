@@ -9,8 +9,9 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.jsonio import load_json
-from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments, verdict
-from .plan import Experiment
+from ...report import verdict
+from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments
+from .plan import PRIMARY_CLAIMS, Experiment
 from .runner import Context, ensure_runs, log
 
 
@@ -41,6 +42,10 @@ def measure(ctx: Context, exp: Experiment) -> dict[str, Any]:
     raise ValueError(f"unknown experiment {exp.name!r}")
 
 
+def _family(claim_id: str) -> str:
+    return verdict.PRIMARY if claim_id in PRIMARY_CLAIMS else verdict.SECONDARY
+
+
 def section_path(ctx: Context, name: str) -> str:
     return os.path.join(ctx.out, "experiments", name, "section.json")
 
@@ -54,12 +59,16 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
             return stored
     log(f"experiment {exp.name}: {exp.title}")
     parts = measure(ctx, exp)
-    claims = parts.get("claims", [])
+    claims = [
+        {**c, "id": c.get("id") or f"{exp.name}/{i}"} | {"family": _family(c.get("id") or "")}
+        for i, c in enumerate(parts.get("claims", []), 1)
+    ]
     section = {
         "name": exp.name,
         "title": exp.title,
         "reference": exp.reference,
         "finding": exp.finding,
+        "protocol": exp.protocol,
         "status": parts.pop("status", "done"),
         "seeds": ctx.seeds,
         "seed_values": ctx.seed_values,
@@ -88,6 +97,7 @@ def stub(exp: Experiment, status: str) -> dict[str, Any]:
         "title": exp.title,
         "reference": exp.reference,
         "finding": exp.finding,
+        "protocol": exp.protocol,
         "status": status,
         "claims": [],
         "tables": [],

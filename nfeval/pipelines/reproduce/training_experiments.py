@@ -10,11 +10,11 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text
 from ...base.plots import plot_bars, plot_curves
+from ...report import verdict
 from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
-from . import verdict
 from .equal_time import PAPER_OVERHEAD, ratio_text
-from .plan import RUNS
+from .plan import LOG_PPL_MARGIN, RUNS
 from .runner import Context, log, run_budget, run_dir, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
@@ -117,7 +117,9 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
         "compute fraction (FLOPs)",
         "steps (cand vs base)",
     ]
-    claims = [_equal_compute_claim(ctx, base, cand, a, acc, paper_fraction) for a, acc in per_axis.items()]
+    claims = [
+        _equal_compute_claim(ctx, name, base, cand, a, acc, paper_fraction) for a, acc in per_axis.items()
+    ]
     figures = []
     first = comparisons.get(ctx.seed_values[0])
     if first is not None:
@@ -132,7 +134,7 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
 
 
 def _equal_compute_claim(
-    ctx: Context, base: str, cand: str, axis: str, acc: dict[str, Any], paper_fraction: float
+    ctx: Context, name: str, base: str, cand: str, axis: str, acc: dict[str, Any], paper_fraction: float
 ) -> dict[str, Any]:
     fractions = [f if f is not None else math.inf for f in acc["fractions"]]
     measured = (
@@ -144,10 +146,11 @@ def _equal_compute_claim(
         measured += f"; paired step-time ratio {ratio_text(record)}, paper overhead {PAPER_OVERHEAD}"
     if acc["unmatched"]:
         measured += f"; {acc['unmatched']} seed(s) {MID_SCHEDULE}, left out"
-    decided = verdict.decide(_finite(acc["diffs"]))
+    decided = verdict.decide(_finite(acc["diffs"]), margin=LOG_PPL_MARGIN)
     if not acc["diffs"] and acc["unmatched"]:
         decided["why"] = f"{MID_SCHEDULE} in every seed"
     return {
+        "id": f"{name}/{'equal-time' if axis == 'wall_s' else 'equal-flops'}",
         "claim": f"{RUNS[cand].label} has lower validation PPL than {RUNS[base].label} at "
         f"{AXIS_WORDS[axis]} (it reaches the baseline's best PPL with < 100% of the compute; "
         f"paper {paper_fraction:.0%})",
@@ -210,19 +213,21 @@ def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     diverged = {k: sum(r["status"] == "diverged" for r in rs) for k, rs in records.items()}
     claims = [
         {
+            "id": "xiong/postnorm-warmup",
             "claim": "Post-LN without warm-up ends worse than with it (or diverges)",
             "measured": f"PPL {verdict.fmt_mean_std(ppl['clm-postnorm-no-warmup'], 2, 'diverged')} without "
             "vs "
             f"{verdict.fmt_mean_std(ppl['clm-postnorm'], 2, 'diverged')} with warm-up",
-            **verdict.decide(_finite(post_diffs)),
+            **verdict.decide(_finite(post_diffs), margin=LOG_PPL_MARGIN),
         },
         {
+            "id": "xiong/prenorm-without-warmup",
             "claim": "without warm-up Pre-LN ends better than Post-LN",
             "measured": f"PPL {verdict.fmt_mean_std(ppl['clm-prenorm-no-warmup'], 2, 'diverged')} (Pre-LN, "
             f"{diverged['clm-prenorm-no-warmup']} of {ctx.seeds} diverged) vs "
             f"{verdict.fmt_mean_std(ppl['clm-postnorm-no-warmup'], 2, 'diverged')} (Post-LN, "
             f"{diverged['clm-postnorm-no-warmup']} of {ctx.seeds} diverged)",
-            **verdict.decide(_finite(pre_vs_post)),
+            **verdict.decide(_finite(pre_vs_post), margin=LOG_PPL_MARGIN),
         },
     ]
     means = [verdict.mean_std(ppl[k])[0] for k in records]

@@ -21,8 +21,9 @@ from .plan import RUNS
 from .runner import Context, log, preset_name, train_config
 
 
-def run_tune(ctx: Context, keys: list[str]) -> dict[str, str]:
-    """Tunes the LR of every preset the runs ``keys`` train; returns {objective: tune.json path}."""
+def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
+    """Tunes the LR of every preset the runs ``keys`` train, ``jobs`` points at a time; returns
+    {objective: tune.json path}."""
     from ...tune.sweep import tune
 
     files = {}
@@ -38,6 +39,7 @@ def run_tune(ctx: Context, keys: list[str]) -> dict[str, str]:
             list(ctx.scale.tune_lrs),
             ctx.scale.tune_budget,
             out,
+            jobs=jobs,
             progress=ctx.progress,
             launch=ctx.launch,
         )

@@ -1,0 +1,158 @@
+"""The one run mechanism of ``reproduce`` and ``bakeoff``: equal-time step budgets, the paired step-time
+ratios that fix them, training a run resumably, and training many runs here (``--jobs``) or as Slurm jobs.
+
+A run lives in a folder ``D`` (an ``nfeval train`` run dir) and is finished when ``D.json`` exists:
+that record is written last, after training returned or diverged, so a rerun skips the run without
+calling ``train`` and a killed one is resumed from its newest checkpoint. The record holds the run's
+recipe (``engine.recipe``), so a report can check that the runs it puts side by side share one.
+
+Equal time, fixed before training (the paper's protocol): the baseline gets S steps; every other run's
+step-time ratio to it is measured *paired* (``engine.step_ratio``) and the run gets S ÷ ratio steps.
+The ratios are stored in one JSON file after each measurement, so every seed and rerun reuses them and a
+run's budget never changes once fixed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..base.artifacts import atomic_write_json, hardware, hardware_key
+from ..base.jsonio import load_json
+from ..engine import recipe
+from ..engine.step_ratio import equal_time_steps, measure_step_ratio
+from ..engine.train import train
+from ..engine.train_config import TrainConfig
+from ..engine.trainer import TrainingDiverged
+from ..launch.jobs import LaunchPoint
+from ..launch.options import LaunchOptions
+
+BASELINE_MODEL = {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "method": "the baseline's model: 1"}
+
+
+def equal_time_budget(budget: dict[str, float], ratio: dict[str, Any] | None) -> dict[str, float]:
+    """Returns a run's TrainConfig budget: the baseline's S steps ÷ its paired step-time ``ratio`` record
+    when there is one and the budget is in steps, else ``budget`` as it is."""
+    if ratio is None or "max_steps" not in budget:
+        return dict(budget)
+    return {**budget, "max_steps": equal_time_steps(int(budget["max_steps"]), ratio["ratio"])}
+
+
+def marker(directory: str) -> str:
+    """Returns the path of the record that marks the run in ``directory`` finished."""
+    return directory + ".json"
+
+
+def finished(directory: str) -> dict[str, Any] | None:
+    """Returns the record of the finished run in ``directory`` (its ``dir`` where it lies now: the folder
+    may have moved), or None."""
+    path = marker(directory)
+    return load_json(path) | {"dir": directory} if os.path.isfile(path) else None
+
+
+def train_seconds(directory: str) -> float:
+    """Returns the training seconds the run in ``directory`` recorded (0 when it recorded none)."""
+    path = os.path.join(directory, "config.json")
+    return float((load_json(path).get("compute") or {}).get("wall_s") or 0.0) if os.path.isfile(path) else 0.0
+
+
+def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Callable[[str], None]) -> dict:
+    """Trains ``cfg`` into ``directory`` unless it is finished; returns its record: ``record`` (what the
+    caller names the run by) with dir, lr, lr_from, warmup, recipe, status (finished|diverged),
+    diverged_at, val_ppl and steps."""
+    done = finished(directory)
+    if done is not None:
+        return done
+    log(f"training {cfg.preset} seed {cfg.seed} (lr {cfg.lr:g}) → {directory}")
+    out = {**record, "dir": directory, "lr": cfg.lr, "lr_from": cfg.lr_from, "warmup": cfg.warmup}
+    try:
+        summary = train(cfg, directory, resume=True)
+        out.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
+    except TrainingDiverged as e:
+        log(f"{directory} diverged: {e}")
+        out.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
+    config = os.path.join(directory, "config.json")
+    out["recipe"] = recipe.of_config(load_json(config)) if os.path.isfile(config) else None
+    atomic_write_json(marker(directory), out)
+    return out
+
+
+def measure_ratios(
+    path: str,
+    names: Sequence[str],
+    baseline_of: Callable[[str], str],
+    model_of: Callable[[str], str],
+    configs: Callable[[str, str], tuple[TrainConfig, TrainConfig]],
+    timing: dict[str, int],
+    log: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
+    """Returns {name: its paired step-time ratio record to ``baseline_of(name)``} for ``names``,
+    measuring what the JSON file ``path`` does not hold yet (stored after each measurement).
+
+    Runs whose model (``model_of``: a key of everything that shapes a step) is their baseline's have ratio
+    1; runs sharing a model share one measurement (``shared_with``). ``configs(name, base)`` gives the
+    (baseline, candidate) TrainConfigs to time; ``timing`` holds ``pairs``, ``burst`` and ``warmup``."""
+    stored: dict[str, dict[str, Any]] = load_json(path) if os.path.isfile(path) else {}
+    for name in names:
+        if name in stored:
+            continue
+        base = baseline_of(name)
+        model = model_of(name)
+        measured = [k for k, r in stored.items() if "pairs" in r and "shared_with" not in r]
+        shared = next((k for k in measured if _model_or_none(model_of, k) == model), None)
+        if model == model_of(base):
+            record = dict(BASELINE_MODEL)
+        elif shared is not None:
+            record = {**stored[shared], "shared_with": shared}
+        else:
+            pairs = f"{timing['pairs']} pairs of {timing['burst']}-step bursts"
+            log(f"timing {name} against {base}, paired ({pairs})")
+            result = measure_step_ratio(*configs(name, base), **timing)
+            record = {
+                **result.to_dict(),
+                "load_average": round(os.getloadavg()[0], 2),
+                "hardware": hardware_key(hardware()),
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+        stored[name] = {**record, "baseline": base}
+        atomic_write_json(path, stored)
+    return {name: stored[name] for name in names}
+
+
+def _model_or_none(model_of: Callable[[str], str], name: str) -> str | None:
+    try:
+        return model_of(name)
+    except KeyError:  # a measurement of a run this version no longer plans
+        return None
+
+
+def train_points(
+    points: Sequence[LaunchPoint],
+    out: str,
+    launch: LaunchOptions | None,
+    jobs: int,
+    desc: str,
+    progress: bool,
+    threads: int | None = None,
+    device: str = "auto",
+) -> str | None:
+    """Trains the unfinished ``points`` (each an ``ensure_run`` whose ``directory`` is its run folder):
+    ``jobs`` at a time here, or as Slurm jobs with ``launch``; returns None once every point is finished,
+    else what to do (a job not finished with ``--no-wait``, or failed: a rerun submits what is missing)."""
+    todo = [p for p in points if finished(p.directory) is None]
+    if not todo:
+        return None
+    if launch is not None and launch.on_cluster:
+        from ..launch import cluster
+
+        cluster.run_points(todo, out, launch, desc, progress)
+    else:
+        from ..launch import local
+
+        local.run_points(todo, jobs=jobs, threads=threads, device=device)
+    missing = [p.name for p in todo if finished(p.directory) is None]
+    if not missing:
+        return None
+    return f"{len(missing)} training run(s) not finished yet: rerun the same command to collect them"
