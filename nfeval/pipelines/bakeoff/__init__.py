@@ -59,6 +59,7 @@ class BakeoffConfig:
     progress: bool = True
     command: str = "nfeval bakeoff"
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
+    jobs: int = 1  # runs and tune points trained at a time here
 
     def validate(self) -> None:
         """Raises a UserError naming the first bad option, before any work."""
@@ -68,6 +69,8 @@ class BakeoffConfig:
             )
         if self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
+        if self.jobs < 1:
+            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
         if self.steps is not None and self.minutes is not None:
             raise ConfigError("--steps and --minutes both given: pass one budget")
         if self.steps is not None and self.steps < 1:
@@ -115,21 +118,6 @@ def check_settings(out: str, current: dict[str, Any]) -> None:
         atomic_write_json(path, current)
 
 
-def _tokenizer(cfg: BakeoffConfig, out: str, vocab_size: int) -> str:
-    """Returns the tokenizer every run shares: a BPE trained once on the training corpus."""
-    from ...base.artifacts import atomic_write_text
-    from ...engine.data import get_tokenizer, load_text_corpus
-    from ..stages import shared_tokenizer
-
-    if not cfg.train_data:
-        return shared_tokenizer(out, vocab_size)
-    path = os.path.join(out, "tokenizer.json")
-    if not os.path.isfile(path):
-        tok = get_tokenizer(None, load_text_corpus(cfg.train_data, cfg.valid_data), vocab_size)
-        atomic_write_text(path, tok.to_str(pretty=True))
-    return path
-
-
 def make_context(cfg: BakeoffConfig) -> Context:
     """Returns the bakeoff's Context after checking every option (nothing trained yet)."""
     cfg.validate()
@@ -154,6 +142,7 @@ def make_context(cfg: BakeoffConfig) -> Context:
         device=cfg.device,
         progress=cfg.progress,
         launch=cfg.launch,
+        jobs=cfg.jobs,
     )
 
 
@@ -163,7 +152,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     {"pending": what to do} while ``--launcher slurm``'s jobs are not all finished."""
     import torch
 
-    from ..stages import zeroshot_data
+    from ..stages import shared_tokenizer, zeroshot_data
     from . import runs
 
     ctx = make_context(cfg)
@@ -175,12 +164,13 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     start = time.time()
     if ctx.scale.threads:
         torch.set_num_threads(ctx.scale.threads)
-    ctx.tokenizer = _tokenizer(cfg, cfg.out, ctx.scale.vocab_size)
+    ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:
         return {"pending": pending}
     runs.run_tunes(ctx)
     ctx.step_ratios = runs.measure_ratios(ctx)
+    runs.train_all(ctx)
     records = {c.name: [runs.ensure_run(ctx, c, s) for s in ctx.seed_values] for c in ctx.candidates}
     data, tasks = zeroshot_data(cfg.out, cfg.data_dir, ctx.scale.cloze_items, 1, log)
     files = {
@@ -203,13 +193,24 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
 def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, Any]:
     from ... import __version__
     from ...base.artifacts import git_hash
-    from .runs import run_budget
+    from ...engine import recipe
+    from .. import scale_facts
+    from ..runs import train_seconds
+    from .runs import run_budget, run_dir
 
+    every = [r for rs in records.values() for r in rs]
+    shared = recipe.check_same({f"{r['name']}/seed{r['seed']}": r.get("recipe") for r in every}, cfg.out)
     header = {
         "version": __version__,
         "git": git_hash(),
         "command": cfg.command,
         "size": cfg.size,
+        "facts": scale_facts.facts(run_dir(ctx, ctx.baseline, ctx.seed_values[0])),
+        "paper_facts": scale_facts.paper_facts(),
+        "recipe": shared,
+        "train_hours": sum(train_seconds(r["dir"]) for r in every) / 3600,
+        "cpu_count": os.cpu_count(),
+        "jobs": ctx.jobs,
         "seeds": ctx.seeds,
         "budget": _budget_text(ctx),
         "lrs": list(ctx.lrs),
@@ -222,15 +223,19 @@ def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, An
         "load_average": round(os.getloadavg()[0], 1),
         "wall_min": (time.time() - start) / 60,
     }
+    ppl, zeroshot = results.ppl_tests(ctx, records), results.zeroshot_tests(ctx, files)
+    stable = results.stability_tests(ctx, stability)
+    results.settle(ppl, zeroshot, stable)
     return {
         "header": header,
         "baseline": ctx.baseline.name,
         "ranking": results.ranking(ctx, records),
-        "ppl_tests": results.ppl_tests(ctx, records),
-        "zeroshot_tests": results.zeroshot_tests(ctx, files),
+        "depth_ratios": results.depth_ratios(ctx),
+        "ppl_tests": ppl,
+        "zeroshot_tests": zeroshot,
         "compute_fractions": results.compute_fractions(ctx, records),
         "curves_seed1": results.curves(ctx, records),
-        "stability": results.stability_tests(ctx, stability),
+        "stability": stable,
         "tuning": _tuning_rows(ctx),
         "step_ratios": ctx.step_ratios,
         "steps": {c.name: run_budget(ctx, c).get("max_steps", "time budget") for c in ctx.candidates},
@@ -279,12 +284,16 @@ def _notes(ctx: Context) -> list[str]:
         "diverged seed ranks after every candidate without one.",
         "Perplexity test: per seed, log PPL(baseline) − log PPL(candidate) (positive: the candidate is "
         "better), seed k of each paired (same data order and initialisation seed); p from a one-sample "
-        "t-test.",
+        "t-test, Holm-adjusted over the candidates (the primary family); zero-shot and stability tests are "
+        "the secondary family, Holm-adjusted together. An inconclusive row says nothing about direction.",
         "Zero-shot test: per seed, nfeval compare-scores' paired bootstrap over items (candidate − baseline, "
         "* when its 95% interval excludes 0) and McNemar's exact test; the verdict is over seeds, the items' "
         "standard error counted as each seed's measurement error.",
         "Compute fraction (time): the step at which the candidate first reaches the baseline's best "
         "validation PPL × its step-time ratio ÷ the baseline's step there; (FLOPs): nfeval compare's.",
+        "Gradient mismatch by depth: fc2's mean |gradient| of layer 0 ÷ the last layer's, averaged over "
+        f"updates {ctx.scale.fig3_window[0]}–{ctx.scale.fig3_window[1]} of each run (the beginning of "
+        "training, Shleifer et al. 2021 Figure 3): above 1, the early layers get the larger gradients.",
         "Stability: nfeval analyze stability on each architecture's initialisation (updates survived of a "
         "learning rate rising geometrically from 1e-5 to 1), same batches and seeds for all.",
         "Curves (first seed): validation PPL vs FLOPs and vs each run's measured wall-clock; on a "

@@ -25,8 +25,10 @@ from ...base.errors import ConfigError, MissingDataError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...launch.options import LaunchOptions
-from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, SCALES
-from .runner import Context, log, train_on_cluster
+from .. import runs
+from . import runner
+from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, RUNS, SCALES
+from .runner import Context, log, train_all
 
 
 @dataclass
@@ -36,6 +38,8 @@ class ReproduceConfig:
     minutes: float | None = None  # per-run training budget; default: the scale's
     seeds: int | None = None  # default: the scale's
     only: tuple[str, ...] | None = None
+    train_data: str | None = None  # the corpus (text files or folders; None: the embedded default)
+    valid_data: str | None = None
     data_dir: str | None = None
     glue_dir: str | None = None
     glue_tasks: tuple[str, ...] | None = None  # None: every task whose files are in glue_dir
@@ -44,6 +48,7 @@ class ReproduceConfig:
     progress: bool = True
     command: str = "nfeval reproduce"
     launch: LaunchOptions | None = None  # --launcher slurm: training runs and tune points as Slurm jobs
+    jobs: int = 1  # training runs and tune points trained at a time here, each on its share of the cores
 
     def validate(self) -> None:
         """Raises a UserError naming the first bad option; checks everything before any work."""
@@ -53,6 +58,15 @@ class ReproduceConfig:
             raise ConfigError(f"--minutes {self.minutes}: expected a positive number of minutes per run")
         if self.seeds is not None and self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
+        if self.jobs < 1:
+            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
+        for flag, path in (("--train-data", self.train_data), ("--valid-data", self.valid_data)):
+            if path and not os.path.exists(path):
+                raise MissingDataError(f"{flag} {path}: no such file or folder")
+        if self.valid_data and not self.train_data:
+            raise ConfigError(
+                "--valid-data without --train-data: give both, or neither for the embedded corpus"
+            )
         unknown = sorted(set(self.only or ()) - set(EXPERIMENT_NAMES))
         if unknown:
             raise ConfigError(
@@ -73,7 +87,14 @@ class ReproduceConfig:
 def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
     """Returns what every run of one output folder must share (checked on a rerun)."""
     steps = "max_steps" in budget
-    return {"scale": cfg.scale, "budget": budget, "tune": cfg.tune, "equal_time": "paired" if steps else None}
+    corpus = [cfg.train_data, cfg.valid_data] if cfg.train_data else None  # None: the embedded corpus
+    return {
+        "scale": cfg.scale,
+        "budget": budget,
+        "tune": cfg.tune,
+        "equal_time": "paired" if steps else None,
+        **({"corpus": corpus} if corpus else {}),
+    }
 
 
 def check_settings(out: str, current: dict[str, Any]) -> None:
@@ -113,31 +134,37 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         budget=budget,
         seeds=cfg.seeds or scale.seeds,
         tokenizer="",
+        train_data=cfg.train_data,
+        valid_data=cfg.valid_data,
         data_dir=cfg.data_dir,
         glue_dir=cfg.glue_dir,
         glue_tasks=_glue_tasks(cfg),
         device=cfg.device,
         progress=cfg.progress,
         launch=cfg.launch,
+        jobs=cfg.jobs,
     )
+    seed_history = record_seeds(cfg.out, ctx.seeds)
     if scale.threads:
         torch.set_num_threads(scale.threads)
     if scale.needs_gpu and not torch.cuda.is_available() and not (cfg.launch and cfg.launch.on_cluster):
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
-    ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size)
+    ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size, cfg.train_data, cfg.valid_data)
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
     pending = _before_sections(cfg, ctx, keys)
     if pending:
         return {"pending": pending}
     done: list[dict[str, Any]] = []
     for exp in EXPERIMENTS:  # the report is rewritten after every section, so a long run shows progress
+        if only is None or exp.name in only:
+            train_all(ctx, list(exp.runs))  # --jobs at a time (on a cluster they were trained above)
         done.append(sections.section(ctx, exp, only))
         pending = [sections.stub(e, sections.PENDING) for e in EXPERIMENTS[len(done) :]]
-        path = report.write(cfg.out, _header(cfg, ctx, start), done + pending)
+        path = report.write(cfg.out, _header(cfg, ctx, start, seed_history), done + pending)
     log(f"report: {path}")
-    return {"report": path, "sections": done}
+    return {"report": path, "sections": report.adjusted(done)}
 
 
 def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str | None:
@@ -148,7 +175,7 @@ def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str
     if cfg.tune:
         from .tuning import run_tune
 
-        ctx.tune_files = run_tune(ctx, keys)
+        ctx.tune_files = run_tune(ctx, keys, cfg.jobs)
         if on_cluster and any(load_json(f)["missing"] for f in ctx.tune_files.values()):
             return "the LR tune's jobs are not all finished: rerun the same command to collect them"
     if "max_steps" in ctx.budget:
@@ -161,7 +188,7 @@ def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str
         f"output folder {os.path.abspath(cfg.out)}; scale {ctx.scale.name}; {ctx.budget_text()}; "
         f"{ctx.seeds} seed(s)"
     )
-    return train_on_cluster(ctx, keys) if on_cluster else None
+    return train_all(ctx, keys) if on_cluster else None
 
 
 def _glue_tasks(cfg: ReproduceConfig) -> tuple[str, ...]:
@@ -171,22 +198,54 @@ def _glue_tasks(cfg: ReproduceConfig) -> tuple[str, ...]:
     return cfg.glue_tasks or (present_tasks(cfg.glue_dir) if cfg.glue_dir else ())
 
 
-def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:
+SEED_HISTORY = "seed_history.json"
+
+
+def record_seeds(out: str, seeds: int) -> list[dict[str, Any]]:
+    """Appends this invocation's seed count to ``<out>/seed_history.json`` (with whether a report with
+    verdicts had been written before it, so results were readable) when it differs from the last one;
+    returns the history."""
+    path = os.path.join(out, SEED_HISTORY)
+    history: list[dict[str, Any]] = load_json(path)["history"] if os.path.isfile(path) else []
+    if not history or history[-1]["seeds"] != seeds:
+        seen = os.path.isfile(os.path.join(out, "report.json"))
+        history.append({"seeds": seeds, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "after_a_report": seen})
+        atomic_write_json(path, {"history": history})
+    return history
+
+
+def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list[dict]) -> dict[str, Any]:
     from ... import __version__
     from ...base.artifacts import git_hash
+    from .. import scale_facts
     from .equal_time import equal_time_rows
+    from .plan import PRIMARY_CLAIMS
     from .tuning import tuning_rows
 
     tune_rows, tune_warnings = tuning_rows(ctx)
+    finished = [
+        r for r in (runs.finished(runner.run_dir(ctx, k, s)) for k in RUNS for s in ctx.seed_values) if r
+    ]
+    base = scale_facts.baseline_dir(ctx.out, "runs", "clm-prenorm") or scale_facts.baseline_dir(
+        ctx.out, "runs", "mlm-prenorm"
+    )
     return {
         "version": __version__,
         "git": git_hash(),
         "command": cfg.command,
         "scale": ctx.scale.name,
+        "facts": scale_facts.facts(base) if base else None,
+        "paper_facts": scale_facts.paper_facts(),
+        "recipes": recipes(ctx, finished),
+        "train_hours": sum(runs.train_seconds(r["dir"]) for r in finished) / 3600,
         "seeds": ctx.seeds,
+        "seed_history": seed_history,
+        "primary_claims": list(PRIMARY_CLAIMS),
         "budget": ctx.budget_text(),
         "lr": lr_text(ctx),
         "hardware": hardware_key(hardware()),
+        "cpu_count": os.cpu_count(),
+        "jobs": ctx.jobs,
         "wall_min": (time.time() - start) / 60,
         # a shared machine slows every run; time budgets then buy fewer steps (see each run's steps)
         "load_average": round(os.getloadavg()[0], 1),
@@ -196,6 +255,40 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float) -> dict[str, Any]:
         "step_ratios": ctx.step_ratios,
         "warnings": tune_warnings,
     }
+
+
+def recipes(ctx: Context, finished: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Returns {objective: the recipe its runs share}, checking every finished run's recorded recipe
+    against its objective's baseline's, except the fields its row changes on purpose; raises
+    ConfigError naming the run and field that differ, or the runs whose recipe cannot be told."""
+    from ...engine import recipe
+
+    out: dict[str, dict[str, Any]] = {}
+    for objective, base in runner.BASELINES.items():
+        mine = [r for r in finished if RUNS[r["key"]].objective == objective]
+        reference = next((r for r in mine if r["key"] == base), None)
+        if reference is None:
+            continue
+        unknown = [f"{r['key']}/seed{r['seed']}" for r in mine if r.get("recipe") is None]
+        if unknown:
+            raise ConfigError(
+                f"{ctx.out}: the recipe of {', '.join(unknown)} cannot be told (trained before nfeval "
+                "recorded recipes): delete those run folders and rerun, so one recipe holds for the report"
+            )
+        for r in mine:
+            allowed = runner.recipe_deviations(ctx, r["key"])
+            differ = [
+                d
+                for d in recipe.differences(reference["recipe"], r["recipe"])
+                if d.split(":")[0] not in allowed
+            ]
+            if differ:
+                raise ConfigError(
+                    f"{r['dir']}: trained under another recipe than {base} ({'; '.join(differ)}); "
+                    "a report puts one recipe side by side: rerun it in a new --out"
+                )
+        out[objective] = reference["recipe"]
+    return out
 
 
 def lr_text(ctx: Context) -> str:
