@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import errno
 
-# What the filesystem says about a user's path (full, read-only, not permitted, a file in the way)
+# What the filesystem says about a user's path (full, over a size limit, read-only, not permitted, a file
+# in the way)
 ENVIRONMENT_ERRNOS = {
-    errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+    errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM,
     errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG,
 }  # fmt: skip
 

@@ -40,6 +40,7 @@ from .tokenization import load_tokenizer
 
 HF_EXPORT_TYPE = "nfeval"  # config.json's model_type in export-hf's remote-code format
 HF_EXPORT_PREFIX = "transformer."  # its tensor names: NFEvalForCausalLM.transformer is our Transformer
+_OS_ERROR = re.compile(r"I/O error: (.*) \(os error (\d+)\)")  # how safetensors words a failed write
 
 
 @dataclass
@@ -93,8 +94,19 @@ def save(
 
 
 def save_weights(path: str, state: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    """Writes ``state`` as a safetensors file at ``path`` through the atomic writer (umask permissions)."""
-    atomic_write_with(path, lambda tmp: save_file(state, tmp, metadata=metadata))
+    """Writes ``state`` as a safetensors file at ``path`` through the atomic writer (umask permissions; a
+    full or read-only disk is its one-line OutputError)."""
+
+    def write(tmp: str) -> None:
+        try:
+            save_file(state, tmp, metadata=metadata)
+        except SafetensorError as e:  # safetensors reports a failed write (a full disk) as its own type
+            found = _OS_ERROR.search(str(e))
+            if found is None:
+                raise
+            raise OSError(int(found.group(2)), found.group(1)) from None
+
+    atomic_write_with(path, write)
 
 
 def resolve(path: str) -> str:

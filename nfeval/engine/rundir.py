@@ -30,13 +30,13 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from safetensors import SafetensorError, safe_open
 
 from ..base.artifacts import atomic_write_json, atomic_write_text
 from ..base.errors import MissingDataError
 from ..base.jsonio import load_json, read_jsonl
 from ..base.sweep_lock import folder_lock
+from . import torch_files
 from .fingerprint import fingerprint_state_dict
 
 CONFIG = "config.json"
@@ -67,7 +67,7 @@ def write_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     write_model(tmp)
     crash_point("checkpoint-mid")
-    torch.save(training_state, os.path.join(tmp, STATE))
+    torch_files.save(training_state, os.path.join(tmp, STATE))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final

@@ -1,4 +1,4 @@
-"""Reading ``torch.save`` files without running code from them.
+"""Reading ``torch.save`` files without running code from them, and writing them atomically.
 
 A ``.pt`` file is a pickle, and unpickling can run any command. ``load`` therefore unpickles with
 ``weights_only=True``: tensors, plain containers and the few harmless classes fairseq checkpoints hold
@@ -6,6 +6,10 @@ A ``.pt`` file is a pickle, and unpickling can run any command. ``load`` therefo
 names the file and the offending class and offers ``--trust-checkpoint``. Only ``trust=True`` (the user
 saying they trust the file) unpickles freely. Files that are not torch checkpoints at all (text, JSON,
 safetensors, empty or truncated files) are recognised by their first bytes and rejected by name.
+
+``save`` writes through ``base.artifacts.atomic_write_with``: torch reports a failed write (a full disk)
+only as a RuntimeError, so ``save`` hands torch a file that keeps the OSError the write raised, and a full
+or read-only disk is the one-line OutputError every other writer gives.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..base.artifacts import atomic_write_with
 from ..base.errors import CheckpointError, MissingDataError
 
 TRUST_HELP = (
@@ -111,3 +116,37 @@ def _unsafe_names(path: str) -> str:
         return ""
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in _safe_globals()}
     return ", ".join(sorted(set(names) - allowed)[:5])
+
+
+class _KeptErrors:
+    """A binary file for ``torch.save`` that keeps the OSError a write raised (``error``)."""
+
+    def __init__(self, file) -> None:
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def save(obj: Any, path: str) -> None:
+    """Writes ``obj`` with ``torch.save`` to ``path`` atomically; a full or read-only disk is an
+    OutputError naming ``path`` (``atomic_write_with``), the file that was there left as it was."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            kept = _KeptErrors(f)
+            try:
+                torch.save(obj, kept)
+            except RuntimeError:
+                if kept.error is None:
+                    raise
+                raise kept.error from None
+
+    atomic_write_with(path, write)

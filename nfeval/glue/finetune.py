@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -188,14 +187,7 @@ def _resume_state(key: Mapping, model, opt, sched, dev: torch.device) -> dict:
 
 
 def _save_state(path: str, state: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=STATE)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    torch_files.save(state, path)  # a full disk: one line naming the file, as every writer
 
 
 def _restore_state(path: str, key: Mapping, model, opt, sched, dev: torch.device) -> tuple[list, dict] | None:
