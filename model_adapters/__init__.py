@@ -1,10 +1,23 @@
-"""lm-eval model adapters: ``NFEvalLM`` (registered as ``nfeval``) and its fast scorer.
+"""lm-eval model adapters: ``NFEvalLM`` (registered as ``nfeval`` when ``nfeval.model_adapters.lm`` is
+imported) and its fast scorer.
 
-Importing this package registers the ``nfeval`` model with lm-eval. Path → model is
-``nfeval.engine.loading.identify``; the nfeval backend is ``nfeval.engine.backend`` (no lm-eval).
+The names load lazily, so the backends a command needs without lm-eval (``backends``: an nfeval
+checkpoint or a Hugging Face folder for ``nfeval generate``) import neither lm-eval nor the adapter.
+Path → model is ``nfeval.engine.loading.identify``; the nfeval backend is ``nfeval.engine.backend``.
 """
 
-from .lm import NFEvalLM
-from .scorer import TokenLogLik, score
+from __future__ import annotations
 
-__all__ = ["NFEvalLM", "TokenLogLik", "score"]
+from typing import Any
+
+_LAZY = {"NFEvalLM": ".lm", "TokenLogLik": ".scorer", "score": ".scorer"}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    """Returns ``NFEvalLM``, ``TokenLogLik`` or ``score``, importing its module on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)

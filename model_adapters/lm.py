@@ -1,13 +1,13 @@
 """``NFEvalLM``: lm-eval's ``TemplateLM`` over nfeval checkpoints and Hugging Face causal LMs.
 
-Registered in lm-eval as ``nfeval`` when ``nfeval.model_adapters`` is imported, which lm-eval's own
+Registered in lm-eval as ``nfeval`` when ``nfeval.model_adapters.lm`` is imported, which lm-eval's own
 ``lm-eval`` command does not do; ``nfeval lm-eval`` is that command with nfeval's model and tasks
 registered::
 
     nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR,dtype=bfloat16 --tasks piqa_local \
         --data-dir DIR
 
-From Python, import ``nfeval.model_adapters`` first, then ``lm_eval.simple_evaluate(model="nfeval",
+From Python, import ``nfeval.model_adapters.lm`` first, then ``lm_eval.simple_evaluate(model="nfeval",
 model_args="pretrained=RUN_DIR", ...)``, or pass an instance: ``model=NFEvalLM(pretrained=path)``.
 Plain ``lm-eval`` scores an ``nfeval export-hf`` folder with its stock ``hf`` model instead.
 Under torchrun each process scores its shard of the documents (lm-eval splits them by ``rank``) and

@@ -13,7 +13,7 @@ plus, per the task YAML's ``metadata``:
 A split counts only when the loaded dataset has it, so the eval split is ``test`` when the task names
 one and its file is there, else ``validation`` (local StoryCloze/OpenBookQA files may come with either).
 
-Under ``nfeval zeroshot`` (``nfeval/task_build.py``'s plan) only the eval split's first ``limit``
+Under ``nfeval zeroshot`` (``tasks/task_build.py``'s plan) only the eval split's first ``limit``
 documents are processed, and the processed documents and their requests are cached; elsewhere (lm-eval's
 own CLI) the task is lm-eval's.
 """
@@ -25,8 +25,8 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.registry import metric_registry, register_metric
 from lm_eval.api.task import ConfigurableTask
 
-from ..zeroshot import task_build
-from ..zeroshot.cache import sha256_json
+from ..base.jsonio import sha256_json
+from . import task_build
 
 # Bump when a metric's definition changes: it is part of every zero-shot cache key.
 METRICS_VERSION = 1

@@ -347,7 +347,7 @@ def data_fingerprint(canonical: str, data_dir: str | None = None) -> str:
     """Returns the sha256 over this module (what turns files into documents) and the names and bytes
     of every file the task's loader may read (its folder under the data directory): what the request
     cache is keyed by."""
-    from ..zeroshot.task_build import files_fingerprint
+    from .task_build import files_fingerprint
 
     root = data_root(data_dir)
     folder = os.path.join(root, "corpus_cloze" if canonical == "corpus_cloze" else canonical.split("_")[0])

@@ -8,6 +8,8 @@ given ``tolerate_torn_last_line=True`` drops with a warning.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 from typing import Any
@@ -80,3 +82,18 @@ def append_jsonl(path: str, record: Any) -> None:
         os.write(fd, line.encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def stable_repr(obj: Any) -> Any:
+    """Returns a run-independent JSON stand-in: a function's source (never its address), else str()."""
+    if callable(obj):
+        try:
+            return inspect.getsource(obj)
+        except (OSError, TypeError):
+            return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    return str(obj)
+
+
+def sha256_json(obj: Any) -> str:
+    """Returns the sha256 of ``obj`` as canonical JSON."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=stable_repr).encode()).hexdigest()

@@ -38,13 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging
 
-    from .. import (
-        model_adapters,  # noqa: F401  (registers the "nfeval" model)
-        tasks,
-    )
+    from .. import tasks
     from ..base import env
     from ..base.errors import ConfigError, UserError
     from ..cli import one_line
+    from ..model_adapters import lm  # noqa: F401  (registers the "nfeval" model)
     from ..zeroshot.lm_eval_git import quiet_git_hash
 
     argv, data_dir = split_data_dir(list(sys.argv[1:] if argv is None else argv))

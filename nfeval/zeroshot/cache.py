@@ -11,7 +11,7 @@ from typing import Any
 
 from ..base.artifacts import atomic_write_json, cache_dir
 from ..base.errors import DataError
-from ..base.jsonio import load_json
+from ..base.jsonio import load_json, sha256_json
 from . import items as zeroshot_items
 
 PER_TASK_KEYS = (
@@ -23,21 +23,6 @@ PER_TASK_KEYS = (
     "n-samples",
     "group_subtasks",
 )
-
-
-def stable_repr(obj: Any) -> Any:
-    """Returns a run-independent JSON stand-in: a function's source (never its address), else str()."""
-    if callable(obj):
-        try:
-            return inspect.getsource(obj)
-        except (OSError, TypeError):
-            return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
-    return str(obj)
-
-
-def sha256_json(obj: Any) -> str:
-    """Returns the sha256 of ``obj`` as canonical JSON."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=stable_repr).encode()).hexdigest()
 
 
 def task_hash(task) -> str:

@@ -23,8 +23,8 @@ from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreacha
 from ..engine import loading
 from ..engine.backend import no_tokenizer_message
 from ..engine.dtypes import long_name, torch_dtype
+from ..tasks import task_build
 from . import items as zeroshot_items
-from . import task_build
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
 from .lm_eval_git import quiet_git_hash
 

@@ -145,3 +145,24 @@ def test_a_rerun_with_other_settings_is_refused(smoke):
     cfg, _ = smoke
     with pytest.raises(ConfigError, match="this folder was made with"):
         run_bakeoff(BakeoffConfig(**{**cfg.__dict__, "lrs": (1e-3,)}))
+
+
+def test_settle_takes_verdicts_from_holm_and_never_words_an_inconclusive_row():
+    from nfeval.pipelines.bakeoff.results import settle
+
+    ppl = [  # three candidates: raw p 0.01, 0.03, 0.04 → Holm 0.03, 0.06, 0.06
+        {"name": "a", "family": "primary", "p": 0.01, "mean": 0.1, "verdict": "agrees"},
+        {"name": "b", "family": "primary", "p": 0.03, "mean": 0.1, "verdict": "agrees"},
+        {"name": "c", "family": "primary", "p": 0.04, "mean": -0.1, "verdict": "disagrees"},
+    ]
+    zeroshot = [
+        {"name": "a", "family": "secondary", "p": 0.2, "mean": 1.0, "verdict": "inconclusive at this scale"}
+    ]
+    settle(ppl, zeroshot)
+    assert [t["verdict"] for t in ppl] == [
+        "better",
+        "inconclusive at this scale",
+        "inconclusive at this scale",
+    ]
+    assert [round(t["p_holm"], 6) for t in ppl] == [0.03, 0.06, 0.06]
+    assert zeroshot[0]["verdict"] == "inconclusive at this scale" and zeroshot[0]["p_holm"] == 0.2

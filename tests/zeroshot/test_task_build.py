@@ -1,4 +1,4 @@
-"""Limit-only task building and the request cache (nfeval/task_build.py, tasks/gpt3.py)."""
+"""Limit-only task building and the request cache (tasks/task_build.py, tasks/gpt3.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from lm_eval.tasks import TaskManager
 from test_zeroshot_tasks import DOCS, write_jsonl
 
 import nfeval.tasks as nf_tasks
+from nfeval.tasks import task_build
 from nfeval.zeroshot import evaluate as zeroshot
-from nfeval.zeroshot import task_build
 
 N_DOCS, LIMIT = 7, 3
 FILES = {  # canonical task -> its files (relative to the data dir) and their documents

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .cache import sha256_json
+from ..base.jsonio import sha256_json
 
 # Bump when the cached layout or what goes into a key changes.
 BUILD_VERSION = 1
