@@ -9,6 +9,7 @@ preset name is ``ARCH-SIZE`` (``normformer-125M``, ``prenorm-tiny``) or a bare s
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -305,7 +306,7 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in args)
     names = {
         int: "an integer",
-        float: "a number",
+        float: "a finite number",
         bool: "true or false",
         str: "a string",
         type(None): "null",
@@ -317,7 +318,7 @@ def _type_name(tp: Any) -> str:
 
 def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     """Returns (accepted, value) for ``value`` against annotation ``tp`` (an int is widened to a float,
-    an integral float narrowed to an int)."""
+    an integral float narrowed to an int; a float must be finite)."""
     if tp is Any:
         return True, value
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
@@ -329,8 +330,8 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     base = typing.get_origin(tp) or tp
     if base is type(None):
         return value is None, value
-    if base is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base is float:  # JSON's Infinity and NaN, and flags' inf and nan, are no setting's value
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         return ok, float(value) if ok else value
     if base is int:  # an integral float (1e9 from JSON, 10.0 from a float flag) is that integer
         if isinstance(value, float) and value.is_integer():

@@ -243,20 +243,25 @@ def tuned_lr(tune_json: str, preset: str) -> tuple[float, dict[str, Any]]:
         raise DataError(
             f"{tune_json}: field 'presets.{preset}.best_lr' is empty (every LR diverged or is missing)"
         )
-    if not isinstance(best, (int, float)) or not best > 0:
+    if isinstance(best, bool) or not isinstance(best, (int, float)) or not 0 < best < math.inf:
         raise DataError(
-            f"{tune_json}: field 'presets.{preset}.best_lr' is {best!r}; expected a positive number"
+            f"{tune_json}: field 'presets.{preset}.best_lr' is {best!r}; expected a positive finite number"
         )
     per_lr = entry.get("per_lr") or {}
     with open(tune_json, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
+    try:
+        grid = sorted(float(row["lr"]) for row in per_lr.values())
+        points = sum(int(row["seeds_ok"]) + int(row["seeds_diverged"]) for row in per_lr.values())
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise DataError(f"{tune_json}: field 'presets.{preset}.per_lr' is malformed ({e!r})") from None
     record = {
         "file": os.path.abspath(tune_json),
         "sha256": sha,
         "preset": preset,
         "lr": float(best),
-        "grid": sorted(row["lr"] for row in per_lr.values()),
-        "points": sum(row["seeds_ok"] + row["seeds_diverged"] for row in per_lr.values()),
+        "grid": grid,
+        "points": points,
         "seeds": len((data.get("grid") or {}).get("seeds") or []),
         "budget": budget["spec"],
         "best_val_ppl": entry.get("best_val_ppl"),
