@@ -11,6 +11,7 @@ the same step. The caller restores model, optimizer and RNG afterwards (``Traine
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from ..base.artifacts import atomic_write_json, cache_dir, hardware, hardware_key
-from ..base.errors import ConfigError
+from ..base.errors import ConfigError, DataError, MissingDataError, OutputError
 from ..base.jsonio import load_json
 from .cpu_linear import linear
 from .train_config import TrainConfig
@@ -180,7 +181,7 @@ def peak_flops(cfg: TrainConfig, device: torch.device) -> tuple[float, str]:
             return found[0], f"datasheet ({found[1]}, dense)"
     path = os.path.join(cache_dir(), "peak_flops.json")
     key = f"{hardware_key(hardware())}|{device.type}|{cfg.dtype}"
-    known = load_json(path) if os.path.isfile(path) else {}
+    known = _known_peaks(path)
     # A peak is a maximum: each call measures briefly again and the cache keeps the best figure, so one
     # measurement taken under load (which would make every later MFU read high) does not stick.
     seconds = 0.1 if key in known else 0.5
@@ -189,8 +190,21 @@ def peak_flops(cfg: TrainConfig, device: torch.device) -> tuple[float, str]:
     )
     if now > known.get(key, 0.0):
         known[key] = now
-        atomic_write_json(path, known)
+        try:
+            atomic_write_json(path, known)
+        except OutputError:  # an unwritable cache (zeroshot --no-cache, a read-only home) keeps nothing
+            return now, "measured matmul peak (now; the cache that keeps the best is not writable)"
     return float(known[key]), "measured matmul peak (best so far on this machine)"
+
+
+def _known_peaks(path: str) -> dict[str, float]:
+    """Returns the peak FLOP/s cache {hardware|device|dtype: FLOP/s}; a damaged or unreadable file, or
+    entry, counts as none (it is measured again and rewritten)."""
+    try:
+        known = load_json(path)
+    except (MissingDataError, DataError):
+        return {}
+    return {k: float(v) for k, v in known.items() if type(v) in (int, float) and 0 < v < math.inf}
 
 
 def synchronize(device: torch.device) -> None:
