@@ -20,6 +20,7 @@ is split across processes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -178,7 +179,8 @@ def get_tokenizer(spec: str | None, corpus: Corpus, vocab_size: int) -> Tokenize
     key = hashlib.sha256(f"{corpus.fingerprint}|bpe|{vocab_size}".encode()).hexdigest()[:20]
     path = os.path.join(cache_dir(), "tokenizers", f"{key}.json")
     if os.path.isfile(path):
-        return load_tokenizer(path)
+        with contextlib.suppress(DataError):  # a damaged cache entry is trained again
+            return load_tokenizer(path)
     tok = train_bpe(corpus.train, vocab_size)
     atomic_write_text(path, tok.to_str())
     return tok
@@ -224,46 +226,48 @@ def token_shards(corpus: Corpus, tok: Tokenizer) -> TokenData:
     folder = os.path.join(cache_dir(), "tokens", fingerprint[:20])
     meta_path = os.path.join(folder, "meta.json")
     dtype = token_dtype(tok.get_vocab_size())
-    if not os.path.isfile(meta_path):  # meta.json is written last: its presence means the shards are complete
-        os.makedirs(folder, exist_ok=True)
-        lengths = {}
-        for split, docs in (("train", corpus.train), ("valid", corpus.valid)):
-            ids = encode_documents(tok, docs, specials.eos)
-            tmp = os.path.join(folder, f".tmp-{os.getpid()}-{split}.bin")
-            ids.tofile(tmp)
-            os.replace(tmp, os.path.join(folder, f"{split}.bin"))
-            lengths[split] = int(len(ids))
-        atomic_write_json(
-            meta_path,
-            {
-                "fingerprint": fingerprint,
-                "dtype": np.dtype(dtype).name,
-                "tokens": lengths,
-                "corpus": corpus.describe(),
-            },
-        )
+    if os.path.isfile(meta_path):  # meta.json is written last: its presence means the shards are complete
+        with contextlib.suppress(DataError):  # unless the entry was damaged since: it is built again
+            data = open_token_shards(folder, specials)
+            if data.fingerprint == fingerprint:
+                return data
+    os.makedirs(folder, exist_ok=True)
+    lengths = {}
+    for split, docs in (("train", corpus.train), ("valid", corpus.valid)):
+        ids = encode_documents(tok, docs, specials.eos)
+        tmp = os.path.join(folder, f".tmp-{os.getpid()}-{split}.bin")
+        ids.tofile(tmp)
+        os.replace(tmp, os.path.join(folder, f"{split}.bin"))
+        lengths[split] = int(len(ids))
+    atomic_write_json(
+        meta_path,
+        {
+            "fingerprint": fingerprint,
+            "dtype": np.dtype(dtype).name,
+            "tokens": lengths,
+            "corpus": corpus.describe(),
+        },
+    )
     return open_token_shards(folder, specials)
 
 
 def open_token_shards(folder: str, specials: SpecialIds) -> TokenData:
     """Returns the token streams already built in ``folder`` (by ``token_shards``) as memmaps; needs no
-    corpus text, so processes other than the one that built them never hold it."""
+    corpus text, so processes other than the one that built them never hold it. A DataError names the
+    folder when the entry is damaged (meta.json unreadable or not as written, a shard cut short)."""
     meta = load_json(os.path.join(folder, "meta.json"))
-    arrays = {
-        split: np.memmap(
-            os.path.join(folder, f"{split}.bin"),
-            dtype=np.dtype(meta["dtype"]),
-            mode="r",
-            shape=(meta["tokens"][split],),
-        )
-        for split in ("train", "valid")
-    }
+    try:
+        dtype = np.dtype(meta["dtype"])
+        shapes = {split: (int(meta["tokens"][split]),) for split in ("train", "valid")}
+        arrays = {
+            split: np.memmap(os.path.join(folder, f"{split}.bin"), dtype=dtype, mode="r", shape=shape)
+            for split, shape in shapes.items()
+        }
+        fingerprint = str(meta["fingerprint"])
+    except (KeyError, TypeError, ValueError, OSError) as e:
+        raise DataError(f"{folder}: damaged token cache entry ({e}); delete it to rebuild it") from None
     return TokenData(
-        train=arrays["train"],
-        valid=arrays["valid"],
-        fingerprint=meta["fingerprint"],
-        path=folder,
-        specials=specials,
+        train=arrays["train"], valid=arrays["valid"], fingerprint=fingerprint, path=folder, specials=specials
     )
 
 
