@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 
 # Every command accepts both spellings of a dtype; the value a command sees is the short one.
 DTYPE_SPELLINGS = {
@@ -52,20 +53,36 @@ def device_or_none(device: str | None) -> str | None:
     return None if device in (None, "auto") else device
 
 
+def dtype_spellings(choices: tuple[str, ...]) -> str:
+    """Returns the spellings of dtype ``choices`` for a help text, e.g. ``fp32/float32, bf16/bfloat16``."""
+    return ", ".join(f"{c}/{LONG_NAMES[c]}" if c in LONG_NAMES else c for c in choices)
+
+
+def dtype_type(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """Returns the argparse ``type`` of a dtype flag taking ``choices`` (short names) in either spelling:
+    it returns the short name, or raises argparse.ArgumentTypeError naming the spellings."""
+
+    def parse(text: str) -> str:
+        short = DTYPE_SPELLINGS.get(text.strip().lower())
+        if short not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected one of {dtype_spellings(choices)}")
+        return short
+
+    return parse
+
+
 def add_dtype(
     p: argparse.ArgumentParser, choices: tuple[str, ...], default: str | None = None, help: str = ""
 ) -> None:
     """Adds ``--dtype`` taking ``choices`` (short names) in either spelling (fp32/float32, bf16/bfloat16,
     fp16/float16); ``args.dtype`` is the short name."""
-    spelled = ", ".join(f"{c}/{LONG_NAMES[c]}" if c in LONG_NAMES else c for c in choices)
-
-    def parse(text: str) -> str:
-        short = DTYPE_SPELLINGS.get(text.strip().lower())
-        if short not in choices:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected one of {spelled}")
-        return short
-
-    p.add_argument("--dtype", type=parse, default=default, metavar="DTYPE", help=f"{spelled}. {help}".strip())
+    p.add_argument(
+        "--dtype",
+        type=dtype_type(choices),
+        default=default,
+        metavar="DTYPE",
+        help=f"{dtype_spellings(choices)}. {help}".strip(),
+    )
 
 
 def add_no_progress(p: argparse.ArgumentParser, **kwargs) -> None:

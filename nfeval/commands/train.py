@@ -7,12 +7,12 @@ import json
 import os
 import sys
 
-from ..base.cli_args import add_device, add_dtype
 from ..base.jsonio import load_json
 from ..base.outputs import check_output_dir
 from ..engine.parallel import launched_rank, leave_process_group
 from ..engine.train import finished_summary, refuse_existing_run, train
-from ..engine.train_config import DTYPES, TrainConfig, config_from_args, numeric_flags
+from ..engine.train_config import TrainConfig
+from ..engine.train_flags import add_config_flags, config_from_args
 from ..engine.trainer import TrainingDiverged
 from ..launch.options import RUN, LaunchOptions, add_launcher_arguments, launch_options
 from ..tune.results import with_tuned_lr
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Adds the run's own flags: run folder, config, resume, preset, and one flag per TrainConfig field."""
+    """Adds the run's own flags: run folder, config, resume, tuned LR, and one flag per TrainConfig field."""
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--config", help="JSON file of TrainConfig fields; command-line flags override it")
     p.add_argument(
@@ -38,16 +38,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "instead of refusing",
     )
     p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="model config override, e.g. dropout=0.1 (repeatable)",
-    )
-    p.add_argument(
-        "--preset", help="model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)"
-    )
-    p.add_argument(
         "--lr-from",
         dest="tune_json",
         metavar="TUNE_JSON",
@@ -56,54 +46,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_config_flags(p)
 
 
-def add_config_flags(p: argparse.ArgumentParser) -> None:
-    """Adds one flag per TrainConfig field (``--config`` and ``--set`` cover the rest)."""
-    p.add_argument("--objective", choices=["clm", "mlm"])
-    p.add_argument("--train-data", help="text file or folder (documents separated by blank lines)")
-    p.add_argument(
-        "--valid-data", help="validation text file or folder (default: last 5%% of the training documents)"
-    )
-    p.add_argument("--hf-dataset", help="Hugging Face dataset name (needs the hub or a local cache)")
-    p.add_argument("--hf-config")
-    p.add_argument("--text-column")
-    p.add_argument(
-        "--tokenizer",
-        help="tokenizer.json or a folder with GPT-2's encoder.json + vocab.bpe (default: train a BPE)",
-    )
-    p.add_argument("--vocab-size", type=int, help="BPE vocabulary size when training a tokenizer")
-    for name, flag_type in numeric_flags().items():
-        p.add_argument("--" + name.replace("_", "-"), type=flag_type)
-    add_dtype(p, DTYPES)
-    add_device(p)
-    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    p.add_argument("--fsdp", action="store_true", default=None, help="shard with FSDP2 under torchrun")
-    p.add_argument(
-        "--grad-stats",
-        nargs="?",
-        const="950:1000",
-        metavar="START:END",
-        help="log per-layer gradient statistics at updates START..END (default: the paper's 950:1000)",
-    )
-    p.add_argument(
-        "--tensorboard",
-        nargs="?",
-        const="",
-        metavar="DIR",
-        help="also log the metrics as TensorBoard events in DIR (default: RUN/tensorboard); "
-        "needs pip install 'nfeval[tensorboard]'",
-    )
-    p.add_argument(
-        "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar"
-    )
-
-
 def given_fields(args: argparse.Namespace) -> set[str]:
     """Returns the TrainConfig fields the command line (flags, --config, --set) sets explicitly."""
-    names = {n for n in vars(TrainConfig()) if n != "model" and getattr(args, n, None) is not None}
+    names = {n for n in vars(TrainConfig()) if getattr(args, n, None) is not None}
     if args.config:
         names |= set(load_json(args.config))
-    if args.set:
-        names.add("model")
     return names
 
 

@@ -8,7 +8,7 @@ import os
 from ..base.cli_args import learning_rates
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir
-from ..engine.train_config import config_from_args
+from ..engine.train_flags import config_from_args
 from ..launch.options import add_launcher_arguments, launch_options
 from ..tune import results as tune_results
 from ..tune.sweep import parse_budget, tune
@@ -18,6 +18,7 @@ from . import train as train_command
 SET_BY_TUNE = {
     "--lr": "a tune sets the LR per point: use --lrs",
     "--lr-from": "a tune sets the LR per point: use --lrs",
+    "--lr-record": "a tune sets the LR per point: use --lrs",
     "--max-steps": "use --budget steps=N",
     "--max-tokens": "use --budget tokens=N",
     "--max-flops": "use --budget flops=X",

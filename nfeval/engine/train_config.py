@@ -1,17 +1,17 @@
-"""The training config: every field a run needs besides its output folder, with its checks, and how
-``nfeval train``'s flags, ``--config FILE`` and ``--set FIELD=VALUE`` build it."""
+"""The training config: every field a run needs besides its output folder, declared once with its resume
+rule and its ``nfeval train`` flag (``train_flags`` derives the flags), with its checks, and the one
+parser and writer of ``--set FIELD=VALUE``."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.cli_args import dtype_spellings, dtype_type
 from ..base.errors import ConfigError
-from ..base.jsonio import load_json
 from .config import (
     MODEL_CHOICES,
     OBJECTIVE_RECIPES,
@@ -33,76 +33,129 @@ FIXED, OVERRIDABLE, FREE = "fixed", "overridable", "free"
 RESUME_RULES = (FIXED, OVERRIDABLE, FREE)
 
 
-def setting(resume: str, default: Any = None, *, flag: type | None = None, factory: Any = None) -> Any:
-    """Returns a dataclass field of TrainConfig with its ``resume`` rule and, for numeric ``nfeval train``
-    flags, the ``flag`` type the command line parses it with: each field is declared once, here."""
-    metadata = {"resume": resume, "flag": flag}
+def setting(resume: str, default: Any = None, help: str = "", *, factory: Any = None, **flag: Any) -> Any:
+    """Returns a dataclass field of TrainConfig with its ``resume`` rule and its ``nfeval train`` flag: the
+    ``help`` text, and in ``flag`` what the field's type does not say (``type``, e.g. float for an int
+    taken as 1e9; ``const`` for a flag whose value may be left out; ``name``; ``metavar``; ``action``).
+    Each field is declared once, here; ``train_flags`` derives the flag both ways."""
+    metadata = {"resume": resume, "help": help, "flag": flag}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+GRAD_STATS_PAPER_WINDOW = (
+    "950:1000"  # updates 950–1000, the window of the paper's Figure 7 (Figure 3: early training)
+)
 
 
 @dataclass
 class TrainConfig:
     """Everything a training run needs besides its output folder."""
 
-    preset: str = setting(FIXED, "normformer-tiny")
-    model: dict[str, Any] = setting(FIXED, factory=dict)  # ModelConfig field overrides
-    objective: str | None = setting(FIXED, None)  # clm | mlm; default: the preset's
+    preset: str = setting(
+        FIXED, "normformer-tiny", "model preset, e.g. normformer-125M, prenorm-tiny (default normformer-tiny)"
+    )
+    model: dict[str, Any] = setting(
+        FIXED,
+        factory=dict,
+        help="model config override, e.g. dropout=0.1 (repeatable)",
+        name="set",
+        action="append",
+        metavar="FIELD=VALUE",
+    )
+    objective: str | None = setting(FIXED, None, "clm or mlm (default: the preset's)")
     # data: text files/folders, a Hugging Face dataset, or (neither) the embedded default corpus
-    train_data: str | None = setting(FIXED, None)
-    valid_data: str | None = setting(FIXED, None)
-    hf_dataset: str | None = setting(FIXED, None)
-    hf_config: str | None = setting(FIXED, None)
-    text_column: str = setting(FIXED, "text")
-    tokenizer: str | None = setting(FIXED, None)  # tokenizer.json or GPT-2 folder; default: train a BPE
+    train_data: str | None = setting(FIXED, None, "text file or folder (documents separated by blank lines)")
+    valid_data: str | None = setting(
+        FIXED, None, "validation text file or folder (default: last 5%% of the training documents)"
+    )
+    hf_dataset: str | None = setting(
+        FIXED, None, "Hugging Face dataset name (needs the hub or a local cache)"
+    )
+    hf_config: str | None = setting(FIXED, None, "the Hugging Face dataset's configuration name")
+    text_column: str = setting(FIXED, "text", "the Hugging Face dataset's text column (default text)")
+    tokenizer: str | None = setting(
+        FIXED, None, "tokenizer.json or a folder with GPT-2's encoder.json + vocab.bpe (default: train a BPE)"
+    )
     vocab_size: int | None = setting(
-        FIXED, None
-    )  # BPE size when training one; default: the preset's vocab size
+        FIXED, None, "BPE vocabulary size when training a tokenizer (default: the preset's vocab size)"
+    )
     # batch: the global batch is batch_size × grad_accum × processes sequences of seq_len tokens
-    batch_size: int = setting(FIXED, 8, flag=int)
+    batch_size: int = setting(FIXED, 8, "sequences per process and micro-step (default 8)")
     seq_len: int | None = setting(
-        FIXED, None, flag=int
-    )  # default: the recipe's block size, at most the model's max_seq_len
-    grad_accum: int = setting(FIXED, 1, flag=int)
+        FIXED, None, "tokens per sequence (default: the recipe's block size, at most the model's max_seq_len)"
+    )
+    grad_accum: int = setting(FIXED, 1, "micro-steps per update (default 1)")
     # budget (at least one)
-    max_steps: int | None = setting(OVERRIDABLE, None, flag=int)
-    max_tokens: int | None = setting(OVERRIDABLE, None, flag=float)
-    max_flops: float | None = setting(OVERRIDABLE, None, flag=float)
-    max_seconds: float | None = setting(OVERRIDABLE, None, flag=float)
-    calibration_steps: int = setting(FIXED, 10, flag=int)
+    max_steps: int | None = setting(OVERRIDABLE, None, "budget: updates")
+    max_tokens: int | None = setting(OVERRIDABLE, None, "budget: tokens, e.g. 1e9", type=float)
+    max_flops: float | None = setting(OVERRIDABLE, None, "budget: model FLOPs")
+    max_seconds: float | None = setting(OVERRIDABLE, None, "budget: seconds of training")
+    calibration_steps: int = setting(
+        FIXED, 10, "steps timed to turn a token, FLOP or time budget into steps (default 10)"
+    )
     # optimisation
-    lr: float = setting(OVERRIDABLE, 6e-4, flag=float)
-    # steps if >= 1, else a fraction of the run's steps
-    warmup: float = setting(OVERRIDABLE, 0.01, flag=float)
-    end_lr: float = setting(OVERRIDABLE, 0.0, flag=float)
-    lr_power: float = setting(OVERRIDABLE, 1.0, flag=float)
+    lr: float = setting(OVERRIDABLE, 6e-4, "peak learning rate (default 6e-4)")
+    warmup: float = setting(
+        OVERRIDABLE, 0.01, "warm-up: steps if >= 1, else a fraction of the run's steps (default 0.01)"
+    )
+    end_lr: float = setting(OVERRIDABLE, 0.0, "learning rate at the end of the decay (default 0)")
+    lr_power: float = setting(OVERRIDABLE, 1.0, "power of the decay (default 1: linear)")
     # None: the objective's recipe (config.RECIPES; training_recipe resolves them)
-    beta1: float | None = setting(OVERRIDABLE, None, flag=float)
-    beta2: float | None = setting(OVERRIDABLE, None, flag=float)
-    eps: float | None = setting(OVERRIDABLE, None, flag=float)
-    weight_decay: float | None = setting(OVERRIDABLE, None, flag=float)
-    clip_grad: float = setting(OVERRIDABLE, 0.0, flag=float)  # 0: no clipping
+    beta1: float | None = setting(OVERRIDABLE, None, "Adam beta1 (default: the objective's recipe)")
+    beta2: float | None = setting(OVERRIDABLE, None, "Adam beta2 (default: the objective's recipe)")
+    eps: float | None = setting(OVERRIDABLE, None, "Adam epsilon (default: the objective's recipe)")
+    weight_decay: float | None = setting(OVERRIDABLE, None, "weight decay (default: the objective's recipe)")
+    clip_grad: float = setting(OVERRIDABLE, 0.0, "gradient norm clipping (default 0: none)")
     # precision and speed
-    dtype: str = setting(FIXED, "fp32")
-    compile: bool = setting(FREE, False)
-    device: str = setting(FREE, "auto")
-    fsdp: bool = setting(FREE, False)
+    dtype: str = setting(
+        FIXED, "fp32", f"{dtype_spellings(DTYPES)} (default fp32)", type=dtype_type(DTYPES), metavar="DTYPE"
+    )
+    compile: bool = setting(FREE, False, "torch.compile the model")
+    device: str = setting(FREE, "auto", "auto, cpu, cuda or cuda:N (default: auto, cuda when available)")
+    fsdp: bool = setting(FREE, False, "shard with FSDP2 under torchrun")
     # logging and checkpoints (intervals in steps; 0: only at the end)
-    log_interval: int = setting(OVERRIDABLE, 10, flag=int)
-    eval_interval: int = setting(OVERRIDABLE, 100, flag=int)
-    eval_samples: int = setting(FIXED, 256, flag=int)
-    ckpt_interval: int = setting(OVERRIDABLE, 1000, flag=int)
-    peak_flops: float | None = setting(FREE, None, flag=float)
-    seed: int = setting(FIXED, 1, flag=int)
-    progress: bool = setting(FREE, True)
+    log_interval: int = setting(OVERRIDABLE, 10, "steps between log lines (default 10; 0: the end only)")
+    eval_interval: int = setting(OVERRIDABLE, 100, "steps between validations (default 100; 0: the end only)")
+    eval_samples: int = setting(FIXED, 256, "validation sequences (default 256)")
+    ckpt_interval: int = setting(
+        OVERRIDABLE, 1000, "steps between checkpoints (default 1000; 0: the end only)"
+    )
+    peak_flops: float | None = setting(
+        FREE,
+        None,
+        "peak FLOP/s of a device for the MFU column (default: a known GPU's datasheet, else measured)",
+    )
+    seed: int = setting(FIXED, 1, "seed of the initialisation, data order and dropout (default 1)")
+    progress: bool = setting(FREE, True, "a progress bar (default on)")
     # where a tuned lr came from (nfeval.tune.results.tuned_lr's record). A record, not a setting: the lr
-    # it gave is checked on resume; a rewritten tune.json (a newer nfeval's provenance) changes its hash
-    lr_from: dict[str, Any] | None = setting(FREE, None)
-    # per-layer gradient statistics for updates START:END (1-based, inclusive; e.g. the paper's 950:1000)
-    grad_stats: str | None = setting(FREE, None)
-    # also log metrics as TensorBoard events in this folder ("": RUN/tensorboard); None: off
-    tensorboard: str | None = setting(FREE, None)
+    # it gave is checked on resume; a rewritten tune.json (a newer nfeval's provenance) changes its hash.
+    # Its flag (--lr-from reads a tune.json) carries the record itself, for command lines written from a
+    # config (train_flags.to_flags)
+    lr_from: dict[str, Any] | None = setting(
+        FREE,
+        None,
+        "the record of where --lr came from, as config.json's lr_from (a JSON object)",
+        name="lr-record",
+        metavar="JSON",
+    )
+    grad_stats: str | None = setting(
+        FREE,
+        None,
+        "log per-layer gradient statistics at updates START..END (1-based, inclusive; default: the "
+        f"paper's {GRAD_STATS_PAPER_WINDOW})",
+        const=GRAD_STATS_PAPER_WINDOW,
+        metavar="START:END",
+    )
+    tensorboard: str | None = setting(
+        FREE,
+        None,
+        "also log the metrics as TensorBoard events in DIR (default: RUN/tensorboard); needs pip install "
+        "'nfeval[tensorboard]'",
+        const="",
+        metavar="DIR",
+    )
 
     def validate(self, sources: Mapping[str, str] | None = None, require_budget: bool = True) -> None:
         """Raises ConfigError naming the source (file, flag), field, value and expectation of a bad field.
@@ -186,11 +239,6 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 RECIPE_TRAIN_FIELDS = ("beta1", "beta2", "eps", "weight_decay")
 
 
-GRAD_STATS_PAPER_WINDOW = (
-    "950:1000"  # updates 950–1000, the window of the paper's Figure 7 (Figure 3: early training)
-)
-
-
 def parse_grad_stats(spec: str) -> tuple[int, int]:
     """Returns (start, end), 1-based inclusive update numbers, of ``START:END``; ConfigError if malformed."""
     start, sep, end = str(spec).partition(":")
@@ -238,11 +286,6 @@ def fields_with(resume: str) -> tuple[str, ...]:
     return tuple(name for name, f in _FIELDS.items() if f.metadata["resume"] == resume)
 
 
-def numeric_flags() -> dict[str, type]:
-    """Returns {field: int or float} for the fields ``nfeval train`` takes as numeric flags."""
-    return {name: f.metadata["flag"] for name, f in _FIELDS.items() if f.metadata["flag"] is not None}
-
-
 def parse_set(items: list[str], where: str | None = None) -> dict[str, Any]:
     """Returns model overrides from FIELD=VALUE strings (VALUE parsed as JSON when it is JSON).
 
@@ -266,23 +309,13 @@ def parse_set(items: list[str], where: str | None = None) -> dict[str, Any]:
     return out
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Returns the validated TrainConfig of defaults, then --config file, then command-line flags.
-
-    A bad value fails naming where it came from: ``--config FILE``, ``flag --NAME`` or ``--set``.
-    """
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    if args.config:
-        values.update(TrainConfig.from_dict(load_json(args.config), source=args.config).__dict__)
-        sources = {name: f"--config {args.config}" for name in _FIELDS}
-    for name in _FIELDS:
-        v = getattr(args, name, None)
-        if v is not None and name != "model":
-            values[name], sources[name] = v, f"flag --{name.replace('_', '-')}"
-    values["model"] = {**values.get("model", {}), **parse_set(args.set)}
-    if args.set:
-        sources["model"] = "--set / --config field 'model'" if args.config else "--set"
-    cfg = TrainConfig(**values)
-    cfg.validate(sources, require_budget=not getattr(args, "resume", False))
-    return cfg
+def set_item(name: str, value: Any) -> str:
+    """Returns the ``FIELD=VALUE`` text that ``parse_set`` reads back as ``{name: value}``: VALUE in JSON
+    (``false``, ``null``, ``0.1``), a string bare unless it would read as JSON (``"1"``, ``"true"``)."""
+    text = json.dumps(value)
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except json.JSONDecodeError:
+            text = value
+    return f"{name}={text}"

@@ -20,7 +20,8 @@ from nfeval.engine.fingerprint import fingerprint_model
 from nfeval.engine.model import Transformer
 from nfeval.engine.run_inputs import model_config
 from nfeval.engine.train import train
-from nfeval.engine.train_config import TrainConfig, config_from_args, training_recipe
+from nfeval.engine.train_config import TrainConfig, training_recipe
+from nfeval.engine.train_flags import config_from_args
 
 SHAPES = [
     dict(n_layer=2, d_model=64, n_head=4, d_ffn=256, vocab_size=512, max_seq_len=256),

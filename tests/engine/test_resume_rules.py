@@ -6,7 +6,7 @@ import pytest
 
 from nfeval.base.errors import ConfigError
 from nfeval.engine import train as train_module
-from nfeval.engine.train_config import RESUME_RULES, TrainConfig, numeric_flags
+from nfeval.engine.train_config import RESUME_RULES, TrainConfig
 
 
 def test_every_field_has_exactly_one_resume_rule():
@@ -15,12 +15,6 @@ def test_every_field_has_exactly_one_resume_rule():
         assert f.metadata.get("resume") in RESUME_RULES, f.name
     ruled = [*train_module.FIXED, *train_module.OVERRIDABLE, *train_module.FREE]
     assert sorted(ruled) == sorted(names)
-
-
-def test_numeric_flags_are_typed_from_the_declaration():
-    flags = numeric_flags()
-    assert flags["lr"] is float and flags["batch_size"] is int
-    assert flags["max_tokens"] is float  # 1e9 on the command line, an integer in the config
 
 
 def _saved_run(tmp_path, cfg: TrainConfig):

@@ -172,7 +172,7 @@ def test_resume_after_kill_9_is_bitwise(corpus, tmp_path):
 
     reference = tmp_path / "reference"
     ns = cli.build_parser("train").parse_args(["train", "--out", str(reference), *args])
-    from nfeval.engine.train_config import config_from_args
+    from nfeval.engine.train_flags import config_from_args
 
     with flushed_denormals():  # the arithmetic of the one-thread nfeval process above
         train(config_from_args(ns), str(reference))
@@ -248,7 +248,7 @@ def test_bad_corpus_fails_clearly(tmp_path):
 
 
 def test_config_file_then_flags(corpus, tmp_path):
-    from nfeval.engine.train_config import config_from_args
+    from nfeval.engine.train_flags import config_from_args
 
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"lr": 1e-3, "max_steps": 7, "model": {"dropout": 0.2}}), encoding="utf-8")
