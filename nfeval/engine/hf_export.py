@@ -31,6 +31,7 @@ from tokenizers import Tokenizer, processors
 
 from ..base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ..base.errors import CheckpointError, ConfigError, MissingDataError, UserError
+from ..base.sweep_lock import LOCK, folder_lock
 from . import checkpoint
 from .config import ModelConfig
 from .fairseq_tokenizer import dictionary_path
@@ -231,14 +232,32 @@ def export_hf(
     """Exports the causal LM at ``path`` to ``out_dir``; returns a summary (format, files, max logit diff).
 
     Everything is written into a temp folder beside ``out_dir``, loaded back with transformers and
-    compared with nfeval's logits, and only then renamed into place.
+    compared with nfeval's logits, and only then renamed into place. One export into ``out_dir`` at a
+    time: the temp folder's lock (``sweep_lock.folder_lock``) is held throughout, and another export
+    there is refused at once.
     """
-    check_out(out_dir, overwrite)
-    ckpt = load_source(path, tokenizer, fairseq_head_scale_bug)
-    out_dir = os.path.abspath(out_dir)
-    tmp = os.path.join(os.path.dirname(out_dir), f".{os.path.basename(out_dir)}.tmp-export")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    full = os.path.abspath(out_dir)
+    tmp = os.path.join(os.path.dirname(full), f".{os.path.basename(full)}.tmp-export")
+    with folder_lock(tmp):
+        check_out(out_dir, overwrite)
+        ckpt = load_source(path, tokenizer, fairseq_head_scale_bug)
+        _clear(tmp)  # what a killed export left
+        return _export_into(tmp, full, path, ckpt)
+
+
+def _clear(folder: str) -> None:
+    """Deletes everything in ``folder`` but its lock file; returns None."""
+    for name in set(os.listdir(folder)) - {LOCK}:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+def _export_into(tmp: str, out_dir: str, path: str, ckpt) -> dict[str, Any]:
+    """Writes and checks the export in ``tmp`` (holding its lock), then renames it to ``out_dir``;
+    returns the summary."""
     try:
         tokens: dict[str, int | None] = {}
         if ckpt.tokenizer is not None:
@@ -267,11 +286,13 @@ def export_hf(
             + (",trust_remote_code=True" if fmt == "nfeval" else ""),
         }
         atomic_write_text(os.path.join(tmp, "README.md"), readme(summary))
-        summary["files"] = sorted(os.listdir(tmp))
+        summary["files"] = sorted(set(os.listdir(tmp)) - {LOCK})
         replace_dir(tmp, out_dir)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.isdir(tmp):  # not yet renamed into place
+            _clear(tmp)
         raise
+    os.unlink(os.path.join(out_dir, LOCK))  # renamed with the folder; still held until the lock's block ends
     return summary
 
 

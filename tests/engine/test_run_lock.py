@@ -117,3 +117,16 @@ def test_a_second_pipeline_into_one_folder_is_refused_at_once(tmp_path, corpus, 
         code, err = run_cli(*argv)
     assert code == 2 and err.count("\n") == 1, err
     assert f"{out}: in use by another nfeval process (pid {pid} on " in err
+
+
+def test_a_second_export_into_one_folder_is_refused_and_an_export_leaves_no_lock(tmp_path, tiny_clm_ckpt):
+    from nfeval.engine.hf_export import export_hf
+
+    out = tmp_path / "hf"
+    with held_elsewhere(tmp_path / ".hf.tmp-export") as pid:
+        with pytest.raises(OSError, match=f"in use by another nfeval process \\(pid {pid} on "):
+            export_hf(tiny_clm_ckpt, str(out))
+    assert not out.exists()
+    summary = export_hf(tiny_clm_ckpt, str(out))
+    assert ".lock" not in summary["files"] and not (out / ".lock").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
