@@ -86,9 +86,11 @@ def holder(directory: str) -> str:
 def folder_lock(directory: str) -> Iterator[None]:
     """Holds ``directory``'s lock while the block runs, as its one writer; an OutputError naming the
     folder and the holder when another process holds it. Entered again by the thread holding it, it
-    does nothing. A folder it created that holds nothing but the lock at the end is removed, so a refused
-    or failed start leaves nothing behind."""
-    if (os.path.realpath(os.path.join(directory, LOCK)), threading.get_ident()) in _HELD:
+    does nothing; nor in a folder this process may not write (a read-only run is still read). A folder
+    it created that holds nothing but the lock at the end is removed, so a refused or failed start leaves
+    nothing behind."""
+    held_here = (os.path.realpath(os.path.join(directory, LOCK)), threading.get_ident()) in _HELD
+    if held_here or (os.path.isdir(directory) and not os.access(directory, os.W_OK)):
         yield
         return
     created = not os.path.isdir(directory)

@@ -130,3 +130,16 @@ def test_a_second_export_into_one_folder_is_refused_and_an_export_leaves_no_lock
     summary = export_hf(tiny_clm_ckpt, str(out))
     assert ".lock" not in summary["files"] and not (out / ".lock").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_a_finished_run_in_a_folder_this_process_may_not_write_is_still_read(tmp_path, corpus, monkeypatch):
+    from nfeval.base import sweep_lock
+
+    run = tmp_path / "run"
+    flags = tiny_train_args(corpus, max_steps=2)
+    assert run_cli("train", "--out", str(run), *flags)[0] == 0
+    (run / ".lock").unlink()
+    monkeypatch.setattr(sweep_lock.os, "access", lambda path, mode: False)  # a read-only folder
+    code, err = run_cli("train", "--out", str(run), "--resume", *flags)
+    assert code == 0, err
+    assert not (run / ".lock").exists()
