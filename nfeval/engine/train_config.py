@@ -235,7 +235,7 @@ class TrainConfig:
         return cls(**values)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 RECIPE_TRAIN_FIELDS = ("beta1", "beta2", "eps", "weight_decay")
 
 
@@ -283,7 +283,7 @@ def training_recipe(cfg: TrainConfig, max_seq_len: int) -> dict[str, Any]:
 
 def fields_with(resume: str) -> tuple[str, ...]:
     """Returns the names of the TrainConfig fields whose resume rule is ``resume``."""
-    return tuple(name for name, f in _FIELDS.items() if f.metadata["resume"] == resume)
+    return tuple(name for name, f in FIELDS.items() if f.metadata["resume"] == resume)
 
 
 def parse_set(items: list[str], where: str | None = None) -> dict[str, Any]:

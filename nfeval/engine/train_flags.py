@@ -14,15 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base.jsonio import load_json
-from .train_config import TRAIN_CHOICES, TrainConfig, parse_set, set_item
+from .train_config import FIELDS, TRAIN_CHOICES, TrainConfig, parse_set, set_item
 
-FIELDS = dataclasses.fields(TrainConfig)
 _HINTS = typing.get_type_hints(TrainConfig)
 
 
-def flag_name(f: dataclasses.Field) -> str:
-    """Returns the flag of TrainConfig field ``f``: ``--max-steps`` for max_steps, or its declared name."""
-    return "--" + f.metadata["flag"].get("name", f.name.replace("_", "-"))
+def flag_name(name: str) -> str:
+    """Returns the flag of TrainConfig field ``name``: ``--max-steps`` for max_steps, or its declared name."""
+    return "--" + FIELDS[name].metadata["flag"].get("name", name.replace("_", "-"))
 
 
 def value_type(name: str) -> type:
@@ -58,7 +57,7 @@ def _argument(f: dataclasses.Field) -> dict[str, Any]:
     if kind is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif "action" not in declared:
-        kwargs["type"] = json_object(flag_name(f)) if kind is dict else kind
+        kwargs["type"] = json_object(flag_name(f.name)) if kind is dict else kind
         if "const" in declared:
             kwargs["nargs"] = "?"
         if f.name in TRAIN_CHOICES and "type" not in declared:
@@ -68,8 +67,8 @@ def _argument(f: dataclasses.Field) -> dict[str, Any]:
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """Adds one flag per TrainConfig field (``--set FIELD=VALUE`` for the model overrides)."""
-    for f in FIELDS:
-        p.add_argument(flag_name(f), **_argument(f))
+    for f in FIELDS.values():
+        p.add_argument(flag_name(f.name), **_argument(f))
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -81,11 +80,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     sources: dict[str, str] = {}
     if args.config:
         values.update(TrainConfig.from_dict(load_json(args.config), source=args.config).__dict__)
-        sources = {f.name: f"--config {args.config}" for f in FIELDS}
-    for f in FIELDS:
-        v = getattr(args, f.name, None)
-        if v is not None and f.name != "model":
-            values[f.name], sources[f.name] = v, f"flag {flag_name(f)}"
+        sources = {name: f"--config {args.config}" for name in FIELDS}
+    for name in FIELDS:
+        v = getattr(args, name, None)
+        if v is not None and name != "model":
+            values[name], sources[name] = v, f"flag {flag_name(name)}"
     items = args.model or []
     values["model"] = {**values.get("model", {}), **parse_set(items)}
     if items:
@@ -101,16 +100,16 @@ def to_flags(cfg: TrainConfig) -> list[str]:
     starting with ``-`` stays a value; floats as ``repr`` writes them, exactly."""
     default = TrainConfig()
     out: list[str] = []
-    for f in FIELDS:
-        value = getattr(cfg, f.name)
-        if value == getattr(default, f.name):
+    for name in FIELDS:
+        value = getattr(cfg, name)
+        if value == getattr(default, name):
             continue
-        name, kind = flag_name(f), value_type(f.name)
-        if f.name == "model":
-            out += [f"{name}={set_item(k, v)}" for k, v in value.items()]
+        flag, kind = flag_name(name), value_type(name)
+        if name == "model":
+            out += [f"{flag}={set_item(k, v)}" for k, v in value.items()]
         elif kind is bool:
-            out.append(name if value else "--no-" + name[2:])
+            out.append(flag if value else "--no-" + flag[2:])
         else:
             text = json.dumps(value) if kind is dict else repr(value) if kind is float else str(value)
-            out.append(f"{name}={text}")
+            out.append(f"{flag}={text}")
     return out

@@ -84,7 +84,7 @@ def parsed(flags: list[str]) -> TrainConfig:
 
 def test_the_samples_set_every_field_and_every_optional_field_defaults_to_none():
     default = TrainConfig()
-    for f in FIELDS:
+    for f in FIELDS.values():
         assert any(getattr(c, f.name) != getattr(default, f.name) for c in SAMPLES), f.name
         if "None" in str(f.type):  # to_flags writes no None: it is every optional field's default
             assert getattr(default, f.name) is None, f.name
@@ -96,14 +96,14 @@ def test_a_config_written_as_flags_parses_back_to_itself(cfg):
     assert parsed(flags) == cfg
     assert parsed(shlex.split(shlex.join(flags))) == cfg  # as a shell line, too
     back = parsed(flags)
-    for f in FIELDS:  # the same types as well as equal values (1e9 parses as a float, lands as an int)
+    for f in FIELDS.values():  # the same types as well as equal values (1e9 is read as a float, kept as int)
         assert type(getattr(back, f.name)) is type(getattr(cfg, f.name)), f.name
 
 
 def test_every_field_round_trips_alone():
     base, default = TrainConfig(max_steps=1), TrainConfig()
     for cfg in SAMPLES:
-        for f in (f for f in FIELDS if getattr(cfg, f.name) != getattr(default, f.name)):
+        for f in (f for f in FIELDS.values() if getattr(cfg, f.name) != getattr(default, f.name)):
             one = dataclasses.replace(base, **{f.name: getattr(cfg, f.name)})
             if one.valid_data and not one.train_data:
                 one = dataclasses.replace(one, train_data="t.txt")
@@ -131,9 +131,9 @@ def test_every_flag_keeps_its_name_type_and_help():
     parser = argparse.ArgumentParser()
     add_arguments(parser)  # nfeval train's
     actions = {a.dest: a for a in parser._actions}
-    for f in FIELDS:
+    for f in FIELDS.values():
         action = actions[f.name]
-        assert action.option_strings[0] == flag_name(f) and action.help, f.name
+        assert action.option_strings[0] == flag_name(f.name) and action.help, f.name
         if value_type(f.name) in (int, float) and f.name != "max_tokens":
             assert action.type is value_type(f.name), f.name
     assert actions["max_tokens"].type is float  # 1e9 on the command line, an integer in the config

@@ -532,7 +532,7 @@ def test_gpu_scale_without_gpu_writes_the_commands(tmp_path, monkeypatch):
     result = run_reproduce(ReproduceConfig(out=str(tmp_path / "o"), scale="125M", only=("fig2-clm",)))
     script = open(result["commands"], encoding="utf-8").read()
     assert script.count("torchrun --nproc_per_node 8 -m nfeval train") == 2  # Pre-LN and NormFormer, 1 seed
-    assert "--preset normformer-125M" in script and "--warmup 750" in script and "--dtype bf16" in script
+    assert "--preset=normformer-125M" in script and "--warmup=750" in script and "--dtype=bf16" in script
     assert not os.path.isdir(tmp_path / "o" / "runs")  # nothing trained
 
 

@@ -9,28 +9,23 @@ import shlex
 
 from ...base.artifacts import atomic_write_text
 from ...engine.train_config import TrainConfig
+from ...engine.train_flags import flag_name, to_flags
 from .plan import EXPERIMENTS, RUNS
 from .runner import Context, run_dir, train_config
 
-# Set by the script's reader: the paper's corpus is private, GPT-2's BPE is what fairseq's recipe uses.
-PLACEHOLDERS = "--train-data $CORPUS --valid-data $VALID --tokenizer $GPT2_TOKENIZER"
-
 
 def train_command(cfg: TrainConfig, out_dir: str, gpus: int = 8) -> str:
-    """Returns the ``torchrun … nfeval train`` line that trains ``cfg`` into ``out_dir``."""
-    defaults = TrainConfig()
-    skip = {"model", "tokenizer", "progress", "device", "preset"}
-    flags = [f"--preset {cfg.preset}", f"--out {shlex.quote(out_dir)}", PLACEHOLDERS]
-    for f in dataclasses.fields(TrainConfig):
-        value = getattr(cfg, f.name)
-        if f.name in skip or value == getattr(defaults, f.name) or value is None:
-            continue
-        flags.append(
-            f"--{f.name.replace('_', '-')} {value:g}"
-            if isinstance(value, float)
-            else f"--{f.name.replace('_', '-')} {value}"
-        )
-    flags += [f"--set {k}={v}" for k, v in cfg.model.items()]
+    """Returns the ``torchrun … nfeval train`` line that trains ``cfg`` into ``out_dir`` on the GPU node
+    (``train_flags.to_flags``): the script's variables name the data and tokenizer ``cfg`` does not, and
+    device and progress are the node's defaults."""
+    # set by the script's reader: the paper's corpus is private, GPT-2's BPE is what fairseq's recipe uses
+    variables = {} if cfg.train_data or cfg.hf_dataset else {"train_data": "CORPUS", "valid_data": "VALID"}
+    if not cfg.tokenizer:
+        variables["tokenizer"] = "GPT2_TOKENIZER"
+    on_node = dataclasses.replace(cfg, device="auto", progress=True, **dict.fromkeys(variables))
+    flags = [f"--out={shlex.quote(out_dir)}"]
+    flags += [f'{flag_name(name)}="${var}"' for name, var in variables.items()]
+    flags += [shlex.quote(flag) for flag in to_flags(on_node)]
     return f"torchrun --nproc_per_node {gpus} -m nfeval train " + " \\\n    ".join(flags)
 
 
