@@ -36,6 +36,14 @@ def make_corpus(n_sentences: int, per_doc: int = 6, line_sep: str = "\n", seed: 
     return "\n\n".join(docs) + "\n"
 
 
+@pytest.fixture
+def small_corpus(tmp_path) -> str:
+    """Returns the path of a 300-sentence corpus file of this test's own (``make_corpus``)."""
+    path = tmp_path / "train.txt"
+    path.write_text(make_corpus(300), encoding="utf-8")
+    return str(path)
+
+
 # A tiny NormFormer training run: the shared settings of the tests' TrainConfigs and `nfeval train` flags.
 TINY_RUN = {
     "preset": "normformer-tiny",

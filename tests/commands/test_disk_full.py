@@ -12,8 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from conftest import make_corpus, tiny_train_args
+from conftest import tiny_train_args
 
 ROOT = str(Path(__file__).resolve().parents[2])
 LIMITED = """
@@ -39,15 +38,8 @@ def limited(limit: int, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    path = tmp_path / "train.txt"
-    path.write_text(make_corpus(300), encoding="utf-8")
-    return str(path)
-
-
-def test_a_checkpoint_the_disk_refuses_is_one_line_and_the_rerun_completes(tmp_path, corpus):
-    flags = tiny_train_args(corpus, max_steps=3, ckpt_interval=1)
+def test_a_checkpoint_the_disk_refuses_is_one_line_and_the_rerun_completes(tmp_path, small_corpus):
+    flags = tiny_train_args(small_corpus, max_steps=3, ckpt_interval=1)
     assert limited(1 << 40, "nfeval", "train", "--out", str(tmp_path / "warm"), *flags).returncode == 0
     run = tmp_path / "run"
     refused = limited(WEIGHTS_FIT, "nfeval", "train", "--out", str(run), *flags)  # torch.save's state

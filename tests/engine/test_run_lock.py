@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_corpus, tiny_train_args
+from conftest import tiny_train_args
 
 from nfeval import cli
 from nfeval.base.sweep_lock import folder_lock, point_lock
@@ -48,30 +48,23 @@ def held_elsewhere(folder: Path):
         holder.wait()
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    path = tmp_path / "train.txt"
-    path.write_text(make_corpus(300), encoding="utf-8")
-    return str(path)
-
-
-def test_a_second_train_into_a_run_being_written_is_refused_at_once(tmp_path, corpus):
+def test_a_second_train_into_a_run_being_written_is_refused_at_once(tmp_path, small_corpus):
     run = tmp_path / "run"
     with held_elsewhere(run) as pid:
-        code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, max_steps=2))
+        code, err = run_cli("train", "--out", str(run), *tiny_train_args(small_corpus, max_steps=2))
         assert code == 2 and err.count("\n") == 1, err
         assert f"{run}: in use by another nfeval process (pid {pid} on " in err
         assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing written beside the holder
-    code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, max_steps=2))
+    code, err = run_cli("train", "--out", str(run), *tiny_train_args(small_corpus, max_steps=2))
     assert code == 0, err  # the holder died: its lock with it
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [(r["kind"], r["step"]) for r in rows]
     assert len(steps) == len(set(steps))
 
 
-def test_a_refused_or_failed_start_leaves_no_folder(tmp_path, corpus):
+def test_a_refused_or_failed_start_leaves_no_folder(tmp_path, small_corpus):
     run = tmp_path / "run"
-    code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, preset="nosuch-tiny"))
+    code, err = run_cli("train", "--out", str(run), *tiny_train_args(small_corpus, preset="nosuch-tiny"))
     assert code == 2 and "nosuch" in err and not run.exists()
 
 
@@ -87,21 +80,21 @@ def test_the_holder_enters_its_own_lock_again_and_others_are_refused(tmp_path):
                 pytest.fail("entered a folder another process holds")
 
 
-def test_a_rerun_deletes_the_temp_files_a_killed_start_left(tmp_path, corpus):
+def test_a_rerun_deletes_the_temp_files_a_killed_start_left(tmp_path, small_corpus):
     run = tmp_path / "run"
-    code, err = run_cli("train", "--out", str(run), *tiny_train_args(corpus, max_steps=2))
+    code, err = run_cli("train", "--out", str(run), *tiny_train_args(small_corpus, max_steps=2))
     assert code == 0, err
     # a probe killed at the start of a rerun, and safetensors' own temp name killed in a final save
     for name in (".tmp-probe-k3j2", ".tmpAb12Cd"):
         (run / name).write_bytes(b"half")
-    code, err = run_cli("train", "--out", str(run), "--resume", *tiny_train_args(corpus, max_steps=2))
+    code, err = run_cli("train", "--out", str(run), "--resume", *tiny_train_args(small_corpus, max_steps=2))
     assert code == 0, err  # finished: its summary
     assert not list(run.rglob(".tmp*"))
 
 
-def test_resuming_a_finished_run_with_another_architecture_is_refused(tmp_path, corpus):
+def test_resuming_a_finished_run_with_another_architecture_is_refused(tmp_path, small_corpus):
     run = tmp_path / "run"
-    flags = tiny_train_args(corpus, max_steps=2, preset="prenorm-tiny")
+    flags = tiny_train_args(small_corpus, max_steps=2, preset="prenorm-tiny")
     assert run_cli("train", "--out", str(run), *flags)[0] == 0
     code, err = run_cli("train", "--out", str(run), "--resume", *flags, "--set", "norm_position=post")
     assert code == 2 and err.count("\n") == 1, err
@@ -109,7 +102,7 @@ def test_resuming_a_finished_run_with_another_architecture_is_refused(tmp_path, 
 
 
 @pytest.mark.parametrize("command", ["bakeoff", "reproduce"])
-def test_a_second_pipeline_into_one_folder_is_refused_at_once(tmp_path, corpus, command):
+def test_a_second_pipeline_into_one_folder_is_refused_at_once(tmp_path, small_corpus, command):
     out = tmp_path / "out"
     argv = [command, "--out", str(out)]
     argv += ["--size", "smoke", "--archs", "prenorm", "normformer"] if command == "bakeoff" else []
@@ -132,11 +125,13 @@ def test_a_second_export_into_one_folder_is_refused_and_an_export_leaves_no_lock
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
 
 
-def test_a_finished_run_in_a_folder_this_process_may_not_write_is_still_read(tmp_path, corpus, monkeypatch):
+def test_a_finished_run_in_a_folder_this_process_may_not_write_is_still_read(
+    tmp_path, small_corpus, monkeypatch
+):
     from nfeval.base import sweep_lock
 
     run = tmp_path / "run"
-    flags = tiny_train_args(corpus, max_steps=2)
+    flags = tiny_train_args(small_corpus, max_steps=2)
     assert run_cli("train", "--out", str(run), *flags)[0] == 0
     (run / ".lock").unlink()
     monkeypatch.setattr(sweep_lock.os, "access", lambda path, mode: False)  # a read-only folder
