@@ -1,99 +1,78 @@
-"""``nfeval analyze``'s three analyses as library calls: their options (``add_arguments``), and
-``analyze(options)``, which runs one, writes its JSON and PNG, and returns the result. The command and
-``nfeval reproduce`` both run them through here."""
+"""``nfeval analyze``'s three analyses as library calls: each one's options (``GradsOptions``,
+``GainsOptions``, ``StabilityOptions``), and ``analyze(options, png)``, which runs one, writes its JSON
+and PNG, and returns the result. The command and the pipelines (``reproduce``, ``bakeoff``) both call
+it."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, provenance
-from ..base.cli_args import add_output_file
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
+from .stability import StabilitySettings
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
-    g = sub.add_parser("grads", help="gradient norm by layer (Figures 3 and 7)")
-    g.add_argument("runs", nargs="*", metavar="RUN", help="run dirs trained with --grad-stats START:END")
-    g.add_argument(
-        "--ckpt",
-        action="append",
-        default=[],
-        metavar="PATH|preset:NAME",
-        help="compute at a checkpoint (run/checkpoint dir, fairseq file) or at a preset's init, "
-        "e.g. preset:postnorm-small (repeatable)",
-    )
-    g.add_argument("--kind", default="fc2", help="parameter kind to plot (default fc2, the paper's)")
-    g.add_argument("--baseline", metavar="NAME", help="Figure 7's baseline (default: first Pre-LN model)")
-    _data_arguments(g, batches=True)
-    s = sub.add_parser("gains", help="learned NormFormer gains by layer (Figures 4 and 6)")
-    s.add_argument(
-        "targets", nargs="+", metavar="RUN_OR_CKPT", help="nfeval run/checkpoint dir or fairseq file"
-    )
-    s.add_argument(
-        "--fairseq-head-scale-bug", action="store_true", help="fairseq files from before 2021-11-03"
-    )
-    g.add_argument(
-        "--fairseq-dict", metavar="FILE", help="fairseq dict.txt of a .pt file (default: dict.txt beside it)"
-    )
-    g.add_argument(
-        "--fairseq-head-scale-bug", action="store_true", help="fairseq files from before 2021-11-03"
-    )
-    st = sub.add_parser("stability", help="increasing-LR stability test (Figure 5)")
-    st.add_argument("--preset", action="append", required=True, help="preset to test (repeatable)")
-    st.add_argument("--seeds", type=int, default=3, help="seeds 1..N (default 3)")
-    st.add_argument("--updates", type=int, default=200)
-    st.add_argument("--lr-start", type=float, default=1e-5)
-    st.add_argument("--lr-end", type=float, default=1.0)
-    st.add_argument("--tolerance", type=float, default=0.1, help="nats above the first loss that diverge")
-    st.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="model config override of every preset, as nfeval train --set (repeatable)",
-    )
-    st.add_argument(
-        "--autocast",
-        default="fp32",
-        choices=("fp32", "bf16", "fp16"),
-        help="forward in torch autocast at this precision (fp32: off); the paper trained in fp16",
-    )
-    st.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    _data_arguments(st, batches=False)
-    for parser, name in ((g, "grads"), (s, "gains"), (st, "stability")):
-        add_output_file(parser, default=f"{name}.png", help=f"PNG path; JSON beside it (default {name}.png)")
-        parser.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+@dataclass(kw_only=True)
+class GradsOptions:
+    """Gradient norm by layer (Figures 3 and 7): of runs trained with ``--grad-stats`` and/or computed at
+    checkpoints (``ckpt``: a run/checkpoint dir, a fairseq file, or ``preset:NAME`` at its initialisation)
+    on ``batches`` batches of ``data`` (None: the embedded corpus)."""
+
+    runs: list[str] = field(default_factory=list)
+    ckpt: list[str] = field(default_factory=list)
+    kind: str = "fc2"  # the parameter kind plotted (the paper's: fc2)
+    baseline: str | None = None  # Figure 7's baseline (None: the first Pre-LN model)
+    data: str | None = None
+    tokenizer: str | None = None
+    batch_size: int = 8
+    seq_len: int = 128
+    seed: int = 1  # data order and preset initialisation
+    batches: int = 4
+    fairseq_dict: str | None = None
+    fairseq_head_scale_bug: bool = False
 
 
-def _data_arguments(p: argparse.ArgumentParser, batches: bool) -> None:
-    p.add_argument("--data", metavar="FILE", help="text file or folder (default: the embedded corpus)")
-    p.add_argument(
-        "--tokenizer",
-        help="tokenizer.json, or GPT-2's BPE folder for a fairseq .pt with a dict.txt "
-        "(default: the checkpoint's, else a BPE trained on the data)",
-    )
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--seed", type=int, default=1, help="data order and preset initialisation")
-    if batches:
-        p.add_argument("--batches", type=int, default=4, help="batches to average over (default 4)")
+@dataclass(kw_only=True)
+class GainsOptions:
+    """Learned NormFormer gains by layer (Figures 4 and 6) of nfeval run/checkpoint dirs or fairseq files."""
+
+    targets: list[str]
+    fairseq_head_scale_bug: bool = False
 
 
-def analyze(args: argparse.Namespace) -> dict[str, Any]:
-    """Runs the analysis ``args.analysis`` with ``args`` (the options ``add_arguments`` defines); writes
-    its PNG to ``args.output`` and its JSON beside it; returns the result."""
-    check_output_file(args.output, "--output")  # before any work
-    if not args.output.endswith(".png"):
-        raise ConfigError(f"--output {args.output}: expected a .png path (the JSON is written beside it)")
-    result = {"grads": run_grads, "gains": run_gains, "stability": run_stability}[args.analysis](args)
+@dataclass(kw_only=True)
+class StabilityOptions:
+    """The increasing-LR stability test (Figure 5) of ``presets`` with the ModelConfig overrides ``model``,
+    seeds 1..``seeds``, on ``data`` (None: the embedded corpus)."""
+
+    presets: list[str]
+    seeds: int = 3
+    model: dict[str, Any] = field(default_factory=dict)
+    settings: StabilitySettings = field(default_factory=StabilitySettings)
+    data: str | None = None
+    tokenizer: str | None = None
+    seed: int = 1  # data order and initialisation
+
+
+Options = GradsOptions | GainsOptions | StabilityOptions
+
+
+def analyze(options: Options, png: str) -> dict[str, Any]:
+    """Runs the analysis ``options`` describe; writes its JSON beside ``png``, then the PNG (last: a
+    finished analysis has its PNG); returns the result."""
+    check_output_file(png, "--output")  # before any work
+    if not png.endswith(".png"):
+        raise ConfigError(f"--output {png}: expected a .png path (the JSON is written beside it)")
+    name, run = ANALYSES[type(options)]
+    result = run(options)
     from . import figures
 
-    atomic_write_json(json_path(args.output), result)
-    getattr(figures, f"plot_{args.analysis}")(result, args.output)
+    atomic_write_json(json_path(png), result)
+    getattr(figures, f"plot_{name}")(result, png)
     return result
 
 
@@ -102,87 +81,91 @@ def json_path(png: str) -> str:
     return os.path.splitext(png)[0] + ".json"
 
 
-def run_grads(args: argparse.Namespace) -> dict[str, Any]:
+def grads(options: GradsOptions) -> dict[str, Any]:
+    """Returns the gradient-norm analysis ``options`` describe (``grads.grads_result`` with its settings
+    and provenance)."""
     from ..engine.grad_stats import GAIN_KINDS, WEIGHT_KINDS
     from .grads import grads_at, grads_result
     from .inputs import check_data_args, check_model_spec
     from .recorder import check_run, read_run
 
-    if not args.runs and not args.ckpt:
+    if not options.runs and not options.ckpt:
         raise ConfigError("analyze grads: give RUN dirs (trained with --grad-stats) and/or --ckpt PATH")
-    for run_dir in args.runs:
+    for run_dir in options.runs:
         check_run(run_dir)
-    for spec in args.ckpt:
+    for spec in options.ckpt:
         check_model_spec(spec)
-    check_data_args(args.data, args.tokenizer)
-    if args.batches < 1:
-        raise ConfigError(f"--batches {args.batches}: expected a positive integer")
-    if args.kind not in WEIGHT_KINDS + GAIN_KINDS:
-        raise ConfigError(f"--kind {args.kind}: expected one of {WEIGHT_KINDS + GAIN_KINDS}")
-    entries = [read_run(r) for r in args.runs]
+    check_data_args(options.data, options.tokenizer)
+    if options.batches < 1:
+        raise ConfigError(f"--batches {options.batches}: expected a positive integer")
+    if options.kind not in WEIGHT_KINDS + GAIN_KINDS:
+        raise ConfigError(f"--kind {options.kind}: expected one of {WEIGHT_KINDS + GAIN_KINDS}")
+    entries = [read_run(r) for r in options.runs]
     data_fingerprints = {}
-    for spec in args.ckpt:
-        target, batches, data_fp = _target_and_batches(spec, args)
-        values = grads_at(target, batches, args.batches, args.batch_size)
-        info = {**target.info, "data_fingerprint": data_fp, "batches": args.batches}
+    for spec in options.ckpt:
+        target, batches, data_fp = _target_and_batches(spec, options)
+        values = grads_at(target, batches, options.batches, options.batch_size)
+        info = {**target.info, "data_fingerprint": data_fp, "batches": options.batches}
         entries.append({"name": target.name, "info": info, "values": values})
         data_fingerprints[target.name] = data_fp
-    result = grads_result(entries, args.kind, args.baseline)
+    result = grads_result(entries, options.kind, options.baseline)
     settings = {
-        k: getattr(args, k) for k in ("batches", "batch_size", "seq_len", "seed", "data", "tokenizer")
+        k: getattr(options, k) for k in ("batches", "batch_size", "seq_len", "seed", "data", "tokenizer")
     }
     result["settings"] = settings
-    result["provenance"] = provenance(seed=args.seed, data_fingerprint=data_fingerprints or None)
+    result["provenance"] = provenance(seed=options.seed, data_fingerprint=data_fingerprints or None)
     return result
 
 
-def _target_and_batches(spec: str, args: argparse.Namespace) -> tuple[Any, Any, str]:
+def _target_and_batches(spec: str, options: GradsOptions) -> tuple[Any, Any, str]:
     """Returns (target, its batches, data fingerprint) for a --ckpt spec."""
     from .inputs import batches, check_vocab, load_target, token_data
 
-    target = load_target(spec, args.seed, args.fairseq_head_scale_bug, args.tokenizer, args.fairseq_dict)
+    target = load_target(
+        spec, options.seed, options.fairseq_head_scale_bug, options.tokenizer, options.fairseq_dict
+    )
     cfg = target.model.cfg
-    tokens, tok = token_data(args.data, target.tokenizer or args.tokenizer, cfg.vocab_size)
+    tokens, tok = token_data(options.data, target.tokenizer or options.tokenizer, cfg.vocab_size)
     tok_vocab = tok.get_vocab_size()
     check_vocab(target.name, cfg.vocab_size, tok_vocab)
-    seq_len = min(args.seq_len, cfg.max_seq_len)
-    return target, batches(tokens, tok_vocab, seq_len, args.seed), tokens.fingerprint
+    seq_len = min(options.seq_len, cfg.max_seq_len)
+    return target, batches(tokens, tok_vocab, seq_len, options.seed), tokens.fingerprint
 
 
-def run_gains(args: argparse.Namespace) -> dict[str, Any]:
+def gains(options: GainsOptions) -> dict[str, Any]:
+    """Returns the learned gains of ``options.targets``: {"analysis", "models", "provenance"}."""
     from .gains import read_gains
     from .inputs import check_model_spec, load_target
 
-    for spec in args.targets:
+    for spec in options.targets:
         check_model_spec(spec)
     models = []
-    for spec in args.targets:
-        target = load_target(spec, fairseq_head_scale_bug=args.fairseq_head_scale_bug)
+    for spec in options.targets:
+        target = load_target(spec, fairseq_head_scale_bug=options.fairseq_head_scale_bug)
         models.append({"name": target.name, "info": target.info, "gains": read_gains(target.model, spec)})
     return {"analysis": "gains", "models": models, "provenance": provenance()}
 
 
-def run_stability(args: argparse.Namespace) -> dict[str, Any]:
-    from ..engine.config import parse_preset, preset
+def stability(options: StabilityOptions) -> dict[str, Any]:
+    """Returns the stability test ``options`` describe (``stability.stability_test``'s result with its data,
+    model overrides and provenance)."""
+    from ..engine.config import MODEL_CHOICES, ModelConfig, check_fields, parse_preset, preset
     from .inputs import batches, check_data_args, token_data
-    from .stability import StabilitySettings, stability_test
+    from .stability import stability_test
 
-    for name in args.preset:
+    for name in options.presets:
         try:
             parse_preset(name)
         except ValueError as e:
             raise ConfigError(f"--preset: {e}") from None
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds {args.seeds}: expected a positive integer")
-    from ..engine.train_config import parse_set
-
-    flags = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "tolerance", "autocast", "device")
-    settings = StabilitySettings(**{f: getattr(args, f) for f in flags})
-    settings.validate()
-    overrides = parse_set(args.set)
-    check_data_args(args.data, args.tokenizer)
-    vocab = min(preset(name).vocab_size for name in args.preset)
-    tokens, tok = token_data(args.data, args.tokenizer, vocab)
+    if options.seeds < 1:
+        raise ConfigError(f"--seeds {options.seeds}: expected a positive integer")
+    options.settings.validate()
+    check_fields(ModelConfig, options.model, "--set", choices=MODEL_CHOICES)
+    overrides = options.model
+    check_data_args(options.data, options.tokenizer)
+    vocab = min(preset(name).vocab_size for name in options.presets)
+    tokens, tok = token_data(options.data, options.tokenizer, vocab)
     tok_vocab = tok.get_vocab_size()
     configs = {
         name: preset(
@@ -193,13 +176,20 @@ def run_stability(args: argparse.Namespace) -> dict[str, Any]:
                 "pad_token_id": tokens.specials.pad,
             },
         )
-        for name in args.preset
+        for name in options.presets
     }
-    seq_len = min([settings.seq_len] + [c.max_seq_len for c in configs.values()])
-    settings.seq_len = seq_len
-    data = batches(tokens, tok_vocab, seq_len, args.seed)
-    result = stability_test(configs, list(range(1, args.seeds + 1)), data, settings)
-    result["data"] = {"source": args.data or "embedded default corpus", "fingerprint": tokens.fingerprint}
+    seq_len = min([options.settings.seq_len] + [c.max_seq_len for c in configs.values()])
+    settings = dataclasses.replace(options.settings, seq_len=seq_len)
+    data = batches(tokens, tok_vocab, seq_len, options.seed)
+    result = stability_test(configs, list(range(1, options.seeds + 1)), data, settings)
+    result["data"] = {"source": options.data or "embedded default corpus", "fingerprint": tokens.fingerprint}
     result["model_overrides"] = overrides
-    result["provenance"] = provenance(seed=args.seed, data_fingerprint=tokens.fingerprint)
+    result["provenance"] = provenance(seed=options.seed, data_fingerprint=tokens.fingerprint)
     return result
+
+
+ANALYSES = {
+    GradsOptions: ("grads", grads),
+    GainsOptions: ("gains", gains),
+    StabilityOptions: ("stability", stability),
+}

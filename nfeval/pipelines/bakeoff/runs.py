@@ -214,15 +214,23 @@ def stability(ctx: Context, c: Candidate) -> dict[str, Any]:
     returns its JSON (not redone once its PNG exists)."""
     import torch
 
-    from ...analysis.stability import lowest_precision
+    from ...analysis.runs import StabilityOptions
+    from ...analysis.stability import StabilitySettings, lowest_precision
     from ..reproduce.analysis_experiment import analyze
 
     s = ctx.scale
     device = ctx.device if ctx.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    argv = ["stability", "--preset", c.preset(s.size), "--seeds", str(ctx.seeds)]
-    argv += ["--updates", str(s.stability_updates), "--tokenizer", ctx.tokenizer]
-    argv += ["--batch-size", str(s.stability_batch[0]), "--seq-len", str(s.stability_batch[1])]
-    argv += ["--autocast", lowest_precision(device), "--device", device]
-    argv += [a for k, v in {**s.model, **c.overrides}.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-    argv += ["--data", ctx.train_data] if ctx.train_data else []
-    return analyze(argv, os.path.join(ctx.out, "stability", f"{c.name}.png"))
+    precision = lowest_precision(device)
+    batch, seq = s.stability_batch
+    settings = StabilitySettings(
+        updates=s.stability_updates, batch_size=batch, seq_len=seq, autocast=precision, device=device
+    )
+    options = StabilityOptions(
+        presets=[c.preset(s.size)],
+        seeds=ctx.seeds,
+        model={**s.model, **c.overrides},
+        settings=settings,
+        data=ctx.train_data or None,
+        tokenizer=ctx.tokenizer,
+    )
+    return analyze(options, os.path.join(ctx.out, "stability", f"{c.name}.png"))

@@ -1,6 +1,6 @@
 """Figures 3–5: ``nfeval analyze`` (grads, gains, stability) on the runs of ``nfeval reproduce``.
 
-Each analysis is the command itself, run through its own parser, writing its PNG and JSON under
+Each analysis is the command's own library call (``analysis.runs.analyze``), writing its PNG and JSON under
 ``<out>/experiments/fig3-5/``; a finished analysis (its PNG, written after its JSON) is not redone.
 Figures 3 and 7 read the gradients the runs recorded while training (``gradient_experiment``). The
 stability test trains its own short runs from each preset's initialisation on the compared runs' own
@@ -9,15 +9,13 @@ model config (the scale's overrides) and tokenizer, in the lowest autocast preci
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from typing import Any
 
 import torch
 
 from ...analysis import runs as analysis_runs
-from ...analysis.stability import lowest_precision
+from ...analysis.stability import StabilitySettings, lowest_precision
 from ...base.jsonio import load_json
 from ...report import verdict
 from .gradient_experiment import gradient_parts
@@ -26,13 +24,11 @@ from .runner import Context, log, run_dir
 STABILITY_ARCHS = ("prenorm", "normformer", "normformer-resscale", "postnorm")
 
 
-def analyze(argv: list[str], png: str) -> dict[str, Any]:
-    """Runs ``nfeval analyze ARGV --out PNG`` unless PNG exists; returns the JSON it wrote beside it."""
+def analyze(options: analysis_runs.Options, png: str) -> dict[str, Any]:
+    """Runs the analysis ``options`` describe into PNG unless PNG exists; returns the JSON beside it."""
     if not os.path.isfile(png):
-        parser = argparse.ArgumentParser(prog="nfeval analyze")
-        analysis_runs.add_arguments(parser)
-        log(f"nfeval analyze {' '.join(argv)}")
-        analysis_runs.analyze(parser.parse_args([*argv, "--output", png]))
+        log(f"nfeval analyze {options}")
+        analysis_runs.analyze(options, png)
     return load_json(os.path.splitext(png)[0] + ".json")
 
 
@@ -60,13 +56,16 @@ def stability(ctx: Context) -> dict[str, Any]:
     s = ctx.scale
     device = ctx.device if ctx.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     precision = lowest_precision(device)
-    argv = ["stability", *(a for arch in STABILITY_ARCHS for a in ("--preset", f"{arch}-{s.size}"))]
-    argv += ["--seeds", str(ctx.seeds), "--updates", str(s.stability_updates)]
-    argv += ["--batch-size", str(s.stability_batch[0]), "--seq-len", str(s.stability_batch[1])]
-    argv += ["--tokenizer", ctx.tokenizer, "--autocast", precision, "--device", device]
-    argv += [a for k, v in s.model.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    batch, seq = s.stability_batch
+    settings = StabilitySettings(
+        updates=s.stability_updates, batch_size=batch, seq_len=seq, autocast=precision, device=device
+    )
+    presets = [f"{arch}-{s.size}" for arch in STABILITY_ARCHS]
+    options = analysis_runs.StabilityOptions(
+        presets=presets, seeds=ctx.seeds, model=s.model, settings=settings, tokenizer=ctx.tokenizer
+    )
     name = f"fig5_stability_{precision}_seeds{ctx.seeds}.png"
-    return analyze(argv, os.path.join(ctx.out, "experiments", "fig3-5", name))
+    return analyze(options, os.path.join(ctx.out, "experiments", "fig3-5", name))
 
 
 def _layer0(r: dict[str, Any]) -> str:
@@ -157,7 +156,7 @@ def _gains_table(ctx: Context, png: str, n_layer: int) -> dict[str, Any] | None:
     nf = _named_links(ctx, ("clm-normformer",), ctx.seed_values[0])
     if not nf:
         return None
-    gains = analyze(["gains", nf[0]], png)["models"][0]["gains"]
+    gains = analyze(analysis_runs.GainsOptions(targets=[nf[0]]), png)["models"][0]["gains"]
     rows = [
         [name, *(f"{v:.3f}" for v in values)]
         for name, values in (
@@ -181,7 +180,8 @@ def figure_6(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     for seed in ctx.seed_values:
         links = _named_links(ctx, keys, seed)
         if links:
-            result = analyze(["gains", links[0]], os.path.join(folder, f"gains_seed{seed}.png"))
+            options = analysis_runs.GainsOptions(targets=[links[0]])
+            result = analyze(options, os.path.join(folder, f"gains_seed{seed}.png"))
             per_seed.append(result["models"][0]["gains"]["resid_gain_mean"])
     if not per_seed:
         return {"notes": ["no finished ResScale run"]}
