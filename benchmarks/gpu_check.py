@@ -290,13 +290,14 @@ def ddp_checkpoint_resume(s: Setup) -> dict:
 
 def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
     """Scores multiple-choice items with the DDP check's checkpoint on the device and on the CPU (fp32)."""
+    from nfeval.model_adapters.config import ScoringConfig
     from nfeval.model_adapters.lm import NFEvalLM
 
     run = s.work / "ddp-full"
     if not (run / rundir.COMPLETE).is_file():
         raise RuntimeError(f"{run}: the ddp_checkpoint_resume check did not leave a finished run")
     lms = {
-        where: NFEvalLM(pretrained=str(run), device=where, dtype="float32", progress=False, batch_size=8)
+        where: NFEvalLM(str(run), ScoringConfig(device=where, dtype="float32", progress=False, batch_size=8))
         for where in ("cpu", str(s.device))
     }
     sentences = [line for line in (s.work / "corpus.txt").read_text().splitlines() if line.strip()][:160]
@@ -384,6 +385,7 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
+    from nfeval.model_adapters.config import ScoringConfig
     from nfeval.model_adapters.lm import NFEvalLM
 
     path = hf_gpt2_dir(s, s.work / "hf-gpt2")
@@ -398,7 +400,7 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
     lms = {
         "hflm": HFLM(pretrained=str(path), device=where, batch_size=32, dtype="float32"),
         "nfeval": NFEvalLM(
-            pretrained=str(path), device=where, dtype="float32", batch_size=32, progress=False
+            str(path), ScoringConfig(device=where, dtype="float32", batch_size=32, progress=False)
         ),
     }
     forward_by = lms["nfeval"].model_backend.forward_by

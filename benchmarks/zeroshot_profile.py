@@ -22,6 +22,9 @@ import time
 import torch
 from zeroshot_vs_hf import SHARED, TASKS, build_model
 
+from nfeval.model_adapters.config import ScoringConfig
+from nfeval.zeroshot.config import ZeroShotConfig
+
 # stage -> (file substring, function name) whose cumulative time is the stage's
 STAGES = {
     "task building (TaskManager, load)": ("zeroshot.py", "load_tasks"),
@@ -76,9 +79,10 @@ def main() -> None:
         profiler = cProfile.Profile()
         t0 = time.perf_counter()
         profiler.enable()
-        out = zeroshot.evaluate(model_dir, tasks=args.tasks, data_dir=str(SHARED / "zeroshot"),
-                                limit=args.limit, batch_size=batch, device="cpu", use_cache=False,
-                                output=os.path.join(tmp, "r.json"))  # fmt: skip
+        cfg = ZeroShotConfig(tasks=args.tasks, data_dir=str(SHARED / "zeroshot"), limit=args.limit,
+                             use_cache=False, output=os.path.join(tmp, "r.json"),
+                             scoring=ScoringConfig(batch_size=batch, device="cpu"))  # fmt: skip
+        out = zeroshot.evaluate(model_dir, cfg)
         profiler.disable()
         wall = time.perf_counter() - t0
     stats = pstats.Stats(profiler)

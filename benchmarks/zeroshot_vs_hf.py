@@ -217,6 +217,7 @@ def packing_comparison(n_docs: int, batch_size: int) -> None:
 
     import nfeval.tasks as nf_tasks
     from nfeval.model_adapters import NFEvalLM
+    from nfeval.model_adapters.config import ScoringConfig
 
     manager = TaskManager(include_path=nf_tasks.TASKS_DIR, include_defaults=False,
                           metadata={"data_dir": str(SHARED / "zeroshot")})  # fmt: skip
@@ -230,7 +231,7 @@ def packing_comparison(n_docs: int, batch_size: int) -> None:
         )
         for packed in (False, True):
             lm = NFEvalLM(
-                pretrained=model_dir, device="cpu", batch_size=batch_size, pack=packed, progress=False
+                model_dir, ScoringConfig(device="cpu", batch_size=batch_size, pack=packed, progress=False)
             )
             t0 = time.perf_counter()
             scores[packed] = [ll for ll, _ in lm.loglikelihood(task.instances, disable_tqdm=True)]

@@ -8,7 +8,7 @@ registered::
         --data-dir DIR
 
 From Python, import ``nfeval.model_adapters.lm`` first, then ``lm_eval.simple_evaluate(model="nfeval",
-model_args="pretrained=RUN_DIR", ...)``, or pass an instance: ``model=NFEvalLM(pretrained=path)``.
+model_args="pretrained=RUN_DIR", ...)``, or pass an instance: ``model=NFEvalLM(path, ScoringConfig(...))``.
 Plain ``lm-eval`` scores an ``nfeval export-hf`` folder with its stock ``hf`` model instead.
 Under torchrun each process scores its shard of the documents (lm-eval splits them by ``rank``) and
 the results meet on rank 0 through ``all_gather``/``gather_object``.
@@ -32,6 +32,7 @@ from lm_eval.models.utils import (
     postprocess_generated_text,
 )
 
+from ..base.errors import ConfigError
 from ..base.progress import library_bars_shown
 from ..engine.backend import nfeval_backend
 from ..engine.budget import peak_flops
@@ -43,6 +44,7 @@ from ..engine.generate import Sampling
 from ..engine.loading import ModelIdentity
 from ..engine.parallel import join_process_group, resolve_device
 from .backends import open_backend
+from .config import ScoringConfig
 from .hf_backend import HFBackend
 from .scorer import DEFAULT_BATCH_TOKENS, ScoringStats, score
 
@@ -58,43 +60,25 @@ def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
 
 @register_model("nfeval")
 class NFEvalLM(TemplateLM):
-    """Scores an nfeval checkpoint (run dir or checkpoint dir) or a HF causal-LM directory.
-
-    ``add_bos_token``: prepend ``prefix_token_id`` to every scored text; default True for nfeval
-    checkpoints (fairseq prepends ``</s>``) and the tokenizer's own behaviour for HF models (as HFLM).
-    ``batch_size``: rows per batch (a row packs many requests, see scorer.py), or ``auto``: bounded
-    by ``max_batch_tokens`` (padded tokens per forward) only. ``pack=False`` scores each distinct
-    input as a row of its own (what a model that fails the tree probe gets). ``hf_forward``: for a
-    HF GPT-2 directory, "engine" (nfeval's forward, when it reproduces the model) or "transformers".
-    """
+    """Scores an nfeval checkpoint (run dir or checkpoint dir) or a HF causal-LM directory (a path, a
+    ``ModelIdentity``, a read ``Checkpoint``, or a loaded transformers model with its ``tokenizer``) as
+    ``config`` says. lm-eval builds it from ``--model_args`` (``create_from_arg_string``)."""
 
     backend = "causal"
 
     def __init__(
         self,
         pretrained: str | ModelIdentity | Checkpoint | Any,
+        config: ScoringConfig = ScoringConfig(),
         tokenizer: Any = None,
-        batch_size: int | str = 16,
-        max_batch_size: int | None = None,
-        device: str | None = None,
-        dtype: str | torch.dtype = "float32",
-        max_length: int | None = None,
-        add_bos_token: bool | None = None,
-        prefix_token_id: int | None = None,
-        fold_head_scale: bool = True,
-        progress: bool = True,
-        max_batch_tokens: int | None = None,
-        pack: bool = True,
-        hf_forward: str = "engine",
-        **unused: Any,
     ) -> None:
         super().__init__()
-        self._rank, self._world_size, self._device = init_distributed(device)
-        self.dtype = torch_dtype(dtype)
-        fold, max_length = _as_bool(fold_head_scale), max_length and int(max_length)
+        self._rank, self._world_size, self._device = init_distributed(config.device)
+        self.dtype = torch_dtype(config.dtype)
+        fold, max_length, hf = config.fold_head_scale, config.max_length, config.hf_forward
         if isinstance(pretrained, (str, ModelIdentity)):
             self.model_backend = open_backend(
-                pretrained, self._device, self.dtype, fold, max_length, tokenizer, hf_forward=hf_forward
+                pretrained, self._device, self.dtype, fold, max_length, tokenizer, hf_forward=hf
             )
         elif isinstance(pretrained, Checkpoint):  # read (``checkpoint.read``) or loaded
             self.model_backend = nfeval_backend(pretrained, self._device, self.dtype, fold, max_length)
@@ -103,22 +87,36 @@ class NFEvalLM(TemplateLM):
                 raise ValueError("NFEvalLM: a transformers model needs its tokenizer (tokenizer=...)")
             self.model_backend = HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
         # "auto": batches bounded by tokens only; a number also bounds the rows (packed rows) per batch
-        auto = str(batch_size).startswith("auto")
-        self.batch_size = int(max_batch_size or 64) if auto else int(batch_size)
-        self.max_rows = (
-            int(max_batch_size) if auto and max_batch_size else (None if auto else self.batch_size)
-        )
-        self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
-        self.packed = _as_bool(pack) and self.model_backend.accepts_tree_mask()
+        auto = str(config.batch_size).startswith("auto")
+        self.batch_size = int(config.max_batch_size or 64) if auto else int(config.batch_size)
+        self.max_rows = config.max_batch_size if auto else self.batch_size
+        self.max_batch_tokens = config.max_batch_tokens or DEFAULT_BATCH_TOKENS
+        self.packed = config.pack and self.model_backend.accepts_tree_mask()
         self.scoring_stats = ScoringStats()  # summed over every scoring call (the FLOP/s report)
         self.add_bos_token = (
-            self.model_backend.add_bos_default if add_bos_token is None else _as_bool(add_bos_token)
+            self.model_backend.add_bos_default if config.add_bos_token is None else config.add_bos_token
         )
-        self.custom_prefix_token_id = None if prefix_token_id is None else int(prefix_token_id)
-        self.progress = _as_bool(progress)
+        self.custom_prefix_token_id = config.prefix_token_id
+        self.progress = config.progress
         self.tokenizer = getattr(self.model_backend, "tokenizer", None)
         self._encoded: dict[tuple[str, bool | None], list[int]] | None = None  # see loglikelihood
         self._scoring_bar: bool | None = None  # within loglikelihood: whether its caller wants bars
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> NFEvalLM:
+        """Returns the model of lm-eval's ``--model_args`` (``pretrained=RUN,dtype=bf16``) and its
+        ``batch_size``, ``max_batch_size`` and ``device`` (``additional_config``)."""
+        return cls.create_from_arg_obj(lm_utils.simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict | None = None) -> NFEvalLM:
+        """Returns the model of lm-eval's model arguments as a dict (``simple_evaluate(model="nfeval",
+        model_args={...})``): ``pretrained``, ``tokenizer`` and ``ScoringConfig`` fields."""
+        args = {**arg_dict, **{k: v for k, v in (additional_config or {}).items() if v is not None}}
+        if "pretrained" not in args:
+            raise ConfigError("--model_args: pretrained=PATH is missing (an nfeval run or a HF folder)")
+        pretrained, tokenizer = args.pop("pretrained"), args.pop("tokenizer", None)
+        return cls(pretrained, ScoringConfig.from_model_args(args), tokenizer=tokenizer)
 
     # ---------------------------------------------------------------- identity and tokenization
 
@@ -298,7 +296,3 @@ def sampling_of(kwargs: dict[str, Any]) -> Sampling:
     """Returns the Sampling for normalized lm-eval generation kwargs (temperature 0 when not sampling)."""
     return Sampling(temperature=float(kwargs.get("temperature") or 0.0), top_k=int(kwargs.get("top_k") or 0),
                     top_p=float(kwargs.get("top_p") or 1.0), seed=int(kwargs.get("seed") or 0))  # fmt: skip
-
-
-def _as_bool(value: Any) -> bool:
-    return value.strip().lower() in ("1", "true", "yes") if isinstance(value, str) else bool(value)

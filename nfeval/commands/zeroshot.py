@@ -8,6 +8,8 @@ import time
 from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
+from ..model_adapters.config import ScoringConfig
+from ..zeroshot.config import ZeroShotConfig
 from ..zeroshot.evaluate import evaluate, make_table
 
 
@@ -85,14 +87,26 @@ def run(args: argparse.Namespace) -> int:
     task_list = [t for item in args.tasks for t in item.split(",") if t.strip()] if args.tasks else None
     if args.tasks is not None and not task_list:
         raise ConfigError(f"--tasks {' '.join(args.tasks)!r}: empty selection; name at least one task")
-    same_names = ("data_dir", "limit", "batch_size", "max_batch_tokens", "output", "dtype", "max_length")
-    same_names += ("trust_checkpoint", "hf_forward")
-    same_names += ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
-    settings = {name: getattr(args, name) for name in same_names}
-    settings["progress"] = not args.no_progress
-    device = device_or_none(args.device)
-    settings["started"] = time.perf_counter() - _process_age()
-    out = evaluate(args.ckpt, tasks=task_list, device=device, use_cache=not args.no_cache, **settings)
+    scoring = ScoringConfig(
+        device=device_or_none(args.device),
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        max_length=args.max_length,
+        hf_forward=args.hf_forward,
+        progress=not args.no_progress,
+    )
+    reading = ("trust_checkpoint", "tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
+    cfg = ZeroShotConfig(
+        tasks=task_list,
+        data_dir=args.data_dir,
+        limit=args.limit,
+        output=args.output,
+        use_cache=not args.no_cache,
+        scoring=scoring,
+        **{name: getattr(args, name) for name in reading},
+    )
+    out = evaluate(args.ckpt, cfg, started=time.perf_counter() - _process_age())
     if out is not None:
         print(make_table(out))
         if args.output:

@@ -101,6 +101,8 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
 
     The corpus cloze task is always scored whole; ``cfg.zeroshot_limit`` applies to the public tasks.
     """
+    from ..model_adapters.config import ScoringConfig
+    from ..zeroshot.config import ZeroShotConfig
     from ..zeroshot.evaluate import evaluate
 
     data_dir, tasks = zeroshot_data(cfg.out, cfg.data_dir, cfg.cloze_items, cfg.seed, log)
@@ -109,19 +111,12 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
     for arch, run_dir in runs.items():
         log(f"zero-shot {arch}: {', '.join(tasks)}")
         out = os.path.join(cfg.out, "zeroshot", f"{arch}_cloze.json")
-        common = {"device": device, "progress": cfg.progress}
-        evaluate(run_dir, tasks=["corpus_cloze"], data_dir=data_dir, output=out, **common)
+        common = {"data_dir": data_dir, "scoring": ScoringConfig(device=device, progress=cfg.progress)}
+        evaluate(run_dir, ZeroShotConfig(tasks=["corpus_cloze"], output=out, **common))
         files[arch] = [out]
         if len(tasks) > 1:
             out = os.path.join(cfg.out, "zeroshot", f"{arch}.json")
-            evaluate(
-                run_dir,
-                tasks=tasks[1:],
-                data_dir=data_dir,
-                limit=cfg.zeroshot_limit,
-                output=out,
-                **common,
-            )
+            evaluate(run_dir, ZeroShotConfig(tasks=tasks[1:], limit=cfg.zeroshot_limit, output=out, **common))
             files[arch].append(out)
     return files
 

@@ -12,8 +12,13 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, cache_dir
 from ..base.errors import DataError
 from ..base.jsonio import load_json, sha256_json
+from ..engine.dtypes import long_name, torch_dtype
+from ..model_adapters.config import ScoringConfig
 from . import items as zeroshot_items
 
+# ScoringConfig fields besides dtype, max_length and hf_forward that change a model's answers (or, for
+# fold_head_scale and pack, how they are computed, as hf_forward does)
+ANSWER_SETTINGS = ("add_bos_token", "prefix_token_id", "fold_head_scale", "pack")
 PER_TASK_KEYS = (
     "results",
     "configs",
@@ -46,29 +51,29 @@ def task_hash(task) -> str:
 
 
 def cache_keys(
-    identity,
-    dtype_name: str,
-    max_length,
-    loaded: dict,
-    limit,
-    fairseq_head_scale_bug: bool = False,
-    hf_forward: str = "engine",
+    identity, scoring: ScoringConfig, loaded: dict, limit, fairseq_head_scale_bug: bool = False
 ) -> dict[str, str]:
-    """Returns {task: cache key}: a hash of the model, scoring settings, task contents and limit."""
+    """Returns {task: cache key}: a hash of the model, the scoring settings that decide its answers, the
+    task contents and the limit."""
     import lm_eval
 
     settings = {
         "kind": identity.kind,
         "fingerprint": identity.fingerprint,
         "tokenizer": identity.tokenizer_fingerprint,
-        "dtype": dtype_name,
-        "max_length": max_length,
+        "dtype": long_name(torch_dtype(scoring.dtype)),
+        "max_length": scoring.max_length,
         "lm_eval": lm_eval.__version__,
     }
     if fairseq_head_scale_bug:  # same weights, another forward: its own cache key (old keys unchanged)
         settings["fairseq_head_scale_bug"] = True
-    if identity.kind == "hf" and hf_forward != "engine":  # a cross-check is not answered by the default's
-        settings["hf_forward"] = hf_forward
+    # a cross-check is not answered by the default's
+    if identity.kind == "hf" and scoring.hf_forward != "engine":
+        settings["hf_forward"] = scoring.hf_forward
+    default = ScoringConfig()
+    for name in ANSWER_SETTINGS:  # off their defaults, their own keys (old keys unchanged)
+        if getattr(scoring, name) != getattr(default, name):
+            settings[name] = getattr(scoring, name)
     return {
         name: sha256_json({**settings, "task": name, "task_hash": task_hash(t), "limit": limit})
         for name, t in loaded.items()

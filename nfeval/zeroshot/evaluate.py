@@ -9,11 +9,13 @@ is free and two models never share answers. The cache lives in ``$NFEVAL_CACHE``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -26,6 +28,7 @@ from ..engine.dtypes import long_name, torch_dtype
 from ..tasks import task_build
 from . import items as zeroshot_items
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
+from .config import ZeroShotConfig
 from .lm_eval_git import quiet_git_hash
 
 
@@ -113,20 +116,6 @@ def make_table(out: dict[str, Any]) -> str:
     from ..model_adapters.scorer import describe
 
     return table + "\n\n" + describe(scoring)
-
-
-def _check_inputs(data_dir: str | None, limit, batch_size, max_length, max_batch_tokens) -> str | None:
-    """Returns ``data_dir`` made absolute; raises a UserError on a bad flag value, before any work."""
-    if data_dir is not None and not os.path.isdir(data_dir):
-        raise MissingDataError(f"--data-dir {data_dir}: not a directory")
-    if batch_size == "auto":  # rows bounded by the token budget only (--max-batch-tokens)
-        batch_size = None
-    for flag, value in (("--limit", limit), ("--batch-size", batch_size), ("--max-length", max_length)):
-        if value is not None and not (isinstance(value, int) and value > 0):
-            raise ConfigError(f"{flag} {value}: expected a positive integer")
-    if max_batch_tokens is not None and not (isinstance(max_batch_tokens, int) and max_batch_tokens > 0):
-        raise ConfigError(f"--max-batch-tokens {max_batch_tokens}: expected a positive integer")
-    return os.path.abspath(data_dir) if data_dir else None
 
 
 def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool) -> dict[str, Any] | None:
@@ -218,73 +207,47 @@ def lm_eval_config(ckpt_path: str, lm, **settings: Any) -> dict[str, Any]:
 
 
 def evaluate(
-    ckpt_path: str,
-    tasks: list[str] | None = None,
-    data_dir: str | None = None,
-    limit: int | None = None,
-    batch_size: int | str = 16,
-    max_batch_tokens: int | None = None,
-    output: str | None = None,
-    device: str | None = None,
-    dtype: str = "fp32",
-    use_cache: bool = True,
-    max_length: int | None = None,
-    log=None,
-    trust_checkpoint: bool = False,
-    tokenizer: str | None = None,
-    fairseq_dict: str | None = None,
-    fairseq_head_scale_bug: bool = False,
-    started: float | None = None,
-    hf_forward: str = "engine",
-    progress: bool = True,
+    ckpt_path: str, cfg: ZeroShotConfig = ZeroShotConfig(), log=None, started: float | None = None
 ) -> dict[str, Any] | None:
-    """Scores ``ckpt_path`` (nfeval run/checkpoint dir or HF causal-LM dir) zero-shot; returns lm-eval's
-    results dict plus an ``nfeval`` block (None on ranks other than 0 under torchrun). Writes ``output``
-    atomically when given; nothing is written when the data or the model is bad. A fairseq checkpoint
-    file is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
-    ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them. A cache file
-    that is not valid JSON is reported (named) and recomputed. The scoring report's whole-command time
-    runs from ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end.
-    ``hf_forward``: what computes a Hugging Face GPT-2's forward (``model_adapters.backends``).
-    ``progress``: the scoring bar (plain lines in a log file)."""
+    """Scores ``ckpt_path`` (nfeval run/checkpoint dir, HF causal-LM dir or fairseq file) zero-shot as
+    ``cfg`` says; returns lm-eval's results dict plus an ``nfeval`` block (None on ranks other than 0
+    under torchrun). Writes ``cfg.output`` atomically when given; nothing is written when the data or the
+    model is bad. A cache file that is not valid JSON is reported (named, through ``log``) and
+    recomputed. The scoring report's whole-command time runs from ``started`` (a ``time.perf_counter()``
+    value; default: this call's start) to the end."""
     started = time.perf_counter() if started is None else started
     from ..model_adapters import NFEvalLM
     from ..model_adapters.scorer import with_command
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    _quiet_custom_kwargs_hint()
-    data_dir = _check_inputs(data_dir, limit, batch_size, max_length, max_batch_tokens)
-    reading = {"tokenizer": tokenizer, "fairseq_dict": fairseq_dict, "trust_checkpoint": trust_checkpoint}
-    identity = _identify(ckpt_path, fairseq_head_scale_bug=fairseq_head_scale_bug, **reading)
-    dtype_name = long_name(torch_dtype(dtype))
-    with task_build.building(limit, use_cache, log):
-        manager, loaded, skipped = _plan_tasks(tasks, data_dir, log)
+    cfg = cfg.checked()
+    scoring = cfg.scoring
+    identity = _identify(ckpt_path, cfg)
+    dtype_name = long_name(torch_dtype(scoring.dtype))
+    with _quiet_custom_kwargs_hint(), task_build.building(cfg.limit, cfg.use_cache, log):
+        manager, loaded, skipped = _plan_tasks(cfg.tasks, cfg.data_dir, log)
         _check_one_variant(loaded)
 
-        keys = cache_keys(identity, dtype_name, max_length, loaded, limit, fairseq_head_scale_bug, hf_forward)
-        cached, items = read_cache(keys, log) if use_cache else ({}, {})
+        keys = cache_keys(identity, scoring, loaded, cfg.limit, cfg.fairseq_head_scale_bug)
+        cached, items = read_cache(keys, log) if cfg.use_cache else ({}, {})
         todo = [t for name, t in loaded.items() if name not in cached]
-        run_keys, scoring, lm = {}, None, None  # scoring: wall time, FLOPs, FLOP/s (None: all cached)
+        # the scoring report: wall time, FLOPs, FLOP/s (None: all answers cached)
+        run_keys, scoring_report, lm = {}, None, None
         if todo:
-            lm_settings = {
-                "batch_size": batch_size,
-                "max_batch_tokens": max_batch_tokens,
-                "hf_forward": hf_forward,
-                "progress": progress,
-            }
-            lm = NFEvalLM(identity, device=device, dtype=dtype, max_length=max_length, **lm_settings)
-            run_keys = _score(lm, todo, limit, manager, keys, cached, items, use_cache)
+            lm = NFEvalLM(identity, scoring)
+            run_keys = _score(lm, todo, cfg.limit, manager, keys, cached, items, cfg.use_cache)
             if run_keys is None:
                 return None
-            scoring = lm.scoring_report()
+            scoring_report = lm.scoring_report()
     out = keyed_by_task(_merge(run_keys, cached, loaded), loaded)
-    if scoring is not None:
-        scoring = with_command(scoring, time.perf_counter() - started)
-    settings = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype_name}
-    settings.update(device=device, data_dir=data_dir, limit=limit, scoring=scoring)
-    model = _add_records(out, identity, ckpt_path, lm, max_length, loaded, skipped, todo, settings)
-    if output:
-        _write(output, out, items, loaded, model)
+    if scoring_report is not None:
+        scoring_report = with_command(scoring_report, time.perf_counter() - started)
+    settings = {"batch_size": scoring.batch_size, "max_batch_tokens": scoring.max_batch_tokens}
+    settings.update(dtype=dtype_name, device=scoring.device, data_dir=cfg.data_dir, limit=cfg.limit)
+    settings["scoring"] = scoring_report
+    model = _add_records(out, identity, ckpt_path, lm, scoring.max_length, loaded, skipped, todo, settings)
+    if cfg.output:
+        _write(cfg.output, out, items, loaded, model)
     return out
 
 
@@ -326,12 +289,20 @@ def _merge(run_keys: dict[str, Any], cached: dict[str, dict], loaded: dict) -> d
     return out
 
 
-def _quiet_custom_kwargs_hint() -> None:
-    """Filters lm-eval's per-task hint about custom kwargs: our loaders take data_dir from the task
-    metadata, so the hint is noise here."""
-    logging.getLogger("lm_eval.api.task").addFilter(
-        lambda r: "Custom kwargs can be passed" not in r.getMessage()
-    )
+@contextlib.contextmanager
+def _quiet_custom_kwargs_hint() -> Iterator[None]:
+    """Within the block, lm-eval's per-task hint about custom kwargs is filtered out: our loaders take
+    data_dir from the task metadata, so the hint is noise here."""
+    logger = logging.getLogger("lm_eval.api.task")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return "Custom kwargs can be passed" not in record.getMessage()
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any, dict, dict]:
@@ -347,10 +318,16 @@ def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any
     return manager, loaded, skipped
 
 
-def _identify(ckpt_path: str, **reading: Any) -> loading.ModelIdentity:
+def _identify(ckpt_path: str, cfg: ZeroShotConfig) -> loading.ModelIdentity:
     """Returns the identity of the model to score (``loading.identify``, read once: a cache miss builds
     the model from it); a fairseq file without a tokenizer raises MissingDataError before any work."""
-    identity = loading.identify(ckpt_path, **reading)
+    identity = loading.identify(
+        ckpt_path,
+        tokenizer=cfg.tokenizer,
+        fairseq_dict=cfg.fairseq_dict,
+        trust_checkpoint=cfg.trust_checkpoint,
+        fairseq_head_scale_bug=cfg.fairseq_head_scale_bug,
+    )
     if identity.loaded is not None and identity.loaded.tokenizer is None and os.path.isfile(ckpt_path):
         raise MissingDataError(no_tokenizer_message(ckpt_path))
     return identity

@@ -12,6 +12,7 @@ from test_zeroshot_adapter import build_hf_gpt2
 from nfeval.cli import main
 from nfeval.engine import checkpoint
 from nfeval.model_adapters import NFEvalLM
+from nfeval.model_adapters.config import ScoringConfig
 
 CONTEXTS = ["The cat", "A dog ran under the big red", "Question: is it good?\nAnswer:", "When"]
 
@@ -37,7 +38,7 @@ def greedy_text(lm, context, n):
 
 
 def test_generate_until_batched_equals_one_at_a_time(tiny_clm_ckpt):
-    lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size=3, progress=False)
+    lm = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", batch_size=3, progress=False))
     got = lm.generate_until(gen_requests([]), disable_tqdm=True)
     assert got == [greedy_text(lm, c, 8) for c in CONTEXTS]
     stop = got[1][len(got[1]) // 2 :][:2]  # a string row 1 produces midway
@@ -46,7 +47,7 @@ def test_generate_until_batched_equals_one_at_a_time(tiny_clm_ckpt):
 
 
 def test_generate_until_groups_settings_and_keeps_order(tiny_clm_ckpt):
-    lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size=2, progress=False)
+    lm = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", batch_size=2, progress=False))
     short, long = gen_requests([], max_gen_toks=3), gen_requests([], max_gen_toks=8)
     mixed = [short[0], long[1], short[2], long[3]]
     want = [lm.generate_until([r], disable_tqdm=True)[0] for r in mixed]
@@ -56,8 +57,10 @@ def test_generate_until_groups_settings_and_keeps_order(tiny_clm_ckpt):
 @pytest.mark.parametrize("hf_forward", ["engine", "transformers"])
 def test_hf_backend_generates_the_hf_models_greedy_text(tmp_path, hf_forward):
     hf_dir = build_hf_gpt2(tmp_path / "hf")
-    lm = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, progress=False, hf_forward=hf_forward)
-    stock = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False, hf_forward="transformers").model_backend
+    lm = NFEvalLM(hf_dir, ScoringConfig(device="cpu", batch_size=4, progress=False, hf_forward=hf_forward))
+    stock = NFEvalLM(
+        hf_dir, ScoringConfig(device="cpu", progress=False, hf_forward="transformers")
+    ).model_backend
     got = lm.generate_until(gen_requests([]), disable_tqdm=True)
     want = []
     for c in CONTEXTS:

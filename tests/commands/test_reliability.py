@@ -4,6 +4,7 @@ checkpoint integrity, the umask, and concurrent GLUE sweeps (issues 10 and 11)."
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -25,6 +26,8 @@ from nfeval.engine import checkpoint
 from nfeval.engine.config import ModelConfig, preset
 from nfeval.engine.fingerprint import fingerprint_model
 from nfeval.engine.model import Transformer
+from nfeval.model_adapters.config import ScoringConfig
+from nfeval.zeroshot.config import ZeroShotConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -296,8 +299,8 @@ def test_damaged_zeroshot_cache_is_named_and_recomputed(
 
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
-    kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu")
-    first = zeroshot.evaluate(tiny_clm_ckpt, **kw)
+    cfg = ZeroShotConfig(tasks=["piqa"], data_dir=str(tmp_path / "data"), scoring=ScoringConfig(device="cpu"))
+    first = zeroshot.evaluate(tiny_clm_ckpt, cfg)
     (entry,) = [
         p for p in (tmp_path / "cache" / "zeroshot").glob("*.json") if not p.name.endswith(".items.json")
     ]
@@ -305,7 +308,7 @@ def test_damaged_zeroshot_cache_is_named_and_recomputed(
     target.write_text(content, encoding="utf-8")
     logged = []
     output = tmp_path / "F.json"
-    again = zeroshot.evaluate(tiny_clm_ckpt, log=logged.append, output=str(output), **kw)
+    again = zeroshot.evaluate(tiny_clm_ckpt, dataclasses.replace(cfg, output=str(output)), log=logged.append)
     assert any(str(target) in m and "recomputing" in m for m in logged), logged
     assert again["results"] == first["results"]
     rewritten = json.loads(entry.read_text())
@@ -347,10 +350,12 @@ def test_zeroshot_scores_a_fairseq_file(tiny_clm_ckpt, tmp_path, monkeypatch):
     torch.save({"model": to_fairseq(ours.model), "args": None, "cfg": fs_cfg}, fs_dir / "model.pt")
     shutil.copy(os.path.join(tiny_clm_ckpt, "tokenizer.json"), fs_dir / "tokenizer.json")
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
-    kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", use_cache=False)
-    via_fairseq = zeroshot.evaluate(str(fs_dir / "model.pt"), **kw)
-    direct = zeroshot.evaluate(tiny_clm_ckpt, **kw)
-    trusted = zeroshot.evaluate(str(fs_dir / "model.pt"), trust_checkpoint=True, **kw)
+    zs = ZeroShotConfig(
+        tasks=["piqa"], data_dir=str(tmp_path / "data"), use_cache=False, scoring=ScoringConfig(device="cpu")
+    )
+    via_fairseq = zeroshot.evaluate(str(fs_dir / "model.pt"), zs)
+    direct = zeroshot.evaluate(tiny_clm_ckpt, zs)
+    trusted = zeroshot.evaluate(str(fs_dir / "model.pt"), dataclasses.replace(zs, trust_checkpoint=True))
     assert via_fairseq["results"] == direct["results"] == trusted["results"]
 
 

@@ -19,6 +19,8 @@ from nfeval.base import artifacts
 from nfeval.base.errors import CheckpointError, OutputError
 from nfeval.engine import checkpoint
 from nfeval.engine.hf_export import export_hf
+from nfeval.model_adapters.config import ScoringConfig
+from nfeval.zeroshot.config import ZeroShotConfig
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,10 @@ def test_zeroshot_generate_info_on_own_export(tiny_clm_ckpt, exported, tmp_path,
 
     no_remote_code(monkeypatch)
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])
-    kw = dict(tasks=["piqa"], data_dir=str(tmp_path / "data"), device="cpu", use_cache=False)
-    assert zeroshot.evaluate(exported, **kw)["results"] == zeroshot.evaluate(tiny_clm_ckpt, **kw)["results"]
+    cfg = ZeroShotConfig(
+        tasks=["piqa"], data_dir=str(tmp_path / "data"), use_cache=False, scoring=ScoringConfig(device="cpu")
+    )
+    assert zeroshot.evaluate(exported, cfg)["results"] == zeroshot.evaluate(tiny_clm_ckpt, cfg)["results"]
     printed = []
     for ckpt in (tiny_clm_ckpt, exported):
         capsys.readouterr()

@@ -14,6 +14,7 @@ from nfeval.engine.flops import training_flops_breakdown, training_flops_per_tok
 from nfeval.engine.model import Transformer
 from nfeval.engine.objective import Objective
 from nfeval.engine.parallel import resolve_device
+from nfeval.model_adapters.config import ScoringConfig
 
 # Real torch.cuda.get_device_name() strings and their dense datasheet peaks (bf16, fp32).
 DEVICE_NAMES = [
@@ -108,7 +109,7 @@ def test_cuda_request_on_a_cpu_only_machine_falls_back_with_a_warning(tiny_clm_c
     from nfeval.model_adapters.lm import NFEvalLM
 
     with pytest.warns(UserWarning, match="CUDA is not available"):
-        lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cuda")
+        lm = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cuda"))
     assert lm._device == torch.device("cpu")
     with pytest.raises(ValueError, match="CUDA is not available"):
         resolve_device("cuda")  # training never silently falls back
@@ -128,5 +129,5 @@ def test_adapter_moves_a_loaded_checkpoint_to_its_dtype(tiny_clm_ckpt):
     from nfeval.model_adapters.lm import NFEvalLM
 
     ckpt = checkpoint.load(tiny_clm_ckpt)
-    NFEvalLM(pretrained=ckpt, device="cpu", dtype="bfloat16")
+    NFEvalLM(ckpt, ScoringConfig(device="cpu", dtype="bfloat16"))
     assert {p.dtype for p in ckpt.model.parameters()} == {torch.bfloat16}

@@ -20,7 +20,9 @@ from nfeval.engine import checkpoint
 from nfeval.engine.config import preset
 from nfeval.engine.hf_export import export_hf, remote_code_files
 from nfeval.engine.model import Transformer
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot
+from nfeval.zeroshot.config import ZeroShotConfig
 
 TABLE4_CONTROLS = dict(
     ffn_glu=True, scale_fc=False, qkv_norm=True, scale_resids_attn=True, resid_scale_scalar=True,
@@ -166,7 +168,10 @@ def test_lm_eval_hf_matches_nfeval_zeroshot(tmp_path, tiny_tokenizer, data_dir, 
     model_args = summary["lm_eval_model_args"]
     assert model_args in (tmp_path / "hf" / "README.md").read_text()  # the documented args, exactly
     tasks = ["piqa", "openbookqa", "winogrande"]
-    ours = zeroshot.evaluate(src, tasks=tasks, data_dir=data_dir, device="cpu", use_cache=False)
+    ours = zeroshot.evaluate(
+        src,
+        ZeroShotConfig(tasks=tasks, data_dir=data_dir, use_cache=False, scoring=ScoringConfig(device="cpu")),
+    )
     lm_eval_task = {t: d["lm_eval_task"] for t, d in ours["nfeval"]["task_data"].items()}  # piqa_local
     names = sorted(lm_eval_task.values())
     manager = zeroshot.task_manager(data_dir, names)

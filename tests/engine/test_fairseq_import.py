@@ -19,6 +19,7 @@ from nfeval.engine.fairseq_tokenizer import FairseqTokenizer
 from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import gpt2_bpe, train_bpe
 from nfeval.model_adapters import NFEvalLM
+from nfeval.model_adapters.config import ScoringConfig
 
 
 def to_fairseq(model: Transformer) -> dict[str, torch.Tensor]:
@@ -158,7 +159,7 @@ def test_fairseq_text_scores_equal_mapped_ids(tmp_path, bpe_dir, positions, fina
     assert isinstance(ckpt.tokenizer, FairseqTokenizer)
     assert ckpt.config.positions == positions and ckpt.config.final_norm == final_norm
     pairs = [("The cat sat on the", " mat."), ("A dog ran under the old", " tree, and the cat watched.")]
-    lm = NFEvalLM(pretrained=ckpt, device="cpu", batch_size=2, progress=False)
+    lm = NFEvalLM(ckpt, ScoringConfig(device="cpu", batch_size=2, progress=False))
     got = lm.loglikelihood(
         [
             Instance("loglikelihood", doc={}, arguments=p, idx=i, metadata=("t", i, 1))

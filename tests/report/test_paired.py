@@ -12,9 +12,11 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval.cli import main
 from nfeval.glue import sweep as glue
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.report import paired
 from nfeval.zeroshot import evaluate as zeroshot
 from nfeval.zeroshot import items as zeroshot_items
+from nfeval.zeroshot.config import ZeroShotConfig
 
 
 def write_zeroshot(root, name: str, outcomes: list[float], doc_hashes: list[str] | None = None) -> str:
@@ -119,7 +121,14 @@ def test_real_zeroshot_runs_pair_and_limits_refuse(tiny_clm_ckpt, tmp_path, monk
     for name, ckpt, limit in (("a", tiny_clm_ckpt, None), ("b", other, None), ("c", other, 3)):
         outs[name] = str(tmp_path / f"{name}.json")
         zeroshot.evaluate(
-            ckpt, tasks=["piqa"], data_dir=str(data), output=outs[name], device="cpu", limit=limit
+            ckpt,
+            ZeroShotConfig(
+                tasks=["piqa"],
+                data_dir=str(data),
+                output=outs[name],
+                limit=limit,
+                scoring=ScoringConfig(device="cpu"),
+            ),
         )
     rows = paired.compare_files(outs["a"], outs["b"], n_resamples=500)
     res = {n: json.loads(open(outs[n]).read())["results"]["piqa"] for n in "ab"}

@@ -6,6 +6,7 @@ import pytest
 from conftest import make_text
 
 from nfeval.zeroshot.cloze import build_docs, split_sentences
+from nfeval.zeroshot.config import ZeroShotConfig
 
 
 def documents(n_docs: int = 6) -> list[str]:
@@ -53,9 +54,9 @@ def test_corpus_cloze_task_scores_through_lm_eval(tmp_path, tiny_clm_ckpt, monke
     write_jsonl(docs, str(tmp_path / "data" / "corpus_cloze" / "validation.jsonl"))
     out = evaluate(
         tiny_clm_ckpt,
-        tasks=["corpus_cloze"],
-        data_dir=str(tmp_path / "data"),
-        output=str(tmp_path / "zs.json"),
+        ZeroShotConfig(
+            tasks=["corpus_cloze"], data_dir=str(tmp_path / "data"), output=str(tmp_path / "zs.json")
+        ),
     )
     result = out["results"]["corpus_cloze"]
     assert 0.0 <= result["acc,none"] <= 1.0 and "acc_per_token,none" in result
@@ -74,8 +75,8 @@ def test_corpus_cloze_bad_label_names_file_and_line(tmp_path, tiny_clm_ckpt, mon
     with pytest.raises(ValueError, match=rf"{path}:2: field 'label' = 7 is out of range"):
         evaluate(
             tiny_clm_ckpt,
-            tasks=["corpus_cloze"],
-            data_dir=str(tmp_path / "data"),
-            output=str(tmp_path / "zs.json"),
+            ZeroShotConfig(
+                tasks=["corpus_cloze"], data_dir=str(tmp_path / "data"), output=str(tmp_path / "zs.json")
+            ),
         )
     assert not (tmp_path / "zs.json").exists()

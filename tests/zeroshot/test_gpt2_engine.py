@@ -3,6 +3,7 @@ to transformers whenever its tokenizer config asks for something tokenizer.json 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -12,7 +13,9 @@ from test_zeroshot_cli import data_dir  # noqa: F401  (the fixture: tiny local t
 
 from nfeval.engine.tokenization import GPT2_EOT
 from nfeval.model_adapters import NFEvalLM
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot
+from nfeval.zeroshot.config import ZeroShotConfig
 
 TEXTS = ["The cat sat.", " leading space", "ünïcödé and emoji 🐈", "</s> starts with EOS", "a\nb\t c  ",
          "<s><pad>", GPT2_EOT + " x", ""]  # fmt: skip
@@ -23,7 +26,7 @@ def check_tokenized_as_hflm(path: str) -> NFEvalLM:
     from lm_eval.models.huggingface import HFLM
 
     ref = HFLM(pretrained=path, device="cpu", batch_size=1, dtype="float32")
-    ours = NFEvalLM(pretrained=path, device="cpu", progress=False)
+    ours = NFEvalLM(path, ScoringConfig(device="cpu", progress=False))
     assert ours.model_backend.forward_by == "nfeval engine (GPT-2 weights)"
     for text in TEXTS:
         for special in (None, True, False):
@@ -83,7 +86,9 @@ def test_a_tokenizer_config_the_engine_does_not_reproduce_goes_to_transformers(t
 
         assert tokenizer_special_tokens(path) is None
         return
-    assert NFEvalLM(pretrained=path, device="cpu", progress=False).model_backend.forward_by == "transformers"
+    assert (
+        NFEvalLM(path, ScoringConfig(device="cpu", progress=False)).model_backend.forward_by == "transformers"
+    )
 
 
 def test_special_tokens_map_disagreeing_with_the_config_goes_to_transformers(tmp_path):
@@ -98,10 +103,11 @@ def test_special_tokens_map_disagreeing_with_the_config_goes_to_transformers(tmp
 def test_zeroshot_results_say_what_computed_the_forward_and_cache_it_apart(tmp_path, data_dir, monkeypatch):  # noqa: F811
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     path = build_hf_gpt2(tmp_path / "hf")
-    run = {"tasks": ["piqa"], "data_dir": data_dir, "limit": 4, "device": "cpu"}
-    engine = zeroshot.evaluate(path, **run)
+    run = ZeroShotConfig(tasks=["piqa"], data_dir=data_dir, limit=4, scoring=ScoringConfig(device="cpu"))
+    engine = zeroshot.evaluate(path, run)
     assert engine["nfeval"]["scoring"]["forward_by"] == "nfeval engine (GPT-2 weights)"
-    stock = zeroshot.evaluate(path, hf_forward="transformers", **run)  # not answered from the cache
+    transformers = dataclasses.replace(run, scoring=ScoringConfig(device="cpu", hf_forward="transformers"))
+    stock = zeroshot.evaluate(path, transformers)  # not answered from the cache
     assert stock["nfeval"]["scoring"]["forward_by"] == "transformers"
     assert stock["results"]["piqa"]["acc,none"] == engine["results"]["piqa"]["acc,none"]
-    assert zeroshot.evaluate(path, **run)["nfeval"]["scoring"] is None  # the default's own cache entry
+    assert zeroshot.evaluate(path, run)["nfeval"]["scoring"] is None  # the default's own cache entry

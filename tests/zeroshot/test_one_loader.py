@@ -9,7 +9,9 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 from nfeval.analysis import inputs
 from nfeval.cli import main as cli_main
 from nfeval.engine import checkpoint, loading
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot
+from nfeval.zeroshot.config import ZeroShotConfig
 
 
 @pytest.fixture
@@ -43,10 +45,16 @@ def test_zeroshot_cache_miss_reads_and_hashes_the_weights_once(
     tiny_clm_ckpt, data_dir, tmp_path, monkeypatch, counted
 ):
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
-    out = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=data_dir, device="cpu", limit=2)
+    out = zeroshot.evaluate(
+        tiny_clm_ckpt,
+        ZeroShotConfig(tasks=["piqa"], data_dir=data_dir, limit=2, scoring=ScoringConfig(device="cpu")),
+    )
     assert out["nfeval"]["cached_tasks"] == []  # a miss: the model was built and scored
     assert counted == {"read": 1, "hash": 1, "identify": 1}
-    again = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=data_dir, device="cpu", limit=2)
+    again = zeroshot.evaluate(
+        tiny_clm_ckpt,
+        ZeroShotConfig(tasks=["piqa"], data_dir=data_dir, limit=2, scoring=ScoringConfig(device="cpu")),
+    )
     assert again["nfeval"]["cached_tasks"] == ["piqa"] and counted["read"] == 2
 
 

@@ -15,6 +15,7 @@ from nfeval.engine import vocab_head
 from nfeval.engine.backend import matmul_params
 from nfeval.engine.vocab_head import VocabProjection
 from nfeval.model_adapters import NFEvalLM
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score
 
 VOCAB = 97
@@ -144,10 +145,10 @@ def hf_dir(tmp_path_factory):
 @pytest.mark.parametrize("hf_forward", ["engine", "transformers"])
 def test_hf_gpt2_packed_equals_unpacked(hf_dir, hf_forward):
     settings = {"device": "cpu", "progress": False, "hf_forward": hf_forward}
-    packed = NFEvalLM(pretrained=hf_dir, batch_size="auto", max_batch_tokens=64, **settings)
-    plain = NFEvalLM(pretrained=hf_dir, batch_size=4, pack=False, **settings)
+    packed = NFEvalLM(hf_dir, ScoringConfig(batch_size="auto", max_batch_tokens=64, **settings))
+    plain = NFEvalLM(hf_dir, ScoringConfig(batch_size=4, pack=False, **settings))
     assert packed.packed and not plain.packed
-    stock = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False, hf_forward="transformers")
+    stock = NFEvalLM(hf_dir, ScoringConfig(device="cpu", progress=False, hf_forward="transformers"))
     reqs = [(None, ctx, cont) for ctx, cont in multiple_choice_requests(seed=3, max_len=packed.max_length)]
     want = reference(
         lambda idx: stock.model_backend.model(idx).logits, [r[1:] for r in reqs], packed.max_length
@@ -164,7 +165,9 @@ def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir, hf_forward):
 
     text = "The cat sat on the mat and the dog ran under the tree. " * 8
     ref = HFLM(pretrained=hf_dir, device="cpu", batch_size=2, dtype="float32")
-    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size="auto", progress=False, hf_forward=hf_forward)
+    ours = NFEvalLM(
+        hf_dir, ScoringConfig(device="cpu", batch_size="auto", progress=False, hf_forward=hf_forward)
+    )
     assert ours.packed
     req = requests_for([(text,)])
     for r in req:
@@ -175,7 +178,7 @@ def test_rolling_loglikelihood_is_unchanged_by_packing(hf_dir, hf_forward):
 
 
 def test_a_model_refusing_the_tree_mask_keeps_the_plain_path(hf_dir):
-    lm = NFEvalLM(pretrained=hf_dir, device="cpu", progress=False, hf_forward="transformers")
+    lm = NFEvalLM(hf_dir, ScoringConfig(device="cpu", progress=False, hf_forward="transformers"))
     lm.model_backend.model.config._attn_implementation = "eager"  # still reads the additive 4-D mask
     assert lm.model_backend.tree_probe()
     base = lm.model_backend.model.base_model
@@ -189,8 +192,8 @@ def test_nfeval_checkpoint_packed_equals_unpacked_through_the_adapter(tiny_clm_c
 
     choices = [("The cat sat on the", c) for c in (" mat.", " mat and slept.", " m", " dog")]
     reqs = requests_for(PAIRS + choices)
-    packed = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size="auto", progress=False)
-    plain = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", pack=False, progress=False)
+    packed = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", batch_size="auto", progress=False))
+    plain = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", pack=False, progress=False))
     assert packed.packed and not plain.packed
     for (ll, g), (ll_ref, g_ref) in zip(packed.loglikelihood(reqs, True), plain.loglikelihood(reqs, True)):
         assert abs(ll - ll_ref) <= 1e-5 and g == g_ref and ll.n_tokens == ll_ref.n_tokens

@@ -10,8 +10,10 @@ from lm_eval.tasks import TaskManager
 from test_zeroshot_tasks import DOCS, write_jsonl
 
 import nfeval.tasks as nf_tasks
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.tasks import task_build
 from nfeval.zeroshot import evaluate as zeroshot
+from nfeval.zeroshot.config import ZeroShotConfig
 
 N_DOCS, LIMIT = 7, 3
 FILES = {  # canonical task -> its files (relative to the data dir) and their documents
@@ -180,7 +182,10 @@ def test_templates_render_as_lm_eval_does():
 def test_zeroshot_keeps_the_full_document_count_and_times_the_command(tiny_clm_ckpt, data_dir):
     from nfeval.model_adapters.scorer import describe
 
-    out = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(data_dir), limit=2, device="cpu")
+    out = zeroshot.evaluate(
+        tiny_clm_ckpt,
+        ZeroShotConfig(tasks=["piqa"], data_dir=str(data_dir), limit=2, scoring=ScoringConfig(device="cpu")),
+    )
     assert out["n-samples"]["piqa"] == {"original": N_DOCS, "effective": 2}
     scoring = out["nfeval"]["scoring"]
     assert scoring["command_wall_s"] > scoring["wall_s"] > 0

@@ -11,9 +11,11 @@ import pytest
 from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval.base.errors import ConfigError
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.report import paired
 from nfeval.report.leaderboard import build
 from nfeval.zeroshot import evaluate as zeroshot
+from nfeval.zeroshot.config import ZeroShotConfig
 
 
 def as_old_file(new: str, old: str) -> str:
@@ -37,7 +39,10 @@ def test_results_keyed_by_lm_eval_task_and_old_files_still_read(tiny_clm_ckpt, t
     data = tmp_path / "data"
     write_jsonl(data / "piqa" / "validation.jsonl", DOCS["piqa"])
     new = str(tmp_path / "new.json")
-    out = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=str(data), output=new, device="cpu")
+    out = zeroshot.evaluate(
+        tiny_clm_ckpt,
+        ZeroShotConfig(tasks=["piqa"], data_dir=str(data), output=new, scoring=ScoringConfig(device="cpu")),
+    )
     assert set(out["results"]) == set(out["n-samples"]) == {"piqa"}
     assert out["nfeval"]["task_data"] == {
         "piqa": {"lm_eval_task": "piqa_local", "source": "local", "data_dir": str(data)}
@@ -55,4 +60,9 @@ def test_results_keyed_by_lm_eval_task_and_old_files_still_read(tiny_clm_ckpt, t
 def test_two_variants_of_one_task_are_refused(tiny_clm_ckpt, tmp_path, monkeypatch):
     monkeypatch.setattr(zeroshot, "load_tasks", lambda names, manager, log: (dict.fromkeys(names), {}))
     with pytest.raises(ConfigError, match="piqa_local and piqa_hub both score piqa"):
-        zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa_local", "piqa_hub"], device="cpu", use_cache=False)
+        zeroshot.evaluate(
+            tiny_clm_ckpt,
+            ZeroShotConfig(
+                tasks=["piqa_local", "piqa_hub"], use_cache=False, scoring=ScoringConfig(device="cpu")
+            ),
+        )

@@ -10,6 +10,7 @@ from lm_eval.api.instance import Instance
 from nfeval.engine.loading import identify
 from nfeval.engine.tokenization import train_bpe
 from nfeval.model_adapters import NFEvalLM, TokenLogLik
+from nfeval.model_adapters.config import ScoringConfig
 
 
 def build_hf_gpt2(path, seed: int = 0) -> str:
@@ -77,8 +78,10 @@ def test_hf_model_scores_equal_hflm(hf_dir, hf_forward):
     from lm_eval.models.huggingface import HFLM
 
     ref = HFLM(pretrained=hf_dir, device="cpu", batch_size=3, dtype="float32")
-    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=4, dtype="float32", progress=False,
-                    hf_forward=hf_forward)  # fmt: skip
+    ours = NFEvalLM(
+        hf_dir,
+        ScoringConfig(device="cpu", batch_size=4, dtype="float32", progress=False, hf_forward=hf_forward),
+    )
     assert ours.model_backend.forward_by == FORWARDS[hf_forward]
     assert (ours.eot_token_id, ours.prefix_token_id, ours.max_length) == (
         ref.eot_token_id, ref.prefix_token_id, ref.max_length
@@ -108,8 +111,8 @@ def test_hf_rolling_loglikelihood_equals_hflm(hf_dir, hf_forward):
     from lm_eval.models.huggingface import HFLM
 
     ref = HFLM(pretrained=hf_dir, device="cpu", batch_size=2, dtype="float32", max_length=16)
-    ours = NFEvalLM(pretrained=hf_dir, device="cpu", batch_size=2, max_length=16, progress=False,
-                    hf_forward=hf_forward)  # fmt: skip
+    scoring = ScoringConfig(device="cpu", batch_size=2, max_length=16, progress=False, hf_forward=hf_forward)
+    ours = NFEvalLM(hf_dir, scoring)
     assert ours.model_backend.forward_by == FORWARDS[hf_forward]
     text = " ".join(make_text(6, seed=3))  # longer than 16 tokens: several windows
     reqs = [Instance("loglikelihood_rolling", doc={}, arguments=(text,), idx=0, metadata=("t", 0, 1))]
@@ -123,8 +126,8 @@ def test_hf_rolling_loglikelihood_equals_hflm(hf_dir, hf_forward):
 
 
 def test_nfeval_checkpoint_prefixes_eos_and_fold_is_exact(tiny_clm_ckpt):
-    folded = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", progress=False)
-    unfolded = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", fold_head_scale=False, progress=False)
+    folded = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", progress=False))
+    unfolded = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", fold_head_scale=False, progress=False))
     assert (
         folded.model_backend.model.cfg.scale_heads is False
         and unfolded.model_backend.model.cfg.scale_heads is True
@@ -137,15 +140,15 @@ def test_nfeval_checkpoint_prefixes_eos_and_fold_is_exact(tiny_clm_ckpt):
 
 
 def test_scores_do_not_depend_on_batching(tiny_clm_ckpt):
-    one = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size=1, progress=False)
-    many = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", batch_size=64, progress=False)
+    one = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", batch_size=1, progress=False))
+    many = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", batch_size=64, progress=False))
     a = one.loglikelihood(requests_for(PAIRS), disable_tqdm=True)
     b = many.loglikelihood(requests_for(PAIRS), disable_tqdm=True)
     assert max(abs(x - y) for (x, _), (y, _) in zip(a, b)) <= 1e-4
 
 
 def test_generate_until_stops_at_stop_sequence(tiny_clm_ckpt):
-    lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", progress=False)
+    lm = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", progress=False))
     req = Instance(
         "generate_until",
         doc={},
@@ -169,4 +172,4 @@ def test_identify_fingerprints_without_loading(tiny_clm_ckpt, hf_dir):
 
 def test_mlm_checkpoint_is_refused(tiny_mlm_ckpt):
     with pytest.raises(ValueError, match="causal LM"):
-        NFEvalLM(pretrained=tiny_mlm_ckpt, device="cpu")
+        NFEvalLM(tiny_mlm_ckpt, ScoringConfig(device="cpu"))

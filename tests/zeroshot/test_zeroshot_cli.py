@@ -13,7 +13,9 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval.cli import main as cli_main
 from nfeval.model_adapters import NFEvalLM
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot
+from nfeval.zeroshot.config import ZeroShotConfig
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,10 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
     assert f"{scoring['requests']} requests" in printed.out and "% of" in printed.out
 
     again = zeroshot.evaluate(
-        tiny_clm_ckpt, tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir, device="cpu"
+        tiny_clm_ckpt,
+        ZeroShotConfig(
+            tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir, scoring=ScoringConfig(device="cpu")
+        ),
     )
     assert sorted(again["nfeval"]["cached_tasks"]) == ["openbookqa", "piqa", "winogrande"]
     assert again["results"] == res["results"] and again["nfeval"]["scoring"] is None
@@ -98,8 +103,12 @@ def test_cache_is_per_model(tiny_clm_ckpt, tmp_path, data_dir):
 
     tok = checkpoint.load(tiny_clm_ckpt).tokenizer
     other = _save_tiny(tmp_path / "other", tok, "normformer", "clm", seed=1)
-    a = zeroshot.evaluate(tiny_clm_ckpt, tasks=["piqa"], data_dir=data_dir, device="cpu")
-    b = zeroshot.evaluate(other, tasks=["piqa"], data_dir=data_dir, device="cpu")
+    a = zeroshot.evaluate(
+        tiny_clm_ckpt, ZeroShotConfig(tasks=["piqa"], data_dir=data_dir, scoring=ScoringConfig(device="cpu"))
+    )
+    b = zeroshot.evaluate(
+        other, ZeroShotConfig(tasks=["piqa"], data_dir=data_dir, scoring=ScoringConfig(device="cpu"))
+    )
     assert (
         b["nfeval"]["cached_tasks"] == []
         and a["nfeval"]["model"]["fingerprint"] != b["nfeval"]["model"]["fingerprint"]
@@ -110,7 +119,7 @@ def test_folded_and_unfolded_give_identical_task_results(tiny_clm_ckpt, data_dir
     manager = zeroshot.task_manager(data_dir, ["piqa_local", "openbookqa_local"])
     results = []
     for fold in (True, False):
-        lm = NFEvalLM(pretrained=tiny_clm_ckpt, device="cpu", fold_head_scale=fold, progress=False)
+        lm = NFEvalLM(tiny_clm_ckpt, ScoringConfig(device="cpu", fold_head_scale=fold, progress=False))
         out = lm_eval.simple_evaluate(
             model=lm, tasks=["piqa_local", "openbookqa_local"], task_manager=manager, log_samples=True
         )
@@ -159,7 +168,13 @@ def test_lm_eval_cli_runs_the_nfeval_model(tiny_clm_ckpt, data_dir, tmp_path):
 
 def test_torchrun_two_ranks_equal_one(tiny_clm_ckpt, data_dir, tmp_path):
     one = zeroshot.evaluate(
-        tiny_clm_ckpt, tasks=["piqa", "openbookqa"], data_dir=data_dir, device="cpu", use_cache=False
+        tiny_clm_ckpt,
+        ZeroShotConfig(
+            tasks=["piqa", "openbookqa"],
+            data_dir=data_dir,
+            use_cache=False,
+            scoring=ScoringConfig(device="cpu"),
+        ),
     )
     out = tmp_path / "dp.json"
     cmd = [

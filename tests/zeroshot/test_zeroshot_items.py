@@ -9,8 +9,10 @@ import pytest
 from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval.base.errors import MissingDataError
+from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot
 from nfeval.zeroshot import items as zeroshot_items
+from nfeval.zeroshot.config import ZeroShotConfig
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,12 @@ def data_dir(tmp_path_factory):
 def score_three(ckpt: str, data_dir: str, output) -> dict:
     """Returns zero-shot results on piqa, openbookqa and winogrande (CPU), written to ``output``."""
     three = ["piqa", "openbookqa", "winogrande"]
-    return zeroshot.evaluate(ckpt, tasks=three, data_dir=data_dir, output=str(output), device="cpu")
+    return zeroshot.evaluate(
+        ckpt,
+        ZeroShotConfig(
+            tasks=three, data_dir=data_dir, output=str(output), scoring=ScoringConfig(device="cpu")
+        ),
+    )
 
 
 def test_sidecar_written_and_kept_by_a_cached_rerun(tiny_clm_ckpt, data_dir, tmp_path, monkeypatch):

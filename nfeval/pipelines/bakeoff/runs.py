@@ -187,6 +187,8 @@ def run_on_cluster(ctx: Context) -> str | None:
 def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data: str) -> list[str]:
     """Scores one finished run zero-shot (the corpus cloze task in full, the public tasks up to the
     recipe's limit), unless scored; returns its results files (each with its per-item sidecar)."""
+    from ...model_adapters.config import ScoringConfig
+    from ...zeroshot.config import ZeroShotConfig
     from ...zeroshot.evaluate import evaluate
 
     stem = os.path.join(ctx.out, "zeroshot", f"{c.name}-seed{seed}")
@@ -196,15 +198,9 @@ def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data
         parts.append((f"{stem}.json", tasks[1:], ctx.scale.zeroshot_limit))
     for path, names, limit in parts:
         if not os.path.isfile(path):
-            evaluate(
-                run_dir(ctx, c, seed),
-                tasks=names,
-                data_dir=data,
-                device=device,
-                limit=limit,
-                output=path,
-                progress=ctx.progress,
-            )
+            scoring = ScoringConfig(device=device, progress=ctx.progress)
+            cfg = ZeroShotConfig(tasks=names, data_dir=data, limit=limit, output=path, scoring=scoring)
+            evaluate(run_dir(ctx, c, seed), cfg)
     return [p for p, _, _ in parts]
 
 

@@ -29,28 +29,20 @@ def _metric(task: str) -> str:
 
 def zeroshot_scores(ctx: Context, key: str, seed: int, data_dir: str, tasks: list[str]) -> dict[str, Any]:
     """Scores one run zero-shot (cached by model fingerprint); returns {task: (value, stderr)}."""
+    from ...model_adapters.config import ScoringConfig
+    from ...zeroshot.config import ZeroShotConfig
     from ...zeroshot.evaluate import evaluate
 
     folder = os.path.join(ctx.out, "experiments", "table2")
     device = None if ctx.device == "auto" else ctx.device
-    results = evaluate(
-        run_dir(ctx, key, seed),
-        tasks=tasks[:1],
-        data_dir=data_dir,
-        device=device,
-        progress=ctx.progress,
-        output=os.path.join(folder, f"{key}-seed{seed}_cloze.json"),
-    )["results"]
+    common = {"data_dir": data_dir, "scoring": ScoringConfig(device=device, progress=ctx.progress)}
+    output = os.path.join(folder, f"{key}-seed{seed}_cloze.json")
+    cfg = ZeroShotConfig(tasks=tasks[:1], output=output, **common)
+    results = evaluate(run_dir(ctx, key, seed), cfg)["results"]
     if len(tasks) > 1:
-        results |= evaluate(
-            run_dir(ctx, key, seed),
-            tasks=tasks[1:],
-            data_dir=data_dir,
-            device=device,
-            progress=ctx.progress,
-            limit=ctx.scale.zeroshot_limit,
-            output=os.path.join(folder, f"{key}-seed{seed}.json"),
-        )["results"]
+        output = os.path.join(folder, f"{key}-seed{seed}.json")
+        cfg = ZeroShotConfig(tasks=tasks[1:], limit=ctx.scale.zeroshot_limit, output=output, **common)
+        results |= evaluate(run_dir(ctx, key, seed), cfg)["results"]
     out = {}
     for task, r in results.items():
         m = _metric(task)

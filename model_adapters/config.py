@@ -1,0 +1,78 @@
+"""``ScoringConfig``: how ``NFEvalLM`` scores (device, precision, batches, context, prefix), built by
+``nfeval zeroshot`` (``ZeroShotConfig.scoring``), by Python callers, or from lm-eval's model arguments
+(``--model_args``, ``--batch_size``, ``--device``) by ``from_model_args``. Imports neither torch nor
+lm-eval."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..base.errors import ConfigError
+
+TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """How a model scores requests.
+
+    ``batch_size``: rows per batch (a row packs many requests, see scorer.py), or ``auto``: bounded by
+    ``max_batch_tokens`` (padded tokens per forward; default ``scorer.DEFAULT_BATCH_TOKENS``) and
+    ``max_batch_size`` rows only. ``add_bos_token``: prepend ``prefix_token_id`` to every scored text;
+    None: True for nfeval checkpoints (fairseq prepends ``</s>``), the tokenizer's own behaviour for HF
+    models (as HFLM). ``pack=False`` scores each distinct input as a row of its own (what a model that
+    fails the tree probe gets). ``hf_forward``: for a HF GPT-2 directory, "engine" (nfeval's forward,
+    when it reproduces the model) or "transformers".
+    """
+
+    device: str | None = None  # None or auto: CUDA when available
+    dtype: Any = (
+        "fp32"  # a name in either spelling (fp32/float32, bf16/bfloat16, fp16/float16) or a torch dtype
+    )
+    batch_size: int | str = 16
+    max_batch_size: int | None = None
+    max_batch_tokens: int | None = None
+    max_length: int | None = None  # context window (None: the model's)
+    hf_forward: str = "engine"
+    progress: bool = True
+    add_bos_token: bool | None = None
+    prefix_token_id: int | None = None
+    fold_head_scale: bool = True  # fold HeadScale's gains into the output projection (same function)
+    pack: bool = True
+
+    @classmethod
+    def from_model_args(cls, args: Mapping[str, Any]) -> ScoringConfig:
+        """Returns the config of lm-eval's model arguments (``--model_args k=v,...`` as lm-eval parses them,
+        with its ``batch_size``, ``max_batch_size`` and ``device``), each read as its field's type.
+        ConfigError names an unknown argument or a value of the wrong kind."""
+        unknown = sorted(set(args) - set(_HINTS))
+        if unknown:
+            raise ConfigError(
+                f"--model_args: unknown argument(s) {unknown}; expected pretrained, tokenizer or any of "
+                f"{sorted(_HINTS)}"
+            )
+        return cls(**{name: _read(name, value) for name, value in args.items()})
+
+
+_HINTS = typing.get_type_hints(ScoringConfig)
+
+
+def _read(name: str, value: Any) -> Any:
+    """Returns model argument ``name``'s ``value`` as its field's type: lm-eval passes its own options as
+    strings (``--batch_size 8``), and a user may write ``pack=1`` or ``progress=no``."""
+    kinds = set(typing.get_args(_HINTS[name])) or {_HINTS[name]}
+    if value is None or (isinstance(value, bool) and bool in kinds):
+        return value
+    text = str(value).strip().lower()
+    if bool in kinds:
+        if text not in TRUE + FALSE:
+            raise ConfigError(f"--model_args: {name}={value!r}: expected true or false")
+        return text in TRUE
+    if int in kinds and text.isdigit():
+        return int(text)
+    if int in kinds and str not in kinds:
+        raise ConfigError(f"--model_args: {name}={value!r}: expected a non-negative integer")
+    return value
