@@ -33,6 +33,7 @@ from results_md import write_block
 
 from nfeval.engine.budget import synchronize
 from nfeval.engine.config import preset
+from nfeval.engine.cpu_linear import convert
 from nfeval.engine.generate import generate
 from nfeval.engine.model import Transformer
 
@@ -54,12 +55,13 @@ def gpt2_layout(layers: int, d_model: int, vocab_size: int = 50257):
 
 
 def build_models(layers: int, d_model: int, seed: int = 0):
-    """Returns (nfeval Transformer, GPT2LMHeadModel) with the same random weights, both in eval mode."""
+    """Returns (nfeval Transformer with its CPU kernel, GPT2LMHeadModel) with the same random weights,
+    both in eval mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = gpt2_layout(layers, d_model)
     torch.manual_seed(seed)
-    ours = Transformer(cfg).eval()
+    ours = convert(Transformer(cfg).eval())
     hf_cfg = GPT2Config(
         vocab_size=cfg.vocab_size,
         n_positions=cfg.max_seq_len,

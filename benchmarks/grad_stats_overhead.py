@@ -19,6 +19,7 @@ import time
 import torch
 
 from nfeval.engine.config import preset
+from nfeval.engine.cpu_linear import convert
 from nfeval.engine.grad_stats import GradStatsRecorder
 from nfeval.engine.model import Transformer
 
@@ -33,7 +34,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = Transformer(preset(args.preset)).train()
+    model = convert(Transformer(preset(args.preset)).train())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)
     half = args.steps // 2
     inside, outside = [], []

@@ -21,6 +21,7 @@ from transformers import GPT2LMHeadModel
 from nfeval.base.artifacts import hardware, hardware_key
 from nfeval.engine.budget import measure_matmul_flops
 from nfeval.engine.config import preset
+from nfeval.engine.cpu_linear import convert
 from nfeval.engine.flops import training_flops_per_token
 from nfeval.engine.hf_gpt2 import gpt2_config
 from nfeval.engine.model import Transformer
@@ -130,9 +131,9 @@ def main() -> None:
     x = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
     y = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
     variants = {
-        "nfeval Pre-LN": Objective(Transformer(prenorm)),
+        "nfeval Pre-LN": Objective(convert(Transformer(prenorm))),
         "HF GPT2LMHeadModel": HFObjective(hf_gpt2(prenorm)),
-        "nfeval NormFormer": Objective(Transformer(normformer)),
+        "nfeval NormFormer": Objective(convert(Transformer(normformer))),
     }
     print_table(variants, measure(variants, x, y, args), prenorm, args)
 

@@ -18,7 +18,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..base.jsonio import load_json
-from ..engine import checkpoint, hf_gpt2
+from ..engine import checkpoint, cpu_linear, hf_gpt2
 from ..engine.backend import NFEvalBackend
 
 # tokenizer classes whose transformers tokenizer runs tokenizer.json as it is, and the special tokens
@@ -82,7 +82,9 @@ def gpt2_engine_backend(
     if ids["eos_token"] is None or any(ids[k] is None for k, v in special.items() if v is not None):
         return None
     ckpt.tokenizer = tok
-    backend = GPT2EngineBackend(checkpoint.materialize(ckpt, device, dtype), device, ids)
+    ckpt = checkpoint.materialize(ckpt, device, dtype)
+    cpu_linear.convert(ckpt.model)
+    backend = GPT2EngineBackend(ckpt, device, ids)
     if max_length:
         backend.max_length = min(max_length, backend.max_length)
     return backend

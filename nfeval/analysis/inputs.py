@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..base.errors import ConfigError, MissingDataError
-from ..engine import checkpoint, loading
+from ..engine import checkpoint, cpu_linear, loading
 from ..engine.builtin_corpus import default_corpus
 from ..engine.config import parse_preset, preset
 from ..engine.data import (
@@ -65,8 +65,9 @@ def load_target(
     tokenizer: str | None = None,
     fairseq_dict: str | None = None,
 ) -> Target:
-    """Returns the model named by ``spec`` (see the module docstring) in fp32 on CPU, eval mode, with its
-    tokenizer (``tokenizer``/``fairseq_dict`` as ``checkpoint.load`` takes them; presets have none)."""
+    """Returns the model named by ``spec`` (see the module docstring) in fp32 on CPU, eval mode, with the
+    CPU kernel (``cpu_linear.convert``) and its tokenizer (``tokenizer``/``fairseq_dict`` as
+    ``checkpoint.load`` takes them; presets have none)."""
     check_model_spec(spec)
     if spec.startswith(PRESET_PREFIX):
         name = spec[len(PRESET_PREFIX) :]
@@ -87,7 +88,7 @@ def load_target(
         info = {"source": os.path.abspath(spec), "fingerprint": ckpt.fingerprint}
     cfg = model.cfg
     info.update(architecture=cfg.architecture, n_layer=cfg.n_layer, d_model=cfg.d_model)
-    return Target(name=name, model=model.float(), tokenizer=tokenizer, info=info)
+    return Target(name=name, model=cpu_linear.convert(model.float()), tokenizer=tokenizer, info=info)
 
 
 def check_data_args(data: str | None, tokenizer: str | None) -> None:

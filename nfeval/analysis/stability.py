@@ -30,6 +30,7 @@ from torch import nn
 
 from ..base.errors import ConfigError
 from ..base.progress import progress_bar
+from ..engine import cpu_linear
 from ..engine.config import RECIPES, ModelConfig
 from ..engine.dtypes import TORCH_DTYPES
 from ..engine.fingerprint import fingerprint_model
@@ -122,7 +123,7 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     """Returns one architecture's test: survived, diverged_at (1-based update or None), reason, and per
     update lr, loss, grad_norm and attn_logit_max (per layer), plus the fp16 overflows."""
     torch.manual_seed(seed)
-    model = Transformer(cfg).train()
+    model = cpu_linear.convert(Transformer(cfg).train())
     fingerprint = fingerprint_model(model)
     model.to(settings.device)
     low = None if settings.autocast == "fp32" else TORCH_DTYPES[settings.autocast]  # fp32: no autocast

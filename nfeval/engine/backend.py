@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..base.errors import CheckpointError, MissingDataError
-from . import checkpoint
+from . import checkpoint, cpu_linear
 from .generate import Sampling, generate
 from .rundir import TOKENIZER
 from .tokenization import special_ids
@@ -168,8 +168,11 @@ def nfeval_backend(
     max_length: int | None = None,
 ) -> NFEvalBackend:
     """Returns the backend of a read checkpoint (``checkpoint.read``), built on ``device`` in ``dtype``
-    (HeadScale folded when asked), its context window capped at ``max_length`` when given."""
-    backend = NFEvalBackend(checkpoint.materialize(ckpt, device, dtype, fold_head_scale), device)
+    (HeadScale folded when asked) with the CPU kernel (``cpu_linear.convert``), its context window capped
+    at ``max_length`` when given."""
+    ckpt = checkpoint.materialize(ckpt, device, dtype, fold_head_scale)
+    cpu_linear.convert(ckpt.model)
+    backend = NFEvalBackend(ckpt, device)
     if max_length:
         backend.max_length = min(max_length, backend.max_length)
     return backend

@@ -15,6 +15,10 @@ devices and dtypes, autocast (which ``F.linear`` obeys), ``torch.compile`` (indu
 tensor subclasses (DTensor). Gradients go through ``_OneDNNLinear``, whose backward runs the same
 kernel on transposed copies.
 
+The model itself is plain torch; ``convert`` puts the kernel into a built model where nfeval trains or
+scores it (the trainer, the scoring and generation backends, GLUE fine-tuning, the analyses), as
+torchtitan's model converters do, and registers the kernel with torch's FLOP counter then.
+
 Inference that runs many forward passes (decoding, zero-shot scoring) packs the weights first
 (``packed_weights``: oneDNN's blocked layout, which the kernel otherwise reorders into at every call):
 a decoding step of the 125M shape then reads its weights at ~31 GB/s with one row and ~15 with 16
@@ -41,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
-from torch.utils.flop_counter import flop_registry, register_flop_formula
+from torch.utils.flop_counter import register_flop_formula
 
 from ..base.env import CPU_LINEAR, switch
 
@@ -122,11 +126,13 @@ def _linear_flops(x_shape, weight_shape, *args, **kwargs) -> int:
     return 2 * rows * weight_shape[0] * weight_shape[1]
 
 
-# FlopCounterMode (the MFU checks) counts the kernel as it counts addmm. Once per process: an exported
-# model's copy of this module (``hf_export``) may be imported beside it.
-_KERNEL_OP = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-if _KERNEL_OP is not None and _KERNEL_OP not in flop_registry:
-    register_flop_formula(_KERNEL_OP)(_linear_flops)
+@functools.cache
+def count_kernel_flops() -> None:
+    """Makes FlopCounterMode (the MFU checks) count the kernel as it counts addmm; returns None. Once per
+    process: torch's FLOP table is the process's."""
+    op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+    if op is not None:
+        register_flop_formula(op)(_linear_flops)
 
 
 def _plain(t: torch.Tensor) -> bool:
@@ -208,7 +214,8 @@ def _needs_grad(*tensors: torch.Tensor | None) -> bool:
 
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters, init and state dict) whose product is ``linear``'s; inside
-    ``packed_weights`` its weight's blocked copy serves products that need no gradient."""
+    ``packed_weights`` its weight's blocked copy serves products that need no gradient. ``convert``
+    makes a model's ``nn.Linear`` modules these."""
 
     packed: tuple[torch.Tensor, int] | None = None  # (oneDNN blocked weight, weight._version packed)
 
@@ -222,6 +229,24 @@ class Linear(nn.Linear):
         ):
             return _product(x, packed[0], self.bias)
         return linear(x, self.weight, self.bias)
+
+
+def convert(model: nn.Module) -> nn.Module:
+    """Returns ``model`` (changed in place) computing its fp32 CPU linear products as this machine's
+    ``choice()`` says: every plain ``nn.Linear`` becomes a ``Linear`` (its parameters, hooks and state
+    dict kept) and every module's ``linear`` product of shared or sliced weights (``F.linear``: the tied
+    output projection, part of qkv) becomes ``linear``. FlopCounterMode counts the kernel from then on
+    (``count_kernel_flops``). Converting again changes nothing.
+
+    Apply it after the model is built, before it is wrapped (DDP, FSDP, ``torch.compile``), where nfeval
+    trains or scores: the model, its exports and saved weights stay plain torch."""
+    count_kernel_flops()
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = Linear  # as torch's parametrize and FSDP2 swap a module's class in place
+        elif getattr(module, "linear", None) is F.linear:
+            module.linear = linear
+    return model
 
 
 @contextlib.contextmanager

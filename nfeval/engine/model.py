@@ -42,6 +42,9 @@ Inference (``nfeval.engine.generate``) passes three optional arguments to ``enco
 after them), ``position_ids`` (per-row positions, e.g. for left-padded prompts) and ``attn_mask``
 (bool, True where a query may attend a key; it replaces the causal mask). Without them the training
 forward runs SDPA with ``is_causal``.
+
+The model is plain torch (``nn.Linear``, ``F.linear``), as an export carries it; where nfeval trains or
+scores it, ``engine.cpu_linear.convert`` swaps its CPU kernel in after the model is built.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .cpu_linear import Linear, linear
 from .initialisation import init_weights
 from .kv_cache import KVCache, LayerCache
 from .norms import deepnorm_alpha_beta, make_norm, resid_gain
@@ -101,11 +103,15 @@ def activation_fn(name: str):
 
 
 class SelfAttention(nn.Module):
+    # the product of a part of ``qkv``'s weight (``project_heads`` at some queries only); a CPU kernel
+    # converter may set another (``engine.cpu_linear.convert``)
+    linear = staticmethod(F.linear)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.qkv = Linear(cfg.d_model, 3 * cfg.d_model)
-        self.out_proj = Linear(cfg.d_model, cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
         extra = cfg.normformer_norm
         self.query_norm, self.key_norm, self.value_norm = (
@@ -127,8 +133,8 @@ class SelfAttention(nn.Module):
             q, k, v = self.qkv(x).split(C, dim=2)
         else:
             w, b = self.qkv.weight, self.qkv.bias
-            q = linear(x[:, queries], w[:C], b[:C])
-            k, v = linear(x, w[C:], b[C:]).split(C, dim=2)
+            q = self.linear(x[:, queries], w[:C], b[:C])
+            k, v = self.linear(x, w[C:], b[C:]).split(C, dim=2)
         if self.query_norm is not None:
             q, k, v = self.query_norm(q), self.key_norm(k), self.value_norm(v)
         q, k, v = (t.view(B, t.shape[1], cfg.n_head, cfg.head_dim).transpose(1, 2) for t in (q, k, v))
@@ -207,9 +213,9 @@ class Block(nn.Module):
         self.attn_resid_gain = resid_gain(cfg) if cfg.scale_resids_attn else None
         self.ffn_norm = make_norm(cfg, d) if placement != "olmo2" else None
         self.glu = cfg.ffn_glu
-        self.fc1 = Linear(d, 2 * f if cfg.ffn_glu else f)
+        self.fc1 = nn.Linear(d, 2 * f if cfg.ffn_glu else f)
         self.ffn_hidden_norm = make_norm(cfg, f, extra) if cfg.scale_fc else None
-        self.fc2 = Linear(f, d)
+        self.fc2 = nn.Linear(f, d)
         self.ffn_post_norm = make_norm(cfg, d) if post_sublayer else None
         self.resid_gain = resid_gain(cfg) if cfg.scale_resids else None
         self.act = activation_fn(cfg.activation)
@@ -278,6 +284,10 @@ def embedding(num: int, dim: int, skeleton: bool) -> nn.Embedding:
 class Transformer(nn.Module):
     """Token embedding, blocks, and the language-model head (tied; RoBERTa-style head for MLM)."""
 
+    # the product of the tied output projection (the embedding's weight); a CPU kernel converter may
+    # set another (``engine.cpu_linear.convert``)
+    linear = staticmethod(F.linear)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -301,7 +311,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.final_norm = make_norm(cfg, d) if cfg.final_norm else None
         if cfg.objective == "mlm":
-            self.mlm_dense = Linear(d, d)
+            self.mlm_dense = nn.Linear(d, d)
             self.mlm_norm = make_norm(cfg, d)
             self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         if not skeleton:
@@ -363,8 +373,8 @@ class Transformer(nn.Module):
         """Returns vocabulary logits for hidden states (output projection tied to the embedding)."""
         if self.cfg.objective == "mlm":
             hidden = self.mlm_norm(F.gelu(self.mlm_dense(hidden)))
-            return linear(hidden, self.tok_emb.weight, self.mlm_bias)
-        return linear(hidden, self.tok_emb.weight)
+            return self.linear(hidden, self.tok_emb.weight, self.mlm_bias)
+        return self.linear(hidden, self.tok_emb.weight)
 
     def forward(
         self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None, **encode_kwargs: Any
@@ -406,9 +416,9 @@ class ClassificationHead(nn.Module):
 
     def __init__(self, d_model: int, num_labels: int, dropout: float = 0.1):
         super().__init__()
-        self.dense = Linear(d_model, d_model)
+        self.dense = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.out_proj = Linear(d_model, num_labels)
+        self.out_proj = nn.Linear(d_model, num_labels)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(pooled)))))

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from ..base.errors import ConfigError
 from ..base.jsonio import append_jsonl
 from ..base.progress import progress_bar
-from . import budget, checkpoint, run_record, rundir, torch_files
+from . import budget, checkpoint, cpu_linear, run_record, rundir, torch_files
 from .config import preset
 from .data import (
     Batches,
@@ -122,7 +122,7 @@ class Trainer:
     def _setup_model(self, weights_from: str | None) -> None:
         cfg, par = self.cfg, self.par
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.model = Transformer(self.mcfg)
+        self.model = cpu_linear.convert(Transformer(self.mcfg))
         if weights_from:
             self.model.load_state_dict(checkpoint.load_state(weights_from, self.model))
         self.model.to(par.device)

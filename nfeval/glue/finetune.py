@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.progress import progress_bar
 from ..engine import checkpoint as ckpt_lib
-from ..engine import denormals, torch_files
+from ..engine import cpu_linear, denormals, torch_files
 from ..engine.model import SequenceClassifier, Transformer
 from ..engine.tokenization import special_ids
 from . import data as glue_data
@@ -111,12 +111,12 @@ def build_classifier(
     ckpt: ckpt_lib.Checkpoint, spec: glue_data.TaskSpec, recipe: ResolvedRecipe, seed: int
 ) -> SequenceClassifier:
     """Returns the checkpoint's transformer (with the recipe's dropout) under a fresh head seeded by
-    ``seed``."""
+    ``seed``, with the CPU kernel (``cpu_linear.convert``)."""
     torch.manual_seed(seed)
     cfg = ckpt.model.cfg.replace(dropout=recipe.dropout, attn_dropout=recipe.attn_dropout)
     transformer = Transformer(cfg)
     transformer.load_state_dict(ckpt.model.state_dict())
-    return SequenceClassifier(transformer, spec.num_labels, recipe.dropout).float()
+    return cpu_linear.convert(SequenceClassifier(transformer, spec.num_labels, recipe.dropout).float())
 
 
 def lr_lambda(total: int, warmup: int):

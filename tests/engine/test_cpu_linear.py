@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from nfeval.base.errors import ConfigError
@@ -14,7 +15,7 @@ from nfeval.engine import cpu_linear
 from nfeval.engine.config import ModelConfig
 from nfeval.engine.cpu_linear import Linear, linear, packed_weights, takes_onednn
 from nfeval.engine.generate import generate
-from nfeval.engine.model import Transformer
+from nfeval.engine.model import SequenceClassifier, Transformer
 
 pytestmark = pytest.mark.skipif(
     not cpu_linear.onednn_available(), reason="not an x86 torch built with oneDNN's kernel"
@@ -165,18 +166,47 @@ def test_cpu_vendor_reads_this_machine():
         assert vendor and f"vendor_id\t: {vendor}\n" in f.read()
 
 
-def test_flop_counter_counts_the_kernel_as_a_matmul():
+def test_flop_counter_counts_the_kernel_as_a_matmul(kernel_calls):
     x, w, b = operands()
-    w = w.requires_grad_()
+    layer = cpu_linear.convert(nn.Linear(128, 256))  # registers the kernel's FLOP formula
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
     with FlopCounterMode(display=False) as counter:
-        linear(x, w, b).sum().backward()
+        layer(x).sum().backward()
     assert counter.get_total_flops() == 2 * 2 * 64 * 128 * 256  # forward and the weight gradient
+    assert len(kernel_calls) == 2
 
 
 def model(d=256, layers=2, seed=0):
+    """Returns a small causal Transformer with the kernel (``cpu_linear.convert``), in eval mode."""
     cfg = ModelConfig(vocab_size=512, n_layer=layers, d_model=d, n_head=4, d_ffn=4 * d, max_seq_len=96)
     torch.manual_seed(seed)
-    return Transformer(cfg).eval()
+    return cpu_linear.convert(Transformer(cfg).eval())
+
+
+@pytest.mark.parametrize("objective", ["clm", "mlm"])
+@torch.no_grad()
+def test_convert_puts_the_kernel_into_a_plain_model(kernel_calls, objective):
+    cfg = ModelConfig(vocab_size=512, n_layer=2, d_model=256, n_head=4, d_ffn=1024, objective=objective)
+    torch.manual_seed(0)
+    plain = SequenceClassifier(Transformer(cfg), 3).eval()  # an encoder's last layer slices qkv's weight
+    ids = torch.randint(0, 512, (16, 24))
+    want = plain(ids), plain.transformer(ids)  # the tied output projection
+    keys = list(plain.state_dict())
+    assert kernel_calls == [] and not any(isinstance(m, Linear) for m in plain.modules())
+    assert cpu_linear.convert(plain) is plain and list(plain.state_dict()) == keys
+    assert not [m for m in plain.modules() if type(m) is nn.Linear]
+    assert cpu_linear.convert(plain) is plain  # converting again changes nothing
+    got = [plain(ids)]
+    if objective == "mlm":  # the encoder's last layer: its first position's share of qkv's weight
+        assert ((16, 1, 256), False) in kernel_calls
+    kernel_calls.clear()
+    got.append(plain.transformer(ids))
+    modules = [m for m in plain.transformer.modules() if isinstance(m, Linear)]
+    assert len(kernel_calls) == len(modules) + 1  # every linear module and the tied output projection
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 @torch.no_grad()
@@ -251,7 +281,8 @@ def test_model_training_step_equals_torch_kernel(monkeypatch):
     m.loss(ids, ids).backward()
     ours = {n: p.grad.clone() for n, p in m.named_parameters()}
     m.zero_grad()
-    monkeypatch.setattr(cpu_linear, "kernel", lambda: "torch")
+    monkeypatch.setenv(cpu_linear.ENV, "torch")
+    cpu_linear.choice.cache_clear()
     torch.manual_seed(1)
     m.loss(ids, ids).backward()
     for n, p in m.named_parameters():
