@@ -82,17 +82,19 @@ def run_command(argv: list[str], own_process: bool = False) -> int:
         prog = f"nfeval {command}" if command in COMMANDS else "nfeval"
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         return 2
-    if command == "lm-eval":  # everything after it belongs to lm-eval's own parser
-        if own_process:
-            flush_denormals()
+    lm_eval = command == "lm-eval"  # everything after it belongs to lm-eval's own parser
+    if not lm_eval:
+        parser = build_parser(command if command in COMMANDS else None)
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+    if own_process and (lm_eval or "torch" in sys.modules):  # lm-eval imports it; --help does not
+        from .engine import denormals
+
+        denormals.flush_in_this_process()
+    if lm_eval:
         return command_module(command).main(argv[argv.index(command) + 1 :])
-    parser = build_parser(command if command in COMMANDS else None)
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    if own_process and "torch" in sys.modules:  # --help and --version do not import it
-        flush_denormals()
     try:
         try:
             return int(command_module(args.command).run(args) or 0)
@@ -106,14 +108,6 @@ def run_command(argv: list[str], own_process: bool = False) -> int:
             raise
         print(f"nfeval {args.command}: error: {one_line(e)}", file=sys.stderr)
         return 2
-
-
-def flush_denormals() -> None:
-    """Flushes denormals in this process and the threads torch starts in it (``engine.denormals``);
-    returns None."""
-    from .engine.denormals import flush_in_this_process
-
-    flush_in_this_process()
 
 
 def leave_process_groups() -> None:

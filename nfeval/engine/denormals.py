@@ -10,9 +10,11 @@ runtimes do the same on every compute thread (``port::ScopedFlushDenormal``).
 
 The switch is x86's MXCSR register, one per thread; a new thread starts with its creator's.
 ``torch.set_flush_denormal`` sets only the calling thread. So ``flush_in_this_process`` must run before
-torch starts its intra-op threads, which then inherit it. It is called where nfeval owns the process: the
-``nfeval`` executable (``cli.console``), the GLUE and tune pool workers and the Slurm jobs. The library,
-called from someone else's process, leaves that process's arithmetic as it is.
+torch starts its intra-op threads, which then inherit it. It is the one place that sets the switch, and
+it is called where nfeval owns the process, as the process starts: the ``nfeval`` executable
+(``cli.console``), every ``--jobs`` worker (``launch.local.init_worker``: the GLUE, tune, reproduce and
+bakeoff pools) and every Slurm job (``launch.jobs``). The library, called from someone else's process,
+leaves that process's arithmetic as it is.
 ``NFEVAL_FLUSH_DENORMALS=0`` keeps IEEE denormals everywhere (``1``, the default, flushes; any other value
 is a ConfigError). Records state which applied (``flushing()``).
 """

@@ -7,39 +7,24 @@ import concurrent.futures as cf
 import functools
 import multiprocessing as mp
 import os
-from typing import Any, NamedTuple
-
-import torch
+from typing import NamedTuple
 
 from ..base.errors import DataError
 from ..engine import checkpoint as ckpt_lib
-from ..engine import denormals
+from ..launch import local
 from . import data as glue_data
 from .finetune import EncodedTask, encode_task, run_point
 from .points import Point, claim_and_run, lr_key
 
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(devices, threads: int, trust_checkpoint: bool) -> None:
-    """Binds this worker process to its device and its share of the CPU cores, flushing denormals (before
-    torch starts its threads: ``engine.denormals``)."""
-    device = devices.get()
-    _WORKER.update(device=device, trust_checkpoint=trust_checkpoint)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-    torch.set_num_threads(threads)
-    denormals.flush_in_this_process()
-
 
 @functools.lru_cache(maxsize=1)
-def _worker_ckpt(path: str) -> ckpt_lib.Checkpoint:
-    return ckpt_lib.load(path, trust_checkpoint=_WORKER.get("trust_checkpoint", False))
+def _worker_ckpt(path: str, trust_checkpoint: bool) -> ckpt_lib.Checkpoint:
+    return ckpt_lib.load(path, trust_checkpoint=trust_checkpoint)
 
 
 @functools.lru_cache(maxsize=4)
-def _worker_task(ckpt_path: str, glue_dir: str | None, task: str, max_len: int) -> EncodedTask:
-    return encode_task(glue_data.load(task, glue_dir), _worker_ckpt(ckpt_path).tokenizer, max_len)
+def _worker_task(ckpt_path: str, trust: bool, glue_dir: str | None, task: str, max_len: int) -> EncodedTask:
+    return encode_task(glue_data.load(task, glue_dir), _worker_ckpt(ckpt_path, trust).tokenizer, max_len)
 
 
 class Work(NamedTuple):
@@ -71,16 +56,18 @@ def plan_work(points: list[Point], jobs: int) -> list[Work]:
     return heads + whole + [Work(p, wait=True) for p in split]
 
 
-def _worker_point(ckpt_path: str, glue_dir: str | None, work: Work) -> tuple[dict | None, Point | None]:
-    """Returns (result, None) of one piece of work, or (None, its point) when another sweep holds the
-    point; (None, None) for the first epochs of a point (or when another sweep holds it then: the point's
-    last epochs wait for that sweep)."""
+def _worker_point(
+    ckpt_path: str, glue_dir: str | None, trust_checkpoint: bool, device: str | None, work: Work
+) -> tuple[dict | None, Point | None]:
+    """Returns (result, None) of one piece of work on ``device`` (None: this pool worker's), or (None, its
+    point) when another sweep holds the point; (None, None) for the first epochs of a point (or when
+    another sweep holds it then: the point's last epochs wait for that sweep)."""
     task, lr, seed, recipe, directory, key = work.point
-    ckpt = _worker_ckpt(ckpt_path)
-    enc = _worker_task(ckpt_path, glue_dir, task, recipe.max_len)
+    ckpt = _worker_ckpt(ckpt_path, trust_checkpoint)
+    enc = _worker_task(ckpt_path, trust_checkpoint, glue_dir, task, recipe.max_len)
     if ckpt.fingerprint != key["checkpoint"] or enc.fingerprint != key["data"]:
         raise DataError(f"{ckpt_path} or the {task} data changed while the sweep was running")
-    device = _WORKER["device"]
+    device = device or local.worker_device()
     run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, device, False, work.until)
     result = claim_and_run(directory, key, wait=work.wait, run=run)
     if work.until is not None:
@@ -88,25 +75,20 @@ def _worker_point(ckpt_path: str, glue_dir: str | None, work: Work) -> tuple[dic
     return (None, work.point) if result is None else (result, None)
 
 
-def _job_devices(device: str, jobs: int) -> list[str]:
-    if device == "cuda" and torch.cuda.is_available():
-        return [f"cuda:{i % torch.cuda.device_count()}" for i in range(jobs)]
-    return [device] * jobs
-
-
 def run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar) -> list[Point]:
-    """Runs ``points`` in ``jobs`` processes (one device each), appending to ``results``; returns the
-    points another sweep holds."""
+    """Runs ``points`` in ``jobs`` processes (one device each: ``launch.local.init_worker``), appending to
+    ``results``; returns the points another sweep holds."""
     ctx = mp.get_context("spawn")
     devices = ctx.Queue()
-    for d in _job_devices(device, jobs):
+    for d in local.job_devices(device, jobs):
         devices.put(d)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     deferred = []
     with cf.ProcessPoolExecutor(
-        jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads, trust_checkpoint)
+        jobs, mp_context=ctx, initializer=local.init_worker, initargs=(devices, threads)
     ) as pool:
-        futures = [pool.submit(_worker_point, ckpt.path, glue_dir, work) for work in plan_work(points, jobs)]
+        args = (ckpt.path, glue_dir, trust_checkpoint, None)
+        futures = [pool.submit(_worker_point, *args, work) for work in plan_work(points, jobs)]
         try:
             for fut in cf.as_completed(futures):
                 result, held = fut.result()
@@ -124,8 +106,7 @@ def run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint,
 def job_point(ckpt_path: str, glue_dir: str | None, device: str, trust_checkpoint: bool, point: Point):
     """Runs one point in a Slurm job (a process of its own, on ``device``); returns its result, None when
     another sweep holds the point (a rerun collects it)."""
-    _WORKER.update(device=device, trust_checkpoint=trust_checkpoint)
-    return _worker_point(ckpt_path, glue_dir, Work(point))[0]
+    return _worker_point(ckpt_path, glue_dir, trust_checkpoint, device, Work(point))[0]
 
 
 def run_as_jobs(ckpt_path, glue_dir, points, device, trust_checkpoint, launch, out_dir, progress) -> None:

@@ -43,14 +43,6 @@ def run_and_record(fn: Callable[[], Any], outcome: str) -> Any:
     return result
 
 
-def flush_denormals() -> None:
-    """Flushes denormals in this job's process, which nfeval owns (``engine.denormals``; imports torch,
-    which every job's work needs anyway); returns None."""
-    from ..engine.denormals import flush_in_this_process
-
-    flush_in_this_process()
-
-
 @dataclasses.dataclass(frozen=True)
 class LaunchPoint:
     """One independent point: its name (unique in the folder), ``fn(*args)`` computes it (picklable,
@@ -70,8 +62,10 @@ class PointJob(submitit.helpers.Checkpointable):
         self.point, self.outcome = point, outcome
 
     def __call__(self) -> Any:
+        from ..engine import denormals  # torch, which every job's work needs anyway
+
         print(f"nfeval: point {self.point.name} in {self.point.directory}", flush=True)
-        flush_denormals()
+        denormals.flush_in_this_process()  # a job's process is nfeval's
         return run_and_record(lambda: self.point.fn(*self.point.args), self.outcome)
 
 
@@ -88,7 +82,9 @@ class RunJob(submitit.helpers.Checkpointable):
         # keeps seeing all its node's GPUs (parallel.resolve_device takes cuda:LOCAL_RANK)
         env = submitit.helpers.TorchDistributedEnvironment()
         env.export(set_cuda_visible_devices=False, overwrite=True)
-        flush_denormals()
+        from ..engine import denormals
+
+        denormals.flush_in_this_process()  # a job's process is nfeval's
         if env.rank != 0:
             return self.fn(self.args)
         return run_and_record(lambda: self.fn(self.args), self.outcome)

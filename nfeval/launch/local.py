@@ -31,7 +31,8 @@ def job_devices(device: str, jobs: int) -> list[str]:
 
 def init_worker(devices: Any, threads: int) -> None:
     """Binds this worker process to the next device of the ``devices`` queue and ``threads`` CPU threads,
-    flushing denormals; returns None."""
+    flushing denormals: the initializer of every nfeval process pool (these points', GLUE's, tune's);
+    returns None."""
     import torch
 
     from ..engine import denormals

@@ -31,10 +31,10 @@ Slurm (``--launcher slurm``, ``nfeval.launch``): the unfinished points run as on
 per point, each requeued after preemption and resumed from its checkpoint; a rerun submits only the
 points neither finished nor still queued.
 
-Parallel points (``--jobs N``): N spawned processes, each with its own GPU when there are several
-(``cuda:i`` round-robin) and ``cores / N`` torch threads. The first unfinished point runs alone so the
-tokenizer and token caches are built once. A ``seconds`` budget is calibrated per point: step counts
-then vary with machine load (tune.json records each point's steps).
+Parallel points (``--jobs N``): N spawned processes (``launch.local.init_worker``), each with its own GPU
+when there are several (``cuda:i`` round-robin) and ``cores / N`` torch threads. The first unfinished
+point runs alone so the tokenizer and token caches are built once. A ``seconds`` budget is calibrated
+per point: step counts then vary with machine load (tune.json records each point's steps).
 """
 
 from __future__ import annotations
@@ -48,18 +48,17 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
-from ..engine import denormals, recipe
+from ..engine import recipe
 from ..engine.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints, recorded_input_fingerprints
 from ..engine.train import train
 from ..engine.train_config import TrainConfig
 from ..engine.trainer import TrainingDiverged
+from ..launch import local
 from ..launch.options import LaunchOptions
 from . import results as tune_results
 
@@ -148,15 +147,6 @@ def finished_point(directory: str, cfg: TrainConfig, key: dict[str, Any]) -> dic
     return None
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(devices, threads: int) -> None:
-    _WORKER["device"] = devices.get()
-    torch.set_num_threads(threads)
-    denormals.flush_in_this_process()  # before torch starts its threads (engine.denormals)
-
-
 def run_point(
     cfg: TrainConfig, directory: str, key: dict[str, Any], wait: bool = True
 ) -> dict[str, Any] | None:
@@ -175,8 +165,8 @@ def train_point(cfg: TrainConfig, directory: str, key: dict[str, Any]) -> dict[s
     train()'s log lines go to ``directory/train.log``. A TrainingDiverged or a non-finite final
     validation loss makes the point ``diverged``, itself a finished result.
     """
-    if "device" in _WORKER:
-        cfg = dataclasses.replace(cfg, device=_WORKER["device"])
+    if local.worker_device() is not None:  # a pool worker trains on the device it was bound to
+        cfg = dataclasses.replace(cfg, device=local.worker_device())
     os.makedirs(directory, exist_ok=True)
     summary, message = {}, None
     with open(os.path.join(directory, LOG), "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
@@ -208,11 +198,6 @@ def train_point(cfg: TrainConfig, directory: str, key: dict[str, Any]) -> dict[s
     return result
 
 
-def _job_devices(device: str, jobs: int) -> list[str]:
-    n = torch.cuda.device_count() if device in ("auto", "cuda") else 0
-    return [f"cuda:{i % n}" for i in range(jobs)] if n else [device] * jobs
-
-
 def run_points(
     todo: Sequence[TrainConfig], dirs: Sequence[str], keys: Sequence[dict], jobs: int, progress: bool
 ) -> list[dict]:
@@ -239,11 +224,11 @@ def run_points(
     if rest:
         ctx = mp.get_context("spawn")
         devices = ctx.Queue()
-        for d in _job_devices(todo[0].device, jobs):
+        for d in local.job_devices(todo[0].device, jobs):
             devices.put(d)
         threads = max(1, (os.cpu_count() or 1) // jobs)
         with cf.ProcessPoolExecutor(
-            jobs, mp_context=ctx, initializer=_init_worker, initargs=(devices, threads)
+            jobs, mp_context=ctx, initializer=local.init_worker, initargs=(devices, threads)
         ) as pool:
             futures = {pool.submit(run_point, todo[i], dirs[i], keys[i], False): i for i in rest}
             try:

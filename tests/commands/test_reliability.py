@@ -441,11 +441,11 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
     assert set(second["tasks"]["sst2"]["per_lr"]) == {"0.001", "0.002"}
 
 
-def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
+def test_a_pool_worker_binds_its_device_and_thread_share(monkeypatch):
     import queue
 
     from nfeval.engine import denormals
-    from nfeval.glue import pool
+    from nfeval.launch import local
 
     chosen = []
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(str(d)))
@@ -455,13 +455,13 @@ def test_glue_worker_binds_its_device_and_thread_share(monkeypatch):
         for device in ("cuda:1", "cpu"):
             devices = queue.Queue()
             devices.put(device)
-            pool._init_worker(devices, 1, trust_checkpoint=False)
-            assert pool._WORKER["device"] == device and torch.get_num_threads() == 1
+            local.init_worker(devices, 1)  # GLUE's, tune's and the pipelines' pools
+            assert local.worker_device() == device and torch.get_num_threads() == 1
             assert denormals.flushing() == can_flush
     finally:
         torch.set_flush_denormal(False)  # a worker's arithmetic, not this test process's
         torch.set_num_threads(old)
-        pool._WORKER.clear()
+        local._DEVICE.clear()
     assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU
 
 

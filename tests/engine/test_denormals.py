@@ -99,7 +99,7 @@ def test_the_nfeval_executable_flushes_and_cli_main_in_another_program_does_not(
 @pytest.mark.parametrize("own_process", [True, False])
 def test_the_executable_flushes_before_every_command_lm_eval_too(tiny_clm_ckpt, monkeypatch, own_process):
     calls = []
-    monkeypatch.setattr(cli, "flush_denormals", lambda: calls.append("flush"))
+    monkeypatch.setattr(denormals, "flush_in_this_process", lambda: calls.append("flush"))
     lm_eval = cli.command_module("lm-eval")
     monkeypatch.setattr(lm_eval, "main", lambda argv: calls.append(("lm-eval", argv)) or 0)
     assert cli.main(["lm-eval", "--tasks", "piqa"], own_process=own_process) == 0

@@ -128,6 +128,23 @@ def test_a_killed_tune_resumes_without_redoing_finished_points(corpus, tmp_path,
         tune.tune(base_config(corpus, batch_size=3), *args[1:], progress=False)
 
 
+def test_parallel_points_train_in_pool_workers_that_flush_denormals(corpus, tmp_path):
+    import torch
+
+    lrs = [1e-3, 2e-3, 4e-3]  # the first alone here (it builds the caches), the others in two workers
+    summary = tune.tune(
+        base_config(corpus), ["prenorm-tiny"], lrs, "steps=2", str(tmp_path), jobs=2, progress=False
+    )
+    assert [p["status"] for p in summary["points"]] == ["ok"] * 3
+    can_flush = torch.set_flush_denormal(False)  # x86 with DAZ: a worker's process flushes
+    flushed = []
+    for lr in lrs:
+        run = os.path.join(tune.point_dir(str(tmp_path), "prenorm-tiny", lr, 1), "config.json")
+        with open(run, encoding="utf-8") as f:
+            flushed.append(json.load(f)["compute"]["hardware"]["cpu_flush_denormals"])
+    assert flushed == [False, can_flush, can_flush]  # launch.local.init_worker, as every nfeval pool
+
+
 def test_smoke_tune_end_to_end_then_lr_from(corpus, tmp_path, capsys):
     out = tmp_path / "tune"
     argv = ["tune", "--preset", "normformer-tiny", "--lrs", "1e-3,3e-3", "--budget", "steps=6"]
