@@ -56,15 +56,16 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 
 def console() -> int:
     """The ``nfeval`` executable: ``main`` in a process of its own; returns the exit status. Only here
+    are other libraries' bars turned off in logs (``quiet_library_bars``, before they are imported) and
     does a command's CPU arithmetic flush denormals (``engine.denormals``): ``main`` called from another
-    program leaves that program's arithmetic alone."""
+    program leaves that program's settings alone."""
+    quiet_library_bars()
     return main(own_process=True)
 
 
 def main(argv: list[str] | None = None, own_process: bool = False) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    quiet_library_bars()
     try:
         return run_command(argv, own_process)
     finally:

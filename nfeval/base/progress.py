@@ -4,27 +4,26 @@ On a terminal: an ordinary tqdm bar. Elsewhere (a log file, a pipe, a batch job'
 a carriage-return line at every update; there the bar prints a plain status line at most every
 ``LOG_INTERVAL_S`` seconds instead, and none of the clearing sequences. Other libraries' bars (lm-eval's
 request building, datasets' split generation, transformers' weight loading) are turned off there
-(``quiet_library_bars``, called by the CLI before any command).
+(``quiet_library_bars``, called as the ``nfeval`` executable starts).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
+if TYPE_CHECKING:  # imported where a bar is made: the executable sets TQDM_DISABLE before tqdm reads it
+    from tqdm import tqdm
 
 LOG_INTERVAL_S = 30.0
-# What turns the libraries' own bars off: tqdm's default for bars that do not say (lm-eval's), and the
-# switches datasets, transformers and the Hub read at import.
+# The switches the libraries read at their import, documented by each: tqdm's default for bars that do
+# not say ``disable`` (lm-eval's request building), datasets', transformers' and the Hub's.
 LIBRARY_BARS_OFF = {
     "TQDM_DISABLE": "1",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 }
-_TQDM_DEFAULT_OFF = False  # quiet_library_bars has set tqdm's default to disable=True
 
 
 class _Lines:
@@ -45,6 +44,8 @@ class _Lines:
 def progress_bar(iterable=None, *, enabled: bool = True, **kwargs: Any) -> tqdm:
     """Returns a tqdm bar over ``iterable`` (or a manual one: ``total=``), silent when not ``enabled``;
     when stderr is not a terminal, it prints a plain line at most every ``LOG_INTERVAL_S`` seconds."""
+    from tqdm import tqdm
+
     if enabled and not sys.stderr.isatty():
         kwargs = {"mininterval": LOG_INTERVAL_S, "file": _Lines(sys.stderr), "ascii": True, **kwargs}
     return tqdm(iterable, disable=not enabled, **kwargs)
@@ -52,20 +53,12 @@ def progress_bar(iterable=None, *, enabled: bool = True, **kwargs: Any) -> tqdm:
 
 def quiet_library_bars() -> None:
     """When stderr is not a terminal, turns off other libraries' progress bars, which would write
-    carriage-return lines into logs (ours, ``progress_bar``, print plain lines); a variable the user set
-    is kept. Returns None."""
-    global _TQDM_DEFAULT_OFF
-    if sys.stderr.isatty():
-        return
-    for name, value in LIBRARY_BARS_OFF.items():
-        os.environ.setdefault(name, value)
-    # tqdm reads TQDM_DISABLE once, at its import, and this module imported it already: a bar that
-    # does not say ``disable`` (lm-eval's request building) gets the default here instead
-    if os.environ["TQDM_DISABLE"] == "1" and not _TQDM_DEFAULT_OFF:
-        tqdm.__init__ = functools.partialmethod(tqdm.__init__, disable=True)
-        _TQDM_DEFAULT_OFF = True
-    if "datasets" in sys.modules:  # imported already: its switch was read
-        sys.modules["datasets"].disable_progress_bars()
+    carriage-return lines into logs (ours, ``progress_bar``, pass ``disable`` and print plain lines),
+    through the variables each library reads at its import (``LIBRARY_BARS_OFF``; one the user set is
+    kept). For a process of nfeval's own, before those libraries are imported. Returns None."""
+    if not sys.stderr.isatty():
+        for name, value in LIBRARY_BARS_OFF.items():
+            os.environ.setdefault(name, value)
 
 
 def library_bars_shown(progress: bool) -> bool:

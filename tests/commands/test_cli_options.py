@@ -135,6 +135,17 @@ def test_bad_output_locations_fail_first_in_one_line(tmp_path, monkeypatch, caps
     assert err.count("\n") == 1 and f"{flag} {path}: " in err and message in err, err
 
 
+def test_the_executable_sets_the_libraries_switches_before_they_read_them():
+    """tqdm, datasets and the Hub read their bar switches once, at import (``quiet_library_bars``)."""
+    import subprocess
+    import sys
+
+    libraries = ("tqdm", "datasets", "transformers", "huggingface_hub", "lm_eval")
+    code = f"import sys, nfeval.cli; print([m for m in {libraries!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
 def test_a_zeroshot_log_holds_no_carriage_returns(tiny_clm_ckpt, tmp_path):
     """lm-eval's, datasets' and transformers' own bars are off when stderr is a file (issue 22 item 10)."""
     import os
