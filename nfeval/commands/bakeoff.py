@@ -13,8 +13,10 @@ from ..base.cli_args import (
     learning_rates,
 )
 from ..base.errors import ConfigError
+from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
-from ..pipelines.bakeoff import BakeoffConfig, run_bakeoff
+from ..pipelines.bakeoff import RECIPES, BakeoffConfig, run_bakeoff
+from ..pipelines.reproduce.plan import SCALES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         command=invoked_command(),
         launch=launch,
     )
+    use_threads(SCALES[RECIPES[cfg.size]].threads)  # this process's; the library leaves its caller's
     result = run_bakeoff(cfg)
     print(result.get("path") or result["pending"])
     return 0

@@ -14,9 +14,10 @@ from ..base.cli_args import (
 )
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir
+from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.reproduce import ReproduceConfig, run_reproduce
-from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES
+from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES, SCALES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         command=invoked_command(),
         launch=launch,
     )
+    use_threads(SCALES[cfg.scale].threads)  # this process's; the library leaves its caller's
     result = run_reproduce(cfg)
     print(result.get("report") or result.get("commands") or result["pending"])
     return 0

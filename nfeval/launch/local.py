@@ -41,8 +41,17 @@ def init_worker(devices: Any, threads: int) -> None:
     _DEVICE["device"] = device
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    torch.set_num_threads(threads)
+    use_threads(threads)
     denormals.flush_in_this_process()
+
+
+def use_threads(threads: int | None) -> None:
+    """Sets the torch CPU threads of this process, one nfeval owns (a worker, a command), to ``threads``
+    (None: torch's default stays); returns None."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def worker_device() -> str | None:

@@ -47,3 +47,21 @@ def test_a_launcher_rank_that_is_not_a_count_is_named(monkeypatch, value):
         parallel.launched_rank()
     monkeypatch.setenv("RANK", "3")
     assert parallel.launched_rank() == 3
+
+
+@pytest.mark.parametrize(("command", "library"), [("reproduce", "run_reproduce"), ("bakeoff", "run_bakeoff")])
+def test_reproduce_and_bakeoff_set_the_scales_torch_threads_at_the_command(
+    monkeypatch, tmp_path, command, library
+):
+    import torch
+
+    from nfeval.cli import command_module
+
+    seen = []
+    module = command_module(command)
+    monkeypatch.setattr(
+        module, library, lambda cfg: seen.append(torch.get_num_threads()) or {"path": "r", "report": "r"}
+    )
+    torch.set_num_threads(2)  # the one_thread fixture puts this process's back
+    assert main([command, "--out", str(tmp_path / "out")]) == 0
+    assert seen == [1]  # tiny's threads, set at the command's entry

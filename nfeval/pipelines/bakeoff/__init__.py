@@ -162,8 +162,6 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     os.makedirs(cfg.out, exist_ok=True)
     check_settings(cfg.out, settings(cfg, ctx))
     start = time.time()
-    if ctx.scale.threads:
-        torch.set_num_threads(ctx.scale.threads)
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:

@@ -145,8 +145,6 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         jobs=cfg.jobs,
     )
     seed_history = record_seeds(cfg.out, ctx.seeds)
-    if scale.threads:
-        torch.set_num_threads(scale.threads)
     if scale.needs_gpu and not torch.cuda.is_available() and not (cfg.launch and cfg.launch.on_cluster):
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
