@@ -172,7 +172,6 @@ def finish(trainer: TrainingRun, val_loss: float) -> dict[str, Any]:
         run_meta = meta(trainer)
         model = cpu_model(trainer, state)
         summary["fingerprint"] = checkpoint.save(trainer.out_dir, model, trainer.tok, run_meta)
-        rundir.crash_point("final-save")
         rundir.mark_complete(
             trainer.out_dir,
             {**{k: v for k, v in summary.items() if k != "out_dir"}, "compute": run_meta["compute"]},

@@ -25,7 +25,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import zipfile
 from collections.abc import Callable
 from typing import Any
@@ -48,7 +47,6 @@ STATE = "training_state.pt"  # a torch zip file of tensors and plain values: loa
 COMPLETE = "complete.json"
 TMP_PREFIX = ".tmp-"
 TMP_GLOB = ".tmp*"  # ours, and the temp names of the libraries that write for us (safetensors: .tmpXXXXXX)
-CRASH_AT = "NFEVAL_TEST_CRASH_AT"  # tests: SIGKILL the writer at the named point (kill -9 tests)
 _STEP = re.compile(r"step_(\d{8})")
 
 
@@ -66,7 +64,6 @@ def write_checkpoint(
     tmp = os.path.join(os.path.dirname(final), TMP_PREFIX + os.path.basename(final))
     shutil.rmtree(tmp, ignore_errors=True)
     write_model(tmp)
-    crash_point("checkpoint-mid")
     torch_files.save(training_state, os.path.join(tmp, STATE))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -231,9 +228,3 @@ def truncate_metrics(run_dir: str, last_step: int) -> None:
         return
     keep = [r for r in read_metrics(run_dir) if r.get("step", 0) <= last_step]
     atomic_write_text(os.path.join(run_dir, METRICS), "".join(json.dumps(r) + "\n" for r in keep))
-
-
-def crash_point(name: str) -> None:
-    """Kills this process with SIGKILL when the test variable names this point (no cleanup runs)."""
-    if os.environ.get(CRASH_AT) == name:
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -15,9 +15,26 @@ from conftest import make_corpus, tiny_train_args
 
 from nfeval import cli
 from nfeval.engine import checkpoint, rundir
-from nfeval.engine.rundir import CRASH_AT
 
 REPO = Path(__file__).resolve().parents[2]
+# ``nfeval`` SIGKILLed at a named point of its writes (no cleanup runs, as under kill -9): ``-c KILLED POINT
+# ARGS`` runs the executable with the function that makes the next write replaced by a kill
+KILLED = """
+import os, signal, sys
+from nfeval import cli
+from nfeval.engine import rundir, torch_files
+
+def kill(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+point = sys.argv.pop(1)
+if point == "final-save":  # the final weights written, the completion marker not
+    rundir.mark_complete = kill
+else:  # checkpoint-mid: the checkpoint's weights in its temp folder, its training state not
+    save = torch_files.save
+    torch_files.save = lambda obj, path: (kill if path.endswith(rundir.STATE) else save)(obj, path)
+sys.exit(cli.console())
+"""
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +55,10 @@ def args(corpus: str, *extra: str) -> list[str]:
 
 
 def nfeval_train(env: dict, out: Path, argv: list[str], crash_at: str | None = None):
-    e = {**env, CRASH_AT: crash_at} if crash_at else env
+    nfeval = ["-c", KILLED, crash_at] if crash_at else ["-m", "nfeval"]
     return subprocess.run(
-        [sys.executable, "-m", "nfeval", "train", "--out", str(out), *argv],
-        env=e,
+        [sys.executable, *nfeval, "train", "--out", str(out), *argv],
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
