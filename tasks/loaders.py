@@ -1,7 +1,7 @@
 """Local-file datasets for the ``*_local`` tasks (lm-eval ``custom_dataset`` hooks).
 
-Each loader finds the task's files under ``data_dir`` (task metadata ``data_dir``, else the
-``NFEVAL_DATA_DIR`` environment variable), accepts the Hugging Face column schema as JSONL (the
+Each loader finds the task's files under ``data_dir`` (the task metadata ``data_dir``: ``nfeval zeroshot``
+and ``nfeval lm-eval`` pass their ``--data-dir`` there), accepts the Hugging Face column schema as JSONL (the
 layout of ``../shared/data/zeroshot``) or the official distribution format, checks every record, and
 returns a ``datasets.DatasetDict`` in the Hugging Face schema that lm-eval's built-in task reads.
 
@@ -32,16 +32,16 @@ from ..base.jsonio import read_jsonl
 
 
 def data_root(data_dir: str | None = None) -> str:
-    """Returns the local data directory: ``data_dir``, else ``$NFEVAL_DATA_DIR``."""
-    root = data_dir or os.environ.get("NFEVAL_DATA_DIR")
-    if not root:
+    """Returns the local data directory ``data_dir``; a MissingData error saying how to give it when
+    None, or when it is no directory."""
+    if not data_dir:
         raise MissingData(
             "local tasks need a data directory: pass --data-dir DIR to nfeval zeroshot / nfeval lm-eval, "
-            """or --metadata '{"data_dir": "DIR"}' to lm-eval, or set NFEVAL_DATA_DIR"""
+            """or --metadata '{"data_dir": "DIR"}' to lm-eval"""
         )
-    if not os.path.isdir(root):
-        raise MissingData(f"{root}: data directory not found")
-    return root
+    if not os.path.isdir(data_dir):
+        raise MissingData(f"{data_dir}: data directory not found")
+    return data_dir
 
 
 def read_records(path: str) -> list[tuple[int, dict[str, Any]]]:

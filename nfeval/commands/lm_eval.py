@@ -2,8 +2,8 @@
 
 The ``nfeval`` model (``--model nfeval --model_args pretrained=RUN_DIR``) and the ``*_local`` /
 ``*_hub`` tasks are available; ``--include_path`` still adds the user's own task folder. Local tasks
-read ``--data-dir DIR`` (an nfeval option, taken out before lm-eval parses the rest), lm-eval's
-``--metadata '{"data_dir": DIR}'``, or ``$NFEVAL_DATA_DIR``::
+read ``--data-dir DIR`` (an nfeval option, taken out before lm-eval parses the rest and added to the
+task metadata) or lm-eval's ``--metadata '{"data_dir": DIR}'``, which wins::
 
     nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR --tasks piqa_local --data-dir
     ../shared/data/zeroshot
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 LM_EVAL_UNKNOWN_TASKS = "Tasks not found"  # how lm-eval's process_tasks starts the error
 
@@ -46,16 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     from ..zeroshot.lm_eval_git import quiet_git_hash
 
     argv, data_dir = split_data_dir(list(sys.argv[1:] if argv is None else argv))
-    old_argv, old_data_dir = sys.argv, os.environ.get("NFEVAL_DATA_DIR")
+    old_argv = sys.argv
     sys.argv = ["nfeval lm-eval", *argv]  # lm-eval's parser reads sys.argv itself
-    if data_dir:
-        os.environ["NFEVAL_DATA_DIR"] = os.path.abspath(data_dir)
     try:
         setup_logging()
         cli = HarnessCLI()
         args = cli.parse_args()
         if hasattr(args, "include_path"):
             args.include_path = [tasks.TASKS_DIR] + ([args.include_path] if args.include_path else [])
+        if hasattr(args, "metadata"):  # the evaluating subcommand's: what the local tasks' loaders read
+            args.metadata = with_data_dir(args.metadata, data_dir)
         with quiet_git_hash():
             try:
                 cli.execute(args)
@@ -73,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     finally:
         sys.argv = old_argv
-        if data_dir:
-            if old_data_dir is None:
-                os.environ.pop("NFEVAL_DATA_DIR", None)
-            else:
-                os.environ["NFEVAL_DATA_DIR"] = old_data_dir
     return 0
+
+
+def with_data_dir(metadata: dict[str, Any] | None, data_dir: str | None) -> dict[str, Any] | None:
+    """Returns lm-eval's task ``metadata`` with ``data_dir`` (absolute) when given and the metadata
+    names none."""
+    if data_dir is None:
+        return metadata
+    return {"data_dir": os.path.abspath(data_dir), **(metadata or {})}

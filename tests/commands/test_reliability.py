@@ -329,12 +329,19 @@ def test_model_config_from_dict_validates_types():
 # --- 4. README paths ------------------------------------------------------------------------------------
 
 
-def test_local_task_without_data_dir_names_the_lm_eval_way(monkeypatch):
+def test_local_task_without_data_dir_names_the_lm_eval_way():
     from nfeval.tasks.loaders import MissingData, data_root
 
-    monkeypatch.delenv("NFEVAL_DATA_DIR", raising=False)
     with pytest.raises(MissingData, match=r"""--metadata '\{"data_dir": "DIR"\}'"""):
         data_root(None)
+
+
+def test_lm_eval_data_dir_reaches_the_task_metadata_unless_that_names_one():
+    from nfeval.commands.lm_eval import with_data_dir
+
+    assert with_data_dir(None, "data") == {"data_dir": os.path.abspath("data")}
+    assert with_data_dir({"data_dir": "mine", "x": 1}, "data") == {"data_dir": "mine", "x": 1}
+    assert with_data_dir({"x": 1}, None) == {"x": 1}
 
 
 def test_zeroshot_scores_a_fairseq_file(tiny_clm_ckpt, tmp_path, monkeypatch):
