@@ -118,6 +118,7 @@ def test_remote_code_is_generated_from_nfeval_model_source():
     assert set(files) >= expected | {"nfeval_initialisation.py"}
     for source in files.values():
         assert "import nfeval" not in source and "from nfeval" not in source
+        assert "mkldnn" not in source  # plain torch: nfeval's CPU kernel is applied where it trains or scores
 
 
 def test_export_loads_without_nfeval(tmp_path, tiny_tokenizer):
