@@ -18,7 +18,7 @@ time is its fastest round. Reported per task: wall time of the whole sweep on ea
 the dev metric (best epoch, and last epoch) at each learning rate, so that speed is compared at an equal
 dev score. The Trainer's dev scores are lower at short schedules and low learning rates because of its
 ``group_by_length`` order (each epoch runs from long to short rows); on nfeval's batches or a plain
-shuffle it scores within ~0.01 of nfeval (``glue_gap_probe.py --order``, RESULTS.md, session 6).
+shuffle it scores within ~0.01 of nfeval (``glue_gap_probe.py --order``, benchmarks/HISTORY.md, session 6).
 
     python benchmarks/glue_sweep.py --tasks sst2,rte --train 4000 --epochs 2 --layers 6 --d-model 256
     ... --threads 2 --jobs 2   # the whole 2-core machine: a 2-thread Trainer against two 1-thread points
@@ -422,7 +422,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=trainer_orders,
         default=["group_by_length"],
         help="the Trainer's batch orders, one side each: group_by_length (its fastest), random (a plain "
-        "shuffle, on which it learned within ~0.01 of nfeval in glue_gap_probe.py, RESULTS.md session 6)",
+        "shuffle, on which it learned within ~0.01 of nfeval in glue_gap_probe.py, HISTORY.md session 6)",
     )
     p.add_argument(
         "--trainer-compile",

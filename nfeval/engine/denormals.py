@@ -4,7 +4,7 @@ A float32 below 2⁻¹²⁶ ≈ 1.2e-38 in magnitude is denormal. x86 cores comp
 microcode assists, many times slower than with normal numbers. In a GLUE point near divergence the last
 layer's key and value gradients, which reach it only through the CLS row's saturated attention, fall
 into that range: their backward product ran at 3 GFLOP/s against 180, and the whole point trained 1.28×
-slower (RESULTS.md, session 11). Flushing reads and writes such values as zero, so an operation's result
+slower (HISTORY.md, session 11). Flushing reads and writes such values as zero, so an operation's result
 differs from IEEE arithmetic only where a value below 1.2e-38 took part. TensorFlow's and XLA's CPU
 runtimes do the same on every compute thread (``port::ScopedFlushDenormal``).
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, hardware, hardware_key
+from ..base.errors import ConfigError
 from ..base.jsonio import load_json
 from ..engine import recipe
 from ..engine.step_ratio import equal_time_steps, measure_step_ratio
@@ -64,6 +65,17 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
     diverged_at, val_ppl and steps."""
     done = finished(directory)
     if done is not None:
+        stale = [
+            f"{name} {done.get(name)!r}, now {value!r}"
+            for name, value in (("lr", cfg.lr), ("budget", record.get("budget")))
+            if name in done and value is not None and done[name] != value
+        ]
+        if stale:
+            raise ConfigError(
+                f"{directory}: finished under other settings than this folder gives it now "
+                f"({'; '.join(stale)}: a changed tune or step ratio); delete the run folder and its .json to "
+                "retrain it"
+            )
         return done
     log(f"training {cfg.preset} seed {cfg.seed} (lr {cfg.lr:g}) → {directory}")
     out = {**record, "dir": directory, "lr": cfg.lr, "lr_from": cfg.lr_from, "warmup": cfg.warmup}

@@ -60,10 +60,17 @@ def facts(run_dir: str) -> dict[str, Any]:
         "steps": compute.get("steps"),
         "tokens": tokens,
         "tokens_per_parameter": tokens / out["parameters"],
-        "corpus": (data.get("corpus") or {}).get("name") or "unknown",
+        "corpus": _corpus_name((data.get("corpus") or {}).get("name")),
         "corpus_tokens": (data.get("tokens") or {}).get("train_tokens"),
         "train_seconds": compute.get("wall_s"),
     }
+
+
+def _corpus_name(name: str | None) -> str:
+    """Returns a corpus's name as a reader knows it: a file path as its folder and file name."""
+    if not name:
+        return "unknown"
+    return "/".join(name.split(os.sep)[-2:]) if os.sep in name else name
 
 
 def paper_facts() -> dict[str, Any]:

@@ -609,3 +609,17 @@ def test_glue_lr_is_chosen_on_one_half_and_scored_on_the_other(tmp_path):
     for name in ("train.tsv", "dev.tsv"):
         (tmp_path / "RTE" / name).write_text("index\tsentence1\tsentence2\tlabel\n")
     assert present_tasks(str(tmp_path)) == ("rte",)
+
+
+def test_a_finished_run_whose_tuned_lr_changed_is_refused_not_reused(tmp_path):
+    from nfeval.pipelines import runs
+
+    folder = str(tmp_path / "run")
+    cfg = runner.train_config(ctx(), "clm-prenorm", 1)
+    json.dump(
+        {"key": "clm-prenorm", "lr": cfg.lr * 2, "budget": {"max_steps": 100}}, open(folder + ".json", "w")
+    )
+    with pytest.raises(ConfigError, match=r"finished under other settings .*lr"):
+        runs.ensure_run(cfg, folder, {"budget": {"max_steps": 100}}, print)
+    json.dump({"key": "clm-prenorm", "lr": cfg.lr, "budget": {"max_steps": 100}}, open(folder + ".json", "w"))
+    assert runs.ensure_run(cfg, folder, {"budget": {"max_steps": 100}}, print)["dir"] == folder

@@ -62,7 +62,12 @@ def stability(ctx: Context) -> dict[str, Any]:
     )
     presets = [f"{arch}-{s.size}" for arch in STABILITY_ARCHS]
     options = analysis_runs.StabilityOptions(
-        presets=presets, seeds=ctx.seeds, model=s.model, settings=settings, tokenizer=ctx.tokenizer
+        presets=presets,
+        seeds=ctx.seeds,
+        model=s.model,
+        settings=settings,
+        tokenizer=ctx.tokenizer,
+        data=ctx.train_data or None,  # the runs' own corpus
     )
     name = f"fig5_stability_{precision}_seeds{ctx.seeds}.png"
     return analyze(options, os.path.join(ctx.out, "experiments", "fig3-5", name))

@@ -148,7 +148,8 @@ SCALES: dict[str, Scale] = {
         eval_interval=50,
         eval_samples=64,
         calibration_steps=5,
-        tune_lrs=(1e-4, 3e-4, 1e-3, 3e-3, 6e-3, 1e-2, 2e-2),
+        # a 12-layer Post-LN's best lies low, NormFormer's high (first report: 2e-2 on the old top edge)
+        tune_lrs=(1e-4, 3e-4, 1e-3, 3e-3, 6e-3, 1e-2, 2e-2, 4e-2),
         tune_budget="steps=1000",
         glue_epochs=1,
         stability_updates=100,
