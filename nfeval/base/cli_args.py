@@ -8,6 +8,7 @@ option used to be spelled ``--out`` still accept it (hidden).
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -41,11 +42,48 @@ def add_zeroshot_data_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
 
 
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def device_name(text: str) -> str:
+    """Returns ``--device``'s value (an argparse ``type``): auto, cpu, cuda or cuda:N; raises
+    argparse.ArgumentTypeError naming the spellings for anything else (``gpu``)."""
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
+    return text
+
+
 def add_device(p: argparse.ArgumentParser, default: str | None = None) -> None:
     """Adds ``--device``: auto, cpu, cuda or cuda:N (auto: cuda when available)."""
     p.add_argument(
-        "--device", default=default, help="auto, cpu, cuda or cuda:N (default: auto, cuda when available)"
+        "--device",
+        type=device_name,
+        default=default,
+        help="auto, cpu, cuda or cuda:N (default: auto, cuda when available)",
     )
+
+
+def positive_int(text: str) -> int:
+    """Returns ``text`` as an integer of at least 1 (an argparse ``type``); raises
+    argparse.ArgumentTypeError saying what was expected (argparse names the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_int_or_auto(text: str) -> int | str:
+    """Returns ``auto`` or ``text`` as an integer of at least 1 (an argparse ``type``); raises
+    argparse.ArgumentTypeError saying what was expected."""
+    if text == "auto":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
 
 
 def device_or_none(device: str | None) -> str | None:

@@ -5,14 +5,22 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none, learning_rates
+from ..base.cli_args import (
+    add_device,
+    add_dtype,
+    add_no_progress,
+    device_or_none,
+    learning_rates,
+    positive_int,
+)
 from ..base.outputs import check_output_dir
 from ..engine import torch_files
 from ..glue import data as glue_data
 from ..glue import submission as glue_submission
 from ..glue.points import lr_key
 from ..glue.recipe import DTYPES, SELECTIONS, Recipe
-from ..glue.sweep import DEFAULT_LRS, format_table, sweep
+from ..glue.summary import format_table
+from ..glue.sweep import DEFAULT_LRS, sweep
 from ..launch.options import add_launcher_arguments, launch_options
 
 
@@ -37,12 +45,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         + "); without it: fairseq's recipe LR per task",
     )
     p.add_argument("--lrs", type=learning_rates, help="comma-separated learning rates (overrides the grid)")
-    p.add_argument("--seeds", type=int, default=1, help="seeds per learning rate: 0 .. N-1 (default 1)")
-    p.add_argument("--batch-size", type=int, help="default: 32 for MNLI/QNLI/QQP/SST-2, 16 for the others")
+    p.add_argument(
+        "--seeds", type=positive_int, default=1, help="seeds per learning rate: 0 .. N-1 (default 1)"
+    )
+    p.add_argument(
+        "--batch-size", type=positive_int, help="default: 32 for MNLI/QNLI/QQP/SST-2, 16 for the others"
+    )
     for flag, kind, what in (
-        ("--epochs", int, "epochs per point"),
-        ("--eval-batch-size", int, "dev batch size"),
-        ("--max-len", int, "max tokens per input (capped at the model's)"),
+        ("--epochs", positive_int, "epochs per point"),
+        ("--eval-batch-size", positive_int, "dev batch size"),
+        ("--max-len", positive_int, "max tokens per input (capped at the model's)"),
         ("--warmup-ratio", float, "share of updates with linear warmup"),
         ("--weight-decay", float, "AdamW weight decay"),
         ("--dropout", float, "dropout and attention dropout"),
@@ -57,7 +69,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_dtype(p, DTYPES, default=Recipe.dtype, help="auto (default): bf16 on GPUs that support it")
     add_device(p)
-    p.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
+    p.add_argument(
+        "--jobs", type=positive_int, default=1, help="points run in parallel processes (spread over GPUs)"
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        help="quick tries: only the first N rows of each task's train and dev splits (recorded)",
+    )
     p.add_argument("--out", default="results", help="results folder (default: results)")
     add_no_progress(p)
     p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
@@ -95,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         trust_checkpoint=args.trust_checkpoint,
         launch=launch,
+        limit=args.limit,
     )
     if summary is None:
         print("nfeval glue: no point finished yet; rerun the same command to collect the jobs' results")

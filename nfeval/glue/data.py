@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..base.errors import ConfigError, DataError, MissingDataError, hub_unreachable
 
@@ -160,6 +161,11 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def head(self, n: int) -> Split:
+        """Returns the split's first ``n`` rows (the same source and sha256: the file they come from)."""
+        text_b = None if self.text_b is None else self.text_b[:n]
+        return Split(self.name, self.source, self.sha256, self.text_a[:n], text_b, self.labels[:n])
+
 
 @dataclass
 class TaskData:
@@ -167,10 +173,21 @@ class TaskData:
     train: Split
     dev: dict[str, Split]
     test: dict = field(default_factory=dict)  # {name: UnlabelledSplit}, for --predict-test
+    limit: int | None = None  # --limit: the first N rows of train and of each dev split
 
-    def fingerprint(self) -> dict[str, str]:
-        """Returns {split: sha256} of the train and dev splits, for resume keys and provenance."""
-        return {s.name: s.sha256 for s in [self.train, *self.dev.values()]}
+    def fingerprint(self) -> dict[str, Any]:
+        """Returns {split: sha256} of the train and dev splits (and ``limit`` when rows were cut), for
+        resume keys and provenance."""
+        out: dict[str, Any] = {s.name: s.sha256 for s in [self.train, *self.dev.values()]}
+        return out if self.limit is None else {**out, "limit": self.limit}
+
+    def limited(self, n: int | None) -> TaskData:
+        """Returns the task with its train split and each dev split cut to their first ``n`` rows (None:
+        itself); the test splits stay whole, as a submission needs every row."""
+        if n is None:
+            return self
+        dev = {name: split.head(n) for name, split in self.dev.items()}
+        return TaskData(self.spec, self.train.head(n), dev, self.test, n)
 
 
 def spec(task: str) -> TaskSpec:

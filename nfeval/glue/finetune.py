@@ -236,8 +236,14 @@ def _train_epoch(
     return loss_sum
 
 
+def diverged(history: Sequence[Mapping]) -> bool:
+    """Returns whether a point's training loss became non-finite (its ``train_loss`` stored as None)."""
+    return any(h["train_loss"] is None for h in history)
+
+
 def _point_result(enc: EncodedTask, lr, seed, recipe: ResolvedRecipe, history, stats, dev, key) -> dict:
-    """Returns the point's result: the selected epoch's dev metrics, every epoch's, and training stats."""
+    """Returns the point's result: the selected epoch's dev metrics, every epoch's, training stats, and
+    whether it diverged (a non-finite training loss: the sweep never picks its learning rate)."""
     main = glue_metrics.MAIN_METRIC[enc.spec.name]
     last = recipe.select == "last_epoch"
     chosen = history[-1] if last else max(history, key=lambda h: h["metrics"][main])
@@ -249,6 +255,7 @@ def _point_result(enc: EncodedTask, lr, seed, recipe: ResolvedRecipe, history, s
         "metrics": chosen["metrics"],
         "epoch": chosen["epoch"],
         "select": recipe.select,
+        "diverged": diverged(history),
         "history": history,
         "train": stats,
         "device": str(dev),
@@ -291,7 +298,8 @@ def run_point(
     The result (also written atomically to ``directory/result.json``) holds the selected epoch's dev
     metrics, every epoch's metrics, training statistics and the resume key. With ``until`` below the
     recipe's epochs, stops after that many finished epochs, leaving ``state.pt`` for a later call to
-    resume from, and returns None.
+    resume from, and returns None. An epoch whose training loss is not finite ends the point: it is
+    recorded as diverged (that epoch's ``train_loss`` None) and finished, since no later epoch recovers.
     """
     dev, r, main = torch.device(device), recipe, glue_metrics.MAIN_METRIC[enc.spec.name]
     pad_id = special_ids(ckpt.tokenizer).pad
@@ -314,17 +322,21 @@ def run_point(
         stats["wall_s"] += time.perf_counter() - t0
         preds: dict = {}
         metrics = evaluate(model, enc, r, pad_id, dev, preds)
-        history.append({"epoch": epoch + 1, "train_loss": loss_sum.item() / len(batches), "metrics": metrics})
+        loss = loss_sum.item() / len(batches)
+        finite = loss if math.isfinite(loss) else None
+        history.append({"epoch": epoch + 1, "train_loss": finite, "metrics": metrics})
         if glue_predictions.is_reported(history, main, r.select):
             glue_predictions.write(directory, enc.spec.name, lr, seed, epoch + 1, enc, preds)
             keep_test_predictions(directory, model, enc, r, pad_id, dev, epoch + 1)
         bar.set_postfix({main: round(metrics[main], 4)})
+        if diverged(history):
+            break
         if epoch + 1 < r.epochs:
             _save_state(
                 state_path, _resume_state(key, model, opt, sched, dev) | {"history": history, "stats": stats}
             )
     bar.close()
-    if len(history) < r.epochs:
+    if len(history) < r.epochs and not diverged(history):
         return None
 
     result = _point_result(enc, lr, seed, r, history, stats, dev, key)

@@ -8,13 +8,19 @@ Edge cases: a correlation with a constant input (or fewer than two points) is un
 returns 0 for Matthews correlation then, and we report 0 for Pearson and Spearman too (scipy gives
 NaN), so that a collapsed model scores "no correlation" and best-LR selection stays well defined.
 F1 with no positive prediction is 0 (scikit-learn's ``zero_division=0``).
+
+The yardstick of every GLUE table is the majority class: the most frequent training label (STS-B: the
+mean training score) predicted for every dev row, scored with these metrics (``majority``).
 """
 
 from __future__ import annotations
 
+import collections
 import math
+import statistics
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -105,3 +111,22 @@ def glue_average(scores: Mapping[str, float]) -> float:
     if not scores:
         raise ValueError("glue_average: no task scores")
     return float(np.mean(list(scores.values())))
+
+
+def majority(task: str, train_labels: Sequence, dev_labels: Mapping[str, Sequence]) -> dict[str, Any]:
+    """Returns the constant-prediction baseline of ``task``: {"prediction", "metrics", "score", "rows"}
+    (``rows``: the dev rows per split it was scored on).
+
+    The prediction is the most frequent training label (the smallest on ties; STS-B: the mean training
+    score), predicted for every dev row and scored with the task's metrics (a constant has no correlation:
+    MCC, Pearson and Spearman are 0).
+    """
+    if isinstance(train_labels[0], float):
+        prediction: Any = statistics.fmean(train_labels)
+    else:
+        counts = collections.Counter(train_labels)
+        prediction = min(counts, key=lambda y: (-counts[y], y))
+    preds = {split: [prediction] * len(labels) for split, labels in dev_labels.items()}
+    metrics = compute(task, dev_labels, preds)
+    rows = {split: len(labels) for split, labels in dev_labels.items()}
+    return {"prediction": prediction, "metrics": metrics, "score": task_score(task, metrics), "rows": rows}

@@ -23,8 +23,11 @@ def _worker_ckpt(path: str, trust_checkpoint: bool) -> ckpt_lib.Checkpoint:
 
 
 @functools.lru_cache(maxsize=4)
-def _worker_task(ckpt_path: str, trust: bool, glue_dir: str | None, task: str, max_len: int) -> EncodedTask:
-    return encode_task(glue_data.load(task, glue_dir), _worker_ckpt(ckpt_path, trust).tokenizer, max_len)
+def _worker_task(
+    ckpt_path: str, trust: bool, glue_dir: str | None, task: str, max_len: int, limit: int | None
+) -> EncodedTask:
+    data = glue_data.load(task, glue_dir).limited(limit)
+    return encode_task(data, _worker_ckpt(ckpt_path, trust).tokenizer, max_len)
 
 
 class Work(NamedTuple):
@@ -64,7 +67,8 @@ def _worker_point(
     another sweep holds it then: the point's last epochs wait for that sweep)."""
     task, lr, seed, recipe, directory, key = work.point
     ckpt = _worker_ckpt(ckpt_path, trust_checkpoint)
-    enc = _worker_task(ckpt_path, trust_checkpoint, glue_dir, task, recipe.max_len)
+    limit = key["data"].get("limit")  # --limit is part of the data's fingerprint
+    enc = _worker_task(ckpt_path, trust_checkpoint, glue_dir, task, recipe.max_len, limit)
     if ckpt.fingerprint != key["checkpoint"] or enc.fingerprint != key["data"]:
         raise DataError(f"{ckpt_path} or the {task} data changed while the sweep was running")
     device = device or local.worker_device()

@@ -35,8 +35,8 @@ This module plans, runs and summarises a sweep; ``recipe.py`` holds the recipe, 
 from __future__ import annotations
 
 import functools
+import math
 import os
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,22 +51,45 @@ from ..launch.options import LaunchOptions
 from . import data as glue_data
 from . import metrics as glue_metrics
 from .finetune import EncodedTask, encode_task, run_point
-from .points import Point, claim_and_run, finished_on_disk, finished_result, lr_key, point_dir
+from .points import Point, claim_and_run, finished_on_disk, finished_result, point_dir
 from .pool import run_as_jobs, run_in_pool
 from .recipe import Recipe, ResolvedRecipe
+from .summary import glue_average, summarize_task
 
 DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)
+# A learning rate more than this factor outside DEFAULT_LRS is refused: small CPU models want up to ~10x
+# more, while 3e5 for 3e-5 trains at 300000 and reports a diverged model's score.
+LR_MARGIN = 100
 
 
 # --- planning and running -------------------------------------------------------------------------------
 
 
-def _check_arguments(tasks, lrs, seeds: int, jobs: int) -> tuple[list[str], dict[str, list[float]]]:
+def check_lr(lr: float) -> None:
+    """Raises ConfigError naming ``lr`` when it is not positive, or more than ``LR_MARGIN`` times outside
+    the recipe's default grid (``3e5`` typed for ``3e-5``); returns None."""
+    low, high = min(DEFAULT_LRS) / LR_MARGIN, max(DEFAULT_LRS) * LR_MARGIN
+    if low <= lr <= high:
+        return
+    mantissa, _, exponent = f"{lr:e}".partition("e")
+    flipped = float(f"{mantissa}e{-int(exponent)}") if lr > 0 and math.isfinite(lr) else None
+    hint = f"; did you mean {flipped:g}?" if flipped and low <= flipped <= high else ""
+    raise ConfigError(
+        f"--lrs: learning rate {lr:g} is more than {LR_MARGIN}x outside the recipe's grid "
+        f"({min(DEFAULT_LRS):g} to {max(DEFAULT_LRS):g}): expected {low:g} to {high:g}{hint}"
+    )
+
+
+def _check_arguments(
+    tasks, lrs, seeds: int, jobs: int, limit: int | None
+) -> tuple[list[str], dict[str, list[float]]]:
     """Returns (tasks without duplicates, {task: learning-rate grid}); raises ConfigError on bad values."""
     if seeds < 1:
         raise ConfigError(f"--seeds {seeds}: expected at least 1")
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: expected at least 1")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit {limit}: expected a positive number of rows")
     tasks = list(dict.fromkeys(tasks))
     if not tasks:
         raise ConfigError("--tasks: no GLUE task given")
@@ -76,8 +99,8 @@ def _check_arguments(tasks, lrs, seeds: int, jobs: int) -> tuple[list[str], dict
     for t in tasks:
         grid = (lrs.get(t) if isinstance(lrs, Mapping) else lrs) or DEFAULT_LRS
         grids[t] = list(dict.fromkeys(float(x) for x in grid))
-        if any(not (lr > 0) for lr in grids[t]):
-            raise ConfigError(f"--lrs: {t}: learning rates must be positive, got {grids[t]}")
+        for lr in grids[t]:
+            check_lr(lr)
     return tasks, grids
 
 
@@ -157,61 +180,10 @@ def run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, tr
 # --- summarising ----------------------------------------------------------------------------------------
 
 
-def summarize(results: Mapping[str, Sequence[Mapping]]) -> dict[str, Any]:
-    """Returns {task: {"metric", "best_lr", "best", "score", "per_lr"}} from each task's point results.
-
-    Per-LR values are means over seeds (with sample std when there are several); the best LR is the one
-    with the highest mean main metric on dev (the smaller LR on ties); a task's score is the mean of its
-    metrics at the best LR (the GLUE benchmark's task score).
-    """
-    tasks: dict[str, Any] = {}
-    for task, points in results.items():
-        main = glue_metrics.MAIN_METRIC[task]
-        by_lr: dict[float, list[Mapping]] = {}
-        for p in sorted(points, key=lambda p: (p["lr"], p["seed"])):
-            by_lr.setdefault(p["lr"], []).append(p["metrics"])
-        per_lr = {}
-        for lr, runs in by_lr.items():
-            row: dict[str, Any] = {m: statistics.fmean(run[m] for run in runs) for m in runs[0]}
-            row["seeds"] = len(runs)
-            if len(runs) > 1:
-                row["std"] = {m: statistics.stdev(run[m] for run in runs) for m in runs[0]}
-            per_lr[lr_key(lr)] = row
-        best_lr = max(by_lr, key=lambda lr: (per_lr[lr_key(lr)][main], -lr))
-        best = {m: v for m, v in per_lr[lr_key(best_lr)].items() if m not in ("seeds", "std")}
-        tasks[task] = {
-            "metric": main,
-            "best_lr": best_lr,
-            "best": best,
-            "score": glue_metrics.task_score(task, best),
-            "per_lr": per_lr,
-        }
-    return tasks
-
-
-def format_table(summary: Mapping[str, Any]) -> str:
-    """Returns the summary as a text table: main metric per LR (best marked *), best LR, score, GLUE
-    average."""
-    tasks = summary["tasks"]
-    lrs = sorted({float(k) for t in tasks.values() for k in t["per_lr"]})
-    head = (
-        f"{'task':<6} {'metric':<11}"
-        + "".join(f"{lr_key(lr):>10}" for lr in lrs)
-        + f"{'best_lr':>10}{'score':>8}"
-    )
-    lines = [head, "-" * len(head)]
-    for task, t in tasks.items():
-        cells = ""
-        for lr in lrs:
-            row = t["per_lr"].get(lr_key(lr))
-            mark = "*" if lr == t["best_lr"] else " "
-            cells += f"{row[t['metric']]:>9.4f}{mark}" if row else f"{'-':>10}"
-        lines.append(f"{task:<6} {t['metric']:<11}{cells}{lr_key(t['best_lr']):>10}{t['score']:>8.4f}")
-        extra = {m: v for m, v in t["best"].items() if m != t["metric"]}
-        if extra:
-            lines.append(f"{'':<6} at best lr: " + ", ".join(f"{m}={v:.4f}" for m, v in extra.items()))
-    lines.append(f"GLUE average over {len(tasks)} task(s): {summary['glue_average']:.4f}")
-    return "\n".join(lines)
+def majority(data: glue_data.TaskData) -> dict[str, Any]:
+    """Returns the task's majority-class baseline on its dev rows (``metrics.majority``)."""
+    dev = {name: split.labels for name, split in data.dev.items()}
+    return glue_metrics.majority(data.spec.name, data.train.labels, dev)
 
 
 def write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, seeds: int) -> dict[str, Any]:
@@ -219,9 +191,9 @@ def write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, seeds
     same checkpoint that this sweep did not run; returns it."""
     path = os.path.join(out_dir, "glue.json")
     source = os.path.abspath(glue_dir) if glue_dir else glue_data.HUB_DATASET
-    tasks_out = summarize(results)
+    tasks_out = {t: summarize_task(t, points, majority(data[t])) for t, points in results.items()}
     recipes = {t: {**resolved[t].as_dict(), "lrs": grids[t], "seeds": seeds} for t in results}
-    data_meta = {t: {"source": source, "sha256": d.fingerprint()} for t, d in data.items()}
+    data_meta = {t: {"source": source, "sha256": d.fingerprint(), "limit": d.limit} for t, d in data.items()}
     earlier = earlier_summary(path, ckpt.fingerprint)
     for t in earlier.get("tasks", {}):
         if t not in tasks_out:
@@ -237,7 +209,7 @@ def write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, seeds
             "data": {t: data_meta[t] for t in order},
         },
         "tasks": {t: tasks_out[t] for t in order},
-        "glue_average": glue_metrics.glue_average({t: tasks_out[t]["score"] for t in order}),
+        "glue_average": glue_average(tasks_out),
     }
     atomic_write_json(path, out)
     return out
@@ -256,6 +228,7 @@ def sweep(
     progress: bool = True,
     trust_checkpoint: bool = False,
     launch: LaunchOptions | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any] | None:
     """Fine-tunes every (task, lr, seed) point not yet finished, writes ``<out_dir>/glue.json``; returns it.
 
@@ -266,16 +239,17 @@ def sweep(
     another sweep is waited for at the end), and each task's summary covers every finished point on disk
     for the same checkpoint, data and recipe. ``launch`` (``--launcher slurm``): the points as Slurm jobs
     (``pool.run_as_jobs``); the summary then covers the tasks with a finished point, and None is returned
-    when there is none yet.
+    when there is none yet. ``limit`` (``--limit``): the first N rows of each task's train and dev splits.
+    A learning rate far outside the recipe's grid is refused before any work (``check_lr``).
     """
     recipe = recipe or Recipe()
-    tasks, grids = _check_arguments(tasks, lrs, seeds, jobs)
+    tasks, grids = _check_arguments(tasks, lrs, seeds, jobs, limit)
     if isinstance(ckpt, str):
         ckpt = ckpt_lib.load(ckpt, trust_checkpoint=trust_checkpoint)
     if ckpt.tokenizer is None:
         raise MissingDataError(f"{ckpt.path}: no tokenizer.json (GLUE needs the checkpoint's tokenizer)")
     device = _device(device, recipe, launch)
-    data = {t: glue_data.load(t, glue_dir) for t in tasks}
+    data = {t: glue_data.load(t, glue_dir).limited(limit) for t in tasks}
     resolved = {t: recipe.resolve(glue_data.spec(t), ckpt.config.max_seq_len, device) for t in tasks}
 
     results, points = plan_points(ckpt, data, resolved, grids, seeds, out_dir)
@@ -325,6 +299,3 @@ def earlier_summary(path: str, fingerprint: str) -> dict:
         return {}
     summary = load_json(path, hint="delete it to rebuild the summary")
     return summary if summary.get("nfeval", {}).get("model", {}).get("fingerprint") == fingerprint else {}
-
-
-# --- command line -----------------------------------------------------------------------------------------

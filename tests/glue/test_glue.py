@@ -15,6 +15,7 @@ from nfeval.engine.model import Transformer
 from nfeval.engine.tokenization import special_ids
 from nfeval.glue import finetune
 from nfeval.glue import sweep as glue
+from nfeval.glue.summary import format_table
 
 WORDS_NO_CAT = [w for w in WORDS if w != "cat"]
 FAST = dict(epochs=3, batch_size=16, warmup_ratio=0.06)
@@ -289,4 +290,4 @@ def test_tasks_of_separate_invocations_share_one_summary(tiny_mlm_ckpt, tiny_clm
     # Another checkpoint's summary in the same folder does not absorb the first one's tasks.
     other = glue.sweep(tiny_clm_ckpt, ["sst2"], [2e-3], recipe=glue.Recipe(epochs=1), **args)
     assert list(other["tasks"]) == ["sst2"] and list(other["tasks"]["sst2"]["per_lr"]) == ["0.002"]
-    assert "sst2" in glue.format_table(both) and "GLUE average over 2 task(s)" in glue.format_table(both)
+    assert "sst2" in format_table(both) and "GLUE average over 2 task(s)" in format_table(both)
