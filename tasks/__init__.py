@@ -15,6 +15,18 @@ TASKS_DIR = os.path.dirname(os.path.abspath(__file__))
 CANONICAL_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "storycloze_2018", "openbookqa")
 DEFAULT_TASKS = ("hellaswag", "piqa", "winogrande", "storycloze_2016", "openbookqa")
 
+# Answer choices per item, so chance accuracy is one over it; corpus_cloze is nfeval's own cloze task
+# (nfeval/zeroshot/cloze.py: the true next sentence and three drawn from other documents).
+CHOICES = {
+    "hellaswag": 4,
+    "piqa": 2,
+    "winogrande": 2,
+    "storycloze_2016": 2,
+    "storycloze_2018": 2,
+    "openbookqa": 4,
+    "corpus_cloze": 4,
+}
+
 # The GPT-3 paper's scoring convention per task (Brown et al. 2020, sec. 2.4).
 GPT3_METRIC = {
     "hellaswag": "acc_per_token",

@@ -39,7 +39,10 @@ def markdown_row(cells: Iterable[Any]) -> str:
 
 def csv_text(value: Any) -> Any:
     """Returns a CSV field for ``value``: a string on one line (``text_cell``), with a ``'`` before a
-    leading ``= + - @`` so a spreadsheet reads it as text, not a formula; any other value unchanged."""
+    leading ``= + - @`` so a spreadsheet reads it as text, not a formula; a float to 12 significant digits
+    (``0.646``, not the binary expansion ``0.6459999999999999``); any other value unchanged."""
+    if isinstance(value, float):
+        return f"{value:.12g}"
     if not isinstance(value, str):
         return value
     text = text_cell(value)

@@ -7,6 +7,7 @@ each file atomically.
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -30,12 +31,15 @@ def plot_curves(comparison: dict[str, Any], path: str) -> str:
     runs = comparison["runs"]
     longest = max(p["wall_s"] for r in runs for p in r["val"])
     hours = longest >= 360
+    # the FLOPs axis in units of 10^k, named in its label: matplotlib's own offset text ("1e15") floats
+    # at the axis end, away from the label, where it reads as part of the last tick
+    most = max((p["flops"] for r in runs for p in r["val"]), default=0) or 1
+    power = int(math.floor(math.log10(most)))
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     panels = fig.subplots(1, 2, sharey=True)
-    for ax, axis, label in zip(
-        panels, ("flops", "wall_s"), ("training FLOPs", f"training wall-clock ({'h' if hours else 's'})")
-    ):
-        scale = 3600 if axis == "wall_s" and hours else 1
+    labels = (f"training FLOPs (×10^{power})", f"training wall-clock ({'h' if hours else 's'})")
+    for ax, axis, label in zip(panels, ("flops", "wall_s"), labels):
+        scale = (3600 if hours else 1) if axis == "wall_s" else 10.0**power
         for row in runs:
             points = [p for p in row["val"] if p["val_ppl"] is not None]
             baseline = " (baseline)" if row["name"] == comparison["baseline"] else ""
@@ -55,23 +59,47 @@ def plot_curves(comparison: dict[str, Any], path: str) -> str:
         for ticks in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
             ticks(FormatStrFormatter("%g"))  # plain numbers, not 2.2x10^2, on a narrow log range
         ax.grid(alpha=0.3, which="both")
-    panels[0].set_ylabel("validation perplexity")
+    panels[0].set_ylabel("validation perplexity (log scale)")
     panels[0].legend(fontsize=8)
     fig.suptitle("Validation perplexity vs compute")
     return save_png(fig, path)
 
 
 def plot_bars(
-    columns: list[str], rows: list[tuple[str, list[float | None]]], path: str, title: str, ylabel: str
+    columns: list[str],
+    rows: list[tuple[str, list[float | None]]],
+    path: str,
+    title: str,
+    ylabel: str,
+    errors: list[list[float | None]] | None = None,
+    chance: list[float | None] | None = None,
 ) -> str:
-    """Draws a grouped bar chart, one group per column and one bar per (name, values) row; a missing
-    value (None) gets no bar, never a zero-height one; returns ``path``."""
+    """Draws a grouped bar chart, one group per column and one bar per (name, values) row; returns
+    ``path``. A missing value (None) gets no bar, never a zero-height one, but an "n/a" where the bar would
+    stand. ``errors`` (per row, per column; None: none) are drawn as ± error bars; ``chance`` (per column)
+    as a dashed line across the column's group."""
     fig = Figure(figsize=(max(6.0, 1.4 * len(columns) + 2), 4.2), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(rows))
     for i, (name, values) in enumerate(rows):
-        xs = [j + (i - (len(rows) - 1) / 2) * width for j, v in enumerate(values) if v is not None]
-        ax.bar(xs, [v for v in values if v is not None], width=width, label=name)
+        offset = (i - (len(rows) - 1) / 2) * width
+        shown = [j for j, v in enumerate(values) if v is not None]
+        spread = [(errors[i][j] if errors and errors[i][j] is not None else 0.0) for j in shown]
+        ax.bar(
+            [j + offset for j in shown],
+            [values[j] for j in shown],
+            width=width,
+            label=name,
+            yerr=spread if any(spread) else None,
+            capsize=2,
+        )
+        for j in (j for j, v in enumerate(values) if v is None):
+            ax.annotate("n/a", (j + offset, 0), ha="center", va="bottom", fontsize=7, rotation=90)
+    for j, level in enumerate(chance or []):
+        if level is not None:
+            ax.hlines(level, j - 0.45, j + 0.45, colors="black", linestyles="--", lw=0.9)
+    if chance and any(level is not None for level in chance):
+        ax.plot([], [], "k--", lw=0.9, label="chance")
     ax.set_xticks(range(len(columns)), columns, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

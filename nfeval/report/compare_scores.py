@@ -3,7 +3,8 @@
 Both files are zero-shot results (``nfeval zeroshot``, with their ``.items.json`` sidecars) or GLUE
 summaries (``nfeval glue``, with each point's ``predictions.json``). For every task and metric in both,
 prints A's and B's scores, A − B with a paired bootstrap interval over items, and the exact McNemar
-p-value for accuracy metrics; "*" marks a difference whose interval excludes 0. See nfeval/report/paired.py.
+p-value for accuracy metrics; "*" marks a difference whose bootstrap p, Holm-adjusted over the table's
+rows, is below 1 − confidence. See nfeval/report/paired.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..base.artifacts import provenance
 from ..base.errors import ConfigError
 from . import significance as sig
 from .compare_table import table
-from .paired import UnpairedError, compare_files
+from .paired import UnpairedError, adjust, compare_files
 
 
 def compare_scores(
@@ -32,6 +33,7 @@ def compare_scores(
     rows = compare_files(path_a, path_b, n_resamples=n_resamples, seed=seed, confidence=confidence)
     if not rows:
         raise UnpairedError(f"{path_a} and {path_b}: no task and metric in both files; nothing to pair")
+    adjust(rows, confidence)
     return {"nfeval": {"provenance": provenance()}, "a": path_a, "b": path_b, "rows": rows}
 
 
@@ -40,7 +42,7 @@ def format_rows(result: dict[str, Any]) -> str:
     rows = result["rows"]
     conf = f"{100 * rows[0]['confidence']:g}%" if rows else "95%"
     lines = [f"A: {result['a']}", f"B: {result['b']}", ""]
-    body = [["task", "metric", "n", "A", "B", "A − B", f"{conf} interval", "McNemar p", ""]]
+    body = [["task", "metric", "n", "A", "B", "A − B", f"{conf} interval", "p (Holm)", "McNemar p", ""]]
     for r in rows:
         p = "–" if r["mcnemar_p"] is None else f"{r['mcnemar_p']:.3g}"
         body.append(
@@ -52,16 +54,18 @@ def format_rows(result: dict[str, Any]) -> str:
                 f"{r['baseline']:.4f}",
                 f"{r['difference']:+.4f}",
                 f"[{r['low']:+.4f}, {r['high']:+.4f}]",
+                f"{r['p_holm']:.3g}",
                 p,
                 "*" if r["significant"] else "",
             ]
         )
-    lines += table(body, right={2, 3, 4, 5, 6, 7})
+    lines += table(body, right={2, 3, 4, 5, 6, 7, 8})
     n_res = rows[0]["n_resamples"] if rows else sig.N_RESAMPLES
     lines += [
         "",
-        f"paired bootstrap over items ({n_res} resamples, seed {rows[0]['seed'] if rows else 0}); "
-        "*: the interval excludes 0",
+        f"paired bootstrap over items ({n_res} resamples, seed {rows[0]['seed'] if rows else 0}); the "
+        f"interval is not adjusted; p (Holm): the bootstrap p Holm-adjusted over the {len(rows)} rows; "
+        f"*: p (Holm) < {1 - (rows[0]['confidence'] if rows else sig.CONFIDENCE):.2g}",
     ]
     if not rows:
         lines.append("no task and metric in common")

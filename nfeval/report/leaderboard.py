@@ -13,7 +13,9 @@ Conventions (also printed under each table):
   the mean of GLUE task scores (a task's score is the mean of its metrics, as the GLUE leaderboard's);
 - each zero-shot column names its lm-eval metric; by default the GPT-3 conventions (``--metric gpt3``),
   so reference rows (``--reference gpt3``) sit under the column whose metric follows the same convention,
-  and a reference cell whose convention differs from the column's stays "–".
+  and a reference cell whose convention differs from the column's stays "–";
+- yardsticks (``yardsticks.py``): 95% intervals on accuracy cells, a chance row under the zero-shot
+  table and the majority-class row under the GLUE table.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from .leaderboard_read import (
     read_results,
 )
 from .leaderboard_render import format_compute
+from .yardsticks import at_or_below_majority, chance_row, glue_half_width, half_width, majority_row
 
 # ---------------------------------------------------------------- building the board
 
@@ -110,9 +113,11 @@ def _zeroshot_cell(entry: dict | None, metric: str, warnings: list[str]) -> dict
         {"results": {entry["task"]: entry["metrics"]}}, ["results", entry["task"], key], entry["source"]
     )
     stderr = entry["metrics"].get(f"{metric}_stderr,none")
+    stderr = stderr if isinstance(stderr, (int, float)) else None
     return {
         "value": value,
-        "stderr": stderr if isinstance(stderr, (int, float)) else None,
+        "stderr": stderr,
+        "half_width": half_width(value, stderr, entry.get("n")),
         "subset": entry["subset"],
     }
 
@@ -136,9 +141,11 @@ def _glue_cell(entry: dict | None, task: str, metric: str, warnings: list[str]) 
         for m in GLUE_SCORE_METRICS[task]
         if m not in missing
     ]
+    value = fraction(wrapped, ["tasks", task, "best", metric], source, low=-1.0)
     return {
-        "value": fraction(wrapped, ["tasks", task, "best", metric], source, low=-1.0),
+        "value": value,
         "stderr": None,
+        "half_width": glue_half_width(task, metric, value, entry.get("rows")),
         "subset": False,
         "task_score": None if missing else mean(parts),
     }
@@ -239,10 +246,14 @@ def build(
         board["zeroshot"] = _zeroshot_table(zeroshot, metrics, warnings)
         _groups(board["zeroshot"]["rows"], measure, group_tolerance)
         board["zeroshot"]["rows"] += _reference_rows(board["zeroshot"], board["reference"])
+        board["zeroshot"]["rows"].append(chance_row(board["zeroshot"]))
     glue = [(m, label) for m, label in zip(models, labels) if m["glue"]]
     if glue:
         board["glue"] = _glue_table(glue, warnings)
         _groups(board["glue"]["rows"], measure, group_tolerance)
+        majority = majority_row(board["glue"], [m for m, _ in glue], warnings)
+        board["glue"]["below_majority"] = at_or_below_majority(board["glue"], majority)
+        board["glue"]["rows"] += [majority] if majority else []
     if not zeroshot and not glue:
         raise DataError(f"leaderboard: no zero-shot or GLUE task results in {list(paths)}")
     if board["reference"]:

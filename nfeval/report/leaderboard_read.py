@@ -51,6 +51,9 @@ GROUP_MEASURES = {
 }
 GROUP_UNITS = {"device_hours": "device-hours", "flops": "FLOPs", "tokens": "tokens"}
 MISSING = "–"
+CHANCE = {task: 1 / n for task, n in nf_tasks.CHOICES.items()}  # accuracy of a uniform guess
+YARDSTICK = "yardstick"  # the reference label of the chance and majority-class rows
+Z95 = 1.959964  # a 95% normal interval's half-width in standard errors
 
 # ---------------------------------------------------------------- reading, strictly on what we use
 
@@ -141,12 +144,16 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
             subset = counts["effective"] < counts["original"]
         else:
             subset = limit is not None
-        tasks[canonical] = {"task": name, "metrics": metrics, "subset": subset, "source": path}
+        n = counts.get("effective") if isinstance(counts.get("effective"), int) else None
+        tasks[canonical] = {"task": name, "metrics": metrics, "subset": subset, "source": path, "n": n}
     return tasks
 
 
 def read_glue(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str, Any]]:
-    """Returns {task: {"metric", "best", "source"}} of a GLUE summary; the metric's best value is checked."""
+    """Returns {task: {"metric", "best", "source", "majority", "rows"}} of a GLUE summary; the metric's best
+    value is checked. ``majority`` is the majority-class metrics and ``rows`` the dev rows per split (None
+    in summaries from before they were recorded); a task where every learning rate diverged is left out
+    with a warning."""
     tasks = _get(data, ["tasks"], path, dict, "the per-task GLUE results object")
     out = {}
     for task in tasks:
@@ -155,8 +162,18 @@ def read_glue(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str,
             continue
         metric = _get(data, ["tasks", task, "metric"], path, str, "the task's GLUE metric name")
         best = _get(data, ["tasks", task, "best"], path, dict, "an object {metric: value}")
+        if not best:
+            warnings.append(f"{path}: GLUE task {task!r}: every learning rate diverged; shown as {MISSING}")
+            continue
         fraction(data, ["tasks", task, "best", metric], path, low=-1.0)
-        out[task] = {"metric": metric, "best": best, "source": path}
+        majority = ["tasks", task, "majority"]
+        out[task] = {
+            "metric": metric,
+            "best": best,
+            "source": path,
+            "majority": _get(data, majority + ["metrics"], path, dict, "an object", required=False),
+            "rows": _get(data, majority + ["rows"], path, dict, "an object", required=False),
+        }
     return out
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ..base.artifacts import atomic_write_text
 from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
 from . import paired
-from .leaderboard_read import GROUP_UNITS, MISSING, TITLES, ZEROSHOT_TASKS
+from .leaderboard_read import CHANCE, GROUP_UNITS, MISSING, TITLES, YARDSTICK, ZEROSHOT_TASKS
 
 # ---------------------------------------------------------------- rendering
 
@@ -39,7 +39,9 @@ def format_compute(x: float | None, measure: str) -> str:
 def _cell(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return MISSING
-    return f"{100 * cell['value']:.1f}" + ("*" if cell["subset"] else "") + paired.markdown_mark(cell)
+    interval = "" if cell.get("half_width") is None else f" ±{100 * cell['half_width']:.1f}"
+    mark = ("*" if cell["subset"] else "") + paired.markdown_mark(cell)
+    return f"{100 * cell['value']:.1f}{interval}{mark}"
 
 
 def _markdown_table(table: dict[str, Any]) -> list[str]:
@@ -78,6 +80,11 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
         "normalisation; acc_uncond: its unconditional normalisation; acc: unnormalised, which for WinoGrande "
         f"is GPT-3's partial scoring). {MISSING}: not evaluated. Avg: mean of {averaged}; {MISSING} unless "
         "all five are present.",
+        "±: half-width of the 95% interval, 1.96 standard errors (lm-eval's, else binomial √(p(1−p)/n) over "
+        "the n items); over 50 items a 50% accuracy is ±14 points.",
+        "chance: one over the answer choices per item (HellaSwag, OpenBookQA and the corpus cloze task 4: "
+        "25%; PIQA, WinoGrande and StoryCloze 2: 50%); a score inside its interval of chance is no evidence "
+        "of learning.",
     ]
     if any(c and c["subset"] for r in table["rows"] for c in r["scores"].values()):
         notes.append("*: evaluated on a subset of the task (lm-eval `--limit`).")
@@ -106,7 +113,31 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _sources(board: dict[str, Any]) -> list[str]:
+def _glue_notes(table: dict[str, Any]) -> list[str]:
+    notes = [
+        "GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column names its "
+        f"metric. {MISSING}: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean "
+        "of a task's metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and "
+        f"mismatched); {MISSING} unless every task shown is present.",
+        "±: accuracy columns, half-width of the binomial 95% interval over the dev rows (F1, MCC and "
+        "correlations have none here; --baseline gives paired intervals of differences).",
+        "majority class: the most frequent training label (STS-B: the mean score) predicted for every dev "
+        "row, scored with each column's metric; MCC and correlations of a constant are 0.",
+    ]
+    if table.get("below_majority"):
+        notes.append("Not above the majority class: " + "; ".join(table["below_majority"]) + ".")
+    return notes
+
+
+def _relative(path: str, base_dir: str | None) -> str:
+    """Returns ``path`` relative to ``base_dir``, the folder of the page that prints it, so it resolves
+    from the page; as given when the page has no folder (stdout)."""
+    if base_dir is None:
+        return path
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(base_dir or os.curdir))
+
+
+def _sources(board: dict[str, Any], base_dir: str | None) -> list[str]:
     lines, seen = [], set()
     for table in (board.get("zeroshot"), board.get("glue")):
         for row in (table or {}).get("rows", []):
@@ -117,7 +148,8 @@ def _sources(board: dict[str, Any]) -> list[str]:
             shown = text_cell(row["fingerprint"][:16]).replace("`", "'") if row["fingerprint"] else None
             fingerprint = f"fingerprint `{shown}`" if shown else "no fingerprint"
             lr = f"{row['lr']['label']}; " if row.get("lr") else ""
-            detail = markdown_text(f"{lr}{', '.join(row['sources'])}")
+            files = ", ".join(_relative(path, base_dir) for path in row["sources"])
+            detail = markdown_text(f"{lr}{files}")
             lines.append(f"- {markdown_text(row['name'])}: {fingerprint}; {detail}")
     return lines
 
@@ -127,10 +159,11 @@ def render_markdown(
     title: str = "Leaderboard",
     images: dict[str, str] | None = None,
     comparison: str | None = None,
+    base_dir: str | None = None,
 ) -> str:
     """Returns the leaderboard as markdown: a zero-shot and/or a GLUE table, notes under each, sources last.
     ``images`` maps "zeroshot"/"curves" to a PNG file name to link; ``comparison`` is a compare table
-    (text)."""
+    (text); ``base_dir``: the folder the page is written to (sources are named relative to it)."""
     images = images or {}
     lines = [f"# {title}", ""]
     if "zeroshot" in board:
@@ -140,15 +173,7 @@ def render_markdown(
             lines += [f"![Zero-shot accuracy]({images['zeroshot']})", ""]
     if "glue" in board:
         lines += ["## GLUE", ""] + _markdown_table(board["glue"]) + [""]
-        lines += [
-            "- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column "
-            "names its metric. "
-            f"{MISSING}: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean of "
-            "a task's "
-            f"metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and mismatched); "
-            f"{MISSING} unless every task shown is present.",
-            "",
-        ]
+        lines += [f"- {markdown_text(note)}" for note in _glue_notes(board["glue"])] + [""]
     if comparison or "curves" in images:
         lines += ["## Training runs at equal compute", ""]
         lines += [*code_block(comparison), ""] if comparison else []
@@ -167,7 +192,7 @@ def render_markdown(
         from ..analysis.tables import markdown_section
 
         lines += markdown_section(board["analysis"])
-    lines += ["## Sources", ""] + _sources(board)
+    lines += ["## Sources", ""] + _sources(board, base_dir)
     return "\n".join(lines) + "\n"
 
 
@@ -222,13 +247,37 @@ def render(
     title: str = "Leaderboard",
     images: dict[str, str] | None = None,
     comparison: str | None = None,
+    base_dir: str | None = None,
 ) -> str:
-    """Returns ``board`` rendered as ``fmt`` (md, csv or json)."""
+    """Returns ``board`` rendered as ``fmt`` (md, csv or json); ``base_dir`` as ``render_markdown``'s."""
     if fmt == "md":
-        return render_markdown(board, title, images, comparison)
+        return render_markdown(board, title, images, comparison, base_dir)
     if fmt == "csv":
         return render_csv(board)
     return json.dumps(board, indent=2, default=str) + "\n"
+
+
+def _zeroshot_plot(table: dict[str, Any], path: str) -> str:
+    """Draws the zero-shot bar chart (95% error bars, chance marked per task); returns ``path``."""
+    from ..base.plots import plot_bars
+
+    def percent(cell, key):
+        return None if cell is None or cell.get(key) is None else 100 * cell[key]
+
+    bars = [
+        (r["name"], [percent(r["scores"][c["task"]], "value") for c in table["columns"]])
+        for r in table["rows"]
+        if r["reference"] != YARDSTICK
+    ]
+    errors = [
+        [percent(r["scores"][c["task"]], "half_width") for c in table["columns"]]
+        for r in table["rows"]
+        if r["reference"] != YARDSTICK
+    ]
+    chance = [None if CHANCE.get(c["task"]) is None else 100 * CHANCE[c["task"]] for c in table["columns"]]
+    columns = [f"{c['title']}\n{c['metric']}" for c in table["columns"]]
+    title = "Zero-shot accuracy (bars: 95% interval; dashes: chance)"
+    return plot_bars(columns, bars, path, title, "accuracy (%)", errors=errors, chance=chance)
 
 
 def write(
@@ -237,31 +286,17 @@ def write(
     """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
     (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
     text."""
-    from ..base.plots import plot_bars, plot_curves
+    from ..base.plots import plot_curves
 
     images, table_text = {}, None
     stem = os.path.splitext(out)[0]
     if fmt == "md" and "zeroshot" in board:
-        table = board["zeroshot"]
-        bars = [
-            (
-                r["name"],
-                [
-                    None if r["scores"][c["task"]] is None else 100 * r["scores"][c["task"]]["value"]
-                    for c in table["columns"]
-                ],
-            )
-            for r in table["rows"]
-        ]
-        columns = [f"{c['title']}\n{c['metric']}" for c in table["columns"]]
-        images["zeroshot"] = os.path.basename(
-            plot_bars(columns, bars, f"{stem}_zeroshot.png", "Zero-shot accuracy", "accuracy (%)")
-        )
+        images["zeroshot"] = os.path.basename(_zeroshot_plot(board["zeroshot"], f"{stem}_zeroshot.png"))
     if fmt == "md" and comparison:
         from .compare_table import format_comparison
 
         images["curves"] = os.path.basename(plot_curves(comparison, f"{stem}_curves.png"))
         table_text = format_comparison(comparison)
-    text = render(board, fmt, title, images, table_text)
+    text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out))
     atomic_write_text(out, text)
     return text

@@ -7,7 +7,9 @@ Two results pair only when they were scored on the same items: the same document
 document hashes) or the same dev examples (data sha256 and labels); otherwise ``UnpairedError`` says why.
 Before pairing, each side's per-item outcomes must reproduce the score its results file reports.
 
-A difference is "candidate − baseline"; it is significant when its interval excludes 0.
+A difference is "candidate − baseline"; a row alone is significant when its interval excludes 0. A table
+of several differences marks them by Holm-adjusted p over all of them (``adjust``), so that the chance
+of one false mark stays at 1 − confidence however many cells the table compares.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..glue.points import lr_key, point_dir
 from ..tasks import canonical_name
 from ..zeroshot import items as zeroshot_items
 from . import significance as sig
+from .verdict import holm
 
 
 class UnpairedError(DataError):
@@ -116,12 +119,14 @@ def compare_zeroshot(path: str, base: str, metrics: dict[str, str] | None = None
 
 def glue_predictions_by_task(path: str) -> dict[str, dict[str, Any]]:
     """Returns {task: {"preds": {split: [per-seed arrays]}, "labels": {split: array}, "data", "best"}} of a
-    GLUE summary, read from the points at each task's best learning rate."""
+    GLUE summary, read from the points at each task's best learning rate (tasks without one left out)."""
     summary = load_json(path)
     out_dir = os.path.dirname(os.path.abspath(path))
     out = {}
     for task, entry in (summary.get("tasks") or {}).items():
         lr = entry["best_lr"]
+        if lr is None:  # every learning rate diverged: nothing to pair
+            continue
         seeds = entry["per_lr"][lr_key(lr)].get("seeds", 1)
         preds: dict[str, list] = {}
         labels, data = {}, None
@@ -237,15 +242,32 @@ def add_to_board(board: dict[str, Any], baseline: str, **options) -> None:
                 wanted = {t: metric_of[t] for t in tasks}
                 for r in compare[name](path, base_path, wanted, **options):
                     row["scores"][r["task"]]["paired"] = {k: r[k] for k in PAIRED_FIELDS}
-    board["paired"] = {"baseline": baseline, **{k: options.get(k, d) for k, d in PAIRED_DEFAULTS.items()}}
+    settings = {k: options.get(k, d) for k, d in PAIRED_DEFAULTS.items()}
+    entries = [
+        cell["paired"]
+        for name in tables
+        for row in board[name]["rows"]
+        for cell in row["scores"].values()
+        if cell and cell.get("paired")
+    ]
+    adjust(entries, settings["confidence"])
+    board["paired"] = {"baseline": baseline, **settings, "comparisons": len(entries)}
 
 
-PAIRED_FIELDS = ("difference", "low", "high", "mcnemar_p", "significant", "n")
+def adjust(rows: list[dict[str, Any]], confidence: float) -> None:
+    """Sets each row's ``p_holm`` (Holm-adjusted over ``rows``, ``verdict.holm``) and ``significant``
+    (p_holm < 1 − confidence) in place; returns None."""
+    for row, p in zip(rows, holm([row["p"] for row in rows])):
+        row["p_holm"] = p
+        row["significant"] = p < 1 - confidence
+
+
+PAIRED_FIELDS = ("difference", "low", "high", "p", "mcnemar_p", "significant", "n")
 PAIRED_DEFAULTS = {"n_resamples": sig.N_RESAMPLES, "seed": sig.SEED, "confidence": sig.CONFIDENCE}
 
 
 def markdown_mark(cell: dict[str, Any] | None) -> str:
-    """Returns "†" for a cell whose difference to the baseline is significant, else ""."""
+    """Returns "†" for a cell whose difference to the baseline is significant (Holm-adjusted), else ""."""
     return "†" if cell and (cell.get("paired") or {}).get("significant") else ""
 
 
@@ -258,8 +280,8 @@ def markdown_section(board: dict[str, Any]) -> list[str]:
     lines = [
         f"## Paired differences vs {markdown_text(settings['baseline'])}",
         "",
-        f"| Model | Task | Metric | n | Δ (points) | {conf} interval | McNemar p |",
-        "|---|---|---|---:|---:|---|---:|",
+        f"| Model | Task | Metric | n | Δ (points) | {conf} interval | p (Holm) | McNemar p |",
+        "|---|---|---|---:|---:|---|---:|---:|",
     ]
     for name in ("zeroshot", "glue"):
         table = board.get(name) or {"rows": [], "columns": []}
@@ -271,22 +293,33 @@ def markdown_section(board: dict[str, Any]) -> list[str]:
                 p = "–" if paired["mcnemar_p"] is None else f"{paired['mcnemar_p']:.3g}"
                 difference = f"{100 * paired['difference']:+.1f}{markdown_mark(row['scores'][col['task']])}"
                 interval = f"[{100 * paired['low']:+.1f}, {100 * paired['high']:+.1f}]"
-                cells = [row["name"], col["title"], col["metric"], paired["n"], difference, interval, p]
+                holm_p = f"{paired['p_holm']:.3g}"
+                cells = [row["name"], col["title"], col["metric"], paired["n"], difference, interval]
+                cells += [holm_p, p]
                 lines.append(markdown_row(cells))
     lines += [
         "",
         f"- Δ: model − {markdown_text(settings['baseline'])} on the same items; interval: paired bootstrap "
-        f"over items ({settings['n_resamples']} resamples, seed {settings['seed']}); McNemar: exact test on "
-        "the items only one model got right (accuracy metrics). †: the interval excludes 0.",
+        f"over items ({settings['n_resamples']} resamples, seed {settings['seed']}), not adjusted; p (Holm): "
+        f"the bootstrap p Holm-adjusted over the {settings.get('comparisons', '–')} differences here; "
+        "McNemar: exact test on the items only one model got right (accuracy metrics). †: p (Holm) < "
+        f"{1 - settings['confidence']:.2g}, a correction for testing several differences at once.",
         "",
     ]
     return lines
 
 
 def csv_fields(prefix: str, cell: dict[str, Any] | None) -> dict[str, Any]:
-    """Returns a cell's paired CSV columns: ``prefix/diff``, ``/low``, ``/high``, ``/mcnemar_p``."""
+    """Returns a cell's paired CSV columns: ``prefix/diff``, ``/low``, ``/high``, ``/p_holm``,
+    ``/mcnemar_p``."""
     paired = (cell or {}).get("paired") or {}
     return {f"{prefix}/{k}": paired.get(v) for k, v in CSV_COLUMNS.items()}
 
 
-CSV_COLUMNS = {"diff": "difference", "low": "low", "high": "high", "mcnemar_p": "mcnemar_p"}
+CSV_COLUMNS = {
+    "diff": "difference",
+    "low": "low",
+    "high": "high",
+    "p_holm": "p_holm",
+    "mcnemar_p": "mcnemar_p",
+}

@@ -35,12 +35,15 @@ def paired_bootstrap(
     confidence: float = CONFIDENCE,
     seed: int = SEED,
 ) -> dict[str, Any]:
-    """Returns {"difference", "low", "high", "confidence", "n", "n_resamples", "seed", "method"}.
+    """Returns {"difference", "low", "high", "p", "confidence", "n", "n_resamples", "seed", "method"}.
 
     ``arrays`` are per-item arrays of equal length (e.g. model A's and model B's outcomes, or the labels
     and both models' predictions); ``difference(*rows)`` maps arrays of shape (batch, n), one resample
     per row, to the (batch,) differences. The point estimate is ``difference`` on the items themselves;
-    the interval holds the central ``confidence`` mass of the resampled differences (percentile method).
+    the interval holds the central ``confidence`` mass of the resampled differences (percentile method),
+    and ``p`` is the two-sided percentile p-value: twice the smaller share of resampled differences on
+    either side of 0 (with the +1 of a resampling test), so the interval excludes 0 about when p < 1 −
+    confidence.
     """
     data = [np.asarray(a) for a in arrays]
     n = len(data[0])
@@ -60,11 +63,15 @@ def paired_bootstrap(
         rng=np.random.default_rng(seed),
     )
     low, high = result.confidence_interval
+    resampled = np.asarray(result.bootstrap_distribution)
+    tail = min(np.sum(resampled <= 0), np.sum(resampled >= 0))
+    p = min(1.0, 2 * (tail + 1) / (len(resampled) + 1))
     point = float(np.asarray(difference(*(a[None, :] for a in data))).reshape(-1)[0])
     return {
         "difference": point,
         "low": float(low),
         "high": float(high),
+        "p": float(p),
         "confidence": confidence,
         "n": n,
         "n_resamples": n_resamples,

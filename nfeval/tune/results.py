@@ -212,8 +212,8 @@ def plot(summary: dict[str, Any], path: str) -> str:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))  # plain numbers on a narrow log range
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final validation perplexity")
+    ax.set_xlabel("peak learning rate (log scale)")
+    ax.set_ylabel("final validation perplexity (log scale)")
     ax.set_title(f"LR tune, budget {summary['budget']['spec']}  (x: diverged, *: best)", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)

@@ -139,7 +139,12 @@ def test_markdown_for_fixed_results_equals_expected_text(files):
         "- Accuracy in percent; each column names its lm-eval metric (acc_per_token: GPT-3's per-token"
         " length normalisation; acc_uncond: its unconditional normalisation; acc: unnormalised, which"
         " for WinoGrande is GPT-3's partial scoring). –: not evaluated. Avg: mean of HellaSwag, PIQA,"
-        " WinoGrande, StoryCloze, OpenBookQA; – unless all five are present."
+        " WinoGrande, StoryCloze, OpenBookQA; – unless all five are present.\n"
+        "- ±: half-width of the 95% interval, 1.96 standard errors (lm-eval's, else binomial √(p(1−p)/n)"
+        " over the n items); over 50 items a 50% accuracy is ±14 points.\n"
+        "- chance: one over the answer choices per item (HellaSwag, OpenBookQA and the corpus cloze task 4:"
+        " 25%; PIQA, WinoGrande and StoryCloze 2: 50%); a score inside its interval of chance is no"
+        " evidence of learning."
     )
     gpt3_note = (
         "- GPT-3 rows: Brown et al. 2020, Language Models are Few-Shot Learners, Table H.1 (zero-shot),"
@@ -153,7 +158,11 @@ def test_markdown_for_fixed_results_equals_expected_text(files):
         "- GLUE scores ×100 at each task's best learning rate, as in the GLUE summary; each column names"
         " its metric. –: not evaluated. Avg: mean over the tasks shown of the GLUE task score (the mean"
         " of a task's metrics: MRPC/QQP accuracy and F1, STS-B Pearson and Spearman, MNLI matched and"
-        " mismatched); – unless every task shown is present."
+        " mismatched); – unless every task shown is present.\n"
+        "- ±: accuracy columns, half-width of the binomial 95% interval over the dev rows (F1, MCC and"
+        " correlations have none here; --baseline gives paired intervals of differences).\n"
+        "- majority class: the most frequent training label (STS-B: the mean score) predicted for every dev"
+        " row, scored with each column's metric; MCC and correlations of a constant are 0."
     )
     expected = f"""# Leaderboard
 
@@ -165,6 +174,8 @@ def test_markdown_for_fixed_results_equals_expected_text(files):
 | pre-125M | 125M | normformer | 310M | 2.1e17 | 1.45 | 31.2 | 62.5 | 51.0 | 62.0 | – | – |
 | *reference: GPT-3* |  |  |  |  |  |  |  |  |  |  |  |
 | GPT-3 Small 125M | 125M | GPT-3 | 300B | – | – | 33.7 | 64.6 | 52.0 | 63.3 | 35.6 | 49.8 |
+| *reference: yardstick* |  |  |  |  |  |  |  |  |  |  |  |
+| chance | – | – | – | – | – | 25.0 | 50.0 | 50.0 | 50.0 | 25.0 | 40.0 |
 
 {zeroshot_note}
 {gpt3_note}
@@ -203,12 +214,13 @@ def test_zeroshot_and_glue_rows_join_by_fingerprint(tmp_path, files):
     g = glue_file(tmp_path / "g2.json", "a" * 64, "nf-125M", GLUE_RESULTS)
     board = build([a, g])
     assert (
-        [r["name"] for r in board["zeroshot"]["rows"]]
+        [r["name"] for r in board["zeroshot"]["rows"] if r["reference"] is None]
         == [r["name"] for r in board["glue"]["rows"]]
         == ["nf-125M"]
     )
-    (row,) = csv.DictReader(io.StringIO(render_csv(board)))
+    row, chance = csv.DictReader(io.StringIO(render_csv(board)))
     assert float(row["piqa/acc_per_token"]) == 0.625 and float(row["cola/mcc"]) == 0.5
+    assert chance["model"] == "chance" and chance["piqa/acc_per_token"] == "0.5"
     assert float(row["glue_average"]) == pytest.approx((0.5 + (0.8 + 0.85) / 2) / 2)
 
 
@@ -217,7 +229,7 @@ def test_reference_cell_follows_the_metric_convention(files):
     board = build([a], reference="gpt3", metric=["hellaswag=acc_norm"])
     columns = {c["task"]: c["metric"] for c in board["zeroshot"]["columns"]}
     assert columns["hellaswag"] == "acc_norm" and columns["piqa"] == "acc_per_token"
-    ours, ref = board["zeroshot"]["rows"]
+    ours, ref, _chance = board["zeroshot"]["rows"]
     assert ours["scores"]["hellaswag"]["value"] == 0.31
     assert ref["scores"]["hellaswag"] is None and ref["scores"]["piqa"]["value"] == pytest.approx(0.646)
     assert ref["average"] is None
@@ -256,7 +268,7 @@ def test_grouping_by_flops_separates_compute_matched_groups(tmp_path, files):
         {"tokens": 1e9, "flops": 9e17, "device_hours": 6.0},
     )
     board = build([c, a, b], group_by="flops")
-    rows = board["zeroshot"]["rows"]
+    rows = [r for r in board["zeroshot"]["rows"] if r["reference"] is None]
     assert [(r["name"], r["group"]) for r in rows] == [
         ("pre-125M", "≈ 2.1e17–2.2e17 FLOPs"),
         ("nf-125M", "≈ 2.1e17–2.2e17 FLOPs"),

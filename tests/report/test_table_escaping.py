@@ -60,7 +60,8 @@ def test_a_crafted_results_file_gives_well_formed_tables_with_one_row_per_result
     zeroshot, glue = tables(text)
     for lines in (zeroshot, glue):
         assert len({len(cells(line)) for line in lines}) == 1, lines  # every row has the header's cells
-    assert len(zeroshot) == 3 and len(glue) == 3  # header, delimiter, one row per results file
+    # header, delimiter, one row per results file (+ the zero-shot table's yardstick label and chance row)
+    assert len(zeroshot) == 5 and len(glue) == 3
     assert cells(zeroshot[2])[0].strip() == markdown_text(
         "evil | 99.9 | 99.9 | | forged row | 1 | <!-- the rest is hidden"
     )
@@ -71,10 +72,10 @@ def test_a_crafted_results_file_gives_well_formed_tables_with_one_row_per_result
 def test_a_crafted_results_file_gives_one_csv_row_per_model_and_no_formula(tmp_path):
     z, g = crafted_files(tmp_path)
     text = render_csv(build([z, g]))
-    assert len(text.splitlines()) == 3  # header and two models, each on one line
+    assert len(text.splitlines()) == 4  # header, two models and the chance row, each on one line
     rows = list(csv.reader(io.StringIO(text)))
     assert all(not cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row if cell)
-    assert rows[2][0] == "'=1+1"
+    assert rows[3][0] == "'=1+1"
 
 
 def test_text_tables_keep_one_line_per_row():
@@ -85,5 +86,6 @@ def test_text_tables_keep_one_line_per_row():
 def test_the_escapes():
     assert markdown_text("a|b\\|c\n<b>&") == "a\\|b\\\\\\|c &lt;b&gt;&amp;"
     assert markdown_row(["x|y", 3]) == "| x\\|y | 3 |"
-    assert csv_text("-2+3") == "'-2+3" and csv_text(-2.5) == -2.5 and csv_text("a\nb") == "a b"
+    assert csv_text("-2+3") == "'-2+3" and csv_text(-2.5) == "-2.5" and csv_text("a\nb") == "a b"
+    assert csv_text(0.6459999999999999) == "0.646" and csv_text(3) == 3
     assert code_block("a ``` b ````") == ["`````text", "a ``` b ````", "`````"]
