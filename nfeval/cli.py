@@ -38,13 +38,19 @@ def command_module(name: str):
     return importlib.import_module("nfeval.commands." + name.replace("-", "_"))
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse under the one error contract: a bad flag or value is one line, ``nfeval CMD: error: …``,
+    and exit status 2, before any work (``--help`` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
 def build_parser(command: str | None) -> argparse.ArgumentParser:
     """Returns the parser; only ``command``'s module is imported to add its arguments."""
     from . import __version__
 
-    parser = argparse.ArgumentParser(
-        prog="nfeval", description="NormFormer evaluation and benchmarking harness"
-    )
+    parser = Parser(prog="nfeval", description="NormFormer evaluation and benchmarking harness")
     parser.add_argument("--version", action="version", version=f"nfeval {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():

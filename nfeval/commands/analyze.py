@@ -10,7 +10,7 @@ import sys
 from ..analysis import tables
 from ..analysis.runs import GainsOptions, GradsOptions, Options, StabilityOptions, analyze, json_path
 from ..analysis.stability import StabilitySettings
-from ..base.cli_args import add_output_file
+from ..base.cli_args import add_output_file, device_name, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("fp32", "bf16", "fp16"),
         help="forward in torch autocast at this precision (fp32: off); the paper trained in fp16",
     )
-    st.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    st.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     _data_arguments(st, batches=False)
     for parser, name in ((g, "grads"), (s, "gains"), (st, "stability")):
         add_output_file(parser, default=f"{name}.png", help=f"PNG path; JSON beside it (default {name}.png)")
@@ -76,7 +76,7 @@ def _data_arguments(p: argparse.ArgumentParser, batches: bool) -> None:
         help="tokenizer.json, or GPT-2's BPE folder for a fairseq .pt with a dict.txt "
         "(default: the checkpoint's, else a BPE trained on the data)",
     )
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--seed", type=int, default=1, help="data order and preset initialisation")
     if batches:

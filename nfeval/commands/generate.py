@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..base.artifacts import atomic_write_text, provenance
-from ..base.cli_args import LONG_NAMES, add_device, add_dtype
+from ..base.cli_args import LONG_NAMES, add_device, add_dtype, positive_int
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.outputs import check_output_file
 from ..engine import loading
@@ -130,7 +130,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
     p.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--output", metavar="FILE.jsonl", help="write the continuations as JSONL")
     add_fairseq_arguments(p)
     add_device(p)

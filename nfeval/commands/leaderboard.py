@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..base.cli_args import add_output_file
+from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..report import paired
 from ..report.leaderboard import build
@@ -18,14 +19,17 @@ from ..report.leaderboard_render import render, write
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "results", nargs="+", metavar="RESULTS", help="zero-shot results JSON and/or GLUE summary JSON files"
+        "results", nargs="*", metavar="RESULTS", help="zero-shot results JSON and/or GLUE summary JSON files"
     )
     add_output_file(
         p, metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots"
     )
     p.add_argument("--format", choices=("md", "csv", "json"), help="default: from --output's suffix, else md")
     p.add_argument(
-        "--names", nargs="+", metavar="NAME", help="row names, one per model in order of first appearance"
+        "--names",
+        nargs="+",
+        metavar="NAME",
+        help="row names, one per model in order of first appearance; after the results files",
     )
     p.add_argument("--reference", metavar="gpt3|PATH", help="add the reference rows nearest in size to ours")
     p.add_argument(
@@ -64,7 +68,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_names(results: list[str], names: list[str] | None) -> None:
+    """Raises ConfigError when ``--names`` took results files (``--names a b r1.json r2.json``: a list
+    option swallows what follows it) or no results file is left; returns None."""
+    swallowed = [n for n in names or [] if n.endswith(".json") or os.path.isfile(n)]
+    if swallowed:
+        raise ConfigError(
+            f"--names: {swallowed[0]!r} is a results file, not a row name: --names takes every word after "
+            "it, so put it after the results files (nfeval leaderboard r1.json r2.json --names a b)"
+        )
+    if not results:
+        raise ConfigError("RESULTS: expected at least one results file (zero-shot or GLUE JSON)")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_names(args.results, args.names)
     check_output_file(args.output, "--output")  # before any work
     from ..analysis.tables import load_analysis
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..base.cli_args import add_device, add_dtype, add_no_progress, device_or_none
+from ..base.cli_args import (
+    add_device,
+    add_dtype,
+    add_no_progress,
+    device_or_none,
+    positive_int,
+    positive_int_or_auto,
+)
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..model_adapters.config import ScoringConfig
@@ -37,23 +44,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="local task files (layout of ../shared/data/zeroshot); default: the Hub",
     )
     parser.add_argument(
-        "--limit", type=int, default=None, help="score only the first N documents of each task"
+        "--limit", type=positive_int, default=None, help="score only the first N documents of each task"
     )
     parser.add_argument(
         "--batch-size",
-        type=_batch_size,
+        type=positive_int_or_auto,
         default=16,
         help="rows per forward (a row packs many requests), or auto: bounded by --max-batch-tokens only",
     )
     parser.add_argument(
-        "--max-batch-tokens", type=int, help="padded tokens per forward (default 8192; bounds memory)"
+        "--max-batch-tokens",
+        type=positive_int,
+        help="padded tokens per forward (default 8192; bounds memory)",
     )
     parser.add_argument(
         "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
     )
     add_device(parser)
     add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
-    parser.add_argument("--max-length", type=int, default=None, help="context window (default: the model's)")
+    parser.add_argument(
+        "--max-length", type=positive_int, default=None, help="context window (default: the model's)"
+    )
     parser.add_argument("--no-cache", action="store_true", help="ignore and do not write the results cache")
     add_no_progress(parser)
     parser.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
@@ -74,11 +85,6 @@ def _process_age() -> float:
     except ImportError:  # psutil comes with accelerate; without it the command is timed from here
         return 0.0
     return max(0.0, time.time() - psutil.Process().create_time())
-
-
-def _batch_size(text: str) -> int | str:
-    """Returns ``--batch-size``'s value: ``auto`` or an integer (checked to be positive later)."""
-    return "auto" if text == "auto" else int(text)
 
 
 def run(args: argparse.Namespace) -> int:

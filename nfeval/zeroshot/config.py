@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..base.errors import ConfigError, MissingDataError
 from ..model_adapters.config import ScoringConfig
+from . import task_names
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class ZeroShotConfig:
 
     def checked(self) -> ZeroShotConfig:
         """Returns this config with ``data_dir`` made absolute; raises a UserError naming the flag of a bad
-        value, before any work."""
+        value (a mistyped name of one of nfeval's tasks included: ``task_names.check``), before any work."""
         if self.data_dir is not None and not os.path.isdir(self.data_dir):
             raise MissingDataError(f"--data-dir {self.data_dir}: not a directory")
         s = self.scoring
@@ -46,4 +47,5 @@ class ZeroShotConfig:
         for flag, value in flags.items():
             if value is not None and not (isinstance(value, int) and value > 0):
                 raise ConfigError(f"{flag} {value}: expected a positive integer")
+        task_names.check(self.tasks)
         return dataclasses.replace(self, data_dir=os.path.abspath(self.data_dir) if self.data_dir else None)

@@ -27,6 +27,7 @@ from ..engine.backend import no_tokenizer_message
 from ..engine.dtypes import long_name, torch_dtype
 from ..tasks import task_build
 from . import items as zeroshot_items
+from . import task_names
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
 from .config import ZeroShotConfig
 from .lm_eval_git import quiet_git_hash
@@ -68,9 +69,7 @@ def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str
             log(f"skipping {name}: {skipped[name]}")
             continue
         if name not in manager.all_tasks:
-            raise ConfigError(
-                f"--tasks: unknown task {name!r} (nfeval tasks: {', '.join(nf_tasks.CANONICAL_TASKS)})"
-            )
+            raise task_names.unknown_task(name, manager.all_tasks)
         try:
             loaded.update(manager.load([name])["tasks"])
         except MissingData as e:

@@ -33,10 +33,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def run_cli(*argv: str) -> tuple[int, str]:
-    """Returns (exit status, stderr) of ``nfeval ARGV`` run in this process."""
+    """Returns (exit status, stderr) of ``nfeval ARGV`` run in this process (argparse's errors leave
+    through SystemExit, as the executable's exit status)."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = cli.main(list(argv))
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as e:
+            code = e.code
     return code, err.getvalue()
 
 
@@ -237,7 +241,7 @@ def _probe_cases(ckpt, tmp_path):
     )
     yield (
         ["zeroshot", "--ckpt", str(ckpt), "--batch-size", "0"],
-        "--batch-size 0: expected a positive integer",
+        "argument --batch-size: expected a positive integer or auto, got '0'",
     )
     yield from _probe_cases_round_two(ckpt, tmp_path)
 
@@ -277,7 +281,7 @@ def test_batch_size_zero_fails_before_loading_the_model(ckpt, monkeypatch):
 
     monkeypatch.setattr(loading, "identify", lambda *a, **k: pytest.fail("model was read"))
     code, err = run_cli("zeroshot", "--ckpt", str(ckpt), "--batch-size", "0")
-    assert code == 2 and "--batch-size 0" in err
+    assert code == 2 and "argument --batch-size: expected a positive integer" in err
 
 
 @pytest.mark.parametrize(

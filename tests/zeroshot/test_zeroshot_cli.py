@@ -223,5 +223,7 @@ def test_token_budget_batches_give_the_same_results(tiny_clm_ckpt, data_dir, tmp
     assert runs[0]["results"] == runs[1]["results"]
     assert runs[1]["nfeval"]["batch_size"] == "auto" and runs[1]["nfeval"]["max_batch_tokens"] == 48
     assert runs[1]["nfeval"]["scoring"]["requests"] == runs[0]["nfeval"]["scoring"]["requests"]
-    assert cli_main([*argv, "--max-batch-tokens", "0", "--output", str(tmp_path / "x.json")]) == 2
-    assert "--max-batch-tokens 0: expected a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_status:
+        cli_main([*argv, "--max-batch-tokens", "0", "--output", str(tmp_path / "x.json")])
+    assert exit_status.value.code == 2
+    assert "argument --max-batch-tokens: expected a positive integer, got '0'" in capsys.readouterr().err
