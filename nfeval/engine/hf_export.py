@@ -14,7 +14,10 @@ Two formats, chosen from the architecture:
 
 The tokenizer becomes a ``PreTrainedTokenizerFast`` that prepends ``</s>`` (the tokenizer's EOS) as
 fairseq and ``nfeval zeroshot`` do, with ``</s>`` as its BOS token (as Hugging Face's OPT tokenizer
-does), so lm-eval's stock ``hf`` model scores exactly what ``nfeval zeroshot`` scores.
+does), so lm-eval's stock ``hf`` model scores exactly what ``nfeval zeroshot`` scores. Its
+``tokenizer_config.json`` is the standard one, written here rather than by the installed transformers'
+``save_pretrained`` (transformers 5 names its own ``TokenizersBackend``, which 4.x cannot load): a
+built-in ``tokenizer_class`` and no ``auto_map``, so no tokenizer code is remote.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_template
 GENERATED_PREFIX = "nfeval_"  # engine/model.py is written as nfeval_model.py, and so on
 LM_EVAL_MODEL_ARGS = "pretrained={dir},dtype=float32"  # + trust_remote_code=True for the nfeval format
 VERIFY_TOLERANCE = 1e-5
+TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # built into every transformers version: no remote tokenizer code
 
 
 def remote_code_files(package: str = "nfeval.engine", root: str = "model") -> dict[str, str]:
@@ -126,9 +130,8 @@ def write_model(out: str, ckpt: checkpoint.Checkpoint, extra: dict[str, Any], pa
 
 
 def write_tokenizer(out: str, tok: Tokenizer, max_length: int) -> dict[str, int | None]:
-    """Writes a ``PreTrainedTokenizerFast`` that prepends ``</s>``; returns its special token ids."""
-    from transformers import PreTrainedTokenizerFast
-
+    """Writes ``tokenizer.json`` (prepending ``</s>``) and a standard ``tokenizer_config.json`` (class
+    ``TOKENIZER_CLASS``, its special tokens and length, no ``auto_map``); returns the special token ids."""
     tok = Tokenizer.from_str(tok.to_str())  # a copy: the checkpoint's tokenizer stays as it is
     ids = special_ids(tok)
     prefix = tok.id_to_token(ids.eos)
@@ -146,10 +149,11 @@ def write_tokenizer(out: str, tok: Tokenizer, max_length: int) -> dict[str, int 
         "unk_token": "<unk>" if "<unk>" in vocab else None,
         "mask_token": None if ids.mask is None else tok.id_to_token(ids.mask),
     }
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, model_max_length=max_length, **{k: v for k, v in names.items() if v}
+    tok.save(os.path.join(out, "tokenizer.json"))
+    config = {"tokenizer_class": TOKENIZER_CLASS, "model_max_length": max_length}
+    atomic_write_json(
+        os.path.join(out, "tokenizer_config.json"), config | {k: v for k, v in names.items() if v}
     )
-    fast.save_pretrained(out)
     return {k.removesuffix("_token") + "_token_id": (vocab[v] if v else None) for k, v in names.items()}
 
 
@@ -304,11 +308,22 @@ def readme(summary: dict[str, Any]) -> str:
         code = "remote code: modeling_nfeval.py over nfeval_model.py and nfeval_config.py; nfeval not needed"
     else:
         remote, code = "", "transformers' own GPT-2; no remote code"
-    if summary["tokenizer"]:
+    if summary["tokenizer"] and summary["trust_remote_code"]:
+        tok_load = (
+            "tok = PreTrainedTokenizerFast.from_pretrained(DIR)  # prepends </s>, as fairseq and nfeval\n"
+        )
+    elif summary["tokenizer"]:
         tok_load = "tok = AutoTokenizer.from_pretrained(DIR)  # prepends </s>, as fairseq and nfeval do\n"
     else:
         tok_load = "# no tokenizer: the source carried none (a fairseq checkpoint); export with --tokenizer\n"
     why = "; ".join(summary["not_gpt2_because"]) or "—"
+    auto_tokenizer_note = (
+        "transformers 5's `AutoTokenizer` reads config.json first, and config.json names remote code (the "
+        "model's): without `trust_remote_code=True` it asks whether to run it, and warns of a blank model "
+        "type when told no; the tokenizer loads either way."
+        if summary["trust_remote_code"]
+        else ""
+    )
     return f"""# nfeval export: {source["architecture"]} causal LM
 
 Exported by `nfeval export-hf` from `{source["path"]}` (weights sha256 `{source["fingerprint"]}`).
@@ -318,7 +333,7 @@ Exported by `nfeval export-hf` from `{source["path"]}` (weights sha256 `{source[
 - Logits checked against nfeval's at export time: max |diff| = {summary["max_abs_logit_diff"]:.2e} (fp32).
 
 ```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 model = AutoModelForCausalLM.from_pretrained(DIR{remote})
 {tok_load}```
 
@@ -327,8 +342,10 @@ model = AutoModelForCausalLM.from_pretrained(DIR{remote})
 nfeval, like fairseq, scores every text as `</s>` followed by the text's tokens. The exported tokenizer
 does the same: `tok(text)` prepends `</s>` (add_special_tokens=True, the default), and its `bos_token`
 is `</s>` (as in Hugging Face's OPT tokenizer), so lm-eval uses `</s>` for empty contexts too. With
-`add_special_tokens=False` nothing is added. Since config.json names remote code, transformers may ask
-about it when the tokenizer alone is loaded in an interactive shell: answering N still loads it.
+`add_special_tokens=False` nothing is added. It is a plain `PreTrainedTokenizerFast` (named in
+tokenizer_config.json; no remote code): `PreTrainedTokenizerFast.from_pretrained(DIR)` loads it with any
+transformers version, and so does `AutoTokenizer.from_pretrained(DIR)` with transformers 4.x.
+{auto_tokenizer_note}
 
 ## lm-evaluation-harness
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from test_fairseq_import import to_fairseq
 from test_zeroshot_cli import data_dir  # noqa: F401  (the fixture: tiny local task files)
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from nfeval.cli import main as cli_main
 from nfeval.engine import checkpoint
@@ -160,6 +160,28 @@ def test_tokenizer_round_trip(tmp_path, tiny_tokenizer):
     assert tok.pad_token_id == tiny_tokenizer.token_to_id("<pad>") and tok.model_max_length == 64
     readme = (tmp_path / "hf" / "README.md").read_text()
     assert "trust_remote_code=True" in readme and "prepends `</s>`" in readme
+
+
+@pytest.mark.parametrize("arch", ["normformer", "prenorm"])
+def test_the_tokenizer_loads_without_remote_code_or_a_prompt(
+    tmp_path, tiny_tokenizer, monkeypatch, capfd, arch
+):
+    src = save_model(tmp_path / "ckpt", tiny_tokenizer, arch)
+    export_hf(src, str(tmp_path / "hf"))
+    config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and "auto_map" not in config
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("builtins.input", lambda *a: pytest.fail("asked whether to run remote code"))
+    capfd.readouterr()
+    ids = [tiny_tokenizer.token_to_id("</s>"), *tiny_tokenizer.encode("the cat sat").ids]
+    assert PreTrainedTokenizerFast.from_pretrained(tmp_path / "hf")("the cat sat").input_ids == ids
+    assert "model of type" not in capfd.readouterr().err  # no blank-model-type warning: config.json unread
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=False)
+    assert tok("the cat sat").input_ids == ids and not type(tok).__module__.startswith("transformers_modules")
+    if arch == "prenorm":  # GPT-2's own config: AutoTokenizer needs nothing, not even to be told
+        capfd.readouterr()
+        assert AutoTokenizer.from_pretrained(tmp_path / "hf")("the cat sat").input_ids == ids
+        assert "model of type" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("arch", ["normformer", "prenorm"])
