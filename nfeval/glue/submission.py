@@ -51,6 +51,10 @@ def best_point(out_dir: str, summary: Mapping, task: str) -> Mapping:
     """Returns the finished point (result.json) at the task's best lr with the best dev main metric (the
     lowest seed on ties), checked to be of the summary's checkpoint."""
     best_lr, main = summary["tasks"][task]["best_lr"], glue_metrics.MAIN_METRIC[task]
+    if best_lr is None:
+        raise DataError(
+            f"{task}: every learning rate diverged, so no model predicts its test set (lower --lrs)"
+        )
     fingerprint = summary["nfeval"]["model"]["fingerprint"]
     points = []
     for seed in range(summary["nfeval"]["recipe"][task]["seeds"]):

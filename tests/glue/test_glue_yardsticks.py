@@ -9,7 +9,7 @@ import pytest
 from test_glue import glue_dir  # noqa: F401  (the fixture: learnable SST-2 and STS-B files)
 
 from nfeval import cli
-from nfeval.glue import finetune, summary
+from nfeval.glue import finetune, submission, summary
 from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
 
@@ -35,6 +35,8 @@ def test_a_diverged_point_is_marked_and_never_best():
     assert (
         "sst2: every learning rate diverged; no score" in table and "GLUE average over 1 task(s): –" in table
     )
+    with pytest.raises(ValueError, match="sst2: every learning rate diverged, so no model predicts"):
+        submission.best_point("out", {"tasks": {"sst2": gone}}, "sst2")
 
 
 def test_the_table_says_when_the_best_point_does_not_beat_the_majority_class():
