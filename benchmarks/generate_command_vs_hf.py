@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 from generate_vs_hf import SHARED, gpt2_layout, prompts, write_results
 
-from nfeval.engine import checkpoint
-from nfeval.engine.hf_export import export_hf
-from nfeval.engine.model import Transformer
-from nfeval.engine.tokenization import gpt2_tokenizer
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.interop.hf_export import export_hf
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.text.tokenization import gpt2_tokenizer
 
 HERE = Path(__file__).resolve().parent
 

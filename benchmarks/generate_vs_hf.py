@@ -11,8 +11,8 @@ sides once, in alternating order, after one untimed warm-up each) and each side'
 Beside each rate stands the memory-bandwidth limit of decoding: the bytes one step reads (the
 weights, once per step, and the KV cache) per token, divided by the bandwidth of a 256 MB tensor
 copy measured in the same run. nfeval's greedy head reads an int8 copy of the output projection
-(``nfeval.engine.greedy_head``), HF's reads fp32. The bf16 row is nfeval with ``--dtype bf16`` weights,
-an opt-in: its tokens are compared with fp32's.
+(``nfeval.engine.inference.greedy_head``), HF's reads fp32. The bf16 row is nfeval with ``--dtype bf16``
+weights, an opt-in: its tokens are compared with fp32's.
 
     python benchmarks/generate_vs_hf.py [--layers 4 --d-model 256] [--batches 1 16] [--new-tokens 64]
     python benchmarks/generate_vs_hf.py --layers 12 --d-model 768   # 125M-shaped
@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 from results_md import write_block
 
-from nfeval.engine.budget import synchronize
-from nfeval.engine.config import preset
-from nfeval.engine.cpu_linear import convert
-from nfeval.engine.generate import generate
-from nfeval.engine.model import Transformer
+from nfeval.engine.inference.generate import generate
+from nfeval.engine.kernels.cpu_linear import convert
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training.budget import synchronize
 
 # ../shared/data beside the checkout (searched upwards, so a worktree deeper down finds it too)
 SHARED = next(
@@ -115,7 +115,7 @@ def prompts(n: int) -> list[list[int]]:
     """Returns ``n`` GPT-2-tokenized passages of CPython's documentation, 12 to 42 tokens long."""
     from pydoc_data.topics import topics
 
-    from nfeval.engine.tokenization import gpt2_tokenizer
+    from nfeval.engine.text.tokenization import gpt2_tokenizer
 
     tok = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
     text = " ".join(topics[k] for k in sorted(topics))

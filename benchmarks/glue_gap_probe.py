@@ -34,8 +34,8 @@ from glue_sweep import (
 from glue_sweep import training_arguments as sweep_training_arguments
 
 from nfeval.base.progress import progress_bar
-from nfeval.engine import checkpoint
-from nfeval.engine.tokenization import special_ids
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.text.tokenization import special_ids
 from nfeval.glue import finetune
 from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue

@@ -39,10 +39,11 @@ from pathlib import Path
 
 import torch
 
-from nfeval.engine import checkpoint, denormals
-from nfeval.engine.config import ModelConfig
-from nfeval.engine.model import Transformer
-from nfeval.engine.tokenization import special_ids, train_bpe
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.kernels import denormals
+from nfeval.engine.model.config import ModelConfig
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.text.tokenization import special_ids, train_bpe
 from nfeval.glue import data as glue_data
 from nfeval.glue import finetune, points
 from nfeval.glue import metrics as glue_metrics

@@ -12,7 +12,7 @@ Checks (each reports its time and peak GPU memory; one failing does not stop the
 
 1. ``train_step_eager`` / ``train_step_compiled``: a normformer-125M bf16 training step (forward,
    summed cross-entropy, backward, fused AdamW) on a random batch, eager and ``torch.compile``;
-   tokens/s and MFU against the datasheet's dense bf16 peak (``nfeval.engine.budget.GPU_PEAKS``).
+   tokens/s and MFU against the datasheet's dense bf16 peak (``nfeval.engine.training.budget.GPU_PEAKS``).
 2. ``flash_attention``: the model's forward + backward with only the FLASH_ATTENTION SDPA backend
    allowed (fails if the model's attention cannot use it), and flash vs math attention outputs.
 3. ``ddp_checkpoint_resume``: ``nfeval``'s Trainer under a 1-process DDP strategy (NCCL on GPU):
@@ -60,12 +60,12 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nfeval.base.artifacts import atomic_write_json, atomic_write_text, provenance  # noqa: E402
-from nfeval.engine import rundir  # noqa: E402
-from nfeval.engine.budget import gpu_peak, measure_matmul_flops, synchronize  # noqa: E402
-from nfeval.engine.config import preset  # noqa: E402
-from nfeval.engine.flops import training_flops_per_token
-from nfeval.engine.model import Transformer  # noqa: E402
-from nfeval.engine.objective import Objective  # noqa: E402
+from nfeval.engine.checkpoints import rundir  # noqa: E402
+from nfeval.engine.model.config import preset  # noqa: E402
+from nfeval.engine.model.flops import training_flops_per_token
+from nfeval.engine.model.model import Transformer  # noqa: E402
+from nfeval.engine.training.budget import gpu_peak, measure_matmul_flops, synchronize  # noqa: E402
+from nfeval.engine.training.objective import Objective  # noqa: E402
 
 
 @dataclass
@@ -241,9 +241,9 @@ def free_port() -> int:
 
 def ddp_checkpoint_resume(s: Setup) -> dict:
     """Trains 6 steps under a 1-process DDP strategy with a checkpoint at 3, resumes from it, compares."""
-    from nfeval.engine.parallel import DDP
-    from nfeval.engine.train_config import TrainConfig
-    from nfeval.engine.trainer import Trainer
+    from nfeval.engine.training.parallel import DDP
+    from nfeval.engine.training.train_config import TrainConfig
+    from nfeval.engine.training.trainer import Trainer
 
     backend = "nccl" if s.device.type == "cuda" else "gloo"
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
@@ -359,7 +359,7 @@ def hf_gpt2_dir(s: Setup, path: Path) -> Path:
     the check's corpus to ``path``; returns it."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from nfeval.engine.tokenization import train_bpe
+    from nfeval.engine.text.tokenization import train_bpe
 
     corpus = s.work / "corpus.txt"
     if not corpus.is_file():

@@ -20,9 +20,9 @@ import tempfile
 
 import torch
 
-from nfeval.engine.grad_stats import GRAD_STATS, read_grad_stats
-from nfeval.engine.train import train
-from nfeval.engine.train_config import TrainConfig
+from nfeval.engine.training.grad_stats import GRAD_STATS, read_grad_stats
+from nfeval.engine.training.train import train
+from nfeval.engine.training.train_config import TrainConfig
 
 
 def shape(text: str) -> dict[str, int]:

@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from nfeval.engine.config import preset
-from nfeval.engine.cpu_linear import convert
-from nfeval.engine.grad_stats import GradStatsRecorder
-from nfeval.engine.model import Transformer
+from nfeval.engine.kernels.cpu_linear import convert
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training.grad_stats import GradStatsRecorder
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Builds both runs exactly as ``nfeval reproduce --scale SCALE`` trains them (its recipe, batch, sequence
 length, threads; the built-in corpus and the scale's BPE vocabulary) and times them with
-``nfeval.engine.step_ratio.measure_step_ratio``; prints one markdown row with the load average before
+``nfeval.engine.training.step_ratio.measure_step_ratio``; prints one markdown row with the load average before
 and after, since the paired design is meant to cancel it.
 
     python benchmarks/step_ratio.py --scale tiny [--objective clm] [--pairs 30] [--burst 3] [--clock wall]
@@ -17,7 +17,7 @@ import tempfile
 import torch
 
 from nfeval.base.artifacts import hardware, hardware_key
-from nfeval.engine.step_ratio import measure_step_ratio
+from nfeval.engine.training.step_ratio import measure_step_ratio
 from nfeval.pipelines.reproduce.plan import SCALES
 from nfeval.pipelines.reproduce.runner import Context, train_config
 from nfeval.pipelines.stages import shared_tokenizer

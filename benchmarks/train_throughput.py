@@ -19,13 +19,13 @@ import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
 from nfeval.base.artifacts import hardware, hardware_key
-from nfeval.engine.budget import measure_matmul_flops
-from nfeval.engine.config import preset
-from nfeval.engine.cpu_linear import convert
-from nfeval.engine.flops import training_flops_per_token
-from nfeval.engine.hf_gpt2 import gpt2_config
-from nfeval.engine.model import Transformer
-from nfeval.engine.objective import Objective
+from nfeval.engine.interop.hf_gpt2 import gpt2_config
+from nfeval.engine.kernels.cpu_linear import convert
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.flops import training_flops_per_token
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training.budget import measure_matmul_flops
+from nfeval.engine.training.objective import Objective
 
 
 def hf_gpt2(cfg) -> torch.nn.Module:

@@ -34,7 +34,10 @@ STAGES = {
     "tokenization (tok_encode)": ("model_adapters/lm.py", "tok_encode"),
     "scoring (scorer.score)": ("model_adapters/scorer.py", "score"),
     "forward (backend.features_at)": ("model_adapters/hf_backend.py", "features_at"),
-    "LM head, logsumexp, argmax (vocab_head.target_log_probs)": ("engine/vocab_head.py", "target_log_probs"),
+    "LM head, logsumexp, argmax (vocab_head.target_log_probs)": (
+        "engine/inference/vocab_head.py",
+        "target_log_probs",
+    ),
     "metrics (lm-eval process_results/aggregate)": ("lm_eval/evaluator.py", "evaluate"),
 }
 

@@ -44,7 +44,7 @@ def build_model(path: str, d_model: int, layers: int) -> str:
     """Saves a random GPT2LMHeadModel with GPT-2's tokenizer to ``path``; returns ``path``."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from nfeval.engine.tokenization import GPT2_EOT, gpt2_tokenizer
+    from nfeval.engine.text.tokenization import GPT2_EOT, gpt2_tokenizer
 
     bpe = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
     tok = PreTrainedTokenizerFast(

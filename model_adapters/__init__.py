@@ -3,7 +3,8 @@ imported) and its fast scorer.
 
 The names load lazily, so the backends a command needs without lm-eval (``backends``: an nfeval
 checkpoint or a Hugging Face folder for ``nfeval generate``) import neither lm-eval nor the adapter.
-Path → model is ``nfeval.engine.loading.identify``; the nfeval backend is ``nfeval.engine.backend``.
+Path → model is ``nfeval.engine.checkpoints.loading.identify``; the nfeval backend is
+``nfeval.engine.inference.backend``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The backend for any model path nfeval scores: an nfeval checkpoint (``engine.backend.NFEvalBackend``)
+"""The backend for any model path nfeval scores: an nfeval checkpoint
+(``engine.inference.backend.NFEvalBackend``)
 or a Hugging Face causal-LM directory: a GPT-2 the engine reproduces in the engine
 (``gpt2_engine.GPT2EngineBackend``), anything else loaded through transformers (``hf_backend.HFBackend``).
 
-The path is identified, read and hashed once (``engine.loading.identify``); ``open_backend`` builds the
+The path is identified, read and hashed once (``engine.checkpoints.loading.identify``); ``open_backend``
+builds the
 model from what ``identify`` read, so a cache miss does not read the weights again.
 """
 
@@ -13,9 +15,9 @@ from typing import Any
 import torch
 
 from ..base.errors import ConfigError
-from ..engine import checkpoint
-from ..engine.backend import Backend, nfeval_backend
-from ..engine.loading import ModelIdentity, identify
+from ..engine.checkpoints import checkpoint
+from ..engine.checkpoints.loading import ModelIdentity, identify
+from ..engine.inference.backend import Backend, nfeval_backend
 from .gpt2_engine import gpt2_engine_backend
 from .hf_backend import HFBackend
 

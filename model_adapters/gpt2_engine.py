@@ -2,7 +2,7 @@
 tokenizes it through transformers.
 
 transformers' GPT-2 modelling costs ~2 s of imports and loading per command and its tokenizer ~1 s,
-while the engine computes GPT-2 exactly (``engine.hf_gpt2``: the same function to fp32 rounding). So a
+while the engine computes GPT-2 exactly (``engine.interop.hf_gpt2``: the same function to fp32 rounding). So a
 GPT-2 directory whose weights, config and tokenizer the engine reproduces is built as an engine model,
 with the directory's ``tokenizer.json`` run by ``tokenizers`` under the special tokens transformers
 would give it. Anything else (``GPT2_TOKENIZER_KEYS`` lists what a tokenizer config may hold) is loaded
@@ -18,8 +18,10 @@ import torch
 from tokenizers import Tokenizer
 
 from ..base.jsonio import load_json
-from ..engine import checkpoint, cpu_linear, hf_gpt2
-from ..engine.backend import NFEvalBackend
+from ..engine.checkpoints import checkpoint
+from ..engine.inference.backend import NFEvalBackend
+from ..engine.interop import hf_gpt2
+from ..engine.kernels import cpu_linear
 
 # tokenizer classes whose transformers tokenizer runs tokenizer.json as it is, and the special tokens
 # each class gives a config that names none (GPT2Tokenizer's defaults)

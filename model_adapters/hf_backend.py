@@ -7,10 +7,10 @@ import inspect
 
 import torch
 
-from ..engine.backend import Backend, ModelShape, matmul_params
-from ..engine.generate import left_pad
-from ..engine.model import tanh_gelu
-from ..engine.vocab_head import VocabProjection
+from ..engine.inference.backend import Backend, ModelShape, matmul_params
+from ..engine.inference.generate import left_pad
+from ..engine.inference.vocab_head import VocabProjection
+from ..engine.model.model import tanh_gelu
 from .scorer import Row
 
 

@@ -34,15 +34,15 @@ from lm_eval.models.utils import (
 
 from ..base.errors import ConfigError
 from ..base.progress import library_bars_shown
-from ..engine.backend import nfeval_backend
-from ..engine.budget import peak_flops
-from ..engine.checkpoint import Checkpoint
-from ..engine.cpu_linear import describe, packed_weights
-from ..engine.denormals import flushing
-from ..engine.dtypes import SHORT_NAMES, torch_dtype
-from ..engine.generate import Sampling
-from ..engine.loading import ModelIdentity
-from ..engine.parallel import join_process_group, resolve_device
+from ..engine.checkpoints.checkpoint import Checkpoint
+from ..engine.checkpoints.loading import ModelIdentity
+from ..engine.inference.backend import nfeval_backend
+from ..engine.inference.generate import Sampling
+from ..engine.kernels.cpu_linear import describe, packed_weights
+from ..engine.kernels.denormals import flushing
+from ..engine.model.dtypes import SHORT_NAMES, torch_dtype
+from ..engine.training.budget import peak_flops
+from ..engine.training.parallel import join_process_group, resolve_device
 from .backends import open_backend
 from .config import ScoringConfig
 from .hf_backend import HFBackend

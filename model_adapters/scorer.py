@@ -5,7 +5,8 @@ that those sharing a prefix sit together, then packed into rows as prefix trees:
 token appears once, each token attends only to its ancestors (a tree attention mask) and its
 position id is its depth, so one forward scores every choice of a document. Rows are sorted by
 length and cut into batches of at most ``max_batch_tokens`` (padding included). The vocabulary
-projection runs only at the scored tree nodes, tiled over the vocabulary (``engine.vocab_head``), and
+projection runs only at the scored tree nodes, tiled over the vocabulary
+(``engine.inference.vocab_head``), and
 a log-prob is ``logit[target] - logsumexp``.
 
 Without packing (a model that cannot take a tree mask) each distinct input is a row of its own,
@@ -21,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..base.progress import progress_bar
-from ..engine.backend import ModelShape
-from ..engine.vocab_head import VocabProjection, target_log_probs
+from ..engine.inference.backend import ModelShape
+from ..engine.inference.vocab_head import VocabProjection, target_log_probs
 
 # features_at(idx (B, T), keep (B, T) bool, position_ids (B, T) | None, attn_mask (B, 1, T, T) bool | None)
 #   -> (features (keep.sum(), ·) in row-major order of ``keep``, the VocabProjection to logits)

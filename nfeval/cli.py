@@ -63,7 +63,8 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 def console() -> int:
     """The ``nfeval`` executable: ``main`` in a process of its own; returns the exit status. Only here
     are other libraries' bars turned off in logs (``quiet_library_bars``, before they are imported) and
-    does a command's CPU arithmetic flush denormals (``engine.denormals``): ``main`` called from another
+    does a command's CPU arithmetic flush denormals (``engine.kernels.denormals``): ``main`` called from
+    another
     program leaves that program's settings alone."""
     quiet_library_bars()
     return main(own_process=True)
@@ -97,7 +98,7 @@ def run_command(argv: list[str], own_process: bool = False) -> int:
             parser.print_help()
             return 2
     if own_process and (lm_eval or "torch" in sys.modules):  # lm-eval imports it; --help does not
-        from .engine import denormals
+        from .engine.kernels import denormals
 
         denormals.flush_in_this_process()
     if lm_eval:
@@ -121,7 +122,7 @@ def leave_process_groups() -> None:
     """Destroys the torch.distributed process groups a command joined under torchrun; returns None.
     Checks ``sys.modules`` first so a command that never imported torch does not pay for it."""
     if "torch.distributed" in sys.modules:
-        from .engine.parallel import leave_process_group
+        from .engine.training.parallel import leave_process_group
 
         leave_process_group()
 

@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from nfeval.engine import checkpoint
-from nfeval.engine.config import preset
-from nfeval.engine.model import Transformer
-from nfeval.engine.tokenization import train_bpe
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.text.tokenization import train_bpe
 
 WORDS = (
     "the a cat dog sat ran on under mat tree house river quickly slowly red blue green big small "
@@ -61,7 +61,7 @@ TINY_RUN = {
 def tiny_train_config(corpus: str, **changes):
     """Returns a TrainConfig for a tiny run on ``corpus`` (no checkpoints, no progress bar) with
     ``changes``."""
-    from nfeval.engine.train_config import TrainConfig
+    from nfeval.engine.training.train_config import TrainConfig
 
     return TrainConfig(**{**TINY_RUN, "train_data": corpus, "ckpt_interval": 0, "progress": False, **changes})
 
@@ -94,7 +94,7 @@ def one_thread():
 
 @pytest.fixture(autouse=True)
 def ieee_denormals():
-    """nfeval flushes denormals only in processes it owns (``engine.denormals``); a test that turns
+    """nfeval flushes denormals only in processes it owns (``engine.kernels.denormals``); a test that turns
     flushing on in this one must turn it off again, or the tests after it would compute differently."""
     yield
     tiny = torch.full((1 << 20,), 1 << 20, dtype=torch.int32).view(torch.float32)  # 2^20 denormals

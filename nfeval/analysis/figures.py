@@ -110,7 +110,7 @@ def plot_stability(result: dict[str, Any], path: str) -> str:
 
 def plot_fig3_curves(rows_by_run: dict[str, list[dict[str, Any]]], kind: str, path: str) -> str:
     """Draws Figure 3: mean |grad| of ``kind`` per layer against the update, one panel per run (rows as
-    ``engine.grad_stats.read_grad_stats`` returns them); returns ``path``."""
+    ``engine.training.grad_stats.read_grad_stats`` returns them); returns ``path``."""
     fig = Figure(figsize=(3.8 * len(rows_by_run), 3.6), layout="constrained")
     axes = fig.subplots(1, len(rows_by_run), squeeze=False, sharey=True)[0]
     for ax, (name, rows) in zip(axes, rows_by_run.items()):

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..base.errors import DataError
 from ..base.progress import progress_bar
-from ..engine.grad_stats import per_layer_mean_abs, tracked_parameters
+from ..engine.training.grad_stats import per_layer_mean_abs, tracked_parameters
 from .inputs import Target
 
 

@@ -17,19 +17,14 @@ import torch
 from tokenizers import Tokenizer
 
 from ..base.errors import ConfigError, MissingDataError
-from ..engine import checkpoint, cpu_linear, loading
-from ..engine.builtin_corpus import default_corpus
-from ..engine.config import parse_preset, preset
-from ..engine.data import (
-    Batches,
-    TokenData,
-    get_tokenizer,
-    load_text_corpus,
-    token_shards,
-)
-from ..engine.fingerprint import fingerprint_model
-from ..engine.model import Transformer
-from ..engine.tokenization import load_tokenizer
+from ..base.fingerprint import fingerprint_model
+from ..engine.checkpoints import checkpoint, loading
+from ..engine.kernels import cpu_linear
+from ..engine.model.config import parse_preset, preset
+from ..engine.model.model import Transformer
+from ..engine.text.builtin_corpus import default_corpus
+from ..engine.text.data import Batches, TokenData, get_tokenizer, load_text_corpus, token_shards
+from ..engine.text.tokenization import load_tokenizer
 
 PRESET_PREFIX = "preset:"
 

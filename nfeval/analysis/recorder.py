@@ -1,5 +1,5 @@
 """A finished run's gradient statistics (``nfeval analyze grads --run RUN``): the grad_stats.jsonl that
-``engine.grad_stats.GradStatsRecorder`` wrote during training, averaged over its window."""
+``engine.training.grad_stats.GradStatsRecorder`` wrote during training, averaged over its window."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from ..base.errors import DataError, MissingDataError
 from ..base.jsonio import load_json
-from ..engine.config import ModelConfig
-from ..engine.grad_stats import GRAD_STATS, average_rows, read_grad_stats
-from ..engine.rundir import CONFIG
+from ..engine.checkpoints.rundir import CONFIG
+from ..engine.model.config import ModelConfig
+from ..engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
 
 
 def check_run(run_dir: str) -> str:

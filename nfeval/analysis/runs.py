@@ -84,7 +84,7 @@ def json_path(png: str) -> str:
 def grads(options: GradsOptions) -> dict[str, Any]:
     """Returns the gradient-norm analysis ``options`` describe (``grads.grads_result`` with its settings
     and provenance)."""
-    from ..engine.grad_stats import GAIN_KINDS, WEIGHT_KINDS
+    from ..engine.training.grad_stats import GAIN_KINDS, WEIGHT_KINDS
     from .grads import grads_at, grads_result
     from .inputs import check_data_args, check_model_spec
     from .recorder import check_run, read_run
@@ -149,7 +149,7 @@ def gains(options: GainsOptions) -> dict[str, Any]:
 def stability(options: StabilityOptions) -> dict[str, Any]:
     """Returns the stability test ``options`` describe (``stability.stability_test``'s result with its data,
     model overrides and provenance)."""
-    from ..engine.config import MODEL_CHOICES, ModelConfig, check_fields, parse_preset, preset
+    from ..engine.model.config import MODEL_CHOICES, ModelConfig, check_fields, parse_preset, preset
     from .inputs import batches, check_data_args, token_data
     from .stability import stability_test
 

@@ -29,12 +29,12 @@ import torch
 from torch import nn
 
 from ..base.errors import ConfigError
+from ..base.fingerprint import fingerprint_model
 from ..base.progress import progress_bar
-from ..engine import cpu_linear
-from ..engine.config import RECIPES, ModelConfig
-from ..engine.dtypes import TORCH_DTYPES
-from ..engine.fingerprint import fingerprint_model
-from ..engine.model import Transformer
+from ..engine.kernels import cpu_linear
+from ..engine.model.config import RECIPES, ModelConfig
+from ..engine.model.dtypes import TORCH_DTYPES
+from ..engine.model.model import Transformer
 
 FP16_MAX = 65504.0
 

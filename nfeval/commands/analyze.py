@@ -88,7 +88,7 @@ def options(args: argparse.Namespace) -> Options:
     if args.analysis != "stability":  # their flags are named as their options
         cls = GradsOptions if args.analysis == "grads" else GainsOptions
         return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
-    from ..engine.train_config import parse_set
+    from ..engine.training.train_config import parse_set
 
     names = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "tolerance", "autocast", "device")
     return StabilityOptions(

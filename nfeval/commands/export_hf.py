@@ -1,7 +1,7 @@
 """``nfeval export-hf RUN_OR_CKPT --out DIR``: a Hugging Face model directory of a causal LM.
 
 GPT-2-shaped models become transformers' own ``GPT2LMHeadModel``; every other architecture becomes
-remote code generated from nfeval's model (see ``nfeval.engine.hf_export``).
+remote code generated from nfeval's model (see ``nfeval.engine.interop.hf_export``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import json
 
 from ..base.outputs import check_output_dir
-from ..engine.hf_export import export_hf
+from ..engine.interop.hf_export import export_hf
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,8 +6,9 @@ tokenizer: GPT-2's BPE folder, mapped through the dict.txt beside it or ``--fair
 get the same prefix as scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own
 special tokens for HF models). The JSONL file starts with a header line (provenance,
 model fingerprint, settings), then one line per prompt. Weights are fp32 unless ``--dtype`` says
-otherwise. The path is read by ``engine.loading.identify``; an nfeval or fairseq checkpoint generates
-through ``engine.backend.NFEvalBackend`` (the zero-shot scorer's backend) with torch and tokenizers
+otherwise. The path is read by ``engine.checkpoints.loading.identify``; an nfeval or fairseq checkpoint
+generates
+through ``engine.inference.backend.NFEvalBackend`` (the zero-shot scorer's backend) with torch and tokenizers
 alone, and only an HF model directory imports transformers (through ``model_adapters``).
 """
 
@@ -25,12 +26,12 @@ from ..base.artifacts import atomic_write_text, provenance
 from ..base.cli_args import LONG_NAMES, add_device, add_dtype, positive_int
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.outputs import check_output_file
-from ..engine import loading
-from ..engine.backend import Backend, nfeval_backend
-from ..engine.dtypes import torch_dtype
-from ..engine.fairseq_tokenizer import add_fairseq_arguments
-from ..engine.generate import Sampling
-from ..engine.parallel import resolve_device
+from ..engine.checkpoints import loading
+from ..engine.inference.backend import Backend, nfeval_backend
+from ..engine.inference.generate import Sampling
+from ..engine.model.dtypes import torch_dtype
+from ..engine.text.fairseq_tokenizer import add_fairseq_arguments
+from ..engine.training.parallel import resolve_device
 
 
 def read_prompts(path: str) -> list[str]:

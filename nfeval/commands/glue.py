@@ -14,7 +14,7 @@ from ..base.cli_args import (
     positive_int,
 )
 from ..base.outputs import check_output_dir
-from ..engine import torch_files
+from ..engine.checkpoints import torch_files
 from ..glue import data as glue_data
 from ..glue import submission as glue_submission
 from ..glue.points import lr_key

@@ -8,11 +8,11 @@ import os
 import warnings
 from typing import Any
 
-from ..engine import loading, torch_files
-from ..engine.config import preset
-from ..engine.fairseq_import import FairseqConfigWarning
-from ..engine.model import Transformer
-from ..engine.train_config import TrainConfig, training_recipe
+from ..engine.checkpoints import loading, torch_files
+from ..engine.checkpoints.fairseq_import import FairseqConfigWarning
+from ..engine.model.config import preset
+from ..engine.model.model import Transformer
+from ..engine.training.train_config import TrainConfig, training_recipe
 
 
 def describe(

@@ -1,4 +1,4 @@
-"""``nfeval train``: the command line over ``nfeval.engine.train``."""
+"""``nfeval train``: the command line over ``nfeval.engine.training.train``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 from ..base.jsonio import load_json
 from ..base.outputs import check_output_dir
-from ..engine.parallel import launched_rank, leave_process_group
-from ..engine.train import finished_summary, refuse_existing_run, train
-from ..engine.train_config import TrainConfig
-from ..engine.train_flags import add_config_flags, config_from_args
-from ..engine.trainer import TrainingDiverged
+from ..engine.training.parallel import launched_rank, leave_process_group
+from ..engine.training.train import finished_summary, refuse_existing_run, train
+from ..engine.training.train_config import TrainConfig
+from ..engine.training.train_flags import add_config_flags, config_from_args
+from ..engine.training.trainer import TrainingDiverged
 from ..launch.options import RUN, LaunchOptions, add_launcher_arguments, launch_options
 from ..tune.results import with_tuned_lr
 

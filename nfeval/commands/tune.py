@@ -8,7 +8,7 @@ import os
 from ..base.cli_args import learning_rates
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir
-from ..engine.train_flags import config_from_args
+from ..engine.training.train_flags import config_from_args
 from ..launch.options import add_launcher_arguments, launch_options
 from ..tune import results as tune_results
 from ..tune.sweep import parse_budget, tune

@@ -22,8 +22,8 @@ from ..zeroshot.evaluate import evaluate, make_table
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds ``nfeval zeroshot``'s options."""
-    from ..engine import torch_files
-    from ..engine.fairseq_tokenizer import add_fairseq_arguments
+    from ..engine.checkpoints import torch_files
+    from ..engine.text.fairseq_tokenizer import add_fairseq_arguments
 
     parser.add_argument(
         "--ckpt",

@@ -17,10 +17,11 @@ import torch.nn.functional as F
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.progress import progress_bar
-from ..engine import checkpoint as ckpt_lib
-from ..engine import cpu_linear, denormals, torch_files
-from ..engine.model import SequenceClassifier, Transformer
-from ..engine.tokenization import special_ids
+from ..engine.checkpoints import checkpoint as ckpt_lib
+from ..engine.checkpoints import torch_files
+from ..engine.kernels import cpu_linear, denormals
+from ..engine.model.model import SequenceClassifier, Transformer
+from ..engine.text.tokenization import special_ids
 from . import data as glue_data
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions

@@ -10,7 +10,7 @@ import os
 from typing import NamedTuple
 
 from ..base.errors import DataError
-from ..engine import checkpoint as ckpt_lib
+from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..launch import local
 from . import data as glue_data
 from .finetune import EncodedTask, encode_task, run_point

@@ -19,7 +19,7 @@ base-sized models, ``DEFAULT_LRS`` = 1e-5 … 3e-4 (small CPU models usually wan
 
 Inputs are ``<s> A </s>`` or ``<s> A </s></s> B </s>`` (RoBERTa), pairs truncated longest-first. The
 head pools the first token of an encoder and the last real token of a causal model
-(``nfeval.engine.model.SequenceClassifier``); STS-B is a one-output regression with MSE loss.
+(``nfeval.engine.model.model.SequenceClassifier``); STS-B is a one-output regression with MSE loss.
 
 Speed: batches are padded only to their longest member, and drawn from length-sorted pools of 100
 batches (bucketing); bf16 autocast on GPUs that support it; ``--jobs N`` runs points in N processes
@@ -46,7 +46,7 @@ from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
-from ..engine import checkpoint as ckpt_lib
+from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..launch.options import LaunchOptions
 from . import data as glue_data
 from . import metrics as glue_metrics

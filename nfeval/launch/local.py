@@ -2,7 +2,7 @@
 
 Each job is a spawned process bound to one device (the visible GPUs in turn, else the requested
 device) and its share of the CPU cores, flushing denormals as every process nfeval owns does
-(``engine.denormals``), set up before torch starts its threads. A point is a ``LaunchPoint``: it
+(``engine.kernels.denormals``), set up before torch starts its threads. A point is a ``LaunchPoint``: it
 resumes from and marks itself finished in its own folder, so a killed pool loses no finished point.
 With one job the points run in this process, in order.
 """
@@ -35,7 +35,7 @@ def init_worker(devices: Any, threads: int) -> None:
     returns None."""
     import torch
 
-    from ..engine import denormals
+    from ..engine.kernels import denormals
 
     device = devices.get()
     _DEVICE["device"] = device

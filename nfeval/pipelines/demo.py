@@ -60,8 +60,8 @@ def log(message: str) -> None:
 
 def train_models(cfg: DemoConfig, tokenizer: str) -> dict[str, str]:
     """Trains Pre-LN and NormFormer under the same wall-clock budget (resuming); returns {arch: run dir}."""
-    from ..engine.train import train
-    from ..engine.train_config import TrainConfig
+    from ..engine.training.train import train
+    from ..engine.training.train_config import TrainConfig
 
     runs = {}
     for arch in ARCHES:
@@ -124,7 +124,7 @@ def run_zeroshot(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, list[str]]:
 def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
     """Sweeps seven learning rates on ``cfg.glue_tasks`` for each run (resumable); returns {arch:
     glue.json}."""
-    from ..engine.checkpoint import read_config
+    from ..engine.checkpoints.checkpoint import read_config
     from ..glue.sweep import Recipe, sweep
 
     if not cfg.glue_dir:

@@ -4,10 +4,10 @@ ratios that fix them, training a run resumably, and training many runs here (``-
 A run lives in a folder ``D`` (an ``nfeval train`` run dir) and is finished when ``D.json`` exists:
 that record is written last, after training returned or diverged, so a rerun skips the run without
 calling ``train`` and a killed one is resumed from its newest checkpoint. The record holds the run's
-recipe (``engine.recipe``), so a report can check that the runs it puts side by side share one.
+recipe (``engine.training.recipe``), so a report can check that the runs it puts side by side share one.
 
 Equal time, fixed before training (the paper's protocol): the baseline gets S steps; every other run's
-step-time ratio to it is measured *paired* (``engine.step_ratio``) and the run gets S ÷ ratio steps.
+step-time ratio to it is measured *paired* (``engine.training.step_ratio``) and the run gets S ÷ ratio steps.
 The ratios are stored in one JSON file after each measurement, so every seed and rerun reuses them and a
 run's budget never changes once fixed.
 """
@@ -22,11 +22,11 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, hardware, hardware_key
 from ..base.errors import ConfigError
 from ..base.jsonio import load_json
-from ..engine import recipe
-from ..engine.step_ratio import equal_time_steps, measure_step_ratio
-from ..engine.train import train
-from ..engine.train_config import TrainConfig
-from ..engine.trainer import TrainingDiverged
+from ..engine.training import recipe
+from ..engine.training.step_ratio import equal_time_steps, measure_step_ratio
+from ..engine.training.train import train
+from ..engine.training.train_config import TrainConfig
+from ..engine.training.trainer import TrainingDiverged
 from ..launch.jobs import LaunchPoint
 from ..launch.options import LaunchOptions
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..engine.config import ModelConfig
+from ..engine.model.config import ModelConfig
 
 PAPER_UPDATES = 572_204  # --max-update of train_lm.sh
 PAPER_TOKENS_PER_UPDATE = 16 * 2 * 8 * 2048  # --batch-size × --update-freq × GPUs × --tokens-per-sample
@@ -23,7 +23,7 @@ def parameters(cfg: ModelConfig) -> tuple[int, int]:
     learned positions are the embedding."""
     import torch
 
-    from ..engine.model import Transformer
+    from ..engine.model.model import Transformer
 
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(cfg).parameters())
@@ -49,7 +49,7 @@ def _shape(cfg: ModelConfig) -> dict[str, Any]:
 def facts(run_dir: str) -> dict[str, Any]:
     """Returns the scale facts of the finished run in ``run_dir``: its shape and parameters, tokens
     trained, tokens per parameter, corpus (name and training tokens) and training seconds."""
-    from ..engine.checkpoint import read_config
+    from ..engine.checkpoints.checkpoint import read_config
 
     cfg, meta = read_config(run_dir)
     compute, data = meta.get("compute") or {}, (meta.get("train") or {}).get("data") or {}
@@ -75,7 +75,7 @@ def _corpus_name(name: str | None) -> str:
 
 def paper_facts() -> dict[str, Any]:
     """Returns the same facts for the paper's 125M causal LM (as nfeval's ``prenorm-125M`` builds it)."""
-    from ..engine.config import preset
+    from ..engine.model.config import preset
 
     out = _shape(preset("prenorm-125M"))
     tokens = PAPER_UPDATES * PAPER_TOKENS_PER_UPDATE

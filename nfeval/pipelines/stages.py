@@ -19,8 +19,8 @@ def shared_tokenizer(
 ) -> str:
     """Trains (once) a BPE of ``vocab_size`` on the training corpus (``train_data``/``valid_data``, text
     files or folders; neither: the embedded default corpus) into ``out/tokenizer.json``; returns that path."""
-    from ..engine.builtin_corpus import default_corpus
-    from ..engine.data import get_tokenizer, load_text_corpus
+    from ..engine.text.builtin_corpus import default_corpus
+    from ..engine.text.data import get_tokenizer, load_text_corpus
 
     path = os.path.join(out, "tokenizer.json")
     if not os.path.isfile(path):
@@ -38,7 +38,7 @@ def zeroshot_data(
 
     Returns (data dir, tasks to score), the corpus cloze task first.
     """
-    from ..engine.builtin_corpus import default_corpus
+    from ..engine.text.builtin_corpus import default_corpus
     from ..zeroshot.cloze import build_docs, write_jsonl
 
     folder = os.path.join(out, "zeroshot_data")

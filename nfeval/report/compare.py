@@ -14,7 +14,7 @@ reports, against a baseline run (the first, unless ``--baseline``):
 Between consecutive validation points perplexity is interpolated linearly in perplexity; values are
 never extrapolated past a run's first or last validation point.
 
-Runs of different training recipes (``engine.recipe``: initialisation, positions, embedding scale,
+Runs of different training recipes (``engine.training.recipe``: initialisation, positions, embedding scale,
 optimizer, schedule, precision) are refused, naming the field that differs, as are runs whose recipe
 cannot be told (trained before nfeval recorded the initialisation); ``mixed_recipes=True``
 (``--mixed-recipes``) compares them anyway, and the result and its table say so on their first line.
@@ -42,8 +42,9 @@ from typing import Any
 from ..base.artifacts import hardware_key, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
-from ..engine import recipe, rundir
-from ..engine.config import ModelConfig
+from ..engine.checkpoints import rundir
+from ..engine.model.config import ModelConfig
+from ..engine.training import recipe
 from ..tune.results import describe_lr
 
 AXES = ("flops", "wall_s")
@@ -74,7 +75,7 @@ class Run:
     warnings: list[str]
     lr: dict[str, Any] | None = None  # peak LR and where it came from (tune_results.describe_lr)
     total_steps: int | None = None  # the steps its LR schedule spans (None: its last logged step)
-    recipe: dict[str, Any] | None = None  # engine.recipe's record (None: the run cannot tell it)
+    recipe: dict[str, Any] | None = None  # engine.training.recipe's record (None: the run cannot tell it)
 
 
 def _number(value: Any) -> bool:

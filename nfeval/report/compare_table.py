@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base.escape import text_cell
-from ..engine.flops import FLOPS_COUNTED
+from ..engine.model.flops import FLOPS_COUNTED
 from .compare import AXIS_LABELS, MID_SCHEDULE, NOT_REACHED
 
 

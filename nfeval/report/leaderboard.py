@@ -28,7 +28,7 @@ from typing import Any
 from ..base.artifacts import provenance
 from ..base.errors import DataError
 from ..base.jsonio import load_json
-from ..engine import rundir
+from ..engine.checkpoints import rundir
 from ..glue.data import TASKS as GLUE_TASKS
 from ..tune.results import describe_lr
 from .leaderboard_read import (

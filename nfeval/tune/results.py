@@ -25,7 +25,7 @@ from typing import Any
 
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
-from ..engine.train_config import TrainConfig
+from ..engine.training.train_config import TrainConfig
 
 OK, DIVERGED, MISSING = "ok", "diverged", "missing"
 BUDGET_FIELDS = {"steps": "max_steps", "tokens": "max_tokens", "flops": "max_flops", "seconds": "max_seconds"}
@@ -275,9 +275,10 @@ def with_tuned_lr(
     """Returns ``cfg`` with its lr taken from ``tune_json`` for its preset and ``lr_from`` set to the
     record of where it came from. ConfigError: ``lr_given`` (--lr on the same command line), or ``cfg``'s
     recipe differs from the one the tune trained under in a field other than ``deviations`` (dotted
-    ``engine.recipe`` fields a caller changes on purpose, e.g. ``schedule.warmup``), or the tune's recipe
+    ``engine.training.recipe`` fields a caller changes on purpose, e.g. ``schedule.warmup``), or the
+    tune's recipe
     cannot be told."""
-    from ..engine import recipe
+    from ..engine.training import recipe
 
     if lr_given:
         raise ConfigError("--lr and --lr-from both given: pass one")

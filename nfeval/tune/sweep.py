@@ -17,7 +17,7 @@ the LR came from. Cost: presets × LRs × seeds runs of the budget (run ``--jobs
 Resume. A point is finished when its ``point.json`` (written last, holding the point's config as
 its key) exists; a rerun skips finished points, resumes a killed one from its newest checkpoint
 (``--ckpt-interval``) and refuses a point folder written under a different config. The key names the
-data and tokenizer files by what they hold (``nfeval.engine.input_fingerprints``), not by path, so a
+data and tokenizer files by what they hold (``nfeval.engine.training.input_fingerprints``), not by path, so a
 tune folder may be moved or copied (to another path or machine), and its data and tokenizer too, then
 resumed or reused there; a data file whose content changed is refused. Keys of an older nfeval (paths)
 are accepted in place and rewritten. A diverged point is a finished result (marked, never best).
@@ -53,11 +53,15 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
-from ..engine import recipe
-from ..engine.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints, recorded_input_fingerprints
-from ..engine.train import train
-from ..engine.train_config import TrainConfig
-from ..engine.trainer import TrainingDiverged
+from ..engine.training import recipe
+from ..engine.training.input_fingerprints import (
+    INPUT_PATH_FIELDS,
+    input_fingerprints,
+    recorded_input_fingerprints,
+)
+from ..engine.training.train import train
+from ..engine.training.train_config import TrainConfig
+from ..engine.training.trainer import TrainingDiverged
 from ..launch import local
 from ..launch.options import LaunchOptions
 from . import results as tune_results
@@ -369,7 +373,8 @@ def tune(
         "budget": {"spec": budget, "field": field[0], "value": field[1]},
         "base_config": {n: getattr(base, n) for n in INPUT_PATH_FIELDS}
         | {k: v for k, v in keys[0].items() if k not in ("preset", "lr", "seed")},
-        "recipe": tuned_recipe,  # engine.recipe's record every point trained under (None: they differ)
+        "recipe": tuned_recipe,  # engine.training.recipe's record every point trained under (None: they
+        # differ)
         "presets": summary_presets,
         "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
         "missing": missing,

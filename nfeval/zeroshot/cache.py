@@ -12,7 +12,7 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, cache_dir
 from ..base.errors import DataError
 from ..base.jsonio import load_json, sha256_json
-from ..engine.dtypes import long_name, torch_dtype
+from ..engine.model.dtypes import long_name, torch_dtype
 from ..model_adapters.config import ScoringConfig
 from . import items as zeroshot_items
 

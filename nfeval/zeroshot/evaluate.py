@@ -22,9 +22,9 @@ from typing import Any
 from .. import tasks as nf_tasks
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
-from ..engine import loading
-from ..engine.backend import no_tokenizer_message
-from ..engine.dtypes import long_name, torch_dtype
+from ..engine.checkpoints import loading
+from ..engine.inference.backend import no_tokenizer_message
+from ..engine.model.dtypes import long_name, torch_dtype
 from ..tasks import task_build
 from . import items as zeroshot_items
 from . import task_names

@@ -16,12 +16,12 @@ from test_fairseq_import import to_fairseq
 from nfeval.analysis.stability import AttentionLogitProbe, StabilitySettings, stability_test
 from nfeval.analysis.tables import stability_table
 from nfeval.cli import main
-from nfeval.engine import checkpoint
-from nfeval.engine.config import preset
-from nfeval.engine.data import Batches
-from nfeval.engine.grad_stats import GradStatsRecorder
-from nfeval.engine.model import Transformer
-from nfeval.engine.tokenization import SpecialIds
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.text.data import Batches
+from nfeval.engine.text.tokenization import SpecialIds
+from nfeval.engine.training.grad_stats import GradStatsRecorder
 
 ARCHS = ("postnorm", "prenorm", "normformer")
 

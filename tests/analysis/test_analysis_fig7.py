@@ -11,7 +11,7 @@ import torch
 from test_analysis_grads import batch, tiny
 
 from nfeval.analysis.grads import grad_norms, grads_result, relative_by_kind
-from nfeval.engine.grad_stats import per_layer_mean_abs
+from nfeval.engine.training.grad_stats import per_layer_mean_abs
 from nfeval.pipelines.reproduce.gradient_experiment import depth_log_ratio, fig7_claims
 
 

@@ -12,17 +12,17 @@ from test_fairseq_import import to_fairseq
 
 from nfeval.analysis.grads import grad_norms, relative_to_baseline
 from nfeval.base.errors import ConfigError
-from nfeval.engine import checkpoint
-from nfeval.engine.config import preset
-from nfeval.engine.grad_stats import (
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training.grad_stats import (
     GAIN_KINDS,
     GRAD_STATS,
     WEIGHT_KINDS,
     GradStatsRecorder,
     read_grad_stats,
 )
-from nfeval.engine.model import Transformer
-from nfeval.engine.train_config import clip_window, parse_grad_stats
+from nfeval.engine.training.train_config import clip_window, parse_grad_stats
 
 ARCHS = ("postnorm", "prenorm", "normformer", "normformer-resscale")
 
@@ -125,7 +125,7 @@ def test_window_parsing_and_clipping():
     for bad in ("950", "a:b", "10:5", "0:3"):
         with pytest.raises(ConfigError, match="expected START:END"):
             parse_grad_stats(bad)
-    from nfeval.engine.train_config import TrainConfig
+    from nfeval.engine.training.train_config import TrainConfig
 
     TrainConfig(max_steps=10, grad_stats="950:1000").validate()
     with pytest.raises(ConfigError, match="grad_stats='10:5'"):

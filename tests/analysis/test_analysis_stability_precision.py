@@ -11,7 +11,7 @@ from test_analysis_cli import random_batches
 
 from nfeval.analysis.stability import StabilitySettings, lowest_precision, stability_test
 from nfeval.cli import main
-from nfeval.engine.config import preset
+from nfeval.engine.model.config import preset
 
 
 def test_bf16_autocast_tracks_fp32_and_probes_logits_in_fp32():

@@ -10,7 +10,7 @@ from lm_eval.api.instance import Instance
 from test_zeroshot_adapter import build_hf_gpt2
 
 from nfeval.cli import main
-from nfeval.engine import checkpoint
+from nfeval.engine.checkpoints import checkpoint
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
 

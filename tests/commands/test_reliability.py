@@ -22,10 +22,10 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 from nfeval import cli
 from nfeval.base import artifacts
 from nfeval.base.errors import CheckpointError, ConfigError, DataError, MissingDataError, UserError
-from nfeval.engine import checkpoint
-from nfeval.engine.config import ModelConfig, preset
-from nfeval.engine.fingerprint import fingerprint_model
-from nfeval.engine.model import Transformer
+from nfeval.base.fingerprint import fingerprint_model
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.config import ModelConfig, preset
+from nfeval.engine.model.model import Transformer
 from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot.config import ZeroShotConfig
 
@@ -127,7 +127,7 @@ def test_corrupt_json_same_class_and_shape_everywhere(ckpt, tmp_path):
 def test_unreachable_hub_dataset_same_message_in_every_command(monkeypatch):
     import datasets
 
-    from nfeval.engine.data import load_hf_corpus
+    from nfeval.engine.text.data import load_hf_corpus
     from nfeval.glue import data as glue_data
 
     def offline(*_a, **_k):
@@ -277,7 +277,7 @@ def test_cli_probe_matrix(ckpt, tmp_path, monkeypatch):
 
 
 def test_batch_size_zero_fails_before_loading_the_model(ckpt, monkeypatch):
-    from nfeval.engine import loading
+    from nfeval.engine.checkpoints import loading
 
     monkeypatch.setattr(loading, "identify", lambda *a, **k: pytest.fail("model was read"))
     code, err = run_cli("zeroshot", "--ckpt", str(ckpt), "--batch-size", "0")
@@ -389,7 +389,7 @@ def test_flipped_weight_bytes_fail_the_fingerprint(ckpt):
 
 
 def test_tiny_vocab_size_fails_instead_of_training_261_tokens():
-    from nfeval.engine.tokenization import train_bpe
+    from nfeval.engine.text.tokenization import train_bpe
 
     with pytest.raises(ConfigError, match="vocab_size=5: expected at least 261"):
         train_bpe(["some text"], 5)
@@ -455,7 +455,7 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
 def test_a_pool_worker_binds_its_device_and_thread_share(monkeypatch):
     import queue
 
-    from nfeval.engine import denormals
+    from nfeval.engine.kernels import denormals
     from nfeval.launch import local
 
     chosen = []
@@ -506,7 +506,7 @@ def test_every_command_leaves_the_process_group_it_joined(tiny_clm_ckpt, tmp_pat
     fails."""
     import torch.distributed as dist
 
-    from nfeval.engine import parallel
+    from nfeval.engine.training import parallel
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     parallel.join_process_group(torch.device("cpu"))

@@ -17,8 +17,8 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 from nfeval import cli
 from nfeval.base import artifacts
 from nfeval.base.errors import CheckpointError, OutputError
-from nfeval.engine import checkpoint
-from nfeval.engine.hf_export import export_hf
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.interop.hf_export import export_hf
 from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot.config import ZeroShotConfig
 
@@ -93,7 +93,7 @@ def test_info_on_a_foreign_hf_folder_names_the_format(tmp_path):
 def test_config_sizes_disagreeing_with_the_weights_are_refused_before_building(
     tiny_clm_ckpt, tmp_path, monkeypatch, field, value
 ):
-    import nfeval.engine.model as model
+    import nfeval.engine.model.model as model
 
     bad = shutil.copytree(tiny_clm_ckpt, tmp_path / "bad")
     edit_config(bad, **{field: value})

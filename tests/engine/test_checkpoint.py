@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from nfeval.base.fingerprint import fingerprint_model
 from nfeval.cli import main
-from nfeval.engine import checkpoint
-from nfeval.engine.fingerprint import fingerprint_model
+from nfeval.engine.checkpoints import checkpoint
 
 
 def test_save_load_identical_logits_and_fingerprint(tiny_clm_ckpt):
@@ -133,7 +133,7 @@ def test_loading_a_checkpoint_does_not_import_dynamo(tiny_clm_ckpt):
 
     probe = (
         "import sys, torch\n"
-        "from nfeval.engine import checkpoint\n"
+        "from nfeval.engine.checkpoints import checkpoint\n"
         f"ckpt = checkpoint.load({str(tiny_clm_ckpt)!r})\n"
         "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'\n"
         "print(ckpt.fingerprint)\n"

@@ -11,11 +11,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from nfeval.base.errors import ConfigError
-from nfeval.engine import cpu_linear
-from nfeval.engine.config import ModelConfig
-from nfeval.engine.cpu_linear import Linear, linear, packed_weights, takes_onednn
-from nfeval.engine.generate import generate
-from nfeval.engine.model import SequenceClassifier, Transformer
+from nfeval.engine.inference.generate import generate
+from nfeval.engine.kernels import cpu_linear
+from nfeval.engine.kernels.cpu_linear import Linear, linear, packed_weights, takes_onednn
+from nfeval.engine.model.config import ModelConfig
+from nfeval.engine.model.model import SequenceClassifier, Transformer
 
 pytestmark = pytest.mark.skipif(
     not cpu_linear.onednn_available(), reason="not an x86 torch built with oneDNN's kernel"

@@ -1,4 +1,4 @@
-"""Corpora, token shards, batches and MLM masking (nfeval.engine.data)."""
+"""Corpora, token shards, batches and MLM masking (nfeval.engine.text.data)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import make_corpus, make_text
 
-from nfeval.engine import builtin_corpus, data
-from nfeval.engine.tokenization import special_ids, train_bpe
+from nfeval.engine.text import builtin_corpus, data
+from nfeval.engine.text.tokenization import special_ids, train_bpe
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 

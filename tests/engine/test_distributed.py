@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import make_corpus, tiny_train_args
 
-from nfeval.engine import checkpoint
+from nfeval.engine.checkpoints import checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from nfeval.engine import budget
-from nfeval.engine.budget import gpu_peak
-from nfeval.engine.config import preset
-from nfeval.engine.flops import training_flops_breakdown, training_flops_per_token
-from nfeval.engine.model import Transformer
-from nfeval.engine.objective import Objective
-from nfeval.engine.parallel import resolve_device
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.flops import training_flops_breakdown, training_flops_per_token
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training import budget
+from nfeval.engine.training.budget import gpu_peak
+from nfeval.engine.training.objective import Objective
+from nfeval.engine.training.parallel import resolve_device
 from nfeval.model_adapters.config import ScoringConfig
 
 # Real torch.cuda.get_device_name() strings and their dense datasheet peaks (bf16, fp32).
@@ -125,7 +125,7 @@ def test_bare_cuda_gets_this_process_gpu(monkeypatch):
 
 
 def test_adapter_moves_a_loaded_checkpoint_to_its_dtype(tiny_clm_ckpt):
-    from nfeval.engine import checkpoint
+    from nfeval.engine.checkpoints import checkpoint
     from nfeval.model_adapters.lm import NFEvalLM
 
     ckpt = checkpoint.load(tiny_clm_ckpt)

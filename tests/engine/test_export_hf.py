@@ -16,10 +16,11 @@ from test_zeroshot_cli import data_dir  # noqa: F401  (the fixture: tiny local t
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from nfeval.cli import main as cli_main
-from nfeval.engine import checkpoint
-from nfeval.engine.config import preset
-from nfeval.engine.hf_export import export_hf, remote_code_files
-from nfeval.engine.model import Transformer
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.interop.hf_export import export_hf, remote_code_files
+from nfeval.engine.model import model as model_module
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
 from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot
 from nfeval.zeroshot.config import ZeroShotConfig
@@ -111,7 +112,7 @@ def test_plain_prenorm_exports_native_gpt2(tmp_path, tiny_tokenizer):
 
 def test_remote_code_is_generated_from_nfeval_model_source():
     files = remote_code_files()
-    model_src = open(os.path.join(os.path.dirname(checkpoint.__file__), "model.py")).read()
+    model_src = open(os.path.join(os.path.dirname(model_module.__file__), "model.py")).read()
     renamed = re.sub(r"^from \.(\w+) import", r"from .nfeval_\1 import", model_src, flags=re.M)
     assert files["nfeval_model.py"] == renamed
     expected = {"modeling_nfeval.py", "nfeval_model.py", "nfeval_config.py", "nfeval_norms.py"}

@@ -12,12 +12,12 @@ import torch
 from lm_eval.api.instance import Instance
 
 from nfeval.base.errors import CheckpointError, ConfigError, DataError
-from nfeval.engine import checkpoint
-from nfeval.engine.config import preset
-from nfeval.engine.fairseq_import import LAYER_NAMES, FairseqConfigWarning
-from nfeval.engine.fairseq_tokenizer import FairseqTokenizer
-from nfeval.engine.model import Transformer
-from nfeval.engine.tokenization import gpt2_bpe, train_bpe
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.checkpoints.fairseq_import import LAYER_NAMES, FairseqConfigWarning
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.text.fairseq_tokenizer import FairseqTokenizer
+from nfeval.engine.text.tokenization import gpt2_bpe, train_bpe
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
 
@@ -245,7 +245,7 @@ def test_fairseq_cli_zeroshot_generate_info(tmp_path, bpe_dir, monkeypatch, caps
 
 
 def test_export_hf_refuses_a_dict_txt_tokenizer(tmp_path, bpe_dir):
-    from nfeval.engine.hf_export import export_hf
+    from nfeval.engine.interop.hf_export import export_hf
 
     path, _, _ = write_fairseq_lm(tmp_path, bpe_dir)
     with pytest.raises(ConfigError, match=r"model\.pt: has a fairseq dict\.txt beside it"):
@@ -259,7 +259,7 @@ FAIRSEQ_ACTIVATION_CASES = [("gelu", "gelu"), ("gelu_accurate", "gelu_tanh"), ("
 
 @pytest.mark.parametrize("fn, ours", FAIRSEQ_ACTIVATION_CASES)
 def test_fairseq_activation_maps_or_is_refused(fn, ours):
-    from nfeval.engine.fairseq_import import _model_config
+    from nfeval.engine.checkpoints.fairseq_import import _model_config
 
     cfg = preset("prenorm-tiny", vocab_size=40, positions="learned", scale_embedding=True)
     state = to_fairseq(Transformer(cfg))

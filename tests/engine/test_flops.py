@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nfeval.engine.config import preset
-from nfeval.engine.flops import (
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.flops import (
     FLOPS_PER_ELEMENT,
     TRAINING_PASSES,
     training_flops_breakdown,

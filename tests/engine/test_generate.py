@@ -7,10 +7,10 @@ import itertools
 import pytest
 import torch
 
-from nfeval.engine.config import ModelConfig
-from nfeval.engine.generate import Sampling, generate
-from nfeval.engine.kv_cache import KVCache
-from nfeval.engine.model import Transformer
+from nfeval.engine.inference.generate import Sampling, generate
+from nfeval.engine.model.config import ModelConfig
+from nfeval.engine.model.kv_cache import KVCache
+from nfeval.engine.model.model import Transformer
 
 HEAD_SCALES = {  # (scale_heads, head_scale_position, head_scale_transpose_bug)
     "off": (False, "after_out_proj", False),
@@ -189,7 +189,7 @@ def test_bad_requests_fail_before_work():
 
 def test_fp32_weights_generate_in_fp32(monkeypatch):
     """bf16 is never switched on behind the caller's back: the cache and weights keep the model's dtype."""
-    import nfeval.engine.generate as engine
+    import nfeval.engine.inference.generate as engine
 
     dtypes = []
 

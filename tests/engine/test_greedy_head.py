@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from test_generate import PROMPTS, greedy_by_recompute, make_model
 
-from nfeval.engine.config import ModelConfig
-from nfeval.engine.generate import generate
-from nfeval.engine.greedy_head import GreedyHead, greedy_head, screen_supported
-from nfeval.engine.model import Transformer
+from nfeval.engine.inference.generate import generate
+from nfeval.engine.inference.greedy_head import GreedyHead, greedy_head, screen_supported
+from nfeval.engine.model.config import ModelConfig
+from nfeval.engine.model.model import Transformer
 
 pytestmark = pytest.mark.skipif(
     not screen_supported(torch.zeros(1)), reason="the screen needs fbgemm's quantized CPU kernels"

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from nfeval.engine import checkpoint, hf_export
-from nfeval.engine.hf_gpt2 import read_dir
-from nfeval.engine.model import Transformer
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.interop import hf_export
+from nfeval.engine.interop.hf_gpt2 import read_dir
+from nfeval.engine.model.model import Transformer
 
 
 def save_gpt2(path, seed: int = 0, **config) -> str:

@@ -12,16 +12,16 @@ import pytest
 import torch
 from conftest import make_corpus, tiny_train_config
 
+from nfeval.base.fingerprint import fingerprint_model
 from nfeval.cli import main
 from nfeval.commands.train import add_arguments
-from nfeval.engine import checkpoint
-from nfeval.engine.config import ARCHITECTURES, RECIPES, SIZES, ModelConfig, preset
-from nfeval.engine.fingerprint import fingerprint_model
-from nfeval.engine.model import Transformer
-from nfeval.engine.run_inputs import model_config
-from nfeval.engine.train import train
-from nfeval.engine.train_config import TrainConfig, training_recipe
-from nfeval.engine.train_flags import config_from_args
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.config import ARCHITECTURES, RECIPES, SIZES, ModelConfig, preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training.run_inputs import model_config
+from nfeval.engine.training.train import train
+from nfeval.engine.training.train_config import TrainConfig, training_recipe
+from nfeval.engine.training.train_flags import config_from_args
 
 SHAPES = [
     dict(n_layer=2, d_model=64, n_head=4, d_ffn=256, vocab_size=512, max_seq_len=256),

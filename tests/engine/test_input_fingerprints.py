@@ -8,8 +8,8 @@ import os
 import pytest
 from conftest import make_corpus
 
-from nfeval.engine import input_fingerprints as inputs
-from nfeval.engine.data import load_text_corpus
+from nfeval.engine.text.data import load_text_corpus
+from nfeval.engine.training import input_fingerprints as inputs
 
 
 def test_corpus_fingerprint_is_the_recorded_one_cached_until_a_file_changes(tmp_path, monkeypatch):

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nfeval.engine.config import ARCHITECTURES, SIZES, preset
-from nfeval.engine.model import Block, SelfAttention, SequenceClassifier, Transformer, sinusoidal_table
+from nfeval.engine.model.config import ARCHITECTURES, SIZES, preset
+from nfeval.engine.model.model import Block, SelfAttention, SequenceClassifier, Transformer, sinusoidal_table
 
 
 def tiny(arch: str = "normformer", **kw):

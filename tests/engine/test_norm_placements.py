@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from test_generate import PROMPTS, greedy_by_recompute
 from torch import nn
 
-from nfeval.engine.config import ARCHITECTURES, NORM_POSITIONS, ModelConfig, preset
-from nfeval.engine.generate import generate
-from nfeval.engine.kv_cache import KVCache
-from nfeval.engine.model import Block, Transformer
-from nfeval.engine.norms import deepnorm_alpha_beta, make_norm
+from nfeval.engine.inference.generate import generate
+from nfeval.engine.model.config import ARCHITECTURES, NORM_POSITIONS, ModelConfig, preset
+from nfeval.engine.model.kv_cache import KVCache
+from nfeval.engine.model.model import Block, Transformer
+from nfeval.engine.model.norms import deepnorm_alpha_beta, make_norm
 
 
 def randomize(model: nn.Module, seed: int = 0) -> None:

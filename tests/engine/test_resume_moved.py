@@ -10,8 +10,8 @@ import pytest
 from conftest import make_corpus, make_text, tiny_train_args
 
 from nfeval import cli
-from nfeval.engine import rundir
-from nfeval.engine.tokenization import train_bpe
+from nfeval.engine.checkpoints import rundir
+from nfeval.engine.text.tokenization import train_bpe
 
 
 def write_inputs(folder) -> None:

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from nfeval.base.errors import ConfigError
-from nfeval.engine import train as train_module
-from nfeval.engine.train_config import RESUME_RULES, TrainConfig
+from nfeval.engine.training import train as train_module
+from nfeval.engine.training.train_config import RESUME_RULES, TrainConfig
 
 
 def test_every_field_has_exactly_one_resume_rule():

@@ -113,7 +113,7 @@ def test_a_second_pipeline_into_one_folder_is_refused_at_once(tmp_path, small_co
 
 
 def test_a_second_export_into_one_folder_is_refused_and_an_export_leaves_no_lock(tmp_path, tiny_clm_ckpt):
-    from nfeval.engine.hf_export import export_hf
+    from nfeval.engine.interop.hf_export import export_hf
 
     out = tmp_path / "hf"
     with held_elsewhere(tmp_path / ".hf.tmp-export") as pid:

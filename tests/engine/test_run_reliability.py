@@ -14,7 +14,7 @@ import torch
 from conftest import make_corpus, tiny_train_args
 
 from nfeval import cli
-from nfeval.engine import checkpoint, rundir
+from nfeval.engine.checkpoints import checkpoint, rundir
 
 REPO = Path(__file__).resolve().parents[2]
 # ``nfeval`` SIGKILLed at a named point of its writes (no cleanup runs, as under kill -9): ``-c KILLED POINT
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 KILLED = """
 import os, signal, sys
 from nfeval import cli
-from nfeval.engine import rundir, torch_files
+from nfeval.engine.checkpoints import rundir, torch_files
 
 def kill(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)

@@ -17,10 +17,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from nfeval.base.errors import ConfigError
-from nfeval.engine.config import SIZES, ModelConfig, preset
-from nfeval.engine.flops import training_flops_breakdown
-from nfeval.engine.model import Block, SelfAttention, Transformer
-from nfeval.engine.objective import Objective
+from nfeval.engine.model.config import SIZES, ModelConfig, preset
+from nfeval.engine.model.flops import training_flops_breakdown
+from nfeval.engine.model.model import Block, SelfAttention, Transformer
+from nfeval.engine.training.objective import Objective
 
 # Each control as Table 4 applies it to NormFormer (the GeGLU control takes the FFN LN's place).
 CONTROLS = {

@@ -1,5 +1,5 @@
-"""The training engine (nfeval.engine.train): budgets, schedule, run dir, resume after kill -9, NaN stop,
-errors."""
+"""The training engine (nfeval.engine.training.train): budgets, schedule, run dir, resume after kill -9,
+NaN stop, errors."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ import torch
 from conftest import flushed_denormals, make_corpus, tiny_train_args, tiny_train_config
 
 from nfeval import cli
-from nfeval.engine import checkpoint
-from nfeval.engine.budget import lr_at
-from nfeval.engine.model import Transformer
-from nfeval.engine.train import train
-from nfeval.engine.train_config import TrainConfig
-from nfeval.engine.trainer import TrainingDiverged
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training.budget import lr_at
+from nfeval.engine.training.train import train
+from nfeval.engine.training.train_config import TrainConfig
+from nfeval.engine.training.trainer import TrainingDiverged
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,7 +172,7 @@ def test_resume_after_kill_9_is_bitwise(corpus, tmp_path):
 
     reference = tmp_path / "reference"
     ns = cli.build_parser("train").parse_args(["train", "--out", str(reference), *args])
-    from nfeval.engine.train_flags import config_from_args
+    from nfeval.engine.training.train_flags import config_from_args
 
     with flushed_denormals():  # the arithmetic of the one-thread nfeval process above
         train(config_from_args(ns), str(reference))
@@ -248,7 +248,7 @@ def test_bad_corpus_fails_clearly(tmp_path):
 
 
 def test_config_file_then_flags(corpus, tmp_path):
-    from nfeval.engine.train_flags import config_from_args
+    from nfeval.engine.training.train_flags import config_from_args
 
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"lr": 1e-3, "max_steps": 7, "model": {"dropout": 0.2}}), encoding="utf-8")

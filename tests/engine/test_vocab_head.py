@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nfeval.engine import vocab_head
-from nfeval.engine.vocab_head import VocabProjection, target_log_probs
+from nfeval.engine.inference import vocab_head
+from nfeval.engine.inference.vocab_head import VocabProjection, target_log_probs
 
 
 def reference(logits: torch.Tensor, at: torch.Tensor, target: torch.Tensor):

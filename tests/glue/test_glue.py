@@ -9,10 +9,10 @@ import torch
 from conftest import WORDS
 
 from nfeval import cli
-from nfeval.engine import checkpoint
-from nfeval.engine.config import preset
-from nfeval.engine.model import Transformer
-from nfeval.engine.tokenization import special_ids
+from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.text.tokenization import special_ids
 from nfeval.glue import finetune
 from nfeval.glue import sweep as glue
 from nfeval.glue.summary import format_table

@@ -42,3 +42,44 @@ def test_a_backend_without_lm_eval_imports_no_lm_eval():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# The engine's rooms, each importing only rooms to its left (the model is plain torch at the bottom).
+ENGINE_ORDER = ("model", "kernels", "text", "checkpoints", "interop", "inference", "training")
+
+
+def _engine_imports(room: str) -> dict[str, set[str]]:
+    """Returns {file: what of nfeval its imports reach, the engine's rooms by name, nfeval.base left out}
+    for the modules of ``engine/<room>``."""
+    folder = os.path.join(ROOT, "nfeval", "engine", room)
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
+        reached = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            if node.level == 1:
+                reached.add(room)
+            elif node.level == 2:
+                reached.update(names)
+            elif node.level == 3:  # nfeval.X: only base, the house's foundation, sits below the engine
+                reached.update(n for n in names if n != "base")
+            elif node.level == 0 and names[0] == "nfeval":
+                reached.add(node.module)
+        out[f"engine/{room}/{name}"] = reached
+    return out
+
+
+def test_the_engines_rooms_import_one_way():
+    for i, room in enumerate(ENGINE_ORDER):
+        allowed = set(ENGINE_ORDER[: i + 1])
+        for path, reached in _engine_imports(room).items():
+            assert reached <= allowed, f"{path} imports {sorted(reached - allowed)}, above or outside it"
+
+
+def test_the_model_room_imports_no_other_engine_room():
+    assert {r for reached in _engine_imports("model").values() for r in reached} <= {"model"}

@@ -27,7 +27,7 @@ SHIPPED = (
     "leaderboards/reference/gpt3.json",
     "tasks/piqa/piqa_local.yaml",
     "tasks/hellaswag/_hellaswag.yaml",
-    "engine/hf_template/modeling_nfeval.py",
+    "engine/interop/hf_template/modeling_nfeval.py",
 )
 # Runs in the installed venv: each command's --help in one process (one torch import, not fifteen);
 # prints {command: why it failed} and every imported nfeval module's file.

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from nfeval.engine import checkpoint
+from nfeval.engine.checkpoints import checkpoint
 from nfeval.pipelines.demo import DemoConfig, run_demo
 
 

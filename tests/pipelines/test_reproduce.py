@@ -12,11 +12,11 @@ import torch
 from test_demo import write_rte
 
 from nfeval.base.errors import ConfigError
-from nfeval.engine import recipe
-from nfeval.engine.budget import lr_at
-from nfeval.engine.config import ARCHITECTURES, SIZES, ModelConfig
-from nfeval.engine.model import Transformer
-from nfeval.engine.run_inputs import model_config
+from nfeval.engine.model.config import ARCHITECTURES, SIZES, ModelConfig
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training import recipe
+from nfeval.engine.training.budget import lr_at
+from nfeval.engine.training.run_inputs import model_config
 from nfeval.pipelines import runs
 from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
 from nfeval.pipelines.reproduce.plan import (
@@ -449,7 +449,7 @@ def test_smoke_fixes_equal_time_budgets_before_training(smoke):
 @pytest.fixture(scope="module")
 def untuned_slow(tmp_path_factory):
     """An untuned Figure 2 whose NormFormer is measured twice as slow as Pre-LN."""
-    from nfeval.engine.step_ratio import StepRatio
+    from nfeval.engine.training.step_ratio import StepRatio
     from nfeval.pipelines import runs
 
     def twice_as_slow(base, cand, pairs, burst, warmup):

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from nfeval.cli import build_parser
-from nfeval.engine.train_flags import config_from_args
+from nfeval.engine.training.train_flags import config_from_args
 from nfeval.pipelines.reproduce import commands
 from nfeval.pipelines.reproduce.plan import EXPERIMENTS, SCALES
 from nfeval.pipelines.reproduce.runner import Context, run_dir, train_config

@@ -10,7 +10,7 @@ from matplotlib.image import imread
 
 from nfeval.base.errors import ConfigError
 from nfeval.cli import main
-from nfeval.engine import recipe
+from nfeval.engine.training import recipe
 from nfeval.report.compare import (
     NOT_REACHED,
     compare,
@@ -19,7 +19,7 @@ from nfeval.report.compare import (
 )
 from nfeval.report.compare_table import format_comparison
 
-# the fairseq LM recipe as a run records it (engine.recipe.record)
+# the fairseq LM recipe as a run records it (engine.training.recipe.record)
 RECIPE = recipe.record(
     {"init": "fairseq", "positions": "sinusoidal", "scale_embedding": True, "embedding_norm": False}
     | {"dropout": 0.0, "attn_dropout": 0.0},

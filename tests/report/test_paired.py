@@ -111,7 +111,7 @@ def test_leaderboard_marks_a_significant_difference_only(synthetic, tmp_path):
 def test_real_zeroshot_runs_pair_and_limits_refuse(tiny_clm_ckpt, tmp_path, monkeypatch, capsys):
     from conftest import _save_tiny
 
-    from nfeval.engine import checkpoint
+    from nfeval.engine.checkpoints import checkpoint
 
     monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
     data = tmp_path / "data"

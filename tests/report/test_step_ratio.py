@@ -11,8 +11,13 @@ import pytest
 import torch
 from conftest import make_text, tiny_train_config
 
-from nfeval.engine.step_ratio import equal_time_steps, measure_step_ratio, median_interval, paired_ratio
-from nfeval.engine.trainer import Trainer
+from nfeval.engine.training.step_ratio import (
+    equal_time_steps,
+    measure_step_ratio,
+    median_interval,
+    paired_ratio,
+)
+from nfeval.engine.training.trainer import Trainer
 
 # A busy loop that runs 0.3 s, rests 0.3 s: the load changes while the pairs are timed.
 BUSY = (

@@ -11,7 +11,7 @@ from conftest import make_text, tiny_train_config
 
 from nfeval import cli
 from nfeval.base.errors import ConfigError, DataError, MissingDataError
-from nfeval.engine.train_config import TrainConfig
+from nfeval.engine.training.train_config import TrainConfig
 from nfeval.tune import results as tune_results
 from nfeval.tune import sweep as tune
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import make_corpus, make_text, tiny_train_config
 
 from nfeval.base.errors import ConfigError
-from nfeval.engine.tokenization import train_bpe
+from nfeval.engine.text.tokenization import train_bpe
 from nfeval.tune import sweep as tune
 
 GRID = (["prenorm-tiny"], [1e-3, 1e-2], "steps=4")

@@ -11,7 +11,7 @@ import pytest
 from test_zeroshot_adapter import build_hf_gpt2
 from test_zeroshot_cli import data_dir  # noqa: F401  (the fixture: tiny local task files)
 
-from nfeval.engine.tokenization import GPT2_EOT
+from nfeval.engine.text.tokenization import GPT2_EOT
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot

@@ -9,7 +9,7 @@ import torch
 from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval.cli import main
-from nfeval.engine import budget
+from nfeval.engine.training import budget
 
 
 def test_no_cache_scores_with_a_cache_folder_that_cannot_be_written(tiny_clm_ckpt, tmp_path, monkeypatch):

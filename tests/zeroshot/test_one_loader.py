@@ -1,4 +1,5 @@
-"""Path → model is one loader (``engine.loading.identify``): a zero-shot cache miss reads and hashes the
+"""Path → model is one loader (``engine.checkpoints.loading.identify``): a zero-shot cache miss reads and
+hashes the
 weights once, and zeroshot, generate, info and analyze all go through it."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval.analysis import inputs
 from nfeval.cli import main as cli_main
-from nfeval.engine import checkpoint, loading
+from nfeval.engine.checkpoints import checkpoint, loading
 from nfeval.model_adapters.config import ScoringConfig
 from nfeval.zeroshot import evaluate as zeroshot
 from nfeval.zeroshot.config import ZeroShotConfig
@@ -22,7 +23,8 @@ def data_dir(tmp_path):
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts the safetensors reads and the state-dict hashes of ``engine.checkpoint``, and the calls
+    """Counts the safetensors reads and the state-dict hashes of ``engine.checkpoints.checkpoint``, and
+    the calls
     to the one loader."""
     calls = {"read": 0, "hash": 0, "identify": 0}
 

@@ -11,9 +11,9 @@ import torch
 from test_generate import make_model
 from test_zeroshot_adapter import build_hf_gpt2, requests_for
 
-from nfeval.engine import vocab_head
-from nfeval.engine.backend import matmul_params
-from nfeval.engine.vocab_head import VocabProjection
+from nfeval.engine.inference import vocab_head
+from nfeval.engine.inference.backend import matmul_params
+from nfeval.engine.inference.vocab_head import VocabProjection
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
 from nfeval.model_adapters.scorer import ModelShape, ScoringStats, pack_rows, plan_batches, score

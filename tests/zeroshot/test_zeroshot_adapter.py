@@ -7,8 +7,8 @@ import torch
 from conftest import make_text
 from lm_eval.api.instance import Instance
 
-from nfeval.engine.loading import identify
-from nfeval.engine.tokenization import train_bpe
+from nfeval.engine.checkpoints.loading import identify
+from nfeval.engine.text.tokenization import train_bpe
 from nfeval.model_adapters import NFEvalLM, TokenLogLik
 from nfeval.model_adapters.config import ScoringConfig
 
@@ -161,7 +161,7 @@ def test_generate_until_stops_at_stop_sequence(tiny_clm_ckpt):
 
 
 def test_identify_fingerprints_without_loading(tiny_clm_ckpt, hf_dir):
-    from nfeval.engine import checkpoint
+    from nfeval.engine.checkpoints import checkpoint
 
     ident = identify(tiny_clm_ckpt)
     assert ident.kind == "nfeval" and ident.fingerprint == checkpoint.load(tiny_clm_ckpt).fingerprint

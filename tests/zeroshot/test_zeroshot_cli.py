@@ -99,7 +99,7 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
 def test_cache_is_per_model(tiny_clm_ckpt, tmp_path, data_dir):
     from conftest import _save_tiny
 
-    from nfeval.engine import checkpoint
+    from nfeval.engine.checkpoints import checkpoint
 
     tok = checkpoint.load(tiny_clm_ckpt).tokenizer
     other = _save_tiny(tmp_path / "other", tok, "normformer", "clm", seed=1)

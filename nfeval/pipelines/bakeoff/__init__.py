@@ -23,7 +23,7 @@ from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError, MissingDataError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
-from ...engine.config import SIZES
+from ...engine.model.config import SIZES
 from ...launch.options import LaunchOptions
 from ..reproduce.plan import SCALES
 from . import results
@@ -191,7 +191,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
 def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, Any]:
     from ... import __version__
     from ...base.artifacts import git_hash
-    from ...engine import recipe
+    from ...engine.training import recipe
     from .. import scale_facts
     from ..runs import train_seconds
     from .runs import run_budget, run_dir

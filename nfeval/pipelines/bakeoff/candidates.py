@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.errors import ConfigError
-from ...engine.config import ARCHITECTURES, preset
-from ...engine.recipe import MODEL_FIELDS
-from ...engine.train_config import parse_set
+from ...engine.model.config import ARCHITECTURES, preset
+from ...engine.training.recipe import MODEL_FIELDS
+from ...engine.training.train_config import parse_set
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a name is a folder name too
 

@@ -12,7 +12,7 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, atomic_write_text
 from ...base.jsonio import load_json
 from ...base.plots import plot_bars, plot_curves
-from ...engine import recipe
+from ...engine.training import recipe
 from ...report import verdict
 from .. import scale_facts
 from ..reproduce.equal_time import ratio_text

@@ -106,8 +106,8 @@ def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
     """Returns, per candidate, fc2's mean |gradient| of layer 0 ÷ the last layer's over the scale's
     Figure 3 window (the beginning of training), per seed and as mean ± std: the gradient mismatch by
     depth that NormFormer targets (None: the run recorded no gradients)."""
-    from ...engine.grad_stats import GRAD_STATS, average_rows, read_grad_stats
-    from ...engine.train_config import clip_window
+    from ...engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
+    from ...engine.training.train_config import clip_window
 
     out = []
     for c in ctx.candidates:

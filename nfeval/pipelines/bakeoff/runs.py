@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine.train_config import TrainConfig
+from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
 from .. import runs
 from ..reproduce.plan import Scale

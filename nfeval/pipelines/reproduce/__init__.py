@@ -259,7 +259,7 @@ def recipes(ctx: Context, finished: list[dict[str, Any]]) -> dict[str, dict[str,
     """Returns {objective: the recipe its runs share}, checking every finished run's recorded recipe
     against its objective's baseline's, except the fields its row changes on purpose; raises
     ConfigError naming the run and field that differ, or the runs whose recipe cannot be told."""
-    from ...engine import recipe
+    from ...engine.training import recipe
 
     out: dict[str, dict[str, Any]] = {}
     for objective, base in runner.BASELINES.items():

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ...base.plots import plot_bars
-from ...engine.checkpoint import read_config
+from ...engine.checkpoints.checkpoint import read_config
 from ...report import verdict
 from .plan import ABLATIONS, CONTROLS, LOG_PPL_MARGIN, RUNS, TABLE4, TABLE5, TABLE5_SETTINGS, at_equal_updates
 from .run_overrides import parameter_count

@@ -8,8 +8,8 @@ import os
 import shlex
 
 from ...base.artifacts import atomic_write_text
-from ...engine.train_config import TrainConfig
-from ...engine.train_flags import flag_name, to_flags
+from ...engine.training.train_config import TrainConfig
+from ...engine.training.train_flags import flag_name, to_flags
 from .plan import EXPERIMENTS, RUNS
 from .runner import Context, run_dir, train_config
 

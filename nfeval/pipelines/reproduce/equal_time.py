@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from ...base.jsonio import load_json
-from ...engine.step_ratio import CONFIDENCE
+from ...engine.training.step_ratio import CONFIDENCE
 from .. import runs
 from .plan import EQUAL_TIME, RUNS
 from .run_overrides import run_model

@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from ...base.plots import plot_bars
-from ...engine.checkpoint import read_config
+from ...engine.checkpoints.checkpoint import read_config
 from ...report import verdict
 from ..stages import zeroshot_data
 from .plan import RUNS

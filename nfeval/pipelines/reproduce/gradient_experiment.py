@@ -29,8 +29,8 @@ from typing import Any
 
 from ...analysis.grads import relative_by_kind
 from ...base.jsonio import load_json
-from ...engine.grad_stats import GRAD_STATS, average_rows, read_grad_stats
-from ...engine.train_config import clip_window
+from ...engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
+from ...engine.training.train_config import clip_window
 from ...report import verdict
 from .plan import RUNS
 from .runner import Context, run_dir

@@ -8,7 +8,7 @@ one output folder has the same budget and recipe, and differs from the others on
 
 Equal time, fixed before training (the paper's protocol: the same GPU time for every model, each with
 its complete LR schedule). The Pre-LN baseline of each objective gets the scale's S steps; before any
-training, every other run's step-time ratio to it is measured *paired* (``engine.step_ratio``:
+training, every other run's step-time ratio to it is measured *paired* (``engine.training.step_ratio``:
 interleaved bursts of both in one process, so machine load cancels) and the run gets S ÷ ratio steps.
 Every run then ends in the baseline's time on its own decayed schedule, and the equal-time readings are
 the runs' final perplexities. The ratios, with their confidence intervals, are measured once per output
@@ -33,7 +33,7 @@ class Scale:
     """Model size, batch, recipe and per-run budget of one ``--scale``."""
 
     name: str
-    size: str  # the preset size (engine.config.SIZES)
+    size: str  # the preset size (engine.model.config.SIZES)
     budget: dict[str, float]  # TrainConfig budget fields of every run (max_seconds, max_steps, ...)
     seeds: int  # default --seeds
     seq_len: int = 128
@@ -56,12 +56,12 @@ class Scale:
     stability_batch: tuple[int, int] = (8, 128)  # ... on batches of (sequences, tokens)
     tune_lrs: tuple[float, ...] = (1e-3, 3e-3, 6e-3, 1e-2)  # the LR grid of the tune (nfeval tune --lrs)
     tune_budget: str = "steps=300"  # the tune's budget per point (nfeval tune --budget)
-    # the paired step-time ratio of each run to its baseline (engine.step_ratio.measure_step_ratio)
+    # the paired step-time ratio of each run to its baseline (engine.training.step_ratio.measure_step_ratio)
     ratio_pairs: int = 20
     ratio_burst: int = 3  # steps of each run per burst
     ratio_warmup: int = 3  # untimed steps of each before the first pair
     # ModelConfig overrides of every run, on top of the preset, which brings the objective's recipe
-    # (engine.config.RECIPES: fairseq's LM recipe, RoBERTa's for masked LMs), so no scale can lose it.
+    # (engine.model.config.RECIPES: fairseq's LM recipe, RoBERTa's for masked LMs), so no scale can lose it.
     # A window longer than the training blocks: zero-shot items longer than them still fit.
     model: dict[str, Any] = field(default_factory=lambda: {"max_seq_len": 1024})
     dtype: str = "fp32"
@@ -193,7 +193,7 @@ class RunSpec:
     equal time (the baseline's steps ÷ the paired step-time ratio) or equal updates (the baseline's steps)."""
 
     objective: str  # clm | mlm
-    arch: str  # engine.config.ARCHITECTURES key
+    arch: str  # engine.model.config.ARCHITECTURES key
     model: dict[str, Any] = field(default_factory=dict)
     warmup: float | None = None  # None: the scale's; 0: no warm-up (the LR starts at its peak)
     label: str = ""
@@ -234,7 +234,8 @@ RUNS: dict[str, RunSpec] = {
         label="NormFormer, HeadScale before out_proj (the paper's formula)",
     ),
     "clm-resscale": RunSpec("clm", "normformer", {"scale_resids": True}, label="+ ResScale"),
-    # read as one LayerNorm each on q, k and v (engine/config.py says why; the paper's text was not at hand)
+    # read as one LayerNorm each on q, k and v (engine/model/config.py says why; the paper's text was not
+    # at hand)
     "clm-more-ln": RunSpec("clm", "normformer", {"qkv_norm": True}, label="+ 3 more LayerNorms (on q, k, v)"),
     "clm-ffn-glu": RunSpec(
         "clm", "normformer", {"ffn_glu": True, "scale_fc": False}, label="FFN GeGLU instead of FFN LN"

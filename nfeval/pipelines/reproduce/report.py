@@ -11,7 +11,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.jsonio import load_json
-from ...engine import recipe as recipes
+from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts
 

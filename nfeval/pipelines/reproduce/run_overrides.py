@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...engine.config import ARCHITECTURES, SIZES, ModelConfig
-from ...engine.train_config import TrainConfig
+from ...engine.model.config import ARCHITECTURES, SIZES, ModelConfig
+from ...engine.training.train_config import TrainConfig
 from .plan import RUNS, TABLE5_SETTINGS, Scale
 
 
@@ -22,7 +22,7 @@ def parameter_count(cfg: ModelConfig) -> int:
     """Returns the number of parameters of a model of ``cfg`` (built on the meta device: no memory)."""
     import torch
 
-    from ...engine.model import Transformer
+    from ...engine.model.model import Transformer
 
     with torch.device("meta"):
         return sum(p.numel() for p in Transformer(cfg).parameters())

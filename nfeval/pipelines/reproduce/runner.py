@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine.train_config import TrainConfig
+from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
 from ...tune.results import with_tuned_lr
 from .. import runs
@@ -74,7 +74,7 @@ def run_budget(ctx: Context, key: str) -> dict[str, float]:
     return runs.equal_time_budget(ctx.budget, ctx.step_ratios.get(key))
 
 
-# where a TrainConfig field of a Table 5 setting sits in the recipe record (engine.recipe)
+# where a TrainConfig field of a Table 5 setting sits in the recipe record (engine.training.recipe)
 SETTING_FIELDS = {
     "warmup": "schedule.warmup",
     "beta2": "optimizer.betas",
@@ -84,7 +84,7 @@ SETTING_FIELDS = {
 
 
 def recipe_deviations(ctx: Context, key: str) -> tuple[str, ...]:
-    """Returns the dotted recipe fields (``engine.recipe``) that run ``key``'s row changes on purpose
+    """Returns the dotted recipe fields (``engine.training.recipe``) that run ``key``'s row changes on purpose
     against its objective's recipe: warm-up off (Xiong et al.), a Table 5 setting's fields."""
     spec = RUNS[key]
     fields = ["schedule.warmup"] if spec.warmup is not None else []

@@ -1,0 +1,124 @@
+"""The greedy next token from a quarter of the output projection's bytes: an int8 screen, fp32 re-scoring.
+
+On a CPU, a small model's decoding step is dominated by the (vocab × d) output projection: at batch 1
+reading its fp32 weights, at batch 16 its matrix product. The screen computes every logit with fbgemm's
+dynamically quantized linear (int8 weights, one scale per token; the hidden states quantized per
+tensor to 7 bits), bounds each screened logit's error, and re-scores in fp32 only the tokens whose
+upper bound reaches the best lower bound. The fp32 argmax is always among them, so greedy decoding
+picks the same tokens as the full fp32 product (up to fp32 rounding, as any two matrix-product
+kernels differ: the tokens of near-ties within ~1e-6 of each other).
+
+The bound, for a hidden state h and the weight row w of a token, ĥ and ŵ their quantized values, s
+the activation step ((max(h, 0) − min(h, 0)) / 127: every element of h is rounded by at most s/2):
+|h·w − ĥ·ŵ| ≤ |h − ĥ|∞·|w|₁ + |ĥ|₂·|w − ŵ|₂ ≤ (s/2)·max|w|₁ + (|h|₂ + √d·s/2)·max|w − ŵ|₂.
+7-bit activations keep the kernel's int16 pair sums from saturating (``tests/test_greedy_head.py``
+checks the bound on inputs that would show it).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels.cpu_linear import linear
+
+# The screen keeps blocks of BLOCK tokens whose best screened logit passes, then the tokens within them:
+# two small selections instead of one over the whole (B, vocab) logits.
+BLOCK = 64
+# If the screen lets through more than this fraction of the tokens, the full product is cheaper. Count
+# tokens, not blocks: a near-flat distribution (random weights) passes half the blocks on ~1% of the tokens.
+MAX_TOKEN_FRACTION = 0.25
+# Room for fp32 rounding in the quantized kernel's rescaling and in the re-scoring dot products.
+ROUNDING_SLACK = 1e-4
+
+
+def screen_supported(weight: torch.Tensor) -> bool:
+    """Returns whether the int8 screen runs for this output projection: fp32, on a CPU whose quantized
+    engine is ``x86`` or ``fbgemm`` (the engine the bound is tested under)."""
+    engine = torch.backends.quantized.engine
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and engine in ("x86", "fbgemm")
+
+
+class GreedyHead:
+    """Returns the greedy next tokens (B,) of final hidden states (B, d) for a tied output projection."""
+
+    def __init__(self, weight: torch.Tensor):
+        w = weight.detach()
+        vocab, padded = len(w), -(-len(w) // BLOCK) * BLOCK
+        scale = F.pad((w.abs().amax(1) / 127).clamp(min=1e-12), (0, padded - vocab), value=1.0).double()
+        bias = torch.zeros(padded)
+        bias[vocab:] = -1e30  # the padding tokens never pass the screen
+        with warnings.catch_warnings():  # torch marks its quantized tensors deprecated; the kernels stay
+            warnings.simplefilter("ignore")
+            quantized = torch.quantize_per_channel(
+                F.pad(w, (0, 0, 0, padded - vocab)), scale, torch.zeros(padded, dtype=torch.long), 0,
+                torch.qint8,
+            )  # fmt: skip
+            self.packed = torch.ops.quantized.linear_prepack(quantized, bias)
+        self.weight = w
+        # fp32 sums of d terms: relative error far below the bound's ROUNDING_SLACK, which covers it
+        self.max_l1 = float(w.abs().sum(1).max())
+        self.max_error = float((w - quantized.dequantize()[:vocab]).norm(dim=1).max())
+        self.sqrt_d = math.sqrt(w.shape[1])
+
+    def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (screened logits (B, blocks, BLOCK), each row's threshold (B,)): every token whose fp32
+        logit may be its row's largest has a screened logit at or above the threshold."""
+        screened = torch.ops.quantized.linear_dynamic(hidden, self.packed, True)  # 7-bit activations
+        half_step = float(hidden.max().clamp(min=0) - hidden.min().clamp(max=0)) / 254
+        norm = hidden.norm(dim=1)
+        margin = (
+            half_step * self.max_l1
+            + (norm + self.sqrt_d * half_step) * self.max_error
+            + ROUNDING_SLACK * hidden.abs().amax(1) * self.max_l1
+        )
+        blocks = screened.view(len(hidden), -1, BLOCK)
+        return blocks, blocks.amax(2).amax(1) - 2 * margin
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = hidden.float().contiguous()
+        if not bool(torch.isfinite(hidden).all()):  # the quantizer needs a finite range
+            return self.full_argmax(hidden)
+        blocks, threshold = self.screen(hidden)
+        block_rows, block_ids = (blocks.amax(2) >= threshold[:, None]).nonzero(as_tuple=True)
+        if not len(block_rows):  # no block reaches the threshold: the screened logits are not finite
+            return self.full_argmax(hidden)
+        passed = blocks.flatten(0, 1).index_select(0, block_rows * blocks.shape[1] + block_ids)
+        which, offset = (passed >= threshold.index_select(0, block_rows)[:, None]).nonzero(as_tuple=True)
+        if len(which) > MAX_TOKEN_FRACTION * blocks.numel():
+            return self.full_argmax(hidden)
+        rows, tokens = block_rows.index_select(0, which), block_ids.index_select(0, which) * BLOCK + offset
+        # every row against every candidate in one product: each candidate's weight row is read once
+        candidates, column = torch.unique(tokens, return_inverse=True)
+        exact = linear(hidden, self.weight.index_select(0, candidates))[rows, column]
+        best = torch.full_like(threshold, -math.inf).scatter_reduce(0, rows, exact, "amax")
+        ties = exact == best[rows]  # of equal best logits the lowest token, as argmax picks
+        vocab = len(self.weight)
+        first = torch.full_like(best, vocab, dtype=torch.long)
+        first = first.scatter_reduce(0, rows[ties], tokens[ties], "amin")
+        if bool((first == vocab).any()):  # a row without a best token: logits overflowed
+            return self.full_argmax(hidden)
+        return first
+
+    def full_argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Returns the argmax of the full fp32 logits: where the screen would not pay off, or cannot run."""
+        return linear(hidden, self.weight).argmax(-1)
+
+
+_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def greedy_head(model: torch.nn.Module) -> GreedyHead:
+    """Returns the GreedyHead of ``model``'s tied output projection, built once per model and rebuilt
+    only after the weight changes (another tensor, or an in-place update)."""
+    weight = model.tok_emb.weight
+    key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+    cached = _HEADS.get(model)
+    if cached is None or cached[0] != key:
+        cached = (key, GreedyHead(weight))
+        _HEADS[model] = cached
+    return cached[1]

@@ -1,0 +1,3 @@
+"""Hardware switches applied after a model is built or at process entry: the oneDNN CPU linear kernel and
+denormal flushing.
+"""

@@ -1,0 +1,369 @@
+"""Model configuration and presets.
+
+A model is a ``ModelConfig``. Presets combine a *size* (fairseq's NormFormer recipe sizes plus CPU
+sizes for tests and demos) with an *architecture* (which normalisation ops are on) and the *recipe*
+of the objective (``RECIPES``: fairseq's LM recipe for causal LMs, RoBERTa's for masked LMs). A
+preset name is ``ARCH-SIZE`` (``normformer-125M``, ``prenorm-tiny``) or a bare size (Pre-LN baseline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...base.errors import ConfigError
+
+# Where the block's main norms sit (see the op order in model.py): Pre-LN, Post-LN, Gemma 2's sandwich,
+# OLMo 2's norm on each sub-layer's output only, and DeepNet's DeepNorm (Post-LN with α and β).
+NORM_POSITIONS = ("pre", "post", "sandwich", "olmo2", "deepnorm")
+# Placements that end with a norm on the residual stream need no final norm; the others get one.
+FINAL_NORM_POSITIONS = ("pre", "sandwich", "olmo2")
+# The architecture name of each placement, for configs that match no preset (``prenorm+scale_attn``).
+PLACEMENT_NAMES = dict(
+    pre="prenorm", post="postnorm", sandwich="sandwich", olmo2="olmo2norm", deepnorm="deepnorm"
+)
+NORMS = ("layernorm", "rmsnorm")
+HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
+POSITION_TYPES = ("learned", "sinusoidal")
+OBJECTIVES = ("clm", "mlm")
+# How the weights are drawn (nfeval.engine.model.model.init_weights): fairseq's transformer_lm, GPT-2's
+# (nfeval's only init before the field existed) or fairseq's init_bert_params (RoBERTa).
+INIT_SCHEMES = ("fairseq", "gpt2", "bert")
+MODEL_CHOICES = {
+    "norm_position": NORM_POSITIONS,
+    "norm": NORMS,
+    "normformer_norm": NORMS,
+    "head_scale_position": HEAD_SCALE_POSITIONS,
+    "activation": ACTIVATIONS,
+    "positions": POSITION_TYPES,
+    "objective": OBJECTIVES,
+    "init": INIT_SCHEMES,
+}
+# The sizes that shape the weights: a stored config without them describes no model (no silent defaults).
+REQUIRED_MODEL_FIELDS = ("vocab_size", "n_layer", "d_model", "n_head", "d_ffn")
+
+
+@dataclass
+class ModelConfig:
+    """Everything a forward pass needs. Every architecture (norm placement, norm kind, NormFormer's ops and
+    the controls of its Table 4) is a flag on the one Block; ``validate`` refuses combinations that make no
+    sense."""
+
+    vocab_size: int = 50304
+    n_layer: int = 12
+    d_model: int = 768
+    n_head: int = 12
+    d_ffn: int = 3072
+    max_seq_len: int = 2048
+    objective: str = "clm"  # clm: causal decoder; mlm: bidirectional encoder
+    norm_position: str = "pre"  # one of NORM_POSITIONS
+    norm: str = "layernorm"  # every norm of the model: "layernorm" or "rmsnorm" (torch.nn.RMSNorm)
+    norm_affine: bool = True  # learned gain (and, for LayerNorm, bias) on every norm
+    qk_norm: bool = False  # norm of each head's queries and keys over head_dim, before the KV cache
+    # NormFormer ops, named as fairseq's transformer_layer.py flags.
+    scale_attn: bool = False  # LayerNorm on the attention output, before the residual add
+    scale_fc: bool = False  # LayerNorm on the FFN-wide hidden, after the activation
+    scale_heads: bool = False  # HeadScale: one learned gain per head
+    scale_resids: bool = False  # ResScale: per-channel gain on the FFN residual
+    # fairseq scales the heads after out_proj (bias included); the paper's formula scales before.
+    head_scale_position: str = "after_out_proj"
+    # fairseq before 2021-11-03 scaled with einsum 'tbhd,h->tbdh', which also permutes channels.
+    head_scale_transpose_bug: bool = False
+    # NormFormer's Table 4 controls (Shleifer et al. 2021, §5), each documented in model.py's op order.
+    # The paper's text was not at hand: these read the controls' names as issue 25 quotes them. "Three
+    # more LayerNorms" is taken to be one LN on each of q, k and v; "an LN without bias and mean-centring"
+    # is an RMSNorm in place of NormFormer's extra LNs; GeGLU takes the FFN LN's place.
+    ffn_glu: bool = False  # GeGLU FFN: fc1 gives 2·d_ffn, activation(first half) · second half -> fc2
+    scale_resids_attn: bool = False  # λresid on the attention residual too (fairseq's w_resid is FFN only)
+    resid_scale_scalar: bool = False  # each λresid is one learned scalar instead of one per channel
+    normformer_norm: str | None = None  # kind of NormFormer's extra norms (None: as ``norm``)
+    qkv_norm: bool = False  # "three more LayerNorms": on the query, key and value projections (d_model)
+    positions: str = "learned"
+    scale_embedding: bool = False  # multiply token embeddings by sqrt(d_model), as fairseq
+    activation: str = "gelu"
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int = 1  # fairseq's padding index; also offsets sinusoidal positions
+    # default: on for pre/sandwich/olmo2 (fairseq's Pre-LN, Gemma 2, OLMo 2), off for post/deepnorm
+    # (fairseq's Post-LN, DeepNet), whose blocks already end with a norm
+    final_norm: bool | None = None
+    embedding_norm: bool = False  # LayerNorm after the embeddings (RoBERTa-style encoders)
+    # A stored config without the field was trained with gpt2's (the only init before it existed).
+    init: str = "gpt2"
+
+    def __post_init__(self) -> None:
+        if self.final_norm is None:
+            self.final_norm = self.norm_position in FINAL_NORM_POSITIONS
+        self.validate()
+
+    def validate(self, source: str = "ModelConfig") -> None:
+        """Raises ConfigError naming ``source`` and the first field of the wrong type or out of range."""
+        check_fields(type(self), self.__dict__, source, choices=MODEL_CHOICES)
+        for name in (*REQUIRED_MODEL_FIELDS, "max_seq_len"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{source}: {name}={getattr(self, name)!r}: expected a positive integer")
+        for name in ("dropout", "attn_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{source}: {name}={getattr(self, name)!r}: expected a number in [0, 1)")
+        if not self.layer_norm_eps > 0:
+            raise ConfigError(f"{source}: layer_norm_eps={self.layer_norm_eps!r}: expected a positive number")
+        if self.d_model % self.n_head:
+            raise ConfigError(f"{source}: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        conflict = self.conflicting_flags()
+        if conflict:
+            raise ConfigError(f"{source}: {conflict}")
+
+    def conflicting_flags(self) -> str | None:
+        """Returns why two flags cannot be combined (naming both), or None when the combination is sound."""
+        placement = f"norm_position={self.norm_position!r}"
+        if self.scale_attn and self.norm_position in ("sandwich", "olmo2"):
+            return f"scale_attn=True with {placement}: that placement already normalises the attention output"
+        resids = [f for f in ("scale_resids", "scale_resids_attn") if getattr(self, f)]
+        if resids and self.norm_position == "deepnorm":
+            return (
+                f"{resids[0]}=True with {placement}: DeepNorm fixes the residual scale (α) that a "
+                "learned λresid would replace"
+            )
+        if self.ffn_glu and self.scale_fc:
+            return "ffn_glu=True with scale_fc=True: Table 4's GeGLU control replaces the FFN LayerNorm"
+        if self.resid_scale_scalar and not resids:
+            return "resid_scale_scalar=True needs scale_resids=True or scale_resids_attn=True"
+        if self.qkv_norm and self.qk_norm:
+            return "qkv_norm=True with qk_norm=True: both normalise the queries and keys"
+        if self.normformer_norm is not None and not (self.scale_attn or self.scale_fc or self.qkv_norm):
+            return (
+                f"normformer_norm={self.normformer_norm!r} without scale_attn, scale_fc or qkv_norm: "
+                "there is no extra norm for it to shape"
+            )
+        return None
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def causal(self) -> bool:
+        return self.objective == "clm"
+
+    @property
+    def architecture(self) -> str:
+        """Returns a short name for the normalisation scheme (the arch preset it matches, if any)."""
+        for name, flags in ARCHITECTURES.items():
+            if all(getattr(self, k) == v for k, v in flags.items()):
+                return name
+        on = [k for k in BLOCK_FLAGS if getattr(self, k)]
+        kinds = [
+            f"{k}={getattr(self, k)}" for k in ("norm", "normformer_norm") if getattr(self, k) in NORMS[1:]
+        ]
+        if not self.norm_affine:
+            kinds.append("norm_affine=False")
+        return f"{PLACEMENT_NAMES[self.norm_position]}+" + "+".join(on + kinds)
+
+    def norm_param_count(self, dim: int, kind: str | None = None) -> int:
+        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``)."""
+        if not self.norm_affine:
+            return 0
+        return dim * (1 if (kind or self.norm) == "rmsnorm" else 2)
+
+    def normformer_param_count(self) -> int:
+        """Returns the number of parameters that NormFormer's ops and its Table 4 controls add over the
+        same-size Pre-LN model (the placements' own norms are not counted)."""
+        d, f, extra = self.d_model, self.d_ffn, self.normformer_norm
+        gain = 1 if self.resid_scale_scalar else d
+        per_layer = self.ffn_glu * (d * f + f) + (self.scale_resids + self.scale_resids_attn) * gain
+        per_layer += self.scale_heads * self.n_head
+        per_layer += self.norm_param_count(d, extra) * (self.scale_attn + 3 * self.qkv_norm)
+        per_layer += self.norm_param_count(f, extra) * self.scale_fc
+        return self.n_layer * per_layer
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns a JSON-serialisable dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> ModelConfig:
+        """Returns a config from a stored dict (a checkpoint's config.json); the size fields are required.
+
+        Unknown keys, missing size fields and values of the wrong type fail naming ``source`` and the field.
+        """
+        missing = [name for name in REQUIRED_MODEL_FIELDS if name not in d]
+        if missing:
+            raise ConfigError(f"{source}: missing model config field(s) {missing} (no defaults for sizes)")
+        values = check_fields(cls, d, source, choices=MODEL_CHOICES)
+        cfg = cls(**values)
+        cfg.validate(source)
+        return cfg
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """Returns a copy with the given fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+# Sizes from fairseq's NormFormer recipe (examples/normformer), plus CPU sizes.
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(n_layer=2, d_model=64, n_head=4, d_ffn=256, max_seq_len=256),
+    # 12 layers × d 128: the CPU shape where Pre-LN's gradient mismatch is as strong as at 24 × 64
+    # (benchmarks/grad_mismatch_by_shape.py), the ``reproduce --scale small`` model
+    "small": dict(n_layer=12, d_model=128, n_head=4, d_ffn=512, max_seq_len=512),
+    "125M": dict(n_layer=12, d_model=768, n_head=12, d_ffn=3072, max_seq_len=2048),
+    "355M": dict(n_layer=24, d_model=1024, n_head=16, d_ffn=4096, max_seq_len=2048),
+    "1.3B": dict(n_layer=24, d_model=2048, n_head=32, d_ffn=8192, max_seq_len=2048),
+    "2.7B": dict(n_layer=32, d_model=2560, n_head=32, d_ffn=10240, max_seq_len=2048),
+    # Table 4's width control: the 125M baseline widened 768 -> 780 (head_dim 65; d_ffn kept): 127.7M
+    # parameters at vocab 50304, the paper's "127M" (``prenorm-125M-wide``).
+    "125M-wide": dict(n_layer=12, d_model=780, n_head=12, d_ffn=3072, max_seq_len=2048),
+}
+
+# The boolean block flags; an architecture preset fixes each of them and the norm fields.
+BLOCK_FLAGS = (
+    "scale_attn", "scale_fc", "scale_heads", "scale_resids", "qk_norm", "ffn_glu", "scale_resids_attn",
+    "resid_scale_scalar", "qkv_norm",
+)  # fmt: skip
+PRE_LN = dict(
+    norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None,
+    **dict.fromkeys(BLOCK_FLAGS, False),
+)  # fmt: skip
+NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
+
+# The paper's two recipes, each applied to every preset of its objective (explicit overrides win):
+# fairseq's transformer_lm_gpt for causal LMs (the NormFormer paper's models) and fairseq's
+# examples/roberta (RoBERTa-base) for masked LMs. "model" holds ModelConfig fields; "train" the
+# TrainConfig fields a run takes when it leaves them unset (train_config.training_recipe), with
+# "block_size" the training sequence length (at most the model's max_seq_len; None: max_seq_len).
+# Both are Pre-LN with a final LayerNorm (ModelConfig.final_norm's default), warm-up then linear decay.
+RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    "fairseq_lm": {
+        "model": dict(positions="sinusoidal", scale_embedding=True, init="fairseq", embedding_norm=False),
+        "train": dict(beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=0.01, block_size=None),
+    },
+    "roberta": {
+        "model": dict(positions="learned", scale_embedding=False, init="bert", embedding_norm=True),
+        "train": dict(beta1=0.9, beta2=0.98, eps=1e-6, weight_decay=0.01, block_size=512),
+    },
+}
+OBJECTIVE_RECIPES = {"clm": "fairseq_lm", "mlm": "roberta"}
+
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "prenorm": PRE_LN,
+    "normformer": {**PRE_LN, **NORMFORMER_OPS},
+    "normformer-resscale": {**PRE_LN, **NORMFORMER_OPS, "scale_resids": True},
+    "postnorm": {**PRE_LN, "norm_position": "post"},
+    "sandwich": {**PRE_LN, "norm_position": "sandwich"},  # Gemma 2's norm order
+    # OLMo 2's norm order alone (OLMo 2 itself: + qk_norm=True, norm="rmsnorm"), so its effect and
+    # QK-norm's (``qknorm``) are measured apart
+    "olmo2norm": {**PRE_LN, "norm_position": "olmo2"},
+    "deepnorm": {**PRE_LN, "norm_position": "deepnorm"},
+    "qknorm": {**PRE_LN, "qk_norm": True},
+    "rmsprenorm": {**PRE_LN, "norm": "rmsnorm"},
+}
+
+# Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.
+CPU_VOCAB = {"tiny": 512, "small": 8192}
+
+
+def parse_preset(name: str) -> tuple[str, str]:
+    """Returns (architecture, size) for ``ARCH-SIZE`` or a bare ``SIZE``; raises ValueError if unknown."""
+    if name in SIZES:
+        return "prenorm", name
+    for arch in sorted(ARCHITECTURES, key=len, reverse=True):
+        if name.startswith(arch + "-") and name[len(arch) + 1 :] in SIZES:
+            return arch, name[len(arch) + 1 :]
+    raise ConfigError(
+        f"unknown preset {name!r}: expected SIZE or ARCH-SIZE with ARCH in {sorted(ARCHITECTURES)} "
+        f"and SIZE in {list(SIZES)}"
+    )
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """Returns the ModelConfig of a preset name (see ``parse_preset``): its size and architecture, the
+    recipe of its objective (``overrides["objective"]``, default clm), then the field overrides."""
+    arch, size = parse_preset(name)
+    recipe = RECIPES[OBJECTIVE_RECIPES.get(overrides.get("objective", "clm"), "fairseq_lm")]
+    fields: dict[str, Any] = {**SIZES[size], **ARCHITECTURES[arch], **recipe["model"]}
+    if size in CPU_VOCAB:
+        fields["vocab_size"] = CPU_VOCAB[size]
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+# --- typed validation of config dataclasses ---------------------------------------------------------------
+
+
+CONFIG_NAMES = {"ModelConfig": "model config", "TrainConfig": "training config"}
+
+
+def _type_name(tp: Any) -> str:
+    """Returns a reader's name for an annotation: 'an integer', 'a number or null', ..."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    names = {
+        int: "an integer",
+        float: "a finite number",
+        bool: "true or false",
+        str: "a string",
+        type(None): "null",
+        dict: "an object",
+        list: "a list",
+    }
+    return names.get(typing.get_origin(tp) or tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Returns (accepted, value) for ``value`` against annotation ``tp`` (an int is widened to a float,
+    an integral float narrowed to an int; a float must be finite)."""
+    if tp is Any:
+        return True, value
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, out = _coerce(value, arg)
+            if ok:
+                return True, out
+        return False, value
+    base = typing.get_origin(tp) or tp
+    if base is type(None):
+        return value is None, value
+    if base is float:  # JSON's Infinity and NaN, and flags' inf and nan, are no setting's value
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return ok, float(value) if ok else value
+    if base is int:  # an integral float (1e9 from JSON, 10.0 from a float flag) is that integer
+        if isinstance(value, float) and value.is_integer():
+            return True, int(value)
+        return isinstance(value, int) and not isinstance(value, bool), value
+    return isinstance(value, base), value
+
+
+def check_fields(
+    cls: type, values: Mapping[str, Any], source: str | Mapping[str, str], choices: Mapping[str, tuple] = {}
+) -> dict[str, Any]:
+    """Returns ``values`` checked against the field annotations of dataclass ``cls`` (ints widened to float).
+
+    ``source`` names where the values came from (a file, ``--set``, a flag), or maps each field to its
+    source. Unknown fields, values of the wrong type and values outside ``choices`` raise ConfigError
+    naming the source, the field, the value and what was expected.
+    """
+    hints = typing.get_type_hints(cls)
+    where = (
+        (lambda name: source.get(name, "config")) if isinstance(source, Mapping) else (lambda name: source)
+    )
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        raise ConfigError(
+            f"{where(unknown[0])}: unknown {CONFIG_NAMES.get(cls.__name__, cls.__name__)} field(s) "
+            f"{unknown}; expected a subset of {sorted(hints)}"
+        )
+    out = {}
+    for name, value in values.items():
+        ok, out[name] = _coerce(value, hints[name])
+        if not ok:
+            raise ConfigError(f"{where(name)}: {name}={value!r}: expected {_type_name(hints[name])}")
+        if name in choices and value is not None and value not in choices[name]:
+            raise ConfigError(f"{where(name)}: {name}={value!r}: expected one of {list(choices[name])}")
+    return out

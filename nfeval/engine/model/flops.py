@@ -1,0 +1,75 @@
+"""Model FLOPs per trained token, op by op (ModelConfig x sequence length); MFU and every equal-FLOPs
+reading use this count."""
+
+from __future__ import annotations
+
+from .config import ModelConfig
+
+# Forward FLOPs per element of each op that is not a matmul. Training counts every op 3x its forward
+# (backward ~ 2x forward), the convention of the 6N matmul count, so a term is 3 x forward.
+FLOPS_PER_ELEMENT = {
+    "layer_norm": 7,  # mean, subtract it, square, variance sum, normalise, gain, bias (rsqrt per row: 0)
+    "rms_norm": 4,  # square, sum, normalise, gain
+    "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
+    "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
+    "relu_squared": 2,  # max, multiply
+    "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
+    "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim)
+    "add": 1,  # residual, bias and position additions
+}
+TRAINING_PASSES = 3  # forward + backward
+# What the FLOP count (and so every "equal FLOPs" reading) counts, for tables to state.
+FLOPS_COUNTED = (
+    "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
+    "elementwise op: norms (NormFormer's, sandwich, QK-norm included), HeadScale, ResScale, activation, "
+    "GeGLU gate, softmax, "
+    "embedding scale, residual/bias adds, loss (nfeval.engine.model.flops.training_flops_breakdown)"
+)
+
+
+def training_flops_breakdown(
+    cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15
+) -> dict[str, float]:
+    """Returns training FLOPs per trained token by op ({op: FLOPs}; their sum is the model's count).
+
+    ``weight_matmuls`` is 6·N over the matmul weights (blocks plus the tied output projection, once);
+    ``attention_matmuls`` 12·L·d·T (QKᵀ and AV against all T keys, as PaLM/nanoGPT count them); the
+    other terms are ``FLOPS_PER_ELEMENT`` × elements × ``TRAINING_PASSES``. A masked LM runs its head
+    (dense d×d, GELU, LayerNorm, output projection, loss) only on the masked positions, a
+    ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them). Dropout
+    (a mask multiply, off in the presets) is not counted. A new op adds its term here.
+    """
+    d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size
+    e, mlm = FLOPS_PER_ELEMENT, not cfg.causal
+    norm_cost = e["rms_norm"] if cfg.norm == "rmsnorm" else e["layer_norm"]
+    head = masked_fraction if mlm else 1.0  # the share of tokens that run the LM head and loss
+    post = 2 * d * (cfg.norm_position == "sandwich")  # sandwich: a second norm on each sub-layer
+    norm_elements = (
+        L * (2 * d + post + d * cfg.scale_attn + f * cfg.scale_fc)  # attn/ffn norms, NormFormer's two
+        + L * (2 * d * cfg.qk_norm + 3 * d * cfg.qkv_norm)  # QK-norm per head; the q, k, v norms
+        + d * bool(cfg.final_norm)
+        + d * cfg.embedding_norm
+        + head * d * mlm  # the MLM head's LayerNorm
+    )
+    glu = cfg.ffn_glu  # GeGLU: fc1 is twice as wide; the gate multiplies
+    resid_gains = cfg.scale_resids + cfg.scale_resids_attn + 2 * (cfg.norm_position == "deepnorm")
+    forward = {
+        "weight_matmuls": 2 * (L * (4 * d * d + (2 + glu) * d * f) + head * (V * d + d * d * mlm)),
+        "attention_matmuls": 2 * 2 * L * d * T,
+        "attention_softmax": L * cfg.n_head * T * (e["softmax"] + e["multiply"]),
+        "layer_norms": norm_cost * norm_elements,
+        "head_scale": e["multiply"] * L * d * cfg.scale_heads,
+        "res_scale": e["multiply"] * L * d * resid_gains,  # λresid (either residual), DeepNorm's α
+        "glu_gate": e["multiply"] * L * f * glu,
+        "activation": e[cfg.activation] * L * f + e["gelu"] * head * d * mlm,
+        "embedding": e["multiply"] * d * cfg.scale_embedding + e["add"] * d,  # scale, position add
+        # per layer: 2 residual adds, biases of qkv (3d), out_proj, fc1, fc2; the MLM head's two biases
+        "adds": e["add"] * (L * (7 * d + f) + head * (d + V) * mlm),
+        "loss_softmax": e["softmax"] * head * V,
+    }
+    return {op: TRAINING_PASSES * float(v) for op, v in forward.items()}
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15) -> float:
+    """Returns model FLOPs per trained token: the sum of ``training_flops_breakdown``'s terms."""
+    return sum(training_flops_breakdown(cfg, seq_len, masked_fraction).values())

@@ -1,0 +1,451 @@
+"""One Transformer for every norm placement, NormFormer and its controls (causal decoder or encoder).
+
+The block follows fairseq's ``transformer_layer.py``; each variant is a config flag and each optional op
+a module that is ``None`` when off, applied in this fixed order (``norm(...)``: ``make_norm``, a
+LayerNorm or an RMSNorm as ``cfg.norm`` says; NormFormer's extra norms follow ``cfg.normformer_norm``):
+
+    residual = x
+    x = attn_norm(x)                     if pre / sandwich   (fairseq self_attn_layer_norm)
+    q, k, v = split(qkv(x))
+    q, k, v = query_norm(q), key_norm(k), value_norm(v)   if qkv_norm  (Table 4: "three more LayerNorms")
+    q, k = q_head_norm(q), k_head_norm(k) (each head, over head_dim)   if qk_norm
+    (the KV cache stores k and v from here on)
+    x = out_proj(attention(q, k, v))
+    x = x * head_gain (per head)         if scale_heads      (fairseq c_attn; after or before out_proj)
+    x = attn_out_norm(x)                 if scale_attn       (fairseq attn_ln)
+    x = attn_post_norm(x)                if sandwich / olmo2 (Gemma 2 post_attention_norm)
+    residual = attn_resid_gain * residual    if scale_resids_attn  (Table 4: λresid on the other residual)
+    residual = alpha * residual          if deepnorm         (α = (2N)^(1/4))
+    x = residual + dropout(x)
+    x = attn_norm(x)                     if post / deepnorm
+    residual = x
+    x = ffn_norm(x)                      if pre / sandwich   (fairseq final_layer_norm)
+    x = activation(fc1(x))               or, if ffn_glu: a, b = split(fc1(x)); x = activation(a) * b
+    x = ffn_hidden_norm(x)               if scale_fc         (fairseq ffn_layernorm)
+    x = fc2(x)
+    x = ffn_post_norm(x)                 if sandwich / olmo2 (Gemma 2 post_feedforward_norm)
+    residual = resid_gain * residual     if scale_resids     (fairseq w_resid)
+    residual = alpha * residual          if deepnorm
+    x = residual + dropout(x)
+    x = ffn_norm(x)                      if post / deepnorm
+
+So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2) x + LN(f(LN(x))); olmo2 (OLMo 2)
+x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with β-scaled init
+(``norms.deepnorm_init_``). A λresid gain is one per channel, or one scalar with ``resid_scale_scalar``. The
+final norm (after the last block) is on by default for pre / sandwich / olmo2 and off for post /
+deepnorm, whose blocks already end with a norm.
+
+Padding is expected on the right; for a causal model the causal mask already hides it.
+
+Inference (``nfeval.engine.inference.generate``) passes three optional arguments to ``encode``/``forward``:
+``cache`` (a ``KVCache``: each layer's keys and values of the tokens seen so far; the new tokens sit
+after them), ``position_ids`` (per-row positions, e.g. for left-padded prompts) and ``attn_mask``
+(bool, True where a query may attend a key; it replaces the causal mask). Without them the training
+forward runs SDPA with ``is_causal``.
+
+The model is plain torch (``nn.Linear``, ``F.linear``), as an export carries it; where nfeval trains or
+scores it, ``engine.kernels.cpu_linear.convert`` swaps its CPU kernel in after the model is built.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .initialisation import init_weights
+from .kv_cache import KVCache, LayerCache
+from .norms import deepnorm_alpha_beta, make_norm, resid_gain
+
+
+def sinusoidal_table(num_positions: int, dim: int, padding_idx: int) -> torch.Tensor:
+    """Returns fairseq's sinusoidal position table (``num_positions`` × ``dim``), row ``padding_idx`` zero."""
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(num_positions, dtype=torch.float)[:, None] * freq[None, :]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if dim % 2:
+        table = torch.cat([table, torch.zeros(num_positions, 1)], dim=1)
+    table[padding_idx] = 0
+    return table
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def tanh_gelu(x: torch.Tensor) -> torch.Tensor:
+    """Returns GPT-2's tanh GELU (fairseq's ``gelu_accurate``), 0.5·x·(1 + tanh(z)) with
+    z = √(2/π)·(x + 0.044715·x³). Without gradients it is computed as the equal x·σ(2z), in place on
+    its own intermediate: on a CPU thread torch's fp32 ``tanh`` runs at a quarter of ``sigmoid``'s
+    speed, so this is 2.5× faster than ``F.gelu(approximate="tanh")`` and as close to the float64
+    function (|Δ| ≤ 4.8e-7 on N(0, 2²) inputs, the same as that kernel's)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return F.gelu(x, approximate="tanh")
+    z = x * x
+    z.mul_(2 * 0.044715 * _SQRT_2_OVER_PI).add_(2 * _SQRT_2_OVER_PI).mul_(x)
+    return z.sigmoid_().mul_(x)
+
+
+def activation_fn(name: str):
+    """Returns the activation function for a config name: ``gelu`` exact (as fairseq's ``gelu``),
+    ``gelu_tanh`` GPT-2's approximation, ``relu_squared``."""
+    if name == "gelu":
+        return F.gelu
+    if name == "gelu_tanh":
+        return tanh_gelu
+    if name == "relu_squared":
+        return lambda x: F.relu(x).square()
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class SelfAttention(nn.Module):
+    # the product of a part of ``qkv``'s weight (``project_heads`` at some queries only); a CPU kernel
+    # converter may set another (``engine.kernels.cpu_linear.convert``)
+    linear = staticmethod(F.linear)
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
+        extra = cfg.normformer_norm
+        self.query_norm, self.key_norm, self.value_norm = (
+            (make_norm(cfg, cfg.d_model, extra) for _ in range(3)) if cfg.qkv_norm else (None, None, None)
+        )
+        self.q_head_norm, self.k_head_norm = (
+            (make_norm(cfg, cfg.head_dim), make_norm(cfg, cfg.head_dim)) if cfg.qk_norm else (None, None)
+        )
+
+    def project_heads(
+        self, x: torch.Tensor, queries: slice | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns the queries, keys and values (B, H, T, head_dim) of ``x`` (B, T, d), their norms
+        applied: what attention multiplies and the KV cache stores. ``queries``: only those positions'
+        queries (the keys and values of every position)."""
+        cfg = self.cfg
+        B, T, C = x.shape
+        if queries is None:
+            q, k, v = self.qkv(x).split(C, dim=2)
+        else:
+            w, b = self.qkv.weight, self.qkv.bias
+            q = self.linear(x[:, queries], w[:C], b[:C])
+            k, v = self.linear(x, w[C:], b[C:]).split(C, dim=2)
+        if self.query_norm is not None:
+            q, k, v = self.query_norm(q), self.key_norm(k), self.value_norm(v)
+        q, k, v = (t.view(B, t.shape[1], cfg.n_head, cfg.head_dim).transpose(1, 2) for t in (q, k, v))
+        if self.q_head_norm is not None:
+            q, k = self.q_head_norm(q), self.k_head_norm(k)
+        return q, k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
+        queries: slice | None = None,
+    ) -> torch.Tensor:
+        """Returns the attention output (B, T, d), or (B, len(queries), d) at ``queries`` only."""
+        cfg = self.cfg
+        q, k, v = self.project_heads(x, queries)
+        B, T, C = q.shape[0], q.shape[2], x.shape[2]
+        if cache is not None:
+            k, v = cache.append(k, v)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=cfg.attn_dropout if self.training else 0.0,
+            # without a mask, a causal query sees every key before it: the SDPA causal mask when the
+            # queries are all the keys, no mask for one new query after cached ones (encode sees to it)
+            is_causal=cfg.causal and attn_mask is None and k.shape[2] == T,
+        )
+        gain = self.head_gain
+        if gain is not None and cfg.head_scale_position == "before_out_proj":
+            y = y * gain.view(1, -1, 1, 1).to(y.dtype)
+        y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+        if gain is not None and cfg.head_scale_position == "after_out_proj":
+            y = y.view(B, T, cfg.n_head, cfg.head_dim) * gain.view(-1, 1).to(y.dtype)
+            if cfg.head_scale_transpose_bug:
+                y = y.transpose(-1, -2)
+            y = y.reshape(B, T, C)
+        return y
+
+    @torch.no_grad()
+    def fold_head_gain(self) -> None:
+        """Folds the head gains into ``out_proj`` so inference pays nothing for them; removes the gains."""
+        if self.head_gain is None:
+            return
+        cfg = self.cfg
+        per_channel = self.head_gain.repeat_interleave(cfg.head_dim)  # channel h*hd + j -> gain[h]
+        w, b = self.out_proj.weight, self.out_proj.bias
+        if cfg.head_scale_position == "before_out_proj":
+            w.mul_(per_channel[None, :])
+        else:
+            w.mul_(per_channel[:, None])
+            b.mul_(per_channel)
+            if cfg.head_scale_transpose_bug:
+                perm = torch.arange(cfg.d_model).view(cfg.n_head, cfg.head_dim).t().reshape(-1)
+                w.copy_(w[perm])
+                b.copy_(b[perm])
+        self.head_gain = None
+
+
+class Block(nn.Module):
+    """One layer; which norms exist and where they apply follows ``cfg`` (the op order above)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, f, placement, extra = cfg.d_model, cfg.d_ffn, cfg.norm_position, cfg.normformer_norm
+        self.norm_before = placement in ("pre", "sandwich")
+        self.norm_after_add = placement in ("post", "deepnorm")
+        post_sublayer = placement in ("sandwich", "olmo2")
+        self.alpha = deepnorm_alpha_beta(cfg.n_layer)[0] if placement == "deepnorm" else None
+        self.attn_norm = make_norm(cfg, d) if placement != "olmo2" else None
+        self.attn = SelfAttention(cfg)
+        self.attn_out_norm = make_norm(cfg, d, extra) if cfg.scale_attn else None
+        self.attn_post_norm = make_norm(cfg, d) if post_sublayer else None
+        self.attn_resid_gain = resid_gain(cfg) if cfg.scale_resids_attn else None
+        self.ffn_norm = make_norm(cfg, d) if placement != "olmo2" else None
+        self.glu = cfg.ffn_glu
+        self.fc1 = nn.Linear(d, 2 * f if cfg.ffn_glu else f)
+        self.ffn_hidden_norm = make_norm(cfg, f, extra) if cfg.scale_fc else None
+        self.fc2 = nn.Linear(f, d)
+        self.ffn_post_norm = make_norm(cfg, d) if post_sublayer else None
+        self.resid_gain = resid_gain(cfg) if cfg.scale_resids else None
+        self.act = activation_fn(cfg.activation)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
+        queries: slice | None = None,
+    ) -> torch.Tensor:
+        """Returns the layer's output (B, T, d); with ``queries``, at those positions only (B,
+        len(queries), d), every position still a key and value: every op after attention is per token."""
+        residual = x if queries is None else x[:, queries]
+        if self.norm_before:
+            x = self.attn_norm(x)
+        x = self.attn(x, attn_mask, cache, queries)
+        for norm in (self.attn_out_norm, self.attn_post_norm):
+            if norm is not None:
+                x = norm(x)
+        x = self.add_residual(residual, x, self.attn_resid_gain)
+        if self.norm_after_add:
+            x = self.attn_norm(x)
+
+        residual = x
+        if self.norm_before:
+            x = self.ffn_norm(x)
+        x = self.feed_forward(x)
+        if self.ffn_post_norm is not None:
+            x = self.ffn_post_norm(x)
+        x = self.add_residual(residual, x, self.resid_gain)
+        if self.norm_after_add:
+            x = self.ffn_norm(x)
+        return x
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Returns fc2(hidden) of the FFN: activation(fc1(x)), or GLU-gated, then the FFN LN if on."""
+        x = self.fc1(x)
+        if self.glu:
+            gate, up = x.chunk(2, dim=-1)
+            x = self.act(gate) * up
+        else:
+            x = self.act(x)
+        if self.ffn_hidden_norm is not None:
+            x = self.ffn_hidden_norm(x)
+        return self.fc2(x)
+
+    def add_residual(
+        self, residual: torch.Tensor, x: torch.Tensor, gain: nn.Parameter | None
+    ) -> torch.Tensor:
+        """Returns residual (times λresid and DeepNorm's α where on) + dropout(x)."""
+        if gain is not None:
+            residual = residual * gain
+        if self.alpha is not None:
+            residual = residual * self.alpha
+        return residual + self.dropout(x)
+
+
+def embedding(num: int, dim: int, skeleton: bool) -> nn.Embedding:
+    """Returns ``nn.Embedding(num, dim)``, without its own N(0, 1) draw for a ``skeleton`` (``init_weights``
+    draws every embedding again anyway)."""
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim)) if skeleton else nn.Embedding(num, dim)
+
+
+class Transformer(nn.Module):
+    """Token embedding, blocks, and the language-model head (tied; RoBERTa-style head for MLM)."""
+
+    # the product of the tied output projection (the embedding's weight); a CPU kernel converter may
+    # set another (``engine.kernels.cpu_linear.convert``)
+    linear = staticmethod(F.linear)
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        # A checkpoint's skeleton (``checkpoint.read`` builds it on the meta device) computes and draws
+        # nothing: there, a factory like ``arange`` or a ``normal_`` runs a Python decomposition that
+        # imports torch._dynamo, 1.5 s of a command's start.
+        skeleton = torch.get_default_device().type == "meta"
+        self.tok_emb = embedding(cfg.vocab_size, d, skeleton)
+        if cfg.positions == "learned":
+            self.pos_emb = embedding(cfg.max_seq_len, d, skeleton)
+        else:
+            self.pos_emb = None
+            # fairseq numbers positions from padding_idx + 1.
+            n = cfg.max_seq_len + cfg.pad_token_id + 1
+            table = torch.empty(n, d) if skeleton else sinusoidal_table(n, d, cfg.pad_token_id)
+            self.register_buffer("sin_pos", table[cfg.pad_token_id + 1 :].clone(), persistent=False)
+        self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
+        self.emb_norm = make_norm(cfg, d) if cfg.embedding_norm else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.final_norm = make_norm(cfg, d) if cfg.final_norm else None
+        if cfg.objective == "mlm":
+            self.mlm_dense = nn.Linear(d, d)
+            self.mlm_norm = make_norm(cfg, d)
+            self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        if not skeleton:
+            init_weights(self)
+
+    def num_params(self, include_positions: bool = True) -> int:
+        """Returns the parameter count (tied weights counted once)."""
+        n = sum(p.numel() for p in self.parameters())
+        if not include_positions and self.pos_emb is not None:
+            n -= self.pos_emb.weight.numel()
+        return n
+
+    def encode(
+        self,
+        idx: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        *,
+        position_ids: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        last_layer_positions: slice | None = None,
+    ) -> torch.Tensor:
+        """Returns the final hidden states (B, T, d) of ``idx``; (B, len(positions), d) of
+        ``last_layer_positions`` only when given (encoder only: the last layer then computes just those
+        rows, which is all a sentence classifier reads).
+
+        ``padding_mask`` (encoder only): True at real tokens. ``cache``: the tokens of ``idx`` follow the
+        cached ones, whose keys/values are used and to which theirs are appended. ``position_ids`` (B, T):
+        0-based positions (default: ``cache.length`` onwards). ``attn_mask`` (bool, broadcastable to
+        (B, H, T, cache.length + T)): True where a query may attend a key; it replaces the causal mask,
+        and every query must be allowed at least one key.
+        """
+        B, T = idx.shape
+        if last_layer_positions is not None and (self.cfg.causal or cache is not None):
+            raise ValueError("last_layer_positions is for an encoder without a cache")
+        past = cache.length if cache is not None else 0
+        if past + T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {past + T} exceeds max_seq_len {self.cfg.max_seq_len}")
+        table = self.pos_emb.weight if self.pos_emb is not None else self.sin_pos
+        pos = table[past : past + T] if position_ids is None else table[position_ids]
+        x = self.tok_emb(idx) * self.emb_scale + pos
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        x = self.dropout(x)
+        if padding_mask is not None and not self.cfg.causal:
+            attn_mask = padding_mask[:, None, None, :].bool()
+        elif attn_mask is None and self.cfg.causal and past and T > 1:  # new queries after cached keys
+            attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=idx.device).tril(past)
+        for i, block in enumerate(self.blocks):
+            queries = last_layer_positions if i == len(self.blocks) - 1 else None
+            x = block(x, attn_mask, cache.layers[i] if cache is not None else None, queries)
+        if cache is not None:
+            cache.length += T
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Returns vocabulary logits for hidden states (output projection tied to the embedding)."""
+        if self.cfg.objective == "mlm":
+            hidden = self.mlm_norm(F.gelu(self.mlm_dense(hidden)))
+            return self.linear(hidden, self.tok_emb.weight, self.mlm_bias)
+        return self.linear(hidden, self.tok_emb.weight)
+
+    def forward(
+        self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None, **encode_kwargs: Any
+    ) -> torch.Tensor:
+        """Returns logits (B, T, vocab); the keyword arguments (position_ids, attn_mask, cache) are
+        ``encode``'s."""
+        hidden = self.encode(idx, padding_mask, **encode_kwargs)
+        return self.lm_logits(hidden)
+
+    def loss(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> torch.Tensor:
+        """Returns the cross-entropy over targets != -100: their mean, or their sum (``reduction="sum"``,
+        the trainer's, which divides by the global target count). The one loss computation."""
+        hidden = self.encode(idx, padding_mask)
+        if self.cfg.causal:  # (nearly) every position is a target: no gather, static shapes for compile
+            logits = self.lm_logits(hidden).flatten(0, 1)
+            return F.cross_entropy(logits.float(), targets.flatten(), reduction=reduction)
+        keep = targets != -100
+        logits = self.lm_logits(hidden[keep])  # masked LM: logits only where there is a target
+        return F.cross_entropy(logits.float(), targets[keep], reduction=reduction)
+
+    def fold_head_scale(self) -> None:
+        """Folds every HeadScale gain into its out_proj; afterwards the config says scale_heads=False."""
+        for block in self.blocks:
+            block.attn.fold_head_gain()
+        folded = self.cfg.replace(scale_heads=False)
+        self.cfg = folded
+        for block in self.blocks:
+            block.attn.cfg = folded
+
+
+class ClassificationHead(nn.Module):
+    """RoBERTa's sentence head: pooled token → dense → tanh → dropout → out_proj (num_labels)."""
+
+    def __init__(self, d_model: int, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(d_model, num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(pooled)))))
+
+
+class SequenceClassifier(nn.Module):
+    """A Transformer with a classification/regression head (num_labels=1 for regression).
+
+    Pools the first token for an encoder (as RoBERTa), whose last layer then computes that row only,
+    and the last real token for a causal model.
+    """
+
+    def __init__(self, transformer: Transformer, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.transformer = transformer
+        self.head = ClassificationHead(transformer.cfg.d_model, num_labels, dropout)
+
+    def forward(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Returns (B, num_labels) scores."""
+        if self.transformer.cfg.causal:
+            hidden = self.transformer.encode(idx, padding_mask)
+            last = (
+                (padding_mask.long().sum(1) - 1)
+                if padding_mask is not None
+                else torch.full((idx.shape[0],), idx.shape[1] - 1, device=idx.device)
+            )
+            pooled = hidden[torch.arange(idx.shape[0], device=idx.device), last]
+        else:
+            pooled = self.transformer.encode(idx, padding_mask, last_layer_positions=slice(1))[:, 0]
+        return self.head(pooled)

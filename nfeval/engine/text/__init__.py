@@ -1,0 +1,3 @@
+"""Text to token ids: tokenizers (nfeval's BPE, fairseq's GPT-2 BPE), the token datasets and the embedded
+corpus.
+"""
