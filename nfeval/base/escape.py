@@ -15,7 +15,7 @@ from typing import Any
 
 # newlines, carriage returns, tabs and the other control characters, and Unicode's line separators
 _BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
-_MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "`": "\\`", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
 FORMULA_STARTS = ("=", "+", "-", "@")
 
 
@@ -27,8 +27,9 @@ def text_cell(value: Any) -> str:
 
 def markdown_text(value: Any) -> str:
     """Returns ``value`` as inline markdown that stays inside its table cell or list item: on one line,
-    ``\\`` and ``|`` backslash-escaped, ``&``, ``<`` and ``>`` as HTML entities (no tag, comment or
-    entity of the file's own)."""
+    ``\\``, ``|`` and backticks backslash-escaped (no code span of the file's own, which would swallow
+    the text around it), ``&``, ``<`` and ``>`` as HTML entities (no tag, comment or entity of the
+    file's own)."""
     return text_cell(value).translate(_MARKDOWN)
 
 

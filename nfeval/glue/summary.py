@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..base.escape import text_cell
 from . import metrics as glue_metrics
 from .points import lr_key
 
@@ -85,30 +86,34 @@ def _number(value: float | None) -> str:
 def format_table(summary: Mapping[str, Any]) -> str:
     """Returns the summary as a text table: main metric per LR (best marked *, diverged LRs "div."), best
     LR, score and the majority class's score; notes for diverged LRs, tasks whose best point does not beat
-    the majority class, ``--limit`` and the GLUE average."""
+    the majority class, ``--limit`` and the GLUE average. Task and metric names (an earlier glue.json's
+    tasks are kept) are put on one line each (``escape.text_cell``): one line per task and note."""
     tasks = summary["tasks"]
     data = summary.get("nfeval", {}).get("data", {})
     lrs = sorted({float(k) for t in tasks.values() for k in t["per_lr"]})
     lr_cells = "".join(f"{lr_key(lr):>10}" for lr in lrs)
     head = f"{'task':<6} {'metric':<11}{lr_cells}{'best_lr':>10}{'score':>8}{'majority':>10}"
     lines, notes = [head, "-" * len(head)], []
-    for task, t in tasks.items():
+    for name, t in tasks.items():
         main, majority = t["metric"], t.get("majority")
+        task, metric = text_cell(name), text_cell(main)  # shown
         cells = "".join(_cell(t["per_lr"].get(lr_key(lr)), main, lr == t["best_lr"]) for lr in lrs)
         best_lr = "–" if t["best_lr"] is None else lr_key(t["best_lr"])
         floor = None if majority is None else majority["metrics"][main]
-        lines.append(f"{task:<6} {main:<11}{cells}{best_lr:>10}{_number(t['score']):>8}{_number(floor):>10}")
+        numbers = f"{best_lr:>10}{_number(t['score']):>8}{_number(floor):>10}"
+        lines.append(f"{task:<6} {metric:<11}{cells}{numbers}")
         extra = {m: v for m, v in t["best"].items() if m != main}
         if extra:
-            lines.append(f"{'':<6} at best lr: " + ", ".join(f"{m}={v:.4f}" for m, v in extra.items()))
+            shown = ", ".join(f"{text_cell(m)}={v:.4f}" for m, v in extra.items())
+            lines.append(f"{'':<6} at best lr: {shown}")
         if t["best_lr"] is None:
             notes.append(f"{task}: every learning rate diverged; no score")
         elif t.get("beats_majority") is False:
             notes.append(
-                f"{task}: the best point ({main} {t['best'][main]:.4f}) does not beat the majority class "
+                f"{task}: the best point ({metric} {t['best'][main]:.4f}) does not beat the majority class "
                 f"({floor:.4f})"
             )
-        limit = data.get(task, {}).get("limit")
+        limit = data.get(name, {}).get("limit")
         if limit is not None:
             notes.append(f"{task}: --limit {limit}: the first {limit} train rows and dev rows only")
     if any(row.get("diverged") for t in tasks.values() for row in t["per_lr"].values()):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, atomic_write_text
+from ..base.escape import text_cell
 from ..base.jsonio import load_json
 from .stages import CLOZE_CHOICES, shared_tokenizer, zeroshot_data
 
@@ -257,4 +258,4 @@ def format_summary(summary: dict[str, Any]) -> str:
                 + f" @ lr {g['best_lr']:g}"
             )
         lines.append("  " + " | ".join(parts))
-    return "\n".join(lines)
+    return "\n".join(text_cell(line) for line in lines)  # paths and task names: one line each

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..base.artifacts import provenance
 from ..base.errors import ConfigError
+from ..base.escape import text_cell
 from . import significance as sig
 from .compare_table import table
 from .paired import UnpairedError, adjust, compare_files
@@ -38,7 +39,8 @@ def compare_scores(
 
 
 def format_rows(result: dict[str, Any]) -> str:
-    """Returns the comparison as a text table, with a header naming A and B and the interval."""
+    """Returns the comparison as a text table, with a header naming A and B and the interval; each line
+    (paths, task and metric names) on one line (``escape.text_cell``)."""
     rows = result["rows"]
     conf = f"{100 * rows[0]['confidence']:g}%" if rows else "95%"
     lines = [f"A: {result['a']}", f"B: {result['b']}", ""]
@@ -69,4 +71,4 @@ def format_rows(result: dict[str, Any]) -> str:
     ]
     if not rows:
         lines.append("no task and metric in common")
-    return "\n".join(lines)
+    return "\n".join(text_cell(line) for line in lines)

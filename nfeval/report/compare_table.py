@@ -77,7 +77,8 @@ def table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 def format_comparison(result: dict[str, Any]) -> str:
-    """Returns the comparison as a text table with a header naming target and budget, warnings last."""
+    """Returns the comparison as a text table with a header naming target and budget, warnings last; each
+    line (run names and warnings come from files and folders) on one line (``escape.text_cell``)."""
     at = result["baseline_at_target"]
     mixed = result.get("mixed_recipes") or []
     lines = [f"MIXED RECIPES: these runs were trained under different recipes ({' | '.join(mixed)})"] * bool(
@@ -136,4 +137,4 @@ def format_comparison(result: dict[str, Any]) -> str:
     ]
     lines += mid_schedule_lines(result)
     lines += [f"warning: {w}" for w in result["warnings"]]
-    return "\n".join(lines)
+    return "\n".join(text_cell(line) for line in lines)

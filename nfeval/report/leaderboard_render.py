@@ -87,7 +87,7 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
         "of learning.",
     ]
     if any(c and c["subset"] for r in table["rows"] for c in r["scores"].values()):
-        notes.append("*: evaluated on a subset of the task (lm-eval `--limit`).")
+        notes.append("*: evaluated on a subset of the task (lm-eval's --limit).")
     ref = board["reference"]
     if ref:
         columns = {c["task"]: c["metric"] for c in table["columns"]}

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..base.artifacts import provenance
 from ..base.errors import ConfigError, MissingDataError
+from ..base.escape import text_cell
 from . import significance as sig
 from .compare import (
     AXES,
@@ -143,7 +144,8 @@ def _mid(group: dict[str, Any], axis: str) -> str:
 
 
 def format_groups(result: dict[str, Any]) -> str:
-    """Returns the seed-group comparison as a text table with a header naming baseline and budget."""
+    """Returns the seed-group comparison as a text table with a header naming baseline and budget; each
+    line (group names and warnings come from files and flags) on one line (``escape.text_cell``)."""
     conf = next(
         (
             s["confidence"]
@@ -184,4 +186,4 @@ def format_groups(result: dict[str, Any]) -> str:
             "before the end of their LR schedule, against runs read at their decayed end"
         )
     lines += [f"warning: {w}" for w in result["warnings"]]
-    return "\n".join(lines)
+    return "\n".join(text_cell(line) for line in lines)

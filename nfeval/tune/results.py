@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..base.errors import ConfigError, DataError, MissingDataError
+from ..base.escape import text_cell
 from ..base.jsonio import load_json
 from ..engine.training.train_config import TrainConfig
 
@@ -151,7 +152,9 @@ def _cell(row: dict[str, Any], best: bool) -> str:
 
 def format_table(summary: dict[str, Any]) -> str:
     """Returns tune.json's summary as a text table: final validation PPL per preset and LR (best marked *),
-    the best LR, and the stability columns (diverged LRs out of the grid, PPL spread max/min)."""
+    the best LR, and the stability columns (diverged LRs out of the grid, PPL spread max/min). Names and
+    messages are put on one line each (``escape.text_cell``): one line per preset, missing point and
+    warning."""
     presets = summary["presets"]
     lrs = sorted({row["lr"] for s in presets.values() for row in s["per_lr"].values()})
     header = ["preset", *(lr_key(lr) for lr in lrs), "best lr", "diverged", "ppl spread"]
@@ -161,7 +164,7 @@ def format_table(summary: dict[str, Any]) -> str:
         cells = [_cell(s["per_lr"][lr_key(lr)], lr == s["best_lr"]) for lr in lrs]
         spread = "–" if st["ppl_spread"] is None else f"{st['ppl_spread']:.2f}x"
         best = "–" if s["best_lr"] is None else lr_key(s["best_lr"])
-        rows.append([name, *cells, best, f"{st['diverged']}/{st['lrs']}", spread])
+        rows.append([text_cell(name), *cells, best, f"{st['diverged']}/{st['lrs']}", spread])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
         "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
@@ -175,8 +178,10 @@ def format_table(summary: dict[str, Any]) -> str:
         f"{len(summary['grid']['seeds'])} seed(s) per LR; * best LR",
         "diverged LRs are never best; ppl spread = max/min over the LRs that did not diverge",
     ]
-    lines += [f"missing: {m['preset']} lr={lr_key(m['lr'])} seed={m['seed']}" for m in summary["missing"]]
-    lines += [f"warning: {w}" for w in summary["warnings"]]
+    lines += [
+        text_cell(f"missing: {m['preset']} lr={lr_key(m['lr'])} seed={m['seed']}") for m in summary["missing"]
+    ]
+    lines += [text_cell(f"warning: {w}") for w in summary["warnings"]]
     return "\n".join(lines)
 
 

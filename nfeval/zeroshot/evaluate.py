@@ -22,6 +22,7 @@ from typing import Any
 from .. import tasks as nf_tasks
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
+from ..base.escape import text_cell
 from ..engine.checkpoints import loading
 from ..engine.inference.backend import no_tokenizer_message
 from ..engine.model.dtypes import long_name, torch_dtype
@@ -89,7 +90,8 @@ def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str
 
 
 def make_table(out: dict[str, Any]) -> str:
-    """Returns the results as a plain-text table: task, metric, value, stderr, n."""
+    """Returns the results as a plain-text table: task, metric, value, stderr, n; task and metric names
+    (from task files and flags) on one line each (``escape.text_cell``): one line per result."""
     rows = [("task", "metric", "value", "stderr", "n")]
     for task, res in out["results"].items():
         n = out.get("n-samples", {}).get(task, {}).get("effective", "")
@@ -100,8 +102,8 @@ def make_table(out: dict[str, Any]) -> str:
             stderr = res.get(key.replace(metric, f"{metric}_stderr", 1))
             rows.append(
                 (
-                    task,
-                    metric,
+                    text_cell(task),
+                    text_cell(metric),
                     f"{value:.4f}",
                     f"{stderr:.4f}" if isinstance(stderr, (int, float)) else "",
                     str(n),

@@ -10,20 +10,17 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
+from ...base.escape import markdown_row
 from ...base.jsonio import load_json
 from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
-    """Returns a GitHub markdown table."""
-    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
-    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    """Returns a GitHub markdown table, each cell escaped (``escape.markdown_row``: architecture, preset
+    and run names come from flags and files)."""
+    return [markdown_row(columns), "|" + "---|" * len(columns)] + [markdown_row(row) for row in rows]
 
 
 def _p(p: float | None) -> str:
