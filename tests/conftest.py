@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -111,6 +115,29 @@ def flushed_denormals():
         yield
     finally:
         torch.set_flush_denormal(False)
+
+
+ROOT = str(Path(__file__).resolve().parents[1])
+HOLD = (
+    "import sys, time; from nfeval.base import sweep_lock\n"
+    "with getattr(sweep_lock, sys.argv[2])(sys.argv[1]): print('held', flush=True); time.sleep(120)"
+)
+
+
+@contextlib.contextmanager
+def held_elsewhere(path, lock: str = "folder_lock"):
+    """Another process holds ``path``'s lock (``sweep_lock.folder_lock`` of a folder, or ``file_lock`` of
+    an output file) while the block runs; yields its pid."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), lock], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,9 @@ Sweeps (GLUE, tune) claim each point with ``point_lock``, so concurrent sweeps i
 each point once. A folder with one writer (a training run, a reproduce or bakeoff folder) is held for
 the writer's lifetime with ``folder_lock``, and a second process refuses at once, naming the holder.
 A thread that holds a folder's lock (a sweep point's, say) enters ``folder_lock`` on that folder again
-freely: a point's training run is the point's own writer.
+freely: a point's training run is the point's own writer. An output file with one writer (a zero-shot
+results file and its sidecar) is held with ``file_lock``: its lock file, ``.NAME.lock`` beside it, is
+removed when the writer ends.
 """
 
 from __future__ import annotations
@@ -56,7 +58,15 @@ def _open_locked(path: str, wait: bool) -> int | None:
 def point_lock(directory: str, wait: bool = False) -> Iterator[bool]:
     """Holds the folder's lock file while the block runs; yields False when another process (or another
     ``point_lock`` of this one) holds it (``wait`` blocks until it is free instead)."""
-    path = os.path.join(directory, LOCK)
+    with _lock_file(os.path.join(directory, LOCK), wait) as held:
+        yield held
+
+
+@contextlib.contextmanager
+def _lock_file(path: str, wait: bool = False, remove: bool = False) -> Iterator[bool]:
+    """Holds the lock file ``path`` while the block runs, writing the holder into it; yields False when
+    another process holds it (``wait`` blocks until it is free instead). ``remove``: the file is deleted
+    at the end, while still held (a process that opened it meanwhile finds it gone and opens a new one)."""
     fd = _open_locked(path, wait)
     if fd is None:
         yield False
@@ -70,13 +80,21 @@ def point_lock(directory: str, wait: bool = False) -> Iterator[bool]:
         yield True
     finally:
         _HELD.discard(key)
+        if remove:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         os.close(fd)  # closing releases the lock
 
 
 def holder(directory: str) -> str:
     """Returns what the folder's lock file says of the process holding it (pid, host, command line)."""
+    return _holder_of(os.path.join(directory, LOCK))
+
+
+def _holder_of(path: str) -> str:
+    """Returns what the lock file ``path`` says of the process holding it."""
     try:
-        with open(os.path.join(directory, LOCK), encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             return " ".join(f.read().split()) or "a process that has not said which"
     except OSError:
         return "a process that has not said which"
@@ -106,6 +124,43 @@ def folder_lock(directory: str) -> Iterator[None]:
             if created and os.path.isdir(directory) and os.listdir(directory) == [LOCK]:  # while held
                 os.unlink(os.path.join(directory, LOCK))
                 os.rmdir(directory)
+
+
+def file_lock_path(path: str) -> str:
+    """Returns the lock file of the output file ``path``: ``.NAME.lock`` beside it."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}{LOCK}")
+
+
+@contextlib.contextmanager
+def file_lock(path: str) -> Iterator[None]:
+    """Holds the output file ``path``'s lock (``file_lock_path``) while the block runs, as the one writer
+    of the file and of what is written beside it (a results file's sidecar); an OutputError naming the
+    file and the holder when another process holds it. The lock file is removed at the end, and so are
+    the folders it created that hold nothing then, so a refused or failed start leaves nothing behind.
+    Entered again by the thread holding it, it does nothing."""
+    lock = file_lock_path(path)
+    if (os.path.realpath(lock), threading.get_ident()) in _HELD:
+        yield
+        return
+    created, folder = [], os.path.dirname(lock)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        created.append(folder)  # deepest first
+        folder = os.path.dirname(folder)
+    try:
+        with _lock_file(lock, remove=True) as held:
+            if not held:
+                raise OutputError(
+                    f"{path}: being written by another nfeval process ({_holder_of(lock)}); wait for it "
+                    "to end, or write elsewhere"
+                )
+            yield
+    finally:
+        for folder in created:
+            try:
+                os.rmdir(folder)
+            except OSError:  # not empty (the output was written), or gone
+                break
 
 
 def folder_locked(folder_of: Callable[..., str]) -> Callable[[Callable[..., T]], Callable[..., T]]:

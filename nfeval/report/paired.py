@@ -48,13 +48,20 @@ def _check_reproduces(path: str, what: str, reported: float, recomputed: float) 
 
 def zeroshot_items_by_task(path: str) -> dict[str, dict[str, Any]]:
     """Returns {canonical task: {"name", "record", "results"}} of a zero-shot results file and its sidecar,
-    checking that the sidecar belongs to the file (model fingerprint, per-item means = reported scores)."""
+    checking that the sidecar belongs to the file (its sha256 when recorded, model
+    fingerprint, per-item means = reported scores)."""
     data = load_json(path)
     items = zeroshot_items.read_sidecar(path)
     side = load_json(zeroshot_items.sidecar_path(path))
     fingerprint = (data.get("nfeval") or {}).get("model", {}).get("fingerprint")
     if side.get("nfeval", {}).get("model", {}).get("fingerprint") != fingerprint:
         raise DataError(f"{zeroshot_items.sidecar_path(path)}: written for another model than {path}")
+    sha = side.get("nfeval", {}).get("results_sha256")  # absent in sidecars written before it was kept
+    if sha is not None and sha != zeroshot_items.file_sha256(path):
+        raise DataError(
+            f"{zeroshot_items.sidecar_path(path)}: written with another run's results than {path} "
+            "(rerun nfeval zeroshot to rewrite both)"
+        )
     aliases = (data.get("nfeval") or {}).get("tasks") or {}
     out = {}
     for name, record in items.items():

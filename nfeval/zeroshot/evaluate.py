@@ -20,9 +20,11 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from .. import tasks as nf_tasks
+from ..base import env
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
 from ..base.escape import text_cell
+from ..base.sweep_lock import file_lock
 from ..engine.checkpoints import loading
 from ..engine.inference.backend import no_tokenizer_message
 from ..engine.model.dtypes import long_name, torch_dtype
@@ -215,13 +217,24 @@ def evaluate(
     under torchrun). Writes ``cfg.output`` atomically when given; nothing is written when the data or the
     model is bad. A cache file that is not valid JSON is reported (named, through ``log``) and
     recomputed. The scoring report's whole-command time runs from ``started`` (a ``time.perf_counter()``
-    value; default: this call's start) to the end."""
+    value; default: this call's start) to the end.
+
+    One writer per results file: the process writing ``cfg.output`` (rank 0) holds its lock
+    (``sweep_lock.file_lock``) from the start, and another one writing the same file is refused at once,
+    naming the holder, so a results file and its sidecar are always one run's."""
     started = time.perf_counter() if started is None else started
+    cfg = cfg.checked()
+    writes = bool(cfg.output) and env.integer("RANK", 0) == 0  # under torchrun rank 0 writes
+    with file_lock(cfg.output) if writes else contextlib.nullcontext():
+        return _evaluate(ckpt_path, cfg, log, started)
+
+
+def _evaluate(ckpt_path: str, cfg: ZeroShotConfig, log, started: float) -> dict[str, Any] | None:
+    """``evaluate``'s work, ``cfg`` checked (and its output locked)."""
     from ..model_adapters import NFEvalLM
     from ..model_adapters.scorer import with_command
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    cfg = cfg.checked()
     scoring = cfg.scoring
     identity = _identify(ckpt_path, cfg)
     dtype_name = long_name(torch_dtype(scoring.dtype))
@@ -263,10 +276,12 @@ def _add_records(out, identity, ckpt_path, lm, max_length, loaded, skipped, todo
 
 
 def _write(output: str, out: dict[str, Any], items: dict, loaded: dict, model: dict[str, Any]) -> None:
-    """Writes the results JSON and its per-item sidecar (``F.items.json``), keyed by lm-eval's task names."""
+    """Writes the results JSON and its per-item sidecar (``F.items.json``), keyed by lm-eval's task names;
+    the sidecar records the results file's sha256, so a pair from two runs (one killed between the two
+    writes) is told."""
     atomic_write_json(output, out)
     per_task = {nf_tasks.canonical_name(name): items[name] for name in loaded}
-    zeroshot_items.write_sidecar(output, per_task, model)
+    zeroshot_items.write_sidecar(output, per_task, model, results_sha256=zeroshot_items.file_sha256(output))
 
 
 def _check_one_variant(loaded: dict) -> None:

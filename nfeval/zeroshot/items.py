@@ -17,6 +17,7 @@ for ``F.json``) and beside each task's cache entry, so a cached rerun writes the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -164,10 +165,24 @@ def check_record(record: Any, path: str, where: str) -> dict[str, Any]:
     return record
 
 
-def write_sidecar(results_path: str, items: Mapping[str, Any], model: Mapping[str, Any]) -> str:
-    """Writes ``{task: record}`` beside ``results_path`` with provenance and the model; returns its path."""
+def file_sha256(path: str) -> str:
+    """Returns the sha256 of the file at ``path``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_sidecar(
+    results_path: str, items: Mapping[str, Any], model: Mapping[str, Any], results_sha256: str | None = None
+) -> str:
+    """Writes ``{task: record}`` beside ``results_path`` with provenance, the model and the sha256 of the
+    results file it belongs to (``results_sha256``, when given); returns its path."""
     path = sidecar_path(results_path)
     meta = {"provenance": provenance(), "results": os.path.basename(results_path), "model": dict(model)}
+    if results_sha256 is not None:
+        meta["results_sha256"] = results_sha256
     atomic_write_json(path, {"nfeval": meta, "tasks": dict(items)})
     return path
 

@@ -7,22 +7,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import tiny_train_args
+from conftest import held_elsewhere, tiny_train_args
 
 from nfeval import cli
 from nfeval.base.sweep_lock import folder_lock, point_lock
-
-ROOT = str(Path(__file__).resolve().parents[2])
-HOLD = (
-    "import sys, time; from nfeval.base.sweep_lock import folder_lock\n"
-    "with folder_lock(sys.argv[1]): print('held', flush=True); time.sleep(120)"
-)
 
 
 def run_cli(*argv: str) -> tuple[int, str]:
@@ -31,21 +21,6 @@ def run_cli(*argv: str) -> tuple[int, str]:
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = cli.main(list(argv))
     return code, err.getvalue()
-
-
-@contextlib.contextmanager
-def held_elsewhere(folder: Path):
-    """Another process holds ``folder``'s lock while the block runs; yields its pid."""
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        yield holder.pid
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_second_train_into_a_run_being_written_is_refused_at_once(tmp_path, small_corpus):

@@ -30,6 +30,7 @@ def as_old_file(new: str, old: str) -> str:
     items = json.loads(open(new.replace(".json", ".items.json")).read())
     items["tasks"] = {f"{t}_local": v for t, v in items["tasks"].items()}
     items["nfeval"]["results"] = os.path.basename(old)
+    del items["nfeval"]["results_sha256"]  # kept since issue 39; an old sidecar has none
     open(old.replace(".json", ".items.json"), "w").write(json.dumps(items))
     return old
 
