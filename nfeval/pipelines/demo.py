@@ -24,6 +24,7 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, atomic_write_text
 from ..base.escape import text_cell
 from ..base.jsonio import load_json
+from ..base.sweep_lock import folder_locked
 from .stages import CLOZE_CHOICES, shared_tokenizer, zeroshot_data
 
 ARCHES = ("prenorm", "normformer")  # baseline first: compare and leaderboard take it as the baseline
@@ -153,8 +154,10 @@ def run_glue(cfg: DemoConfig, runs: dict[str, str]) -> dict[str, str]:
     return files
 
 
+@folder_locked(lambda cfg: cfg.out)  # one writer per output folder
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
-    """Runs every stage into ``cfg.out``; returns the summary (also written to ``summary.json``)."""
+    """Runs every stage into ``cfg.out``; returns the summary (also written to ``summary.json``). A second
+    demo into the same ``cfg.out`` is refused at once (``sweep_lock.folder_lock``), naming the holder."""
     from ..report.compare import compare
     from ..report.compare_table import format_comparison
     from ..report.leaderboard import build

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import time
 
 import pytest
 
@@ -165,3 +166,18 @@ def test_demo_cli_rejects_bad_folders(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "d"), "--glue-dir", str(tmp_path / "nowhere")]) == 2
     assert "--glue-dir" in capsys.readouterr().err
     assert main(["demo", "--minutes", "0"]) == 2
+
+
+def test_a_second_demo_into_one_folder_is_refused_at_once(tmp_path, capsys):
+    from conftest import held_elsewhere
+
+    from nfeval.cli import main
+
+    out = tmp_path / "demo"
+    with held_elsewhere(out) as pid:
+        start = time.monotonic()
+        assert main(["demo", "--out", str(out), "--minutes", "0.1", "--no-progress"]) == 2
+        assert time.monotonic() - start < 30  # before the tokenizer or any training
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written beside the holder
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}: in use by another nfeval process (pid {pid} on " in err, err
