@@ -13,6 +13,7 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
+from ..base.sweep_lock import file_lock
 from .stability import StabilitySettings
 
 
@@ -63,16 +64,19 @@ Options = GradsOptions | GainsOptions | StabilityOptions
 
 def analyze(options: Options, png: str) -> dict[str, Any]:
     """Runs the analysis ``options`` describe; writes its JSON beside ``png``, then the PNG (last: a
-    finished analysis has its PNG); returns the result."""
+    finished analysis has its PNG); returns the result. One writer per ``png`` (``sweep_lock.file_lock``,
+    held from the start): another analysis writing it is refused at once, naming the holder, so the PNG
+    and its JSON are one run's."""
     check_output_file(png, "--output")  # before any work
     if not png.endswith(".png"):
         raise ConfigError(f"--output {png}: expected a .png path (the JSON is written beside it)")
     name, run = ANALYSES[type(options)]
-    result = run(options)
-    from . import figures
+    with file_lock(png):
+        result = run(options)
+        from . import figures
 
-    atomic_write_json(json_path(png), result)
-    getattr(figures, f"plot_{name}")(result, png)
+        atomic_write_json(json_path(png), result)
+        getattr(figures, f"plot_{name}")(result, png)
     return result
 
 

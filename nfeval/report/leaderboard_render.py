@@ -10,6 +10,7 @@ from typing import Any
 
 from ..base.artifacts import atomic_write_text
 from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
+from ..base.sweep_lock import file_lock
 from . import paired
 from .leaderboard_read import CHANCE, GROUP_UNITS, MISSING, TITLES, YARDSTICK, ZEROSHOT_TASKS
 
@@ -285,18 +286,20 @@ def write(
 ) -> str:
     """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
     (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
-    text."""
+    text. One writer per ``out`` (``sweep_lock.file_lock``): another one writing it is refused at once,
+    naming the holder, so the page and its images are one board's."""
     from ..base.plots import plot_curves
 
     images, table_text = {}, None
     stem = os.path.splitext(out)[0]
-    if fmt == "md" and "zeroshot" in board:
-        images["zeroshot"] = os.path.basename(_zeroshot_plot(board["zeroshot"], f"{stem}_zeroshot.png"))
-    if fmt == "md" and comparison:
-        from .compare_table import format_comparison
+    with file_lock(out):
+        if fmt == "md" and "zeroshot" in board:
+            images["zeroshot"] = os.path.basename(_zeroshot_plot(board["zeroshot"], f"{stem}_zeroshot.png"))
+        if fmt == "md" and comparison:
+            from .compare_table import format_comparison
 
-        images["curves"] = os.path.basename(plot_curves(comparison, f"{stem}_curves.png"))
-        table_text = format_comparison(comparison)
-    text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out))
-    atomic_write_text(out, text)
+            images["curves"] = os.path.basename(plot_curves(comparison, f"{stem}_curves.png"))
+            table_text = format_comparison(comparison)
+        text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out))
+        atomic_write_text(out, text)
     return text

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import make_text
+from conftest import held_elsewhere, make_text
 from test_fairseq_import import to_fairseq
 
 from nfeval.analysis.stability import AttentionLogitProbe, StabilitySettings, stability_test
@@ -140,6 +140,18 @@ def test_gains_reports_hand_set_values_for_nfeval_and_fairseq_checkpoints(tmp_pa
         assert g["resid_gain_mean"] == [0.75, 0.75]
         assert m["info"]["fingerprint"]
     assert "| nf | 1 | 1.5000 | 2.0000 | 0.500 / 2.125 / 4.000 | 0.7500 |" in capsys.readouterr().out
+
+
+def test_a_second_analysis_writing_one_png_is_refused_at_once(tmp_path, capsys):
+    _save(tmp_path / "nf", "normformer-resscale")
+    out = tmp_path / "gains.png"
+    with held_elsewhere(out, "file_lock") as pid:
+        assert main(["analyze", "gains", str(tmp_path / "nf"), "--out", str(out)]) == 2
+        assert not (tmp_path / "gains.json").exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}: being written by another nfeval process (pid {pid} on " in err
+    assert main(["analyze", "gains", str(tmp_path / "nf"), "--out", str(out)]) == 0  # the holder died
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gains.json", "gains.png", "nf"]  # no lock left
 
 
 def _assert_fails(tmp_path, capsys, argv: list[str], *needles: str) -> None:

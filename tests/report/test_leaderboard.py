@@ -378,6 +378,21 @@ def test_cli_writes_markdown_plots_csv_and_json(tmp_path, files, capsys):
     assert board["zeroshot"]["rows"][1]["scores"]["openbookqa"] is None
 
 
+def test_a_second_leaderboard_writing_one_page_is_refused_at_once(tmp_path, files, capsys):
+    from conftest import held_elsewhere
+
+    out = tmp_path / "board.md"
+    with held_elsewhere(out, "file_lock") as pid:
+        assert main(["leaderboard", *files, "--out", str(out)]) == 2
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("board", ".board"))) == [
+            ".board.md.lock"
+        ]  # no page and no image beside the holder's
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}: being written by another nfeval process (pid {pid} on " in err
+    assert main(["leaderboard", *files, "--out", str(out)]) == 0  # the holder died
+    assert not (tmp_path / ".board.md.lock").exists()
+
+
 def test_glue_average_needs_every_metric_of_the_task_score(tmp_path):
     tasks = {"cola": GLUE_RESULTS["cola"], "mrpc": {"metric": "f1", "best": {"f1": 0.85}}}
     board = build([glue_file(tmp_path / "g.json", "f" * 64, "mlm", tasks)])
