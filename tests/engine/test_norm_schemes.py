@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_corpus, tiny_train_config
 from test_init_recipe import assert_stats, expected_stats, weight_kinds
 from test_norm_placements import (
     check_kv_cache_matches_recompute,
@@ -25,9 +26,11 @@ from test_norm_placements import (
 from torch import nn
 
 from nfeval.base.errors import ConfigError
+from nfeval.engine.checkpoints import checkpoint
 from nfeval.engine.model.config import ARCHITECTURES, RECIPES, ModelConfig, preset
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.model.norms import DynamicTanh
+from nfeval.engine.training.train import train
 from nfeval.engine.training.train_config import parse_set
 
 SCHEMES = ("periln", "lnscaling", "mixln", "dyt")
@@ -200,8 +203,8 @@ def test_mix_ln_matches_the_papers_equation_where_it_has_post_ln_blocks(n_layer)
 
 
 def test_mix_ln_at_two_layers_is_pre_ln():
-    """floor(0.25 · 2) = 0: ``mixln-tiny`` has no Post-LN block, its forward is Pre-LN's (docs/train.md
-    says so; a bakeoff of Mix-LN wants small, 3 Post-LN blocks of 12)."""
+    """floor(0.25 · 2) = 0: the preset ``mixln-tiny`` has no Post-LN block, its forward is Pre-LN's
+    (docs/train.md says so; ``bakeoff --size tiny`` trains 6 layers, one Post-LN, and small 3 of 12)."""
     mix, pre = scheme_model("mixln"), scheme_model("prenorm")
     assert mix.cfg.post_ln_layers == 0 and preset("mixln-small").post_ln_layers == 3
     idx = torch.randint(0, 97, (2, 11))
@@ -380,3 +383,23 @@ def test_dyt_alphas_shape_normformers_dyt_norms():
     assert isinstance(block.attn_norm, nn.LayerNorm)  # the placement's norms keep norm="layernorm"
     assert block.attn_out_norm.alpha.item() == pytest.approx(0.9)
     assert block.ffn_hidden_norm.alpha.item() == pytest.approx(0.1)
+
+
+def test_each_scheme_trains_saves_and_loads(tmp_path):
+    """``nfeval train --preset NAME-tiny --set n_layer=4``: the run's config holds the scheme's fields, its
+    checkpoint loads (through the meta-device skeleton) to the weights it saved, and DyT's α was trained."""
+    corpus = tmp_path / "train.txt"
+    corpus.write_text(make_corpus(300), encoding="utf-8")
+    idx = torch.randint(0, 300, (2, 16))
+    for name in SCHEMES:
+        run = tmp_path / name
+        cfg = tiny_train_config(str(corpus), preset=f"{name}-tiny", model={"n_layer": 4}, max_steps=4)
+        summary = train(cfg, str(run))
+        loaded = checkpoint.load(str(run))
+        assert loaded.fingerprint == summary["fingerprint"]
+        assert loaded.config == preset(f"{name}-tiny", vocab_size=loaded.config.vocab_size, n_layer=4)
+        assert loaded.config.post_ln_layers == (1 if name == "mixln" else 0)
+        with torch.no_grad():
+            assert torch.isfinite(loaded.model(idx)).all()
+        alphas = [m.alpha.item() for m in loaded.model.modules() if isinstance(m, DynamicTanh)]
+        assert bool(alphas) == (name == "dyt") and all(a != 0.5 for a in alphas)

@@ -321,8 +321,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "periln": {**PRE_LN, "norm_position": "sandwich"},
     # LayerNorm Scaling (Sun et al. 2025): Pre-LN with each block's two norms scaled by 1/sqrt(ℓ)
     "lnscaling": {**PRE_LN, "ln_scaling": True},
-    # Mix-LN (Li et al. 2024): Post-LN in the first floor(0.25 · n_layer) blocks (none at 2 layers: tiny
-    # is Pre-LN; 3 of small's 12), Pre-LN with its final norm after them
+    # Mix-LN (Li et al. 2024): Post-LN in the first floor(0.25 · n_layer) blocks (none of mixln-tiny's 2: it
+    # is Pre-LN; 1 of the 6 that bakeoff/reproduce's tiny scale trains; 3 of small's 12), then Pre-LN
     "mixln": {**PRE_LN, "mix_ln_fraction": 0.25},
     # DyT (Zhu et al. 2025): every norm γ·tanh(α·x) + β, α0 = 0.5 (the paper's default) everywhere
     "dyt": {**PRE_LN, "norm": "dyt"},
