@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=list(d.archs),
         metavar="ARCH",
         help="architectures to rank: presets (prenorm, normformer, sandwich, olmo2norm, deepnorm, qknorm, "
-        "rmsprenorm, ...) or NAME=ARCH:FIELD=VALUE,... for a variant (e.g. olmo2qk=olmo2norm:qk_norm=true); "
+        "rmsprenorm, periln, lnscaling, mixln, dyt, ...) or NAME=ARCH:FIELD=VALUE,... for a variant (e.g. "
+        "olmo2qk=olmo2norm:qk_norm=true); "
         f"default: {' '.join(d.archs)}",
     )
     p.add_argument(

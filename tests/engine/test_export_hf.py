@@ -53,6 +53,16 @@ ARCHITECTURES = {
     "qknorm": ("qknorm", {}, "nfeval"),
     "rmsprenorm-no-gain": ("rmsprenorm", {"norm_affine": False}, "nfeval"),
     "normformer-table4-controls": ("normformer", TABLE4_CONTROLS, "nfeval"),
+    # issue 42's schemes: each would be GPT-2-shaped but for its own field, so the export must see it
+    "periln-embedding-norm": ("periln", {"embedding_norm": True}, "nfeval"),
+    "lnscaling": ("lnscaling", {}, "nfeval"),
+    "mixln-4-layers": ("mixln", {"n_layer": 4}, "nfeval"),  # one Post-LN block, three Pre-LN
+    "dyt": ("dyt", {}, "nfeval"),
+    "dyt-alphas-qk-norm-no-gain": (
+        "dyt",
+        {"dyt_alpha_attn": 0.8, "dyt_alpha_other": 0.2, "qk_norm": True, "norm_affine": False},
+        "nfeval",
+    ),
 }
 
 

@@ -60,3 +60,29 @@ def test_elementwise_ops_are_a_small_share_at_the_papers_size():
     matmuls = flops["weight_matmuls"] + flops["attention_matmuls"]
     elementwise = sum(flops.values()) - matmuls
     assert 0.005 < elementwise / matmuls < 0.05
+
+
+@pytest.mark.parametrize("size", ["tiny", "small", "125M"])
+def test_norm_schemes_cost_their_ops(size):
+    """LayerNorm Scaling multiplies both pre-sub-layer norms' outputs (its own term); Mix-LN's Post-LN
+    blocks hold as many norms as Pre-LN's (the same count); Peri-LN is sandwich's count; DyT is charged
+    per element as its ops are (α multiply, tanh, gain, bias) in place of each norm."""
+    T = 512
+    pre = preset(f"prenorm-{size}")
+    d, L = pre.d_model, pre.n_layer
+    base = training_flops_breakdown(pre, T)
+
+    def extra(arch: str, **overrides) -> dict[str, float]:
+        changed = training_flops_breakdown(preset(f"{arch}-{size}", **overrides), T)
+        return {k: changed[k] - base[k] for k in base if changed[k] != base[k]}
+
+    assert extra("lnscaling") == {"ln_scaling": TRAINING_PASSES * MUL * 2 * d * L}
+    assert extra("mixln") == {}
+    post = preset(f"mixln-{size}").post_ln_layers
+    assert extra("mixln", ln_scaling=True) == {"ln_scaling": TRAINING_PASSES * MUL * 2 * d * (L - post)}
+    assert extra("periln") == extra("sandwich") == {"layer_norms": TRAINING_PASSES * LN * 2 * d * L}
+    dyt = training_flops_breakdown(preset(f"dyt-{size}"), T)
+    norm_elements = L * 2 * d + d  # two per block, the final norm
+    assert dyt["layer_norms"] == TRAINING_PASSES * FLOPS_PER_ELEMENT["dyt"] * norm_elements
+    assert {k for k in dyt if dyt[k] != base[k]} <= {"layer_norms"}
+    assert sum(dyt.values()) == training_flops_per_token(preset(f"dyt-{size}"), T)

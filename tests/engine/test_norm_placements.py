@@ -16,10 +16,10 @@ from test_generate import PROMPTS, greedy_by_recompute
 from torch import nn
 
 from nfeval.engine.inference.generate import generate
-from nfeval.engine.model.config import ARCHITECTURES, NORM_POSITIONS, ModelConfig, preset
+from nfeval.engine.model.config import ARCHITECTURES, NORM_POSITIONS, NORMS, ModelConfig, preset
 from nfeval.engine.model.kv_cache import KVCache
 from nfeval.engine.model.model import Block, Transformer
-from nfeval.engine.model.norms import deepnorm_alpha_beta, make_norm
+from nfeval.engine.model.norms import DynamicTanh, deepnorm_alpha_beta, make_norm
 
 
 def randomize(model: nn.Module, seed: int = 0) -> None:
@@ -31,7 +31,12 @@ def randomize(model: nn.Module, seed: int = 0) -> None:
 
 
 def norm_ref(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """LayerNorm (x - mean) / sqrt(var + eps) · w + b, or RMSNorm x / sqrt(mean(x²) + eps) · w."""
+    """LayerNorm (x - mean) / sqrt(var + eps) · w + b, RMSNorm x / sqrt(mean(x²) + eps) · w, or DyT
+    (Zhu et al. 2025) tanh(α·x) · γ + β with its one scalar α."""
+    if isinstance(m, DynamicTanh):
+        assert m.alpha.shape == (1,)
+        y = torch.tanh(m.alpha[0] * x)
+        return y if m.weight is None else y * m.weight + m.bias
     if isinstance(m, nn.RMSNorm):
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + m.eps)
         return y if m.weight is None else y * m.weight
@@ -113,7 +118,7 @@ def check_block(cfg, seed: int = 0) -> None:
     torch.testing.assert_close(block(x, None), reference_block(block, x, cfg), rtol=1e-9, atol=1e-9)
 
 
-PLACEMENT_COMBOS = list(itertools.product(NORM_POSITIONS, (False, True), ("layernorm", "rmsnorm")))
+PLACEMENT_COMBOS = list(itertools.product(NORM_POSITIONS, (False, True), NORMS))
 
 
 @pytest.mark.parametrize("placement,qk_norm,norm", PLACEMENT_COMBOS)

@@ -11,8 +11,11 @@ import pytest
 
 from nfeval.base.errors import ConfigError
 from nfeval.cli import main
+from nfeval.engine.model.config import preset
+from nfeval.engine.training import recipe
 from nfeval.pipelines.bakeoff import BakeoffConfig, make_context, run_bakeoff
 from nfeval.pipelines.bakeoff.candidates import Candidate, parse_candidate, parse_candidates
+from nfeval.pipelines.bakeoff.runs import train_config
 
 SMOKE_ARCHS = ("prenorm", "normformer", "sandwich")
 
@@ -25,6 +28,26 @@ def test_candidate_specs():
     assert parse_candidate(c.spec()) == c  # the report's spelling parses back to the same candidate
     ordered = parse_candidates(["prenorm,normformer", "x=sandwich:qk_norm=true"], "normformer", "tiny", {})
     assert [c.name for c in ordered] == ["normformer", "prenorm", "x"]  # the baseline first
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_issue_42_schemes_are_candidates_under_the_shared_recipe(size):
+    """Peri-LN, LayerNorm Scaling, Mix-LN and DyT are bakeoff candidates (a preset each, and variants of
+    them), and every run of them trains under the baseline's recipe: the report's recipe check
+    (``recipe.check_same``) would otherwise refuse the bakeoff after its runs."""
+    llama = "dytllama=dyt:dyt_alpha_attn=0.8,dyt_alpha_other=0.2"  # DyT's LLaMA-7B alphas, as a variant
+    archs = ("prenorm", "periln", "lnscaling", "mixln", "dyt", llama)
+    ctx = make_context(BakeoffConfig(archs=archs, size=size))
+    names = [c.name for c in ctx.candidates]
+    assert names == ["prenorm", "periln", "lnscaling", "mixln", "dyt", "dytllama"]
+    configs = {c.name: train_config(ctx, c, seed=1, tuned=False) for c in ctx.candidates}
+    recipes = {name: recipe.of_train_config(cfg) for name, cfg in configs.items()}
+    assert recipe.check_same(recipes, "bakeoff") == recipes["prenorm"]
+    models = {name: preset(cfg.preset, **cfg.model) for name, cfg in configs.items()}
+    # the bakeoff's tiny trains 6 layers (the preset mixln-tiny's 2 would give no Post-LN block)
+    assert models["mixln"].post_ln_layers == {"tiny": 1, "small": 3}[size]
+    assert models["lnscaling"].ln_scaling and models["dytllama"].dyt_alpha_attn == 0.8
+    assert models["periln"] == models["prenorm"].replace(norm_position="sandwich")
 
 
 @pytest.mark.parametrize(

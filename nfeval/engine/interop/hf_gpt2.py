@@ -29,6 +29,8 @@ GPT2_FIELDS = {
     "norm": "layernorm",
     "norm_affine": True,
     "qk_norm": False,
+    "ln_scaling": False,
+    "mix_ln_fraction": 0.0,
     "qkv_norm": False,
     "ffn_glu": False,
     "scale_resids_attn": False,

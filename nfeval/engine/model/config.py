@@ -27,7 +27,8 @@ FINAL_NORM_POSITIONS = ("pre", "sandwich", "olmo2")
 PLACEMENT_NAMES = dict(
     pre="prenorm", post="postnorm", sandwich="sandwich", olmo2="olmo2norm", deepnorm="deepnorm"
 )
-NORMS = ("layernorm", "rmsnorm")
+# LayerNorm, torch's RMSNorm, or DyT (γ·tanh(α·x) + β, Zhu et al. 2025: ``norms.DynamicTanh``)
+NORMS = ("layernorm", "rmsnorm", "dyt")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
 POSITION_TYPES = ("learned", "sinusoidal")
@@ -63,9 +64,19 @@ class ModelConfig:
     max_seq_len: int = 2048
     objective: str = "clm"  # clm: causal decoder; mlm: bidirectional encoder
     norm_position: str = "pre"  # one of NORM_POSITIONS
-    norm: str = "layernorm"  # every norm of the model: "layernorm" or "rmsnorm" (torch.nn.RMSNorm)
-    norm_affine: bool = True  # learned gain (and, for LayerNorm, bias) on every norm
+    norm: str = "layernorm"  # every norm of the model: "layernorm", "rmsnorm" (torch.nn.RMSNorm) or "dyt"
+    norm_affine: bool = True  # learned gain (and, for LayerNorm and DyT, bias) on every norm
     qk_norm: bool = False  # norm of each head's queries and keys over head_dim, before the KV cache
+    # DyT's α0 (Zhu et al. 2025; a norm of kind "dyt" only): the attention sub-layer's norms, the others.
+    # The paper's default is 0.5 for both; its LLaMA recipe gives attention more, and less to wider models.
+    dyt_alpha_attn: float = 0.5
+    dyt_alpha_other: float = 0.5
+    # LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth"): the output of each norm before a sub-layer
+    # (attn_norm, ffn_norm) scaled by 1/sqrt(ℓ), ℓ the block's 1-based index
+    ln_scaling: bool = False
+    # Mix-LN (Li et al. 2024): the first floor(mix_ln_fraction · n_layer) blocks Post-LN, the rest Pre-LN
+    # (``post_ln_layers``; the paper's α is 0.25)
+    mix_ln_fraction: float = 0.0
     # NormFormer ops, named as fairseq's transformer_layer.py flags.
     scale_attn: bool = False  # LayerNorm on the attention output, before the residual add
     scale_fc: bool = False  # LayerNorm on the FFN-wide hidden, after the activation
@@ -114,6 +125,13 @@ class ModelConfig:
                 raise ConfigError(f"{source}: {name}={getattr(self, name)!r}: expected a number in [0, 1)")
         if not self.layer_norm_eps > 0:
             raise ConfigError(f"{source}: layer_norm_eps={self.layer_norm_eps!r}: expected a positive number")
+        for name in ("dyt_alpha_attn", "dyt_alpha_other"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{source}: {name}={getattr(self, name)!r}: expected a positive number")
+        if not 0 <= self.mix_ln_fraction <= 1:
+            raise ConfigError(
+                f"{source}: mix_ln_fraction={self.mix_ln_fraction!r}: expected a number in [0, 1]"
+            )
         if self.d_model % self.n_head:
             raise ConfigError(f"{source}: d_model={self.d_model} is not divisible by n_head={self.n_head}")
         conflict = self.conflicting_flags()
@@ -142,7 +160,34 @@ class ModelConfig:
                 f"normformer_norm={self.normformer_norm!r} without scale_attn, scale_fc or qkv_norm: "
                 "there is no extra norm for it to shape"
             )
+        if self.mix_ln_fraction and self.norm_position != "pre":
+            return (
+                f"mix_ln_fraction={self.mix_ln_fraction!r} with {placement}: Mix-LN mixes Post-LN "
+                "blocks into Pre-LN"
+            )
+        if self.ln_scaling and self.norm_position not in ("pre", "sandwich"):
+            return (
+                f"ln_scaling=True with {placement}: LayerNorm Scaling scales the norms before each "
+                "sub-layer, which that placement has not"
+            )
+        alphas = [f"{f}={getattr(self, f)!r}" for f in DYT_ALPHAS if getattr(self, f) != DYT_ALPHA_DEFAULT]
+        if alphas and "dyt" not in (self.norm, self.normformer_norm):
+            return (
+                f"{alphas[0]} without a DyT norm (norm or normformer_norm 'dyt'): there is no α for it to set"
+            )
         return None
+
+    @property
+    def post_ln_layers(self) -> int:
+        """Returns how many blocks, from the first, are Post-LN under Mix-LN: floor(mix_ln_fraction ·
+        n_layer), as the paper's ⌊αL⌋ and its code's int(α·L) (3 of 12 and 6 of 24 at α = 0.25; none
+        of 2), with 1e-9 of slack so that a decimal fraction counts what it says (0.29 of 100: 29)."""
+        return math.floor(self.mix_ln_fraction * self.n_layer + 1e-9)
+
+    def layer_placement(self, layer: int) -> str:
+        """Returns the norm placement of the block at 0-based index ``layer``: "post" for Mix-LN's first
+        ``post_ln_layers`` blocks, ``norm_position`` otherwise."""
+        return "post" if layer < self.post_ln_layers else self.norm_position
 
     @property
     def head_dim(self) -> int:
@@ -164,13 +209,18 @@ class ModelConfig:
         ]
         if not self.norm_affine:
             kinds.append("norm_affine=False")
+        numbers = (*DYT_ALPHAS, "mix_ln_fraction")
+        kinds += [f"{f}={getattr(self, f)!r}" for f in numbers if getattr(self, f) != PRE_LN[f]]
         return f"{PLACEMENT_NAMES[self.norm_position]}+" + "+".join(on + kinds)
 
     def norm_param_count(self, dim: int, kind: str | None = None) -> int:
-        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``)."""
+        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``): DyT's α
+        and, with ``norm_affine``, each kind's gain (and LayerNorm's and DyT's bias)."""
+        kind = kind or self.norm
+        alpha = 1 if kind == "dyt" else 0
         if not self.norm_affine:
-            return 0
-        return dim * (1 if (kind or self.norm) == "rmsnorm" else 2)
+            return alpha
+        return alpha + dim * (1 if kind == "rmsnorm" else 2)
 
     def normformer_param_count(self) -> int:
         """Returns the number of parameters that NormFormer's ops and its Table 4 controls add over the
@@ -224,11 +274,13 @@ SIZES: dict[str, dict[str, int]] = {
 # The boolean block flags; an architecture preset fixes each of them and the norm fields.
 BLOCK_FLAGS = (
     "scale_attn", "scale_fc", "scale_heads", "scale_resids", "qk_norm", "ffn_glu", "scale_resids_attn",
-    "resid_scale_scalar", "qkv_norm",
+    "resid_scale_scalar", "qkv_norm", "ln_scaling",
 )  # fmt: skip
+DYT_ALPHAS = ("dyt_alpha_attn", "dyt_alpha_other")
+DYT_ALPHA_DEFAULT = 0.5  # the DyT paper's α0 wherever it does not tune it (ModelConfig's default)
 PRE_LN = dict(
-    norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None,
-    **dict.fromkeys(BLOCK_FLAGS, False),
+    norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None, mix_ln_fraction=0.0,
+    **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
 )  # fmt: skip
 NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
 
@@ -262,6 +314,18 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "deepnorm": {**PRE_LN, "norm_position": "deepnorm"},
     "qknorm": {**PRE_LN, "qk_norm": True},
     "rmsprenorm": {**PRE_LN, "norm": "rmsnorm"},
+    # Peri-LN (Kim et al., ICML 2025): x + N(f(N(x))) is sandwich's block exactly, under the paper's name
+    # (a config of it is named "sandwich", the entry above). The paper's optional norm of the embeddings
+    # is ``embedding_norm``, a field of the recipe every candidate of a comparison shares: the preset
+    # leaves it to the recipe (off for causal LMs, on for masked LMs), as it does for every architecture.
+    "periln": {**PRE_LN, "norm_position": "sandwich"},
+    # LayerNorm Scaling (Sun et al. 2025): Pre-LN with each block's two norms scaled by 1/sqrt(ℓ)
+    "lnscaling": {**PRE_LN, "ln_scaling": True},
+    # Mix-LN (Li et al. 2024): Post-LN in the first floor(0.25 · n_layer) blocks (none of mixln-tiny's 2: it
+    # is Pre-LN; 1 of the 6 that bakeoff/reproduce's tiny scale trains; 3 of small's 12), then Pre-LN
+    "mixln": {**PRE_LN, "mix_ln_fraction": 0.25},
+    # DyT (Zhu et al. 2025): every norm γ·tanh(α·x) + β, α0 = 0.5 (the paper's default) everywhere
+    "dyt": {**PRE_LN, "norm": "dyt"},
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

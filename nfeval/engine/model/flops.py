@@ -10,19 +10,21 @@ from .config import ModelConfig
 FLOPS_PER_ELEMENT = {
     "layer_norm": 7,  # mean, subtract it, square, variance sum, normalise, gain, bias (rsqrt per row: 0)
     "rms_norm": 4,  # square, sum, normalise, gain
+    "dyt": 7,  # DyT γ·tanh(α·x) + β: α multiply, tanh (counted 4), gain, bias
     "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
     "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
     "relu_squared": 2,  # max, multiply
     "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
-    "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim)
+    "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim),
+    # LayerNorm Scaling's 1/sqrt(ℓ)
     "add": 1,  # residual, bias and position additions
 }
 TRAINING_PASSES = 3  # forward + backward
 # What the FLOP count (and so every "equal FLOPs" reading) counts, for tables to state.
 FLOPS_COUNTED = (
     "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
-    "elementwise op: norms (NormFormer's, sandwich, QK-norm included), HeadScale, ResScale, activation, "
-    "GeGLU gate, softmax, "
+    "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT included), HeadScale, ResScale, "
+    "LayerNorm Scaling, activation, GeGLU gate, softmax, "
     "embedding scale, residual/bias adds, loss (nfeval.engine.model.flops.training_flops_breakdown)"
 )
 
@@ -37,11 +39,13 @@ def training_flops_breakdown(
     other terms are ``FLOPS_PER_ELEMENT`` × elements × ``TRAINING_PASSES``. A masked LM runs its head
     (dense d×d, GELU, LayerNorm, output projection, loss) only on the masked positions, a
     ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them). Dropout
-    (a mask multiply, off in the presets) is not counted. A new op adds its term here.
+    (a mask multiply, off in the presets) is not counted. A new op adds its term here. A DyT costs as a
+    norm does (``layer_norms``, at ``FLOPS_PER_ELEMENT["dyt"]``); Mix-LN's Post-LN blocks hold two norms
+    each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs.
     """
     d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size
     e, mlm = FLOPS_PER_ELEMENT, not cfg.causal
-    norm_cost = e["rms_norm"] if cfg.norm == "rmsnorm" else e["layer_norm"]
+    norm_cost = {"layernorm": e["layer_norm"], "rmsnorm": e["rms_norm"], "dyt": e["dyt"]}[cfg.norm]
     head = masked_fraction if mlm else 1.0  # the share of tokens that run the LM head and loss
     post = 2 * d * (cfg.norm_position == "sandwich")  # sandwich: a second norm on each sub-layer
     norm_elements = (
@@ -53,6 +57,7 @@ def training_flops_breakdown(
     )
     glu = cfg.ffn_glu  # GeGLU: fc1 is twice as wide; the gate multiplies
     resid_gains = cfg.scale_resids + cfg.scale_resids_attn + 2 * (cfg.norm_position == "deepnorm")
+    pre_norm_layers = L - cfg.post_ln_layers  # Mix-LN's Post-LN blocks have no norm before a sub-layer
     forward = {
         "weight_matmuls": 2 * (L * (4 * d * d + (2 + glu) * d * f) + head * (V * d + d * d * mlm)),
         "attention_matmuls": 2 * 2 * L * d * T,
@@ -60,6 +65,7 @@ def training_flops_breakdown(
         "layer_norms": norm_cost * norm_elements,
         "head_scale": e["multiply"] * L * d * cfg.scale_heads,
         "res_scale": e["multiply"] * L * d * resid_gains,  # λresid (either residual), DeepNorm's α
+        "ln_scaling": e["multiply"] * 2 * d * pre_norm_layers * cfg.ln_scaling,  # 1/sqrt(ℓ) on both norms
         "glu_gate": e["multiply"] * L * f * glu,
         "activation": e[cfg.activation] * L * f + e["gelu"] * head * d * mlm,
         "embedding": e["multiply"] * d * cfg.scale_embedding + e["add"] * d,  # scale, position add

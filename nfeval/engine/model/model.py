@@ -2,10 +2,13 @@
 
 The block follows fairseq's ``transformer_layer.py``; each variant is a config flag and each optional op
 a module that is ``None`` when off, applied in this fixed order (``norm(...)``: ``make_norm``, a
-LayerNorm or an RMSNorm as ``cfg.norm`` says; NormFormer's extra norms follow ``cfg.normformer_norm``):
+LayerNorm, an RMSNorm or a DyT as ``cfg.norm`` says; NormFormer's extra norms follow
+``cfg.normformer_norm``). The placement is ``cfg.norm_position``'s, except in Mix-LN's first
+``cfg.post_ln_layers`` blocks, which are "post" (``cfg.layer_placement``):
 
     residual = x
     x = attn_norm(x)                     if pre / sandwich   (fairseq self_attn_layer_norm)
+    x = x / sqrt(ℓ)                      if ln_scaling       (LayerNorm Scaling; ℓ the 1-based layer)
     q, k, v = split(qkv(x))
     q, k, v = query_norm(q), key_norm(k), value_norm(v)   if qkv_norm  (Table 4: "three more LayerNorms")
     q, k = q_head_norm(q), k_head_norm(k) (each head, over head_dim)   if qk_norm
@@ -20,6 +23,7 @@ LayerNorm or an RMSNorm as ``cfg.norm`` says; NormFormer's extra norms follow ``
     x = attn_norm(x)                     if post / deepnorm
     residual = x
     x = ffn_norm(x)                      if pre / sandwich   (fairseq final_layer_norm)
+    x = x / sqrt(ℓ)                      if ln_scaling
     x = activation(fc1(x))               or, if ffn_glu: a, b = split(fc1(x)); x = activation(a) * b
     x = ffn_hidden_norm(x)               if scale_fc         (fairseq ffn_layernorm)
     x = fc2(x)
@@ -29,11 +33,13 @@ LayerNorm or an RMSNorm as ``cfg.norm`` says; NormFormer's extra norms follow ``
     x = residual + dropout(x)
     x = ffn_norm(x)                      if post / deepnorm
 
-So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2) x + LN(f(LN(x))); olmo2 (OLMo 2)
-x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with β-scaled init
-(``norms.deepnorm_init_``). A λresid gain is one per channel, or one scalar with ``resid_scale_scalar``. The
-final norm (after the last block) is on by default for pre / sandwich / olmo2 and off for post /
-deepnorm, whose blocks already end with a norm.
+So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2; Peri-LN, Kim et al. 2025)
+x + LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with
+β-scaled init (``norms.deepnorm_init_``); LayerNorm Scaling (Sun et al. 2025) x + f(LN(x)/sqrt(ℓ));
+Mix-LN (Li et al. 2024) Post-LN blocks then Pre-LN ones. DyT (Zhu et al. 2025) is a norm kind: every
+norm of that kind is γ·tanh(α·x) + β (``norms.DynamicTanh``). A λresid gain is one per channel, or one
+scalar with ``resid_scale_scalar``. The final norm (after the last block) is on by default for pre /
+sandwich / olmo2 (Mix-LN included) and off for post / deepnorm, whose blocks already end with a norm.
 
 Padding is expected on the right; for a causal model the causal mask already hides it.
 
@@ -59,7 +65,7 @@ from torch import nn
 from .config import ModelConfig
 from .initialisation import init_weights
 from .kv_cache import KVCache, LayerCache
-from .norms import deepnorm_alpha_beta, make_norm, resid_gain
+from .norms import deepnorm_alpha_beta, ln_scale, make_norm, resid_gain
 
 
 def sinusoidal_table(num_positions: int, dim: int, padding_idx: int) -> torch.Tensor:
@@ -115,10 +121,12 @@ class SelfAttention(nn.Module):
         self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
         extra = cfg.normformer_norm
         self.query_norm, self.key_norm, self.value_norm = (
-            (make_norm(cfg, cfg.d_model, extra) for _ in range(3)) if cfg.qkv_norm else (None, None, None)
+            (make_norm(cfg, cfg.d_model, extra, attention=True) for _ in range(3))
+            if cfg.qkv_norm
+            else (None, None, None)
         )
         self.q_head_norm, self.k_head_norm = (
-            (make_norm(cfg, cfg.head_dim), make_norm(cfg, cfg.head_dim)) if cfg.qk_norm else (None, None)
+            (make_norm(cfg, cfg.head_dim, attention=True) for _ in range(2)) if cfg.qk_norm else (None, None)
         )
 
     def project_heads(
@@ -197,19 +205,22 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """One layer; which norms exist and where they apply follows ``cfg`` (the op order above)."""
+    """One layer, the ``layer``-th (0-based); which norms exist and where they apply follows ``cfg`` (the op
+    order above)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
-        d, f, placement, extra = cfg.d_model, cfg.d_ffn, cfg.norm_position, cfg.normformer_norm
+        d, f, extra = cfg.d_model, cfg.d_ffn, cfg.normformer_norm
+        placement = cfg.layer_placement(layer)
         self.norm_before = placement in ("pre", "sandwich")
         self.norm_after_add = placement in ("post", "deepnorm")
         post_sublayer = placement in ("sandwich", "olmo2")
         self.alpha = deepnorm_alpha_beta(cfg.n_layer)[0] if placement == "deepnorm" else None
-        self.attn_norm = make_norm(cfg, d) if placement != "olmo2" else None
+        self.ln_scale = ln_scale(cfg, layer) if self.norm_before else None
+        self.attn_norm = make_norm(cfg, d, attention=True) if placement != "olmo2" else None
         self.attn = SelfAttention(cfg)
-        self.attn_out_norm = make_norm(cfg, d, extra) if cfg.scale_attn else None
-        self.attn_post_norm = make_norm(cfg, d) if post_sublayer else None
+        self.attn_out_norm = make_norm(cfg, d, extra, attention=True) if cfg.scale_attn else None
+        self.attn_post_norm = make_norm(cfg, d, attention=True) if post_sublayer else None
         self.attn_resid_gain = resid_gain(cfg) if cfg.scale_resids_attn else None
         self.ffn_norm = make_norm(cfg, d) if placement != "olmo2" else None
         self.glu = cfg.ffn_glu
@@ -232,7 +243,7 @@ class Block(nn.Module):
         len(queries), d), every position still a key and value: every op after attention is per token."""
         residual = x if queries is None else x[:, queries]
         if self.norm_before:
-            x = self.attn_norm(x)
+            x = self.scaled(self.attn_norm(x))
         x = self.attn(x, attn_mask, cache, queries)
         for norm in (self.attn_out_norm, self.attn_post_norm):
             if norm is not None:
@@ -243,7 +254,7 @@ class Block(nn.Module):
 
         residual = x
         if self.norm_before:
-            x = self.ffn_norm(x)
+            x = self.scaled(self.ffn_norm(x))
         x = self.feed_forward(x)
         if self.ffn_post_norm is not None:
             x = self.ffn_post_norm(x)
@@ -251,6 +262,10 @@ class Block(nn.Module):
         if self.norm_after_add:
             x = self.ffn_norm(x)
         return x
+
+    def scaled(self, x: torch.Tensor) -> torch.Tensor:
+        """Returns a pre-sub-layer norm's output times LayerNorm Scaling's 1/sqrt(ℓ) where on."""
+        return x if self.ln_scale is None else x * self.ln_scale
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """Returns fc2(hidden) of the FFN: activation(fc1(x)), or GLU-gated, then the FFN LN if on."""
@@ -308,7 +323,7 @@ class Transformer(nn.Module):
         self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
         self.emb_norm = make_norm(cfg, d) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.final_norm = make_norm(cfg, d) if cfg.final_norm else None
         if cfg.objective == "mlm":
             self.mlm_dense = nn.Linear(d, d)

@@ -1,5 +1,5 @@
-"""The norms of the model and DeepNorm's constants: one factory for every norm (LayerNorm or torch's
-RMSNorm), DeepNet's α and β for a decoder, its init, and the λresid gains."""
+"""The norms of the model and DeepNorm's constants: one factory for every norm (LayerNorm, torch's
+RMSNorm or DyT), DeepNet's α and β for a decoder, its init, and the λresid gains."""
 
 from __future__ import annotations
 
@@ -9,15 +9,50 @@ from torch import nn
 from .config import ModelConfig
 
 
-def make_norm(cfg: ModelConfig, dim: int, kind: str | None = None) -> nn.Module:
-    """Returns a norm over the last ``dim`` features: LayerNorm or torch's RMSNorm, as ``kind`` (default
-    ``cfg.norm``) says, with a learned gain (and LayerNorm's bias) when ``cfg.norm_affine``."""
+class DynamicTanh(nn.Module):
+    """DyT (Zhu, Chen, He, LeCun & Liu, "Transformers without Normalization", CVPR 2025): γ·tanh(α·x) + β
+    elementwise, in place of a norm. α is one learned scalar, drawn at ``alpha_init`` (the paper's α0);
+    γ (init 1) and β (init 0) are per channel, as the paper's ``DynamicTanh`` (its LLaMA code keeps γ only,
+    as LLaMA's RMSNorm has no bias; nfeval keeps β, the paper's equation and LayerNorm's parameters).
+    ``affine=False`` (``norm_affine``): tanh(α·x) with α still learned."""
+
+    def __init__(self, dim: int, alpha_init: float, affine: bool = True):
+        super().__init__()
+        self.dim, self.alpha_init = dim, alpha_init
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.tanh(self.alpha * x)
+        return y if self.weight is None else y * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, alpha_init={self.alpha_init}, affine={self.weight is not None}"
+
+
+def make_norm(cfg: ModelConfig, dim: int, kind: str | None = None, attention: bool = False) -> nn.Module:
+    """Returns a norm over the last ``dim`` features: LayerNorm, torch's RMSNorm or DyT, as ``kind``
+    (default ``cfg.norm``) says, with a learned gain (and LayerNorm's and DyT's bias) when
+    ``cfg.norm_affine``. A DyT's α starts at ``cfg.dyt_alpha_attn`` for a norm of the attention sub-layer
+    (``attention``: its input, q/k/v and output norms) and at ``cfg.dyt_alpha_other`` elsewhere (the FFN
+    sub-layer's, the embedding, final and MLM-head norms), as DyT's LLaMA recipe splits them."""
     kind = kind or cfg.norm
     if kind == "rmsnorm":
         return nn.RMSNorm(dim, eps=cfg.layer_norm_eps, elementwise_affine=cfg.norm_affine)
     if kind == "layernorm":
         return nn.LayerNorm(dim, eps=cfg.layer_norm_eps, elementwise_affine=cfg.norm_affine)
+    if kind == "dyt":
+        alpha = cfg.dyt_alpha_attn if attention else cfg.dyt_alpha_other
+        return DynamicTanh(dim, alpha, affine=cfg.norm_affine)
     raise ValueError(f"unknown norm {kind!r}")
+
+
+def ln_scale(cfg: ModelConfig, layer: int) -> float | None:
+    """Returns LayerNorm Scaling's factor 1/√ℓ for the block at 0-based index ``layer`` (ℓ = layer + 1,
+    Sun et al. 2025, "The Curse of Depth in Large Language Models"), or None when ``cfg.ln_scaling`` is
+    off."""
+    return (layer + 1) ** -0.5 if cfg.ln_scaling else None
 
 
 def deepnorm_alpha_beta(n_layer: int) -> tuple[float, float]:
