@@ -73,11 +73,12 @@ def plot_bars(
     ylabel: str,
     errors: list[list[float | None]] | None = None,
     chance: list[float | None] | None = None,
+    missing: list[str] | None = None,
 ) -> str:
     """Draws a grouped bar chart, one group per column and one bar per (name, values) row; returns
     ``path``. A missing value (None) gets no bar, never a zero-height one, but an "n/a" where the bar would
-    stand. ``errors`` (per row, per column; None: none) are drawn as ± error bars; ``chance`` (per column)
-    as a dashed line across the column's group."""
+    stand (``missing``: that word per column). ``errors`` (per row, per column; None: none) are drawn as
+    ± error bars; ``chance`` (per column) as a dashed line across the column's group."""
     fig = Figure(figsize=(max(6.0, 1.4 * len(columns) + 2), 4.2), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(rows))
@@ -94,7 +95,8 @@ def plot_bars(
             capsize=2,
         )
         for j in (j for j, v in enumerate(values) if v is None):
-            ax.annotate("n/a", (j + offset, 0), ha="center", va="bottom", fontsize=7, rotation=90)
+            word = missing[j] if missing else "n/a"
+            ax.annotate(word, (j + offset, 0), ha="center", va="bottom", fontsize=7, rotation=90)
     for j, level in enumerate(chance or []):
         if level is not None:
             ax.hlines(level, j - 0.45, j + 0.45, colors="black", linestyles="--", lw=0.9)

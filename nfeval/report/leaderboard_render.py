@@ -11,7 +11,16 @@ from typing import Any
 from ..base.artifacts import atomic_write_text
 from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
 from . import paired
-from .leaderboard_read import CHANCE, GROUP_UNITS, MISSING, TITLES, YARDSTICK, ZEROSHOT_TASKS
+from .leaderboard_read import (
+    CHANCE,
+    GROUP_UNITS,
+    MISSING,
+    TITLES,
+    USER_SUPPLIED,
+    USER_SUPPLIED_TASKS,
+    YARDSTICK,
+    ZEROSHOT_TASKS,
+)
 
 # ---------------------------------------------------------------- rendering
 
@@ -44,9 +53,20 @@ def _cell(cell: dict[str, Any] | None) -> str:
     return f"{100 * cell['value']:.1f}{interval}{mark}"
 
 
+def _missing_cell(row: dict[str, Any], task: str) -> str:
+    """Returns the text of an empty score cell: StoryCloze's in a model's row says its data is the user's."""
+    return USER_SUPPLIED if row["reference"] is None and task in USER_SUPPLIED_TASKS else MISSING
+
+
+def _average_cell(value: float | None) -> str:
+    return MISSING if value is None else f"{100 * value:.1f}"
+
+
 def _markdown_table(table: dict[str, Any]) -> list[str]:
+    partial = table.get("partial_average")
     header = ["Model", "Params", "Arch", "Tokens", "FLOPs", "Device-h"]
     header += [f"{c['title']} ({c['metric']})" for c in table["columns"]] + ["Avg"]
+    header += [partial["title"]] if partial else []
     lines = [markdown_row(header), "|---|---:|---|" + "---:|" * (len(header) - 3)]
     group = None
     for row in table["rows"]:
@@ -66,8 +86,12 @@ def _markdown_table(table: dict[str, Any]) -> list[str]:
             format_compute(row["flops"], "flops"),
             format_compute(row["device_hours"], "device_hours"),
         ]
-        cells += [_cell(row["scores"][c["task"]]) for c in table["columns"]]
-        cells.append(MISSING if row["average"] is None else f"{100 * row['average']:.1f}")
+        cells += [
+            _cell(row["scores"][c["task"]]) if row["scores"][c["task"]] else _missing_cell(row, c["task"])
+            for c in table["columns"]
+        ]
+        cells.append(_average_cell(row["average"]))
+        cells += [_average_cell(row.get("partial_average"))] if partial else []
         lines.append(markdown_row(cells))
     return lines
 
@@ -87,7 +111,27 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
         "of learning.",
     ]
     if any(c and c["subset"] for r in table["rows"] for c in r["scores"].values()):
-        notes.append("*: evaluated on a subset of the task (lm-eval `--limit`).")
+        notes.append(
+            "*: evaluated on a subset of the task: lm-eval `--limit`, or a slice shipped in nfeval "
+            "(`--data-dir embedded`: 200 items of each task, nfeval/embedded/*/SOURCE.md says which)."
+        )
+    user_supplied = [
+        TITLES[c["task"]]
+        for c in table["columns"]
+        if c["task"] in USER_SUPPLIED_TASKS
+        and any(r["reference"] is None and r["scores"][c["task"]] is None for r in table["rows"])
+    ]
+    if user_supplied:
+        notes.append(
+            f"{USER_SUPPLIED} ({', '.join(user_supplied)}): its licence forbids redistribution, so nfeval "
+            "ships none of it; put your copy in the --data-dir folder (docs/zeroshot.md) to fill the cell."
+        )
+    if table.get("partial_average"):
+        titles = ", ".join(TITLES[t] for t in table["partial_average"]["tasks"])
+        notes.append(
+            f"{table['partial_average']['title']}: mean of {titles}, for rows that lack StoryCloze; the "
+            "reference and chance rows get it too, so it compares."
+        )
     ref = board["reference"]
     if ref:
         columns = {c["task"]: c["metric"] for c in table["columns"]}
@@ -276,8 +320,11 @@ def _zeroshot_plot(table: dict[str, Any], path: str) -> str:
     ]
     chance = [None if CHANCE.get(c["task"]) is None else 100 * CHANCE[c["task"]] for c in table["columns"]]
     columns = [f"{c['title']}\n{c['metric']}" for c in table["columns"]]
+    missing = [USER_SUPPLIED if c["task"] in USER_SUPPLIED_TASKS else "n/a" for c in table["columns"]]
     title = "Zero-shot accuracy (bars: 95% interval; dashes: chance)"
-    return plot_bars(columns, bars, path, title, "accuracy (%)", errors=errors, chance=chance)
+    return plot_bars(
+        columns, bars, path, title, "accuracy (%)", errors=errors, chance=chance, missing=missing
+    )
 
 
 def write(
