@@ -89,3 +89,23 @@ def slice_of(data_dir: str | None, folder: str) -> Slice | None:
         if os.path.realpath(s.path) == where:
             return s
     return None
+
+
+def read_slice(s: Slice) -> dict[str, object]:
+    """Returns what the slice ``s`` holds as shipped: rows per data file (JSONL records parsed, TSV rows
+    after the header), the documented rows, and whether its SOURCE.md and licence files are there."""
+    import json
+
+    rows = {}
+    for name in s.files:
+        with open(os.path.join(s.path, name), encoding="utf-8") as f:
+            lines = [line for line in f.read().split("\n") if line]
+        rows[name] = len([json.loads(line) for line in lines]) if name.endswith(".jsonl") else len(lines) - 1
+    return {
+        "folder": s.folder,
+        "rows": rows,
+        "documented_rows": dict(s.files),
+        "licence_file": os.path.isfile(os.path.join(s.path, LICENCE_FILE)),
+        "source_file": os.path.isfile(os.path.join(s.path, SOURCE_FILE)),
+        "licence": s.licence,
+    }

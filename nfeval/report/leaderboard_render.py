@@ -58,6 +58,17 @@ def _missing_cell(row: dict[str, Any], task: str) -> str:
     return USER_SUPPLIED if row["reference"] is None and task in USER_SUPPLIED_TASKS else MISSING
 
 
+NEEDS_STORYCLOZE = "needs StoryCloze"
+
+
+def _lacks_only_user_data(row: dict[str, Any]) -> bool:
+    """Returns whether a model row's five-task average is missing only for want of user-supplied data."""
+    if row["reference"] is not None or row["average"] is not None:
+        return False
+    absent = [t for t in ZEROSHOT_TASKS if t in row["scores"] and row["scores"][t] is None]
+    return bool(absent) and set(absent) <= set(USER_SUPPLIED_TASKS)
+
+
 def _average_cell(value: float | None) -> str:
     return MISSING if value is None else f"{100 * value:.1f}"
 
@@ -90,7 +101,7 @@ def _markdown_table(table: dict[str, Any]) -> list[str]:
             _cell(row["scores"][c["task"]]) if row["scores"][c["task"]] else _missing_cell(row, c["task"])
             for c in table["columns"]
         ]
-        cells.append(_average_cell(row["average"]))
+        cells.append(NEEDS_STORYCLOZE if _lacks_only_user_data(row) else _average_cell(row["average"]))
         cells += [_average_cell(row.get("partial_average"))] if partial else []
         lines.append(markdown_row(cells))
     return lines
@@ -129,8 +140,8 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
     if table.get("partial_average"):
         titles = ", ".join(TITLES[t] for t in table["partial_average"]["tasks"])
         notes.append(
-            f"{table['partial_average']['title']}: mean of {titles}, for rows that lack StoryCloze; the "
-            "reference and chance rows get it too, so it compares."
+            f"{table['partial_average']['title']}: mean of {titles}, for rows that lack StoryCloze (their "
+            f"Avg says {NEEDS_STORYCLOZE}); the reference and chance rows get it too, so it compares."
         )
     ref = board["reference"]
     if ref:
@@ -204,12 +215,16 @@ def render_markdown(
     images: dict[str, str] | None = None,
     comparison: str | None = None,
     base_dir: str | None = None,
+    about: list[str] | None = None,
 ) -> str:
     """Returns the leaderboard as markdown: a zero-shot and/or a GLUE table, notes under each, sources last.
     ``images`` maps "zeroshot"/"curves" to a PNG file name to link; ``comparison`` is a compare table
-    (text); ``base_dir``: the folder the page is written to (sources are named relative to it)."""
+    (text); ``base_dir``: the folder the page is written to (sources are named relative to it);
+    ``about``: paragraphs put under the title (what the board is, and what it can and cannot show)."""
     images = images or {}
     lines = [f"# {title}", ""]
+    for paragraph in about or []:
+        lines += [markdown_text(paragraph), ""]
     if "zeroshot" in board:
         lines += ["## Zero-shot", ""] + _markdown_table(board["zeroshot"]) + [""]
         lines += [f"- {markdown_text(note)}" for note in _zeroshot_notes(board)] + [""]
@@ -292,10 +307,12 @@ def render(
     images: dict[str, str] | None = None,
     comparison: str | None = None,
     base_dir: str | None = None,
+    about: list[str] | None = None,
 ) -> str:
-    """Returns ``board`` rendered as ``fmt`` (md, csv or json); ``base_dir`` as ``render_markdown``'s."""
+    """Returns ``board`` rendered as ``fmt`` (md, csv or json); ``base_dir`` and ``about`` as
+    ``render_markdown``'s."""
     if fmt == "md":
-        return render_markdown(board, title, images, comparison, base_dir)
+        return render_markdown(board, title, images, comparison, base_dir, about)
     if fmt == "csv":
         return render_csv(board)
     return json.dumps(board, indent=2, default=str) + "\n"
@@ -323,16 +340,33 @@ def _zeroshot_plot(table: dict[str, Any], path: str) -> str:
     missing = [USER_SUPPLIED if c["task"] in USER_SUPPLIED_TASKS else "n/a" for c in table["columns"]]
     title = "Zero-shot accuracy (bars: 95% interval; dashes: chance)"
     return plot_bars(
-        columns, bars, path, title, "accuracy (%)", errors=errors, chance=chance, missing=missing
+        columns,
+        bars,
+        path,
+        title,
+        "accuracy (%)",
+        errors=errors,
+        chance=chance,
+        missing=missing,
+        bounds=(0, 100),
     )
 
 
 def write(
-    board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard", comparison: dict | None = None
+    board: dict[str, Any],
+    out: str,
+    fmt: str,
+    title: str = "Leaderboard",
+    comparison: dict | None = None,
+    *,
+    comparison_text: str | None = None,
+    time_axis: dict[str, Any] | None = None,
+    about: list[str] | None = None,
 ) -> str:
     """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
     (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
-    text."""
+    text. ``comparison_text`` replaces compare's table under the curves (a pipeline's own reading of its
+    runs), ``time_axis`` is ``plot_curves``'s, ``about`` ``render_markdown``'s."""
     from ..base.plots import plot_curves
 
     images, table_text = {}, None
@@ -342,8 +376,9 @@ def write(
     if fmt == "md" and comparison:
         from .compare_table import format_comparison
 
-        images["curves"] = os.path.basename(plot_curves(comparison, f"{stem}_curves.png"))
-        table_text = format_comparison(comparison)
-    text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out))
+        curves = plot_curves(comparison, f"{stem}_curves.png", time_axis=time_axis)
+        images["curves"] = os.path.basename(curves)
+        table_text = comparison_text or format_comparison(comparison)
+    text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out), about=about)
     atomic_write_text(out, text)
     return text

@@ -44,7 +44,7 @@ def sha256(path: str) -> str:
 
 def check_slices() -> list[str]:
     """Returns one line per problem of the shipped slices (rows, SOURCE.md, licence files); [] when all
-    is well. Also used by the demo test (tests/pipelines/test_demo.py)."""
+    is well."""
     problems = []
     for s in SLICES:
         source = os.path.join(s.path, embedded.SOURCE_FILE)
