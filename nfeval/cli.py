@@ -27,7 +27,7 @@ COMMANDS: dict[str, str] = {  # command -> what it does; its module is nfeval.co
     "leaderboard": "markdown/CSV/JSON leaderboard from zero-shot and GLUE results",
     "analyze": "the paper's analyses: gradient norms, learned gains, LR stability",
     "export-hf": "export a causal LM as a Hugging Face model directory",
-    "demo": "the whole pipeline, offline, on the embedded default corpus",
+    "demo": "the whole mission offline: Pre-LN vs NormFormer at equal time, zero-shot, GLUE, leaderboard",
     "reproduce": "the paper's tables and figures from one command, at the scale the hardware allows",
     "bakeoff": "rank normalisation placements: tuned, equal-time, seed-paired, with significance",
 }

@@ -39,7 +39,11 @@ def add_run_folder(p: argparse.ArgumentParser, default: str) -> None:
 
 def add_zeroshot_data_dir(p: argparse.ArgumentParser) -> None:
     """Adds ``--data-dir``: local zero-shot task files (default: none)."""
-    p.add_argument("--data-dir", help="local zero-shot data (layout of ../shared/data/zeroshot)")
+    p.add_argument(
+        "--data-dir",
+        help="local zero-shot data (layout of ../shared/data/zeroshot), or 'embedded': the slices shipped in "
+        "the package",
+    )
 
 
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")

@@ -24,36 +24,47 @@ def save_png(fig: Figure, path: str) -> str:
     return path
 
 
-def plot_curves(comparison: dict[str, Any], path: str) -> str:
+def plot_curves(comparison: dict[str, Any], path: str, time_axis: dict[str, Any] | None = None) -> str:
     """Draws validation perplexity vs training FLOPs and vs training wall-clock for the runs of
     ``comparison`` (the dict ``nfeval.compare.compare`` returns), with the baseline's best perplexity and
-    the equal-compute budget marked; returns ``path``."""
+    the equal-compute budget marked; returns ``path``.
+
+    ``time_axis`` replaces the wall-clock panel by another clock that the val points and the budget
+    carry under ``key``: {"key", "label" (the axis, with its unit), "budget_label"}; each run's last
+    point is then starred (the end of its schedule)."""
     runs = comparison["runs"]
+    second = time_axis["key"] if time_axis else "wall_s"
     longest = max(p["wall_s"] for r in runs for p in r["val"])
-    hours = longest >= 360
+    hours = longest >= 360 and not time_axis
     # the FLOPs axis in units of 10^k, named in its label: matplotlib's own offset text ("1e15") floats
     # at the axis end, away from the label, where it reads as part of the last tick
     most = max((p["flops"] for r in runs for p in r["val"]), default=0) or 1
     power = int(math.floor(math.log10(most)))
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     panels = fig.subplots(1, 2, sharey=True)
-    labels = (f"training FLOPs (×10^{power})", f"training wall-clock ({'h' if hours else 's'})")
-    for ax, axis, label in zip(panels, ("flops", "wall_s"), labels):
-        scale = (3600 if hours else 1) if axis == "wall_s" else 10.0**power
+    time_label = time_axis["label"] if time_axis else f"training wall-clock ({'h' if hours else 's'})"
+    labels = (f"training FLOPs (×10^{power})", time_label)
+    budget_labels = ("equal-compute budget", "equal-compute budget")
+    if time_axis:  # the runs are matched in time; on the FLOPs axis the line is where the first one ends
+        budget_labels = ("equal FLOPs: the smaller run's end", time_axis["budget_label"])
+    for ax, axis, label, budget_label in zip(panels, ("flops", second), labels, budget_labels):
+        scale = (3600 if hours else 1) if axis == second else 10.0**power
         for row in runs:
             points = [p for p in row["val"] if p["val_ppl"] is not None]
             baseline = " (baseline)" if row["name"] == comparison["baseline"] else ""
-            ax.plot(
+            (line,) = ax.plot(
                 [p[axis] / scale for p in points],
                 [p["val_ppl"] for p in points],
                 marker="o",
                 ms=3,
                 label=row["name"] + baseline,
             )
+            if time_axis and points:  # the end of the run's schedule
+                ax.plot(points[-1][axis] / scale, points[-1]["val_ppl"], "*", ms=11, color=line.get_color())
+        if time_axis:
+            ax.plot([], [], "*", ms=9, color="grey", label="end of a run's schedule")
         ax.axhline(comparison["target_val_ppl"], ls="--", lw=0.8, color="grey", label="baseline's best")
-        ax.axvline(
-            comparison["budget"][axis] / scale, ls=":", lw=0.8, color="black", label="equal-compute budget"
-        )
+        ax.axvline(comparison["budget"][axis] / scale, ls=":", lw=0.8, color="black", label=budget_label)
         ax.set_xlabel(label)
         ax.set_yscale("log")
         for ticks in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
@@ -61,6 +72,8 @@ def plot_curves(comparison: dict[str, Any], path: str) -> str:
         ax.grid(alpha=0.3, which="both")
     panels[0].set_ylabel("validation perplexity (log scale)")
     panels[0].legend(fontsize=8)
+    if time_axis:
+        panels[1].legend(fontsize=8)
     fig.suptitle("Validation perplexity vs compute")
     return save_png(fig, path)
 
@@ -73,11 +86,14 @@ def plot_bars(
     ylabel: str,
     errors: list[list[float | None]] | None = None,
     chance: list[float | None] | None = None,
+    missing: list[str] | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> str:
     """Draws a grouped bar chart, one group per column and one bar per (name, values) row; returns
     ``path``. A missing value (None) gets no bar, never a zero-height one, but an "n/a" where the bar would
-    stand. ``errors`` (per row, per column; None: none) are drawn as ± error bars; ``chance`` (per column)
-    as a dashed line across the column's group."""
+    stand (``missing``: that word per column). ``errors`` (per row, per column; None: none) are drawn as
+    ± error bars, cut at ``bounds`` (the lowest and highest possible value); ``chance`` (per column) as a
+    dashed line across the column's group."""
     fig = Figure(figsize=(max(6.0, 1.4 * len(columns) + 2), 4.2), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(rows))
@@ -85,16 +101,20 @@ def plot_bars(
         offset = (i - (len(rows) - 1) / 2) * width
         shown = [j for j, v in enumerate(values) if v is not None]
         spread = [(errors[i][j] if errors and errors[i][j] is not None else 0.0) for j in shown]
+        low, high = bounds or (-math.inf, math.inf)  # an interval drawn only within the possible values
+        below = [min(e, values[j] - low) for e, j in zip(spread, shown)]
+        above = [min(e, high - values[j]) for e, j in zip(spread, shown)]
         ax.bar(
             [j + offset for j in shown],
             [values[j] for j in shown],
             width=width,
             label=name,
-            yerr=spread if any(spread) else None,
+            yerr=[below, above] if any(spread) else None,
             capsize=2,
         )
         for j in (j for j, v in enumerate(values) if v is None):
-            ax.annotate("n/a", (j + offset, 0), ha="center", va="bottom", fontsize=7, rotation=90)
+            word = missing[j] if missing else "n/a"
+            ax.annotate(word, (j + offset, 0), ha="center", va="bottom", fontsize=7, rotation=90)
     for j, level in enumerate(chance or []):
         if level is not None:
             ax.hlines(level, j - 0.45, j + 0.45, colors="black", linestyles="--", lw=0.9)

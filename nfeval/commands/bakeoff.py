@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import embedded
 from ..base.cli_args import (
     add_device,
     add_no_progress,
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         lrs=_lrs(args.lrs),
         tune_budget=args.tune_budget,
         jobs=args.jobs,
-        data_dir=args.data_dir,
+        data_dir=embedded.zeroshot_dir(args.data_dir),
         device=args.device,
         progress=not args.no_progress,
         command=invoked_command(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from .. import embedded
 from ..base.cli_args import (
     add_device,
     add_dtype,
@@ -29,13 +30,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ckpt", required=True, help="nfeval run or checkpoint directory (masked or causal LM)")
     p.add_argument(
         "--glue-dir",
-        help="folder with the GLUE distribution TSVs (CoLA/, SST-2/, ...); "
-        f"default: the hub copy {glue_data.HUB_DATASET}",
+        help="folder with the GLUE distribution TSVs (CoLA/, SST-2/, ...), or 'embedded': the STS-B slice "
+        f"shipped in the package (400 train, 200 dev rows); default: the hub copy {glue_data.HUB_DATASET}",
     )
     p.add_argument(
         "--tasks",
-        default=",".join(glue_data.TASKS),
-        help=f"comma-separated tasks (default all: {','.join(glue_data.TASKS)})",
+        help=f"comma-separated tasks (default all: {','.join(glue_data.TASKS)}; with --glue-dir embedded: "
+        f"{','.join(embedded.GLUE_TASKS)})",
     )
     p.add_argument(
         "--sweep",
@@ -93,21 +94,23 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval glue``: the sweep, then prints the table and where the summary is."""
     launch = launch_options(args)
     check_output_dir(args.out, "--out")  # before any work
-    tasks = [t.strip().lower() for t in args.tasks.split(",") if t.strip()]
+    glue_dir = embedded.glue_dir(args.glue_dir)  # "embedded": the slice shipped in the package
+    default = embedded.GLUE_TASKS if args.glue_dir == embedded.NAME else glue_data.TASKS
+    tasks = [t.strip().lower() for t in (args.tasks or ",".join(default)).split(",") if t.strip()]
     for t in tasks:
         glue_data.spec(t)
     lrs = args.lrs if (args.lrs or args.sweep) else {t: [glue_data.SPECS[t].fairseq_lr] for t in tasks}
     flags = "epochs batch_size eval_batch_size max_len warmup_ratio weight_decay select dtype".split()
     recipe = Recipe(**{f: getattr(args, f) for f in flags}, dropout=args.dropout, attn_dropout=args.dropout)
     if args.predict_test:
-        glue_submission.check_test_files(tasks, args.glue_dir)
+        glue_submission.check_test_files(tasks, glue_dir)
     summary = sweep(
         args.ckpt,
         tasks,
         lrs,
         seeds=args.seeds,
         out_dir=args.out,
-        glue_dir=args.glue_dir,
+        glue_dir=glue_dir,
         recipe=recipe,
         jobs=args.jobs,
         device=device_or_none(args.device),
@@ -122,5 +125,5 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(summary))
     print(f"summary: {os.path.join(args.out, 'glue.json')}")
     if args.predict_test:
-        print(f"submission: {glue_submission.write_submission(args.out, summary, tasks, args.glue_dir)}")
+        print(f"submission: {glue_submission.write_submission(args.out, summary, tasks, glue_dir)}")
     return 0

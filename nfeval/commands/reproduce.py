@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from .. import embedded
 from ..base.cli_args import (
     add_device,
     add_no_progress,
@@ -56,7 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="rewrite --out's report.md from its report.json (nothing is trained or measured)",
     )
     add_zeroshot_data_dir(p)
-    p.add_argument("--glue-dir", help="GLUE TSVs (layout of ../shared/data/glue); enables Table 3")
+    p.add_argument(
+        "--glue-dir",
+        help="GLUE TSVs (layout of ../shared/data/glue), or 'embedded' (the STS-B slice shipped in the "
+        "package); enables Table 3",
+    )
     p.add_argument(
         "--glue-tasks", help="comma-separated GLUE tasks (default: every task whose files are in --glue-dir)"
     )
@@ -104,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         train_data=args.train_data,
         valid_data=args.valid_data,
         jobs=args.jobs,
-        data_dir=args.data_dir,
-        glue_dir=args.glue_dir,
+        data_dir=embedded.zeroshot_dir(args.data_dir),
+        glue_dir=embedded.glue_dir(args.glue_dir),
         glue_tasks=_names(args.glue_tasks, "--glue-tasks"),
         tune=args.tune,
         device=args.device,

@@ -41,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
         default=None,
-        help="local task files (layout of ../shared/data/zeroshot); default: the Hub",
+        help="local task files (layout of ../shared/data/zeroshot), or 'embedded': the 200-item slices "
+        "of HellaSwag, PIQA, WinoGrande and OpenBookQA shipped in the package (no StoryCloze: its licence "
+        "forbids redistribution); default: the Hub",
     )
     parser.add_argument(
         "--limit", type=positive_int, default=None, help="score only the first N documents of each task"

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import embedded
 from ..base.errors import ConfigError, DataError, MissingDataError, hub_unreachable
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
@@ -399,5 +400,7 @@ def load_hub(task: str) -> TaskData:
 
 
 def load(task: str, glue_dir: str | None) -> TaskData:
-    """Returns a task's data from ``glue_dir`` when given, else from the hub."""
+    """Returns a task's data from ``glue_dir`` when given (``embedded``: the slice shipped in the package,
+    ``nfeval.embedded``), else from the hub."""
+    glue_dir = embedded.glue_dir(glue_dir)
     return load_local(task, glue_dir) if glue_dir else load_hub(task)

@@ -40,6 +40,7 @@ from .leaderboard_read import (
     METRIC_PRESETS,
     MISSING,
     TITLES,
+    USER_SUPPLIED_TASKS,
     ZEROSHOT_TASKS,
     fraction,
     load_reference,
@@ -247,6 +248,7 @@ def build(
         _groups(board["zeroshot"]["rows"], measure, group_tolerance)
         board["zeroshot"]["rows"] += _reference_rows(board["zeroshot"], board["reference"])
         board["zeroshot"]["rows"].append(chance_row(board["zeroshot"]))
+        _partial_averages(board["zeroshot"])
     glue = [(m, label) for m, label in zip(models, labels) if m["glue"]]
     if glue:
         board["glue"] = _glue_table(glue, warnings)
@@ -272,7 +274,20 @@ def _zeroshot_table(
         row["scores"] = {t: _zeroshot_cell(model["zeroshot"].get(t), metrics[t], warnings) for t in tasks}
         row["average"] = _average(row["scores"], ZEROSHOT_TASKS)
         rows.append(row)
-    return {"columns": [{"task": t, "title": TITLES[t], "metric": metrics[t]} for t in tasks], "rows": rows}
+    table = {"columns": [{"task": t, "title": TITLES[t], "metric": metrics[t]} for t in tasks], "rows": rows}
+    others = tuple(t for t in ZEROSHOT_TASKS if t not in USER_SUPPLIED_TASKS)
+    if any(r["average"] is None and _average(r["scores"], others) is not None for r in rows):
+        # rows lacking only the user-supplied StoryCloze: an average over the other four, for every row
+        table["partial_average"] = {"title": "Avg w/o StoryCloze", "tasks": list(others)}
+    return table
+
+
+def _partial_averages(table: dict[str, Any]) -> None:
+    """Fills each row's ``partial_average`` (the mean over the table's ``partial_average`` tasks) when the
+    table has that column (reference and chance rows included, so they compare)."""
+    spec = table.get("partial_average")
+    for row in table["rows"]:
+        row["partial_average"] = _average(row["scores"], spec["tasks"]) if spec else None
 
 
 def _reference_rows(table: dict[str, Any], reference: dict | None) -> list[dict[str, Any]]:

@@ -51,6 +51,10 @@ GROUP_MEASURES = {
 }
 GROUP_UNITS = {"device_hours": "device-hours", "flops": "FLOPs", "tokens": "tokens"}
 MISSING = "–"
+# StoryCloze's licence forbids redistribution: nfeval ships no slice of it, so a model row without it says
+# where its data has to come from instead of a bare MISSING.
+USER_SUPPLIED = "user-supplied"
+USER_SUPPLIED_TASKS = ("storycloze_2016", "storycloze_2018")
 CHANCE = {task: 1 / n for task, n in nf_tasks.CHOICES.items()}  # accuracy of a uniform guess
 YARDSTICK = "yardstick"  # the reference label of the chance and majority-class rows
 Z95 = 1.959964  # a 95% normal interval's half-width in standard errors
@@ -127,6 +131,8 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
         _get(data, ["nfeval", "tasks", name], path, str, "the canonical task name (a string)")
     limit = _get(data, ["nfeval", "limit"], path, (int, float), "a number or null", required=False)
     n_samples = data.get("n-samples") if isinstance(data.get("n-samples"), dict) else {}
+    block = data.get("nfeval") if isinstance(data.get("nfeval"), dict) else {}
+    task_data = block.get("task_data") if isinstance(block.get("task_data"), dict) else {}
     tasks: dict[str, dict[str, Any]] = {}
     for name in results:
         canonical = aliases.get(name) or nf_tasks.canonical_name(name)  # older files: piqa_local
@@ -144,6 +150,8 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
             subset = counts["effective"] < counts["original"]
         else:
             subset = limit is not None
+        source = task_data.get(canonical) if isinstance(task_data.get(canonical), dict) else {}
+        subset = subset or bool(source.get("embedded"))  # a slice shipped in the package (nfeval.embedded)
         n = counts.get("effective") if isinstance(counts.get("effective"), int) else None
         tasks[canonical] = {"task": name, "metrics": metrics, "subset": subset, "source": path, "n": n}
     return tasks

@@ -12,7 +12,16 @@ from ..base.artifacts import atomic_write_text
 from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
 from ..base.sweep_lock import file_lock
 from . import paired
-from .leaderboard_read import CHANCE, GROUP_UNITS, MISSING, TITLES, YARDSTICK, ZEROSHOT_TASKS
+from .leaderboard_read import (
+    CHANCE,
+    GROUP_UNITS,
+    MISSING,
+    TITLES,
+    USER_SUPPLIED,
+    USER_SUPPLIED_TASKS,
+    YARDSTICK,
+    ZEROSHOT_TASKS,
+)
 
 # ---------------------------------------------------------------- rendering
 
@@ -45,9 +54,31 @@ def _cell(cell: dict[str, Any] | None) -> str:
     return f"{100 * cell['value']:.1f}{interval}{mark}"
 
 
+def _missing_cell(row: dict[str, Any], task: str) -> str:
+    """Returns the text of an empty score cell: StoryCloze's in a model's row says its data is the user's."""
+    return USER_SUPPLIED if row["reference"] is None and task in USER_SUPPLIED_TASKS else MISSING
+
+
+NEEDS_STORYCLOZE = "needs StoryCloze"
+
+
+def _lacks_only_user_data(row: dict[str, Any]) -> bool:
+    """Returns whether a model row's five-task average is missing only for want of user-supplied data."""
+    if row["reference"] is not None or row["average"] is not None:
+        return False
+    absent = [t for t in ZEROSHOT_TASKS if t in row["scores"] and row["scores"][t] is None]
+    return bool(absent) and set(absent) <= set(USER_SUPPLIED_TASKS)
+
+
+def _average_cell(value: float | None) -> str:
+    return MISSING if value is None else f"{100 * value:.1f}"
+
+
 def _markdown_table(table: dict[str, Any]) -> list[str]:
+    partial = table.get("partial_average")
     header = ["Model", "Params", "Arch", "Tokens", "FLOPs", "Device-h"]
     header += [f"{c['title']} ({c['metric']})" for c in table["columns"]] + ["Avg"]
+    header += [partial["title"]] if partial else []
     lines = [markdown_row(header), "|---|---:|---|" + "---:|" * (len(header) - 3)]
     group = None
     for row in table["rows"]:
@@ -67,8 +98,12 @@ def _markdown_table(table: dict[str, Any]) -> list[str]:
             format_compute(row["flops"], "flops"),
             format_compute(row["device_hours"], "device_hours"),
         ]
-        cells += [_cell(row["scores"][c["task"]]) for c in table["columns"]]
-        cells.append(MISSING if row["average"] is None else f"{100 * row['average']:.1f}")
+        cells += [
+            _cell(row["scores"][c["task"]]) if row["scores"][c["task"]] else _missing_cell(row, c["task"])
+            for c in table["columns"]
+        ]
+        cells.append(NEEDS_STORYCLOZE if _lacks_only_user_data(row) else _average_cell(row["average"]))
+        cells += [_average_cell(row.get("partial_average"))] if partial else []
         lines.append(markdown_row(cells))
     return lines
 
@@ -88,7 +123,27 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
         "of learning.",
     ]
     if any(c and c["subset"] for r in table["rows"] for c in r["scores"].values()):
-        notes.append("*: evaluated on a subset of the task (lm-eval's --limit).")
+        notes.append(
+            "*: evaluated on a subset of the task: lm-eval `--limit`, or a slice shipped in nfeval "
+            "(`--data-dir embedded`: 200 items of each task, nfeval/embedded/*/SOURCE.md says which)."
+        )
+    user_supplied = [
+        TITLES[c["task"]]
+        for c in table["columns"]
+        if c["task"] in USER_SUPPLIED_TASKS
+        and any(r["reference"] is None and r["scores"][c["task"]] is None for r in table["rows"])
+    ]
+    if user_supplied:
+        notes.append(
+            f"{USER_SUPPLIED} ({', '.join(user_supplied)}): its licence forbids redistribution, so nfeval "
+            "ships none of it; put your copy in the --data-dir folder (docs/zeroshot.md) to fill the cell."
+        )
+    if table.get("partial_average"):
+        titles = ", ".join(TITLES[t] for t in table["partial_average"]["tasks"])
+        notes.append(
+            f"{table['partial_average']['title']}: mean of {titles}, for rows that lack StoryCloze (their "
+            f"Avg says {NEEDS_STORYCLOZE}); the reference and chance rows get it too, so it compares."
+        )
     ref = board["reference"]
     if ref:
         columns = {c["task"]: c["metric"] for c in table["columns"]}
@@ -161,12 +216,16 @@ def render_markdown(
     images: dict[str, str] | None = None,
     comparison: str | None = None,
     base_dir: str | None = None,
+    about: list[str] | None = None,
 ) -> str:
     """Returns the leaderboard as markdown: a zero-shot and/or a GLUE table, notes under each, sources last.
     ``images`` maps "zeroshot"/"curves" to a PNG file name to link; ``comparison`` is a compare table
-    (text); ``base_dir``: the folder the page is written to (sources are named relative to it)."""
+    (text); ``base_dir``: the folder the page is written to (sources are named relative to it);
+    ``about``: paragraphs put under the title (what the board is, and what it can and cannot show)."""
     images = images or {}
     lines = [f"# {title}", ""]
+    for paragraph in about or []:
+        lines += [markdown_text(paragraph), ""]
     if "zeroshot" in board:
         lines += ["## Zero-shot", ""] + _markdown_table(board["zeroshot"]) + [""]
         lines += [f"- {markdown_text(note)}" for note in _zeroshot_notes(board)] + [""]
@@ -249,10 +308,12 @@ def render(
     images: dict[str, str] | None = None,
     comparison: str | None = None,
     base_dir: str | None = None,
+    about: list[str] | None = None,
 ) -> str:
-    """Returns ``board`` rendered as ``fmt`` (md, csv or json); ``base_dir`` as ``render_markdown``'s."""
+    """Returns ``board`` rendered as ``fmt`` (md, csv or json); ``base_dir`` and ``about`` as
+    ``render_markdown``'s."""
     if fmt == "md":
-        return render_markdown(board, title, images, comparison, base_dir)
+        return render_markdown(board, title, images, comparison, base_dir, about)
     if fmt == "csv":
         return render_csv(board)
     return json.dumps(board, indent=2, default=str) + "\n"
@@ -277,17 +338,38 @@ def _zeroshot_plot(table: dict[str, Any], path: str) -> str:
     ]
     chance = [None if CHANCE.get(c["task"]) is None else 100 * CHANCE[c["task"]] for c in table["columns"]]
     columns = [f"{c['title']}\n{c['metric']}" for c in table["columns"]]
+    missing = [USER_SUPPLIED if c["task"] in USER_SUPPLIED_TASKS else "n/a" for c in table["columns"]]
     title = "Zero-shot accuracy (bars: 95% interval; dashes: chance)"
-    return plot_bars(columns, bars, path, title, "accuracy (%)", errors=errors, chance=chance)
+    return plot_bars(
+        columns,
+        bars,
+        path,
+        title,
+        "accuracy (%)",
+        errors=errors,
+        chance=chance,
+        missing=missing,
+        bounds=(0, 100),
+    )
 
 
 def write(
-    board: dict[str, Any], out: str, fmt: str, title: str = "Leaderboard", comparison: dict | None = None
+    board: dict[str, Any],
+    out: str,
+    fmt: str,
+    title: str = "Leaderboard",
+    comparison: dict | None = None,
+    *,
+    comparison_text: str | None = None,
+    time_axis: dict[str, Any] | None = None,
+    about: list[str] | None = None,
 ) -> str:
     """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
     (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
-    text. One writer per ``out`` (``sweep_lock.file_lock``): another one writing it is refused at once,
-    naming the holder, so the page and its images are one board's."""
+    text. ``comparison_text`` replaces compare's table under the curves (a pipeline's own reading of its
+    runs), ``time_axis`` is ``plot_curves``'s, ``about`` ``render_markdown``'s. One writer per ``out``
+    (``sweep_lock.file_lock``): another one writing it is refused at once, naming the holder, so the page
+    and its images are one board's."""
     from ..base.plots import plot_curves
 
     images, table_text = {}, None
@@ -298,8 +380,9 @@ def write(
         if fmt == "md" and comparison:
             from .compare_table import format_comparison
 
-            images["curves"] = os.path.basename(plot_curves(comparison, f"{stem}_curves.png"))
-            table_text = format_comparison(comparison)
-        text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out))
+            curves = plot_curves(comparison, f"{stem}_curves.png", time_axis=time_axis)
+            images["curves"] = os.path.basename(curves)
+            table_text = comparison_text or format_comparison(comparison)
+        text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out), about=about)
         atomic_write_text(out, text)
     return text

@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .. import embedded
 from ..base.errors import ConfigError, MissingDataError
 from ..model_adapters.config import ScoringConfig
 from . import task_names
@@ -18,7 +19,8 @@ class ZeroShotConfig:
     """A zero-shot evaluation of one checkpoint.
 
     ``tasks``: nfeval's task names or any registered lm-eval task (None: the five); ``data_dir``: local
-    task files (None: the Hub); ``limit``: the first N documents of each task; ``output``: the results
+    task files (None: the Hub; ``embedded``: the slices shipped in the package, ``nfeval.embedded``);
+    ``limit``: the first N documents of each task; ``output``: the results
     JSON (None: not written); ``use_cache``: read and write the results cache. A fairseq checkpoint file
     is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them.
@@ -38,7 +40,8 @@ class ZeroShotConfig:
     def checked(self) -> ZeroShotConfig:
         """Returns this config with ``data_dir`` made absolute; raises a UserError naming the flag of a bad
         value (a mistyped name of one of nfeval's tasks included: ``task_names.check``), before any work."""
-        if self.data_dir is not None and not os.path.isdir(self.data_dir):
+        data_dir = embedded.zeroshot_dir(self.data_dir)  # "embedded": the slices shipped in the package
+        if data_dir is not None and not os.path.isdir(data_dir):
             raise MissingDataError(f"--data-dir {self.data_dir}: not a directory")
         s = self.scoring
         batch_size = None if s.batch_size == "auto" else s.batch_size  # auto: rows bounded by tokens only
@@ -48,4 +51,4 @@ class ZeroShotConfig:
             if value is not None and not (isinstance(value, int) and value > 0):
                 raise ConfigError(f"{flag} {value}: expected a positive integer")
         task_names.check(self.tasks)
-        return dataclasses.replace(self, data_dir=os.path.abspath(self.data_dir) if self.data_dir else None)
+        return dataclasses.replace(self, data_dir=os.path.abspath(data_dir) if data_dir else None)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from .. import embedded
 from .. import tasks as nf_tasks
 from ..base import env
 from ..base.artifacts import atomic_write_json, provenance
@@ -177,9 +178,18 @@ def _nfeval_block(model: dict, loaded: dict, skipped: dict, todo: list, **settin
 
 def task_data(name: str, task, data_dir: str | None) -> dict[str, Any]:
     """Returns where a task's documents came from: the lm-eval task that read them (``piqa_local``) and
-    its source, ``local`` files under ``data_dir`` or the ``hub`` dataset lm-eval names."""
+    its source, ``local`` files under ``data_dir`` or the ``hub`` dataset lm-eval names; ``embedded`` when
+    the files are a slice shipped in the package (its rows, and the rows of the split it was taken from)."""
     if name.endswith("_local"):
-        return {"lm_eval_task": name, "source": "local", "data_dir": data_dir}
+        out = {"lm_eval_task": name, "source": "local", "data_dir": data_dir}
+        canonical = nf_tasks.canonical_name(name)
+        shipped = embedded.slice_of(
+            data_dir, "storycloze" if canonical.startswith("storycloze") else canonical
+        )
+        if shipped is not None:  # part of the task: the leaderboard marks it as a subset
+            (rows,), (of,) = shipped.files.values(), shipped.full_rows.values()
+            out["embedded"] = {"slice": f"nfeval/embedded/{shipped.folder}", "rows": rows, "of": of}
+        return out
     return {"lm_eval_task": name, "source": "hub", "dataset": task.config.dataset_path}
 
 

@@ -291,3 +291,13 @@ def test_tasks_of_separate_invocations_share_one_summary(tiny_mlm_ckpt, tiny_clm
     other = glue.sweep(tiny_clm_ckpt, ["sst2"], [2e-3], recipe=glue.Recipe(epochs=1), **args)
     assert list(other["tasks"]) == ["sst2"] and list(other["tasks"]["sst2"]["per_lr"]) == ["0.002"]
     assert "sst2" in format_table(both) and "GLUE average over 2 task(s)" in format_table(both)
+
+
+def test_cli_glue_dir_embedded_reads_the_shipped_stsb_slice(tiny_mlm_ckpt, tmp_path, capsys):
+    """``--glue-dir embedded``: the STS-B slice shipped in the package; --tasks defaults to it (issue 40)."""
+    out = tmp_path / "results"
+    argv = ["glue", "--ckpt", tiny_mlm_ckpt, "--glue-dir", "embedded", "--out", str(out), "--no-progress"]
+    assert cli.main([*argv, "--lrs", "1e-3", "--epochs", "1", "--limit", "8"]) == 0
+    summary = json.loads((out / "glue.json").read_text())
+    assert list(summary["tasks"]) == ["stsb"]
+    assert "GLUE average over 1 task(s)" in capsys.readouterr().out

@@ -28,6 +28,19 @@ SHIPPED = (
     "tasks/piqa/piqa_local.yaml",
     "tasks/hellaswag/_hellaswag.yaml",
     "engine/interop/hf_template/modeling_nfeval.py",
+    # the embedded task slices (--data-dir embedded, --glue-dir embedded), each with its licence
+    *(
+        f"embedded/{folder}/{name}"
+        for folder, files in (
+            ("zeroshot/hellaswag", ("validation.jsonl",)),
+            ("zeroshot/piqa", ("validation.jsonl",)),
+            ("zeroshot/winogrande", ("validation.jsonl",)),
+            ("zeroshot/openbookqa", ("test.jsonl",)),
+            ("glue/STS-B", ("train.tsv", "dev.tsv", "LICENSE.txt")),
+        )
+        for name in (*files, "SOURCE.md", "LICENSE")
+    ),
+    "embedded/README.md",
 )
 # Runs in the installed venv: each command's --help in one process (one torch import, not fifteen);
 # prints {command: why it failed} and every imported nfeval module's file.

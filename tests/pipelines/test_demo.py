@@ -1,163 +1,144 @@
-"""``nfeval demo`` end to end at a minimal size: every stage runs its real code and leaves its artifact."""
+"""``nfeval demo`` end to end at its smallest setting (``DemoConfig.smallest``; about 30-40 s on one
+core): every stage runs its real code on the task slices shipped in the package, the two runs are
+compared as ``nfeval reproduce`` compares them (paired step-time ratio measured before training,
+Pre-LN's S steps and NormFormer's S ÷ ratio, each to the end of its schedule), and the leaderboard has
+every cell filled (issue 40)."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import time
 
 import pytest
 
+from nfeval import embedded
 from nfeval.engine.checkpoints import checkpoint
 from nfeval.pipelines.demo import DemoConfig, run_demo
+from nfeval.pipelines.demo.training import VAL_POINTS
+
+ARCHES = ("prenorm", "normformer")
 
 
-def write_rte(root) -> str:
-    """Writes a small RTE-format folder (label: does the hypothesis word occur in the premise)."""
-    rng = random.Random(0)
-    words = "cat dog tree house river sun moon car bird fish".split()
-    folder = root / "RTE"
-    folder.mkdir(parents=True)
-    for split, n in (("train", 48), ("dev", 16)):
-        rows = ["index\tsentence1\tsentence2\tlabel"]
-        for i in range(n):
-            premise = rng.sample(words, 4)
-            word = rng.choice(words)
-            label = "entailment" if word in premise else "not_entailment"
-            rows.append(f"{i}\tThe {' and the '.join(premise)}.\tA {word}.\t{label}")
-        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return str(root)
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """Runs the smallest demo once; returns (config, summary, what it printed)."""
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("demo")
+    cache = os.environ.get("NFEVAL_CACHE")
+    os.environ["NFEVAL_CACHE"] = str(root / "cache")
+    cfg = DemoConfig.smallest(str(root / "out"))
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            summary = run_demo(cfg)
+    finally:
+        os.environ.pop("NFEVAL_CACHE") if cache is None else os.environ.update(NFEVAL_CACHE=cache)
+    return cfg, summary, printed.getvalue()
 
 
-def write_piqa(root) -> str:
-    folder = root / "piqa"
-    folder.mkdir(parents=True)
-    docs = [
-        {
-            "goal": "How do you open a door?",
-            "sol1": "Turn the handle and push.",
-            "sol2": "Paint the door blue.",
-            "label": 0,
-        },
-        {
-            "goal": "How do you boil water?",
-            "sol1": "Put it in the freezer.",
-            "sol2": "Heat it in a pot.",
-            "label": 1,
-        },
-        {
-            "goal": "How do you read a book?",
-            "sol1": "Open it and look at the pages.",
-            "sol2": "Bury it.",
-            "label": 0,
-        },
-    ]
-    (folder / "validation.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
-    return str(root)
+def table_rows(markdown: str, name: str) -> dict[str, dict[str, str]]:
+    """Returns {table heading: {column: cell}} of the row named ``name`` in each table of ``markdown``."""
+    out, heading, header = {}, None, None
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            heading, header = line[3:], None
+        elif line.startswith("| ") and header is None:
+            header = [c.strip() for c in line.strip("|").split(" | ")]
+        elif line.startswith(f"| {name} |") and header:
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            out[heading] = dict(zip(header, cells))
+    return out
 
 
-@pytest.fixture
-def demo_cfg(tmp_path, monkeypatch):
-    monkeypatch.setenv("NFEVAL_CACHE", str(tmp_path / "cache"))
-    return DemoConfig(
-        out=str(tmp_path / "demo"),
-        minutes=0.05,
-        size="tiny",
-        seq_len=32,
-        batch_size=4,
-        vocab_size=300,
-        data_dir=write_piqa(tmp_path / "zs"),
-        glue_dir=write_rte(tmp_path / "glue"),
-        glue_epochs=1,
-        cloze_items=24,
-        zeroshot_limit=2,
-        device="cpu",
-        progress=False,
-    )
+def test_demo_compares_at_equal_time_with_complete_schedules(demo):
+    cfg, summary, printed = demo
+    ratios = json.load(open(os.path.join(cfg.out, "step_ratios.json")))
+    budget = json.load(open(os.path.join(cfg.out, "budget.json")))
+    ratio = ratios["normformer"]
+    assert ratio["pairs"] == cfg.ratio_pairs and ratios["prenorm"]["ratio"] == 1.0
+    assert budget["max_steps"] == cfg.steps
+    steps = {"prenorm": cfg.steps, "normformer": max(1, round(cfg.steps / ratio["ratio"]))}
+    for arch in ARCHES:
+        run = os.path.join(cfg.out, "runs", arch)
+        record = json.load(open(run + ".json"))  # runs.ensure_run's marker: the run finished
+        assert record["status"] == "finished" and record["budget"] == {"max_steps": steps[arch]}
+        # the schedule was fixed from the ratio before the first step: its length is S ÷ ratio
+        config = json.load(open(os.path.join(run, "config.json")))
+        assert config["train"]["total_steps"] == steps[arch]
+        assert checkpoint.load(run).config.architecture == arch
+        model = summary["models"][arch]
+        assert model["steps"] == steps[arch]  # each run ends its own schedule
+        assert model["val_points"] >= VAL_POINTS
+    assert record["step_ratio"]["ratio"] == ratio["ratio"]
+    text = open(os.path.join(cfg.out, "equal_time.txt"), encoding="utf-8").read()
+    assert "measured paired" in text and f"= {steps['normformer']} steps" in text
 
 
-def test_demo_end_to_end_and_resume(demo_cfg, capsys):
-    summary = run_demo(demo_cfg)
-    out = demo_cfg.out
-
-    runs = {arch: os.path.join(out, "runs", arch) for arch in ("prenorm", "normformer")}
-    for arch, run in runs.items():
-        ckpt = checkpoint.load(run)
-        assert ckpt.config.architecture == arch
-        assert os.path.isfile(os.path.join(run, "metrics.jsonl"))
-    # The same wall-clock budget for both runs, decided by calibration (the compare table reads it).
-    budgets = [
-        json.load(open(os.path.join(r, "config.json")))["train"]["config"]["max_seconds"]
-        for r in runs.values()
-    ]
-    assert budgets[0] == budgets[1] == pytest.approx(demo_cfg.seconds_per_model())
-
-    comparison = json.load(open(os.path.join(out, "compare.json")))
-    assert [r["name"] for r in comparison["runs"]] == ["prenorm", "normformer"] and comparison[
-        "baseline"
-    ] == "prenorm"
-
-    for arch in runs:
-        cloze = json.load(open(os.path.join(out, "zeroshot", f"{arch}_cloze.json")))
-        zs = json.load(open(os.path.join(out, "zeroshot", f"{arch}.json")))
-        assert set(cloze["results"]) == {"corpus_cloze"} and set(zs["results"]) == {"piqa"}
-        assert (
-            cloze["n-samples"]["corpus_cloze"]["effective"] == 24
-            and zs["n-samples"]["piqa"]["effective"] == 2
-        )
-        assert (
-            zs["nfeval"]["model"]["fingerprint"]
-            == cloze["nfeval"]["model"]["fingerprint"]
-            == checkpoint.load(runs[arch]).fingerprint
-        )
-        glue = json.load(open(summary["artifacts"]["glue"][arch]))
-        assert os.path.basename(os.path.dirname(summary["artifacts"]["glue"][arch])).startswith(
-            f"{arch}-{zs['nfeval']['model']['fingerprint'][:12]}"
-        )
-        assert len(glue["tasks"]["rte"]["per_lr"]) == 7  # the seven-learning-rate sweep
-        assert 0.0 <= glue["tasks"]["rte"]["best"]["accuracy"] <= 1.0
-
-    board = open(os.path.join(out, "leaderboard.md"), encoding="utf-8").read()
-    for text in (
-        "| prenorm |",
-        "| normformer |",
-        "Corpus cloze",
-        "PIQA",
-        "GPT-3 Small 125M",
-        "RTE",
-        "Training runs at equal compute",
-    ):
+def test_demo_leaderboard_has_every_cell_filled_and_no_mid_schedule_label(demo):
+    cfg, summary, printed = demo
+    board = open(os.path.join(cfg.out, "leaderboard.md"), encoding="utf-8").read()
+    for text in (board, printed, open(os.path.join(cfg.out, "equal_time.txt"), encoding="utf-8").read()):
+        assert "mid-schedule" not in text and "not compute-matched" not in text
+    for arch in ARCHES:
+        rows = table_rows(board, arch)
+        assert set(rows) == {"Zero-shot", "GLUE"}
+        zeroshot, glue = rows["Zero-shot"], rows["GLUE"]
+        assert zeroshot["StoryCloze (acc_per_token)"] == "user-supplied"
+        assert zeroshot["Avg"] == "needs StoryCloze"
+        assert re.fullmatch(r"\d+\.\d", zeroshot["Avg w/o StoryCloze"])
+        for column in ("HellaSwag (acc_per_token)", "PIQA (acc_per_token)", "WinoGrande (acc)"):
+            assert zeroshot[column].endswith("*")  # a slice: part of the task
+        empty = [c for c, v in {**zeroshot, **glue}.items() if v in ("", "–")]
+        assert empty == [], (arch, empty)
+        assert re.match(r"-?\d+\.\d", glue["STS-B (pearson)"])  # the best of seven learning rates
+    for text in ("| GPT-3 Small 125M |", "| chance |", "| majority class |", "user-supplied (StoryCloze)"):
         assert text in board
+    assert "untuned" in board and "What it cannot show" in board and "nfeval reproduce" in board
     for png in ("leaderboard_zeroshot.png", "leaderboard_curves.png"):
-        assert os.path.getsize(os.path.join(out, png)) > 1000
+        assert os.path.getsize(os.path.join(cfg.out, png)) > 1000
+    for arch in ARCHES:
+        glue = json.load(open(summary["artifacts"]["glue"][arch]))
+        assert len(glue["tasks"]["stsb"]["per_lr"]) == len(cfg.glue_lrs) == 7
 
-    assert json.load(open(os.path.join(out, "summary.json")))["models"].keys() == {"prenorm", "normformer"}
-    printed = capsys.readouterr().out
-    assert "nfeval demo finished" in printed and "cloze acc_per_token" in printed and "leaderboard" in printed
-    # the announced budget is what it is (training steps), and the whole run's wall-clock is reported
-    seconds = f"{demo_cfg.seconds_per_model():.0f} s of training steps"
-    assert all(f"training {arch}: {seconds}" in printed for arch in runs)
-    assert all(re.search(f"{arch}: \\d+ steps, \\d+ s of wall-clock in all", printed) for arch in runs)
-    assert summary["models"]["normformer"]["zeroshot"]["corpus_cloze"]["acc"] >= 0.0
 
-    # Rerun: every stage resumes from its artifacts; nothing is retrained.
-    before = {arch: os.path.getmtime(os.path.join(r, "model.safetensors")) for arch, r in runs.items()}
-    again = run_demo(demo_cfg)
-    assert {
-        arch: os.path.getmtime(os.path.join(r, "model.safetensors")) for arch, r in runs.items()
-    } == before
-    assert again["models"]["prenorm"]["best_val_ppl"] == summary["models"]["prenorm"]["best_val_ppl"]
-    assert "0 to run" in capsys.readouterr().out  # the GLUE sweep found every point finished
+def test_demo_reads_every_slice_with_its_rows_and_licence(demo):
+    cfg, summary, printed = demo
+    zeroshot_slices = [s for s in embedded.SLICES if s.folder.startswith("zeroshot/")]
+    assert set(summary["data"]) == {s.folder for s in embedded.SLICES}
+    for s in embedded.SLICES:
+        held = summary["data"][s.folder]
+        assert held["rows"] == held["documented_rows"] == s.files and held["licence_file"]
+        assert os.path.isfile(os.path.join(s.path, "LICENSE"))
+    for arch in ARCHES:
+        results = json.load(open(os.path.join(cfg.out, "zeroshot", f"{arch}.json")))
+        for s in zeroshot_slices:  # lm-eval read the whole slice, then scored the first items
+            assert results["n-samples"][s.task]["original"] == sum(s.files.values())
+            assert results["n-samples"][s.task]["effective"] == cfg.zeroshot_limit
+            assert results["nfeval"]["task_data"][s.task]["embedded"]["rows"] == sum(s.files.values())
+        assert "storycloze_2016" not in results["results"]
+    # one progress line per stage, each with an estimate of what is left
+    stages = re.findall(r"stage (\d)/8 .*\[.* so far, about .* left\]", printed)
+    assert stages == [str(i) for i in range(1, 9)]
+    assert "nfeval demo finished" in printed
 
-    # A run killed before its first checkpoint (config.json and metrics.jsonl written, no weights) restarts.
-    import shutil
 
-    os.remove(os.path.join(runs["prenorm"], "model.safetensors"))
-    shutil.rmtree(os.path.join(runs["prenorm"], "checkpoints"), ignore_errors=True)
-    run_demo(demo_cfg)
-    assert checkpoint.load(runs["prenorm"]).config.architecture == "prenorm"
+def test_demo_resumes_without_retraining(demo, monkeypatch, capsys):
+    cfg, summary, _ = demo
+    monkeypatch.setenv("NFEVAL_CACHE", os.path.join(os.path.dirname(cfg.out), "cache"))
+    runs = {arch: os.path.join(cfg.out, "runs", arch, "model.safetensors") for arch in ARCHES}
+    before = {arch: os.path.getmtime(path) for arch, path in runs.items()}
+    again = run_demo(cfg)
+    assert {arch: os.path.getmtime(path) for arch, path in runs.items()} == before
+    assert (
+        again["models"]["prenorm"]["val_ppl_at_equal_time"]
+        == summary["models"]["prenorm"]["val_ppl_at_equal_time"]
+    )
+    out = capsys.readouterr().out
+    assert "timing normformer" not in out and "0 to run" in out  # nothing re-timed, no GLUE point redone
 
 
 def test_demo_cli_rejects_bad_folders(tmp_path, capsys):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 
 import pytest
 import torch
-from test_demo import write_rte
 
 from nfeval.base.errors import ConfigError
 from nfeval.engine.model.config import ARCHITECTURES, SIZES, ModelConfig
@@ -38,6 +38,23 @@ from nfeval.report.verdict import (
     min_detectable_effect,
     seeds_needed,
 )
+
+
+def write_rte(root) -> str:
+    """Writes a small RTE-format folder (label: does the hypothesis word occur in the premise)."""
+    rng = random.Random(0)
+    words = "cat dog tree house river sun moon car bird fish".split()
+    folder = root / "RTE"
+    folder.mkdir(parents=True)
+    for split, n in (("train", 48), ("dev", 16)):
+        rows = ["index\tsentence1\tsentence2\tlabel"]
+        for i in range(n):
+            premise = rng.sample(words, 4)
+            word = rng.choice(words)
+            label = "entailment" if word in premise else "not_entailment"
+            rows.append(f"{i}\tThe {' and the '.join(premise)}.\tA {word}.\t{label}")
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return str(root)
 
 
 def ctx(**kw) -> runner.Context:

@@ -289,6 +289,28 @@ def test_subset_scores_are_marked(tmp_path):
     assert "| 31.2* |" in text and "*: evaluated on a subset" in text
 
 
+def test_embedded_slices_are_subsets_and_storycloze_says_user_supplied(tmp_path):
+    """Scores on the slices shipped in the package are marked as a subset; a model row without StoryCloze
+    says its data is user-supplied, and an average over the other four fills the row (issue 40)."""
+    no_story = {t: m for t, m in FULL.items() if t != "storycloze_2016"}
+    shipped = {"hellaswag": {"source": "local", "embedded": {"slice": "x", "rows": 200, "of": 10042}}}
+    path = zeroshot_file(tmp_path / "e.json", "e" * 64, "tiny", 1_000_000, no_story, task_data=shipped)
+    board = build([path], reference="gpt3")
+    text = render_markdown(board)
+    row = next(line for line in text.splitlines() if line.startswith("| tiny |"))
+    assert "| 31.2* |" in row and "| 62.5 |" in row  # only the embedded task is marked
+    assert "| user-supplied |" in row and "Avg w/o StoryCloze" in text
+    assert row.rstrip(" |").endswith(f"{100 * (0.3125 + 0.625 + 0.51 + 0.35) / 4:.1f}")
+    assert "its licence forbids redistribution" in text
+    chance = next(r for r in board["zeroshot"]["rows"] if r["name"] == "chance")
+    assert chance["partial_average"] == pytest.approx((0.25 + 0.5 + 0.5 + 0.25) / 4)
+    gpt3 = [r for r in board["zeroshot"]["rows"] if r["reference"] == "GPT-3"]
+    assert gpt3 and all(r["partial_average"] is not None for r in gpt3)
+    # a full row: no extra column
+    full = zeroshot_file(tmp_path / "f.json", "f" * 64, "full", 1_000_000, FULL)
+    assert "Avg w/o StoryCloze" not in render_markdown(build([full]))
+
+
 @pytest.mark.parametrize(
     "mutate, key",
     [
