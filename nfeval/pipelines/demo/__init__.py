@@ -174,7 +174,8 @@ def run_glue(cfg: DemoConfig) -> dict[str, str]:
 @folder_locked(lambda cfg: cfg.out)  # one writer per output folder
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Runs every stage into ``cfg.out``, on one torch CPU thread (``training.cpu_threads``); returns the
-    summary (also written to ``summary.json``)."""
+    summary (also written to ``summary.json``). A second demo into the same ``cfg.out`` is refused at once
+    (``sweep_lock.folder_lock``), naming the holder."""
     with cpu_threads(cfg):
         return _run_stages(cfg)
 
