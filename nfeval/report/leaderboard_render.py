@@ -124,8 +124,8 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
     ]
     if any(c and c["subset"] for r in table["rows"] for c in r["scores"].values()):
         notes.append(
-            "*: evaluated on a subset of the task: lm-eval `--limit`, or a slice shipped in nfeval "
-            "(`--data-dir embedded`: 200 items of each task, nfeval/embedded/*/SOURCE.md says which)."
+            "*: evaluated on a subset of the task: lm-eval's --limit, or a slice shipped in nfeval "
+            "(--data-dir embedded: 200 items of each task, nfeval/embedded/*/SOURCE.md says which)."
         )
     user_supplied = [
         TITLES[c["task"]]

@@ -120,23 +120,23 @@ def about(cfg, facts: dict[str, Any]) -> list[str]:
         else ""
     )
     return [
-        f"One run of `nfeval demo`: a Pre-LN and a NormFormer of {facts['parameters']:,} parameters "
+        f"One run of nfeval demo: a Pre-LN and a NormFormer of {facts['parameters']:,} parameters "
         f"({facts['shape']}), trained on CPython's own documentation (the embedded corpus): Pre-LN on "
         f"{facts['tokens'][BASELINE]} tokens, NormFormer on {facts['tokens'][ARCHES[1]]}; then scored by the "
         f"same code as every nfeval result.{glue}",
-        f"Compared as `nfeval reproduce` compares: NormFormer's step time over Pre-LN's was measured paired "
+        f"Compared as nfeval reproduce compares: NormFormer's step time over Pre-LN's was measured paired "
         f"before training ({facts['ratio']}); Pre-LN got {facts['steps'][BASELINE]} steps and NormFormer "
         f"{facts['steps'][ARCHES[1]]}, so each completed its own learning-rate schedule in the same time. "
         "Every reading below is at the end of a schedule.",
         f"Learning rates are untuned: both runs use {cfg.lr:g}. The paper's claim is against well-tuned "
-        "baselines; `nfeval tune` tunes one, and `nfeval reproduce` and `nfeval bakeoff` tune before they "
+        "baselines; nfeval tune tunes one, and nfeval reproduce and nfeval bakeoff tune before they "
         "compare.",
         "What one demo run can show: that every stage runs offline and what each artifact holds; the two "
         "learning curves at equal time; where each score sits against chance and the GPT-3 rows.",
         f"What it cannot show: whether NormFormer beats Pre-LN. One seed, untuned learning rates, a model "
         f"{facts['gpt3_ratio']:,.0f}× smaller than GPT-3 Small and {slices}: chance lies inside the 95% "
         f"interval of {near} of the {cells} public zero-shot scores here, and a difference between the rows "
-        "is no evidence either way. For that, run `nfeval reproduce` (tuned LRs, several seeds, paired "
+        "is no evidence either way. For that, run nfeval reproduce (tuned LRs, several seeds, paired "
         "tests) at the largest scale your hardware allows.",
     ]
 
