@@ -35,7 +35,6 @@ from .training import (
     ARCHES,
     BASELINE,
     budgets,
-    cpu_threads,
     log_line,
     measure_ratio,
     run_dir,
@@ -173,14 +172,9 @@ def run_glue(cfg: DemoConfig) -> dict[str, str]:
 
 @folder_locked(lambda cfg: cfg.out)  # one writer per output folder
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
-    """Runs every stage into ``cfg.out``, on one torch CPU thread (``training.cpu_threads``); returns the
-    summary (also written to ``summary.json``). A second demo into the same ``cfg.out`` is refused at once
-    (``sweep_lock.folder_lock``), naming the holder."""
-    with cpu_threads(cfg):
-        return _run_stages(cfg)
-
-
-def _run_stages(cfg: DemoConfig) -> dict[str, Any]:
+    """Runs every stage into ``cfg.out`` (on the caller's torch threads: ``nfeval demo`` sets one on a
+    CPU); returns the summary (also written to ``summary.json``). A second demo into the same
+    ``cfg.out`` is refused at once (``sweep_lock.folder_lock``), naming the holder."""
     from ...report.compare import compare
 
     start = time.time()

@@ -13,10 +13,8 @@ the same folder resumes the same runs and never re-times them.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ...base.artifacts import atomic_write_json
@@ -62,24 +60,6 @@ def train_config(cfg, tokenizer: str, arch: str, steps: int, eval_every: int) ->
         seed=cfg.seed,
         progress=cfg.progress and cfg.jobs == 1,  # two runs at a time: the stage line, not two bars
     )
-
-
-@contextlib.contextmanager
-def cpu_threads(cfg) -> Iterator[None]:
-    """Within the block, torch runs on one CPU thread (as each training process does), unless the demo runs
-    on a GPU: models this small run fastest so, by far on a busy machine (a GLUE point of the tiny preset
-    took 41 s on two threads and 5 s on one on the 2-core VM with other work on it)."""
-    import torch
-
-    if cfg.device not in ("auto", "cpu") or (cfg.device == "auto" and torch.cuda.is_available()):
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def measure_ratio(cfg, tokenizer: str, log) -> tuple[dict[str, Any], float]:
