@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,7 @@ from transformers import GPT2LMHeadModel
 
 from nfeval.base.artifacts import hardware, hardware_key
 from nfeval.engine.interop.hf_gpt2 import gpt2_config
+from nfeval.engine.kernels import cpu_linear
 from nfeval.engine.kernels.cpu_linear import convert
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.flops import training_flops_per_token
@@ -66,10 +68,22 @@ def time_steps(obj, opt, x, y, dtype: str, steps: int) -> float:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="small")
+    p.add_argument(
+        "--shape",
+        default=None,
+        help="LAYERSxD_MODELxHEADS overriding the preset's shape (FFN 4 d), e.g. 6x256x8: "
+        "the 6-layer small of the figures before issue 43",
+    )
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument(
+        "--dtypes",
+        default="fp32,bf16",
+        help="comma-separated; fp32 alone on a CPU without native bf16 (no avx512_bf16), where a bf16 "
+        "step takes 20x an fp32 one",
+    )
     return p.parse_args()
 
 
@@ -81,7 +95,7 @@ def measure(variants: dict, x, y, args) -> dict[tuple[str, str], list[float]]:
     }
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
-        for dtype in ("fp32", "bf16"):
+        for dtype in args.dtypes.split(","):
             for name, obj in variants.items():
                 times.setdefault((name, dtype), []).append(
                     time_steps(obj, optims[name], x, y, dtype, args.steps)
@@ -94,7 +108,7 @@ def print_table(variants: dict, times: dict, prenorm, args) -> None:
     flops_per_token = training_flops_per_token(prenorm, args.seq)
     peaks = {
         d: measure_matmul_flops(torch.device("cpu"), torch.bfloat16 if d == "bf16" else torch.float32)
-        for d in ("fp32", "bf16")
+        for d in args.dtypes.split(",")
     }
     n_params = {k: sum(p.numel() for p in v.parameters()) for k, v in variants.items()}
     tokens = args.batch * args.seq
@@ -106,13 +120,11 @@ def print_table(variants: dict, times: dict, prenorm, args) -> None:
     )
     print(f"HF attention: {variants['HF GPT2LMHeadModel'].model.config._attn_implementation}")
     print("params: " + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in n_params.items()))
-    print(
-        f"matmul peak (measured): fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} "
-        "GFLOP/s\n"
-    )
+    print("matmul peak (measured): " + ", ".join(f"{d} {p / 1e9:.0f} GFLOP/s" for d, p in peaks.items()))
+    print(f"cpu linear kernel: {cpu_linear.describe()}\n")
     print("| dtype | model | step ms | tokens/s | MFU | vs HF GPT-2 | vs nfeval Pre-LN |")
     print("|---|---|---|---|---|---|---|")
-    for dtype in ("fp32", "bf16"):
+    for dtype in args.dtypes.split(","):
         med = {name: statistics.median(times[(name, dtype)]) for name in variants}
         for name in variants:
             tps = tokens / med[name]
@@ -128,6 +140,10 @@ def main() -> None:
     args = parse_args()
     torch.manual_seed(0)
     prenorm, normformer = preset(f"prenorm-{args.size}"), preset(f"normformer-{args.size}")
+    if args.shape:
+        n_layer, d_model, n_head = (int(v) for v in args.shape.split("x"))
+        shape = dict(n_layer=n_layer, d_model=d_model, n_head=n_head, d_ffn=4 * d_model)
+        prenorm, normformer = replace(prenorm, **shape), replace(normformer, **shape)
     x = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
     y = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
     variants = {

@@ -125,11 +125,17 @@ def test_environment_keeps_torch_kernel(monkeypatch, kernel_calls):
 
 
 @pytest.mark.parametrize(
-    ("vendor", "expected"),
-    [("GenuineIntel", ("torch", cpu_linear.INTEL_PACKED_ROWS)), ("AuthenticAMD", ("onednn", 1))],
+    ("vendor", "avx512", "expected"),
+    [
+        ("GenuineIntel", True, ("torch", cpu_linear.PACKED_ROWS)),
+        ("GenuineIntel", False, ("torch", cpu_linear.PACKED_ROWS)),
+        ("AuthenticAMD", True, ("onednn", 1)),
+        ("AuthenticAMD", False, ("torch", cpu_linear.PACKED_ROWS)),  # Zen 3: both kernels run AVX2 code
+    ],
 )
-def test_auto_takes_onednn_where_mkl_runs_its_avx2_code(monkeypatch, vendor, expected):
+def test_auto_takes_onednn_where_only_onednn_runs_avx512_code(monkeypatch, vendor, avx512, expected):
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(cpu_linear, "cpu_has_avx512", lambda: avx512)
     for value in ("auto", ""):  # unset or empty: auto
         monkeypatch.setenv(cpu_linear.ENV, value)
         cpu_linear.choice.cache_clear()
@@ -144,6 +150,7 @@ def test_auto_takes_onednn_where_mkl_runs_its_avx2_code(monkeypatch, vendor, exp
 
 def test_on_intel_packed_weights_serve_from_four_rows(monkeypatch, kernel_calls):
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr(cpu_linear, "cpu_has_avx512", lambda: True)
     monkeypatch.setenv(cpu_linear.ENV, "auto")
     cpu_linear.choice.cache_clear()
     assert cpu_linear.describe() == "torch; packed: onednn from 4 rows"
@@ -163,7 +170,10 @@ def test_on_intel_packed_weights_serve_from_four_rows(monkeypatch, kernel_calls)
 def test_cpu_vendor_reads_this_machine():
     vendor = cpu_linear.cpu_vendor()
     with open("/proc/cpuinfo", encoding="utf-8") as f:
-        assert vendor and f"vendor_id\t: {vendor}\n" in f.read()
+        text = f.read()
+    assert vendor and f"vendor_id\t: {vendor}\n" in text
+    flags = next(line for line in text.splitlines() if line.startswith("flags")).split(":", 1)[1].split()
+    assert cpu_linear.cpu_has_avx512() == ("avx512f" in flags)
 
 
 def test_flop_counter_counts_the_kernel_as_a_matmul(kernel_calls):

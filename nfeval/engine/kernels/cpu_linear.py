@@ -24,13 +24,14 @@ Inference that runs many forward passes (decoding, zero-shot scoring) packs the 
 a decoding step of the 125M shape then reads its weights at ~31 GB/s with one row and ~15 with 16
 (plain oneDNN ~20 and ~11, MKL ~17 and ~6).
 
-Which is faster depends on the CPU's vendor, by which MKL picks its code. On an Intel CPU MKL runs
-AVX-512 code, as fast as oneDNN forward from 512 rows (one thread of a Xeon with AMX) and faster
-forward + backward (oneDNN's backward pays two transposing copies: 0.83-0.89× MKL's speed), and its
-one- and two-row products beat packed oneDNN; so there the default, ``auto``, keeps torch's kernel except
-for products with packed weights from ``INTEL_PACKED_ROWS`` rows. On other x86 vendors (AMD) ``auto``
-takes oneDNN for every product. ``NFEVAL_CPU_LINEAR=onednn|torch`` forces one (``torch``: torch's
-results bit for bit); ``choice()`` says what this machine does.
+Which is faster depends on the CPU: MKL picks its code by vendor, oneDNN by instruction set. On an Intel
+CPU MKL runs AVX-512 code, as fast as oneDNN forward from 512 rows (one thread of a Xeon with AMX) and
+faster forward + backward (oneDNN's backward pays two transposing copies: 0.83-0.89× MKL's speed), and
+its one- and two-row products beat packed oneDNN. On an AMD CPU without AVX-512 (a Zen 3 EPYC) both run
+AVX2 code and oneDNN forward + backward runs 0.80-0.96× MKL's speed. So there the default, ``auto``,
+keeps torch's kernel except for products with packed weights from ``PACKED_ROWS`` rows; on an AMD CPU
+with AVX-512 (Zen 4, 5) ``auto`` takes oneDNN for every product. ``NFEVAL_CPU_LINEAR=onednn|torch``
+forces one (``torch``: torch's results bit for bit); ``choice()`` says what this machine does.
 """
 
 from __future__ import annotations
@@ -57,22 +58,37 @@ MIN_MACS, MIN_PACKED_MACS = 1 << 20, 1 << 19
 # products repay at 6-9 ms a decoding step of that shape: worth it from a few dozen forward passes on.
 MIN_PACK_STEPS = 32
 PACK_MAX_BYTES = 1 << 30  # the copies double the linear weights' memory while packed
-# On an Intel Xeon (one thread, 125M shapes) packed oneDNN runs 0.73-0.90× MKL's speed at 1-2 rows and
-# 1.15-1.67× at 4-16: generation at batch 1 / 16 ran 1.21× / 1.32× HF's on MKL, 1.09× / 1.53× all packed.
-INTEL_PACKED_ROWS = 4
+# Where oneDNN has no faster code than MKL (an Intel Xeon; an AMD EPYC without AVX-512), packed oneDNN
+# still reads few-row products' weights faster (one thread, 125M shapes): on the Xeon 0.73-0.90× MKL's
+# speed at 1-2 rows and 1.15-1.67× at 4-16 (generation at batch 1 / 16 ran 1.21× / 1.32× HF's on MKL,
+# 1.09× / 1.53× all packed); on a Zen 3 EPYC 0.77-1.07× at 1 row, 0.99-1.67× at 4, 0.93-1.17× at 16.
+PACKED_ROWS = 4
+
+
+def _cpuinfo(field: str) -> str | None:
+    """Returns the first value of ``field`` in Linux's /proc/cpuinfo, or None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.split(":", 1)[0].strip() == field:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def cpu_vendor() -> str:
     """Returns the CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...), or "" when unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    vendor = _cpuinfo("vendor_id")
+    if vendor is not None:
+        return vendor
     processor = platform.processor()  # Windows: "Intel64 Family 6 ... GenuineIntel"
     return next((v for v in ("GenuineIntel", "AuthenticAMD") if v in processor), "")
+
+
+def cpu_has_avx512() -> bool:
+    """Returns whether the CPU has AVX-512 (``avx512f`` in /proc/cpuinfo's flags); False where unknown."""
+    return "avx512f" in (_cpuinfo("flags") or "").split()
 
 
 def onednn_available() -> bool:
@@ -92,15 +108,17 @@ class Choice(NamedTuple):
 def choice() -> Choice:
     """Returns which fp32 CPU products take oneDNN, as ``NFEVAL_CPU_LINEAR`` (default ``auto``) says.
 
-    ``auto``: on an x86 CPU not made by Intel (where MKL runs its AVX2 code) every product; on an Intel
-    CPU products with packed weights from ``INTEL_PACKED_ROWS`` rows (MKL's own one- and two-row products
-    are faster there) and nothing else. ``onednn``: every product, on any x86 CPU. Either only with a
-    torch built with oneDNN's kernel. ``torch``: none (torch's ``F.linear`` everywhere, bit for bit)."""
+    ``auto``: on an x86 CPU with AVX-512 not made by Intel (where MKL runs its AVX2 code and oneDNN its
+    AVX-512 code) every product; elsewhere (an Intel CPU, where MKL runs AVX-512 code too; a CPU without
+    AVX-512, where both run AVX2 code) products with packed weights from ``PACKED_ROWS`` rows (MKL's
+    own one- and two-row products are faster) and nothing else. ``onednn``: every product, on any x86
+    CPU. Either only with a torch built with oneDNN's kernel. ``torch``: none (torch's ``F.linear``
+    everywhere, bit for bit)."""
     wanted = switch(ENV)
     if wanted == "torch" or not onednn_available():
         return Choice("torch", None)
-    if wanted == "auto" and cpu_vendor() == "GenuineIntel":
-        return Choice("torch", INTEL_PACKED_ROWS)
+    if wanted == "auto" and (cpu_vendor() == "GenuineIntel" or not cpu_has_avx512()):
+        return Choice("torch", PACKED_ROWS)
     return Choice("onednn", 1)
 
 
