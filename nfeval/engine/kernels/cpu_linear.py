@@ -1,4 +1,4 @@
-"""fp32 linear products on an x86 CPU through oneDNN: ``F.linear``'s value, at the core's AVX-512 speed.
+"""fp32 linear products on an x86 CPU through oneDNN: ``F.linear``'s value, at AVX-512 speed on AMD.
 
 torch's CPU ``F.linear`` (``addmm``) calls MKL's sgemm, which runs its AVX2 code on AMD processors: on
 the 2-core EPYC (Zen 5) one thread's fp32 products reach ~100 GFLOP/s through MKL and ~230 through
