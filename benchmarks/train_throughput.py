@@ -22,7 +22,6 @@ from transformers import GPT2LMHeadModel
 from nfeval.base.artifacts import hardware, hardware_key
 from nfeval.engine.interop.hf_gpt2 import gpt2_config
 from nfeval.engine.kernels import cpu_linear
-from nfeval.engine.kernels.cpu_linear import convert
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.flops import training_flops_per_token
 from nfeval.engine.model.model import Transformer
@@ -80,7 +79,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument(
         "--dtypes",
-        default="fp32,bf16",
+        default=["fp32", "bf16"],
+        type=lambda text: text.split(","),
         help="comma-separated; fp32 alone on a CPU without native bf16 (no avx512_bf16), where a bf16 "
         "step takes 20x an fp32 one",
     )
@@ -95,7 +95,7 @@ def measure(variants: dict, x, y, args) -> dict[tuple[str, str], list[float]]:
     }
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
-        for dtype in args.dtypes.split(","):
+        for dtype in args.dtypes:
             for name, obj in variants.items():
                 times.setdefault((name, dtype), []).append(
                     time_steps(obj, optims[name], x, y, dtype, args.steps)
@@ -108,7 +108,7 @@ def print_table(variants: dict, times: dict, prenorm, args) -> None:
     flops_per_token = training_flops_per_token(prenorm, args.seq)
     peaks = {
         d: measure_matmul_flops(torch.device("cpu"), torch.bfloat16 if d == "bf16" else torch.float32)
-        for d in args.dtypes.split(",")
+        for d in args.dtypes
     }
     n_params = {k: sum(p.numel() for p in v.parameters()) for k, v in variants.items()}
     tokens = args.batch * args.seq
@@ -124,7 +124,7 @@ def print_table(variants: dict, times: dict, prenorm, args) -> None:
     print(f"cpu linear kernel: {cpu_linear.describe()}\n")
     print("| dtype | model | step ms | tokens/s | MFU | vs HF GPT-2 | vs nfeval Pre-LN |")
     print("|---|---|---|---|---|---|---|")
-    for dtype in args.dtypes.split(","):
+    for dtype in args.dtypes:
         med = {name: statistics.median(times[(name, dtype)]) for name in variants}
         for name in variants:
             tps = tokens / med[name]
@@ -147,9 +147,9 @@ def main() -> None:
     x = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
     y = torch.randint(0, prenorm.vocab_size, (args.batch, args.seq))
     variants = {
-        "nfeval Pre-LN": Objective(convert(Transformer(prenorm))),
+        "nfeval Pre-LN": Objective(cpu_linear.convert(Transformer(prenorm))),
         "HF GPT2LMHeadModel": HFObjective(hf_gpt2(prenorm)),
-        "nfeval NormFormer": Objective(convert(Transformer(normformer))),
+        "nfeval NormFormer": Objective(cpu_linear.convert(Transformer(normformer))),
     }
     print_table(variants, measure(variants, x, y, args), prenorm, args)
 
