@@ -59,6 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seeds", type=int, default=d.seeds, help=f"training seeds per architecture (default {d.seeds})"
     )
+    p.add_argument(
+        "--close-seeds",
+        type=int,
+        default=d.close_seeds,
+        help="seeds for the architectures within one MDE of the best after --seeds, and for the baseline "
+        f"with them; decided once, recorded in seed_plan.json (default {d.close_seeds}; at most --seeds: "
+        "none get more)",
+    )
     p.add_argument("--lrs", help="comma-separated LR grid of the tune (default: the recipe's)")
     p.add_argument("--tune-budget", help="budget of each tune point, as nfeval tune --budget, e.g. steps=100")
     p.add_argument(
@@ -110,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps,
         minutes=args.minutes,
         seeds=args.seeds,
+        close_seeds=args.close_seeds,
         lrs=_lrs(args.lrs),
         tune_budget=args.tune_budget,
         jobs=args.jobs,

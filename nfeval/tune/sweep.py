@@ -32,8 +32,8 @@ per point, each requeued after preemption and resumed from its checkpoint; a rer
 points neither finished nor still queued.
 
 Parallel points (``--jobs N``): N spawned processes (``launch.local.init_worker``), each with its own GPU
-when there are several (``cuda:i`` round-robin) and ``cores / N`` torch threads. The first unfinished
-point runs alone so the tokenizer and token caches are built once. A ``seconds`` budget is calibrated
+when there are several (``cuda:i`` round-robin) and ``cores / N`` torch threads. The tokenizer and token
+caches are built here before the workers start, so they are built once. A ``seconds`` budget is calibrated
 per point: step counts then vary with machine load (tune.json records each point's steps).
 """
 
@@ -202,6 +202,20 @@ def train_point(cfg: TrainConfig, directory: str, key: dict[str, Any]) -> dict[s
     return result
 
 
+def build_data_caches(configs: Sequence[TrainConfig]) -> None:
+    """Builds each distinct corpus' tokenizer and token shards of ``configs`` here, once, so that
+    parallel workers only read them."""
+    from ..engine.training.run_inputs import build_inputs
+
+    fields = ("train_data", "valid_data", "hf_dataset", "hf_config", "text_column", "tokenizer")
+    built = set()
+    for cfg in configs:
+        key = (*(getattr(cfg, f) for f in fields), cfg.vocab_size or cfg.preset)
+        if key not in built:
+            build_inputs(cfg)
+            built.add(key)
+
+
 def run_points(
     todo: Sequence[TrainConfig], dirs: Sequence[str], keys: Sequence[dict], jobs: int, progress: bool
 ) -> list[dict]:
@@ -221,11 +235,11 @@ def run_points(
         bar.write(f"{result['preset']} lr={tune_results.lr_key(result['lr'])} seed={result['seed']}: {ppl}")
         bar.update(1)
 
-    alone = len(todo) if jobs == 1 else 1  # the first point alone: it builds the data caches the others read
-    for i in range(min(alone, len(todo))):
-        done(i, run_point(todo[i], dirs[i], keys[i], wait=False))
-    rest = range(alone, len(todo))
-    if rest:
+    if jobs == 1 or len(todo) == 1:
+        for i in range(len(todo)):
+            done(i, run_point(todo[i], dirs[i], keys[i], wait=False))
+    elif todo:
+        build_data_caches(todo)
         ctx = mp.get_context("spawn")
         devices = ctx.Queue()
         for d in local.job_devices(todo[0].device, jobs):
@@ -234,7 +248,7 @@ def run_points(
         with cf.ProcessPoolExecutor(
             jobs, mp_context=ctx, initializer=local.init_worker, initargs=(devices, threads)
         ) as pool:
-            futures = {pool.submit(run_point, todo[i], dirs[i], keys[i], False): i for i in rest}
+            futures = {pool.submit(run_point, todo[i], dirs[i], keys[i], False): i for i in range(len(todo))}
             try:
                 for fut in cf.as_completed(futures):
                     done(futures[fut], fut.result())

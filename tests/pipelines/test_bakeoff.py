@@ -92,6 +92,7 @@ def smoke(tmp_path_factory):
         size="smoke",
         out=out,
         seeds=2,
+        close_seeds=3,
         lrs=(1e-3, 3e-3),
         progress=False,
         command="nfeval bakeoff --smoke",
@@ -108,7 +109,7 @@ def test_smoke_bakeoff_report(smoke):
     assert all(t["verdict"] and "mde" in t for t in report["ppl_tests"])
     cloze = [t for t in report["zeroshot_tests"] if t["task"] == "corpus_cloze"]
     assert [t["name"] for t in cloze] == ["normformer", "sandwich"] and all(
-        len(t["per_seed"]) == 2 for t in cloze
+        len(t["per_seed"]) >= 2 for t in cloze
     )
     assert {s["name"] for s in report["stability"]} == set(SMOKE_ARCHS)
     assert report["step_ratios"]["prenorm"]["ratio"] == 1.0 and "ci_low" in report["step_ratios"]["sandwich"]
@@ -130,9 +131,16 @@ def test_smoke_bakeoff_report(smoke):
     assert header["recipe"]["init"] == "fairseq" and header["facts"]["layers"] == 2
     assert "fewer parameters" in md.splitlines()[2] and "**Recipe, shared by every run:** fairseq init" in md
     depth = {d["name"]: d for d in report["depth_ratios"]}
-    assert set(depth) == set(SMOKE_ARCHS) and all(
-        len(d["per_seed"]) == 2 and d["mean"] > 0 for d in depth.values()
-    )
+    assert set(depth) == set(SMOKE_ARCHS) and all(d["mean"] > 0 for d in depth.values())
+    # the seed plan, decided from the first 2 seeds, is what was trained and tested
+    plan = header["seed_plan"]
+    assert plan["from_seeds"] == 2 and plan["close_seeds"] == 3 and plan["best"] in SMOKE_ARCHS
+    close = {n for n, gap in plan["gaps"].items() if gap < plan["mde"]}
+    assert set(plan["counts"]) == (close | {"prenorm"} if close - {"prenorm"} else set())
+    for name in SMOKE_ARCHS:
+        seeds = plan["counts"].get(name, 2)
+        assert [r["seed"] for r in stored["records"][name]] == list(range(1, seeds + 1))
+        assert len(depth[name]["per_seed"]) == seeds
     # report.md is a function of report.json alone
     from nfeval.pipelines.bakeoff.report import render
 
@@ -189,3 +197,55 @@ def test_settle_takes_verdicts_from_holm_and_never_words_an_inconclusive_row():
     ]
     assert [round(t["p_holm"], 6) for t in ppl] == [0.03, 0.06, 0.06]
     assert zeroshot[0]["verdict"] == "inconclusive at this scale" and zeroshot[0]["p_holm"] == 0.2
+
+
+def _records(ppl_by_seed: list[float | None]) -> list[dict]:
+    return [
+        {"seed": k, "status": "finished" if p else "diverged", "val_ppl": p, "lr": 1e-3}
+        for k, p in enumerate(ppl_by_seed, start=1)
+    ]
+
+
+@pytest.mark.parametrize(
+    "ppl, expected",
+    [
+        # b is 1% worse than a (inside one MDE of the paired tests' noise), c 25% worse: a and b get
+        # 5 seeds, the baseline with them
+        (
+            {"base": [100, 110, 105], "a": [90, 104, 92], "b": [92, 100, 96], "c": [115, 130, 118]},
+            {"base": 5, "a": 5, "b": 5},
+        ),
+        # the baseline is the best and no candidate is close: nobody gets more (no pair would gain)
+        ({"base": [90, 91, 90.5], "a": [120, 121, 120.5], "b": [130, 131, 130.5], "c": [140, 141, 140]}, {}),
+    ],
+)
+def test_seed_plan_gives_more_seeds_to_the_candidates_close_to_the_best(ppl, expected, tmp_path):
+    from nfeval.pipelines.bakeoff import results
+
+    cfg = BakeoffConfig(archs=tuple(ppl), baseline="base", size="tiny", out=str(tmp_path))
+    ctx = make_context(BakeoffConfig(archs=("prenorm", "normformer", "sandwich", "olmo2norm"), out=cfg.out))
+    names = ["base", "a", "b", "c"]
+    ctx.candidates = [Candidate(n, c.arch) for n, c in zip(names, ctx.candidates)]
+    records = {n: _records(ppl[n]) for n in names}
+    plan = results.plan_seeds(ctx, records, close_seeds=5)
+    assert plan["counts"] == expected
+    assert plan["from_seeds"] == 3 and plan["best"] == min(names, key=lambda n: sum(ppl[n]))
+    assert plan["mde"] > 0
+    ctx.seed_counts = plan["counts"]
+    assert ctx.seeds_of(ctx.candidates[3]) == [1, 2, 3]
+    if expected:
+        assert ctx.seeds_of(ctx.candidates[0]) == [1, 2, 3, 4, 5]
+
+
+def test_seed_plan_never_counts_a_diverged_candidate_as_close(tmp_path):
+    from nfeval.pipelines.bakeoff import results
+
+    ctx = make_context(BakeoffConfig(archs=("prenorm", "normformer", "sandwich"), out=str(tmp_path)))
+    records = {
+        "prenorm": _records([100, 110, 105]),
+        "normformer": _records([90, 99, 95]),
+        "sandwich": _records([None, 99, 95]),
+    }
+    plan = results.plan_seeds(ctx, records, close_seeds=5)
+    assert "sandwich" not in plan["gaps"] and "sandwich" not in plan["counts"]
+    assert results.plan_seeds(ctx, records, close_seeds=3)["counts"] == {}  # at most --seeds: none

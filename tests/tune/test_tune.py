@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -131,7 +132,7 @@ def test_a_killed_tune_resumes_without_redoing_finished_points(corpus, tmp_path,
 def test_parallel_points_train_in_pool_workers_that_flush_denormals(corpus, tmp_path):
     import torch
 
-    lrs = [1e-3, 2e-3, 4e-3]  # the first alone here (it builds the caches), the others in two workers
+    lrs = [1e-3, 2e-3, 4e-3]  # the caches built here first, then every point in two workers
     summary = tune.tune(
         base_config(corpus), ["prenorm-tiny"], lrs, "steps=2", str(tmp_path), jobs=2, progress=False
     )
@@ -142,7 +143,21 @@ def test_parallel_points_train_in_pool_workers_that_flush_denormals(corpus, tmp_
         run = os.path.join(tune.point_dir(str(tmp_path), "prenorm-tiny", lr, 1), "config.json")
         with open(run, encoding="utf-8") as f:
             flushed.append(json.load(f)["compute"]["hardware"]["cpu_flush_denormals"])
-    assert flushed == [False, can_flush, can_flush]  # launch.local.init_worker, as every nfeval pool
+    assert flushed == [can_flush] * 3  # launch.local.init_worker, as every nfeval pool
+
+
+def test_data_caches_are_built_once_per_corpus_before_the_workers(corpus, tmp_path, monkeypatch):
+    from nfeval.engine.training import run_inputs
+
+    built = []
+    monkeypatch.setattr(run_inputs, "build_inputs", lambda cfg: built.append((cfg.train_data, cfg.lr)))
+    other = str(tmp_path / "other.txt")
+    with open(other, "w", encoding="utf-8") as f:
+        f.write("another corpus\n")
+    configs = [dataclasses.replace(base_config(corpus), lr=lr) for lr in (1e-3, 2e-3)]
+    configs.append(dataclasses.replace(base_config(corpus), train_data=other, lr=4e-3))
+    tune.build_data_caches(configs)
+    assert built == [(corpus, 1e-3), (other, 4e-3)]
 
 
 def test_smoke_tune_end_to_end_then_lr_from(corpus, tmp_path, capsys):

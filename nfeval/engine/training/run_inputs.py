@@ -15,21 +15,23 @@ from .parallel import Strategy
 from .train_config import TrainConfig
 
 
-def load_data(cfg: TrainConfig, default_vocab: int, par: Strategy) -> tuple[dict, Any, Tokenizer]:
+def build_inputs(cfg: TrainConfig) -> tuple[dict, str, str]:
+    """Reads ``cfg``'s corpus and builds its tokenizer and token shards into the cache unless there;
+    returns (corpus description, tokenizer JSON, shards folder)."""
+    if cfg.train_data:
+        corpus = load_text_corpus(cfg.train_data, cfg.valid_data)
+    elif cfg.hf_dataset:
+        corpus = load_hf_corpus(cfg.hf_dataset, cfg.hf_config, cfg.text_column)
+    else:
+        corpus = default_corpus()
+    tok = get_tokenizer(cfg.tokenizer, corpus, cfg.vocab_size or preset(cfg.preset).vocab_size)
+    return corpus.describe(), tok.to_str(), token_shards(corpus, tok).path
+
+
+def load_data(cfg: TrainConfig, par: Strategy) -> tuple[dict, Any, Tokenizer]:
     """Returns (corpus description, token shards, tokenizer). Rank 0 reads the corpus and builds the
     tokenizer and shards; every process then opens the shards, so none keeps the corpus text."""
-
-    def build() -> tuple[dict, str, str]:
-        if cfg.train_data:
-            corpus = load_text_corpus(cfg.train_data, cfg.valid_data)
-        elif cfg.hf_dataset:
-            corpus = load_hf_corpus(cfg.hf_dataset, cfg.hf_config, cfg.text_column)
-        else:
-            corpus = default_corpus()
-        tok = get_tokenizer(cfg.tokenizer, corpus, cfg.vocab_size or default_vocab)
-        return corpus.describe(), tok.to_str(), token_shards(corpus, tok).path
-
-    corpus_info, tok_json, folder = par.from_main(build)
+    corpus_info, tok_json, folder = par.from_main(lambda: build_inputs(cfg))
     tok = Tokenizer.from_str(tok_json)
     return corpus_info, open_token_shards(folder, special_ids(tok)), tok
 

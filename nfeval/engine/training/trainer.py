@@ -23,7 +23,6 @@ from ...base.jsonio import append_jsonl
 from ...base.progress import progress_bar
 from ..checkpoints import checkpoint, rundir, torch_files
 from ..kernels import cpu_linear
-from ..model.config import preset
 from ..model.flops import training_flops_per_token
 from ..model.model import Transformer
 from ..text.data import Batches
@@ -86,7 +85,7 @@ class Trainer:
 
     def _setup_data(self, resumed_from: str | None) -> None:
         cfg, par = self.cfg, self.par
-        self.corpus_info, self.tokens, self.tok = load_data(cfg, preset(cfg.preset).vocab_size, par)
+        self.corpus_info, self.tokens, self.tok = load_data(cfg, par)
         tok_vocab = self.tok.get_vocab_size()
         self.mcfg = model_config(cfg, tok_vocab, self.tokens.specials.pad)
         self.recipe = training_recipe(cfg, self.mcfg.max_seq_len)

@@ -52,6 +52,7 @@ class BakeoffConfig:
     steps: int | None = None  # the baseline's steps; default: the recipe's
     minutes: float | None = None  # a time budget per run instead
     seeds: int = 3
+    close_seeds: int = 5  # seeds for the candidates within one MDE of the best after ``seeds`` (the plan)
     lrs: tuple[float, ...] | None = None  # default: the recipe's tune grid
     tune_budget: str | None = None  # default: the recipe's
     data_dir: str | None = None
@@ -69,6 +70,8 @@ class BakeoffConfig:
             )
         if self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
+        if self.close_seeds < 1:
+            raise ConfigError(f"--close-seeds {self.close_seeds}: expected at least 1")
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
         if self.steps is not None and self.minutes is not None:
@@ -169,7 +172,11 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     runs.run_tunes(ctx)
     ctx.step_ratios = runs.measure_ratios(ctx)
     runs.train_all(ctx)
-    records = {c.name: [runs.ensure_run(ctx, c, s) for s in ctx.seed_values] for c in ctx.candidates}
+    ctx.seed_counts = seed_plan(cfg, ctx)["counts"]
+    pending = runs.train_all(ctx)  # the close candidates' further seeds
+    if pending:
+        return {"pending": pending}
+    records = {c.name: [runs.ensure_run(ctx, c, s) for s in ctx.seeds_of(c)] for c in ctx.candidates}
     data, tasks = zeroshot_data(cfg.out, cfg.data_dir, ctx.scale.cloze_items, 1, log)
     files = {
         c.name: {
@@ -186,6 +193,22 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     report = write(cfg.out, report)
     log(f"report: {report['path']}")
     return report
+
+
+def seed_plan(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
+    """Returns ``<out>/seed_plan.json``, deciding it first (``results.plan_seeds``) from every
+    candidate's finished first ``--seeds`` runs: decided once, so a rerun never changes who gets more."""
+    from . import runs
+
+    path = os.path.join(cfg.out, "seed_plan.json")
+    if os.path.isfile(path):
+        return load_json(path)
+    records = {c.name: [runs.ensure_run(ctx, c, s) for s in ctx.seed_values] for c in ctx.candidates}
+    plan = results.plan_seeds(ctx, records, cfg.close_seeds)
+    atomic_write_json(path, plan)
+    extra = ", ".join(plan["counts"]) or "none"
+    log(f"seed plan: {cfg.close_seeds} seeds for {extra} (MDE {plan['mde']}, best {plan['best']})")
+    return plan
 
 
 def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, Any]:
@@ -210,6 +233,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, An
         "cpu_count": os.cpu_count(),
         "jobs": ctx.jobs,
         "seeds": ctx.seeds,
+        "seed_plan": seed_plan(cfg, ctx),
         "budget": _budget_text(ctx),
         "lrs": list(ctx.lrs),
         "tune_budget": ctx.tune_budget,

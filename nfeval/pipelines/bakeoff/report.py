@@ -232,6 +232,21 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _seeds_text(h: dict[str, Any]) -> str:
+    """Returns the header's seed count, with the seed plan's further seeds where it gave any."""
+    plan = h.get("seed_plan") or {}
+    text = f"{h['seeds']} seeds"
+    if plan.get("counts"):
+        names = ", ".join(plan["counts"])
+        text += (
+            f" ({plan['close_seeds']} for {names}: within one MDE, {plan['mde']:.3g} log-PPL, of the best "
+            f"({plan['best']}) at {plan['from_seeds']} seeds, the baseline with them)"
+        )
+    elif plan:
+        text += f" (no candidate within one MDE of the best at {plan['from_seeds']} seeds: none got more)"
+    return text
+
+
 def render(r: dict[str, Any]) -> str:
     """Returns report.md's text."""
     h = r["header"]
@@ -242,7 +257,7 @@ def render(r: dict[str, Any]) -> str:
     lines += [
         f"Reproduce: `{h['command']}`",
         "",
-        f"Baseline **{r['baseline']}** · size {h['size']} · {h['budget']} · {h['seeds']} seeds · LR grid "
+        f"Baseline **{r['baseline']}** · size {h['size']} · {h['budget']} · {_seeds_text(h)} · LR grid "
         f"{h['lrs']} at {h['tune_budget']} per point · corpus {h['corpus']} · zero-shot tasks "
         f"{', '.join(h['tasks'])}",
         "",

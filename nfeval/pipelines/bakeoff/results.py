@@ -87,10 +87,11 @@ def ranking(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]
 def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
     """Returns, per candidate but the baseline, the seed-paired test of the log-PPL gain over the
     baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``)."""
-    base = final_ppl(records[ctx.baseline.name])
+    base = _ppl_by_seed(records[ctx.baseline.name])
     rows = []
     for c in ctx.candidates[1:]:
-        gains = [log_ratio(b, x) for b, x in zip(base, final_ppl(records[c.name]))]
+        cand = _ppl_by_seed(records[c.name])
+        gains = [log_ratio(base[seed], cand[seed]) for seed in sorted(cand) if seed in base]
         rows.append(
             {
                 "name": c.name,
@@ -100,6 +101,44 @@ def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, An
             }
         )
     return rows
+
+
+def _ppl_by_seed(records: list[dict]) -> dict[int, float]:
+    return {r["seed"]: p for r, p in zip(records, final_ppl(records))}
+
+
+def plan_seeds(ctx: Context, records: dict[str, list[dict]], close_seeds: int) -> dict[str, Any]:
+    """Returns the seed plan decided from every candidate's first ``ctx.seeds`` seeds: the candidates
+    whose mean log PPL lies within one MDE (the median of the perplexity tests' MDEs) of the best
+    candidate's get ``close_seeds`` seeds, and the baseline with them (its tests pair seeds).
+
+    Returned as {"rule", "from_seeds", "close_seeds", "best", "mde", "gaps": {name: log-PPL gap to the
+    best}, "counts": {name: seeds}} (counts only where more than ``ctx.seeds``)."""
+    first = {name: [r for r in rs if r["seed"] <= ctx.seeds] for name, rs in records.items()}
+    means = {}
+    for c in ctx.candidates:
+        ppl = final_ppl(first[c.name])
+        if all(math.isfinite(p) for p in ppl):  # a diverged seed is not close to anything
+            means[c.name] = sum(math.log(p) for p in ppl) / len(ppl)
+    mdes = sorted(t["mde"] for t in ppl_tests(ctx, first) if t["mde"] is not None)
+    plan = {
+        "rule": f"{close_seeds} seeds for the candidates within one MDE (the median MDE of the perplexity "
+        f"tests at {ctx.seeds} seeds) of the best mean log PPL, and for the baseline with them",
+        "from_seeds": ctx.seeds,
+        "close_seeds": close_seeds,
+        "best": min(means, key=means.get) if means else None,
+        "mde": mdes[len(mdes) // 2] if mdes else None,
+        "gaps": {},
+        "counts": {},
+    }
+    if plan["best"] is None or plan["mde"] is None or close_seeds <= ctx.seeds:
+        return plan
+    plan["gaps"] = {name: m - means[plan["best"]] for name, m in means.items()}
+    close = [c.name for c in ctx.candidates if plan["gaps"].get(c.name, math.inf) < plan["mde"]]
+    if any(name != ctx.baseline.name for name in close):
+        names = [ctx.baseline.name, *(n for n in close if n != ctx.baseline.name)]
+        plan["counts"] = {name: close_seeds for name in names}
+    return plan
 
 
 def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
@@ -112,7 +151,7 @@ def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
     out = []
     for c in ctx.candidates:
         per_seed = []
-        for seed in ctx.seed_values:
+        for seed in ctx.seeds_of(c):
             directory = run_dir(ctx, c, seed)
             path = os.path.join(directory, GRAD_STATS)
             if not os.path.isfile(path):
@@ -173,7 +212,7 @@ def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict
     for c in ctx.candidates[1:]:
         ratio = (ctx.step_ratios.get(c.name) or {}).get("ratio")
         per_seed = []
-        for seed in ctx.seed_values:
+        for seed in ctx.seeds_of(c):
             dirs = [run_dir(ctx, ctx.baseline, seed), run_dir(ctx, c, seed)]
             if any(
                 r["seed"] == seed and r["status"] != "finished"

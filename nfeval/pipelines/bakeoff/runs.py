@@ -45,6 +45,7 @@ class Context:
     device: str = "auto"
     progress: bool = True
     step_ratios: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> ratio record
+    seed_counts: dict[str, int] = field(default_factory=dict)  # name -> seeds, where more than ``seeds``
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
 
@@ -54,7 +55,12 @@ class Context:
 
     @property
     def seed_values(self) -> list[int]:
+        """Returns the seeds every candidate trains (1 … ``seeds``)."""
         return list(range(1, self.seeds + 1))
+
+    def seeds_of(self, c: Candidate) -> list[int]:
+        """Returns the seeds ``c`` trains: ``seed_values``, or more where the seed plan gave it more."""
+        return list(range(1, self.seed_counts.get(c.name, self.seeds) + 1))
 
 
 def tune_file(ctx: Context, c: Candidate) -> str:
@@ -153,7 +159,7 @@ def train_all(ctx: Context) -> str | None:
     points = [
         LaunchPoint(f"{c.name}/seed{s}", ensure_run, (ctx, c, s), run_dir(ctx, c, s))
         for c in ctx.candidates
-        for s in ctx.seed_values
+        for s in ctx.seeds_of(c)
     ]
     s = ctx.scale
     return runs.train_points(
