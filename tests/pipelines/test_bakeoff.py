@@ -15,7 +15,7 @@ from nfeval.engine.model.config import preset
 from nfeval.engine.training import recipe
 from nfeval.pipelines.bakeoff import BakeoffConfig, make_context, run_bakeoff
 from nfeval.pipelines.bakeoff.candidates import Candidate, parse_candidate, parse_candidates
-from nfeval.pipelines.bakeoff.runs import train_config
+from nfeval.pipelines.bakeoff.runs import EXTENSIONS, lr_past_edge, train_config
 
 SMOKE_ARCHS = ("prenorm", "normformer", "sandwich")
 
@@ -132,6 +132,11 @@ def test_smoke_bakeoff_report(smoke):
     assert "fewer parameters" in md.splitlines()[2] and "**Recipe, shared by every run:** fairseq init" in md
     depth = {d["name"]: d for d in report["depth_ratios"]}
     assert set(depth) == set(SMOKE_ARCHS) and all(d["mean"] > 0 for d in depth.values())
+    # every best LR bracketed by a worse one, or the grid grown past its edge EXTENSIONS times
+    for name in SMOKE_ARCHS:
+        tuned = json.load(open(os.path.join(cfg.out, "tune", name, "tune.json")))
+        lrs, (best,) = tuned["grid"]["lrs"], [s["best_lr"] for s in tuned["presets"].values()]
+        assert min(lrs) < best < max(lrs) or len(lrs) == 2 + EXTENSIONS, (name, lrs, best)
     # the seed plan, decided from the first 2 seeds, is what was trained and tested
     plan = header["seed_plan"]
     assert plan["from_seeds"] == 2 and plan["close_seeds"] == 3 and plan["best"] in SMOKE_ARCHS
@@ -249,3 +254,11 @@ def test_seed_plan_never_counts_a_diverged_candidate_as_close(tmp_path):
     plan = results.plan_seeds(ctx, records, close_seeds=5)
     assert "sandwich" not in plan["gaps"] and "sandwich" not in plan["counts"]
     assert results.plan_seeds(ctx, records, close_seeds=3)["counts"] == {}  # at most --seeds: none
+
+
+def test_a_best_lr_on_an_edge_grows_the_grid_by_the_edge_step():
+    grid = [1e-3, 3e-3, 1e-2, 2e-2, 4e-2]
+    assert lr_past_edge(4e-2, grid) == 8e-2  # the top step is x2
+    assert lr_past_edge(1e-3, grid) == 3.33e-4  # the bottom step is x3
+    assert lr_past_edge(1e-2, grid) is None and lr_past_edge(None, grid) is None
+    assert lr_past_edge(1e-3, [1e-3]) is None

@@ -102,24 +102,51 @@ def train_config(ctx: Context, c: Candidate, seed: int, tuned: bool = True) -> T
     return with_tuned_lr(cfg, tune_file(ctx, c))
 
 
+EXTENSIONS = 3  # LRs a candidate's tune may add past an edge of the grid before it stops (and warns)
+
+
 def run_tunes(ctx: Context) -> None:
     """Tunes each candidate's LR over ``ctx.lrs`` at ``ctx.tune_budget`` (``nfeval tune``, one folder per
-    candidate, since candidates sharing a preset differ in their overrides); resumes point by point."""
+    candidate, since candidates sharing a preset differ in their overrides); resumes point by point.
+
+    A best LR on an edge of the grid is not bracketed: that candidate's grid grows one LR past that edge
+    (``lr_past_edge``), up to ``EXTENSIONS`` times, so every best LR has a worse one on both sides."""
     from ...tune.sweep import tune
 
     for c in ctx.candidates:
-        log(f"tuning {c.name} ({c.preset(ctx.scale.size)}) over {list(ctx.lrs)}, {ctx.tune_budget}")
         base = train_config(ctx, c, seed=1, tuned=False)
-        tune(
-            base,
-            [base.preset],
-            list(ctx.lrs),
-            ctx.tune_budget,
-            os.path.dirname(tune_file(ctx, c)),
-            jobs=ctx.jobs,
-            progress=ctx.progress,
-            launch=ctx.launch,
-        )
+        lrs = list(ctx.lrs)
+        for _ in range(EXTENSIONS + 1):
+            log(f"tuning {c.name} ({c.preset(ctx.scale.size)}) over {lrs}, {ctx.tune_budget}")
+            summary = tune(
+                base,
+                [base.preset],
+                lrs,
+                ctx.tune_budget,
+                os.path.dirname(tune_file(ctx, c)),
+                jobs=ctx.jobs,
+                progress=ctx.progress,
+                launch=ctx.launch,
+            )
+            beyond = (
+                None if summary["missing"] else lr_past_edge(summary["presets"][base.preset]["best_lr"], lrs)
+            )
+            if beyond is None:
+                break
+            lrs = sorted([*lrs, beyond])
+
+
+def lr_past_edge(best: float | None, lrs: list[float]) -> float | None:
+    """Returns the LR one step past the grid's edge that ``best`` lies on (the step: the ratio of the
+    two LRs at that edge), or None when ``best`` is inside the grid, missing, or the grid has one LR."""
+    lrs = sorted(lrs)
+    if best is None or len(lrs) < 2:
+        return None
+    if best == lrs[-1]:
+        return float(f"{lrs[-1] * lrs[-1] / lrs[-2]:.3g}")
+    if best == lrs[0]:
+        return float(f"{lrs[0] * lrs[0] / lrs[1]:.3g}")
+    return None
 
 
 def _model_key(ctx: Context, c: Candidate) -> str:
