@@ -137,6 +137,8 @@ def test_smoke_bakeoff_report(smoke):
         tuned = json.load(open(os.path.join(cfg.out, "tune", name, "tune.json")))
         lrs, (best,) = tuned["grid"]["lrs"], [s["best_lr"] for s in tuned["presets"].values()]
         assert min(lrs) < best < max(lrs) or len(lrs) == 2 + EXTENSIONS, (name, lrs, best)
+        added = [lr for lr in lrs if lr not in cfg.lrs]
+        assert header["widened"].get(name, []) == added and (not added or f"{name} +{added[0]:g}" in md)
     # the seed plan, decided from the first 2 seeds, is what was trained and tested
     plan = header["seed_plan"]
     assert plan["from_seeds"] == 2 and plan["close_seeds"] == 3 and plan["best"] in SMOKE_ARCHS

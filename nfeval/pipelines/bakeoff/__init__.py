@@ -236,6 +236,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, An
         "seed_plan": seed_plan(cfg, ctx),
         "budget": _budget_text(ctx),
         "lrs": list(ctx.lrs),
+        "widened": _widened(ctx),
         "tune_budget": ctx.tune_budget,
         "corpus": f"{cfg.train_data} / {cfg.valid_data or '5% split'}"
         if cfg.train_data
@@ -271,6 +272,15 @@ def _budget_text(ctx: Context) -> str:
         steps = ctx.budget["max_steps"]
         return f"{steps:g} steps for the baseline, the others the same time (paired step-time ratio)"
     return f"{ctx.budget['max_seconds']:g} s of training per run (each run calibrates its own step count)"
+
+
+def _widened(ctx: Context) -> dict[str, list[float]]:
+    """Returns {name: the LRs its tune added past an edge of ``ctx.lrs``} for the candidates it widened."""
+    from .runs import tune_file
+
+    grids = {c.name: load_json(tune_file(ctx, c))["grid"]["lrs"] for c in ctx.candidates}
+    added = {name: [lr for lr in lrs if lr not in ctx.lrs] for name, lrs in grids.items()}
+    return {name: lrs for name, lrs in added.items() if lrs}
 
 
 def _tuning_rows(ctx: Context) -> list[list[str]]:

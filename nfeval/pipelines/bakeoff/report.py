@@ -232,6 +232,15 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _widened_text(h: dict[str, Any]) -> str:
+    """Returns what the tunes added past the grid's edges (a best LR on an edge), or ""."""
+    widened = h.get("widened") or {}
+    if not widened:
+        return ""
+    parts = "; ".join(f"{name} +{', '.join(f'{lr:g}' for lr in lrs)}" for name, lrs in widened.items())
+    return f" (widened where a best LR lay on an edge: {parts})"
+
+
 def _seeds_text(h: dict[str, Any]) -> str:
     """Returns the header's seed count, with the seed plan's further seeds where it gave any."""
     plan = h.get("seed_plan") or {}
@@ -258,8 +267,8 @@ def render(r: dict[str, Any]) -> str:
         f"Reproduce: `{h['command']}`",
         "",
         f"Baseline **{r['baseline']}** · size {h['size']} · {h['budget']} · {_seeds_text(h)} · LR grid "
-        f"{h['lrs']} at {h['tune_budget']} per point · corpus {h['corpus']} · zero-shot tasks "
-        f"{', '.join(h['tasks'])}",
+        f"{h['lrs']}{_widened_text(h)} at {h['tune_budget']} per point · corpus {h['corpus']} · "
+        f"zero-shot tasks {', '.join(h['tasks'])}",
         "",
         f"nfeval {h['version']} (git {h['git']}) · {h['hardware']}, {h.get('jobs', 1)} run(s) at a time on "
         f"{h.get('cpu_count', '?')} cores · load average {h['load_average']} · training time of every run "
