@@ -57,6 +57,7 @@ class StabilityOptions:
     data: str | None = None
     tokenizer: str | None = None
     seed: int = 1  # data order and initialisation
+    progress: bool = True  # a bar per run (not part of the result)
 
 
 Options = GradsOptions | GainsOptions | StabilityOptions
@@ -185,7 +186,7 @@ def stability(options: StabilityOptions) -> dict[str, Any]:
     seq_len = min([options.settings.seq_len] + [c.max_seq_len for c in configs.values()])
     settings = dataclasses.replace(options.settings, seq_len=seq_len)
     data = batches(tokens, tok_vocab, seq_len, options.seed)
-    result = stability_test(configs, list(range(1, options.seeds + 1)), data, settings)
+    result = stability_test(configs, list(range(1, options.seeds + 1)), data, settings, options.progress)
     result["data"] = {"source": options.data or "embedded default corpus", "fingerprint": tokens.fingerprint}
     result["model_overrides"] = overrides
     result["provenance"] = provenance(seed=options.seed, data_fingerprint=tokens.fingerprint)

@@ -119,7 +119,9 @@ def recipe_adamw(model: nn.Module, settings: StabilitySettings) -> torch.optim.A
     )
 
 
-def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettings) -> dict[str, Any]:
+def run_one(
+    cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettings, progress: bool = True
+) -> dict[str, Any]:
     """Returns one architecture's test: survived, diverged_at (1-based update or None), reason, and per
     update lr, loss, grad_norm and attn_logit_max (per layer), plus the fp16 overflows."""
     torch.manual_seed(seed)
@@ -133,7 +135,9 @@ def run_one(cfg: ModelConfig, seed: int, batches: Any, settings: StabilitySettin
     diverged_at, reason, first_loss = None, None, None
     try:
         for t, lr in enumerate(
-            progress_bar(lr_schedule(settings), desc=f"{cfg.architecture} seed {seed}", leave=False)
+            progress_bar(
+                lr_schedule(settings), enabled=progress, desc=f"{cfg.architecture} seed {seed}", leave=False
+            )
         ):
             x, y = batches.get(t * settings.batch_size, settings.batch_size, mask_seed=t)
             x, y = x.to(settings.device), y.to(settings.device)
@@ -212,10 +216,18 @@ def summarize(name: str, runs: list[dict[str, Any]], updates: int) -> dict[str, 
 
 
 def stability_test(
-    configs: dict[str, ModelConfig], seeds: list[int], batches: Any, settings: StabilitySettings
+    configs: dict[str, ModelConfig],
+    seeds: list[int],
+    batches: Any,
+    settings: StabilitySettings,
+    progress: bool = True,
 ) -> dict[str, Any]:
-    """Returns {settings, summary (one row per preset), runs (per preset and seed)}."""
-    runs = {name: [run_one(cfg, seed, batches, settings) for seed in seeds] for name, cfg in configs.items()}
+    """Returns {settings, summary (one row per preset), runs (per preset and seed)}; a bar per run
+    unless ``progress`` is False."""
+    runs = {
+        name: [run_one(cfg, seed, batches, settings, progress) for seed in seeds]
+        for name, cfg in configs.items()
+    }
     return {
         "analysis": "stability",
         "settings": asdict(settings),

@@ -50,6 +50,16 @@ def test_stability_diverges_with_a_huge_final_lr():
     assert "survived all 25" not in "\n".join(stability_table(result))
 
 
+def test_stability_prints_no_bar_when_progress_is_off(capsys):
+    settings = StabilitySettings(updates=3, lr_start=1e-8, lr_end=1e-7, batch_size=2, seq_len=16)
+    configs = {"prenorm": tiny_configs()["prenorm"]}
+    quiet = stability_test(configs, [1], random_batches(), settings, progress=False)
+    assert capsys.readouterr().err == ""
+    loud = stability_test(configs, [1], random_batches(), settings)
+    assert "prenorm seed 1" in capsys.readouterr().err  # the bar, when on
+    assert quiet["runs"]["prenorm"][0]["loss"] == loud["runs"]["prenorm"][0]["loss"]
+
+
 def test_stability_survives_a_harmless_range_and_says_so():
     # fairseq's init starts from logits of std ~1 (not GPT-2's ~0): on 32-token batches the loss moves
     # ~0.4 nats from batch to batch without any learning, so a tolerance above that noise

@@ -261,5 +261,6 @@ def stability(ctx: Context, c: Candidate) -> dict[str, Any]:
         settings=settings,
         data=ctx.train_data or None,
         tokenizer=ctx.tokenizer,
+        progress=ctx.progress,
     )
     return analyze(options, os.path.join(ctx.out, "stability", f"{c.name}.png"))

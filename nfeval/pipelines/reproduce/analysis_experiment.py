@@ -68,6 +68,7 @@ def stability(ctx: Context) -> dict[str, Any]:
         settings=settings,
         tokenizer=ctx.tokenizer,
         data=ctx.train_data or None,  # the runs' own corpus
+        progress=ctx.progress,
     )
     name = f"fig5_stability_{precision}_seeds{ctx.seeds}.png"
     return analyze(options, os.path.join(ctx.out, "experiments", "fig3-5", name))
