@@ -242,6 +242,8 @@ def test_seed_plan_gives_more_seeds_to_the_candidates_close_to_the_best(ppl, exp
     assert ctx.seeds_of(ctx.candidates[3]) == [1, 2, 3]
     if expected:
         assert ctx.seeds_of(ctx.candidates[0]) == [1, 2, 3, 4, 5]
+    ctx.seeds = 6  # more seeds added to the folder later: no candidate trains fewer than that
+    assert all(ctx.seeds_of(c) == list(range(1, 7)) for c in ctx.candidates)
 
 
 def test_seed_plan_never_counts_a_diverged_candidate_as_close(tmp_path):

@@ -60,7 +60,7 @@ class Context:
 
     def seeds_of(self, c: Candidate) -> list[int]:
         """Returns the seeds ``c`` trains: ``seed_values``, or more where the seed plan gave it more."""
-        return list(range(1, self.seed_counts.get(c.name, self.seeds) + 1))
+        return list(range(1, max(self.seeds, self.seed_counts.get(c.name, 0)) + 1))
 
 
 def tune_file(ctx: Context, c: Candidate) -> str:
