@@ -172,7 +172,8 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     runs.run_tunes(ctx)
     ctx.step_ratios = runs.measure_ratios(ctx)
     runs.train_all(ctx)
-    ctx.seed_counts = seed_plan(cfg, ctx)["counts"]
+    plan = seed_plan(cfg, ctx)
+    ctx.seed_counts = plan["counts"]
     pending = runs.train_all(ctx)  # the close candidates' further seeds
     if pending:
         return {"pending": pending}
@@ -187,7 +188,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
         for c, rs in zip(ctx.candidates, records.values())
     }
     stability = {c.name: runs.stability(ctx, c) for c in ctx.candidates}
-    report = _assemble(cfg, ctx, records, files, stability, tasks, start)
+    report = _assemble(cfg, ctx, records, files, stability, tasks, plan, start)
     from .report import write
 
     report = write(cfg.out, report)
@@ -211,7 +212,7 @@ def seed_plan(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
     return plan
 
 
-def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, Any]:
+def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[str, Any]:
     from ... import __version__
     from ...base.artifacts import git_hash
     from ...engine.training import recipe
@@ -233,7 +234,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, start) -> dict[str, An
         "cpu_count": os.cpu_count(),
         "jobs": ctx.jobs,
         "seeds": ctx.seeds,
-        "seed_plan": seed_plan(cfg, ctx),
+        "seed_plan": plan,
         "budget": _budget_text(ctx),
         "lrs": list(ctx.lrs),
         "widened": _widened(ctx),
