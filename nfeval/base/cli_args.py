@@ -146,6 +146,18 @@ def learning_rates(text: str) -> list[float]:
     return values
 
 
+def add_tune_seeds(p: argparse.ArgumentParser, default: int) -> None:
+    """Adds ``--tune-seeds N``: the seeds each LR of a pipeline's tune trains (numbered from 101, never
+    among the judged seeds 1 … --seeds), the best LR chosen by their mean."""
+    p.add_argument(
+        "--tune-seeds",
+        type=positive_int,
+        default=default,
+        help=f"seeds per LR of the tune, numbered from 101 so none is judged; the best LR by their mean, and "
+        f"the LRs within the tune's noise of it re-checked on the judged seeds (default {default})",
+    )
+
+
 def invoked_command() -> str:
     """Returns this process's ``nfeval ...`` command line, shell-quoted (for reports to reproduce it)."""
     return "nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:])

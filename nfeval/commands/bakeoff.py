@@ -9,6 +9,7 @@ from ..base.cli_args import (
     add_device,
     add_no_progress,
     add_run_folder,
+    add_tune_seeds,
     add_zeroshot_data_dir,
     invoked_command,
     learning_rates,
@@ -69,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lrs", help="comma-separated LR grid of the tune (default: the recipe's)")
     p.add_argument("--tune-budget", help="budget of each tune point, as nfeval tune --budget, e.g. steps=100")
+    add_tune_seeds(p, d.tune_seeds)
     p.add_argument(
         "--jobs",
         type=int,
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         close_seeds=args.close_seeds,
         lrs=_lrs(args.lrs),
         tune_budget=args.tune_budget,
+        tune_seeds=args.tune_seeds,
         jobs=args.jobs,
         data_dir=embedded.zeroshot_dir(args.data_dir),
         device=args.device,

@@ -10,6 +10,7 @@ from ..base.cli_args import (
     add_device,
     add_no_progress,
     add_run_folder,
+    add_tune_seeds,
     add_zeroshot_data_dir,
     invoked_command,
 )
@@ -74,6 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "every verdict then says untuned",
     )
     p.add_argument("--tune", dest="tune", action="store_true", help=argparse.SUPPRESS)  # the default, kept
+    add_tune_seeds(p, d.tune_seeds)
     add_device(p, default=d.device)
     add_no_progress(p)
     add_launcher_arguments(p)
@@ -113,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         glue_dir=embedded.glue_dir(args.glue_dir),
         glue_tasks=_names(args.glue_tasks, "--glue-tasks"),
         tune=args.tune,
+        tune_seeds=args.tune_seeds,
         device=args.device,
         progress=not args.no_progress,
         command=invoked_command(),

@@ -31,6 +31,10 @@ the observed |mean| (None: more than ``MAX_SEEDS``, or no spread).
 
 Runs trained at one LR for every architecture (``--no-tune``) compare untuned baselines: every verdict
 then ends in " (untuned)".
+
+A claim read at tuned LRs may also carry ``lr_sensitivity`` (``pipelines.lr_band``): the same test
+re-run at every LR the tune could not tell from the best. When those unadjusted verdicts differ, the
+claim's verdict is **LR-sensitive**: which way it goes depends on an LR choice inside the tune's noise.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ RULE = (
 
 
 UNTUNED = " (untuned)"
+LR_SENSITIVE = "LR-sensitive"
 
 
 def mark_untuned(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -187,6 +192,8 @@ def adjust(claims: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             c["verdict"] = _verdict(p, direction, c.get("p_equivalence"), c.get("margin"))
     for c in claims:
         c.setdefault("p_holm", None)
+        if (c.get("lr_sensitivity") or {}).get("sensitive"):
+            c["verdict"] = LR_SENSITIVE
         if c.get("untuned") and not c["verdict"].endswith(UNTUNED):
             c["verdict"] += UNTUNED
     return claims

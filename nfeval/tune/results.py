@@ -11,6 +11,13 @@ point of the grid with no result is ``missing``. An LR's value is the perplexity
 over seeds (the geometric mean of the seeds' perplexities); an LR with a diverged seed is diverged and
 one with a missing seed is incomplete: neither can be best. The best LR has the lowest value, the
 smaller LR on ties.
+
+The band. A tune on several seeds also measures its own noise: ``lr_band`` holds the best LR and every
+LR whose mean validation loss lies within that noise of the best's (``BAND_RULE``: the seeds are paired,
+since seed s of every LR shares its initialisation and data order). A verdict read at the best LR is
+checked at every LR of the band (``pipelines.lr_band``): the tune cannot tell those LRs apart, so a
+verdict that changes among them is LR-sensitive, not a finding. With one seed there is no noise
+estimate and the band is the best LR alone.
 """
 
 from __future__ import annotations
@@ -70,6 +77,12 @@ def mark_diverged(points: Sequence[dict]) -> list[dict]:
     return out
 
 
+BAND_RULE = (
+    "the best LR and every LR whose paired per-seed loss difference to it has a two-sided 95% Student-t "
+    "interval reaching 0 (the tune cannot tell them apart); one seed: the best LR alone"
+)
+
+
 def lr_key(lr: float) -> str:
     """Returns the string a learning rate is stored under (Python's repr: ``0.001``, ``3e-05``)."""
     return repr(float(lr))
@@ -87,6 +100,7 @@ def _lr_row(preset: str, lr: float, seeds: Sequence[int], by_point: dict) -> dic
         "status": status,
         "val_loss": loss,
         "val_ppl": math.exp(loss) if loss is not None else None,
+        "losses": {str(r["seed"]): r["val_loss"] for r in done} if status == OK else None,
         "seeds_ok": len(done) - len(diverged),
         "seeds_diverged": len(diverged),
         "seeds_missing": missing,
@@ -113,6 +127,8 @@ def summarize(
         out[preset] = {
             "best_lr": best["lr"] if best else None,
             "best_val_ppl": best["val_ppl"] if best else None,
+            "lr_band": lr_band(best, ok),
+            "band_rule": BAND_RULE,
             "per_lr": per_lr,
             "stability": {
                 "lrs": len(grid),
@@ -124,6 +140,25 @@ def summarize(
             },
         }
     return out
+
+
+def lr_band(best: dict[str, Any] | None, rows: Sequence[dict[str, Any]]) -> list[float]:
+    """Returns the LRs of ``rows`` (finished per-LR rows with per-seed ``losses``) that ``BAND_RULE``
+    cannot tell from ``best``'s, ascending, ``best`` included; [] when there is no best LR."""
+    from scipy import stats
+
+    if best is None:
+        return []
+    band = [best["lr"]]
+    for row in rows:
+        seeds = sorted(set(row["losses"]) & set(best["losses"]))
+        if row is best or len(seeds) < 2:
+            continue
+        diffs = [row["losses"][s] - best["losses"][s] for s in seeds]
+        half = float(stats.t(len(diffs) - 1).ppf(0.975)) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        if statistics.fmean(diffs) - half <= 0:
+            band.append(row["lr"])
+    return sorted(band)
 
 
 def warnings_for(presets: dict[str, dict[str, Any]]) -> list[str]:
@@ -140,6 +175,18 @@ def warnings_for(presets: dict[str, dict[str, Any]]) -> list[str]:
                 "the optimum may lie outside it (widen --lrs)"
             )
     return out
+
+
+def grid_cells(entry: dict[str, Any]) -> str:
+    """Returns one preset's tune in a cell: "LR: final PPL" per LR of the grid, ascending, the best
+    marked * and the others of its band ≈ (``BAND_RULE``)."""
+    band = entry.get("lr_band") or ()
+    cells = []
+    for row in sorted(entry["per_lr"].values(), key=lambda r: r["lr"]):
+        ppl = row["status"] if row["val_ppl"] is None else f"{row['val_ppl']:.2f}"
+        mark = "*" if row["lr"] == entry["best_lr"] else "≈" if row["lr"] in band else ""
+        cells.append(f"{lr_key(row['lr'])}: {ppl}{mark}")
+    return "; ".join(cells)
 
 
 def _cell(row: dict[str, Any], best: bool) -> str:
@@ -178,6 +225,10 @@ def format_table(summary: dict[str, Any]) -> str:
         f"{len(summary['grid']['seeds'])} seed(s) per LR; * best LR",
         "diverged LRs are never best; ppl spread = max/min over the LRs that did not diverge",
     ]
+    for name, s in presets.items():
+        if len(s.get("lr_band") or ()) > 1:
+            band = ", ".join(lr_key(lr) for lr in s["lr_band"])
+            lines.append(text_cell(f"{name}: within the tune's noise of the best: {band}"))
     lines += [
         text_cell(f"missing: {m['preset']} lr={lr_key(m['lr'])} seed={m['seed']}") for m in summary["missing"]
     ]

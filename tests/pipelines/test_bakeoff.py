@@ -125,9 +125,22 @@ def test_smoke_bakeoff_report(smoke):
     assert all(
         t["p_holm"] is None or t["p_holm"] >= t["p"] for t in report["ppl_tests"] + report["stability"][1:]
     )
-    assert all(t["verdict"] in ("better", "worse", "inconclusive at this scale") for t in report["ppl_tests"])
-    # the scale, the one recipe and each architecture's gradient ratio by depth
+    said = ("better", "worse", "inconclusive at this scale", "LR-sensitive")
+    assert all(t["verdict"] in said for t in report["ppl_tests"])
+    # LRs tuned on seeds 101-103, judged on 1-3: selection and judgement share no seed
     header = stored["header"]
+    assert header["tune_seeds"] == [101, 102, 103] and header["eval_seeds"] == [1, 2, 3]
+    for name in SMOKE_ARCHS:
+        points = json.load(open(os.path.join(cfg.out, "tune", name, "tune.json")))["points"]
+        assert {p["seed"] for p in points} == {101, 102, 103}
+    # each perplexity test re-read across the bands; LR-sensitive exactly when those verdicts differ
+    for t in report["ppl_tests"]:
+        s = t["lr_sensitivity"]
+        if s is None:
+            continue
+        assert len(s["rows"]) >= 1 and s["sensitive"] == (len({r["verdict"] for r in s["rows"]}) > 1)
+        assert (t["verdict"] == "LR-sensitive") == s["sensitive"]
+    # the scale, the one recipe and each architecture's gradient ratio by depth
     assert header["recipe"]["init"] == "fairseq" and header["facts"]["layers"] == 2
     assert "fewer parameters" in md.splitlines()[2] and "**Recipe, shared by every run:** fairseq init" in md
     depth = {d["name"]: d for d in report["depth_ratios"]}

@@ -441,6 +441,24 @@ def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
     assert "untuned" not in json.dumps(
         [s["claims"] for s in json.load(open(cfg.out + "/report.json"))["sections"]]
     )
+    # tuned on seeds 101-103, judged on 1-2; the primary Figure 2 claim re-read across both bands
+    assert header["tune_seeds"] == [101, 102, 103] and header["eval_seeds"] == [1, 2]
+    tuned = json.load(open(os.path.join(cfg.out, "tune", "clm", "tune.json")))
+    assert {p["seed"] for p in tuned["points"]} == {101, 102, 103}
+    sections = {s["name"]: s for s in json.load(open(cfg.out + "/report.json"))["sections"]}
+    (claim,) = [c for c in sections["fig2-clm"]["claims"] if c["id"] == "fig2-clm/equal-time"]
+    bands = [tuned["presets"][f"{a}-tiny"]["lr_band"] for a in ("prenorm", "normformer")]
+    for key, band in zip(("clm-prenorm", "clm-normformer"), bands):
+        best = tuned["presets"][f"{RUNS[key].arch}-tiny"]["best_lr"]
+        for lr in (lr for lr in band if lr != best):  # each other LR of the band trained on the judged seeds
+            record = json.load(open(os.path.join(cfg.out, "runs", key, f"lr={lr!r}", "seed2.json")))
+            assert record["lr"] == lr and record["seed"] == 2
+    if any(len(b) > 1 for b in bands):
+        rows = claim["lr_sensitivity"]["rows"]
+        assert len(rows) == sum(len(b) for b in bands) - 1
+        assert (claim["verdict"] == "LR-sensitive") == claim["lr_sensitivity"]["sensitive"]
+    else:
+        assert claim["lr_sensitivity"] is None
 
 
 def test_smoke_fixes_equal_time_budgets_before_training(smoke):

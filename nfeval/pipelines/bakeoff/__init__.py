@@ -25,6 +25,7 @@ from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...engine.model.config import SIZES
 from ...launch.options import LaunchOptions
+from .. import lr_band
 from ..reproduce.plan import SCALES
 from . import results
 from .candidates import parse_candidates
@@ -55,6 +56,7 @@ class BakeoffConfig:
     close_seeds: int = 5  # seeds for the candidates within one MDE of the best after ``seeds`` (the plan)
     lrs: tuple[float, ...] | None = None  # default: the recipe's tune grid
     tune_budget: str | None = None  # default: the recipe's
+    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, numbered from 101: never judged
     data_dir: str | None = None
     device: str = "auto"
     progress: bool = True
@@ -72,6 +74,7 @@ class BakeoffConfig:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
         if self.close_seeds < 1:
             raise ConfigError(f"--close-seeds {self.close_seeds}: expected at least 1")
+        lr_band.check_seeds(max(self.seeds, self.close_seeds), self.tune_seeds)
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
         if self.steps is not None and self.minutes is not None:
@@ -105,6 +108,7 @@ def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
         "budget": ctx.budget,
         "lrs": list(ctx.lrs),
         "tune_budget": ctx.tune_budget,
+        "tune_seeds": lr_band.tune_seed_values(ctx.tune_seeds),
         "corpus": [cfg.train_data, cfg.valid_data],
     }
 
@@ -146,6 +150,7 @@ def make_context(cfg: BakeoffConfig) -> Context:
         progress=cfg.progress,
         launch=cfg.launch,
         jobs=cfg.jobs,
+        tune_seeds=cfg.tune_seeds,
     )
 
 
@@ -239,6 +244,9 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
         "lrs": list(ctx.lrs),
         "widened": _widened(ctx),
         "tune_budget": ctx.tune_budget,
+        "tune_seeds": lr_band.tune_seed_values(ctx.tune_seeds),
+        "eval_seeds": sorted({s for c in ctx.candidates for s in ctx.seeds_of(c)}),
+        "lr_band_rule": lr_band.RULE,
         "corpus": f"{cfg.train_data} / {cfg.valid_data or '5% split'}"
         if cfg.train_data
         else "the embedded default corpus",
@@ -249,6 +257,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
     }
     ppl, zeroshot = results.ppl_tests(ctx, records), results.zeroshot_tests(ctx, files)
     stable = results.stability_tests(ctx, stability)
+    results.add_lr_sensitivity(ctx, records, ppl)
     results.settle(ppl, zeroshot, stable)
     return {
         "header": header,
@@ -286,23 +295,18 @@ def _widened(ctx: Context) -> dict[str, list[float]]:
 
 def _tuning_rows(ctx: Context) -> list[list[str]]:
     """Returns one row per candidate: final PPL per LR of the grid (best *), best LR, budget, warnings."""
-    from ...tune.results import lr_key, warnings_for
+    from ...tune.results import grid_cells, lr_key, warnings_for
     from .runs import tune_file
 
     rows = []
     for c in ctx.candidates:
         summary = load_json(tune_file(ctx, c))
         for s in summary["presets"].values():
-            cells = [
-                f"{lr_key(p['lr'])}: {p['status'] if p['val_ppl'] is None else format(p['val_ppl'], '.2f')}"
-                + ("*" if p["lr"] == s["best_lr"] else "")
-                for p in sorted(s["per_lr"].values(), key=lambda p: p["lr"])
-            ]
             best = "–" if s["best_lr"] is None else lr_key(s["best_lr"])
             rows.append(
                 [
                     c.name,
-                    "; ".join(cells),
+                    grid_cells(s),
                     best,
                     summary["budget"]["spec"],
                     "; ".join(warnings_for(summary["presets"])),

@@ -15,6 +15,7 @@ from ...base.plots import plot_bars, plot_curves
 from ...engine.training import recipe
 from ...report import verdict
 from .. import scale_facts
+from ..lr_band import tune_seed_lines
 from ..reproduce.equal_time import ratio_text
 from ..reproduce.report import markdown_table
 
@@ -241,10 +242,27 @@ def _widened_text(h: dict[str, Any]) -> str:
     return f" (widened where a best LR lay on an edge: {parts})"
 
 
+def _sensitivity_lines(r: dict[str, Any]) -> list[str]:
+    """Returns each perplexity test re-read across both tunes' LR bands (``lr_band``), when any was."""
+    from ..lr_band import describe
+    from .results import VERDICTS
+
+    lines = [
+        f"- {t['name']}: {text}"
+        for t in r["ppl_tests"]
+        if (text := describe(t.get("lr_sensitivity"), (r["baseline"], t["name"]), VERDICTS))
+    ]
+    if not lines:
+        return []
+    return [f"LR sensitivity ({r['header'].get('lr_band_rule', '')}):", "", *lines, ""]
+
+
 def _seeds_text(h: dict[str, Any]) -> str:
     """Returns the header's seed count, with the seed plan's further seeds where it gave any."""
     plan = h.get("seed_plan") or {}
     text = f"{h['seeds']} seeds"
+    if h.get("tune_seeds"):
+        text += f" (judged; LRs tuned on seeds {', '.join(map(str, h['tune_seeds']))}, none judged)"
     if plan.get("counts"):
         names = ", ".join(plan["counts"])
         text += (
@@ -288,6 +306,7 @@ def render(r: dict[str, Any]) -> str:
         "",
         *ppl_table(r),
         "",
+        *_sensitivity_lines(r),
         "## Zero-shot vs the baseline (paired over items per seed; verdict over seeds)",
         "",
         *(
@@ -308,6 +327,7 @@ def render(r: dict[str, Any]) -> str:
         "",
         *tuning_table(r),
         "",
+        *tune_seed_lines(h),
         "## Paired step-time ratios (equal-time budgets)",
         "",
         *ratio_table(r),

@@ -26,9 +26,11 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...report import significance as sig
 from ...report import verdict
+from .. import lr_band
 from ..reproduce.eval_experiments import CLOZE_METRIC
 from ..reproduce.training_experiments import final_ppl, log_ratio
-from .runs import Context, log, run_dir
+from ..runs import finished
+from .runs import Context, band_lrs, log, run_dir
 
 NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
 
@@ -91,7 +93,7 @@ def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, An
     rows = []
     for c in ctx.candidates[1:]:
         cand = _ppl_by_seed(records[c.name])
-        gains = [log_ratio(base[seed], cand[seed]) for seed in sorted(cand) if seed in base]
+        gains = _gains(base, cand)
         rows.append(
             {
                 "name": c.name,
@@ -101,6 +103,41 @@ def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, An
             }
         )
     return rows
+
+
+def _gains(base: dict[int, float], cand: dict[int, float]) -> list[float]:
+    """Returns log PPL(baseline) − log PPL(candidate) for each seed both have, in seed order."""
+    return [log_ratio(base[seed], cand[seed]) for seed in sorted(cand) if seed in base]
+
+
+def add_lr_sensitivity(ctx: Context, records: dict[str, list[dict]], tests: list[dict[str, Any]]) -> None:
+    """Adds ``lr_sensitivity`` to each perplexity test of ``tests`` (``ppl_tests``', in place): the test
+    re-read across both tunes' LR bands, before ``settle`` takes the verdicts."""
+    by_name = {c.name: c for c in ctx.candidates}
+    for t in tests:
+        t["lr_sensitivity"] = _lr_sensitivity(ctx, records, by_name[t["name"]])
+
+
+def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str, Any] | None:
+    """Returns ``lr_band.sensitivity`` of ``c``'s perplexity test (None when neither side's tune has a
+    band): the pairs' runs at a band LR are read from their folders (a missing one is left out)."""
+    base = ctx.baseline
+    bands = (band_lrs(ctx, base), band_lrs(ctx, c))
+    if not any(bands):
+        return None
+    best = (records[base.name][0]["lr"], records[c.name][0]["lr"])
+
+    def ppl_at(who, lr: float) -> dict[int, float]:
+        if lr == records[who.name][0]["lr"]:
+            return _ppl_by_seed(records[who.name])
+        done = [r for r in (finished(run_dir(ctx, who, s, lr)) for s in ctx.seeds_of(who)) if r]
+        return _ppl_by_seed(done)
+
+    def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
+        gains = _gains(ppl_at(base, base_lr), ppl_at(c, cand_lr))
+        return [g for g in gains if not math.isnan(g)]
+
+    return lr_band.sensitivity(best, bands, diffs_at)
 
 
 def _ppl_by_seed(records: list[dict]) -> dict[int, float]:

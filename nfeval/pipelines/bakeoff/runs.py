@@ -17,7 +17,8 @@ from typing import Any
 
 from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
-from .. import runs
+from ...tune.results import lr_key
+from .. import lr_band, runs
 from ..reproduce.plan import Scale
 from ..reproduce.runner import SCALE_TRAIN_FIELDS
 from .candidates import Candidate
@@ -48,6 +49,7 @@ class Context:
     seed_counts: dict[str, int] = field(default_factory=dict)  # name -> seeds, where more than ``seeds``
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
+    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from the judged seeds
 
     @property
     def baseline(self) -> Candidate:
@@ -67,8 +69,16 @@ def tune_file(ctx: Context, c: Candidate) -> str:
     return os.path.join(ctx.out, "tune", c.name, "tune.json")
 
 
-def run_dir(ctx: Context, c: Candidate, seed: int) -> str:
-    return os.path.join(ctx.out, "runs", c.name, f"seed{seed}")
+def run_dir(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> str:
+    """Returns the folder of ``c``'s run at ``seed``: at its tuned LR, or at ``lr`` of its band."""
+    band = () if lr is None else (f"lr={lr_key(lr)}",)
+    return os.path.join(ctx.out, "runs", c.name, *band, f"seed{seed}")
+
+
+def band_lrs(ctx: Context, c: Candidate) -> list[float]:
+    """Returns the LRs other than the best that ``c``'s tune cannot tell from its best
+    (``lr_band.band_of``): its runs also train at these, on the judged seeds."""
+    return lr_band.band_of(tune_file(ctx, c), c.preset(ctx.scale.size))
 
 
 def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
@@ -77,9 +87,12 @@ def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
     return runs.equal_time_budget(ctx.budget, ctx.step_ratios.get(c.name))
 
 
-def train_config(ctx: Context, c: Candidate, seed: int, tuned: bool = True) -> TrainConfig:
+def train_config(
+    ctx: Context, c: Candidate, seed: int, tuned: bool = True, lr: float | None = None
+) -> TrainConfig:
     """Returns the TrainConfig of ``c`` at ``seed``: the recipe, the candidate's overrides, its
-    equal-time budget, and its tuned LR when ``tuned`` (its tune.json must exist then)."""
+    equal-time budget, and its tuned LR when ``tuned`` (its tune.json must exist then), or ``lr``, another
+    LR of its tune's band."""
     s = ctx.scale
     cfg = TrainConfig(
         preset=c.preset(s.size),
@@ -97,9 +110,14 @@ def train_config(ctx: Context, c: Candidate, seed: int, tuned: bool = True) -> T
     )
     if not tuned:
         return cfg
+    import dataclasses
+
     from ...tune.results import with_tuned_lr
 
-    return with_tuned_lr(cfg, tune_file(ctx, c))
+    cfg = with_tuned_lr(cfg, tune_file(ctx, c))
+    if lr is None:
+        return cfg
+    return dataclasses.replace(cfg, lr=lr, lr_from={**cfg.lr_from, "lr": lr, "band_of": cfg.lr_from["lr"]})
 
 
 EXTENSIONS = 3  # LRs a candidate's tune may add past an edge of the grid before it stops (and warns)
@@ -114,7 +132,7 @@ def run_tunes(ctx: Context) -> None:
     from ...tune.sweep import tune
 
     for c in ctx.candidates:
-        base = train_config(ctx, c, seed=1, tuned=False)
+        base = train_config(ctx, c, seed=lr_band.TUNE_SEED_BASE, tuned=False)  # seeds 101 …: never judged
         lrs = list(ctx.lrs)
         for _ in range(EXTENSIONS + 1):
             log(f"tuning {c.name} ({c.preset(ctx.scale.size)}) over {lrs}, {ctx.tune_budget}")
@@ -124,6 +142,7 @@ def run_tunes(ctx: Context) -> None:
                 lrs,
                 ctx.tune_budget,
                 os.path.dirname(tune_file(ctx, c)),
+                seeds=ctx.tune_seeds,
                 jobs=ctx.jobs,
                 progress=ctx.progress,
                 launch=ctx.launch,
@@ -171,21 +190,29 @@ def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
     )
 
 
-def ensure_run(ctx: Context, c: Candidate, seed: int) -> dict[str, Any]:
-    """Trains ``c`` at ``seed`` unless it is finished; returns its record (``runs.ensure_run``'s, with
-    name, seed and budget)."""
+def ensure_run(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> dict[str, Any]:
+    """Trains ``c`` at ``seed`` (at ``lr`` of its band, or its tuned LR) unless it is finished; returns
+    its record (``runs.ensure_run``'s, with name, seed and budget)."""
     record = {"name": c.name, "seed": seed, "budget": run_budget(ctx, c)}
-    return runs.ensure_run(train_config(ctx, c, seed), run_dir(ctx, c, seed), record, log)
+    cfg = train_config(ctx, c, seed, lr=lr)
+    return runs.ensure_run(cfg, run_dir(ctx, c, seed, lr), record, log)
 
 
 def train_all(ctx: Context) -> str | None:
-    """Trains every candidate's unfinished seeds: ``ctx.jobs`` at a time here, or as Slurm jobs
-    (``ctx.launch``); returns None once every run is finished, else what to do."""
+    """Trains every candidate's unfinished seeds, at its tuned LR and at every other LR of its band:
+    ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
+    finished, else what to do."""
     from ...launch.jobs import LaunchPoint
 
     points = [
-        LaunchPoint(f"{c.name}/seed{s}", ensure_run, (ctx, c, s), run_dir(ctx, c, s))
+        LaunchPoint(
+            f"{c.name}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{s}",
+            ensure_run,
+            (ctx, c, s, lr),
+            run_dir(ctx, c, s, lr),
+        )
         for c in ctx.candidates
+        for lr in (None, *band_lrs(ctx, c))
         for s in ctx.seeds_of(c)
     ]
     s = ctx.scale

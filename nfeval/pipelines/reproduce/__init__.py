@@ -25,7 +25,7 @@ from ...base.errors import ConfigError, MissingDataError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...launch.options import LaunchOptions
-from .. import runs
+from .. import lr_band, runs
 from . import runner
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, RUNS, SCALES
 from .runner import Context, log, train_all
@@ -49,6 +49,7 @@ class ReproduceConfig:
     command: str = "nfeval reproduce"
     launch: LaunchOptions | None = None  # --launcher slurm: training runs and tune points as Slurm jobs
     jobs: int = 1  # training runs and tune points trained at a time here, each on its share of the cores
+    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, numbered from 101: never judged
 
     def validate(self) -> None:
         """Raises a UserError naming the first bad option; checks everything before any work."""
@@ -60,6 +61,7 @@ class ReproduceConfig:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
+        lr_band.check_seeds(self.seeds or SCALES[self.scale].seeds, self.tune_seeds)
         for flag, path in (("--train-data", self.train_data), ("--valid-data", self.valid_data)):
             if path and not os.path.exists(path):
                 raise MissingDataError(f"{flag} {path}: no such file or folder")
@@ -92,6 +94,7 @@ def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
         "scale": cfg.scale,
         "budget": budget,
         "tune": cfg.tune,
+        **({"tune_seeds": lr_band.tune_seed_values(cfg.tune_seeds)} if cfg.tune else {}),
         "equal_time": "paired" if steps else None,
         **({"corpus": corpus} if corpus else {}),
     }
@@ -143,6 +146,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         progress=cfg.progress,
         launch=cfg.launch,
         jobs=cfg.jobs,
+        tune_seeds=cfg.tune_seeds,
     )
     seed_history = record_seeds(cfg.out, ctx.seeds)
     if scale.needs_gpu and not torch.cuda.is_available() and not (cfg.launch and cfg.launch.on_cluster):
@@ -237,6 +241,9 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
         "recipes": recipes(ctx, finished),
         "train_hours": sum(runs.train_seconds(r["dir"]) for r in finished) / 3600,
         "seeds": ctx.seeds,
+        "eval_seeds": ctx.seed_values,
+        "tune_seeds": lr_band.tune_seed_values(ctx.tune_seeds) if ctx.tune_files else [],
+        "lr_band_rule": lr_band.RULE,
         "seed_history": seed_history,
         "primary_claims": list(PRIMARY_CLAIMS),
         "budget": ctx.budget_text(),

@@ -293,6 +293,9 @@ for _key in TABLE4:
 # family for its many tests): Figure 2's CLM gap at equal time, Table 4's baseline vs NormFormer at
 # the paper's fixed number of updates, and Figure 3's Pre-LN pattern at the beginning of training.
 PRIMARY_CLAIMS = ("fig2-clm/equal-time", "table4/baseline", "fig3/prenorm-early")
+# The primary claims read again at every LR their tunes cannot tell from the best (``pipelines.lr_band``):
+# {claim: (baseline run, candidate run)}; these runs also train their band's LRs on the judged seeds.
+LR_BAND_CLAIMS = {"fig2-clm/equal-time": ("clm-prenorm", "clm-normformer")}
 # The margin of the equivalence test (verdict.equivalence) of every claim in log-PPL, fixed before the
 # runs: a 2% perplexity difference. A report says an effect is absent only when TOST rejects this margin.
 LOG_PPL_MARGIN = 0.02

@@ -15,6 +15,7 @@ from ...base.jsonio import load_json
 from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts
+from ..lr_band import describe, tune_seed_lines
 
 
 def markdown_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
@@ -67,6 +68,9 @@ def render_section(s: dict[str, Any]) -> list[str]:
                 f"- {c['claim']} ({family}): {c['measured']} → **{c['verdict']}** "
                 f"({c['why']}; Holm-adjusted p {_p(c.get('p_holm'))}, n={c['n']})"
             )
+            sensitivity = describe(c.get("lr_sensitivity"))
+            if sensitivity:
+                lines.append(f"  - {sensitivity}")
         lines.append("")
     lines += [f"![{os.path.basename(f)}]({f})" for f in s["figures"]]
     lines += [""] if s["figures"] else []
@@ -81,6 +85,7 @@ def setup_lines(h: dict[str, Any]) -> list[str]:
         columns = ["objective", "preset", "final val PPL per LR of the grid (* best)", "tuned LR", "budget"]
         lines += ["## Learning rates, tuned per architecture (`nfeval tune`)", ""]
         lines += [*markdown_table(columns, h["tuning"]), ""]
+        lines += tune_seed_lines(h)
         lines += [line for w in h.get("warnings", []) for line in (f"> warning: {w}", "")]
     elif h.get("tuned") is False:
         lines += ["**Untuned** (`--no-tune`): one LR for every architecture; every verdict says so.", ""]

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -12,9 +13,9 @@ from typing import Any
 
 from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
-from ...tune.results import with_tuned_lr
-from .. import runs
-from .plan import EQUAL_UPDATES, RUNS, TABLE5_SETTINGS, Scale
+from ...tune.results import lr_key, with_tuned_lr
+from .. import lr_band, runs
+from .plan import EQUAL_UPDATES, LR_BAND_CLAIMS, RUNS, TABLE5_SETTINGS, Scale
 from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
 
@@ -42,9 +43,11 @@ class Context:
     step_ratios: dict[str, dict] = field(default_factory=dict)  # run key -> its equal_time record
     launch: LaunchOptions | None = None  # --launcher slurm: the runs (and the tune) as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
+    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
 
     @property
     def seed_values(self) -> list[int]:
+        """Returns the judged seeds, 1 … ``seeds`` (the tune's are ``lr_band.tune_seed_values``)."""
         return list(range(1, self.seeds + 1))
 
     def budget_text(self) -> str:
@@ -100,10 +103,10 @@ SCALE_TRAIN_FIELDS += ("eval_samples", "ckpt_interval", "calibration_steps", "dt
 SCALE_TRAIN_FIELDS += ("grad_stats",)  # Figures 3 and 7 read what the runs record while they train
 
 
-def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
+def train_config(ctx: Context, key: str, seed: int, lr: float | None = None) -> TrainConfig:
     """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides, its
     equal-time step budget (``run_budget``), and the preset's tuned LR when ``ctx`` has a tune.json for
-    the objective."""
+    the objective, or ``lr``, another LR of the tune's band (``band_lrs``)."""
     spec, s = RUNS[key], ctx.scale
     preset = preset_name(ctx, key)
     cfg = TrainConfig(
@@ -122,7 +125,18 @@ def train_config(ctx: Context, key: str, seed: int) -> TrainConfig:
     )
     if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective], deviations=recipe_deviations(ctx, key))
+    if lr is not None and cfg.lr_from is not None:
+        cfg = dataclasses.replace(cfg, lr=lr, lr_from={**cfg.lr_from, "lr": lr, "band_of": cfg.lr_from["lr"]})
     return apply_setting(cfg, key, s)
+
+
+def band_lrs(ctx: Context, key: str) -> list[float]:
+    """Returns the LRs other than the best that run ``key``'s tune cannot tell from its best, when ``key``
+    is a side of a claim checked across the band (``plan.LR_BAND_CLAIMS``); else []."""
+    spec = RUNS[key]
+    if spec.objective not in ctx.tune_files or not any(key in pair for pair in LR_BAND_CLAIMS.values()):
+        return []
+    return lr_band.band_of(ctx.tune_files[spec.objective], preset_name(ctx, key))
 
 
 def table_section(
@@ -133,20 +147,24 @@ def table_section(
     return {"tables": [table], "claims": claims, "figures": figures, "notes": notes, "data": data}
 
 
-def run_dir(ctx: Context, key: str, seed: int) -> str:
-    return os.path.join(ctx.out, "runs", key, f"seed{seed}")
+def run_dir(ctx: Context, key: str, seed: int, lr: float | None = None) -> str:
+    """Returns the folder of run ``key`` at ``seed``: at its tuned LR, or at ``lr`` of its band."""
+    band = () if lr is None else (f"lr={lr_key(lr)}",)
+    return os.path.join(ctx.out, "runs", key, *band, f"seed{seed}")
 
 
-def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
-    """Trains run ``key`` at ``seed`` unless it is finished; returns its record (``runs.ensure_run``'s,
-    with key, seed, budget and the equal-time record ``step_ratio`` its budget came from)."""
+def ensure_run(ctx: Context, key: str, seed: int, lr: float | None = None) -> dict[str, Any]:
+    """Trains run ``key`` at ``seed`` (at ``lr`` of its band, or its tuned LR) unless it is finished;
+    returns its record (``runs.ensure_run``'s, with key, seed, budget and the equal-time record
+    ``step_ratio`` its budget came from)."""
     record = {
         "key": key,
         "seed": seed,
         "budget": run_budget(ctx, key),
         "step_ratio": ctx.step_ratios.get(key),
     }
-    return runs.ensure_run(train_config(ctx, key, seed), run_dir(ctx, key, seed), record, log)
+    cfg = train_config(ctx, key, seed, lr)
+    return runs.ensure_run(cfg, run_dir(ctx, key, seed, lr), record, log)
 
 
 def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
@@ -155,13 +173,20 @@ def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str,
 
 
 def train_all(ctx: Context, keys: list[str]) -> str | None:
-    """Trains the unfinished runs of ``keys`` (every seed): ``ctx.jobs`` at a time here, or as Slurm jobs
-    (``ctx.launch``); returns None once every run is finished, else what to do."""
+    """Trains the unfinished runs of ``keys`` (every seed, and every LR of their band: ``band_lrs``):
+    ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
+    finished, else what to do."""
     from ...launch.jobs import LaunchPoint
 
+    variants = [(k, lr) for k in keys for lr in (None, *band_lrs(ctx, k))]
     points = [
-        LaunchPoint(f"{k}/seed{s}", ensure_run, (ctx, k, s), run_dir(ctx, k, s))
-        for k in keys
+        LaunchPoint(
+            f"{k}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{s}",
+            ensure_run,
+            (ctx, k, s, lr),
+            run_dir(ctx, k, s, lr),
+        )
+        for k, lr in variants
         for s in ctx.seed_values
     ]
     desc, launch = "reproduce", ctx.launch

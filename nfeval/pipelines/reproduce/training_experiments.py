@@ -13,9 +13,11 @@ from ...base.plots import plot_bars, plot_curves
 from ...report import verdict
 from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
+from .. import lr_band
+from ..runs import finished
 from .equal_time import PAPER_OVERHEAD, ratio_text
-from .plan import LOG_PPL_MARGIN, RUNS
-from .runner import Context, log, run_budget, run_dir, table_section
+from .plan import LOG_PPL_MARGIN, LR_BAND_CLAIMS, RUNS
+from .runner import Context, band_lrs, log, run_budget, run_dir, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
@@ -120,6 +122,9 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
     claims = [
         _equal_compute_claim(ctx, name, base, cand, a, acc, paper_fraction) for a, acc in per_axis.items()
     ]
+    for claim in claims:
+        if claim["id"] in LR_BAND_CLAIMS:
+            claim["lr_sensitivity"] = final_ppl_sensitivity(ctx, *LR_BAND_CLAIMS[claim["id"]])
     figures = []
     first = comparisons.get(ctx.seed_values[0])
     if first is not None:
@@ -131,6 +136,29 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
         "notes": _equal_compute_notes(ctx, base, cand),
         "data": {"comparisons": comparisons, "step_ratio": ctx.step_ratios.get(cand)},
     }
+
+
+def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] | None:
+    """Returns ``lr_band.sensitivity`` of the final-PPL gain of run ``cand`` over ``base`` (the equal-time
+    reading under paired step budgets) across both tunes' bands, or None when neither has one; a pair
+    whose runs are not all finished is left out."""
+    bands = (band_lrs(ctx, base), band_lrs(ctx, cand))
+    first = {k: finished(run_dir(ctx, k, ctx.seed_values[0])) for k in (base, cand)}
+    if not any(bands) or None in first.values():
+        return None
+    best = (first[base]["lr"], first[cand]["lr"])
+
+    def ppl_at(key: str, lr: float) -> dict[int, float]:
+        band = None if lr == first[key]["lr"] else lr
+        done = [r for r in (finished(run_dir(ctx, key, s, band)) for s in ctx.seed_values) if r]
+        return {r["seed"]: p for r, p in zip(done, final_ppl(done))}
+
+    def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
+        a, b = ppl_at(base, base_lr), ppl_at(cand, cand_lr)
+        return _finite([log_ratio(a[s], b[s]) for s in sorted(b) if s in a])
+
+    record = lr_band.sensitivity(best, bands, diffs_at, margin=LOG_PPL_MARGIN)
+    return {**record, "names": [RUNS[base].label, RUNS[cand].label]}
 
 
 def _equal_compute_claim(

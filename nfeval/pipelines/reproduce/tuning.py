@@ -16,7 +16,8 @@ import os
 from typing import Any
 
 from ...base.jsonio import load_json
-from ...tune.results import lr_key, warnings_for
+from ...tune.results import grid_cells, lr_key, warnings_for
+from ..lr_band import TUNE_SEED_BASE
 from .plan import RUNS
 from .runner import Context, log, preset_name, train_config
 
@@ -31,14 +32,19 @@ def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
         runs = [k for k in keys if RUNS[k].objective == objective]
         out = os.path.join(ctx.out, "tune", objective)
         presets = list(dict.fromkeys(preset_name(ctx, k) for k in runs))
-        base = train_config(ctx, runs[0], seed=1)  # the scale's recipe; tune sets preset, lr and budget
-        log(f"tuning {', '.join(presets)} ({objective}) over {ctx.scale.tune_lrs}, {ctx.scale.tune_budget}")
+        # the scale's recipe; tune sets preset, lr, budget and the seeds TUNE_SEED_BASE … (never judged)
+        base = train_config(ctx, runs[0], seed=TUNE_SEED_BASE)
+        log(
+            f"tuning {', '.join(presets)} ({objective}) over {ctx.scale.tune_lrs}, {ctx.scale.tune_budget}, "
+            f"{ctx.tune_seeds} seed(s)"
+        )
         tune(
             base,
             presets,
             list(ctx.scale.tune_lrs),
             ctx.scale.tune_budget,
             out,
+            seeds=ctx.tune_seeds,
             jobs=jobs,
             progress=ctx.progress,
             launch=ctx.launch,
@@ -54,11 +60,7 @@ def tuning_rows(ctx: Context) -> tuple[list[list[str]], list[str]]:
     for objective, path in ctx.tune_files.items():
         summary: dict[str, Any] = load_json(path)
         for preset, s in summary["presets"].items():
-            cells = []
-            for row in sorted(s["per_lr"].values(), key=lambda r: r["lr"]):
-                ppl = row["status"] if row["val_ppl"] is None else f"{row['val_ppl']:.2f}"
-                cells.append(f"{lr_key(row['lr'])}: {ppl}" + ("*" if row["lr"] == s["best_lr"] else ""))
             best = "–" if s["best_lr"] is None else lr_key(s["best_lr"])
-            rows.append([objective, preset, "; ".join(cells), best, summary["budget"]["spec"]])
+            rows.append([objective, preset, grid_cells(s), best, summary["budget"]["spec"]])
         warnings += [f"LR tune ({objective}): {w}" for w in warnings_for(summary["presets"])]
     return rows, warnings
