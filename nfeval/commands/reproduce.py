@@ -13,12 +13,15 @@ from ..base.cli_args import (
     add_tune_seeds,
     add_zeroshot_data_dir,
     invoked_command,
+    learning_rates,
+    positive_int,
 )
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir
 from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.reproduce import ReproduceConfig, run_reproduce
+from ..pipelines.reproduce.budget_axis import parse_token_budgets
 from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES, SCALES
 
 
@@ -41,6 +44,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "step budget; see plan.py on time budgets under a changing machine load)",
     )
     p.add_argument("--seeds", type=int, help="seeds per training run (default: the scale's); mean ± std")
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        help="the baselines' updates (default: the scale's); a tune at the scale's full run length follows",
+    )
+    p.add_argument(
+        "--lrs", type=learning_rates, help="comma-separated LR grid of the tune (default: the scale's)"
+    )
+    p.add_argument(
+        "--token-budgets",
+        help="Figure 2 at each of these token budgets (e.g. 0.125M,0.5M,2M), LRs re-tuned at each, in "
+        "--out/tokens=N/; the report fits NormFormer's gain against tokens",
+    )
     p.add_argument("--only", help=f"comma-separated experiments to run: {','.join(EXPERIMENT_NAMES)}")
     p.add_argument(
         "--train-data", help="training text file or folder (default: the embedded corpus, CPython's docs)"
@@ -94,11 +110,13 @@ def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
 def run(args: argparse.Namespace) -> int:
     if args.render_only:
         from ..base.errors import MissingDataError
-        from ..pipelines.reproduce.report import rerender
+        from ..base.jsonio import load_json
+        from ..pipelines.reproduce import budget_report, report
 
-        if not os.path.isfile(os.path.join(args.out, "report.json")):
+        path = os.path.join(args.out, "report.json")
+        if not os.path.isfile(path):
             raise MissingDataError(f"--out {args.out}: no report.json to render (run nfeval reproduce first)")
-        print(rerender(args.out))
+        print((budget_report if "token_budgets" in load_json(path) else report).rerender(args.out))
         return 0
     launch = launch_options(args)
     check_output_dir(args.out, "--out")  # before any work
@@ -107,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         scale=args.scale,
         minutes=args.minutes,
         seeds=args.seeds,
+        steps=args.steps,
+        lrs=tuple(args.lrs) if args.lrs else None,
+        token_budgets=parse_token_budgets(args.token_budgets) if args.token_budgets else None,
         only=_names(args.only, "--only"),
         train_data=args.train_data,
         valid_data=args.valid_data,

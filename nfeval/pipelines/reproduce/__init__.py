@@ -15,6 +15,7 @@ tune points and runs compare the tokenizer it holds by content; its links are re
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from ...base.sweep_lock import folder_locked
 from ...launch.options import LaunchOptions
 from .. import lr_band, runs
 from . import runner
-from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, RUNS, SCALES
+from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, RUNS, SCALES, Scale
 from .runner import Context, log, train_all
 
 
@@ -36,6 +37,9 @@ class ReproduceConfig:
     out: str = "reproduce_out"
     scale: str = "tiny"
     minutes: float | None = None  # per-run training budget; default: the scale's
+    steps: int | None = None  # the baselines' steps; default: the scale's (a full-length tune follows it)
+    lrs: tuple[float, ...] | None = None  # the tune's LR grid; default: the scale's
+    token_budgets: tuple[int, ...] | None = None  # Figure 2 at each of these budgets (``budget_axis``)
     seeds: int | None = None  # default: the scale's
     only: tuple[str, ...] | None = None
     train_data: str | None = None  # the corpus (text files or folders; None: the embedded default)
@@ -57,6 +61,10 @@ class ReproduceConfig:
             raise ConfigError(f"--scale {self.scale!r}: expected one of {', '.join(PUBLIC_SCALES)}")
         if self.minutes is not None and not self.minutes > 0:
             raise ConfigError(f"--minutes {self.minutes}: expected a positive number of minutes per run")
+        if self.steps is not None and (self.steps < 1 or self.minutes is not None):
+            raise ConfigError(f"--steps {self.steps}: expected a positive number of steps, without --minutes")
+        if self.lrs is not None and (not self.lrs or any(not lr > 0 for lr in self.lrs)):
+            raise ConfigError(f"--lrs {','.join(map(str, self.lrs))}: expected positive learning rates")
         if self.seeds is not None and self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
         if self.jobs < 1:
@@ -94,6 +102,7 @@ def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
         "scale": cfg.scale,
         "budget": budget,
         "tune": cfg.tune,
+        **({"tune_lrs": list(cfg.lrs)} if cfg.lrs else {}),
         **({"tune_seeds": lr_band.tune_seed_values(cfg.tune_seeds)} if cfg.tune else {}),
         "equal_time": "paired" if steps else None,
         **({"corpus": corpus} if corpus else {}),
@@ -125,7 +134,11 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     from . import commands, report, sections
 
     cfg.validate()
-    scale = SCALES[cfg.scale]
+    if cfg.token_budgets:
+        from .budget_axis import run_budget_axis
+
+        return run_budget_axis(cfg)
+    scale = effective_scale(cfg)
     budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
     os.makedirs(cfg.out, exist_ok=True)
     check_settings(cfg.out, settings(cfg, budget))
@@ -167,6 +180,17 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         path = report.write(cfg.out, _header(cfg, ctx, start, seed_history), done + pending)
     log(f"report: {path}")
     return {"report": path, "sections": report.adjusted(done)}
+
+
+def effective_scale(cfg: ReproduceConfig) -> Scale:
+    """Returns ``cfg.scale``'s Scale with ``--steps`` as its budget (a tune at the scale's full run length
+    follows it: each tune point trains a whole run) and ``--lrs`` as its tune grid."""
+    scale = SCALES[cfg.scale]
+    if cfg.steps:
+        full_length = scale.tune_budget == f"steps={scale.budget.get('max_steps')}"
+        tune_budget = f"steps={cfg.steps}" if full_length else scale.tune_budget
+        scale = dataclasses.replace(scale, budget={"max_steps": cfg.steps}, tune_budget=tune_budget)
+    return dataclasses.replace(scale, tune_lrs=tuple(cfg.lrs)) if cfg.lrs else scale
 
 
 def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str | None:

@@ -1,0 +1,109 @@
+"""The token budget as an axis (issue 49): Figure 2 at several token budgets, LRs re-tuned at each, and
+NormFormer's gain fitted against tokens."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from nfeval.base.errors import ConfigError
+from nfeval.cli import main
+from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce
+from nfeval.pipelines.reproduce.budget_axis import budget_steps, fit, parse_token_budgets
+from nfeval.pipelines.reproduce.budget_report import render
+
+
+def test_token_budgets_parse_with_suffixes_and_refuse_bad_lists():
+    assert parse_token_budgets("2M, 0.5M,8m") == (500_000, 2_000_000, 8_000_000)
+    assert parse_token_budgets("128,1k") == (128, 1000)
+    for bad in ("2M", "1M,1M", "1M,fast", "1x,2M"):
+        with pytest.raises(ConfigError, match="--token-budgets"):
+            parse_token_budgets(bad)
+    assert budget_steps("tiny", 512_000) == 1000  # tiny: 4 sequences x 128 tokens an update
+    with pytest.raises(ConfigError, match="less than one update"):
+        budget_steps("tiny", 100)
+
+
+def _rows(gains_by_tokens):
+    return [{"tokens": t, "gains": g} for t, g in gains_by_tokens.items()]
+
+
+def test_fit_matches_a_hand_computation():
+    gains = {2**17: [-0.20, -0.16, -0.22], 2**19: [-0.10, -0.05, -0.12], 2**21: [0.02, -0.03, 0.05]}
+    f = fit(_rows(gains))
+    x = np.array([math.log2(t) for t, g in gains.items() for _ in g])
+    y = np.array([v for g in gains.values() for v in g])
+    slope, intercept = np.polyfit(x, y, 1)
+    assert f["slope"] == pytest.approx(slope) and f["intercept"] == pytest.approx(intercept)
+    residual = y - (intercept + slope * x)
+    se = math.sqrt(residual @ residual / (len(x) - 2) / ((x - x.mean()) @ (x - x.mean())))
+    t = stats.t(len(x) - 2).ppf(0.975)
+    assert f["slope_low"] == pytest.approx(slope - t * se) and f["slope_high"] == pytest.approx(
+        slope + t * se
+    )
+    assert f["ends"][0]["gain"] == pytest.approx(intercept + slope * 17)
+    assert f["ends"][1]["gain"] == pytest.approx(intercept + slope * 21)
+    assert f["sign_change"] is True  # negative at 2^17 tokens, positive at 2^21; a JSON boolean
+    assert json.loads(json.dumps(f, default=str)) == f  # plain numbers: report.json holds what render read
+    assert f["zero_at_tokens"] == pytest.approx(2 ** (-intercept / slope))
+
+
+def test_fit_says_no_sign_change_and_no_fit_when_too_few_gains():
+    f = fit(_rows({1000: [-0.2, -0.3], 4000: [-0.1, -0.15], 16000: [-0.12, -0.2]}))
+    assert not f["sign_change"] and f["ends"][0]["gain"] < 0 and f["ends"][1]["gain"] < 0
+    assert fit(_rows({1000: [0.1], 4000: [0.2]}))["slope"] is None
+    assert fit(_rows({1000: [0.1, float("inf")], 4000: [0.2]}))["n"] == 2  # a diverged seed: left out
+
+
+@pytest.fixture(scope="module")
+def axis(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("budget") / "axis")
+    cfg = ReproduceConfig(
+        out=out, scale="smoke", seeds=2, token_budgets=(128, 512), progress=False, device="cpu"
+    )
+    return cfg, run_reproduce(cfg)
+
+
+def test_each_budget_is_its_own_tuned_figure_2_and_the_report_fits_the_gain(axis):
+    cfg, result = axis
+    report = json.load(open(os.path.join(cfg.out, "report.json")))
+    assert report["token_budgets"] == [128, 512]
+    for row, steps in zip(report["budgets"], (4, 16)):  # smoke: 2 sequences x 16 tokens an update
+        folder = os.path.join(cfg.out, row["folder"])
+        assert row["steps"]["clm-prenorm"] == steps and row["seeds"] == [1, 2] and len(row["gains"]) == 2
+        sub = json.load(open(os.path.join(folder, "report.json")))
+        assert [s["name"] for s in sub["sections"] if s["status"] == "done"] == ["fig2-clm"]
+        assert sub["header"]["tune_seeds"] == [101, 102, 103]
+        assert os.path.isfile(os.path.join(folder, "tune", "clm", "tune.json"))  # re-tuned at this budget
+        ppl = {
+            k: json.load(open(os.path.join(folder, "runs", k, "seed1.json")))["val_ppl"] for k in row["ppl"]
+        }
+        assert row["gains"][0] == pytest.approx(math.log(ppl["clm-prenorm"] / ppl["clm-normformer"]))
+    assert report["fit"]["n"] == 4 and report["fit"]["slope"] is not None
+    md = open(result["report"], encoding="utf-8").read()
+    assert md == render(report) + "\n"
+    assert "per doubling of the tokens" in md
+    ends = report["fit"]["ends"]
+    said = "does not change sign" if ends[0]["gain"] * ends[1]["gain"] > 0 else "changes sign"
+    assert f"The fitted line {said} inside 128–512 tokens" in md
+    assert "fitted over a 4× range and is not extrapolated" in md
+    assert os.path.getsize(os.path.join(cfg.out, "budget_gain.png")) > 1000
+
+
+def test_a_rerun_resumes_and_render_only_rewrites_the_budget_report(axis, capsys):
+    cfg, result = axis
+    before = open(result["report"], encoding="utf-8").read()
+    os.remove(result["report"])
+    assert main(["reproduce", "--out", cfg.out, "--render-only"]) == 0
+    assert open(result["report"], encoding="utf-8").read() == before
+
+
+def test_token_budgets_refuse_other_experiments(tmp_path, capsys):
+    argv = ["reproduce", "--out", str(tmp_path / "o"), "--scale", "smoke", "--token-budgets", "128,512"]
+    assert main([*argv, "--only", "table4"]) == 2
+    assert "runs Figure 2 alone" in capsys.readouterr().err
