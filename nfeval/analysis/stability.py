@@ -4,9 +4,11 @@ Each preset is built with ``torch.manual_seed(seed)`` (the architectures share e
 in common) and trained on the same batches with AdamW (fairseq's recipe: β (0.9, 0.98), ε 1e-8,
 weight decay 0.01, no clipping), the learning rate of update t (0-based, N updates) being
 ``lr_start · (lr_end / lr_start) ** (t / (N - 1))``. An update *diverges* when its loss or gradient
-norm is not finite, or its loss exceeds the first update's loss by more than ``tolerance`` nats (batch
-noise at a near-uniform initialisation stays far below the default 0.1). The count reported is the
-number of updates survived before the first divergence (N: survived all).
+norm is not finite, or the running median of the last losses rises above the first updates' mean loss
+by more than a multiple of their standard deviation, the batch noise measured where the LR is too small
+to change the model (``divergence``: the criterion and each run's measured noise go into the result;
+the paper states no criterion). The count reported is the number of updates survived before the first
+divergence (N: survived all).
 
 Every forward also records, per layer, the largest attention logit |q·k|/√d over the positions the
 (causal) mask lets attend, re-projecting q and k from the attention module's input with its own
@@ -35,6 +37,7 @@ from ..engine.kernels import cpu_linear
 from ..engine.model.config import RECIPES, ModelConfig
 from ..engine.model.dtypes import TORCH_DTYPES
 from ..engine.model.model import Transformer
+from .divergence import DivergenceDetector, criterion
 
 FP16_MAX = 65504.0
 
@@ -48,10 +51,18 @@ class StabilitySettings:
     lr_end: float = 1.0
     batch_size: int = 8
     seq_len: int = 128
-    tolerance: float = 0.1  # nats above the first update's loss that count as divergence
+    # divergence (``divergence``): the batch noise measured over the first noise_updates updates; a running
+    # median of smoothing losses above their mean + noise_multiple × their std diverges
+    noise_updates: int = 10
+    noise_multiple: float = 5.0
+    smoothing: int = 5
     weight_decay: float = LM_RECIPE["weight_decay"]
     autocast: str = "fp32"  # fp32 (off) | bf16 | fp16
     device: str = "cpu"
+
+    def criterion(self) -> dict[str, Any]:
+        """Returns the divergence criterion's record (``divergence.criterion``)."""
+        return criterion(self.noise_updates, self.noise_multiple, self.smoothing)
 
     def validate(self) -> None:
         """Raises ConfigError naming the first setting out of range."""
@@ -61,8 +72,10 @@ class StabilitySettings:
             raise ConfigError(
                 f"--lr-start {self.lr_start}, --lr-end {self.lr_end}: expected 0 < start <= end"
             )
-        if self.batch_size < 1 or self.seq_len < 2 or self.tolerance < 0:
-            raise ConfigError("--batch-size >= 1, --seq-len >= 2 and --tolerance >= 0 expected")
+        if self.batch_size < 1 or self.seq_len < 2:
+            raise ConfigError("--batch-size >= 1 and --seq-len >= 2 expected")
+        if self.noise_updates < 2 or self.smoothing < 1 or not self.noise_multiple > 0:
+            raise ConfigError("--noise-updates >= 2, --smoothing >= 1 and --noise-multiple > 0 expected")
         if self.autocast not in TORCH_DTYPES:
             raise ConfigError(f"--autocast {self.autocast}: expected one of {', '.join(TORCH_DTYPES)}")
 
@@ -132,7 +145,8 @@ def run_one(
     opt = recipe_adamw(model, settings)
     probe = AttentionLogitProbe(model)
     rows: dict[str, list] = {"lr": [], "loss": [], "grad_norm": [], "attn_logit_max": []}
-    diverged_at, reason, first_loss = None, None, None
+    diverged_at, reason = None, None
+    detector = DivergenceDetector(settings.noise_updates, settings.noise_multiple, settings.smoothing)
     try:
         for t, lr in enumerate(
             progress_bar(
@@ -151,11 +165,10 @@ def run_one(
                 torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
             )
             value = loss.item()
-            first_loss = value if first_loss is None else first_loss
             row = {"lr": lr, "loss": finite_or_none(value), "grad_norm": finite_or_none(norm)}
             for key, v in {**row, "attn_logit_max": [finite_or_none(m) for m in probe.maxima]}.items():
                 rows[key].append(v)
-            reason = divergence(value, norm, first_loss, settings.tolerance)
+            reason = detector.check(value, norm)
             if reason:
                 diverged_at = t + 1
                 break
@@ -174,6 +187,7 @@ def run_one(
         "survived": settings.updates if diverged_at is None else diverged_at - 1,
         "diverged_at": diverged_at,
         "reason": reason,
+        "noise": detector.noise(),  # the batch noise the criterion measured (None: too few updates)
         "lr_at_divergence": rows["lr"][-1] if diverged_at else None,
         "fp16_overflow": overflows,
         **rows,
@@ -185,23 +199,13 @@ def finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def divergence(loss: float, grad_norm: float, first_loss: float, tolerance: float) -> str | None:
-    """Returns why an update diverged ("non-finite loss", ...) or None if it did not."""
-    if not math.isfinite(loss):
-        return "non-finite loss"
-    if not math.isfinite(grad_norm):
-        return "non-finite gradient"
-    if loss > first_loss + tolerance:
-        return f"loss {loss:.3f} above the first update's {first_loss:.3f} + {tolerance}"
-    return None
-
-
 def summarize(name: str, runs: list[dict[str, Any]], updates: int) -> dict[str, Any]:
     """Returns a preset's row: survived mean ± std over seeds, LR at divergence, attention logits."""
     survived = [r["survived"] for r in runs]
     lrs = [r["lr_at_divergence"] for r in runs if r["lr_at_divergence"] is not None]
     rows = [[math.inf if v is None else v for v in layers] for r in runs for layers in r["attn_logit_max"]]
     per_layer = [finite_or_none(max(col)) for col in zip(*rows)]
+    noise = [r["noise"]["std"] for r in runs if r.get("noise")]
     return {
         "preset": name,
         "seeds": len(runs),
@@ -212,6 +216,7 @@ def summarize(name: str, runs: list[dict[str, Any]], updates: int) -> dict[str, 
         "attn_logit_max": finite_or_none(max(max(r) for r in rows)),
         "attn_logit_max_by_layer": per_layer,
         "fp16_overflow_seeds": sum(bool(r["fp16_overflow"]) for r in runs),
+        "noise_std_mean": statistics.fmean(noise) if noise else None,
     }
 
 
@@ -231,6 +236,7 @@ def stability_test(
     return {
         "analysis": "stability",
         "settings": asdict(settings),
+        "criterion": settings.criterion(),
         "seeds": seeds,
         "summary": [summarize(name, rs, settings.updates) for name, rs in runs.items()],
         "runs": {name: rs for name, rs in runs.items()},

@@ -96,10 +96,12 @@ def stability_table(result: dict[str, Any]) -> list[str]:
             ]
         )
     lr = result["settings"]
-    note = (
-        f"{n} updates, LR {lr['lr_start']:g} → {lr['lr_end']:g} geometric, seeds {result['seeds']}; "
-        f"divergence: non-finite loss/gradient or loss > first + {lr['tolerance']} nats"
-    )
+    if "criterion" in result:
+        rule = result["criterion"]["text"]
+    else:  # a result of the old criterion
+        rule = f"non-finite loss/gradient or loss > first + {lr['tolerance']} nats"
+    note = f"{n} updates, LR {lr['lr_start']:g} → {lr['lr_end']:g} geometric, seeds {result['seeds']}; "
+    note += f"divergence: {rule}"
     return markdown_table(header, rows) + ["", note]
 
 

@@ -48,7 +48,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st.add_argument("--updates", type=int, default=200)
     st.add_argument("--lr-start", type=float, default=1e-5)
     st.add_argument("--lr-end", type=float, default=1.0)
-    st.add_argument("--tolerance", type=float, default=0.1, help="nats above the first loss that diverge")
+    st.add_argument(
+        "--noise-updates",
+        type=int,
+        default=10,
+        help="first updates that measure the batch noise (default 10)",
+    )
+    st.add_argument(
+        "--noise-multiple",
+        type=float,
+        default=5.0,
+        help="a running median loss this many noise std above the first updates' mean diverges (default 5)",
+    )
+    st.add_argument("--smoothing", type=int, default=5, help="losses in the running median (default 5)")
     st.add_argument(
         "--set",
         action="append",
@@ -90,7 +102,8 @@ def options(args: argparse.Namespace) -> Options:
         return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
     from ..engine.training.train_config import parse_set
 
-    names = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "tolerance", "autocast", "device")
+    names = ("updates", "lr_start", "lr_end", "batch_size", "seq_len", "autocast", "device")
+    names += ("noise_updates", "noise_multiple", "smoothing")
     return StabilityOptions(
         presets=args.preset,
         seeds=args.seeds,

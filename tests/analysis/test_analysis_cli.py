@@ -62,10 +62,9 @@ def test_stability_prints_no_bar_when_progress_is_off(capsys):
 
 def test_stability_survives_a_harmless_range_and_says_so():
     # fairseq's init starts from logits of std ~1 (not GPT-2's ~0): on 32-token batches the loss moves
-    # ~0.4 nats from batch to batch without any learning, so a tolerance above that noise
-    settings = StabilitySettings(
-        updates=6, lr_start=1e-8, lr_end=1e-7, batch_size=2, seq_len=16, tolerance=1.0
-    )
+    # ~0.4 nats from batch to batch without any learning; 6 updates lie inside the criterion's noise
+    # window (10 updates), so only a non-finite loss or gradient could diverge here
+    settings = StabilitySettings(updates=6, lr_start=1e-8, lr_end=1e-7, batch_size=2, seq_len=16)
     result = stability_test(tiny_configs(), [1, 2], random_batches(), settings)
     for row in result["summary"]:
         assert row["survived_all"] == 2 and row["survived_mean"] == 6 and row["survived_std"] == 0

@@ -322,11 +322,23 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
     assert glue and len(glue[0]["rows"]) == 2 and "rte" in sections["fig2-mlm"]["claims"][-1]["claim"]
     assert "Decision rule" in text and "Holm-adjusted" in text
     titles = {t["title"].split(":")[0] for t in sections["fig3-5"]["tables"]}
-    assert titles == {"Figure 3", "Figure 4", "Figure 5", "Figure 7"}
-    fig7 = [
-        c for c in sections["fig3-5"]["claims"] if "NormFormer raises" in c["claim"] or "lowers" in c["claim"]
-    ]
-    assert len(fig7) == 6  # fc1, fc2 raised; q, k, v, out_proj lowered
+    window = sections["fig3-5"]["windows"]["fig7"]
+    assert any(n.startswith("Figure 7") and "950–1000 of 572204" in n for n in sections["fig3-5"]["notes"])
+    if (
+        window["updates"] is None
+    ):  # a loaded machine timed NormFormer so slow it trained 1 update: said, by name
+        assert "past the end of NormFormer" in window["refused"] and "Figure 7" not in titles
+    else:
+        assert titles == {"Figure 3", "Figure 4", "Figure 5", "Figure 7"}
+        fig7 = [
+            c
+            for c in sections["fig3-5"]["claims"]
+            if "NormFormer raises" in c["claim"] or "lowers" in c["claim"]
+        ]
+        assert len(fig7) == 6  # fc1, fc2 raised; q, k, v, out_proj lowered
+        assert window["updates"] == [2, 3]  # 1–2 past the 1-update warm-up, for every run alike
+        assert set(map(tuple, window["by_run"].values())) == {(2, 3)} and len(window["by_run"]) == 4
+    assert any("Figure 5's divergence" in n and "running median" in n for n in sections["fig3-5"]["notes"])
     assert any("extra" in c["claim"] and "Post-LN" in c["claim"] for c in sections["fig3-5"]["claims"])
     assert "λresid" in sections["fig6"]["tables"][0]["rows"][0][0]
     assert len(sections["table5"]["claims"]) == len(TABLE5)
@@ -479,6 +491,10 @@ def test_smoke_fixes_equal_time_budgets_before_training(smoke):
             assert record["steps"] == record["budget"]["max_steps"]
     text = open(result["report"], encoding="utf-8").read()
     assert "## Equal time, fixed before training" in text and "2–6%" in text
+    fig2 = json.load(open(os.path.join(cfg.out, "experiments", "fig2-clm", "section.json")))
+    assert fig2["tables"][0]["columns"][-1].startswith("realised wall-time ratio")
+    assert all("step" in r[-1] or r[1].startswith("no comparison") for r in fig2["tables"][0]["rows"])
+    assert any(n.startswith("Realised equal time: ") for n in fig2["notes"])
 
 
 @pytest.fixture(scope="module")
@@ -503,12 +519,20 @@ def test_a_twice_slower_candidate_trains_half_the_steps_in_the_same_time(untuned
     base, cand = (json.load(open(f"{out}/runs/clm-{a}/seed1.json")) for a in ("prenorm", "normformer"))
     assert (base["budget"]["max_steps"], cand["budget"]["max_steps"]) == (8, 4)
     assert (base["steps"], cand["steps"]) == (8, 4) and cand["step_ratio"]["ratio"] == 2.0
-    comparisons = json.load(open(f"{out}/experiments/fig2-clm/data.json"))["comparisons"]
+    data = json.load(open(f"{out}/experiments/fig2-clm/data.json"))
     claim = json.load(open(f"{out}/experiments/fig2-clm/section.json"))["claims"][0]
-    # the equal-time reading: both runs at the end of their own schedules, ratio and CI beside it
-    finals = [[r["final_val_ppl"] for r in c["runs"]] for c in comparisons.values()]
-    assert claim["mean"] == pytest.approx(sum(math.log(b / n) for b, n in finals) / 2, rel=1e-9)
     assert "paired step-time ratio 2.000 [1.900, 2.100] (+100.0%)" in claim["measured"]
+    # NormFormer is not really twice as slow: a seed whose realised step-time ratio lies outside the
+    # planned [1.9, 2.1] trained at another time than Pre-LN's and is left out of the equal-time test
+    realised = data["realised"]
+    for row in realised["seeds"]:
+        assert row["inside"] == (1.9 <= row["step_ratio"] <= 2.1)
+    kept = [str(seed) for seed in realised["kept"]]
+    if len(kept) < 2:
+        assert claim["readable"] is False and claim["why"].startswith("not readable") and claim["p"] is None
+    else:  # the equal-time reading: both runs at the end of their own schedules
+        finals = [[r["final_val_ppl"] for r in data["comparisons"][seed]["runs"]] for seed in kept]
+        assert claim["mean"] == pytest.approx(sum(math.log(b / n) for b, n in finals) / len(kept), rel=1e-9)
 
 
 def test_no_tune_marks_every_verdict_untuned(untuned_slow):

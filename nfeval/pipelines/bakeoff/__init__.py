@@ -255,7 +255,8 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
         "load_average": round(os.getloadavg()[0], 1),
         "wall_min": (time.time() - start) / 60,
     }
-    ppl, zeroshot = results.ppl_tests(ctx, records), results.zeroshot_tests(ctx, files)
+    realised = results.realised_checks(ctx, records)
+    ppl, zeroshot = results.ppl_tests(ctx, records, realised), results.zeroshot_tests(ctx, files)
     stable = results.stability_tests(ctx, stability)
     results.add_lr_sensitivity(ctx, records, ppl)
     results.settle(ppl, zeroshot, stable)
@@ -271,6 +272,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
         "stability": stable,
         "tuning": _tuning_rows(ctx),
         "step_ratios": ctx.step_ratios,
+        "realised": realised,  # each seed's realised ratio against the planned one (realised_time)
         "steps": {c.name: run_budget(ctx, c).get("max_steps", "time budget") for c in ctx.candidates},
         "records": records,
         "notes": _notes(ctx),
@@ -323,6 +325,10 @@ def _notes(ctx: Context) -> list[str]:
         "better), seed k of each paired (same data order and initialisation seed); p from a one-sample "
         "t-test, Holm-adjusted over the candidates (the primary family); zero-shot and stability tests are "
         "the secondary family, Holm-adjusted together. An inconclusive row says nothing about direction.",
+        "Realised equal time: a seed whose realised step-time ratio (the candidate's training seconds per "
+        "step ÷ the baseline's) lies outside the planned ratio's interval did not train at the planned "
+        "equal time: it is left out of the perplexity test (the step-ratio table shows each seed), and "
+        "with fewer than 2 seeds left the test is not readable.",
         "Zero-shot test: per seed, nfeval compare-scores' paired bootstrap over items (candidate − baseline, "
         "* when its 95% interval excludes 0) and McNemar's exact test; the verdict is over seeds, the items' "
         "standard error counted as each seed's measurement error.",
@@ -332,7 +338,9 @@ def _notes(ctx: Context) -> list[str]:
         f"updates {ctx.scale.fig3_window[0]}–{ctx.scale.fig3_window[1]} of each run (the beginning of "
         "training, Shleifer et al. 2021 Figure 3): above 1, the early layers get the larger gradients.",
         "Stability: nfeval analyze stability on each architecture's initialisation (updates survived of a "
-        "learning rate rising geometrically from 1e-5 to 1), same batches and seeds for all.",
+        "learning rate rising geometrically from 1e-5 to 1), same batches and seeds for all; divergence: "
+        "a non-finite loss or gradient, or a running median loss above the first updates' mean + a "
+        "multiple of their std (the batch noise; nfeval.analysis.divergence).",
         "Curves (first seed): validation PPL vs FLOPs and vs each run's measured wall-clock; on a "
         "shared machine the latter carries the load of the moment, which is why equal time is fixed "
         "in steps from the paired step-time ratio instead.",

@@ -14,7 +14,7 @@ from ...base.jsonio import load_json
 from ...base.plots import plot_bars, plot_curves
 from ...engine.training import recipe
 from ...report import verdict
-from .. import scale_facts
+from .. import realised_time, scale_facts
 from ..lr_band import tune_seed_lines
 from ..reproduce.equal_time import ratio_text
 from ..reproduce.report import markdown_table
@@ -156,6 +156,9 @@ def tuning_table(r: dict[str, Any]) -> list[str]:
 
 def ratio_table(r: dict[str, Any]) -> list[str]:
     cols = ["architecture", "step-time ratio to the baseline [95% CI]", "steps", "how"]
+    realised = r.get("realised")  # absent from reports written before the realised-ratio check
+    if realised is not None:
+        cols.append("realised per seed: wall-time ratio (step-time ratio, vs the CI)")
     rows = []
     for name, rec in r["step_ratios"].items():
         how = (
@@ -163,7 +166,11 @@ def ratio_table(r: dict[str, Any]) -> list[str]:
             if "pairs" not in rec
             else f"{rec['pairs']} pairs × {rec['burst']} steps, load {rec['load_average']}"
         )
-        rows.append([name, ratio_text(rec), r["steps"].get(name, "time budget"), how])
+        row = [name, ratio_text(rec), r["steps"].get(name, "time budget"), how]
+        if realised is not None:
+            seeds = (realised.get(name) or {}).get("seeds", [])
+            row.append("; ".join(f"seed {s['seed']} {realised_time.seed_text(s)}" for s in seeds) or "–")
+        rows.append(row)
     return markdown_table(cols, rows)
 
 

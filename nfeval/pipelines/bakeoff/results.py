@@ -2,7 +2,9 @@
 
 - the ranking: final validation perplexity per candidate, mean with a Student-t interval over seeds;
 - perplexity significance: a seed-paired t-test on log PPL(baseline) − log PPL(candidate) (positive:
-  the candidate is better), with ``reproduce``'s verdict rule and minimum detectable effect;
+  the candidate is better), with ``reproduce``'s verdict rule and minimum detectable effect, over the
+  seeds that trained at the planned equal time (``realised_time``: a seed whose realised step-time ratio
+  left the planned interval is left out; fewer than 2 left: not readable);
 - zero-shot significance: per seed, ``compare-scores``' paired bootstrap over items and McNemar's test
   (candidate − baseline); over seeds, the verdict rule on the per-seed differences with the items' mean
   standard error as the per-measurement error;
@@ -26,7 +28,7 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...report import significance as sig
 from ...report import verdict
-from .. import lr_band
+from .. import lr_band, realised_time
 from ..reproduce.eval_experiments import CLOZE_METRIC
 from ..reproduce.training_experiments import final_ppl, log_ratio
 from ..runs import finished
@@ -86,22 +88,49 @@ def ranking(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]
     return rows
 
 
-def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
+def realised_checks(ctx: Context, records: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
+    """Returns {candidate: ``realised_time.check`` of its seeds} for the candidates whose step budget a
+    paired step-time ratio fixed (none under a time budget)."""
+    if "max_steps" not in ctx.budget:
+        return {}
+    base = {r["seed"]: realised_time.run_time(r["dir"]) for r in records[ctx.baseline.name]}
+    out = {}
+    for c in ctx.candidates[1:]:
+        if c.name in ctx.step_ratios:
+            times = {
+                r["seed"]: (base.get(r["seed"]), realised_time.run_time(r["dir"])) for r in records[c.name]
+            }
+            out[c.name] = realised_time.check(ctx.step_ratios[c.name], times)
+    return out
+
+
+def ppl_tests(
+    ctx: Context, records: dict[str, list[dict]], realised: dict[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Returns, per candidate but the baseline, the seed-paired test of the log-PPL gain over the
-    baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``)."""
+    baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``), over the
+    seeds ``realised`` (``realised_checks``) keeps; not readable when it keeps fewer than 2."""
     base = _ppl_by_seed(records[ctx.baseline.name])
     rows = []
     for c in ctx.candidates[1:]:
         cand = _ppl_by_seed(records[c.name])
-        gains = _gains(base, cand)
-        rows.append(
-            {
-                "name": c.name,
-                "gains": [g if math.isfinite(g) else None for g in gains],
-                "interval": _interval(gains),
-                **judge([g for g in gains if not math.isnan(g)], family=verdict.PRIMARY),
-            }
-        )
+        check = (realised or {}).get(c.name)
+        out = [] if check is None else check["excluded"]
+        gains = {seed: log_ratio(base[seed], cand[seed]) for seed in sorted(cand) if seed in base}
+        tested = [g for seed, g in gains.items() if seed not in out]
+        row = {
+            "name": c.name,
+            "gains": [g if math.isfinite(g) else None for g in gains.values()],
+            "interval": _interval(tested),
+            **judge([g for g in tested if not math.isnan(g)], family=verdict.PRIMARY),
+        }
+        if out:
+            row["seeds_left_out"] = out
+            row["why"] += f"; {realised_time.summary_text(check)}"
+        if check is not None and not check["readable"]:
+            row.update(dict.fromkeys(("p", "mean", "mde", "seeds_needed")), verdict=verdict.INCONCLUSIVE)
+            row["why"] = f"not readable: {realised_time.summary_text(check)}"
+        rows.append(row)
     return rows
 
 

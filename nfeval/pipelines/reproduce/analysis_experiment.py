@@ -25,11 +25,21 @@ STABILITY_ARCHS = ("prenorm", "normformer", "normformer-resscale", "postnorm")
 
 
 def analyze(options: analysis_runs.Options, png: str) -> dict[str, Any]:
-    """Runs the analysis ``options`` describe into PNG unless PNG exists; returns the JSON beside it."""
-    if not os.path.isfile(png):
+    """Runs the analysis ``options`` describe into PNG unless PNG exists (and, for a stability test, holds
+    a result of the same divergence criterion); returns the JSON beside it."""
+    path = os.path.splitext(png)[0] + ".json"
+    if not os.path.isfile(png) or _other_criterion(options, path):
         log(f"nfeval analyze {options}")
         analysis_runs.analyze(options, png)
-    return load_json(os.path.splitext(png)[0] + ".json")
+    return load_json(path)
+
+
+def _other_criterion(options: analysis_runs.Options, path: str) -> bool:
+    """Returns whether the stored stability test at ``path`` judged divergence otherwise than ``options``
+    would (an older result: its updates survived are not comparable)."""
+    if not isinstance(options, analysis_runs.StabilityOptions) or not os.path.isfile(path):
+        return False
+    return load_json(path).get("criterion") != options.settings.criterion()
 
 
 def _named_links(ctx: Context, keys: tuple[str, ...], seed: int) -> list[str]:
@@ -151,9 +161,27 @@ def figures_3_to_5(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         "paper trained in fp16, where q·k overflows first in layer 0): the layer-0 column is the "
         "largest logit, to set against fp16's largest finite number 65504. The Post-LN row is an extra: "
         "the paper's Figure 5 compares Pre-LN, NormFormer and NormFormer with λresid.",
+        stability_note(result),
     ]
     data = {**parts["data"], "stability": result["summary"]}
-    return {"tables": tables, "claims": claims, "figures": figures, "notes": notes, "data": data}
+    out = {"tables": tables, "claims": claims, "figures": figures, "notes": notes, "data": data}
+    if "fig7_window" in parts["data"]:  # report.json states the window every run was read over
+        out["windows"] = {"fig7": parts["data"]["fig7_window"]}
+    return out
+
+
+def stability_note(result: dict[str, Any]) -> str:
+    """Returns Figure 5's sentence on its divergence criterion and the batch noise each preset measured."""
+    criterion = result.get("criterion")
+    if criterion is None:
+        return "Figure 5's divergence: a loss above the first update's + a fixed tolerance (an older result)."
+    noise = [
+        f"{r['preset']} {r['noise_std_mean']:.3f}"
+        for r in result["summary"]
+        if r.get("noise_std_mean") is not None
+    ]
+    measured = f"; the batch noise (std, nats, mean over seeds): {', '.join(noise)}" if noise else ""
+    return f"Figure 5's divergence (the paper states no criterion; ours): {criterion['text']}{measured}."
 
 
 def _gains_table(ctx: Context, png: str, n_layer: int) -> dict[str, Any] | None:

@@ -8,13 +8,15 @@ while they train (``TrainConfig.grad_stats``, the scale's ``grad_stats`` window 
   (the figure's third panel). The window decides some of these (at update 1 alone NormFormer's slope
   can be steeper than Pre-LN's): the table shows both.
 - Figure 7 (appendix): every parameter kind (q, k, v, out_proj, fc1, fc2; q/k/v are the row blocks of
-  the fused qkv weight) averaged over the paper's updates 950–1000 (``Scale.fig7_window``); a run with
-  fewer updates reads its own last updates of the same length, the same fraction of a 1000-update run
-  (``train_config.clip_window``); each layer's value over the baseline's mean of the same kind across
-  layers, so 2.0 is twice the baseline. Claims, each a pattern across layers: NormFormer raises the
-  gradients of the later (second half) FC layers (the mean log ratio over them), and lowers every
-  attention parameter's gradient at all layers (the mean log ratio over all layers; the table and the
-  "lower at k of L layers" count show whether it holds layer by layer).
+  the fused qkv weight) averaged over a window at the paper's phase of training, a fixed number of
+  updates past the end of warm-up with the LR near its peak (``Scale.fig7_after_warmup``; the paper's
+  950–1000 lie 200–250 updates past a 750-update warm-up), the same update numbers for every run
+  (``fig7_window``: a run too short for it, or that did not record it, is refused, not clipped); each
+  layer's value over the baseline's mean of the same kind across layers, so 2.0 is twice the baseline.
+  Claims, each a pattern across layers: NormFormer raises the gradients of the later (second half) FC
+  layers (the mean log ratio over them), and lowers every attention parameter's gradient at all layers
+  (the mean log ratio over all layers; the table and the "lower at k of L layers" count show whether it
+  holds layer by layer).
 
 The depth statistic of a run is the least-squares slope of log |∂L/∂W| over the layer index, times
 (L − 1): the fitted log(first / last) across the depth (one noisy layer moves it less than a ratio).
@@ -32,6 +34,7 @@ from ...base.jsonio import load_json
 from ...engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
 from ...engine.training.train_config import clip_window
 from ...report import verdict
+from .fig7_window import Schedule, fig7_window, run_schedule, window_text
 from .plan import RUNS
 from .runner import Context, run_dir
 
@@ -59,6 +62,15 @@ def recorded(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[tuple[list[d
                 total = load_json(os.path.join(directory, "config.json"))["train"]["total_steps"]
                 out[key].append((read_grad_stats(path), int(total)))
     return out
+
+
+def schedules(ctx: Context, key: str, rows: list[tuple[list[dict[str, Any]], int]]) -> list[Schedule]:
+    """Returns the LR schedule and recorded updates of run ``key``'s seeds, in ``recorded``'s order."""
+    seeds = [s for s in ctx.seed_values if os.path.isfile(os.path.join(run_dir(ctx, key, s), GRAD_STATS))]
+    return [
+        run_schedule(run_dir(ctx, key, seed), f"{RUNS[key].label} seed {seed}", seed_rows)
+        for seed, (seed_rows, _) in zip(seeds, rows)
+    ]
 
 
 def depth_log_ratio(values: list[float]) -> float:
@@ -158,10 +170,6 @@ def fig7_claims(base: list[dict[str, list[float]]], nf: list[dict[str, list[floa
     return claims
 
 
-def _windows_text(windows: list[tuple[int, int]]) -> str:
-    return ", ".join(f"{a}–{b}" for a, b in windows) or "–"
-
-
 def _layer_rows(per_run: dict[str, list[list[float]]], label: str) -> list[list[str]]:
     return [
         [
@@ -175,15 +183,13 @@ def _layer_rows(per_run: dict[str, list[list[float]]], label: str) -> list[list[
 
 def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str, Any]:
     """Figures 3 and 7: returns {tables, claims, figures, notes, data} from the runs' recorded rows."""
-    from ...analysis.figures import plot_fig3_curves, plot_fig7
+    from ...analysis.figures import plot_fig3_curves
 
     rows = recorded(ctx, keys)
-    fig3, window = ctx.scale.fig3_window, ctx.scale.fig7_window
+    fig3 = ctx.scale.fig3_window
     init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r, _ in seeds] for k, seeds in rows.items()}
     beginning = {k: [window_values(r, clip_window(fig3, n)) for r, n in seeds] for k, seeds in rows.items()}
     early_fc2 = {k: [v.get(FIG3_KIND, []) for v in seeds] for k, seeds in beginning.items()}
-    late = {k: [window_values(r, clip_window(window, n)) for r, n in seeds] for k, seeds in rows.items()}
-    windows = {k: sorted({clip_window(window, n) for _, n in seeds}) for k, seeds in rows.items()}
     if not any(rows.values()):
         return {"tables": [], "claims": [], "figures": [], "notes": ["no run recorded --grad-stats"]}
     n_layer = max(len(v) for seeds in early_fc2.values() for v in seeds)
@@ -201,39 +207,69 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
     first = {k: seeds[0][0] for k, seeds in rows.items() if seeds}
     if first:
         figures.append(plot_fig3_curves(first, FIG3_KIND, os.path.join(folder, "fig3_grads_by_update.png")))
-    data: dict[str, Any] = {
-        "fig3_init": init,
-        "fig3_early": early_fc2,
-        "fig3_window": list(fig3),
-        "fig7_windows": {k: [list(w) for w in ws] for k, ws in windows.items()},
-    }
-    pair = (late.get(BASELINE), late.get("clm-normformer"))
-    if all(pair) and all(v for seeds in pair for v in seeds):  # both recorded the window (not cut short)
-        base, nf = late[BASELINE], late["clm-normformer"]
-        relative = [relative_by_kind(n, b) for b, n in zip(base, nf)]
-        baseline_own = [relative_by_kind(b, b) for b in base]
-        tables.append(
-            {
-                "title": f"Figure 7: gradient ÷ Pre-LN's mean over layers of the same parameter, updates "
-                f"{_windows_text(windows[BASELINE])} (Pre-LN) and {_windows_text(windows['clm-normformer'])} "
-                "(NormFormer), mean ± std over seeds (1.0 = the baseline's average)",
-                "columns": ["parameter", "run", *layers],
-                "rows": [
-                    [kind, name, *(verdict.fmt_mean_std(list(v), 2) for v in zip(*(r[kind] for r in rel)))]
-                    for kind in FIG7_KINDS
-                    for name, rel in (("Pre-LN", baseline_own), ("NormFormer", relative))
-                ],
-            }
-        )
-        claims += fig7_claims(base, nf)
-        figures.append(
-            plot_fig7(baseline_own[0], relative[0], FIG7_KINDS, os.path.join(folder, "fig7_grads.png"))
-        )
-        data["fig7_relative"] = relative
+    data: dict[str, Any] = {"fig3_init": init, "fig3_early": early_fc2, "fig3_window": list(fig3)}
+    fig7 = fig7_part(ctx, rows, layers, folder)
     notes = [
         f"Gradients recorded during training (TrainConfig.grad_stats {ctx.scale.grad_stats}), before "
         f"clipping, of the mean token cross-entropy. Figure 3 reads updates {fig3[0]}–{fig3[1]} (the "
-        f"beginning of training; warm-up is {ctx.scale.warmup:g} of the run) and update 1 alone; Figure 7 "
-        f"the paper's updates {window[0]}–{window[1]}, or a shorter run's last updates of that length."
+        f"beginning of training; warm-up is {ctx.scale.warmup:g} of the run) and update 1 alone.",
+        fig7["note"],
     ]
-    return {"tables": tables, "claims": claims, "figures": figures, "notes": notes, "data": data}
+    return {
+        "tables": tables + fig7["tables"],
+        "claims": claims + fig7["claims"],
+        "figures": figures + fig7["figures"],
+        "notes": notes,
+        "data": data | fig7["data"],
+    }
+
+
+def fig7_part(ctx: Context, rows: dict[str, list], layers: list[str], folder: str) -> dict[str, Any]:
+    """Figure 7: returns {tables, claims, figures, note, data} over one window (``fig7_window``) shared
+    by every seed of the baseline and NormFormer; nothing but the note and data when it cannot be read."""
+    from ...analysis.figures import plot_fig7
+
+    cand = "clm-normformer"
+    out: dict[str, Any] = {"tables": [], "claims": [], "figures": [], "data": {}}
+    if not (rows.get(BASELINE) and rows.get(cand)):
+        out["note"] = "Figure 7 not read: the baseline or NormFormer recorded no gradients."
+        return out
+    runs = {k: schedules(ctx, k, rows[k]) for k in (BASELINE, cand)}
+    found = fig7_window(ctx.scale.fig7_after_warmup, runs[BASELINE] + runs[cand])
+    out["note"] = window_text(found, (RUNS[BASELINE].label, RUNS[cand].label))
+    window = found["window"]
+    # one window for both architectures, recorded per run so the report shows they match
+    out["data"] = {
+        "fig7_window": {
+            "updates": list(window) if window else None,
+            "after_warmup": list(found["after_warmup"]),
+            "warmup_end": found["warmup_end"],
+            "refused": found["refused"],
+            "by_run": {s.name: list(window) if window else None for s in runs[BASELINE] + runs[cand]},
+            "lr_fraction": {name: list(pair) for name, pair in found.get("lr", {}).items()},
+        }
+    }
+    if window is None:
+        return out
+    base, nf = ([window_values(r, window) for r, _ in rows[k]] for k in (BASELINE, cand))
+    relative = [relative_by_kind(n, b) for b, n in zip(base, nf)]
+    baseline_own = [relative_by_kind(b, b) for b in base]
+    out["tables"].append(
+        {
+            "title": f"Figure 7: gradient ÷ Pre-LN's mean over layers of the same parameter, updates "
+            f"{window[0]}–{window[1]} ({found['after_warmup'][0]}–{found['after_warmup'][1]} past warm-up) "
+            "for both, mean ± std over seeds (1.0 = the baseline's average)",
+            "columns": ["parameter", "run", *layers],
+            "rows": [
+                [kind, name, *(verdict.fmt_mean_std(list(v), 2) for v in zip(*(r[kind] for r in rel)))]
+                for kind in FIG7_KINDS
+                for name, rel in (("Pre-LN", baseline_own), ("NormFormer", relative))
+            ],
+        }
+    )
+    out["claims"] = fig7_claims(base, nf)
+    out["figures"].append(
+        plot_fig7(baseline_own[0], relative[0], FIG7_KINDS, os.path.join(folder, "fig7_grads.png"))
+    )
+    out["data"]["fig7_relative"] = relative
+    return out

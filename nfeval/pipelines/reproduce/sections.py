@@ -81,6 +81,8 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
         "figures": [os.path.relpath(f, ctx.out) for f in parts.get("figures", [])],
         "notes": parts.get("notes", []),
     }
+    if "windows" in parts:  # the updates a figure was read over, per run (Figure 7)
+        section["windows"] = parts["windows"]
     atomic_write_json(os.path.join(ctx.out, "experiments", exp.name, "data.json"), parts.get("data", {}))
     atomic_write_json(path, section)
     return section

@@ -13,7 +13,7 @@ from ...base.plots import plot_bars, plot_curves
 from ...report import verdict
 from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
-from .. import lr_band
+from .. import lr_band, realised_time
 from ..runs import finished
 from .equal_time import PAPER_OVERHEAD, ratio_text
 from .plan import LOG_PPL_MARGIN, LR_BAND_CLAIMS, RUNS
@@ -87,29 +87,41 @@ def _readings(ctx: Context, c: dict[str, Any], cand: str) -> dict[str, dict[str,
     return out
 
 
+def realised_check(ctx: Context, base: str, cand: str) -> dict[str, Any] | None:
+    """Returns ``realised_time.check`` of the candidate's seeds against its planned step-time ratio, or
+    None when its budget was not fixed from one (a time budget, or no ratio record)."""
+    record = ctx.step_ratios.get(cand)
+    if record is None or "max_steps" not in ctx.budget:
+        return None
+    times = {
+        s: tuple(realised_time.run_time(run_dir(ctx, key, s)) for key in (base, cand))
+        for s in ctx.seed_values
+    }
+    return realised_time.check(record, times)
+
+
 def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction: float) -> dict[str, Any]:
     """Figure 2: the candidate vs the baseline at equal time and at equal FLOPs, per seed; returns the
-    section parts. A reading that is not compute-matched is shown, marked, and left out of the verdict."""
+    section parts. A reading that is not compute-matched is shown, marked, and left out of the verdict;
+    so is the equal-time reading of a seed whose realised step-time ratio left the planned interval."""
     comparisons = {s: compare_seed(ctx, name, (base, cand), s) for s in ctx.seed_values}
+    realised = realised_check(ctx, base, cand)
+    by_seed = {r["seed"]: r for r in realised["seeds"]} if realised else {}
     rows, per_axis = [], {axis: {"diffs": [], "fractions": [], "unmatched": 0} for axis in AXIS_WORDS}
     for seed, c in comparisons.items():
         if c is None:
-            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 5)
+            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 6)
             continue
         readings = _readings(ctx, c, cand)
         for axis, acc in per_axis.items():
             r = readings[axis]
+            if axis == "wall_s" and realised and seed in realised["excluded"]:
+                continue  # not trained at the planned equal time: no equal-time evidence
             if r["matched"]:
                 acc["diffs"].append(log_ratio(r["base"], r["cand"]))
             acc["unmatched"] += not r["matched"]
             acc["fractions"].append(r["fraction"])
-        b, n = c["runs"]
-        rows.append(
-            [str(seed), _ppl(readings["wall_s"]["base"]), _ppl(readings["wall_s"]["cand"])]
-            + [_ppl(readings["flops"]["cand"]) + ("" if readings["flops"]["matched"] else " (mid-schedule)")]
-            + [_cell(readings["wall_s"]["fraction"], n), _cell(readings["flops"]["fraction"], n)]
-            + [f"{n['steps']} vs {b['steps']}"]
-        )
+        rows.append(_seed_row(seed, c, readings, by_seed.get(seed)))
     columns = [
         "seed",
         f"{RUNS[base].label} PPL @ equal time",
@@ -118,6 +130,7 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
         "compute fraction (time)",
         "compute fraction (FLOPs)",
         "steps (cand vs base)",
+        "realised wall-time ratio (step-time ratio, vs the planned interval)",
     ]
     claims = [
         _equal_compute_claim(ctx, name, base, cand, a, acc, paper_fraction) for a, acc in per_axis.items()
@@ -125,6 +138,9 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
     for claim in claims:
         if claim["id"] in LR_BAND_CLAIMS:
             claim["lr_sensitivity"] = final_ppl_sensitivity(ctx, *LR_BAND_CLAIMS[claim["id"]])
+    claims = [
+        with_realised(c, realised) if realised and a == "wall_s" else c for a, c in zip(per_axis, claims)
+    ]
     figures = []
     first = comparisons.get(ctx.seed_values[0])
     if first is not None:
@@ -133,8 +149,9 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
         "tables": [{"title": "per seed", "columns": columns, "rows": rows}],
         "claims": claims,
         "figures": figures,
-        "notes": _equal_compute_notes(ctx, base, cand),
-        "data": {"comparisons": comparisons, "step_ratio": ctx.step_ratios.get(cand)},
+        "notes": _equal_compute_notes(ctx, base, cand)
+        + ([f"Realised equal time: {realised_time.summary_text(realised)}."] if realised else []),
+        "data": {"comparisons": comparisons, "step_ratio": ctx.step_ratios.get(cand), "realised": realised},
     }
 
 
@@ -161,6 +178,16 @@ def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] 
     return {**record, "names": [RUNS[base].label, RUNS[cand].label]}
 
 
+def _seed_row(seed: int, c: dict[str, Any], readings: dict[str, Any], realised: dict | None) -> list[str]:
+    b, n = c["runs"]
+    return (
+        [str(seed), _ppl(readings["wall_s"]["base"]), _ppl(readings["wall_s"]["cand"])]
+        + [_ppl(readings["flops"]["cand"]) + ("" if readings["flops"]["matched"] else " (mid-schedule)")]
+        + [_cell(readings["wall_s"]["fraction"], n), _cell(readings["flops"]["fraction"], n)]
+        + [f"{n['steps']} vs {b['steps']}", realised_time.seed_text(realised) if realised else "–"]
+    )
+
+
 def _equal_compute_claim(
     ctx: Context, name: str, base: str, cand: str, axis: str, acc: dict[str, Any], paper_fraction: float
 ) -> dict[str, Any]:
@@ -185,6 +212,20 @@ def _equal_compute_claim(
         "measured": measured,
         **decided,
     }
+
+
+def with_realised(claim: dict[str, Any], realised: dict[str, Any]) -> dict[str, Any]:
+    """Returns the equal-time ``claim`` stating the seeds left out by the realised-ratio check, and not
+    readable (inconclusive, no p) when fewer than ``realised_time.MIN_SEEDS`` seeds remain."""
+    out = {**claim, "realised": realised}
+    if realised["excluded"]:
+        out["measured"] += f"; seed(s) {', '.join(map(str, realised['excluded']))} left out (realised "
+        out["measured"] += "step-time ratio outside the planned interval)"
+    if not realised["readable"]:
+        none = dict.fromkeys(("p", "mean", "std", "se", "mde", "seeds_needed", "p_equivalence"))
+        why = f"not readable: {realised_time.summary_text(realised)}"
+        out.update(none, verdict=verdict.INCONCLUSIVE, why=why, readable=False)
+    return out
 
 
 def _equal_compute_notes(ctx: Context, base: str, cand: str) -> list[str]:
