@@ -28,6 +28,7 @@ from ...report import significance as sig
 from ...report import verdict
 from ..reproduce.eval_experiments import CLOZE_METRIC
 from ..reproduce.training_experiments import final_ppl, log_ratio
+from ..trained_gate import gated_decide, is_trained, recipe_words
 from .runs import Context, log, run_dir
 
 NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
@@ -62,49 +63,67 @@ def _interval(values: list[float]) -> dict[str, Any] | None:
     return sig.t_interval(finite) if finite else None
 
 
-def ranking(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
-    """Returns one row per candidate, best mean final PPL first (a candidate with a diverged seed after
-    every one without): name, per-seed PPLs (None: diverged), their t-interval, diverged count."""
+def ranking(
+    ctx: Context, records: dict[str, list[dict]], untrainable: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """Returns one row per candidate, best mean final PPL of the seeds that trained first (a candidate
+    with a seed that diverged or did not train after every one without, and the ``untrainable`` ones,
+    which trained at no LR of their grid, last and not ranked): name, per-seed PPLs (None: diverged),
+    their t-interval, diverged count, per-seed ``trained``, ``ranked``."""
     rows = []
     for c in ctx.candidates:
         ppl = final_ppl(records[c.name])
-        diverged = sum(not math.isfinite(p) for p in ppl)
+        trained = [is_trained(r) for r in records[c.name]]
         rows.append(
             {
                 "name": c.name,
                 "spec": c.spec(),
                 "ppl": [p if math.isfinite(p) else None for p in ppl],
-                "interval": _interval(ppl),
-                "diverged": diverged,
+                "interval": _interval([p for p, ok in zip(ppl, trained) if ok]),
+                "diverged": sum(not math.isfinite(p) for p in ppl),
+                "trained": trained,
+                "ranked": c.name not in untrainable,
                 "lr": records[c.name][0]["lr"],
                 "steps": [r.get("steps") for r in records[c.name]],
             }
         )
-    rows.sort(key=lambda r: (r["diverged"] > 0, math.inf if r["interval"] is None else r["interval"]["mean"]))
+    rows.sort(
+        key=lambda r: (
+            not r["ranked"],
+            r["diverged"] > 0 or not all(r["trained"]),
+            math.inf if r["interval"] is None else r["interval"]["mean"],
+        )
+    )
     return rows
 
 
 def ppl_tests(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
     """Returns, per candidate but the baseline, the seed-paired test of the log-PPL gain over the
-    baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``)."""
-    base = _ppl_by_seed(records[ctx.baseline.name])
+    baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``), over the
+    seeds where both runs trained (``trained_gate.gated_decide``: not readable with fewer than two)."""
+    base = _by_seed(records[ctx.baseline.name])
+    words = recipe_words(r for rs in records.values() for r in rs)
     rows = []
     for c in ctx.candidates[1:]:
-        cand = _ppl_by_seed(records[c.name])
-        gains = [log_ratio(base[seed], cand[seed]) for seed in sorted(cand) if seed in base]
+        cand = _by_seed(records[c.name])
+        pairs = [(base[seed], cand[seed]) for seed in sorted(cand) if seed in base]
+        kept = [(b, n) for b, n in pairs if is_trained(b) and is_trained(n)]
+        gains = [log_ratio(b["val_ppl"], n["val_ppl"]) for b, n in kept]  # both trained: finite
+        decided = gated_decide(gains, len(pairs) - len(kept), words)
         rows.append(
             {
                 "name": c.name,
                 "gains": [g if math.isfinite(g) else None for g in gains],
                 "interval": _interval(gains),
-                **judge([g for g in gains if not math.isnan(g)], family=verdict.PRIMARY),
+                **decided,
+                "family": verdict.PRIMARY,
             }
         )
     return rows
 
 
-def _ppl_by_seed(records: list[dict]) -> dict[int, float]:
-    return {r["seed"]: p for r, p in zip(records, final_ppl(records))}
+def _by_seed(records: list[dict]) -> dict[int, dict]:
+    return {r["seed"]: r for r in records}
 
 
 def plan_seeds(ctx: Context, records: dict[str, list[dict]], close_seeds: int) -> dict[str, Any]:
@@ -118,7 +137,7 @@ def plan_seeds(ctx: Context, records: dict[str, list[dict]], close_seeds: int) -
     means = {}
     for c in ctx.candidates:
         ppl = final_ppl(first[c.name])
-        if all(math.isfinite(p) for p in ppl):  # a diverged seed is not close to anything
+        if all(map(is_trained, first[c.name])):  # a seed that did not train is not close to anything
             means[c.name] = sum(math.log(p) for p in ppl) / len(ppl)
     mdes = sorted(t["mde"] for t in ppl_tests(ctx, first) if t["mde"] is not None)
     plan = {
@@ -215,10 +234,10 @@ def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict
         for seed in ctx.seeds_of(c):
             dirs = [run_dir(ctx, ctx.baseline, seed), run_dir(ctx, c, seed)]
             if any(
-                r["seed"] == seed and r["status"] != "finished"
-                for r in records[c.name] + records[ctx.baseline.name]
+                r["seed"] == seed and not is_trained(r) for r in records[c.name] + records[ctx.baseline.name]
             ):
-                per_seed.append({"seed": seed, "flops": None, "time": None, "why": "a run diverged"})
+                why = "a run diverged or did not train"
+                per_seed.append({"seed": seed, "flops": None, "time": None, "why": why})
                 continue
             try:
                 result = compare(dirs, names=[ctx.baseline.name, c.name])

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
-from .. import runs
+from .. import runs, trained_gate
 from ..reproduce.plan import Scale
 from ..reproduce.runner import SCALE_TRAIN_FIELDS
 from .candidates import Candidate
@@ -48,6 +48,8 @@ class Context:
     seed_counts: dict[str, int] = field(default_factory=dict)  # name -> seeds, where more than ``seeds``
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
+    clip_grad: float = 0.0  # gradient-norm clipping of every tune point and run (0: none)
+    unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
 
     @property
     def baseline(self) -> Candidate:
@@ -90,6 +92,7 @@ def train_config(ctx: Context, c: Candidate, seed: int, tuned: bool = True) -> T
         valid_data=ctx.valid_data,
         **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},  # grad_stats: the depth ratio
         warmup=s.warmup,
+        clip_grad=ctx.clip_grad,
         device=ctx.device,
         seed=seed,
         progress=ctx.progress,
@@ -173,9 +176,11 @@ def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
 
 def ensure_run(ctx: Context, c: Candidate, seed: int) -> dict[str, Any]:
     """Trains ``c`` at ``seed`` unless it is finished; returns its record (``runs.ensure_run``'s, with
-    name, seed and budget)."""
+    name, seed, budget and, once the corpus's unigram PPL is known, ``trained``: the gate every verdict
+    reads, applied here where every stage loads its runs)."""
     record = {"name": c.name, "seed": seed, "budget": run_budget(ctx, c)}
-    return runs.ensure_run(train_config(ctx, c, seed), run_dir(ctx, c, seed), record, log)
+    done = runs.ensure_run(train_config(ctx, c, seed), run_dir(ctx, c, seed), record, log)
+    return trained_gate.mark(done, ctx.unigram_ppl)
 
 
 def train_all(ctx: Context) -> str | None:
