@@ -32,8 +32,9 @@ from ...base.jsonio import load_json
 from ...engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
 from ...engine.training.train_config import clip_window
 from ...report import verdict
+from ..trained_gate import gate_claim, is_trained, recipe_words
 from .plan import RUNS
-from .runner import Context, run_dir
+from .runner import Context, ensure_run, run_dir
 
 FIG3_KIND = "fc2"
 ATTENTION_KINDS = ("q", "k", "v", "out_proj")
@@ -47,12 +48,22 @@ def window_values(rows: list[dict[str, Any]], window: tuple[int, int]) -> dict[s
     return average_rows([r for r in rows if window[0] <= r["update"] <= window[1]])
 
 
-def recorded(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[tuple[list[dict[str, Any]], int]]]:
-    """Returns {run key: [(grad_stats rows, the run's scheduled updates) of each seed that recorded them]}."""
+def trained_seeds(ctx: Context, keys: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """Returns (the seeds at which every run of ``keys`` trained, the others): the figures pair runs by
+    seed, so a seed with a run that did not train (``trained_gate``) is left out for all of them."""
+    ok = {s: all(is_trained(ensure_run(ctx, key, s)) for key in keys) for s in ctx.seed_values}
+    return [s for s in ok if ok[s]], [s for s in ok if not ok[s]]
+
+
+def recorded(
+    ctx: Context, keys: tuple[str, ...], seeds: list[int]
+) -> dict[str, list[tuple[list[dict[str, Any]], int]]]:
+    """Returns {run key: [(grad_stats rows, the run's scheduled updates) of each of ``seeds`` that
+    recorded them]}."""
     out: dict[str, list[tuple[list[dict[str, Any]], int]]] = {}
     for key in keys:
         out[key] = []
-        for seed in ctx.seed_values:
+        for seed in seeds:
             directory = run_dir(ctx, key, seed)
             path = os.path.join(directory, GRAD_STATS)
             if os.path.isfile(path):
@@ -173,11 +184,27 @@ def _layer_rows(per_run: dict[str, list[list[float]]], label: str) -> list[list[
     ]
 
 
+def _gated(ctx: Context, keys: tuple[str, ...], claims: list[dict], kept: list[int], dropped: list[int]):
+    """Returns ``claims`` read through the trained-run gate: decided over the ``kept`` seeds; with none
+    kept (the claims were computed on the ``dropped`` seeds, to be stated), none is readable."""
+    words = recipe_words([ensure_run(ctx, keys[0], ctx.seed_values[0])])
+    return [gate_claim(c if kept else {**c, "n": 0}, len(dropped), words) for c in claims]
+
+
+def _left_out_notes(kept: list[int], dropped: list[int]) -> list[str]:
+    if not dropped:
+        return []
+    if kept:
+        return [f"Seeds {dropped} left out: a run did not train."]
+    return ["No seed where every run trained: the tables show runs that did not train; no claim is read."]
+
+
 def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str, Any]:
     """Figures 3 and 7: returns {tables, claims, figures, notes, data} from the runs' recorded rows."""
     from ...analysis.figures import plot_fig3_curves, plot_fig7
 
-    rows = recorded(ctx, keys)
+    kept, dropped = trained_seeds(ctx, keys)
+    rows = recorded(ctx, keys, kept or dropped)  # no seed trained: the claims are stated, none is read
     fig3, window = ctx.scale.fig3_window, ctx.scale.fig7_window
     init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r, _ in seeds] for k, seeds in rows.items()}
     beginning = {k: [window_values(r, clip_window(fig3, n)) for r, n in seeds] for k, seeds in rows.items()}
@@ -230,10 +257,12 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
             plot_fig7(baseline_own[0], relative[0], FIG7_KINDS, os.path.join(folder, "fig7_grads.png"))
         )
         data["fig7_relative"] = relative
+    claims = _gated(ctx, keys, claims, kept, dropped)
     notes = [
+        *_left_out_notes(kept, dropped),
         f"Gradients recorded during training (TrainConfig.grad_stats {ctx.scale.grad_stats}), before "
         f"clipping, of the mean token cross-entropy. Figure 3 reads updates {fig3[0]}–{fig3[1]} (the "
         f"beginning of training; warm-up is {ctx.scale.warmup:g} of the run) and update 1 alone; Figure 7 "
-        f"the paper's updates {window[0]}–{window[1]}, or a shorter run's last updates of that length."
+        f"the paper's updates {window[0]}–{window[1]}, or a shorter run's last updates of that length.",
     ]
     return {"tables": tables, "claims": claims, "figures": figures, "notes": notes, "data": data}

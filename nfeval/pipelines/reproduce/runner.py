@@ -13,7 +13,7 @@ from typing import Any
 from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
 from ...tune.results import with_tuned_lr
-from .. import runs
+from .. import runs, trained_gate
 from .plan import EQUAL_UPDATES, RUNS, TABLE5_SETTINGS, Scale
 from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
@@ -42,6 +42,7 @@ class Context:
     step_ratios: dict[str, dict] = field(default_factory=dict)  # run key -> its equal_time record
     launch: LaunchOptions | None = None  # --launcher slurm: the runs (and the tune) as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
+    unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
 
     @property
     def seed_values(self) -> list[int]:
@@ -139,14 +140,17 @@ def run_dir(ctx: Context, key: str, seed: int) -> str:
 
 def ensure_run(ctx: Context, key: str, seed: int) -> dict[str, Any]:
     """Trains run ``key`` at ``seed`` unless it is finished; returns its record (``runs.ensure_run``'s,
-    with key, seed, budget and the equal-time record ``step_ratio`` its budget came from)."""
+    with key, seed, budget, the equal-time record ``step_ratio`` its budget came from and, once the
+    corpus's unigram PPL is known, ``trained``: the gate every verdict reads, applied here where every
+    experiment loads its runs)."""
     record = {
         "key": key,
         "seed": seed,
         "budget": run_budget(ctx, key),
         "step_ratio": ctx.step_ratios.get(key),
     }
-    return runs.ensure_run(train_config(ctx, key, seed), run_dir(ctx, key, seed), record, log)
+    done = runs.ensure_run(train_config(ctx, key, seed), run_dir(ctx, key, seed), record, log)
+    return trained_gate.mark(done, ctx.unigram_ppl)
 
 
 def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
