@@ -68,6 +68,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"with them; decided once, recorded in seed_plan.json (default {d.close_seeds}; at most --seeds: "
         "none get more)",
     )
+    p.add_argument(
+        "--clip-grad",
+        type=float,
+        default=d.clip_grad,
+        metavar="NORM",
+        help="clip every tune point's and run's gradient norm to NORM: a second recipe (one --out is one "
+        "recipe; default 0: no clipping, the paper's)",
+    )
     p.add_argument("--lrs", help="comma-separated LR grid of the tune (default: the recipe's)")
     p.add_argument("--tune-budget", help="budget of each tune point, as nfeval tune --budget, e.g. steps=100")
     add_tune_seeds(p, d.tune_seeds)
@@ -125,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         tune_budget=args.tune_budget,
         tune_seeds=args.tune_seeds,
         jobs=args.jobs,
+        clip_grad=args.clip_grad,
         data_dir=embedded.zeroshot_dir(args.data_dir),
         device=args.device,
         progress=not args.no_progress,

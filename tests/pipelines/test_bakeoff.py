@@ -13,6 +13,7 @@ from nfeval.base.errors import ConfigError
 from nfeval.cli import main
 from nfeval.engine.model.config import preset
 from nfeval.engine.training import recipe
+from nfeval.pipelines import trained_gate
 from nfeval.pipelines.bakeoff import BakeoffConfig, make_context, run_bakeoff
 from nfeval.pipelines.bakeoff.candidates import Candidate, parse_candidate, parse_candidates
 from nfeval.pipelines.bakeoff.runs import EXTENSIONS, lr_past_edge, train_config
@@ -76,6 +77,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
         (["--seeds", "0"], "--seeds 0: expected at least 1"),
         (["--archs", ""], "--archs: empty"),
         (["--lrs", "1e-3,fast"], "--lrs"),
+        (["--clip-grad", "-1"], "--clip-grad -1"),
     ]
     for argv, message in cases:
         assert main(["bakeoff", "--out", out, *argv]) == 2
@@ -86,6 +88,17 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
+    """The smoke bakeoff with the trained-run gate opened: its 8-step runs cannot beat the unigram PPL,
+    and these tests read the verdicts (the gate's own smoke is ``clipped_smoke``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trained_gate, "FACTOR", OPEN_GATE)
+        return _smoke(tmp_path_factory)
+
+
+OPEN_GATE = 1e-3  # a factor every finished smoke run passes
+
+
+def _smoke(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("bakeoff"))
     cfg = BakeoffConfig(
         archs=SMOKE_ARCHS,
@@ -188,6 +201,7 @@ def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
     monkeypatch.setattr(sweep, "run_point", forbidden)
     monkeypatch.setattr(zeroshot, "evaluate", forbidden)
     monkeypatch.setattr(stability, "stability_test", forbidden)
+    monkeypatch.setattr(trained_gate, "FACTOR", OPEN_GATE)
     again = run_bakeoff(cfg)
     assert again["ranking"] == first["ranking"] and again["ppl_tests"] == first["ppl_tests"]
 
@@ -279,3 +293,80 @@ def test_a_best_lr_on_an_edge_grows_the_grid_by_the_edge_step():
     assert lr_past_edge(1e-3, grid) == 3.33e-4  # the bottom step is x3
     assert lr_past_edge(1e-2, grid) is None and lr_past_edge(None, grid) is None
     assert lr_past_edge(1e-3, [1e-3]) is None
+
+
+def _marked(ppl_by_seed: list[float | None], unigram: float = 700.0) -> list[dict]:
+    return [trained_gate.mark(r, unigram) for r in _records(ppl_by_seed)]
+
+
+def test_the_paired_ppl_test_drops_the_pairs_where_a_run_did_not_train(tmp_path):
+    from nfeval.pipelines.bakeoff import results
+
+    ctx = make_context(BakeoffConfig(archs=("prenorm", "normformer", "sandwich"), out=str(tmp_path)))
+    records = {  # unigram 700: a run at 745 collapsed, one at 599 barely trained
+        "prenorm": _marked([100, 110, 105, 108]),
+        "normformer": _marked([90, 99, 745, 97]),  # seed 3 dropped: three pairs left, all better
+        "sandwich": _marked([745, 750, 599, 104]),  # one pair left: not readable, though mostly "worse"
+    }
+    normformer, sandwich = results.ppl_tests(ctx, records)
+    assert normformer["n"] == 3 and len(normformer["gains"]) == 3 and normformer["mean"] > 0
+    assert "1 pair(s) left out" in normformer["why"]
+    assert sandwich["verdict"] == trained_gate.NOT_READABLE and sandwich["p"] is None
+    results.settle([normformer, sandwich])
+    assert sandwich["verdict"] == trained_gate.NOT_READABLE  # never "worse"
+    ranking = results.ranking(ctx, records, untrainable=frozenset({"sandwich"}))
+    # a seed that did not train puts normformer after every candidate without one
+    assert [r["name"] for r in ranking] == ["prenorm", "normformer", "sandwich"]
+    assert ranking[1]["trained"] == [True, True, False, True] and not ranking[-1]["ranked"]
+    assert ranking[1]["interval"]["mean"] == pytest.approx((90 + 99 + 97) / 3)  # the trained seeds'
+
+
+@pytest.fixture(scope="module")
+def clipped_smoke(tmp_path_factory):
+    """A smoke bakeoff under the second recipe (--clip-grad 1.0) and the real gate, which none of its
+    8-step runs passes (the smoke corpus's unigram PPL is about 71)."""
+    out = str(tmp_path_factory.mktemp("bakeoff_clip"))
+    cfg = BakeoffConfig(
+        archs=("prenorm", "normformer"),
+        size="smoke",
+        out=out,
+        seeds=2,
+        close_seeds=2,
+        lrs=(1e-3, 3e-3),
+        clip_grad=1.0,
+        progress=False,
+        command="nfeval bakeoff --smoke --clip-grad 1.0",
+    )
+    return cfg, run_bakeoff(cfg)
+
+
+def test_a_clipped_bakeoff_is_one_recipe_and_reads_no_claim_from_untrained_runs(clipped_smoke):
+    cfg, report = clipped_smoke
+    assert json.load(open(os.path.join(cfg.out, "bakeoff.json")))["clip_grad"] == 1.0
+    stored = json.load(open(os.path.join(cfg.out, "report.json")))
+    header = stored["header"]
+    assert header["recipe"]["optimizer"]["clip_grad"] == 1.0
+    assert header["unigram_ppl"] > 1 and header["trained_factor"] == trained_gate.FACTOR
+    assert all(r["trained"] is False for rs in stored["records"].values() for r in rs)
+    (test,) = report["ppl_tests"]
+    assert test["verdict"] == trained_gate.NOT_READABLE and "clipping 1" in test["why"]
+    assert stored["untrainable"] == ["normformer", "prenorm"]
+    assert not any(r["ranked"] for r in stored["ranking"])
+    md = open(report["path"]).read()
+    assert "**Trained-run gate:** the corpus's unigram perplexity is" in md
+    assert "clipping 1, warm-up 0.05 of the run then linear decay" in md
+    assert "Did not train at any LR of its grid under this recipe (clipping 1, warm-up" in md
+    assert f"**{trained_gate.NOT_READABLE}**" in md
+    from nfeval.pipelines.bakeoff.report import render
+
+    assert render(stored) == md
+
+
+def test_a_tune_made_under_the_other_recipe_is_refused(clipped_smoke):
+    cfg, _ = clipped_smoke
+    ctx = make_context(BakeoffConfig(archs=cfg.archs, size="smoke", out=cfg.out, lrs=cfg.lrs))
+    ctx.tokenizer = os.path.join(cfg.out, "tokenizer.json")
+    with pytest.raises(ConfigError, match="tuned under another recipe.*optimizer.clip_grad: 1.0 vs 0.0"):
+        train_config(ctx, ctx.baseline, 1)
+    with pytest.raises(ConfigError, match="this folder was made with"):
+        run_bakeoff(BakeoffConfig(**{**cfg.__dict__, "clip_grad": 0.0}))

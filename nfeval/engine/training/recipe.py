@@ -90,8 +90,6 @@ def describe(recipe: dict[str, Any]) -> str:
     """Returns the recipe in words, e.g. "fairseq init, sinusoidal positions, √d embedding scale, AdamW
     (0.9, 0.98) ε 1e-08 wd 0.01, no clipping, warm-up 0.05 then linear decay to 0, fp32"."""
     opt, sched = recipe["optimizer"], recipe["schedule"]
-    warm = sched["warmup"]
-    warm_text = "no warm-up" if not warm else f"warm-up {warm:g}" + (" steps" if warm >= 1 else " of the run")
     decay = "linear" if sched["power"] == 1 else f"power-{sched['power']:g}"
     parts = [
         f"{recipe['init']} init",
@@ -99,12 +97,30 @@ def describe(recipe: dict[str, Any]) -> str:
         "√d embedding scale" if recipe["scale_embedding"] else "no embedding scale",
         *(["embedding LayerNorm"] if recipe["embedding_norm"] else []),
         f"AdamW ({opt['betas'][0]:g}, {opt['betas'][1]:g}) ε {opt['eps']:g} wd {opt['weight_decay']:g}",
-        f"clipping {opt['clip_grad']:g}" if opt["clip_grad"] else "no clipping",
-        f"{warm_text} then {decay} decay to {sched['end_lr']:g}",
+        clipping_text(recipe),
+        f"{warmup_text(recipe)} then {decay} decay to {sched['end_lr']:g}",
         f"dropout {recipe['dropout']:g}/{recipe['attn_dropout']:g}",
         recipe["precision"],
     ]
     return ", ".join(parts)
+
+
+def clipping_text(recipe: dict[str, Any]) -> str:
+    """Returns the recipe's gradient clipping in words: "clipping 1" or "no clipping"."""
+    clip = recipe["optimizer"]["clip_grad"]
+    return f"clipping {clip:g}" if clip else "no clipping"
+
+
+def warmup_text(recipe: dict[str, Any]) -> str:
+    """Returns the recipe's warm-up in words: "warm-up 0.05 of the run", "warm-up 500 steps", "no warm-up"."""
+    warm = recipe["schedule"]["warmup"]
+    return "no warm-up" if not warm else f"warm-up {warm:g}" + (" steps" if warm >= 1 else " of the run")
+
+
+def stability_text(recipe: dict[str, Any]) -> str:
+    """Returns the parts of the recipe that decide whether a run survives a high LR, in words: "no
+    clipping, warm-up 0.05 of the run" (what a verdict on a run that did not train is read under)."""
+    return f"{clipping_text(recipe)}, {warmup_text(recipe)}"
 
 
 def check_same(recipes: dict[str, dict[str, Any] | None], what: str) -> dict[str, Any]:

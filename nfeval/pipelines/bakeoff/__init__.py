@@ -25,7 +25,7 @@ from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...engine.model.config import SIZES
 from ...launch.options import LaunchOptions
-from .. import lr_band
+from .. import lr_band, trained_gate
 from ..reproduce.plan import SCALES
 from . import results
 from .candidates import parse_candidates
@@ -63,6 +63,7 @@ class BakeoffConfig:
     command: str = "nfeval bakeoff"
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
+    clip_grad: float = 0.0  # gradient-norm clipping of every tune point and run (0: none, the paper's)
 
     def validate(self) -> None:
         """Raises a UserError naming the first bad option, before any work."""
@@ -77,6 +78,8 @@ class BakeoffConfig:
         lr_band.check_seeds(max(self.seeds, self.close_seeds), self.tune_seeds)
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
+        if not self.clip_grad >= 0:
+            raise ConfigError(f"--clip-grad {self.clip_grad}: expected a gradient norm >= 0 (0: no clipping)")
         if self.steps is not None and self.minutes is not None:
             raise ConfigError("--steps and --minutes both given: pass one budget")
         if self.steps is not None and self.steps < 1:
@@ -101,7 +104,8 @@ class BakeoffConfig:
 
 
 def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
-    """Returns what every run of one output folder must share (checked on a rerun)."""
+    """Returns what every run of one output folder must share (checked on a rerun): one folder is one
+    recipe, so clipping is part of it (only when on: a folder made before the option has none)."""
     return {
         "archs": [c.spec() for c in ctx.candidates],
         "size": cfg.size,
@@ -110,6 +114,7 @@ def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
         "tune_budget": ctx.tune_budget,
         "tune_seeds": lr_band.tune_seed_values(ctx.tune_seeds),
         "corpus": [cfg.train_data, cfg.valid_data],
+        **({"clip_grad": ctx.clip_grad} if ctx.clip_grad else {}),
     }
 
 
@@ -151,6 +156,7 @@ def make_context(cfg: BakeoffConfig) -> Context:
         launch=cfg.launch,
         jobs=cfg.jobs,
         tune_seeds=cfg.tune_seeds,
+        clip_grad=cfg.clip_grad,
     )
 
 
@@ -161,6 +167,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     import torch
 
     from ..stages import shared_tokenizer, zeroshot_data
+    from ..trained_gate import corpus_unigram_ppl
     from . import runs
 
     ctx = make_context(cfg)
@@ -171,6 +178,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     check_settings(cfg.out, settings(cfg, ctx))
     start = time.time()
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
+    ctx.unigram_ppl = corpus_unigram_ppl(runs.train_config(ctx, ctx.baseline, 1, tuned=False))
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:
         return {"pending": pending}
@@ -188,7 +196,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
         c.name: {
             r["seed"]: runs.zeroshot_files(ctx, c, r["seed"], tasks, data)
             for r in rs
-            if r["status"] == "finished"
+            if trained_gate.is_trained(r)  # no zero-shot claim is read from a run that did not train
         }
         for c, rs in zip(ctx.candidates, records.values())
     }
@@ -223,6 +231,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
     from ...engine.training import recipe
     from .. import scale_facts
     from ..runs import train_seconds
+    from . import collapse
     from .runs import run_budget, run_dir
 
     every = [r for rs in records.values() for r in rs]
@@ -254,16 +263,22 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
         "hardware": hardware_key(hardware()),
         "load_average": round(os.getloadavg()[0], 1),
         "wall_min": (time.time() - start) / 60,
+        "unigram_ppl": ctx.unigram_ppl,
+        "trained_factor": trained_gate.FACTOR,
     }
+    failed = collapse.failed_lrs(ctx, ctx.unigram_ppl)
+    untrainable = collapse.untrainable(ctx, failed)
     realised = results.realised_checks(ctx, records)
     ppl, zeroshot = results.ppl_tests(ctx, records, realised), results.zeroshot_tests(ctx, files)
     stable = results.stability_tests(ctx, stability)
     results.add_lr_sensitivity(ctx, records, ppl)
     results.settle(ppl, zeroshot, stable)
+    collapse.qualify_worse(ppl, records, failed, recipe.stability_text(shared))
     return {
         "header": header,
         "baseline": ctx.baseline.name,
-        "ranking": results.ranking(ctx, records),
+        "ranking": results.ranking(ctx, records, untrainable),
+        "untrainable": sorted(untrainable),
         "depth_ratios": results.depth_ratios(ctx),
         "ppl_tests": ppl,
         "zeroshot_tests": zeroshot,
@@ -275,8 +290,20 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
         "realised": realised,  # each seed's realised ratio against the planned one (realised_time)
         "steps": {c.name: run_budget(ctx, c).get("max_steps", "time budget") for c in ctx.candidates},
         "records": records,
-        "notes": _notes(ctx),
+        "notes": _notes(ctx) + [_gate_note(shared)],
     }
+
+
+def _gate_note(shared: dict[str, Any]) -> str:
+    from ...engine.training import recipe
+
+    return (
+        "Trained-run gate (see the header): a run that did not train is marked ✗ beside its PPL, its seed's "
+        "pairs are left out of every test, and a test left with fewer than two pairs is not readable; a "
+        "candidate whose every tune point failed the gate did not train at any LR of its grid under this "
+        f"recipe ({recipe.stability_text(shared)}) and is listed, not ranked. A *worse* verdict on a "
+        "candidate that did not train somewhere says under which recipe it holds."
+    )
 
 
 def _budget_text(ctx: Context) -> str:

@@ -14,7 +14,7 @@ from ...base.jsonio import load_json
 from ...base.plots import plot_bars, plot_curves
 from ...engine.training import recipe
 from ...report import verdict
-from .. import realised_time, scale_facts
+from .. import realised_time, scale_facts, trained_gate
 from ..lr_band import tune_seed_lines
 from ..reproduce.equal_time import ratio_text
 from ..reproduce.report import markdown_table
@@ -38,10 +38,13 @@ def ranking_table(r: dict[str, Any]) -> list[str]:
     cols += ["fc2 layer-0 ÷ last-layer gradient, early (mean ± std)"]
     rows = [
         [
-            i + 1,
+            i + 1 if row.get("ranked", True) else "not ranked",
             row["spec"],
             _ci(row["interval"]),
-            ", ".join(_num(p, ".2f") for p in row["ppl"]),
+            ", ".join(
+                _num(p, ".2f") + ("" if ok else " ✗")
+                for p, ok in zip(row["ppl"], row.get("trained") or [True] * len(row["ppl"]))
+            ),
             f"{row['diverged']} of {len(row['ppl'])}",
             f"{row['lr']:g}",
             "/".join(map(str, sorted(set(row["steps"]), key=str))),
@@ -69,7 +72,7 @@ def ppl_table(r: dict[str, Any]) -> list[str]:
             _ci(t["interval"], 4),
             _num(t["p"]),
             _num(t.get("p_holm")),
-            f"**{t['verdict']}**",
+            f"**{t['verdict']}**" + (f" {t['under']}" if t.get("under") else ""),
             _num(t["mde"]),
             t["seeds_needed"] or "–",
             t["why"],
@@ -304,11 +307,13 @@ def render(r: dict[str, Any]) -> str:
             if h.get("recipe")
             else []
         ),
+        *_gate_lines(r),
         *_scale_lines(h),
         "## Ranking (final validation perplexity)",
         "",
         *ranking_table(r),
         "",
+        *_untrainable_lines(r),
         "## Perplexity vs the baseline (seed-paired t-test)",
         "",
         *ppl_table(r),
@@ -350,6 +355,23 @@ def render(r: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _gate_lines(r: dict[str, Any]) -> list[str]:
+    """Returns the header's trained-run gate sentence (none for a report made before the gate)."""
+    h = r["header"]
+    if h.get("unigram_ppl") is None:
+        return []
+    return [trained_gate.gate_text(h["unigram_ppl"], h["trained_factor"]), ""]
+
+
+def _untrainable_lines(r: dict[str, Any]) -> list[str]:
+    """Returns the line listing the candidates that trained at no LR of their grid (not ranked)."""
+    if not r.get("untrainable"):
+        return []
+    words = recipe.stability_text(r["header"]["recipe"])
+    names = ", ".join(r["untrainable"])
+    return [f"Did not train at any LR of its grid under this recipe ({words}), so not ranked: {names}.", ""]
 
 
 def _scale_lines(h: dict[str, Any]) -> list[str]:

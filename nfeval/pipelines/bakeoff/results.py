@@ -28,10 +28,11 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...report import significance as sig
 from ...report import verdict
-from .. import lr_band, realised_time
+from .. import lr_band, realised_time, trained_gate
 from ..reproduce.eval_experiments import CLOZE_METRIC
 from ..reproduce.training_experiments import final_ppl, log_ratio
 from ..runs import finished
+from ..trained_gate import gated_decide, is_trained, recipe_words
 from .runs import Context, band_lrs, log, run_dir
 
 NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
@@ -66,25 +67,37 @@ def _interval(values: list[float]) -> dict[str, Any] | None:
     return sig.t_interval(finite) if finite else None
 
 
-def ranking(ctx: Context, records: dict[str, list[dict]]) -> list[dict[str, Any]]:
-    """Returns one row per candidate, best mean final PPL first (a candidate with a diverged seed after
-    every one without): name, per-seed PPLs (None: diverged), their t-interval, diverged count."""
+def ranking(
+    ctx: Context, records: dict[str, list[dict]], untrainable: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """Returns one row per candidate, best mean final PPL of the seeds that trained first (a candidate
+    with a seed that diverged or did not train after every one without, and the ``untrainable`` ones,
+    which trained at no LR of their grid, last and not ranked): name, per-seed PPLs (None: diverged),
+    their t-interval, diverged count, per-seed ``trained``, ``ranked``."""
     rows = []
     for c in ctx.candidates:
         ppl = final_ppl(records[c.name])
-        diverged = sum(not math.isfinite(p) for p in ppl)
+        trained = [is_trained(r) for r in records[c.name]]
         rows.append(
             {
                 "name": c.name,
                 "spec": c.spec(),
                 "ppl": [p if math.isfinite(p) else None for p in ppl],
-                "interval": _interval(ppl),
-                "diverged": diverged,
+                "interval": _interval([p for p, ok in zip(ppl, trained) if ok]),
+                "diverged": sum(not math.isfinite(p) for p in ppl),
+                "trained": trained,
+                "ranked": c.name not in untrainable,
                 "lr": records[c.name][0]["lr"],
                 "steps": [r.get("steps") for r in records[c.name]],
             }
         )
-    rows.sort(key=lambda r: (r["diverged"] > 0, math.inf if r["interval"] is None else r["interval"]["mean"]))
+    rows.sort(
+        key=lambda r: (
+            not r["ranked"],
+            r["diverged"] > 0 or not all(r["trained"]),
+            math.inf if r["interval"] is None else r["interval"]["mean"],
+        )
+    )
     return rows
 
 
@@ -109,20 +122,24 @@ def ppl_tests(
 ) -> list[dict[str, Any]]:
     """Returns, per candidate but the baseline, the seed-paired test of the log-PPL gain over the
     baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``), over the
-    seeds ``realised`` (``realised_checks``) keeps; not readable when it keeps fewer than 2."""
-    base = _ppl_by_seed(records[ctx.baseline.name])
+    seeds ``realised`` (``realised_checks``) keeps where both runs trained (``trained_gate.gated_decide``:
+    not readable with fewer than two); not readable either when ``realised`` keeps fewer than 2."""
+    base = _by_seed(records[ctx.baseline.name])
+    words = recipe_words(r for rs in records.values() for r in rs)
     rows = []
     for c in ctx.candidates[1:]:
-        cand = _ppl_by_seed(records[c.name])
+        cand = _by_seed(records[c.name])
         check = (realised or {}).get(c.name)
         out = [] if check is None else check["excluded"]
-        gains = {seed: log_ratio(base[seed], cand[seed]) for seed in sorted(cand) if seed in base}
-        tested = [g for seed, g in gains.items() if seed not in out]
+        pairs = [(base[seed], cand[seed]) for seed in sorted(cand) if seed in base and seed not in out]
+        kept = [(b, n) for b, n in pairs if is_trained(b) and is_trained(n)]
+        gains = [log_ratio(b["val_ppl"], n["val_ppl"]) for b, n in kept]  # both trained: finite
         row = {
             "name": c.name,
-            "gains": [g if math.isfinite(g) else None for g in gains.values()],
-            "interval": _interval(tested),
-            **judge([g for g in tested if not math.isnan(g)], family=verdict.PRIMARY),
+            "gains": [g if math.isfinite(g) else None for g in gains],
+            "interval": _interval(gains),
+            **gated_decide(gains, len(pairs) - len(kept), words),
+            "family": verdict.PRIMARY,
         }
         if out:
             row["seeds_left_out"] = out
@@ -132,6 +149,10 @@ def ppl_tests(
             row["why"] = f"not readable: {realised_time.summary_text(check)}"
         rows.append(row)
     return rows
+
+
+def _by_seed(records: list[dict]) -> dict[int, dict]:
+    return {r["seed"]: r for r in records}
 
 
 def _gains(base: dict[int, float], cand: dict[int, float]) -> list[float]:
@@ -158,9 +179,9 @@ def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str
 
     def ppl_at(who, lr: float) -> dict[int, float]:
         if lr == records[who.name][0]["lr"]:
-            return _ppl_by_seed(records[who.name])
+            return _trained_ppl(records[who.name])
         done = [r for r in (finished(run_dir(ctx, who, s, lr)) for s in ctx.seeds_of(who)) if r]
-        return _ppl_by_seed(done)
+        return _trained_ppl([trained_gate.mark(r, ctx.unigram_ppl) for r in done])
 
     def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
         gains = _gains(ppl_at(base, base_lr), ppl_at(c, cand_lr))
@@ -169,8 +190,9 @@ def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str
     return lr_band.sensitivity(best, bands, diffs_at)
 
 
-def _ppl_by_seed(records: list[dict]) -> dict[int, float]:
-    return {r["seed"]: p for r, p in zip(records, final_ppl(records))}
+def _trained_ppl(records: list[dict]) -> dict[int, float]:
+    """Returns {seed: final PPL} of the runs of ``records`` that trained (the gate's pairs)."""
+    return {r["seed"]: r["val_ppl"] for r in records if is_trained(r)}
 
 
 def plan_seeds(ctx: Context, records: dict[str, list[dict]], close_seeds: int) -> dict[str, Any]:
@@ -184,7 +206,7 @@ def plan_seeds(ctx: Context, records: dict[str, list[dict]], close_seeds: int) -
     means = {}
     for c in ctx.candidates:
         ppl = final_ppl(first[c.name])
-        if all(math.isfinite(p) for p in ppl):  # a diverged seed is not close to anything
+        if all(map(is_trained, first[c.name])):  # a seed that did not train is not close to anything
             means[c.name] = sum(math.log(p) for p in ppl) / len(ppl)
     mdes = sorted(t["mde"] for t in ppl_tests(ctx, first) if t["mde"] is not None)
     plan = {
@@ -281,10 +303,10 @@ def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict
         for seed in ctx.seeds_of(c):
             dirs = [run_dir(ctx, ctx.baseline, seed), run_dir(ctx, c, seed)]
             if any(
-                r["seed"] == seed and r["status"] != "finished"
-                for r in records[c.name] + records[ctx.baseline.name]
+                r["seed"] == seed and not is_trained(r) for r in records[c.name] + records[ctx.baseline.name]
             ):
-                per_seed.append({"seed": seed, "flops": None, "time": None, "why": "a run diverged"})
+                why = "a run diverged or did not train"
+                per_seed.append({"seed": seed, "flops": None, "time": None, "why": why})
                 continue
             try:
                 result = compare(dirs, names=[ctx.baseline.name, c.name])

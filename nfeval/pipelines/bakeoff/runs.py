@@ -18,7 +18,7 @@ from typing import Any
 from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
 from ...tune.results import lr_key
-from .. import lr_band, runs
+from .. import lr_band, runs, trained_gate
 from ..reproduce.plan import Scale
 from ..reproduce.runner import SCALE_TRAIN_FIELDS
 from .candidates import Candidate
@@ -50,6 +50,8 @@ class Context:
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
     tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from the judged seeds
+    clip_grad: float = 0.0  # gradient-norm clipping of every tune point and run (0: none)
+    unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
 
     @property
     def baseline(self) -> Candidate:
@@ -103,6 +105,7 @@ def train_config(
         valid_data=ctx.valid_data,
         **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},  # grad_stats: the depth ratio
         warmup=s.warmup,
+        clip_grad=ctx.clip_grad,
         device=ctx.device,
         seed=seed,
         progress=ctx.progress,
@@ -192,10 +195,12 @@ def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
 
 def ensure_run(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> dict[str, Any]:
     """Trains ``c`` at ``seed`` (at ``lr`` of its band, or its tuned LR) unless it is finished; returns
-    its record (``runs.ensure_run``'s, with name, seed and budget)."""
+    its record (``runs.ensure_run``'s, with name, seed, budget and, once the corpus's unigram PPL is
+    known, ``trained``: the gate every verdict reads, applied here where every stage loads its runs)."""
     record = {"name": c.name, "seed": seed, "budget": run_budget(ctx, c)}
     cfg = train_config(ctx, c, seed, lr=lr)
-    return runs.ensure_run(cfg, run_dir(ctx, c, seed, lr), record, log)
+    done = runs.ensure_run(cfg, run_dir(ctx, c, seed, lr), record, log)
+    return trained_gate.mark(done, ctx.unigram_ppl)
 
 
 def train_all(ctx: Context) -> str | None:

@@ -26,7 +26,7 @@ from ...base.errors import ConfigError, MissingDataError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...launch.options import LaunchOptions
-from .. import lr_band, runs
+from .. import lr_band, runs, trained_gate
 from . import runner
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, RUNS, SCALES, Scale
 from .runner import Context, log, train_all
@@ -167,6 +167,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size, cfg.train_data, cfg.valid_data)
+    ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(runner.train_config(ctx, "clm-prenorm", 1))
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
     pending = _before_sections(cfg, ctx, keys)
     if pending:
@@ -250,7 +251,9 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
 
     tune_rows, tune_warnings = tuning_rows(ctx)
     finished = [
-        r for r in (runs.finished(runner.run_dir(ctx, k, s)) for k in RUNS for s in ctx.seed_values) if r
+        trained_gate.mark(r, ctx.unigram_ppl)
+        for r in (runs.finished(runner.run_dir(ctx, k, s)) for k in RUNS for s in ctx.seed_values)
+        if r
     ]
     base = scale_facts.baseline_dir(ctx.out, "runs", "clm-prenorm") or scale_facts.baseline_dir(
         ctx.out, "runs", "mlm-prenorm"
@@ -283,6 +286,9 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
         "equal_time": equal_time_rows(ctx),
         "step_ratios": ctx.step_ratios,
         "warnings": tune_warnings,
+        "unigram_ppl": ctx.unigram_ppl,
+        "trained_factor": trained_gate.FACTOR,
+        "trained": {f"{r['key']}/seed{r['seed']}": trained_gate.is_trained(r) for r in finished},
     }
 
 

@@ -24,6 +24,7 @@ from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from .. import runs
+from ..trained_gate import is_trained, mark
 from .budget_report import PAIR, plot, render, tokens_text
 from .plan import SCALES
 from .runner import log
@@ -86,14 +87,17 @@ def run_budget_axis(cfg) -> dict[str, Any]:
 
 
 def budget_row(tokens: int, folder: str) -> dict[str, Any]:
-    """Returns one budget's row from its reproduce folder: steps, tuned LRs, per-seed PPLs and gains,
-    the primary claim's verdict (with its LR sensitivity)."""
+    """Returns one budget's row from its reproduce folder: steps, tuned LRs, per-seed PPLs and gains over
+    the seeds where both runs trained (``trained_gate``), the primary claim's verdict (with its LR
+    sensitivity)."""
     report = load_json(os.path.join(folder, "report.json"))
     (section,) = [s for s in report["sections"] if s["name"] == EXPERIMENT]
     (claim,) = [c for c in section["claims"] if c["id"] == CLAIM]
     records = {k: _records(folder, k, report["header"]["eval_seeds"]) for k in PAIR}
+    unigram = report["header"].get("unigram_ppl")
+    trained = {k: {r["seed"] for r in rs if is_trained(mark(r, unigram))} for k, rs in records.items()}
     ppl = {k: dict(zip((r["seed"] for r in rs), final_ppl(rs))) for k, rs in records.items()}
-    seeds = sorted(set(ppl[PAIR[0]]) & set(ppl[PAIR[1]]))
+    seeds = sorted(trained[PAIR[0]] & trained[PAIR[1]])  # the gate's pairs: both runs trained
     gains = [log_ratio(ppl[PAIR[0]][s], ppl[PAIR[1]][s]) for s in seeds]
     return {
         "tokens": tokens,

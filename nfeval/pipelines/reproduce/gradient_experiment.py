@@ -34,9 +34,10 @@ from ...base.jsonio import load_json
 from ...engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
 from ...engine.training.train_config import clip_window
 from ...report import verdict
+from ..trained_gate import gate_claim, is_trained, recipe_words
 from .fig7_window import Schedule, fig7_window, run_schedule, window_text
 from .plan import RUNS
-from .runner import Context, run_dir
+from .runner import Context, ensure_run, run_dir
 
 FIG3_KIND = "fc2"
 ATTENTION_KINDS = ("q", "k", "v", "out_proj")
@@ -50,12 +51,22 @@ def window_values(rows: list[dict[str, Any]], window: tuple[int, int]) -> dict[s
     return average_rows([r for r in rows if window[0] <= r["update"] <= window[1]])
 
 
-def recorded(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[tuple[list[dict[str, Any]], int]]]:
-    """Returns {run key: [(grad_stats rows, the run's scheduled updates) of each seed that recorded them]}."""
+def trained_seeds(ctx: Context, keys: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """Returns (the seeds at which every run of ``keys`` trained, the others): the figures pair runs by
+    seed, so a seed with a run that did not train (``trained_gate``) is left out for all of them."""
+    ok = {s: all(is_trained(ensure_run(ctx, key, s)) for key in keys) for s in ctx.seed_values}
+    return [s for s in ok if ok[s]], [s for s in ok if not ok[s]]
+
+
+def recorded(
+    ctx: Context, keys: tuple[str, ...], seeds: list[int]
+) -> dict[str, list[tuple[list[dict[str, Any]], int]]]:
+    """Returns {run key: [(grad_stats rows, the run's scheduled updates) of each of ``seeds`` that
+    recorded them]}."""
     out: dict[str, list[tuple[list[dict[str, Any]], int]]] = {}
     for key in keys:
         out[key] = []
-        for seed in ctx.seed_values:
+        for seed in seeds:
             directory = run_dir(ctx, key, seed)
             path = os.path.join(directory, GRAD_STATS)
             if os.path.isfile(path):
@@ -64,9 +75,11 @@ def recorded(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[tuple[list[d
     return out
 
 
-def schedules(ctx: Context, key: str, rows: list[tuple[list[dict[str, Any]], int]]) -> list[Schedule]:
-    """Returns the LR schedule and recorded updates of run ``key``'s seeds, in ``recorded``'s order."""
-    seeds = [s for s in ctx.seed_values if os.path.isfile(os.path.join(run_dir(ctx, key, s), GRAD_STATS))]
+def schedules(
+    ctx: Context, key: str, rows: list[tuple[list[dict[str, Any]], int]], seeds: list[int]
+) -> list[Schedule]:
+    """Returns the LR schedule and recorded updates of run ``key``'s ``seeds``, in ``recorded``'s order."""
+    seeds = [s for s in seeds if os.path.isfile(os.path.join(run_dir(ctx, key, s), GRAD_STATS))]
     return [
         run_schedule(run_dir(ctx, key, seed), f"{RUNS[key].label} seed {seed}", seed_rows)
         for seed, (seed_rows, _) in zip(seeds, rows)
@@ -181,11 +194,28 @@ def _layer_rows(per_run: dict[str, list[list[float]]], label: str) -> list[list[
     ]
 
 
+def _gated(ctx: Context, keys: tuple[str, ...], claims: list[dict], kept: list[int], dropped: list[int]):
+    """Returns ``claims`` read through the trained-run gate: decided over the ``kept`` seeds; with none
+    kept (the claims were computed on the ``dropped`` seeds, to be stated), none is readable."""
+    words = recipe_words([ensure_run(ctx, keys[0], ctx.seed_values[0])])
+    return [gate_claim(c if kept else {**c, "n": 0}, len(dropped), words) for c in claims]
+
+
+def _left_out_notes(kept: list[int], dropped: list[int]) -> list[str]:
+    if not dropped:
+        return []
+    if kept:
+        return [f"Seeds {dropped} left out: a run did not train."]
+    return ["No seed where every run trained: the tables show runs that did not train; no claim is read."]
+
+
 def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str, Any]:
     """Figures 3 and 7: returns {tables, claims, figures, notes, data} from the runs' recorded rows."""
     from ...analysis.figures import plot_fig3_curves
 
-    rows = recorded(ctx, keys)
+    kept, dropped = trained_seeds(ctx, keys)
+    seeds = kept or dropped  # no seed trained: the claims are stated, none is read
+    rows = recorded(ctx, keys, seeds)
     fig3 = ctx.scale.fig3_window
     init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r, _ in seeds] for k, seeds in rows.items()}
     beginning = {k: [window_values(r, clip_window(fig3, n)) for r, n in seeds] for k, seeds in rows.items()}
@@ -208,8 +238,10 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
     if first:
         figures.append(plot_fig3_curves(first, FIG3_KIND, os.path.join(folder, "fig3_grads_by_update.png")))
     data: dict[str, Any] = {"fig3_init": init, "fig3_early": early_fc2, "fig3_window": list(fig3)}
-    fig7 = fig7_part(ctx, rows, layers, folder)
+    fig7 = fig7_part(ctx, rows, layers, folder, seeds)
+    claims = _gated(ctx, keys, claims + fig7["claims"], kept, dropped)
     notes = [
+        *_left_out_notes(kept, dropped),
         f"Gradients recorded during training (TrainConfig.grad_stats {ctx.scale.grad_stats}), before "
         f"clipping, of the mean token cross-entropy. Figure 3 reads updates {fig3[0]}–{fig3[1]} (the "
         f"beginning of training; warm-up is {ctx.scale.warmup:g} of the run) and update 1 alone.",
@@ -217,16 +249,19 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
     ]
     return {
         "tables": tables + fig7["tables"],
-        "claims": claims + fig7["claims"],
+        "claims": claims,
         "figures": figures + fig7["figures"],
         "notes": notes,
         "data": data | fig7["data"],
     }
 
 
-def fig7_part(ctx: Context, rows: dict[str, list], layers: list[str], folder: str) -> dict[str, Any]:
+def fig7_part(
+    ctx: Context, rows: dict[str, list], layers: list[str], folder: str, seeds: list[int]
+) -> dict[str, Any]:
     """Figure 7: returns {tables, claims, figures, note, data} over one window (``fig7_window``) shared
-    by every seed of the baseline and NormFormer; nothing but the note and data when it cannot be read."""
+    by every seed (of ``seeds``, ``recorded``'s) of the baseline and NormFormer; nothing but the note
+    and data when it cannot be read."""
     from ...analysis.figures import plot_fig7
 
     cand = "clm-normformer"
@@ -234,7 +269,7 @@ def fig7_part(ctx: Context, rows: dict[str, list], layers: list[str], folder: st
     if not (rows.get(BASELINE) and rows.get(cand)):
         out["note"] = "Figure 7 not read: the baseline or NormFormer recorded no gradients."
         return out
-    runs = {k: schedules(ctx, k, rows[k]) for k in (BASELINE, cand)}
+    runs = {k: schedules(ctx, k, rows[k], seeds) for k in (BASELINE, cand)}
     found = fig7_window(ctx.scale.fig7_after_warmup, runs[BASELINE] + runs[cand])
     out["note"] = window_text(found, (RUNS[BASELINE].label, RUNS[cand].label))
     window = found["window"]

@@ -14,7 +14,7 @@ from ...base.escape import markdown_row
 from ...base.jsonio import load_json
 from ...engine.training import recipe as recipes
 from ...report import verdict
-from .. import scale_facts
+from .. import scale_facts, trained_gate
 from ..lr_band import describe, tune_seed_lines
 
 
@@ -151,6 +151,8 @@ def render(report: dict[str, Any]) -> str:
     ]
     for objective, r in (h.get("recipes") or {}).items():
         lines += [f"**Recipe ({objective}), shared by every run of the report:** {recipes.describe(r)}.", ""]
+    if h.get("unigram_ppl") is not None:  # a report made before the trained-run gate has none
+        lines += [trained_gate.gate_text(h["unigram_ppl"], h["trained_factor"]), ""]
     lines += _scale_lines(h)
     lines += _seed_note(h)
     lines += [

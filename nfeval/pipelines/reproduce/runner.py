@@ -14,7 +14,7 @@ from typing import Any
 from ...engine.training.train_config import TrainConfig
 from ...launch.options import LaunchOptions
 from ...tune.results import lr_key, with_tuned_lr
-from .. import lr_band, runs
+from .. import lr_band, runs, trained_gate
 from .plan import EQUAL_UPDATES, LR_BAND_CLAIMS, RUNS, TABLE5_SETTINGS, Scale
 from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
@@ -44,6 +44,7 @@ class Context:
     launch: LaunchOptions | None = None  # --launcher slurm: the runs (and the tune) as Slurm jobs
     jobs: int = 1  # runs and tune points trained at a time here
     tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
+    unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
 
     @property
     def seed_values(self) -> list[int]:
@@ -155,8 +156,9 @@ def run_dir(ctx: Context, key: str, seed: int, lr: float | None = None) -> str:
 
 def ensure_run(ctx: Context, key: str, seed: int, lr: float | None = None) -> dict[str, Any]:
     """Trains run ``key`` at ``seed`` (at ``lr`` of its band, or its tuned LR) unless it is finished;
-    returns its record (``runs.ensure_run``'s, with key, seed, budget and the equal-time record
-    ``step_ratio`` its budget came from)."""
+    returns its record (``runs.ensure_run``'s, with key, seed, budget, the equal-time record
+    ``step_ratio`` its budget came from and, once the corpus's unigram PPL is known, ``trained``: the
+    gate every verdict reads, applied here where every experiment loads its runs)."""
     record = {
         "key": key,
         "seed": seed,
@@ -164,7 +166,8 @@ def ensure_run(ctx: Context, key: str, seed: int, lr: float | None = None) -> di
         "step_ratio": ctx.step_ratios.get(key),
     }
     cfg = train_config(ctx, key, seed, lr)
-    return runs.ensure_run(cfg, run_dir(ctx, key, seed, lr), record, log)
+    done = runs.ensure_run(cfg, run_dir(ctx, key, seed, lr), record, log)
+    return trained_gate.mark(done, ctx.unigram_ppl)
 
 
 def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:

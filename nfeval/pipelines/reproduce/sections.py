@@ -19,9 +19,9 @@ def measure(ctx: Context, exp: Experiment) -> dict[str, Any]:
     """Trains what ``exp`` needs, then measures it; returns the section parts (tables, claims, ...)."""
     records = ensure_runs(ctx, exp.runs)
     if exp.name == "fig2-clm":
-        return training_experiments.equal_compute(ctx, exp.name, *exp.runs, paper_fraction=0.60)
+        return training_experiments.equal_compute(ctx, exp.name, *exp.runs, 0.60, records)
     if exp.name == "fig2-mlm":
-        parts = training_experiments.equal_compute(ctx, exp.name, *exp.runs, paper_fraction=0.57)
+        parts = training_experiments.equal_compute(ctx, exp.name, *exp.runs, 0.57, records)
         table3 = eval_experiments.glue(ctx, exp.runs)
         for field in ("tables", "claims", "figures", "notes"):
             parts[field] = parts.get(field, []) + table3.get(field, [])

@@ -15,6 +15,7 @@ from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
 from .. import lr_band, realised_time
 from ..runs import finished
+from ..trained_gate import gated_decide, is_trained, mark, recipe_words
 from .equal_time import PAPER_OVERHEAD, ratio_text
 from .plan import LOG_PPL_MARGIN, LR_BAND_CLAIMS, RUNS
 from .runner import Context, band_lrs, log, run_budget, run_dir, table_section
@@ -100,15 +101,25 @@ def realised_check(ctx: Context, base: str, cand: str) -> dict[str, Any] | None:
     return realised_time.check(record, times)
 
 
-def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction: float) -> dict[str, Any]:
-    """Figure 2: the candidate vs the baseline at equal time and at equal FLOPs, per seed; returns the
-    section parts. A reading that is not compute-matched is shown, marked, and left out of the verdict;
-    so is the equal-time reading of a seed whose realised step-time ratio left the planned interval."""
+def equal_compute(
+    ctx: Context, name: str, base: str, cand: str, paper_fraction: float, records: dict[str, list[dict]]
+) -> dict[str, Any]:
+    """Figure 2: the candidate vs the baseline at equal time and at equal FLOPs, per seed (``records``:
+    the runs', by key); returns the section parts. A reading that is not compute-matched is shown,
+    marked, and left out of the verdict; so is a seed where either run did not train (``trained_gate``),
+    and the equal-time reading of a seed whose realised step-time ratio left the planned interval."""
     comparisons = {s: compare_seed(ctx, name, (base, cand), s) for s in ctx.seed_values}
+    untrained = {r["seed"] for k in (base, cand) for r in records[k] if not is_trained(r)}
     realised = realised_check(ctx, base, cand)
     by_seed = {r["seed"]: r for r in realised["seeds"]} if realised else {}
-    rows, per_axis = [], {axis: {"diffs": [], "fractions": [], "unmatched": 0} for axis in AXIS_WORDS}
+    rows = []
+    per_axis = {axis: {"diffs": [], "fractions": [], "unmatched": 0, "untrained": 0} for axis in AXIS_WORDS}
     for seed, c in comparisons.items():
+        if seed in untrained:
+            for acc in per_axis.values():
+                acc["untrained"] += 1
+            rows.append([str(seed), f"left out: a run did not train ({_outcomes(records, seed)})"] + [""] * 6)
+            continue
         if c is None:
             rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 6)
             continue
@@ -132,8 +143,10 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
         "steps (cand vs base)",
         "realised wall-time ratio (step-time ratio, vs the planned interval)",
     ]
+    words = recipe_words(records[base])
     claims = [
-        _equal_compute_claim(ctx, name, base, cand, a, acc, paper_fraction) for a, acc in per_axis.items()
+        _equal_compute_claim(ctx, name, base, cand, a, acc, paper_fraction, words)
+        for a, acc in per_axis.items()
     ]
     for claim in claims:
         if claim["id"] in LR_BAND_CLAIMS:
@@ -157,22 +170,22 @@ def equal_compute(ctx: Context, name: str, base: str, cand: str, paper_fraction:
 
 def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] | None:
     """Returns ``lr_band.sensitivity`` of the final-PPL gain of run ``cand`` over ``base`` (the equal-time
-    reading under paired step budgets) across both tunes' bands, or None when neither has one; a pair
-    whose runs are not all finished is left out."""
+    reading under paired step budgets) across both tunes' bands, or None when neither has one; a seed
+    whose runs are not both finished and trained is left out of its pair."""
     bands = (band_lrs(ctx, base), band_lrs(ctx, cand))
     first = {k: finished(run_dir(ctx, k, ctx.seed_values[0])) for k in (base, cand)}
     if not any(bands) or None in first.values():
         return None
     best = (first[base]["lr"], first[cand]["lr"])
 
-    def ppl_at(key: str, lr: float) -> dict[int, float]:
+    def ppl_at(key: str, lr: float) -> dict[int, float]:  # the runs that trained (``trained_gate``)
         band = None if lr == first[key]["lr"] else lr
         done = [r for r in (finished(run_dir(ctx, key, s, band)) for s in ctx.seed_values) if r]
-        return {r["seed"]: p for r, p in zip(done, final_ppl(done))}
+        return {r["seed"]: r["val_ppl"] for r in done if is_trained(mark(r, ctx.unigram_ppl))}
 
     def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
         a, b = ppl_at(base, base_lr), ppl_at(cand, cand_lr)
-        return _finite([log_ratio(a[s], b[s]) for s in sorted(b) if s in a])
+        return [log_ratio(a[s], b[s]) for s in sorted(b) if s in a]
 
     record = lr_band.sensitivity(best, bands, diffs_at, margin=LOG_PPL_MARGIN)
     return {**record, "names": [RUNS[base].label, RUNS[cand].label]}
@@ -188,8 +201,25 @@ def _seed_row(seed: int, c: dict[str, Any], readings: dict[str, Any], realised: 
     )
 
 
+def _outcomes(records: dict[str, list[dict]], seed: int) -> str:
+    """Returns each run's final PPL at ``seed`` (or "diverged"): "clm-prenorm 745.1, clm-normformer 180.2"."""
+    return ", ".join(
+        f"{key} " + (f"{r['val_ppl']:.1f}" if r["status"] == "finished" else "diverged")
+        for key, rs in records.items()
+        for r in rs
+        if r["seed"] == seed
+    )
+
+
 def _equal_compute_claim(
-    ctx: Context, name: str, base: str, cand: str, axis: str, acc: dict[str, Any], paper_fraction: float
+    ctx: Context,
+    name: str,
+    base: str,
+    cand: str,
+    axis: str,
+    acc: dict[str, Any],
+    paper_fraction: float,
+    recipe_words: str,
 ) -> dict[str, Any]:
     fractions = [f if f is not None else math.inf for f in acc["fractions"]]
     measured = (
@@ -201,8 +231,8 @@ def _equal_compute_claim(
         measured += f"; paired step-time ratio {ratio_text(record)}, paper overhead {PAPER_OVERHEAD}"
     if acc["unmatched"]:
         measured += f"; {acc['unmatched']} seed(s) {MID_SCHEDULE}, left out"
-    decided = verdict.decide(_finite(acc["diffs"]), margin=LOG_PPL_MARGIN)
-    if not acc["diffs"] and acc["unmatched"]:
+    decided = gated_decide(_finite(acc["diffs"]), acc["untrained"], recipe_words, margin=LOG_PPL_MARGIN)
+    if not acc["diffs"] and acc["unmatched"] and not acc["untrained"]:
         decided["why"] = f"{MID_SCHEDULE} in every seed"
     return {
         "id": f"{name}/{'equal-time' if axis == 'wall_s' else 'equal-flops'}",
@@ -262,6 +292,11 @@ def _ppl(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
+def _failure_decide(diffs: list[float], words: str) -> dict[str, Any]:
+    """Returns the verdict on per-seed log ratios where a run that failed is inf (nan: both failed)."""
+    return gated_decide(_finite(diffs), sum(map(math.isnan, diffs)), words, margin=LOG_PPL_MARGIN)
+
+
 def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Xiong et al. 2020: final PPL of Post-LN and Pre-LN with and without warm-up; divergences."""
 
@@ -275,11 +310,15 @@ def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     ]
     columns = ["run", "warm-up", *(f"final PPL, seed {s}" for s in ctx.seed_values)]
     ppl = {k: final_ppl(rs) for k, rs in records.items()}
-    post_diffs = [log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-postnorm"])]
+    # these claims are about failing to train: a run that did not train counts as failing, as a
+    # diverged one does, and a pair where both failed is no evidence (left out)
+    failed = {k: [p if is_trained(r) else math.inf for r, p in zip(rs, ppl[k])] for k, rs in records.items()}
+    post_diffs = [log_ratio(a, b) for a, b in zip(failed["clm-postnorm-no-warmup"], failed["clm-postnorm"])]
     pre_vs_post = [
-        log_ratio(a, b) for a, b in zip(ppl["clm-postnorm-no-warmup"], ppl["clm-prenorm-no-warmup"])
+        log_ratio(a, b) for a, b in zip(failed["clm-postnorm-no-warmup"], failed["clm-prenorm-no-warmup"])
     ]
     diverged = {k: sum(r["status"] == "diverged" for r in rs) for k, rs in records.items()}
+    words = recipe_words(records["clm-postnorm"])
     claims = [
         {
             "id": "xiong/postnorm-warmup",
@@ -287,7 +326,7 @@ def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
             "measured": f"PPL {verdict.fmt_mean_std(ppl['clm-postnorm-no-warmup'], 2, 'diverged')} without "
             "vs "
             f"{verdict.fmt_mean_std(ppl['clm-postnorm'], 2, 'diverged')} with warm-up",
-            **verdict.decide(_finite(post_diffs), margin=LOG_PPL_MARGIN),
+            **_failure_decide(post_diffs, words),
         },
         {
             "id": "xiong/prenorm-without-warmup",
@@ -296,7 +335,7 @@ def warmup(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
             f"{diverged['clm-prenorm-no-warmup']} of {ctx.seeds} diverged) vs "
             f"{verdict.fmt_mean_std(ppl['clm-postnorm-no-warmup'], 2, 'diverged')} (Post-LN, "
             f"{diverged['clm-postnorm-no-warmup']} of {ctx.seeds} diverged)",
-            **verdict.decide(_finite(pre_vs_post), margin=LOG_PPL_MARGIN),
+            **_failure_decide(pre_vs_post, words),
         },
     ]
     means = [verdict.mean_std(ppl[k])[0] for k in records]
