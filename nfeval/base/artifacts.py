@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -109,6 +110,31 @@ def hardware_key(hw: dict[str, Any]) -> str:
     return f"{hw.get('processor')} ({hw.get('torch_threads')} threads)"
 
 
+@functools.cache
+def libraries() -> dict[str, str | None]:
+    """Returns the versions of the libraries that can move a run's numbers besides torch: numpy,
+    tokenizers, and the CPU math libraries torch was built with (MKL, oneDNN: the two CPU linear kernels
+    of ``engine.kernels.cpu_linear``) and the instruction set torch's own CPU kernels use. Cheap: read
+    from torch's build summary once per process (None: not in this build)."""
+    import numpy
+    import tokenizers
+
+    info: dict[str, str | None] = {
+        "numpy": numpy.__version__,
+        "tokenizers": tokenizers.__version__,
+        "mkl": None,
+        "onednn": None,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+    for line in torch.__config__.show().splitlines():
+        line = line.strip().removeprefix("- ")
+        if "MKL-DNN" in line or "oneDNN" in line:  # "Intel(R) MKL-DNN v3.12.0 (Git Hash ...)"
+            info["onednn"] = info["onednn"] or line
+        elif "Math Kernel Library" in line:  # "Intel(R) oneAPI Math Kernel Library Version 2024.2-..."
+            info["mkl"] = info["mkl"] or line
+    return info
+
+
 def provenance(**extra: Any) -> dict[str, Any]:
     """Returns nfeval version, git hash, library versions and hardware, plus ``extra`` fields."""
     from .. import __version__
@@ -117,6 +143,7 @@ def provenance(**extra: Any) -> dict[str, Any]:
         "nfeval_version": __version__,
         "git_hash": git_hash(),
         "torch_version": torch.__version__,
+        "libraries": dict(libraries()),
         "hardware": hardware(),
         **extra,
     }

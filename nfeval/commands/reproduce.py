@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=PUBLIC_SCALES + ("smoke",),
         metavar="{tiny,small,125M}",
         help="tiny: 6 layers × d 64, minutes per run on a CPU core; small: 12 layers × d 128, where Pre-LN's "
-        "gradient mismatch is as strong as at 24 layers (`--only fig2-clm,fig3-5` at 5 seeds: about 1.5 h "
+        "early gradient mismatch is larger than tiny's (`--only fig2-clm,fig3-5` at 5 seeds: about 1.5 h "
         "on 2 cores with --jobs 2); 125M: GPUs (writes the torchrun commands when none is present)",
     )
     p.add_argument(

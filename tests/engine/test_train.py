@@ -18,6 +18,7 @@ import torch
 from conftest import flushed_denormals, make_corpus, tiny_train_args, tiny_train_config
 
 from nfeval import cli
+from nfeval.base.artifacts import provenance
 from nfeval.engine.checkpoints import checkpoint
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.training.budget import lr_at
@@ -102,10 +103,26 @@ def test_run_dir_metrics_and_checkpoint(corpus, tmp_path):
     assert compute["steps"] == 20 and compute["tokens"] == 1280 and compute["wall_s"] == rows[-1]["wall_s"]
     assert compute["flops"] == rows[-1]["flops"] and compute["hardware"]["cpu_count"]
     assert config["train"]["config"]["lr"] == 3e-3 and config["provenance"]["seed"] == 1
+    # the libraries that can move a run's numbers, beside the kernel that ran its products
+    assert compute["hardware"]["cpu_linear_kernel"] and config["provenance"]["libraries"]["numpy"]
     ckpt = checkpoint.load(str(run))
     assert ckpt.fingerprint == summary["fingerprint"] == config["fingerprint"]
     assert ckpt.config.architecture == "normformer" and ckpt.config.vocab_size == 320
     assert checkpoint.load(str(run / "checkpoints" / "step_00000010")).meta["compute"]["steps"] == 10
+
+
+def test_provenance_names_the_library_versions():
+    import numpy
+    import tokenizers
+
+    libraries = provenance()["libraries"]
+    assert set(libraries) == {"numpy", "tokenizers", "mkl", "onednn", "cpu_capability"}
+    assert libraries["numpy"] == numpy.__version__ and libraries["tokenizers"] == tokenizers.__version__
+    assert libraries["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    if torch.backends.mkldnn.is_available():  # torch's build summary names the oneDNN it carries
+        assert "DNN" in libraries["onednn"]
+    if torch.backends.mkl.is_available():
+        assert "Math Kernel Library" in libraries["mkl"]
 
 
 def test_budgets_give_step_counts(corpus, tmp_path):

@@ -259,8 +259,8 @@ class ModelConfig:
 # Sizes from fairseq's NormFormer recipe (examples/normformer), plus CPU sizes.
 SIZES: dict[str, dict[str, int]] = {
     "tiny": dict(n_layer=2, d_model=64, n_head=4, d_ffn=256, max_seq_len=256),
-    # 12 layers × d 128: the CPU shape where Pre-LN's gradient mismatch is as strong as at 24 × 64
-    # (benchmarks/grad_mismatch_by_shape.py), the ``reproduce --scale small`` model
+    # 12 layers × d 128, the ``reproduce --scale small`` model: Pre-LN's gradient mismatch (layer-0 ÷ last
+    # fc2 gradient over updates 1-100) is 1.77 here (benchmarks/RESULTS.md, "Gradient mismatch by shape")
     "small": dict(n_layer=12, d_model=128, n_head=4, d_ffn=512, max_seq_len=512),
     "125M": dict(n_layer=12, d_model=768, n_head=12, d_ffn=3072, max_seq_len=2048),
     "355M": dict(n_layer=24, d_model=1024, n_head=16, d_ffn=4096, max_seq_len=2048),

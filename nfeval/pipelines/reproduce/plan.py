@@ -111,7 +111,8 @@ SCALES: dict[str, Scale] = {
     ),
     # 6 layers of the tiny width (d 64): the depth claims of Figures 3 and 7 need more than a first and a
     # last layer. On the embedded corpus; minutes per run on one CPU thread. Pre-LN's gradient mismatch
-    # is weak at this shape (layer-0 ÷ last fc2 gradient about 1.5-2: benchmarks/grad_mismatch_by_shape.py).
+    # is weak at this shape (layer-0 ÷ last fc2 gradient over updates 1-100: 1.42 in docs/bakeoff_tiny;
+    # benchmarks/RESULTS.md, "Gradient mismatch by shape").
     # Before the runs: the LR tune (each preset × 7 LRs × 1000 steps) and the paired step ratios.
     "tiny": Scale(
         "tiny",
@@ -135,8 +136,9 @@ SCALES: dict[str, Scale] = {
         # Figure 7 at the paper's phase: 51 updates (as 950–1000) right after warm-up, LR 95–100% of peak
         fig7_after_warmup=(1, 51),
     ),
-    # 12 layers × d 128 (4 heads, FFN 512): the CPU shape where Pre-LN's gradient mismatch is as strong
-    # as at 24 layers × d 64 (benchmarks/grad_mismatch_by_shape.py; RESULTS.md), at a step time that runs
+    # 12 layers × d 128 (4 heads, FFN 512): Pre-LN's layer-0 ÷ last fc2 gradient over updates 1-100 is
+    # 1.77 here, against 1.51 at 6 × 64 and 2.17-2.18 at 24 layers (benchmarks/RESULTS.md,
+    # "Gradient mismatch by shape"; the mismatch grows with depth, not width), at a step time that runs
     # `--only fig2-clm,fig3-5` at 5 seeds, the tune included, in about 1.5 hours on 2 cores with
     # `--jobs 2`. Meant for natural text (`--train-data`); the tune's grid reaches lower than tiny's:
     # a 12-layer Post-LN wants a smaller LR.
