@@ -192,7 +192,7 @@ def adjust(claims: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             c["verdict"] = _verdict(p, direction, c.get("p_equivalence"), c.get("margin"))
     for c in claims:
         c.setdefault("p_holm", None)
-        if (c.get("lr_sensitivity") or {}).get("sensitive"):
+        if c.get("p") is not None and (c.get("lr_sensitivity") or {}).get("sensitive"):
             c["verdict"] = LR_SENSITIVE
         if c.get("untuned") and not c["verdict"].endswith(UNTUNED):
             c["verdict"] += UNTUNED

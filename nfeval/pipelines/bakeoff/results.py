@@ -144,7 +144,7 @@ def ppl_tests(
         if out:
             row["seeds_left_out"] = out
             row["why"] += f"; {realised_time.summary_text(check)}"
-        if check is not None and not check["readable"]:
+        if check is not None and not check["readable"] and row["verdict"] != trained_gate.NOT_READABLE:
             row.update(dict.fromkeys(("p", "mean", "mde", "seeds_needed")), verdict=verdict.INCONCLUSIVE)
             row["why"] = f"not readable: {realised_time.summary_text(check)}"
         rows.append(row)

@@ -15,7 +15,7 @@ from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
 from .. import lr_band, realised_time
 from ..runs import finished
-from ..trained_gate import gated_decide, is_trained, mark, recipe_words
+from ..trained_gate import NOT_READABLE, gated_decide, is_trained, mark, recipe_words
 from .equal_time import PAPER_OVERHEAD, ratio_text
 from .plan import LOG_PPL_MARGIN, LR_BAND_CLAIMS, RUNS
 from .runner import Context, band_lrs, log, run_budget, run_dir, table_section
@@ -152,7 +152,8 @@ def equal_compute(
         if claim["id"] in LR_BAND_CLAIMS:
             claim["lr_sensitivity"] = final_ppl_sensitivity(ctx, *LR_BAND_CLAIMS[claim["id"]])
     claims = [
-        with_realised(c, realised) if realised and a == "wall_s" else c for a, c in zip(per_axis, claims)
+        with_realised(c, realised) if realised and a == "wall_s" and c["verdict"] != NOT_READABLE else c
+        for a, c in zip(per_axis, claims)
     ]
     figures = []
     first = comparisons.get(ctx.seed_values[0])
