@@ -87,8 +87,34 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
         out.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
     config = os.path.join(directory, "config.json")
     out["recipe"] = recipe.of_config(load_json(config)) if os.path.isfile(config) else None
+    out["compute_path"] = compute_path(directory)
     atomic_write_json(marker(directory), out)
     return out
+
+
+def compute_path(directory: str) -> str | None:
+    """Returns what computed the run in ``directory``, in words: CPU linear kernel (or GPU), torch's CPU
+    instruction set and the torch, oneDNN and MKL builds; two runs of one config give the same final
+    perplexity bit for bit on the same path, and can differ far more than rounding on another
+    (benchmarks/RESULTS.md, "Re-run tolerance"). None: the run recorded none."""
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        return None
+    meta = load_json(path)
+    hw = (meta.get("compute") or {}).get("hardware") or {}
+    prov = meta.get("provenance") or {}
+    libs = prov.get("libraries") or {}
+    device = hw.get("cuda_device") or f"CPU kernel {hw.get('cpu_linear_kernel', '?')}"
+    onednn = (libs.get("onednn") or "").split(" (")[0].removeprefix("Intel(R) ")
+    mkl = (libs.get("mkl") or "").split("-")[0].removeprefix("Intel(R) oneAPI ")
+    parts = [device, f"{libs.get('cpu_capability', '?')} code", f"torch {prov.get('torch_version', '?')}"]
+    return "; ".join(parts + [p for p in (onednn, mkl) if p])
+
+
+def compute_paths(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Returns the distinct compute paths (``compute_path``) of run ``records``, "unrecorded" for a run
+    that finished before they were recorded."""
+    return sorted({r.get("compute_path") or compute_path(r["dir"]) or "unrecorded" for r in records})
 
 
 def measure_ratios(

@@ -117,3 +117,21 @@ def test_token_budgets_refuse_other_experiments(tmp_path, capsys):
     argv = ["reproduce", "--out", str(tmp_path / "o"), "--scale", "smoke", "--token-budgets", "128,512"]
     assert main([*argv, "--only", "table4"]) == 2
     assert "runs Figure 2 alone" in capsys.readouterr().err
+
+
+def test_a_landed_budget_is_read_not_rerun_without_its_run_folders(axis, monkeypatch):
+    import glob
+    import shutil
+
+    from nfeval.pipelines import runs
+
+    cfg, result = axis
+    before = json.load(open(os.path.join(cfg.out, "report.json")))
+    for folder in glob.glob(os.path.join(cfg.out, "tokens=*", "runs", "**", "seed*"), recursive=True):
+        if os.path.isdir(folder):  # what a committed budget keeps: its reports and run records only
+            shutil.rmtree(folder)
+    monkeypatch.setattr(runs, "train", lambda *a, **k: pytest.fail("a landed budget was trained again"))
+    again = run_reproduce(cfg)
+    after = json.load(open(os.path.join(cfg.out, "report.json")))
+    assert after["budgets"] == before["budgets"] and after["fit"] == before["fit"]
+    assert again["report"] == result["report"]

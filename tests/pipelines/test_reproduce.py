@@ -462,6 +462,11 @@ def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
     assert "untuned" not in json.dumps(
         [s["claims"] for s in json.load(open(cfg.out + "/report.json"))["sections"]]
     )
+    # what computed the runs: one kernel path, named in the report (a second one would be said)
+    (path,) = header["compute_paths"]
+    assert "CPU kernel" in path and f"torch {torch.__version__}" in path and f"Computed on: {path}." in text
+    record = json.load(open(os.path.join(cfg.out, "runs", "clm-prenorm", "seed1.json")))
+    assert record["compute_path"] == path
     # tuned on seeds 101-103, judged on 1-2; the primary Figure 2 claim re-read across both bands
     assert header["tune_seeds"] == [101, 102, 103] and header["eval_seeds"] == [1, 2]
     tuned = json.load(open(os.path.join(cfg.out, "tune", "clm", "tune.json")))

@@ -230,7 +230,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
     from ...base.artifacts import git_hash
     from ...engine.training import recipe
     from .. import scale_facts
-    from ..runs import train_seconds
+    from ..runs import compute_paths, train_seconds
     from . import collapse
     from .runs import run_budget, run_dir
 
@@ -245,6 +245,7 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
         "paper_facts": scale_facts.paper_facts(),
         "recipe": shared,
         "train_hours": sum(train_seconds(r["dir"]) for r in every) / 3600,
+        "compute_paths": compute_paths(every),
         "cpu_count": os.cpu_count(),
         "jobs": ctx.jobs,
         "seeds": ctx.seeds,

@@ -17,7 +17,7 @@ from ...report import verdict
 from .. import realised_time, scale_facts, trained_gate
 from ..lr_band import tune_seed_lines
 from ..reproduce.equal_time import ratio_text
-from ..reproduce.report import markdown_table
+from ..reproduce.report import compute_path_lines, markdown_table
 
 
 def _ci(interval: dict[str, Any] | None, digits: int = 2) -> str:
@@ -302,6 +302,7 @@ def render(r: dict[str, Any]) -> str:
         f"{h.get('cpu_count', '?')} cores · load average {h['load_average']} · training time of every run "
         f"{h.get('train_hours', 0):.2f} h · this invocation's wall time {h['wall_min']:.1f} min",
         "",
+        *compute_path_lines(h),
         *(
             [f"**Recipe, shared by every run:** {recipe.describe(h['recipe'])}.", ""]
             if h.get("recipe")

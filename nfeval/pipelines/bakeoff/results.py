@@ -131,14 +131,16 @@ def ppl_tests(
         cand = _by_seed(records[c.name])
         check = (realised or {}).get(c.name)
         out = [] if check is None else check["excluded"]
-        pairs = [(base[seed], cand[seed]) for seed in sorted(cand) if seed in base and seed not in out]
-        kept = [(b, n) for b, n in pairs if is_trained(b) and is_trained(n)]
-        gains = [log_ratio(b["val_ppl"], n["val_ppl"]) for b, n in kept]  # both trained: finite
+        pairs = {seed: (base[seed], cand[seed]) for seed in sorted(cand) if seed in base}
+        trained = {seed: p for seed, p in pairs.items() if is_trained(p[0]) and is_trained(p[1])}
+        gains = {seed: log_ratio(b["val_ppl"], n["val_ppl"]) for seed, (b, n) in trained.items()}  # finite
+        tested = [g for seed, g in gains.items() if seed not in out]
+        untrained = sum(seed not in trained for seed in pairs if seed not in out)
         row = {
             "name": c.name,
-            "gains": [g if math.isfinite(g) else None for g in gains],
-            "interval": _interval(gains),
-            **gated_decide(gains, len(pairs) - len(kept), words),
+            "gains": list(gains.values()),  # every seed where both trained, left-out ones too
+            "interval": _interval(tested),
+            **gated_decide(tested, untrained, words),
             "family": verdict.PRIMARY,
         }
         if out:

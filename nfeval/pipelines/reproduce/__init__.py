@@ -267,6 +267,7 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
         "paper_facts": scale_facts.paper_facts(),
         "recipes": recipes(ctx, finished),
         "train_hours": sum(runs.train_seconds(r["dir"]) for r in finished) / 3600,
+        "compute_paths": runs.compute_paths(finished),
         "seeds": ctx.seeds,
         "eval_seeds": ctx.seed_values,
         "tune_seeds": lr_band.tune_seed_values(ctx.tune_seeds) if ctx.tune_files else [],

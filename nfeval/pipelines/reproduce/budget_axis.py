@@ -74,16 +74,36 @@ def run_budget_axis(cfg) -> dict[str, Any]:
     for tokens in cfg.token_budgets:
         steps = budget_steps(cfg.scale, tokens)
         folder = os.path.join(cfg.out, f"tokens={tokens}")
+        folders[tokens] = folder
+        if landed(folder, steps):
+            log(f"token budget {tokens_text(tokens)}: finished in {folder} (its report and run records)")
+            continue
         log(f"token budget {tokens_text(tokens)}: {steps} updates for Pre-LN → {folder}")
         sub = dataclasses.replace(cfg, out=folder, steps=steps, only=(EXPERIMENT,), token_budgets=None)
         result = run_reproduce(sub)
         if "pending" in result:
             return result
-        folders[tokens] = folder
     report = assemble(cfg, folders, start)
     path = write(cfg.out, report)
     log(f"report: {path}")
     return {"report": path, "budget_axis": report}
+
+
+def landed(folder: str, steps: int) -> bool:
+    """Returns whether the budget in ``folder`` is finished for good: its report holds a finished Figure 2
+    at ``steps`` and every judged run's record is there. Such a folder is read, never re-run: a committed
+    one keeps its reports and run records but not its run folders (checkpoints), which a rerun of its
+    sections would need."""
+    path = os.path.join(folder, "report.json")
+    settings = os.path.join(folder, "reproduce.json")
+    if not (os.path.isfile(path) and os.path.isfile(settings)):
+        return False
+    if load_json(settings).get("budget") != {"max_steps": steps}:
+        return False
+    report = load_json(path)
+    done = any(s["name"] == EXPERIMENT and s["status"] == "done" for s in report["sections"])
+    seeds = report["header"].get("eval_seeds") or []
+    return done and bool(seeds) and all(len(_records(folder, k, seeds)) == len(seeds) for k in PAIR)
 
 
 def budget_row(tokens: int, folder: str) -> dict[str, Any]:
@@ -184,6 +204,13 @@ def assemble(cfg, folders: dict[int, str], start: float) -> dict[str, Any]:
             "hardware": hardware_key(hardware()),
             "cpu_count": os.cpu_count(),
             "jobs": cfg.jobs,
+            "compute_paths": sorted(
+                {
+                    p
+                    for f in folders.values()
+                    for p in load_json(os.path.join(f, "report.json"))["header"].get("compute_paths") or []
+                }
+            ),
             "train_hours": sum(
                 load_json(os.path.join(f, "report.json"))["header"].get("train_hours", 0)
                 for f in folders.values()

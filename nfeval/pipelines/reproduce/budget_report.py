@@ -12,7 +12,7 @@ from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts
 from ..lr_band import describe
-from .report import markdown_table
+from .report import compute_path_lines, markdown_table
 
 PAIR = ("clm-prenorm", "clm-normformer")  # Figure 2's baseline and candidate runs
 
@@ -143,6 +143,7 @@ def render(report: dict[str, Any]) -> str:
         f"Training time of every run: {h.get('train_hours', 0):.2f} h · wall-clock of the last invocation: "
         f"{h['wall_min']:.1f} min · nfeval {h['version']} ({h['git'] or 'no git'})",
         "",
+        *compute_path_lines(h),
     ]
     for objective, r in (h.get("recipes") or {}).items():
         lines += [f"**Recipe ({objective}), shared by every run:** {recipes.describe(r)}.", ""]

@@ -104,6 +104,19 @@ def setup_lines(h: dict[str, Any]) -> list[str]:
     return lines
 
 
+def compute_path_lines(h: dict[str, Any]) -> list[str]:
+    """Returns the sentence naming what computed the runs (a report made before it was recorded has
+    none): two paths mean numbers that need not agree to rounding (benchmarks/RESULTS.md, "Re-run
+    tolerance")."""
+    paths = h.get("compute_paths")
+    if not paths:
+        return []
+    text = f"Computed on: {'; and '.join(paths)}."
+    if len(paths) > 1:
+        text += " The runs were computed on more than one path: their numbers can differ beyond rounding."
+    return [text, ""]
+
+
 def _scale_lines(h: dict[str, Any]) -> list[str]:
     facts = h.get("facts")
     if not facts:
@@ -148,6 +161,7 @@ def render(report: dict[str, Any]) -> str:
         f"{h['wall_min']:.1f} min · 1-min load average at its last update: {h['load_average']} · "
         f"nfeval {h['version']} ({h['git'] or 'no git'})",
         "",
+        *compute_path_lines(h),
     ]
     for objective, r in (h.get("recipes") or {}).items():
         lines += [f"**Recipe ({objective}), shared by every run of the report:** {recipes.describe(r)}.", ""]
