@@ -69,6 +69,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="training runs and tune points at a time, each on its share of the cores (default 1)",
     )
     p.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-train Figure 2's Pre-LN seed-1 run of the report in --out from what the folder keeps and "
+        "say whether its committed final PPL reproduces here (exactly on the same compute path); trains one "
+        "run",
+    )
+    p.add_argument(
         "--render-only",
         action="store_true",
         help="rewrite --out's report.md from its report.json (nothing is trained or measured)",
@@ -108,6 +115,14 @@ def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.verify:
+        from ..pipelines import verify
+        from ..pipelines.reproduce.verify import verify_committed
+
+        use_threads(1)  # the reproduce scales train each run on one thread
+        result = verify_committed(args.out, args.train_data, args.valid_data)
+        print(f"{result['key']} seed {result['seed']}: {result['text']}")
+        return 0 if result["outcome"] in (verify.EXACT, verify.OTHER_PATH) else 1
     if args.render_only:
         from ..base.errors import MissingDataError
         from ..base.jsonio import load_json

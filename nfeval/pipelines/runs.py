@@ -93,10 +93,10 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
 
 
 def compute_path(directory: str) -> str | None:
-    """Returns what computed the run in ``directory``, in words: CPU linear kernel (or GPU), torch's CPU
-    instruction set and the torch, oneDNN and MKL builds; two runs of one config give the same final
-    perplexity bit for bit on the same path, and can differ far more than rounding on another
-    (benchmarks/RESULTS.md, "Re-run tolerance"). None: the run recorded none."""
+    """Returns what computed the run in ``directory``, in words: CPU linear kernel (or GPU), torch
+    threads, torch's CPU instruction set and the torch, oneDNN and MKL builds; two runs of one config give
+    the same final perplexity bit for bit on the same path, and can differ far more than rounding on
+    another (benchmarks/RESULTS.md, "Re-run tolerance"). None: the run recorded none."""
     path = os.path.join(directory, "config.json")
     if not os.path.isfile(path):
         return None
@@ -107,7 +107,13 @@ def compute_path(directory: str) -> str | None:
     device = hw.get("cuda_device") or f"CPU kernel {hw.get('cpu_linear_kernel', '?')}"
     onednn = (libs.get("onednn") or "").split(" (")[0].removeprefix("Intel(R) ")
     mkl = (libs.get("mkl") or "").split("-")[0].removeprefix("Intel(R) oneAPI ")
-    parts = [device, f"{libs.get('cpu_capability', '?')} code", f"torch {prov.get('torch_version', '?')}"]
+    threads = f"{hw.get('torch_threads', '?')} thread(s)"  # parallel reductions round by thread count
+    parts = [
+        device,
+        threads,
+        f"{libs.get('cpu_capability', '?')} code",
+        f"torch {prov.get('torch_version', '?')}",
+    ]
     return "; ".join(parts + [p for p in (onednn, mkl) if p])
 
 

@@ -467,6 +467,14 @@ def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
     assert "CPU kernel" in path and f"torch {torch.__version__}" in path and f"Computed on: {path}." in text
     record = json.load(open(os.path.join(cfg.out, "runs", "clm-prenorm", "seed1.json")))
     assert record["compute_path"] == path
+    # --verify re-trains Pre-LN's seed 1 from what the folder keeps: bit for bit on this compute path
+    from nfeval.pipelines import verify
+    from nfeval.pipelines.reproduce.verify import verify_committed
+
+    checked = verify_committed(cfg.out)
+    assert checked["outcome"] != verify.SAME_PATH, checked["text"]
+    if checked["compute_path"] == path:
+        assert checked["outcome"] == verify.EXACT and checked["delta_log_ppl"] == 0.0
     # tuned on seeds 101-103, judged on 1-2; the primary Figure 2 claim re-read across both bands
     assert header["tune_seeds"] == [101, 102, 103] and header["eval_seeds"] == [1, 2]
     tuned = json.load(open(os.path.join(cfg.out, "tune", "clm", "tune.json")))
