@@ -704,3 +704,17 @@ def test_a_finished_run_whose_tuned_lr_changed_is_refused_not_reused(tmp_path):
         runs.ensure_run(cfg, folder, {"budget": {"max_steps": 100}}, print)
     json.dump({"key": "clm-prenorm", "lr": cfg.lr, "budget": {"max_steps": 100}}, open(folder + ".json", "w"))
     assert runs.ensure_run(cfg, folder, {"budget": {"max_steps": 100}}, print)["dir"] == folder
+
+
+def test_judged_pairs_train_side_by_side_seed_by_seed(tmp_path, monkeypatch):
+    from nfeval.pipelines.reproduce import runner
+
+    ctx = runner.Context(
+        out=str(tmp_path), scale=SCALES["smoke"], budget={"max_steps": 8}, seeds=3, tokenizer=""
+    )
+    seen = []
+    monkeypatch.setattr(
+        runner.runs, "train_points", lambda points, *a, **k: seen.extend(p.name for p in points)
+    )
+    runner.train_all(ctx, ["clm-prenorm", "clm-normformer"])
+    assert seen == [f"{k}/seed{s}" for s in (1, 2, 3) for k in ("clm-prenorm", "clm-normformer")]

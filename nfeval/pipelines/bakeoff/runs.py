@@ -209,6 +209,12 @@ def train_all(ctx: Context) -> str | None:
     finished, else what to do."""
     from ...launch.jobs import LaunchPoint
 
+    # seed by seed (the baseline first), so the runs a test pairs train close in time, under like load;
+    # the band's runs after them
+    order = sorted(
+        ((c, lr, s) for c in ctx.candidates for lr in (None, *band_lrs(ctx, c)) for s in ctx.seeds_of(c)),
+        key=lambda v: (v[1] is not None, v[2]),
+    )
     points = [
         LaunchPoint(
             f"{c.name}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{s}",
@@ -216,9 +222,7 @@ def train_all(ctx: Context) -> str | None:
             (ctx, c, s, lr),
             run_dir(ctx, c, s, lr),
         )
-        for c in ctx.candidates
-        for lr in (None, *band_lrs(ctx, c))
-        for s in ctx.seeds_of(c)
+        for c, lr, s in order
     ]
     s = ctx.scale
     return runs.train_points(

@@ -182,6 +182,11 @@ def train_all(ctx: Context, keys: list[str]) -> str | None:
     from ...launch.jobs import LaunchPoint
 
     variants = [(k, lr) for k in keys for lr in (None, *band_lrs(ctx, k))]
+    # seed by seed, so each judged pair trains side by side under the same machine load (equal time is
+    # then checked on realised ratios that load did not skew); the band's runs after them
+    order = sorted(
+        ((k, lr, s) for k, lr in variants for s in ctx.seed_values), key=lambda v: (v[1] is not None, v[2])
+    )
     points = [
         LaunchPoint(
             f"{k}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{s}",
@@ -189,8 +194,7 @@ def train_all(ctx: Context, keys: list[str]) -> str | None:
             (ctx, k, s, lr),
             run_dir(ctx, k, s, lr),
         )
-        for k, lr in variants
-        for s in ctx.seed_values
+        for k, lr, s in order
     ]
     desc, launch = "reproduce", ctx.launch
     return runs.train_points(
