@@ -126,3 +126,10 @@ def gate_claim(decided: dict[str, Any], dropped: int, recipe_words: str) -> dict
         **decided,
         "why": f"{decided['why']}; {dropped} pair(s) left out: a run did not train ({recipe_words})",
     }
+
+
+def failed_lrs(entry: dict[str, Any], unigram: float) -> list[float]:
+    """Returns the LRs of one preset's tune (``entry``: tune.json's ``presets[preset]``) whose mean final
+    PPL did not end below the gate's threshold (a diverged or missing LR included), ascending."""
+    rows = entry["per_lr"].values()
+    return sorted(r["lr"] for r in rows if r.get("val_ppl") is None or not r["val_ppl"] < threshold(unigram))

@@ -68,3 +68,31 @@ def test_a_reproduce_whose_runs_did_not_train_reads_no_claim_from_them(tmp_path)
     assert all("left out: a run did not train" in row[1] for row in fig2["tables"][0]["rows"])
     text = open(result["report"], encoding="utf-8").read()
     assert f"it ÷ {trained_gate.FACTOR:g} = " in text and text == render(report) + "\n"
+
+
+def test_a_preset_that_trains_at_no_lr_of_its_tune_is_said_so_in_reproduce(tmp_path):
+    import json
+
+    from nfeval.pipelines.reproduce.plan import SCALES
+    from nfeval.pipelines.reproduce.runner import Context
+    from nfeval.pipelines.reproduce.tuning import tuning_rows
+
+    def entry(ppls):
+        rows = {str(lr): {"lr": lr, "status": "ok", "val_ppl": p} for lr, p in ppls.items()}
+        best = min(ppls, key=ppls.get)
+        return {"best_lr": best, "best_val_ppl": ppls[best], "per_lr": rows}
+
+    tune = {
+        "budget": {"spec": "steps=1000"},
+        "presets": {
+            "prenorm-small": entry({1e-3: 300.0, 1e-2: 140.0, 4e-2: 700.0}),
+            "postnorm-small": entry({1e-4: 720.0, 3e-4: 599.0, 1e-3: 748.0}),  # 599: above 677 / 1.5
+        },
+    }
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(tune))
+    ctx = Context(out=str(tmp_path), scale=SCALES["small"], budget={"max_steps": 1000}, seeds=5, tokenizer="")
+    ctx.tune_files, ctx.unigram_ppl = {"clm": str(path)}, 677.0
+    _, warnings = tuning_rows(ctx)
+    said = [w for w in warnings if "did not train at any LR of its grid" in w]
+    assert len(said) == 1 and "postnorm-small" in said[0] and "451.3" in said[0]

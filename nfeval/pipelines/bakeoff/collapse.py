@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...base.jsonio import load_json
-from ..trained_gate import threshold
+from .. import trained_gate
 from .runs import Context, tune_file
 
 
@@ -16,11 +16,8 @@ def failed_lrs(ctx: Context, unigram: float) -> dict[str, list[float]]:
     diverged or missing point included)}, for every candidate."""
     out = {}
     for c in ctx.candidates:
-        summary = load_json(tune_file(ctx, c))
-        points = [p for s in summary["presets"].values() for p in s["per_lr"].values()]
-        out[c.name] = sorted(
-            p["lr"] for p in points if p.get("val_ppl") is None or not p["val_ppl"] < threshold(unigram)
-        )
+        entries = load_json(tune_file(ctx, c))["presets"].values()
+        out[c.name] = sorted(lr for entry in entries for lr in trained_gate.failed_lrs(entry, unigram))
     return out
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...base.jsonio import load_json
 from ...tune.results import grid_cells, lr_key, warnings_for
+from .. import trained_gate
 from ..lr_band import TUNE_SEED_BASE
 from .plan import RUNS
 from .runner import Context, log, preset_name, train_config
@@ -63,4 +64,11 @@ def tuning_rows(ctx: Context) -> tuple[list[list[str]], list[str]]:
             best = "–" if s["best_lr"] is None else lr_key(s["best_lr"])
             rows.append([objective, preset, grid_cells(s), best, summary["budget"]["spec"]])
         warnings += [f"LR tune ({objective}): {w}" for w in warnings_for(summary["presets"])]
+        if ctx.unigram_ppl is not None and objective == "clm":  # the gate reads causal-LM perplexities
+            warnings += [
+                f"LR tune ({objective}): {preset} did not train at any LR of its grid under this recipe "
+                f"(every mean final PPL at or above the gate's {trained_gate.threshold(ctx.unigram_ppl):.1f})"
+                for preset, s in summary["presets"].items()
+                if len(trained_gate.failed_lrs(s, ctx.unigram_ppl)) == len(s["per_lr"])
+            ]
     return rows, warnings
