@@ -10,10 +10,17 @@ import os
 import pytest
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
-REPORTS = sorted(glob.glob(os.path.join(DOCS, "*", "report.json")))
+# every report, with the reproduce folders of a token-budget axis (docs/budget_*/tokens=N/)
+REPORTS = sorted(
+    glob.glob(os.path.join(DOCS, "*", "report.json")) + glob.glob(os.path.join(DOCS, "*", "*", "report.json"))
+)
 
 
 def _render(folder: str, report: dict) -> str:
+    if "token_budgets" in report:  # nfeval reproduce --token-budgets
+        from nfeval.pipelines.reproduce.budget_report import render
+
+        return render(report) + "\n"
     if "sections" in report:  # nfeval reproduce
         from nfeval.pipelines.reproduce.report import render
 
@@ -27,14 +34,14 @@ def test_there_are_committed_reports():
     assert {os.path.basename(os.path.dirname(p)) for p in REPORTS} >= {"reproduce_small"}
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=[os.path.basename(os.path.dirname(p)) for p in REPORTS])
+@pytest.mark.parametrize("path", REPORTS, ids=[os.path.relpath(os.path.dirname(p), DOCS) for p in REPORTS])
 def test_committed_report_md_is_rendered_from_its_json(path):
     folder = os.path.dirname(path)
     report = json.load(open(path, encoding="utf-8"))
     assert open(os.path.join(folder, "report.md"), encoding="utf-8").read() == _render(folder, report)
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=[os.path.basename(os.path.dirname(p)) for p in REPORTS])
+@pytest.mark.parametrize("path", REPORTS, ids=[os.path.relpath(os.path.dirname(p), DOCS) for p in REPORTS])
 def test_committed_report_states_scale_recipe_and_corrected_verdicts(path):
     report = json.load(open(path, encoding="utf-8"))
     header = report["header"]

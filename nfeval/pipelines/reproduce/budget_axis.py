@@ -108,8 +108,8 @@ def landed(folder: str, steps: int) -> bool:
 
 def budget_row(tokens: int, folder: str) -> dict[str, Any]:
     """Returns one budget's row from its reproduce folder: steps, tuned LRs, per-seed PPLs and gains over
-    the seeds where both runs trained (``trained_gate``), the primary claim's verdict (with its LR
-    sensitivity)."""
+    the seeds its primary claim reads (both runs trained, ``trained_gate``; the realised time equal,
+    ``realised_time``), the seeds left out and why, the claim's verdict (with its LR sensitivity)."""
     report = load_json(os.path.join(folder, "report.json"))
     (section,) = [s for s in report["sections"] if s["name"] == EXPERIMENT]
     (claim,) = [c for c in section["claims"] if c["id"] == CLAIM]
@@ -117,13 +117,20 @@ def budget_row(tokens: int, folder: str) -> dict[str, Any]:
     unigram = report["header"].get("unigram_ppl")
     trained = {k: {r["seed"] for r in rs if is_trained(mark(r, unigram))} for k, rs in records.items()}
     ppl = {k: dict(zip((r["seed"] for r in rs), final_ppl(rs))) for k, rs in records.items()}
-    seeds = sorted(trained[PAIR[0]] & trained[PAIR[1]])  # the gate's pairs: both runs trained
+    left_out = ((claim.get("realised") or {}).get("excluded")) or []  # not at equal time (realised_time)
+    seeds = sorted((trained[PAIR[0]] & trained[PAIR[1]]) - set(left_out))  # the claim's pairs
     gains = [log_ratio(ppl[PAIR[0]][s], ppl[PAIR[1]][s]) for s in seeds]
     return {
         "tokens": tokens,
         "steps": {k: rs[0].get("steps") for k, rs in records.items() if rs},
         "lr": {k: rs[0]["lr"] for k, rs in records.items() if rs},
         "seeds": seeds,
+        "left_out": {
+            "realised time": sorted(left_out),
+            "did not train": sorted(
+                set(report["header"]["eval_seeds"]) - (trained[PAIR[0]] & trained[PAIR[1]])
+            ),
+        },
         "ppl": {k: [ppl[k][s] for s in seeds] for k in PAIR},
         "gains": gains,
         "verdict": claim["verdict"],

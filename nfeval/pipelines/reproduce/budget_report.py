@@ -18,10 +18,10 @@ PAIR = ("clm-prenorm", "clm-normformer")  # Figure 2's baseline and candidate ru
 
 
 def tokens_text(tokens: int) -> str:
-    """Returns a token count in words: 500K, 2M, 1.5M."""
+    """Returns a token count in words, to 3 significant digits: 500K, 2M, 1.5M, 51.4K."""
     for suffix, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
         if tokens >= size:
-            return f"{tokens / size:g}{suffix}"
+            return f"{tokens / size:.3g}{suffix}"
     return str(tokens)
 
 
@@ -66,6 +66,16 @@ def budget_table(report: dict[str, Any]) -> list[str]:
     return markdown_table(cols, rows)
 
 
+def left_out_lines(report: dict[str, Any]) -> list[str]:
+    """Returns one line per budget that left judged seeds out of its gains, and why."""
+    lines = []
+    for b in report["budgets"]:
+        why = [f"{', '.join(map(str, s))} ({reason})" for reason, s in (b.get("left_out") or {}).items() if s]
+        if why:
+            lines.append(f"- {tokens_text(b['tokens'])}: seeds left out: {'; '.join(why)}.")
+    return lines
+
+
 def fit_lines(report: dict[str, Any]) -> list[str]:
     """Returns the fit in sentences: slope per doubling, the fitted gain at both ends, the sign."""
     f, budgets = report["fit"], report["token_budgets"]
@@ -73,10 +83,10 @@ def fit_lines(report: dict[str, Any]) -> list[str]:
     if f.get("slope") is None:
         return [f"No fit: {f['why']}.", ""]
     first, last = f["ends"]
-    direction = "grows" if f["slope"] > 0 else "shrinks"
+    toward = "NormFormer" if f["slope"] > 0 else "Pre-LN"
     lines = [
-        f"**Fit** ({f['rule']}; {f['n']} gains): the gain {direction} by {f['slope']:+.3f} log-PPL per "
-        f"doubling of the tokens [95% CI {f['slope_low']:+.3f}, {f['slope_high']:+.3f}; "
+        f"**Fit** ({f['rule']}; {f['n']} gains): the gain moves by {f['slope']:+.3f} log-PPL (toward "
+        f"{toward}) per doubling of the tokens [95% CI {f['slope_low']:+.3f}, {f['slope_high']:+.3f}; "
         f"p {f['slope_p']:.2g}]. "
         f"Fitted gain at {low} tokens {first['gain']:+.3f} [{first['low']:+.3f}, {first['high']:+.3f}], "
         f"at {high} {last['gain']:+.3f} [{last['low']:+.3f}, {last['high']:+.3f}] (positive: NormFormer "
@@ -151,7 +161,10 @@ def render(report: dict[str, Any]) -> str:
         "Each budget is its own `nfeval reproduce --only fig2-clm` folder (linked below): both LRs tuned "
         "at that budget, Pre-LN's updates from the tokens and NormFormer's from its paired step-time ratio "
         "(equal time), both on complete schedules. Gain = log PPL(Pre-LN) − log PPL(NormFormer) per judged "
-        "seed (positive: NormFormer better); each budget's verdict is its own report's primary claim.",
+        "seed (positive: NormFormer better), over the seeds that budget's primary claim reads (both runs "
+        "trained; realised time equal); each budget's verdict is its own report's primary claim.",
+        "",
+        *left_out_lines(report),
         "",
         *budget_table(report),
         "",
