@@ -63,6 +63,15 @@ def field(obj: dict, name: str, kind: type | tuple, where: str) -> Any:
     return value
 
 
+def text(obj: dict, name: str, where: str) -> str:
+    """Returns a string field after checking it holds text: an empty answer option would be scored at
+    log-probability 0 (and divide ``acc_norm`` by zero), an empty context would score the options alone."""
+    value = field(obj, name, str, where)
+    if not value.strip():
+        raise DataError(f"{where}: field {name!r} is empty, expected text")
+    return value
+
+
 def label(obj: dict, name: str, allowed: list[str], where: str) -> str:
     """Returns a label field as a string after checking it is one of ``allowed`` (int or str accepted)."""
     value = field(obj, name, (int, str), where)
@@ -76,6 +85,11 @@ def strings(obj: dict, name: str, n: int, where: str) -> list[str]:
     value = field(obj, name, list, where)
     if len(value) != n or not all(isinstance(v, str) for v in value):
         raise DataError(f"{where}: field {name!r} must be a list of {n} strings, got {value!r}"[:300])
+    empty = [i for i, v in enumerate(value) if not v.strip()]
+    if empty:
+        raise DataError(
+            f"{where}: field {name!r} has an empty answer option (index {empty[0]}), expected text"
+        )
     return value
 
 
@@ -109,9 +123,9 @@ def missing(task: str, root: str, expected: str) -> MissingData:
 
 def _piqa(obj: dict, where: str) -> dict:
     return {
-        "goal": field(obj, "goal", str, where),
-        "sol1": field(obj, "sol1", str, where),
-        "sol2": field(obj, "sol2", str, where),
+        "goal": text(obj, "goal", where),
+        "sol1": text(obj, "sol1", where),
+        "sol2": text(obj, "sol2", where),
         "label": int(label(obj, "label", ["0", "1"], where)),
     }
 
@@ -150,7 +164,7 @@ def _hellaswag(obj: dict, where: str) -> dict:
     row = {
         "ind": obj.get("ind", 0) if isinstance(obj.get("ind", 0), int) else 0,
         "activity_label": field(obj, "activity_label", str, where),
-        "ctx_a": field(obj, "ctx_a", str, where),
+        "ctx_a": text(obj, "ctx_a", where),
         "ctx_b": field(obj, "ctx_b", str, where),
         "ctx": obj.get("ctx") if isinstance(obj.get("ctx"), str) else "",
         "endings": strings(obj, "endings", 4, where),
@@ -178,8 +192,8 @@ def _winogrande(obj: dict, where: str) -> dict:
         raise DataError(f"{where}: field 'sentence' has no '_' blank")
     return {
         "sentence": sentence,
-        "option1": field(obj, "option1", str, where),
-        "option2": field(obj, "option2", str, where),
+        "option1": text(obj, "option1", where),
+        "option2": text(obj, "option2", where),
         "answer": label(obj, "answer", ["1", "2"], where),
     }
 
@@ -203,10 +217,10 @@ def _openbookqa(obj: dict, where: str) -> dict:
             for c in choices
         ):
             raise DataError(f"{where}: field 'question.choices' must be a list of {{text, label}} strings")
-        stem = field(q, "stem", str, f"{where} (question)")
+        stem = text(q, "stem", f"{where} (question)")
         texts, labels = [c["text"] for c in choices], [c["label"] for c in choices]
     else:
-        stem = field(obj, "question_stem", str, where)
+        stem = text(obj, "question_stem", where)
         ch = field(obj, "choices", dict, where)
         texts, labels = (
             field(ch, "text", list, f"{where} (choices)"),
@@ -214,6 +228,10 @@ def _openbookqa(obj: dict, where: str) -> dict:
         )
         if len(texts) != len(labels) or not texts:
             raise DataError(f"{where}: field 'choices' has {len(texts)} texts and {len(labels)} labels")
+    if len(texts) < 2 or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise DataError(
+            f"{where}: field 'choices' must hold 2 or more non-empty answer texts, got {texts!r}"[:300]
+        )
     key = field(obj, "answerKey", str, where)
     if key.lstrip() not in labels:
         raise DataError(f"{where}: field 'answerKey' = {key!r} is out of range, expected one of {labels}")
@@ -256,7 +274,7 @@ CSV_COLUMNS = {
 
 def _storycloze(obj: dict, where: str) -> dict:
     row = {
-        name: field(obj, name, str, where)
+        name: text(obj, name, where)
         for name in CSV_COLUMNS
         if name not in ("story_id", "answer_right_ending")
     }
@@ -311,8 +329,8 @@ def storycloze_rows(root: str, year: str) -> dict[str, list[dict]]:
 
 def _corpus_cloze(obj: dict, where: str) -> dict:
     choices = field(obj, "choices", list, where)
-    if len(choices) < 2 or not all(isinstance(c, str) for c in choices):
-        raise DataError(f"{where}: field 'choices' must be a list of 2 or more strings")
+    if len(choices) < 2 or not all(isinstance(c, str) and c.strip() for c in choices):
+        raise DataError(f"{where}: field 'choices' must be a list of 2 or more non-empty strings")
     gold = field(obj, "label", int, where)
     if not 0 <= gold < len(choices):
         raise DataError(f"{where}: field 'label' = {gold} is out of range, expected 0..{len(choices) - 1}")

@@ -227,3 +227,25 @@ def test_token_budget_batches_give_the_same_results(tiny_clm_ckpt, data_dir, tmp
         cli_main([*argv, "--max-batch-tokens", "0", "--output", str(tmp_path / "x.json")])
     assert exit_status.value.code == 2
     assert "argument --max-batch-tokens: expected a positive integer, got '0'" in capsys.readouterr().err
+
+
+def test_zeroshot_refuses_an_empty_answer_option_in_one_line(tiny_clm_ckpt, tmp_path, capsys):
+    """Issue 55: an OpenBookQA item whose choice text is '' was scored (log-probability 0, acc_norm / 0)."""
+    bad = DOCS["openbookqa"][1] | {
+        "choices": {"text": ["zero C", "", "ten C", "ninety C"], "label": list("ABCD")}
+    }
+    path = tmp_path / "data" / "openbookqa" / "test.jsonl"
+    write_jsonl(path, [DOCS["openbookqa"][0], bad])
+    argv = [
+        "zeroshot",
+        "--ckpt",
+        tiny_clm_ckpt,
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--tasks",
+        "openbookqa",
+    ]
+    assert cli_main([*argv, "--no-cache", "--output", str(tmp_path / "r.json"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path}:2: " in err and "non-empty answer texts" in err, err
+    assert not (tmp_path / "r.json").exists()

@@ -310,3 +310,30 @@ def test_shared_piqa_official_files_equal_the_jsonl(tmp_path):
         (tmp_path / "piqa" / name).symlink_to(SHARED / "piqa" / "original" / name)
     official, hf = load("piqa", str(tmp_path))["validation"], load("piqa", str(SHARED))["validation"]
     assert len(hf) == 1838 and official.to_list() == hf.to_list()
+
+
+@pytest.mark.parametrize(
+    "task,change,message",
+    [
+        ("piqa", lambda d: d | {"sol2": ""}, "field 'sol2' is empty, expected text"),
+        ("piqa", lambda d: d | {"goal": "  "}, "field 'goal' is empty, expected text"),
+        ("hellaswag", lambda d: d | {"endings": ["a", "b", " ", "d"]}, "empty answer option (index 2)"),
+        ("hellaswag", lambda d: d | {"ctx_a": ""}, "field 'ctx_a' is empty"),
+        ("winogrande", lambda d: d | {"option1": ""}, "field 'option1' is empty"),
+        (
+            "openbookqa",
+            lambda d: d | {"choices": {"text": ["star", "", "moon", "rock"], "label": ["A", "B", "C", "D"]}},
+            "2 or more non-empty answer texts",
+        ),
+        ("openbookqa", lambda d: d | {"choices": {"text": ["star"], "label": ["A"]}}, "2 or more non-empty"),
+        ("openbookqa", lambda d: d | {"question_stem": ""}, "field 'question_stem' is empty"),
+    ],
+)
+def test_an_empty_answer_option_or_context_is_refused_by_file_line_field(tmp_path, task, change, message):
+    """An empty option would be scored at log-probability 0 (and divide acc_norm by zero): refused, as
+    every other malformed row is (issue 55)."""
+    path = tmp_path / task / ("test.jsonl" if task == "openbookqa" else "validation.jsonl")
+    write_jsonl(path, [DOCS[task][0], change(DOCS[task][1])])
+    with pytest.raises(DataError) as err:
+        load(task, str(tmp_path))
+    assert str(err.value).startswith(f"{path}:2: ") and message in str(err.value)
