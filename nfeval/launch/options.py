@@ -121,7 +121,7 @@ def _sbatch_options(pairs: list[str]) -> dict[str, str | bool]:
 
 def launch_options(args: argparse.Namespace) -> LaunchOptions:
     """Returns the checked launcher flags of ``args``. A ConfigError (before anything is built or
-    submitted) for an unknown launcher, ``slurm`` without sbatch on PATH or without a partition, and
+    submitted) for an unknown launcher, ``slurm`` without sbatch or srun on PATH or without a partition, and
     values out of range."""
     launcher = str(args.launcher).strip().lower()
     if launcher not in LAUNCHERS:
@@ -142,6 +142,11 @@ def launch_options(args: argparse.Namespace) -> LaunchOptions:
         if shutil.which("sbatch") is None:
             raise ConfigError(
                 "--launcher slurm: sbatch is not on PATH (run on a Slurm login node, or use --launcher local)"
+            )
+        if shutil.which("srun") is None:  # submitit starts every job's processes with srun
+            raise ConfigError(
+                "--launcher slurm: sbatch is on PATH but srun is not (each job's processes start with srun: "
+                "run on a Slurm login node, or use --launcher local)"
             )
         if not args.slurm_partition:
             raise ConfigError("--launcher slurm: needs --slurm-partition NAME, the partition to submit to")

@@ -288,6 +288,11 @@ def test_every_command_refuses_slurm_without_sbatch_or_partition(tmp_path, monke
     assert "sbatch is not on PATH" in err and err.count("\n") == 1
     (tmp_path / "sbatch").write_text("#!/bin/sh\nexit 1\n")
     (tmp_path / "sbatch").chmod(0o755)
+    assert main([*argv, "--slurm-partition", "gpu"]) == 2  # sbatch without srun (issue 55): one line
+    err = capsys.readouterr().err
+    assert "srun is not" in err and err.count("\n") == 1 and not (tmp_path / "out").exists()
+    (tmp_path / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "srun").chmod(0o755)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "needs --slurm-partition" in err and err.count("\n") == 1 and not (tmp_path / "out").exists()
