@@ -32,7 +32,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, cache_dir
-from ...base.errors import DataError, MissingDataError, hub_unreachable
+from ...base.errors import DataError, MissingDataError, OutputError, hub_unreachable
 from ...base.fingerprint import canonical_tokenizer_json
 from ...base.jsonio import load_json
 from .tokenization import SpecialIds, load_tokenizer, special_ids, train_bpe
@@ -177,7 +177,8 @@ def get_tokenizer(spec: str | None, corpus: Corpus, vocab_size: int) -> Tokenize
         with contextlib.suppress(DataError):  # a damaged cache entry is trained again
             return load_tokenizer(path)
     tok = train_bpe(corpus.train, vocab_size)
-    atomic_write_text(path, tok.to_str())
+    with contextlib.suppress(OutputError):  # a cache that cannot be written (a read-only home) keeps nothing
+        atomic_write_text(path, tok.to_str())
     return tok
 
 
@@ -226,7 +227,13 @@ def token_shards(corpus: Corpus, tok: Tokenizer) -> TokenData:
             data = open_token_shards(folder, specials)
             if data.fingerprint == fingerprint:
                 return data
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:  # the token streams are read as memmaps from here: this cache is needed
+        why = e.strerror or e
+        raise OutputError(
+            f"{folder}: cannot write the token cache ({why}); set NFEVAL_CACHE to a writable folder"
+        ) from None
     lengths = {}
     for split, docs in (("train", corpus.train), ("valid", corpus.valid)):
         ids = encode_documents(tok, docs, specials.eos)

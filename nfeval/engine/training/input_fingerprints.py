@@ -12,6 +12,7 @@ a training run reads them).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -21,6 +22,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from ...base.artifacts import atomic_write_text, cache_dir
+from ...base.errors import OutputError
 from ...base.fingerprint import fingerprint_tokenizer
 from ...base.jsonio import load_json
 from ..checkpoints import rundir
@@ -62,7 +64,8 @@ def corpus_fingerprint(train_data: str, valid_data: str | None) -> str:
         with open(cached, encoding="utf-8") as f:
             return f.read().strip()
     fingerprint = load_text_corpus(train_data, valid_data).fingerprint
-    atomic_write_text(cached, fingerprint)
+    with contextlib.suppress(OutputError):  # a cache that cannot be written (a read-only home) keeps nothing
+        atomic_write_text(cached, fingerprint)
     return fingerprint
 
 
