@@ -10,11 +10,12 @@ model from what ``identify`` read, so a cache miss does not read the weights aga
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import torch
 
-from ..base.errors import ConfigError
+from ..base.errors import ConfigError, DataError
 from ..engine.checkpoints import checkpoint
 from ..engine.checkpoints.loading import ModelIdentity, identify
 from ..engine.inference.backend import Backend, nfeval_backend
@@ -54,12 +55,21 @@ def open_backend(
 def _hf_backend(path: str, device: torch.device, dtype: torch.dtype, max_length: int | None,
                 tokenizer: Any, hf_forward: str) -> Backend:  # fmt: skip
     """Returns the HF causal-LM directory ``path`` in the engine (see ``gpt2_engine``) or loaded by
-    transformers."""
+    transformers. A folder that asks to run its own code, or whose weights are a pickle holding more than
+    tensors, is refused in one line (``checkpoint.refuse_hf_code``), never half-loaded."""
+    checkpoint.refuse_hf_code(path)
     if tokenizer is None and hf_forward == "engine":
         backend = gpt2_engine_backend(path, device, dtype, max_length)
         if backend is not None:
             return backend
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    except pickle.UnpicklingError as e:  # transformers reads .bin weights with weights_only=True
+        raise DataError(
+            f"{path}: its weights file is a pickle holding Python objects besides tensors, which could run "
+            f"code when loaded ({str(e).splitlines()[0][:120]}); refused: no flag loads it, convert the "
+            "weights to safetensors where you trust the file"
+        ) from None
     return HFBackend(model, tokenizer or AutoTokenizer.from_pretrained(path), device, max_length)

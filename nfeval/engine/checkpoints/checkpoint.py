@@ -140,6 +140,19 @@ def is_hf_dir(path: str) -> bool:
     return "model_type" in data and data["model_type"] != HF_EXPORT_TYPE  # ours reads natively
 
 
+def refuse_hf_code(path: str) -> None:
+    """Raises ConfigError when the Hugging Face folder ``path`` asks to run Python code of its own
+    (``auto_map`` in config.json): nfeval never runs a model folder's code, whatever the folder says (its
+    own export-hf format is read natively, without that code)."""
+    data = load_json(os.path.join(path, "config.json"))
+    if isinstance(data, dict) and data.get("auto_map"):
+        raise ConfigError(
+            f"{path}: config.json's auto_map asks to run Python code shipped in the folder; refused: nfeval "
+            "does not run a model folder's code (no flag allows it; load it with transformers yourself if "
+            "you trust it)"
+        )
+
+
 def read_config(directory: str) -> tuple[ModelConfig, dict[str, Any]]:
     """Returns (model config, the rest of config.json) of a checkpoint directory, or of an export-hf
     folder (the rest is then ``{"source": "export-hf", "weights_prefix", "exported_from"}``). The
