@@ -41,6 +41,12 @@ def sidecar_path(results_path: str) -> str:
     return (root if ext == ".json" else results_path) + SUFFIX
 
 
+def scored(results_path: str) -> bool:
+    """Returns whether a results file and its per-item sidecar both exist: the pair ``evaluate`` writes
+    (a kill between the two writes leaves a results file alone, which is not a finished scoring)."""
+    return os.path.isfile(results_path) and os.path.isfile(sidecar_path(results_path))
+
+
 def _choosers(choices: list[str], resps: list, n_tokens: list) -> dict[str, np.ndarray]:
     """Returns {metric: scores whose argmax is the metric's chosen index} for one document."""
     k = len(choices)

@@ -206,6 +206,20 @@ def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
     assert again["ranking"] == first["ranking"] and again["ppl_tests"] == first["ppl_tests"]
 
 
+def test_a_results_file_left_without_its_sidecar_is_scored_again(smoke, monkeypatch):
+    """Issue 55: a kill between the two writes of a scoring left the results file alone; the rerun of the
+    same command heals it instead of stopping."""
+    from nfeval.zeroshot.items import sidecar_path
+
+    cfg, first = smoke
+    results = os.path.join(cfg.out, "zeroshot", "normformer-seed1_cloze.json")
+    os.remove(sidecar_path(results))
+    monkeypatch.setattr(trained_gate, "FACTOR", OPEN_GATE)
+    again = run_bakeoff(cfg)
+    assert os.path.isfile(sidecar_path(results))
+    assert again["zeroshot_tests"] == first["zeroshot_tests"]
+
+
 def test_a_rerun_with_other_settings_is_refused(smoke):
     cfg, _ = smoke
     with pytest.raises(ConfigError, match="this folder was made with"):

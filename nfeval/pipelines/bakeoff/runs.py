@@ -255,10 +255,12 @@ def run_on_cluster(ctx: Context) -> str | None:
 
 def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data: str) -> list[str]:
     """Scores one finished run zero-shot (the corpus cloze task in full, the public tasks up to the
-    recipe's limit), unless scored; returns its results files (each with its per-item sidecar)."""
+    recipe's limit), unless scored (a results file without its per-item sidecar, left by a kill between
+    the two writes, is scored again); returns its results files (each with its per-item sidecar)."""
     from ...model_adapters.config import ScoringConfig
     from ...zeroshot.config import ZeroShotConfig
     from ...zeroshot.evaluate import evaluate
+    from ...zeroshot.items import scored
 
     stem = os.path.join(ctx.out, "zeroshot", f"{c.name}-seed{seed}")
     device = None if ctx.device == "auto" else ctx.device
@@ -266,7 +268,7 @@ def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data
     if len(tasks) > 1:
         parts.append((f"{stem}.json", tasks[1:], ctx.scale.zeroshot_limit))
     for path, names, limit in parts:
-        if not os.path.isfile(path):
+        if not scored(path):
             scoring = ScoringConfig(device=device, progress=ctx.progress)
             cfg = ZeroShotConfig(tasks=names, data_dir=data, limit=limit, output=path, scoring=scoring)
             evaluate(run_dir(ctx, c, seed), cfg)
