@@ -172,6 +172,27 @@ def _model_or_none(model_of: Callable[[str], str], name: str) -> str | None:
         return None
 
 
+def paired_points(
+    ctx: Any, runs: Sequence[tuple[str, Any, float | None, int]], ensure: Callable, run_dir: Callable
+) -> list[LaunchPoint]:
+    """Returns a point per run of ``runs`` ((name, run, lr or None for the tuned one, seed)) computing
+    ``ensure(ctx, run, seed, lr)`` in ``run_dir(ctx, run, seed, lr)``: seed by seed, so with ``--jobs 2``
+    the runs a test pairs train side by side under the same machine load (equal time is then checked on
+    realised ratios that load did not skew), the band's runs after them."""
+    from ..tune.results import lr_key
+
+    order = sorted(runs, key=lambda r: (r[2] is not None, r[3]))
+    return [
+        LaunchPoint(
+            f"{name}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{seed}",
+            ensure,
+            (ctx, run, seed, lr),
+            run_dir(ctx, run, seed, lr),
+        )
+        for name, run, lr, seed in order
+    ]
+
+
 def train_points(
     points: Sequence[LaunchPoint],
     out: str,

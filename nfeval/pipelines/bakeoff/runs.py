@@ -207,23 +207,13 @@ def train_all(ctx: Context) -> str | None:
     """Trains every candidate's unfinished seeds, at its tuned LR and at every other LR of its band:
     ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
     finished, else what to do."""
-    from ...launch.jobs import LaunchPoint
-
-    # seed by seed (the baseline first), so the runs a test pairs train close in time, under like load;
-    # the band's runs after them
-    order = sorted(
-        ((c, lr, s) for c in ctx.candidates for lr in (None, *band_lrs(ctx, c)) for s in ctx.seeds_of(c)),
-        key=lambda v: (v[1] is not None, v[2]),
-    )
-    points = [
-        LaunchPoint(
-            f"{c.name}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{s}",
-            ensure_run,
-            (ctx, c, s, lr),
-            run_dir(ctx, c, s, lr),
-        )
-        for c, lr, s in order
+    variants = [
+        (c.name, c, lr, s)
+        for c in ctx.candidates
+        for lr in (None, *band_lrs(ctx, c))
+        for s in ctx.seeds_of(c)
     ]
+    points = runs.paired_points(ctx, variants, ensure_run, run_dir)
     s = ctx.scale
     return runs.train_points(
         points, ctx.out, ctx.launch, ctx.jobs, "bakeoff", ctx.progress, s.threads, ctx.device

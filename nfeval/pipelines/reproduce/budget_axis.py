@@ -195,7 +195,8 @@ def assemble(cfg, folders: dict[int, str], start: float) -> dict[str, Any]:
     from ...base.artifacts import git_hash, hardware, hardware_key
 
     rows = [budget_row(t, f) for t, f in folders.items()]
-    first = load_json(os.path.join(next(iter(folders.values())), "report.json"))["header"]
+    headers = [load_json(os.path.join(f, "report.json"))["header"] for f in folders.values()]
+    first = headers[0]
     return {
         "nfeval": {"provenance": provenance()},
         "header": {
@@ -211,17 +212,8 @@ def assemble(cfg, folders: dict[int, str], start: float) -> dict[str, Any]:
             "hardware": hardware_key(hardware()),
             "cpu_count": os.cpu_count(),
             "jobs": cfg.jobs,
-            "compute_paths": sorted(
-                {
-                    p
-                    for f in folders.values()
-                    for p in load_json(os.path.join(f, "report.json"))["header"].get("compute_paths") or []
-                }
-            ),
-            "train_hours": sum(
-                load_json(os.path.join(f, "report.json"))["header"].get("train_hours", 0)
-                for f in folders.values()
-            ),
+            "compute_paths": sorted({p for h in headers for p in h.get("compute_paths") or []}),
+            "train_hours": sum(h.get("train_hours", 0) for h in headers),
             "wall_min": (time.time() - start) / 60,
         },
         "token_budgets": list(folders),

@@ -179,23 +179,8 @@ def train_all(ctx: Context, keys: list[str]) -> str | None:
     """Trains the unfinished runs of ``keys`` (every seed, and every LR of their band: ``band_lrs``):
     ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
     finished, else what to do."""
-    from ...launch.jobs import LaunchPoint
-
-    variants = [(k, lr) for k in keys for lr in (None, *band_lrs(ctx, k))]
-    # seed by seed, so each judged pair trains side by side under the same machine load (equal time is
-    # then checked on realised ratios that load did not skew); the band's runs after them
-    order = sorted(
-        ((k, lr, s) for k, lr in variants for s in ctx.seed_values), key=lambda v: (v[1] is not None, v[2])
-    )
-    points = [
-        LaunchPoint(
-            f"{k}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{s}",
-            ensure_run,
-            (ctx, k, s, lr),
-            run_dir(ctx, k, s, lr),
-        )
-        for k, lr, s in order
-    ]
+    variants = [(k, k, lr, s) for k in keys for lr in (None, *band_lrs(ctx, k)) for s in ctx.seed_values]
+    points = runs.paired_points(ctx, variants, ensure_run, run_dir)
     desc, launch = "reproduce", ctx.launch
     return runs.train_points(
         points, ctx.out, launch, ctx.jobs, desc, ctx.progress, ctx.scale.threads, ctx.device
