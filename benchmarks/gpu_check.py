@@ -57,15 +57,13 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nfeval.base.artifacts import atomic_write_json, atomic_write_text, provenance  # noqa: E402
-from nfeval.engine.checkpoints import rundir  # noqa: E402
-from nfeval.engine.model.config import preset  # noqa: E402
+from nfeval.base.artifacts import atomic_write_json, atomic_write_text, provenance
+from nfeval.engine.checkpoints import rundir
+from nfeval.engine.model.config import preset
 from nfeval.engine.model.flops import training_flops_per_token
-from nfeval.engine.model.model import Transformer  # noqa: E402
-from nfeval.engine.training.budget import gpu_peak, measure_matmul_flops, synchronize  # noqa: E402
-from nfeval.engine.training.objective import Objective  # noqa: E402
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.training.budget import gpu_peak, measure_matmul_flops, synchronize
+from nfeval.engine.training.objective import Objective
 
 
 @dataclass
