@@ -16,7 +16,7 @@ from nfeval.cli import main
 from nfeval.pipelines import realised_time, trained_gate
 from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce
 from nfeval.pipelines.reproduce.budget_axis import budget_steps, fit, parse_token_budgets
-from nfeval.pipelines.reproduce.budget_report import render
+from nfeval.pipelines.reproduce.budget_report import crossing_text, render
 
 
 def test_token_budgets_parse_with_suffixes_and_refuse_bad_lists():
@@ -77,6 +77,13 @@ def test_fit_says_no_sign_change_and_no_fit_when_too_few_gains():
     assert fit(_rows({1000: [0.1, float("inf")], 4000: [0.2]}))["n"] == 2  # a diverged seed: left out
 
 
+def test_a_crossing_outside_the_range_is_said_as_an_extrapolation_never_as_a_token_count_below_one():
+    # docs/budget_tiny's first fit reached 0 at 0.56 tokens, which the page printed as "about 1 tokens"
+    assert "less than one token" in crossing_text(0.56, 100_000) and "1 tokens" not in crossing_text(0.56, 1)
+    assert "about 2K tokens only when extrapolated back" in crossing_text(2_000, 100_000)
+    assert "about 25.6M tokens only when extrapolated forward" in crossing_text(25.6e6, 100_000)
+
+
 @pytest.fixture(scope="module")
 def axis(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("budget") / "axis")
@@ -113,7 +120,7 @@ def test_each_budget_is_its_own_tuned_figure_2_and_the_report_fits_the_gain(axis
     ends = report["fit"]["ends"]
     said = "does not change sign" if ends[0]["gain"] * ends[1]["gain"] > 0 else "changes sign"
     assert f"The fitted line {said} inside 128–512 tokens" in md
-    assert "fitted over a 4× range and is not extrapolated" in md
+    assert "fitted over a range of 4× and is not extrapolated" in md
     assert os.path.getsize(os.path.join(cfg.out, "budget_gain.png")) > 1000
 
 

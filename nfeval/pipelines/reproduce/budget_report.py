@@ -111,6 +111,22 @@ def fit_lines(report: dict[str, Any]) -> list[str]:
     return lines + [sentence, ""]
 
 
+def crossing_text(zero_at: float, smallest: int) -> str:
+    """Returns where a fitted line outside its range reaches 0, said as the extrapolation it is: a line
+    that moves away from 0 as tokens grow reaches it only before the smallest budget, possibly at less
+    than one token, where a count means nothing."""
+    if zero_at < 1:
+        return (
+            "nowhere meaningful: the fitted line moves away from 0 as tokens grow and reaches 0 only when "
+            "extrapolated back to less than one token."
+        )
+    where = "back, below the smallest budget" if zero_at < smallest else "forward, beyond the largest budget"
+    return (
+        f"the fitted line reaches 0 at about {tokens_text(round(zero_at))} tokens only when extrapolated "
+        f"{where}; that is an extrapolation, not a measurement."
+    )
+
+
 def cannot_say(report: dict[str, Any]) -> list[str]:
     """Returns what the report cannot say, from its own numbers."""
     h, budgets, f = report["header"], report["token_budgets"], report["fit"]
@@ -120,7 +136,7 @@ def cannot_say(report: dict[str, Any]) -> list[str]:
     span = max(budgets) / min(budgets)
     lines.append(
         f"- Anything beyond {tokens_text(min(budgets))}–{tokens_text(max(budgets))} tokens: the line is "
-        f"fitted over a {span:g}× range and is not extrapolated"
+        f"fitted over a range of {span:g}× and is not extrapolated"
         + (
             f"; the paper trained {paper['tokens_per_parameter']:,.0f} tokens per parameter, this report "
             f"at most {max(budgets) / params:.2g}."
@@ -129,11 +145,7 @@ def cannot_say(report: dict[str, Any]) -> list[str]:
         )
     )
     if f.get("zero_at_tokens") and not f["sign_change"]:
-        lines.append(
-            f"- Where the gain would cross zero: the fitted line reaches 0 at about "
-            f"{tokens_text(round(f['zero_at_tokens']))} tokens, outside the measured range; that is an "
-            "extrapolation, not a measurement."
-        )
+        lines.append(f"- Where the gain would cross zero: {crossing_text(f['zero_at_tokens'], min(budgets))}")
     lines.append(
         "- Absence of a trend: an interval on the slope that includes 0 is low power, not evidence of no "
         "trend; the log-linear form itself is an assumption the fit does not test."
