@@ -14,7 +14,12 @@ from ..report.compare_scores import compare_scores, format_rows
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Adds ``nfeval compare-scores``' options."""
-    p.add_argument("a", metavar="A.json", help="candidate: zero-shot results or GLUE summary")
+    p.add_argument(
+        "a",
+        metavar="A.json",
+        help="candidate: zero-shot results (F.json, lm-eval's results_<date>.json or its "
+        "--output_path model folder) or GLUE summary",
+    )
     p.add_argument("b", metavar="B.json", help="baseline, of the same kind")
     p.add_argument(
         "--resamples", type=int, default=sig.N_RESAMPLES, help="bootstrap resamples (default %(default)s)"

@@ -19,7 +19,10 @@ from ..report.leaderboard_render import render, write
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "results", nargs="*", metavar="RESULTS", help="zero-shot results JSON and/or GLUE summary JSON files"
+        "results",
+        nargs="*",
+        metavar="RESULTS",
+        help="zero-shot results JSON (or lm-eval --output_path folders) and/or GLUE summary JSON files",
     )
     add_output_file(
         p, metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots"

@@ -78,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def with_data_dir(metadata: dict[str, Any] | None, data_dir: str | None) -> dict[str, Any] | None:
-    """Returns lm-eval's task ``metadata`` with ``data_dir`` (absolute) when given and the metadata
-    names none."""
+    """Returns lm-eval's task ``metadata`` with ``data_dir`` (absolute; ``embedded``: the slices shipped in
+    the package) when given and the metadata names none."""
+    from .. import embedded
+
     if data_dir is None:
         return metadata
-    return {"data_dir": os.path.abspath(data_dir), **(metadata or {})}
+    return {"data_dir": os.path.abspath(embedded.zeroshot_dir(data_dir)), **(metadata or {})}

@@ -14,10 +14,12 @@ from ..base.cli_args import (
     positive_int_or_auto,
 )
 from ..base.errors import ConfigError
-from ..base.outputs import check_output_file
+from ..base.outputs import check_output_dir, check_output_file
 from ..model_adapters.config import ScoringConfig
 from ..zeroshot.config import ZeroShotConfig
 from ..zeroshot.evaluate import evaluate, make_table
+
+DEFAULT_OUTPUT = "results/zeroshot.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +62,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="padded tokens per forward (default 8192; bounds memory)",
     )
     parser.add_argument(
-        "--output", default="results/zeroshot.json", help="results JSON (default: %(default)s)"
+        "--output",
+        help=f"results JSON, with its per-item F.items.json beside it (default: {DEFAULT_OUTPUT} unless "
+        "--output_path is given)",
+    )
+    parser.add_argument(
+        "--output_path",
+        "--output-path",
+        metavar="DIR",
+        help="write lm-eval's layout instead: DIR/<model>/results_<date>.json, nfeval's block inside",
+    )
+    parser.add_argument(
+        "--log_samples",
+        "--log-samples",
+        action="store_true",
+        help="with --output_path: also lm-eval's samples_<task>_<date>.jsonl (what compare-scores pairs on)",
     )
     add_device(parser)
     add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
@@ -91,7 +107,12 @@ def _process_age() -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval zeroshot``; prints the table and where the results went."""
+    if not args.output and not args.output_path:
+        args.output = DEFAULT_OUTPUT
     check_output_file(args.output, "--output")  # before any work
+    if args.output_path:
+        check = check_output_file if args.output_path.endswith(".json") else check_output_dir
+        check(args.output_path, "--output_path")
     task_list = [t for item in args.tasks for t in item.split(",") if t.strip()] if args.tasks else None
     if args.tasks is not None and not task_list:
         raise ConfigError(f"--tasks {' '.join(args.tasks)!r}: empty selection; name at least one task")
@@ -110,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         limit=args.limit,
         output=args.output,
+        output_path=args.output_path,
+        log_samples=args.log_samples,
         use_cache=not args.no_cache,
         scoring=scoring,
         **{name: getattr(args, name) for name in reading},

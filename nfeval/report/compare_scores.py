@@ -1,10 +1,12 @@
 """``nfeval compare-scores A.json B.json``: is A's difference to B real? Paired, per task and metric.
 
-Both files are zero-shot results (``nfeval zeroshot``, with their ``.items.json`` sidecars) or GLUE
-summaries (``nfeval glue``, with each point's ``predictions.json``). For every task and metric in both,
-prints A's and B's scores, A − B with a paired bootstrap interval over items, and the exact McNemar
-p-value for accuracy metrics; "*" marks a difference whose bootstrap p, Holm-adjusted over the table's
-rows, is below 1 − confidence. See nfeval/report/paired.py.
+Both files are zero-shot results (``nfeval zeroshot``, with their ``.items.json`` sidecars, or lm-eval's
+``results_<date>.json`` with its ``samples_<task>_<date>.jsonl``; an ``--output_path`` folder of one
+model stands for its latest results file) or GLUE summaries (``nfeval glue``, with each point's
+``predictions.json``). For every task and metric in both, prints A's and B's scores, A − B with a
+paired bootstrap interval over items, and the exact McNemar p-value for accuracy metrics; "*" marks a
+difference whose bootstrap p, Holm-adjusted over the table's rows, is below 1 − confidence.
+See nfeval/report/paired.py.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..base.errors import ConfigError
 from ..base.escape import text_cell
 from . import significance as sig
 from .compare_table import table
+from .leaderboard_read import results_paths
 from .paired import UnpairedError, adjust, compare_files
 
 
@@ -31,11 +34,24 @@ def compare_scores(
         raise ConfigError(f"--resamples {n_resamples}: expected at least 100")
     if not 0 < confidence < 1:
         raise ConfigError(f"--confidence {confidence}: expected a value in (0, 1)")
+    path_a, path_b = one_results_file(path_a, "A"), one_results_file(path_b, "B")
     rows = compare_files(path_a, path_b, n_resamples=n_resamples, seed=seed, confidence=confidence)
     if not rows:
         raise UnpairedError(f"{path_a} and {path_b}: no task and metric in both files; nothing to pair")
     adjust(rows, confidence)
     return {"nfeval": {"provenance": provenance()}, "a": path_a, "b": path_b, "rows": rows}
+
+
+def one_results_file(path: str, what: str) -> str:
+    """Returns the one results file ``path`` names (``leaderboard_read.results_paths``); a ConfigError when
+    it is a folder holding several models' results."""
+    files = results_paths([path])
+    if len(files) != 1:
+        raise ConfigError(
+            f"{what} {path}: holds the results of {len(files)} models ({', '.join(files)}); name one "
+            "results file or model folder"
+        )
+    return files[0]
 
 
 def format_rows(result: dict[str, Any]) -> str:

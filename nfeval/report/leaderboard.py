@@ -46,6 +46,7 @@ from .leaderboard_read import (
     load_reference,
     nearest_by_size,
     read_results,
+    results_paths,
 )
 from .leaderboard_render import format_compute
 from .yardsticks import at_or_below_majority, chance_row, glue_half_width, half_width, majority_row
@@ -80,7 +81,7 @@ def _collect(paths: list[str], warnings: list[str]) -> list[dict[str, Any]]:
     """Returns one model per fingerprint (path if none), in order of first appearance, with its zero-shot
     and GLUE entries."""
     models: dict[str, dict[str, Any]] = {}
-    for path in paths:
+    for path in results_paths(paths):
         kind, info, tasks = read_results(path, warnings)
         key = info["fingerprint"] or info["path"]
         model = models.setdefault(key, {**info, "zeroshot": {}, "glue": {}, "sources": []})

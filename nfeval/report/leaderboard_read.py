@@ -13,6 +13,7 @@ from ..base.errors import DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..glue.data import TASKS as GLUE_TASKS
 from ..glue.metrics import SPLIT_METRICS
+from ..zeroshot import lm_eval_layout
 
 ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
 # Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/zeroshot/cloze.py).
@@ -183,6 +184,12 @@ def read_glue(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str,
             "rows": _get(data, majority + ["rows"], path, dict, "an object", required=False),
         }
     return out
+
+
+def results_paths(paths: list[str]) -> list[str]:
+    """Returns the results files that ``paths`` name: each file as given, each ``--output_path`` folder of
+    lm-eval's layout as its latest results file per model (``lm_eval_layout.results_files``)."""
+    return [found for path in paths for found in lm_eval_layout.results_files(path)]
 
 
 def read_results(path: str, warnings: list[str]) -> tuple[str, dict[str, Any], dict[str, dict]]:

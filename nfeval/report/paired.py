@@ -1,6 +1,7 @@
 """Paired comparison of two models' results, per task and metric: difference, bootstrap interval, McNemar.
 
-Zero-shot results pair through their per-item sidecars (``F.items.json``, nfeval/zeroshot/items.py);
+Zero-shot results pair through their per-item sidecars (``F.items.json``, nfeval/zeroshot/items.py) or,
+in lm-eval's layout, the ``samples_<task>_<date>.jsonl`` of the same run (nfeval/zeroshot/lm_eval_layout.py);
 GLUE summaries through the ``predictions.json`` of the points at each task's best learning rate
 (nfeval/glue/predictions.py; with several seeds, the statistic is the mean over seeds, as the summary's).
 Two results pair only when they were scored on the same items: the same documents (ids and lm-eval's
@@ -27,6 +28,7 @@ from ..glue import predictions as glue_predictions
 from ..glue.points import lr_key, point_dir
 from ..tasks import canonical_name
 from ..zeroshot import items as zeroshot_items
+from ..zeroshot import lm_eval_layout
 from . import significance as sig
 from .verdict import holm
 
@@ -47,21 +49,10 @@ def _check_reproduces(path: str, what: str, reported: float, recomputed: float) 
 
 
 def zeroshot_items_by_task(path: str) -> dict[str, dict[str, Any]]:
-    """Returns {canonical task: {"name", "record", "results"}} of a zero-shot results file and its sidecar,
-    checking that the sidecar belongs to the file (its sha256 when recorded, model
-    fingerprint, per-item means = reported scores)."""
+    """Returns {canonical task: {"name", "record", "results"}} of a zero-shot results file and its per-item
+    outcomes (``_items``), checking that the per-item means are the reported scores."""
     data = load_json(path)
-    items = zeroshot_items.read_sidecar(path)
-    side = load_json(zeroshot_items.sidecar_path(path))
-    fingerprint = (data.get("nfeval") or {}).get("model", {}).get("fingerprint")
-    if side.get("nfeval", {}).get("model", {}).get("fingerprint") != fingerprint:
-        raise DataError(f"{zeroshot_items.sidecar_path(path)}: written for another model than {path}")
-    sha = side.get("nfeval", {}).get("results_sha256")  # absent in sidecars written before it was kept
-    if sha is not None and sha != zeroshot_items.file_sha256(path):
-        raise DataError(
-            f"{zeroshot_items.sidecar_path(path)}: written with another run's results than {path} "
-            "(rerun nfeval zeroshot to rewrite both)"
-        )
+    items = _items(path, data)
     aliases = (data.get("nfeval") or {}).get("tasks") or {}
     out = {}
     for name, record in items.items():
@@ -73,6 +64,27 @@ def zeroshot_items_by_task(path: str) -> dict[str, dict[str, Any]]:
                 )
         out[aliases.get(name) or canonical_name(name)] = {"name": name, "record": record, "results": results}
     return out
+
+
+def _items(path: str, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Returns {task: per-item record} of the results file ``path``: from its ``F.items.json`` sidecar
+    when there is one (checked to belong to the file: model fingerprint, its sha256 when recorded), else
+    from lm-eval's samples files of the same run."""
+    sidecar = zeroshot_items.sidecar_path(path)
+    if not os.path.isfile(sidecar) and lm_eval_layout.in_layout(path):
+        return lm_eval_layout.read_items(path, data)
+    items = zeroshot_items.read_sidecar(path)
+    side = load_json(sidecar)
+    fingerprint = (data.get("nfeval") or {}).get("model", {}).get("fingerprint")
+    if side.get("nfeval", {}).get("model", {}).get("fingerprint") != fingerprint:
+        raise DataError(f"{sidecar}: written for another model than {path}")
+    sha = side.get("nfeval", {}).get("results_sha256")  # absent in sidecars written before it was kept
+    if sha is not None and sha != zeroshot_items.file_sha256(path):
+        raise DataError(
+            f"{sidecar}: written with another run's results than {path} "
+            "(rerun nfeval zeroshot to rewrite both)"
+        )
+    return items
 
 
 def check_same_items(task: str, a: dict, b: dict, path_a: str, path_b: str) -> None:

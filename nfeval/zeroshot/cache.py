@@ -80,22 +80,46 @@ def cache_keys(
     }
 
 
-def read_cache(keys: dict[str, str], log) -> tuple[dict[str, dict], dict[str, Any]]:
-    """Returns ({task: cached per-task results}, {task: cached item records}) for the tasks in the cache."""
-    cached, items = {}, {}
+def read_cache(
+    keys: dict[str, str], log, with_samples: bool = False
+) -> tuple[dict[str, dict], dict[str, Any], dict[str, list]]:
+    """Returns ({task: cached per-task results}, {task: cached item records}, {task: cached samples}) for
+    the tasks in the cache; with ``with_samples`` a task counts as cached only with its samples (lm-eval's
+    logged samples, kept by a run that wrote them)."""
+    cached, items, samples = {}, {}, {}
     for name, key in keys.items():
         path = entry_path(key)
         if not os.path.isfile(path):
             continue
         try:
             entry, item_record = check_entry(load_json(path), path, name), zeroshot_items.read_cached(path)
+            logged = read_samples(path) if with_samples else None
         except DataError as e:  # a damaged cache entry is recomputed (and rewritten), not fatal
             log(f"{name}: ignoring the damaged cache file and recomputing ({e})")
             continue
-        if item_record is not None:
+        if item_record is not None and (logged is not None or not with_samples):
             items[name], cached[name] = item_record, entry
+            if logged is not None:
+                samples[name] = logged
             log(f"{name}: cached result ({path})")
-    return cached, items
+    return cached, items, samples
+
+
+def samples_path(entry_path: str) -> str:
+    """Returns the file of lm-eval's logged samples beside a cache entry."""
+    return entry_path[: -len(".json")] + ".samples.json"
+
+
+def read_samples(entry_path: str) -> list[dict[str, Any]] | None:
+    """Returns the logged samples cached beside ``entry_path``, or None when none were kept; a file that
+    is not a list of samples is a DataError."""
+    path = samples_path(entry_path)
+    if not os.path.isfile(path):
+        return None
+    samples = load_json(path).get("samples")
+    if not isinstance(samples, list) or not all(isinstance(s, dict) and "doc_id" in s for s in samples):
+        raise DataError(f"{path}: key 'samples' is missing or malformed; expected lm-eval's logged samples")
+    return samples
 
 
 def check_entry(entry: Any, path: str, name: str) -> dict[str, dict]:
@@ -116,8 +140,11 @@ def entry_path(key: str) -> str:
     return os.path.join(cache_dir("zeroshot"), f"{key}.json")
 
 
-def write_entry(key: str, entry: dict[str, Any], item_record: Any) -> None:
-    """Writes one task's cached results and its item records (items first: an entry implies its items)."""
+def write_entry(key: str, entry: dict[str, Any], item_record: Any, samples: list | None = None) -> None:
+    """Writes one task's cached results, its item records and, when given, its logged samples (those
+    first: an entry implies its items)."""
     path = entry_path(key)
+    if samples is not None:
+        atomic_write_json(samples_path(path), {"samples": samples})
     atomic_write_json(zeroshot_items.cache_path(path), item_record)
     atomic_write_json(path, entry)

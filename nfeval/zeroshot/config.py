@@ -21,7 +21,9 @@ class ZeroShotConfig:
     ``tasks``: nfeval's task names or any registered lm-eval task (None: the five); ``data_dir``: local
     task files (None: the Hub; ``embedded``: the slices shipped in the package, ``nfeval.embedded``);
     ``limit``: the first N documents of each task; ``output``: the results
-    JSON (None: not written); ``use_cache``: read and write the results cache. A fairseq checkpoint file
+    JSON and its per-item sidecar (None: not written); ``output_path``: a folder (or ``F.json``) that
+    gets lm-eval's layout instead (``zeroshot.lm_eval_layout``), with lm-eval's per-sample files when
+    ``log_samples``; ``use_cache``: read and write the results cache. A fairseq checkpoint file
     is unpickled beyond tensors and plain configs only with ``trust_checkpoint``; ``tokenizer``,
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them.
     """
@@ -30,6 +32,8 @@ class ZeroShotConfig:
     data_dir: str | None = None
     limit: int | None = None
     output: str | None = None
+    output_path: str | None = None
+    log_samples: bool = False
     use_cache: bool = True
     trust_checkpoint: bool = False
     tokenizer: str | None = None
@@ -50,5 +54,12 @@ class ZeroShotConfig:
         for flag, value in flags.items():
             if value is not None and not (isinstance(value, int) and value > 0):
                 raise ConfigError(f"{flag} {value}: expected a positive integer")
+        if self.output and self.output_path:
+            raise ConfigError(
+                f"--output {self.output} and --output_path {self.output_path}: pass one (F.json with its "
+                "F.items.json, or lm-eval's layout under a folder)"
+            )
+        if self.log_samples and not self.output_path:
+            raise ConfigError("--log_samples: lm-eval's samples files go under --output_path DIR; pass it")
         task_names.check(self.tasks)
         return dataclasses.replace(self, data_dir=os.path.abspath(data_dir) if data_dir else None)

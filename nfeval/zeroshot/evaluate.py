@@ -31,7 +31,7 @@ from ..engine.inference.backend import no_tokenizer_message
 from ..engine.model.dtypes import long_name, torch_dtype
 from ..tasks import task_build
 from . import items as zeroshot_items
-from . import task_names
+from . import lm_eval_layout, task_names
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
 from .config import ZeroShotConfig
 from .lm_eval_git import quiet_git_hash
@@ -122,9 +122,12 @@ def make_table(out: dict[str, Any]) -> str:
     return table + "\n\n" + describe(scoring)
 
 
-def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool) -> dict[str, Any] | None:
-    """Scores the ``todo`` tasks with lm-eval, adding each one's results to ``cached`` and its items to
-    ``items`` (and to the cache when ``use_cache``); returns lm-eval's run-level keys (None off rank 0)."""
+def _score(
+    lm, todo: list, limit, manager, keys, found: tuple[dict, dict, dict], cfg: ZeroShotConfig
+) -> dict[str, Any] | None:
+    """Scores the ``todo`` tasks with lm-eval, adding to ``found`` (cached results, items, samples) each
+    one's results, items and, with ``cfg.log_samples``, lm-eval's logged samples (also to the cache when
+    ``cfg.use_cache``); returns lm-eval's run-level keys (None off rank 0)."""
     import lm_eval
     from lm_eval.utils import handle_non_serializable
 
@@ -134,10 +137,13 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
         )
     if fresh is None:  # not rank 0 under torchrun
         return None
+    cached, items, logged = found
     samples = fresh.pop("samples")
     for t in todo:
         name = t.task_name
         items[name] = zeroshot_items.from_samples(t, samples[name], fresh["results"][name])
+        if cfg.log_samples:
+            logged[name] = lm_eval_layout.json_safe(samples[name])
         if getattr(t, "original_doc_count", None) is not None:  # the split before --limit cut it
             fresh["n-samples"][name]["original"] = t.original_doc_count
     fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
@@ -146,8 +152,8 @@ def _score(lm, todo: list, limit, manager, keys, cached, items, use_cache: bool)
             continue
         entry = {k: {name: fresh[k][name]} for k in PER_TASK_KEYS if name in fresh.get(k, {})}
         cached[name] = entry
-        if use_cache:
-            write_entry(keys[name], entry, items[name])
+        if cfg.use_cache:
+            write_entry(keys[name], entry, items[name], logged.get(name))
     return {k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"}
 
 
@@ -224,10 +230,11 @@ def evaluate(
 ) -> dict[str, Any] | None:
     """Scores ``ckpt_path`` (nfeval run/checkpoint dir, HF causal-LM dir or fairseq file) zero-shot as
     ``cfg`` says; returns lm-eval's results dict plus an ``nfeval`` block (None on ranks other than 0
-    under torchrun). Writes ``cfg.output`` atomically when given; nothing is written when the data or the
-    model is bad. A cache file that is not valid JSON is reported (named, through ``log``) and
-    recomputed. The scoring report's whole-command time runs from ``started`` (a ``time.perf_counter()``
-    value; default: this call's start) to the end.
+    under torchrun). Writes ``cfg.output`` atomically when given, or lm-eval's files under
+    ``cfg.output_path`` (``lm_eval_layout.write``: dated names, so runs never collide; the results path is
+    logged); nothing is written when the data or the model is bad. A cache file that is not valid JSON is
+    reported (named, through ``log``) and recomputed. The scoring report's whole-command time runs from
+    ``started`` (a ``time.perf_counter()`` value; default: this call's start) to the end.
 
     One writer per results file: the process writing ``cfg.output`` (rank 0) holds its lock
     (``sweep_lock.file_lock``) from the start, and another one writing the same file is refused at once,
@@ -253,13 +260,14 @@ def _evaluate(ckpt_path: str, cfg: ZeroShotConfig, log, started: float) -> dict[
         _check_one_variant(loaded)
 
         keys = cache_keys(identity, scoring, loaded, cfg.limit, cfg.fairseq_head_scale_bug)
-        cached, items = read_cache(keys, log) if cfg.use_cache else ({}, {})
+        found = read_cache(keys, log, cfg.log_samples) if cfg.use_cache else ({}, {}, {})
+        cached, items, samples = found
         todo = [t for name, t in loaded.items() if name not in cached]
         # the scoring report: wall time, FLOPs, FLOP/s (None: all answers cached)
         run_keys, scoring_report, lm = {}, None, None
         if todo:
             lm = NFEvalLM(identity, scoring)
-            run_keys = _score(lm, todo, cfg.limit, manager, keys, cached, items, cfg.use_cache)
+            run_keys = _score(lm, todo, cfg.limit, manager, keys, found, cfg)
             if run_keys is None:
                 return None
             scoring_report = lm.scoring_report()
@@ -272,6 +280,11 @@ def _evaluate(ckpt_path: str, cfg: ZeroShotConfig, log, started: float) -> dict[
     model = _add_records(out, identity, ckpt_path, lm, scoring.max_length, loaded, skipped, todo, settings)
     if cfg.output:
         _write(cfg.output, out, items, loaded, model)
+    if cfg.output_path:
+        per_task = (
+            {nf_tasks.canonical_name(name): samples[name] for name in loaded} if cfg.log_samples else None
+        )
+        log(f"results: {lm_eval_layout.write(cfg.output_path, out, per_task, started)}")
     return out
 
 

@@ -1,0 +1,209 @@
+"""lm-eval's output layout (``lm_eval --output_path DIR --log_samples``), written and found by lm-eval's code.
+
+``DIR/<model_name_sanitized>/results_<date>.json`` holds the results and ``samples_<task>_<date>.jsonl``
+beside it each task's per-sample log, one line per document and filter; the date (the text after the
+last ``_``) ties a run's files together, and the newest date is the latest run. ``write`` has lm-eval's
+``EvaluationTracker`` write them into a staging folder inside DIR, checks every line arrived (lm-eval
+logs a failed write and carries on), then renames them into place, samples first, so a results file in
+DIR always has its samples. The finders (``results_files``, ``samples_files``) are lm-eval's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from ..base.errors import DataError, MissingDataError, OutputError
+from ..base.jsonio import read_jsonl
+from . import items as zeroshot_items
+
+TRACKER_LOGGER = "lm_eval.loggers.evaluation_tracker"
+
+
+def write(output_path: str, results: dict[str, Any], samples: dict[str, list] | None, started: float) -> str:
+    """Writes ``results`` (with its ``nfeval`` block) and, when given, ``samples`` ({task: lm-eval's logged
+    samples, JSON-safe}) where ``lm_eval --output_path output_path`` writes them; returns the results
+    file's path. The run's time counts from ``started`` (a ``time.perf_counter()`` value)."""
+    from lm_eval.loggers import EvaluationTracker
+
+    as_file = output_path.endswith(".json")  # lm-eval's other form: F_<date>.json, samples beside it
+    base = os.path.dirname(os.path.abspath(output_path)) if as_file else os.path.abspath(output_path)
+    try:
+        os.makedirs(base, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".tmp-lm-eval-", dir=base)
+    except OSError as e:
+        raise OutputError(f"--output_path {output_path}: cannot write ({e.strerror or e})") from None
+    try:
+        tracker = EvaluationTracker(
+            output_path=os.path.join(staging, os.path.basename(output_path)) if as_file else staging
+        )
+        run = tracker.general_config_tracker
+        run.log_experiment_args("nfeval", results["config"]["model_args"], None, None, False)
+        run.start_time = started
+        with _failures_logged() as failures:
+            tracker.save_results_aggregated(results=dict(results), samples=samples)
+            for task in results["configs"] if samples else ():
+                tracker.save_results_samples(task_name=task, samples=copy.deepcopy(samples[task]))
+        staged = _staged_files(staging, samples)
+        if failures or staged is None:
+            reason = f" ({failures[-1]})" if failures else ""
+            raise OutputError(f"--output_path {output_path}: lm-eval could not write its files{reason}")
+        return _move_into(staging, base, staged)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _failures_logged() -> Iterator[list[str]]:
+    """Collects what lm-eval's tracker logs about a write it could not do (it logs and carries on), and
+    keeps its progress messages off the terminal."""
+    logger, failures = logging.getLogger(TRACKER_LOGGER), []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING or "Error(" in record.getMessage():
+                failures.append(record.getMessage())
+
+    handler, level, propagate = Collect(), logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # the exception itself is logged at INFO, after the warning
+    logger.propagate = False
+    try:
+        yield failures
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def _by_name(finder, paths: list[str]) -> list[str]:
+    """Returns the ``paths`` that lm-eval's ``finder`` picks by their file name (it matches '/results_'
+    anywhere in a path, so a folder named ``results_…`` would otherwise count)."""
+    return [p for p in paths if finder(["/" + os.path.basename(p)])]
+
+
+def _staged_files(staging: str, samples: dict[str, list] | None) -> list[str] | None:
+    """Returns the staged files, results file last, or None when one is missing or short of lines."""
+    from lm_eval.utils import get_file_task_name, get_results_filenames
+
+    paths = sorted(os.path.join(d, n) for d, _, names in os.walk(staging) for n in names)
+    results = _by_name(get_results_filenames, paths) or [p for p in paths if p.endswith(".json")]
+    others = [p for p in paths if p not in results]
+    for path in others:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().count("\n")
+        if lines != len((samples or {}).get(get_file_task_name(os.path.basename(path)), ())):
+            return None
+    if len(results) != 1 or len(others) != len(samples or {}):
+        return None
+    return [*others, results[0]]
+
+
+def _move_into(staging: str, base: str, staged: list[str]) -> str:
+    """Renames the staged files to the same places under ``base``; returns where the last one went."""
+    dest = base
+    for path in staged:
+        dest = os.path.join(base, os.path.relpath(path, staging))
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.replace(path, dest)
+        except OSError as e:
+            raise OutputError(f"{dest}: cannot write ({e.strerror or e})") from None
+    return dest
+
+
+def results_files(path: str) -> list[str]:
+    """Returns the results files ``path`` names: itself when a file; for a folder, its latest
+    ``results_<date>.json`` (lm-eval's ``get_latest_filename``), or else the latest of each model folder
+    in it (``lm_eval --output_path`` makes one per model)."""
+    if not os.path.isdir(path):
+        return [path]
+    own = _latest(path)
+    if own:
+        return [own]
+    found = [_latest(os.path.join(path, name)) for name in sorted(os.listdir(path))]
+    found = [f for f in found if f]
+    if not found:
+        raise MissingDataError(
+            f"{path}: no results_<date>.json in this folder or its model folders; expected a results "
+            "file or an `--output_path` folder"
+        )
+    return found
+
+
+def _latest(folder: str) -> str | None:
+    from lm_eval.utils import get_latest_filename, get_results_filenames
+
+    if not os.path.isdir(folder):
+        return None
+    files = [os.path.join(folder, n) for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))]
+    found = _by_name(get_results_filenames, files)
+    return get_latest_filename(found) if found else None
+
+
+def samples_files(results_path: str) -> dict[str, str]:
+    """Returns {task: samples file} of the run that wrote ``results_path``: each
+    ``samples_<task>_<date>.jsonl`` beside it with its date (lm-eval's ``get_sample_results_filenames``,
+    ``get_file_task_name``)."""
+    from lm_eval.utils import get_file_datetime, get_file_task_name, get_sample_results_filenames
+
+    folder = os.path.dirname(os.path.abspath(results_path))
+    date = get_file_datetime(os.path.basename(results_path)).removesuffix(".json")
+    files = _by_name(
+        get_sample_results_filenames, [os.path.join(folder, n) for n in sorted(os.listdir(folder))]
+    )
+    names = [os.path.basename(f) for f in files]
+    return {get_file_task_name(n): f for n, f in zip(names, files) if get_file_datetime(n) == date}
+
+
+def in_layout(results_path: str) -> bool:
+    """Returns whether ``results_path`` is named as lm-eval names results or has samples files of its run."""
+    from lm_eval.utils import get_results_filenames
+
+    return bool(_by_name(get_results_filenames, [results_path]) or samples_files(results_path))
+
+
+def read_items(results_path: str, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Returns {task: per-item record} (``items.from_samples``' schema, without chosen indices) of the
+    results file ``results_path`` (parsed: ``data``) from its samples files; MissingDataError when a task
+    has none, DataError when one holds other documents than the results count."""
+    found, out = samples_files(results_path), {}
+    for task, results in (data.get("results") or {}).items():
+        if task not in (data.get("configs") or {}):  # a group's aggregate: its tasks have the samples
+            continue
+        if task not in found:
+            raise MissingDataError(
+                f"{results_path}: no samples_{task}_<date>.jsonl of the same run beside it; rerun with "
+                "--output_path DIR --log_samples to write them"
+            )
+        lines = [line for _, line in read_jsonl(found[task], objects_only=True)[0]]
+        for i, line in enumerate(lines, 1):
+            missing = [k for k in ("doc_id", "doc_hash", "filter", "metrics") if k not in line]
+            if missing:
+                raise DataError(
+                    f"{found[task]}:{i}: key {missing[0]!r} is missing; expected lm-eval's sample"
+                )
+        record = zeroshot_items.from_samples(None, lines, results)
+        effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
+        if effective is not None and len(record["doc_id"]) != effective:
+            raise DataError(
+                f"{found[task]}: {len(record['doc_id'])} documents, but {results_path} reports "
+                f"n-samples.{task}.effective = {effective}; expected the same run's files"
+            )
+        out[task] = record
+    return out
+
+
+def json_safe(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Returns lm-eval's in-memory samples of one task as plain JSON values (tuples as lists, objects as
+    lm-eval's serialiser writes them), which lm-eval's sample writer turns into the same lines."""
+    from lm_eval.utils import handle_non_serializable
+
+    return json.loads(json.dumps(samples, default=handle_non_serializable, ensure_ascii=False))
