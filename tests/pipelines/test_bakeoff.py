@@ -13,7 +13,7 @@ from nfeval.base.errors import ConfigError
 from nfeval.cli import main
 from nfeval.engine.model.config import preset
 from nfeval.engine.training import recipe
-from nfeval.pipelines import trained_gate
+from nfeval.pipelines import realised_time, trained_gate
 from nfeval.pipelines.bakeoff import BakeoffConfig, make_context, run_bakeoff
 from nfeval.pipelines.bakeoff.candidates import Candidate, parse_candidate, parse_candidates
 from nfeval.pipelines.bakeoff.runs import EXTENSIONS, lr_past_edge, train_config
@@ -352,6 +352,23 @@ def clipped_smoke(tmp_path_factory):
         command="nfeval bakeoff --smoke --clip-grad 1.0",
     )
     return cfg, run_bakeoff(cfg)
+
+
+def test_untrained_pairs_are_not_readable_whatever_their_realised_time(tmp_path):
+    """The gate reads before the realised-time check: runs that did not train give "not readable: did
+    not train" even when a loaded machine also put their seeds outside the planned time interval (CI
+    once read such a claim as "inconclusive", a verdict that depended on wall-clock noise)."""
+    from nfeval.pipelines.bakeoff import results
+
+    ctx = make_context(BakeoffConfig(archs=("prenorm", "normformer"), out=str(tmp_path)))
+    records = {"prenorm": _marked([745, 750]), "normformer": _marked([748, 760])}
+    planned = {"ratio": 1.0, "ci_low": 0.95, "ci_high": 1.05}
+    for seeds_outside in ({}, {1: (1.0, 1.3)}, {1: (1.0, 1.3), 2: (1.0, 0.7)}):
+        times = {s: ((10.0, 100), (10.0 * seeds_outside.get(s, (1.0, 1.0))[1], 100)) for s in (1, 2)}
+        check = realised_time.check(planned, times)
+        assert check["excluded"] == sorted(seeds_outside)
+        (test,) = results.ppl_tests(ctx, records, {"normformer": check})
+        assert test["verdict"] == trained_gate.NOT_READABLE and "did not train" in test["why"]
 
 
 def test_a_clipped_bakeoff_is_one_recipe_and_reads_no_claim_from_untrained_runs(clipped_smoke):
