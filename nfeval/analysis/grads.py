@@ -10,7 +10,8 @@ and the NormFormer gains when present: ``attn_out_norm`` (fairseq attn_ln γ), `
 fairseq checkpoint is imported into the same Transformer, so the values mean the same for it.
 
 At a checkpoint (``--ckpt``) the value is computed on each of N batches and averaged over them, as a
-training window averages one value per update.
+training window averages one value per update, with dropout on as in training and its masks drawn
+from ``--seed``.
 """
 
 from __future__ import annotations
@@ -37,15 +38,20 @@ def grad_norms(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> di
     return per_layer_mean_abs(model, lambda p: grads[id(p)])
 
 
-def grads_at(target: Target, batches: Any, n_batches: int, batch_size: int) -> dict[str, list[float]]:
+def grads_at(
+    target: Target, batches: Any, n_batches: int, batch_size: int, seed: int
+) -> dict[str, list[float]]:
     """Returns ``grad_norms`` averaged over the first ``n_batches`` batches of ``batches`` (train mode,
-    so dropout acts as in training)."""
+    so dropout acts as in training, its masks drawn from ``seed``: the same model gives the same values,
+    however it was stored; the process's own random state is left as it was)."""
     model = target.model.train()
     total: dict[str, list[float]] = {}
-    for i in progress_bar(range(n_batches), desc=f"grads {target.name}", unit="batch", leave=False):
-        x, y = batches.get(i * batch_size, batch_size, mask_seed=i)
-        for kind, layers in grad_norms(model, x, y).items():
-            total[kind] = [a + b for a, b in zip(total.get(kind, [0.0] * len(layers)), layers)]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for i in progress_bar(range(n_batches), desc=f"grads {target.name}", unit="batch", leave=False):
+            x, y = batches.get(i * batch_size, batch_size, mask_seed=i)
+            for kind, layers in grad_norms(model, x, y).items():
+                total[kind] = [a + b for a, b in zip(total.get(kind, [0.0] * len(layers)), layers)]
     model.eval()
     return {kind: [v / n_batches for v in layers] for kind, layers in total.items()}
 

@@ -31,7 +31,7 @@ class GradsOptions:
     tokenizer: str | None = None
     batch_size: int = 8
     seq_len: int = 128
-    seed: int = 1  # data order and preset initialisation
+    seed: int = 1  # data order, dropout masks and preset initialisation
     batches: int = 4
     fairseq_dict: str | None = None
     fairseq_head_scale_bug: bool = False
@@ -109,7 +109,7 @@ def grads(options: GradsOptions) -> dict[str, Any]:
     data_fingerprints = {}
     for spec in options.ckpt:
         target, batches, data_fp = _target_and_batches(spec, options)
-        values = grads_at(target, batches, options.batches, options.batch_size)
+        values = grads_at(target, batches, options.batches, options.batch_size, options.seed)
         info = {**target.info, "data_fingerprint": data_fp, "batches": options.batches}
         entries.append({"name": target.name, "info": info, "values": values})
         data_fingerprints[target.name] = data_fp
@@ -123,12 +123,19 @@ def grads(options: GradsOptions) -> dict[str, Any]:
 
 
 def _target_and_batches(spec: str, options: GradsOptions) -> tuple[Any, Any, str]:
-    """Returns (target, its batches, data fingerprint) for a --ckpt spec."""
-    from .inputs import batches, check_vocab, load_target, token_data
+    """Returns (target, its batches, data fingerprint) for a --ckpt spec; raises ConfigError for a
+    checkpoint that carries no tokenizer when ``--tokenizer`` names none (its token ids would be a
+    stranger's)."""
+    from .inputs import PRESET_PREFIX, batches, check_vocab, load_target, token_data
 
     target = load_target(
         spec, options.seed, options.fairseq_head_scale_bug, options.tokenizer, options.fairseq_dict
     )
+    if target.tokenizer is None and not spec.startswith(PRESET_PREFIX):
+        raise ConfigError(
+            f"{spec}: the checkpoint carries no tokenizer: pass --tokenizer with the one its model was "
+            "trained with"
+        )
     cfg = target.model.cfg
     tokens, tok = token_data(options.data, target.tokenizer or options.tokenizer, cfg.vocab_size)
     tok_vocab = tok.get_vocab_size()

@@ -86,11 +86,11 @@ def _data_arguments(p: argparse.ArgumentParser, batches: bool) -> None:
     p.add_argument(
         "--tokenizer",
         help="tokenizer.json, or GPT-2's BPE folder for a fairseq .pt with a dict.txt "
-        "(default: the checkpoint's, else a BPE trained on the data)",
+        "(default: the checkpoint's, required for one without; a preset's: a BPE trained on the data)",
     )
     p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--seed", type=int, default=1, help="data order and preset initialisation")
+    p.add_argument("--seed", type=int, default=1, help="data order, dropout masks and preset initialisation")
     if batches:
         p.add_argument("--batches", type=int, default=4, help="batches to average over (default 4)")
 

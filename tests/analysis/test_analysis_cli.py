@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import held_elsewhere, make_text
-from test_fairseq_import import to_fairseq
+from test_fairseq_import import fairseq_config, to_fairseq
 
 from nfeval.analysis.stability import AttentionLogitProbe, StabilitySettings, stability_test
 from nfeval.analysis.tables import stability_table
@@ -135,8 +135,7 @@ def _save(path, arch: str, gains: bool = True) -> Transformer:
 def test_gains_reports_hand_set_values_for_nfeval_and_fairseq_checkpoints(tmp_path, capsys):
     model = _save(tmp_path / "nf", "normformer-resscale")
     fs = tmp_path / "fs.pt"
-    hparams = {"decoder_attention_heads": 4, "decoder_normalize_before": True}
-    torch.save({"model": to_fairseq(model), "cfg": {"model": hparams}}, fs)
+    torch.save({"model": to_fairseq(model), "cfg": {"model": fairseq_config(model.cfg)}}, fs)
     out = tmp_path / "gains.png"
     assert main(["analyze", "gains", str(tmp_path / "nf"), str(fs), "--out", str(out)]) == 0
     data = json.loads((tmp_path / "gains.json").read_text())

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from test_fairseq_import import to_fairseq
+from test_fairseq_import import fairseq_config, to_fairseq
 
 from nfeval.analysis.grads import grad_norms, relative_to_baseline
 from nfeval.base.errors import ConfigError
@@ -99,10 +99,7 @@ def test_fc2_value_is_mean_abs_grad_after_mean_reduced_backward(arch):
 def test_grad_norms_same_after_fairseq_round_trip(tmp_path, arch):
     model = tiny(arch).eval()
     path = tmp_path / "checkpoint.pt"
-    hparams = {"decoder_attention_heads": model.cfg.n_head}
-    hparams["no_scale_embedding"] = not model.cfg.scale_embedding
-    hparams["decoder_normalize_before"] = model.cfg.norm_position == "pre"
-    torch.save({"model": to_fairseq(model), "cfg": {"model": hparams}}, path)
+    torch.save({"model": to_fairseq(model), "cfg": {"model": fairseq_config(model.cfg)}}, path)
     imported = checkpoint.load(str(path)).model
     assert imported.cfg.architecture == model.cfg.architecture
     idx, targets = batch()

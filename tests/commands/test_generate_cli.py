@@ -135,18 +135,12 @@ def test_cli_bad_jsonl_names_the_line(tiny_clm_ckpt, tmp_path, capsys):
 
 
 def test_cli_fairseq_checkpoint_needs_and_takes_a_tokenizer(tiny_clm_ckpt, tiny_tokenizer, tmp_path, capsys):
-    from test_fairseq_import import to_fairseq
+    from test_fairseq_import import fairseq_config, to_fairseq
 
     ckpt = checkpoint.load(tiny_clm_ckpt)
     cfg = ckpt.config
-    hparams = {
-        "decoder_attention_heads": cfg.n_head,
-        "decoder_normalize_before": True,
-        "max_target_positions": cfg.max_seq_len,
-        "no_scale_embedding": not cfg.scale_embedding,
-    }
     path = tmp_path / "checkpoint_last.pt"
-    torch.save({"model": to_fairseq(ckpt.model), "cfg": {"model": hparams}}, path)
+    torch.save({"model": to_fairseq(ckpt.model), "cfg": {"model": fairseq_config(cfg)}}, path)
     assert main(["generate", "--ckpt", str(path), "--prompt", "The cat"]) == 2
     assert "--tokenizer" in capsys.readouterr().err
     tok = tmp_path / "tokenizer.json"

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import torch
-from test_fairseq_import import to_fairseq
+from test_fairseq_import import fairseq_config, to_fairseq
 from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval import cli
@@ -179,7 +179,7 @@ def test_fairseq_namespace_checkpoint_loads_without_flag(tmp_path):
 
     model = Transformer(preset("normformer-tiny")).eval()
     path = tmp_path / "model.pt"
-    args = argparse.Namespace(decoder_attention_heads=4, activation_fn="gelu", no_scale_embedding=True)
+    args = argparse.Namespace(**fairseq_config(model.cfg))
     torch.save({"model": to_fairseq(model), "args": args, "cfg": None}, path)
     loaded = checkpoint.load(str(path))
     assert loaded.fingerprint == fingerprint_model(model)
@@ -356,8 +356,7 @@ def test_zeroshot_scores_a_fairseq_file(tiny_clm_ckpt, tmp_path, monkeypatch):
     fs_dir = tmp_path / "fairseq"
     fs_dir.mkdir()
     cfg = ours.config
-    hparams = {"no_scale_embedding": not cfg.scale_embedding, "max_target_positions": cfg.max_seq_len}
-    fs_cfg = {"model": hparams}
+    fs_cfg = {"model": fairseq_config(cfg)}
     torch.save({"model": to_fairseq(ours.model), "args": None, "cfg": fs_cfg}, fs_dir / "model.pt")
     shutil.copy(os.path.join(tiny_clm_ckpt, "tokenizer.json"), fs_dir / "tokenizer.json")
     write_jsonl(tmp_path / "data" / "piqa" / "validation.jsonl", DOCS["piqa"])

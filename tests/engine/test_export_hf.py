@@ -11,7 +11,7 @@ import sys
 import lm_eval
 import pytest
 import torch
-from test_fairseq_import import to_fairseq
+from test_fairseq_import import fairseq_config, to_fairseq
 from test_zeroshot_cli import data_dir  # noqa: F401  (the fixture: tiny local task files)
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -240,8 +240,7 @@ def test_fairseq_file_exports_without_tokenizer_or_with_given_one(tmp_path, tiny
     for block in model.blocks:
         block.attn.head_gain.data.uniform_(0.5, 1.5)
     path = tmp_path / "checkpoint_last.pt"
-    hparams = {"decoder_attention_heads": model.cfg.n_head, "max_target_positions": model.cfg.max_seq_len}
-    torch.save({"model": to_fairseq(model), "cfg": {"model": hparams}}, path)
+    torch.save({"model": to_fairseq(model), "cfg": {"model": fairseq_config(model.cfg)}}, path)
     rc = cli_main(["export-hf", str(path), "--out", str(tmp_path / "hf"), "--fairseq-head-scale-bug"])
     assert rc == 0
     assert not (tmp_path / "hf" / "tokenizer.json").exists()

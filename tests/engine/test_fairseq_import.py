@@ -3,6 +3,7 @@ score text through GPT-2 BPE + dict.txt exactly as the model fed the hand-mapped
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -14,7 +15,7 @@ from lm_eval.api.instance import Instance
 from nfeval.base.errors import CheckpointError, ConfigError, DataError
 from nfeval.engine.checkpoints import checkpoint
 from nfeval.engine.checkpoints.fairseq_import import LAYER_NAMES, FairseqConfigWarning
-from nfeval.engine.model.config import preset
+from nfeval.engine.model.config import ModelConfig, preset
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.text.fairseq_tokenizer import FairseqTokenizer
 from nfeval.engine.text.tokenization import gpt2_bpe, train_bpe
@@ -34,6 +35,9 @@ def to_fairseq(model: Transformer) -> dict[str, torch.Tensor]:
     if cfg.final_norm:
         out["decoder.layer_norm.weight"] = ours["final_norm.weight"]
         out["decoder.layer_norm.bias"] = ours["final_norm.bias"]
+    if cfg.embedding_norm:
+        out["decoder.layernorm_embedding.weight"] = ours["emb_norm.weight"]
+        out["decoder.layernorm_embedding.bias"] = ours["emb_norm.bias"]
     for name, t in ours.items():
         if not name.startswith("blocks."):
             continue
@@ -50,6 +54,31 @@ def to_fairseq(model: Transformer) -> dict[str, torch.Tensor]:
     return out
 
 
+def fairseq_config(cfg: ModelConfig, **changes) -> dict:
+    """Returns the saved fairseq config (``cfg["model"]``) of ``cfg``, every setting of the decoder as
+    fairseq's transformer_lm_gpt writes it, with ``changes``."""
+    activation = {"gelu": "gelu", "gelu_tanh": "gelu_accurate", "relu_squared": "relu_squared"}
+    hparams = {
+        "_name": "transformer_lm_gpt", "activation_fn": activation[cfg.activation], "dropout": cfg.dropout,
+        "attention_dropout": cfg.attn_dropout, "activation_dropout": 0.0, "relu_dropout": 0.0,
+        "decoder_embed_dim": cfg.d_model, "decoder_output_dim": cfg.d_model, "decoder_input_dim": cfg.d_model,
+        "decoder_ffn_embed_dim": cfg.d_ffn, "decoder_layers": cfg.n_layer,
+        "decoder_attention_heads": cfg.n_head, "decoder_normalize_before": cfg.norm_position == "pre",
+        "no_decoder_final_norm": not cfg.final_norm, "adaptive_softmax_cutoff": None,
+        "adaptive_softmax_dropout": 0, "adaptive_softmax_factor": 4, "no_token_positional_embeddings": False,
+        "share_decoder_input_output_embed": True, "character_embeddings": False, "adaptive_input": False,
+        "tie_adaptive_weights": False, "tie_adaptive_proj": False,
+        "decoder_learned_pos": cfg.positions == "learned", "decoder_layerdrop": 0.0,
+        "decoder_layers_to_keep": None, "layernorm_embedding": cfg.embedding_norm,
+        "no_scale_embedding": not cfg.scale_embedding, "checkpoint_activations": False,
+        "quant_noise_pq": 0.0, "quant_noise_pq_block_size": 8, "quant_noise_scalar": 0.0,
+        "add_bos_token": False, "tokens_per_sample": cfg.max_seq_len, "max_target_positions": cfg.max_seq_len,
+        "scale_attn": cfg.scale_attn, "scale_fc": cfg.scale_fc, "scale_heads": cfg.scale_heads,
+        "scale_resids": cfg.scale_resids,
+    }  # fmt: skip
+    return {**hparams, **changes}
+
+
 @pytest.mark.parametrize("arch,positions", [("normformer-resscale", "sinusoidal"), ("postnorm", "learned")])
 def test_fairseq_checkpoint_round_trip(tmp_path, arch, positions):
     torch.manual_seed(0)
@@ -57,14 +86,8 @@ def test_fairseq_checkpoint_round_trip(tmp_path, arch, positions):
     if model.cfg.scale_heads:
         for block in model.blocks:
             block.attn.head_gain.data.uniform_(0.5, 1.5)
-    hparams = {
-        "decoder_attention_heads": model.cfg.n_head,
-        "decoder_normalize_before": model.cfg.norm_position == "pre",
-        "max_target_positions": model.cfg.max_seq_len,
-        "no_scale_embedding": False,
-    }
     path = tmp_path / "checkpoint_last.pt"
-    torch.save({"model": to_fairseq(model), "cfg": {"model": hparams}}, path)
+    torch.save({"model": to_fairseq(model), "cfg": {"model": fairseq_config(model.cfg)}}, path)
     loaded = checkpoint.load(str(path))
     assert loaded.config.architecture == model.cfg.architecture
     assert loaded.config.positions == positions and loaded.config.scale_embedding
@@ -78,10 +101,11 @@ def test_fairseq_checkpoint_round_trip(tmp_path, arch, positions):
 
 def test_fairseq_errors_name_file_and_tensor(tmp_path):
     torch.manual_seed(0)
-    state = to_fairseq(Transformer(preset("normformer-tiny")))
+    model = Transformer(preset("normformer-tiny"))
+    state = to_fairseq(model)
     del state["decoder.layers.1.self_attn.k_proj.bias"]
     path = tmp_path / "bad.pt"
-    torch.save({"model": state, "args": None}, path)
+    torch.save({"model": state, "args": argparse.Namespace(**fairseq_config(model.cfg))}, path)
     with pytest.raises(
         ValueError, match=r"bad\.pt: tensor 'decoder\.layers\.1\.self_attn\.k_proj\.bias' is missing"
     ):
@@ -128,13 +152,7 @@ def write_fairseq_lm(folder, bpe_dir, positions="learned", final_norm=True, cfg_
     state = to_fairseq(model)
     if positions == "sinusoidal":
         state["decoder.embed_positions._float_tensor"] = torch.zeros(1)  # fairseq's buffer
-    hparams = {"_name": "transformer_lm_gpt", "activation_fn": "gelu", "decoder_embed_dim": cfg.d_model,
-               "decoder_ffn_embed_dim": cfg.d_ffn, "decoder_layers": cfg.n_layer,
-               "decoder_attention_heads": cfg.n_head, "decoder_normalize_before": True,
-               "decoder_learned_pos": positions == "learned", "no_decoder_final_norm": not final_norm,
-               "share_decoder_input_output_embed": True, "no_scale_embedding": False,
-               "tokens_per_sample": cfg.max_seq_len, "max_target_positions": cfg.max_seq_len,
-               "scale_attn": cfg_flags, "scale_fc": cfg_flags, "scale_heads": cfg_flags}  # fmt: skip
+    hparams = fairseq_config(cfg, scale_attn=cfg_flags, scale_fc=cfg_flags, scale_heads=cfg_flags)
     path = folder / "model.pt"
     torch.save({"model": state, "cfg": {"model": hparams, "task": {"_name": "language_modeling"}}}, path)
     return str(path), model, {b: 4 + n for n, b in enumerate(listed)}
@@ -195,10 +213,10 @@ def test_fairseq_config_flags_without_tensors_warn(tmp_path, bpe_dir):
 def test_fairseq_unsupported_tensor_and_missing_bpe(tmp_path, bpe_dir):
     path, _, _ = write_fairseq_lm(tmp_path, bpe_dir)
     ckpt = torch.load(path, weights_only=True)
-    ckpt["model"]["decoder.layernorm_embedding.weight"] = torch.ones(64)
+    ckpt["model"]["decoder.project_in_dim.weight"] = torch.ones(64, 64)
     torch.save(ckpt, tmp_path / "bad.pt")
     with pytest.raises(
-        CheckpointError, match=r"bad\.pt: unsupported tensor 'decoder\.layernorm_embedding\.weight'"
+        CheckpointError, match=r"bad\.pt: unsupported tensor 'decoder\.project_in_dim\.weight'"
     ):
         checkpoint.load(str(tmp_path / "bad.pt"))
     with pytest.raises(ConfigError, match=r"dict\.txt: a fairseq dictionary needs its BPE: pass --tokenizer"):
@@ -263,7 +281,7 @@ def test_fairseq_activation_maps_or_is_refused(fn, ours):
 
     cfg = preset("prenorm-tiny", vocab_size=40, positions="learned", scale_embedding=True)
     state = to_fairseq(Transformer(cfg))
-    hparams = {"activation_fn": fn, "decoder_attention_heads": cfg.n_head, "decoder_normalize_before": True}
+    hparams = fairseq_config(cfg, activation_fn=fn)
     if ours is None:  # fairseq's relu (its transformer_lm default) was read as GELU before: now refused
         with pytest.raises(CheckpointError, match=f"activation_fn='{fn}'"):
             _model_config(state, hparams, "model.pt", cfg.n_layer, False)

@@ -8,9 +8,12 @@ fairseq's names map onto ours one to one (q/k/v projections are concatenated int
     decoder.layers.N.self_attn_layer_norm  attn_norm     decoder.layers.N.final_layer_norm ffn_norm
     decoder.layers.N.self_attn.out_proj    attn.out_proj decoder.layers.N.w_resid          resid_gain
     decoder.layer_norm                final_norm         decoder.output_projection         (tied)
+    decoder.layernorm_embedding       emb_norm
 
-Checkpoints trained before fairseq's 2021-11-03 fix scaled heads with ``einsum('tbhd,h->tbdh')``;
-pass ``head_scale_transpose_bug=True`` to reproduce their forward exactly.
+The tensors give the sizes and which optional parts the model has; the saved config gives what they
+cannot (norm placement, embedding scale, activation, dropout) and must agree with them
+(``fairseq_config``). Checkpoints trained before fairseq's 2021-11-03 fix scaled heads with
+``einsum('tbhd,h->tbdh')``; pass ``head_scale_transpose_bug=True`` to reproduce their forward exactly.
 """
 
 from __future__ import annotations
@@ -24,15 +27,10 @@ import torch
 from ...base.errors import CheckpointError
 from ..model.config import ModelConfig
 from ..model.model import Transformer
-from . import torch_files
+from . import fairseq_config, torch_files
 
-# fairseq's activation_fn -> nfeval's activation (gelu_fast is fairseq's old name of gelu_accurate)
-FAIRSEQ_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_accurate": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "relu_squared": "relu_squared",
-}
+# fairseq's max_target_positions when the config says neither it nor tokens_per_sample
+DEFAULT_MAX_TARGET_POSITIONS = 1024
 
 LAYER_NAMES = {
     "self_attn_layer_norm": "attn_norm",
@@ -50,41 +48,14 @@ LAYER_NAMES = {
 # Decoder tensors outside the layers that the importer maps (or, for the last two, safely drops).
 TOP_LEVEL = {
     "decoder.embed_tokens.weight", "decoder.embed_positions.weight", "decoder.layer_norm.weight",
-    "decoder.layer_norm.bias", "decoder.output_projection.weight",
-    "decoder.embed_positions._float_tensor", "decoder.version",
+    "decoder.layer_norm.bias", "decoder.layernorm_embedding.weight", "decoder.layernorm_embedding.bias",
+    "decoder.output_projection.weight", "decoder.embed_positions._float_tensor", "decoder.version",
 }  # fmt: skip
 QKV = re.compile(r"decoder\.layers\.\d+\.self_attn\.[qkv]_proj\.(weight|bias)$")
-# Each NormFormer flag of fairseq's config and the per-layer tensor it creates.
-NORMFORMER_TENSORS = {"scale_attn": "attn_ln", "scale_fc": "ffn_layernorm", "scale_heads": "c_attn",
-                      "scale_resids": "w_resid"}  # fmt: skip
 
 
 class FairseqConfigWarning(UserWarning):
     """A fairseq checkpoint's config disagrees with its weights (the weights decide)."""
-
-
-def config_disagreements(hparams: dict[str, Any], cfg: ModelConfig, source: str) -> list[str]:
-    """Returns a note when the config sets NormFormer flags whose tensors the weights lack (fairseq's
-    hydra training path dropped these flags and trained a model without them); else an empty list."""
-    claimed = [flag for flag in NORMFORMER_TENSORS if hparams.get(flag) is True and not getattr(cfg, flag)]
-    if not claimed:
-        return []
-    tensors = ", ".join(NORMFORMER_TENSORS[flag] for flag in claimed)
-    return [
-        f"{source}: the checkpoint's config sets {', '.join(f'{f}=True' for f in claimed)} but its weights "
-        f"have no {tensors} tensors (fairseq's hydra path drops these flags); the weights decide: "
-        f"loading a {cfg.architecture} model"
-    ]
-
-
-def _cfg_dict(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """Returns the model hyper-parameters of a fairseq checkpoint as a plain dict (new cfg or old args)."""
-    if ckpt.get("cfg") is not None and ckpt["cfg"].get("model") is not None:
-        model_cfg = ckpt["cfg"]["model"]
-        return dict(model_cfg.items()) if hasattr(model_cfg, "items") else vars(model_cfg)
-    if ckpt.get("args") is not None:
-        return vars(ckpt["args"])
-    return {}
 
 
 def convert_state_dict(
@@ -101,12 +72,20 @@ def convert_state_dict(
     out: dict[str, torch.Tensor] = {"tok_emb.weight": state["decoder.embed_tokens.weight"]}
     if cfg.positions == "learned":
         out["pos_emb.weight"] = state["decoder.embed_positions.weight"][pad + 1 :]
-    if cfg.final_norm:
-        out["final_norm.weight"] = state["decoder.layer_norm.weight"]
-        out["final_norm.bias"] = state["decoder.layer_norm.bias"]
+    for ours, theirs in (("final_norm", "decoder.layer_norm"), ("emb_norm", "decoder.layernorm_embedding")):
+        if theirs + ".weight" in state:  # what cfg.final_norm and cfg.embedding_norm were read from
+            for kind in ("weight", "bias"):
+                out[f"{ours}.{kind}"] = _tensor(state, f"{theirs}.{kind}", source)
     for i in layers:
         out.update(_layer_tensors(state, i, source))
     return cfg, out
+
+
+def _tensor(state: dict[str, torch.Tensor], name: str, source: str) -> torch.Tensor:
+    """Returns ``state[name]``; raises CheckpointError naming ``source`` and the tensor when it is missing."""
+    if name not in state:
+        raise CheckpointError(f"{source}: tensor {name!r} is missing")
+    return state[name]
 
 
 def _check_layout(state: dict[str, torch.Tensor], source: str) -> list[int]:
@@ -130,8 +109,10 @@ def _check_layout(state: dict[str, torch.Tensor], source: str) -> list[int]:
 def _model_config(
     state: dict[str, torch.Tensor], hparams: dict[str, Any], source: str, n_layer: int, transpose_bug: bool
 ) -> ModelConfig:
-    """Returns the ModelConfig the tensors' names and shapes (and fairseq's hyperparameters) describe;
-    raises CheckpointError when the head count is unknown or the output projection is untied."""
+    """Returns the ModelConfig the tensors' names and shapes and the saved config describe; raises
+    CheckpointError when the config lacks a setting, turns on an option nfeval lacks or contradicts the
+    tensors, when the head count is unknown, or when the output projection is untied."""
+    settings = fairseq_config.decoder_settings(hparams, source)
     first = "decoder.layers.0."
     emb = state["decoder.embed_tokens.weight"]
     heads = state.get(first + "c_attn")
@@ -145,41 +126,38 @@ def _model_config(
     max_len = (
         (state["decoder.embed_positions.weight"].shape[0] - pad - 1)
         if learned
-        else int(hparams.get("max_target_positions") or hparams.get("tokens_per_sample") or 2048)
-    )
-    activation = FAIRSEQ_ACTIVATIONS.get(hparams.get("activation_fn", "gelu"))
-    if activation is None:
-        raise CheckpointError(
-            f"{source}: activation_fn={hparams['activation_fn']!r}: nfeval computes "
-            f"{', '.join(FAIRSEQ_ACTIVATIONS)} (unsupported)"
+        else int(
+            hparams.get("max_target_positions")
+            or hparams.get("tokens_per_sample")
+            or DEFAULT_MAX_TARGET_POSITIONS
         )
+    )
     out_proj = state.get("decoder.output_projection.weight")
     if out_proj is not None and not torch.equal(out_proj, emb):
         raise CheckpointError(
             f"{source}: 'decoder.output_projection.weight' is not tied to the embeddings (unsupported)"
         )
-    return ModelConfig(
+    cfg = ModelConfig(
         vocab_size=emb.shape[0],
         n_layer=n_layer,
         d_model=emb.shape[1],
         n_head=int(n_head),
         d_ffn=state[first + "fc1.weight"].shape[0],
         max_seq_len=max_len,
-        norm_position="pre"
-        if hparams.get("decoder_normalize_before", "decoder.layer_norm.weight" in state)
-        else "post",
         final_norm="decoder.layer_norm.weight" in state,
+        embedding_norm="decoder.layernorm_embedding.weight" in state,
         scale_attn=first + "attn_ln.weight" in state,
         scale_fc=first + "ffn_layernorm.weight" in state,
         scale_heads=heads is not None,
         scale_resids=first + "w_resid" in state,
         head_scale_transpose_bug=transpose_bug,
         positions="learned" if learned else "sinusoidal",
-        scale_embedding=not hparams.get("no_scale_embedding", False),
-        activation=activation,
         pad_token_id=pad,
         init="fairseq",  # what trained it: fairseq's transformer_lm
+        **settings,
     )
+    fairseq_config.check_tensors(hparams, state, cfg, source)
+    return cfg
 
 
 def _layer_tensors(state: dict[str, torch.Tensor], i: int, source: str) -> dict[str, torch.Tensor]:
@@ -215,9 +193,9 @@ def load_fairseq(
     ckpt = torch_files.load(path, trust=trust)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
-    hparams = _cfg_dict(ckpt)
+    hparams = fairseq_config.saved_config(ckpt)
     cfg, state = convert_state_dict(ckpt["model"], hparams, path, head_scale_transpose_bug)
-    notes = config_disagreements(hparams, cfg, path)
+    notes = fairseq_config.normformer_disagreements(hparams, cfg, path)
     for note in notes:
         warnings.warn(note, FairseqConfigWarning, stacklevel=2)
     model = Transformer(cfg)
