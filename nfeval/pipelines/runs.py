@@ -15,6 +15,7 @@ run's budget never changes once fixed.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, hardware, hardware_key
 from ..base.errors import ConfigError
 from ..base.jsonio import load_json
+from ..base.sweep_lock import LOCK
+from ..engine.checkpoints import rundir
 from ..engine.training import recipe
 from ..engine.training.step_ratio import equal_time_steps, measure_step_ratio
 from ..engine.training.train import train
@@ -79,17 +82,58 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
         return done
     log(f"training {cfg.preset} seed {cfg.seed} (lr {cfg.lr:g}) → {directory}")
     out = {**record, "dir": directory, "lr": cfg.lr, "lr_from": cfg.lr_from, "warmup": cfg.warmup}
-    try:
-        summary = train(cfg, directory, resume=True)
-        out.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
-    except TrainingDiverged as e:
-        log(f"{directory} diverged: {e}")
-        out.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
+    with rundir.writing(directory):  # train() re-enters it: nobody trains here while it is cleared
+        clear_unresumable(directory, log)
+        try:
+            summary = train(cfg, directory, resume=True)
+            out.update(status="finished", diverged_at=None, val_ppl=summary["val_ppl"], steps=summary["step"])
+        except TrainingDiverged as e:
+            log(f"{directory} diverged: {e}")
+            out.update(status="diverged", diverged_at=e.step, val_ppl=None, message=str(e))
     config = os.path.join(directory, "config.json")
     out["recipe"] = recipe.of_config(load_json(config)) if os.path.isfile(config) else None
     out["compute_path"] = compute_path(directory)
     atomic_write_json(marker(directory), out)
     return out
+
+
+def clear_unresumable(directory: str, log: Callable[[str], None]) -> None:
+    """Deletes what an unfinished run left in ``directory`` when it holds no checkpoint to resume from:
+    its logs and config (a committed report folder keeps those of every run, so a commit made mid-run
+    carries them without the checkpoints; a run killed before its first checkpoint leaves them too).
+    The run then starts from update 0, as it would anyway, under the inputs it is given now. Called
+    under the folder's lock."""
+    if not os.path.isdir(directory) or rundir.newest_valid_checkpoint(directory)[0] is not None:
+        return
+    left = sorted(name for name in os.listdir(directory) if name != LOCK)
+    if left:
+        log(
+            f"{directory}: no checkpoint to resume from; deleting what its unfinished run left "
+            f"({', '.join(left)})"
+        )
+    for name in left:
+        path = os.path.join(directory, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def grad_stats_path(directory: str) -> str | None:
+    """Returns the gradient record of the run in ``directory`` (``TrainConfig.grad_stats``'s file), or
+    None when the run recorded none. A finished run that recorded one whose file is gone (a committed
+    report folder keeps each run's logs, not its gradient records) is a ConfigError saying what to do,
+    never a seed silently left out of a gradient figure."""
+    from ..engine.training.grad_stats import GRAD_STATS
+
+    path = os.path.join(directory, GRAD_STATS)
+    if os.path.isfile(path):
+        return path
+    config = os.path.join(directory, "config.json")
+    if not os.path.isfile(config) or not (load_json(config).get("train") or {}).get("grad_stats"):
+        return None
+    raise ConfigError(
+        f"{directory}: finished, but its gradient record ({GRAD_STATS}) is not in its folder (a committed "
+        "report folder keeps each run's logs, not its gradient records); the gradient figures need the run "
+        f"folders: rerun where they are, or delete {marker(directory)} to retrain this run here"
+    )
 
 
 def compute_path(directory: str) -> str | None:

@@ -154,3 +154,59 @@ def test_a_landed_budget_is_read_not_rerun_without_its_run_folders(axis, monkeyp
     after = json.load(open(os.path.join(cfg.out, "report.json")))
     assert after["budgets"] == before["budgets"] and after["fit"] == before["fit"]
     assert again["report"] == result["report"]
+
+
+def test_a_budget_committed_mid_run_trains_only_the_runs_without_a_record(axis, tmp_path, monkeypatch):
+    """What docs/budget_tiny/.gitignore keeps (reports, tune points, each run's record, config.json and
+    metrics.jsonl; no weights, checkpoints or gradient records) is enough to go on from: a commit made
+    while a run trained carries that run's logs without its record, and a fresh clone clears them and
+    trains that run alone, to the same final PPL; every finished run is read from what was kept."""
+    import shutil
+    import subprocess
+
+    from nfeval.pipelines import runs
+    from nfeval.tune import sweep as tune_sweep
+
+    cfg, _ = axis
+    repo = tmp_path / "clone"
+    shutil.copytree(cfg.out, repo)
+    shutil.copy(
+        os.path.join(os.path.dirname(__file__), "..", "..", "docs", "budget_tiny", ".gitignore"), repo
+    )
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    kept = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "--others", "--exclude-standard"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert not [p for p in kept if p.endswith(".safetensors") or "/checkpoints/" in p or "grad_stats" in p]
+    fresh = tmp_path / "fresh"
+    for path in kept:
+        (fresh / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(repo / path, fresh / path)
+    victim = fresh / "tokens=512" / "runs" / "clm-normformer" / "seed2"
+    assert sorted(os.listdir(victim)) == ["complete.json", "config.json", "metrics.jsonl"]
+    committed = json.load(open(str(victim) + ".json"))
+    os.remove(str(victim) + ".json")  # it was still training when the commit was made
+    for stale in ("report.json", "report.md", "tokens=512/report.json", "tokens=512/report.md"):
+        os.remove(fresh / stale)
+    trained, tuned = [], []
+    monkeypatch.setattr(
+        runs, "train", lambda c, d, resume=False: trained.append(d) or real_train(c, d, resume)
+    )
+    monkeypatch.setattr(
+        tune_sweep, "train", lambda *a, **k: tuned.append(a) or pytest.fail("a tune point ran")
+    )
+    monkeypatch.setattr(runs, "measure_step_ratio", None)  # the committed ratios are reused
+
+    run_reproduce(ReproduceConfig(**{**vars(cfg), "out": str(fresh)}))
+
+    assert trained == [str(victim)] and tuned == []
+    assert json.load(open(str(victim) + ".json"))["val_ppl"] == committed["val_ppl"]
+    report = json.load(open(fresh / "report.json"))
+    assert report["token_budgets"] == [128, 512] and len(report["budgets"]) == 2
+
+
+def real_train(cfg, directory, resume):
+    from nfeval.engine.training.train import train
+
+    return train(cfg, directory, resume=resume)

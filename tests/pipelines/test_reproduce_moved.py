@@ -65,3 +65,23 @@ def test_analysis_links_hold_in_a_moved_folder_and_old_absolute_ones_are_redone(
         "clm-prenorm",
         "clm-normformer",
     ]
+
+
+def test_a_finished_run_without_its_gradient_record_is_named_not_dropped(tmp_path):
+    """A run folder that kept its logs but not its gradient record (what a landed report folder keeps)
+    is an error naming the run and what to do; a run that recorded no gradients is simply None."""
+    import pytest
+
+    from nfeval.base.errors import ConfigError
+
+    recorded, plain = tmp_path / "recorded", tmp_path / "plain"
+    for folder, grad_stats in ((recorded, "1:8"), (plain, None)):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"train": {"grad_stats": grad_stats}}))
+    assert runs.grad_stats_path(str(plain)) is None
+    with pytest.raises(
+        ConfigError, match=r"recorded: finished, but its gradient record \(grad_stats.jsonl\)"
+    ):
+        runs.grad_stats_path(str(recorded))
+    (recorded / "grad_stats.jsonl").write_text("")
+    assert runs.grad_stats_path(str(recorded)) == str(recorded / "grad_stats.jsonl")

@@ -31,7 +31,7 @@ from ...report import verdict
 from .. import lr_band, realised_time, trained_gate
 from ..reproduce.eval_experiments import CLOZE_METRIC
 from ..reproduce.training_experiments import final_ppl, log_ratio
-from ..runs import finished
+from ..runs import finished, grad_stats_path
 from ..trained_gate import gated_decide, is_trained, recipe_words
 from .runs import Context, band_lrs, log, run_dir
 
@@ -237,7 +237,7 @@ def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
     """Returns, per candidate, fc2's mean |gradient| of layer 0 ÷ the last layer's over the scale's
     Figure 3 window (the beginning of training), per seed and as mean ± std: the gradient mismatch by
     depth that NormFormer targets (None: the run recorded no gradients)."""
-    from ...engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
+    from ...engine.training.grad_stats import average_rows, read_grad_stats
     from ...engine.training.train_config import clip_window
 
     out = []
@@ -245,8 +245,8 @@ def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
         per_seed = []
         for seed in ctx.seeds_of(c):
             directory = run_dir(ctx, c, seed)
-            path = os.path.join(directory, GRAD_STATS)
-            if not os.path.isfile(path):
+            path = grad_stats_path(directory)
+            if path is None:
                 per_seed.append(None)
                 continue
             total = int(load_json(os.path.join(directory, "config.json"))["train"]["total_steps"])

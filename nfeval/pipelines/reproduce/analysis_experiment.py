@@ -18,6 +18,7 @@ from ...analysis import runs as analysis_runs
 from ...analysis.stability import StabilitySettings, lowest_precision
 from ...base.jsonio import load_json
 from ...report import verdict
+from ..runs import finished
 from .gradient_experiment import gradient_parts
 from .runner import Context, log, run_dir
 
@@ -50,7 +51,13 @@ def _named_links(ctx: Context, keys: tuple[str, ...], seed: int) -> list[str]:
     links = []
     for key in keys:
         link, target = os.path.join(folder, key), run_dir(ctx, key, seed)
-        if os.path.isfile(os.path.join(target, "model.safetensors")):
+        # a finished run whose weights a committed folder did not keep is still named: its stored
+        # analysis is reused, and one that must run fails on the missing weights instead of dropping it
+        done = finished(target)
+        if (
+            os.path.isfile(os.path.join(target, "model.safetensors"))
+            or (done or {}).get("status") == "finished"
+        ):
             relative = os.path.relpath(target, folder)
             if os.path.lexists(link) and os.readlink(link) != relative:
                 os.remove(link)

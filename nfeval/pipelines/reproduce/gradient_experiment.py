@@ -31,9 +31,10 @@ from typing import Any
 
 from ...analysis.grads import relative_by_kind
 from ...base.jsonio import load_json
-from ...engine.training.grad_stats import GRAD_STATS, average_rows, read_grad_stats
+from ...engine.training.grad_stats import average_rows, read_grad_stats
 from ...engine.training.train_config import clip_window
 from ...report import verdict
+from ..runs import grad_stats_path
 from ..trained_gate import gate_claim, is_trained, recipe_words
 from .fig7_window import Schedule, fig7_window, run_schedule, window_text
 from .plan import RUNS
@@ -68,8 +69,8 @@ def recorded(
         out[key] = []
         for seed in seeds:
             directory = run_dir(ctx, key, seed)
-            path = os.path.join(directory, GRAD_STATS)
-            if os.path.isfile(path):
+            path = grad_stats_path(directory)
+            if path is not None:
                 total = load_json(os.path.join(directory, "config.json"))["train"]["total_steps"]
                 out[key].append((read_grad_stats(path), int(total)))
     return out
@@ -79,7 +80,7 @@ def schedules(
     ctx: Context, key: str, rows: list[tuple[list[dict[str, Any]], int]], seeds: list[int]
 ) -> list[Schedule]:
     """Returns the LR schedule and recorded updates of run ``key``'s ``seeds``, in ``recorded``'s order."""
-    seeds = [s for s in seeds if os.path.isfile(os.path.join(run_dir(ctx, key, s), GRAD_STATS))]
+    seeds = [s for s in seeds if grad_stats_path(run_dir(ctx, key, s)) is not None]
     return [
         run_schedule(run_dir(ctx, key, seed), f"{RUNS[key].label} seed {seed}", seed_rows)
         for seed, (seed_rows, _) in zip(seeds, rows)
