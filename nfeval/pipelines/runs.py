@@ -22,6 +22,7 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, hardware, hardware_key
 from ..base.errors import ConfigError
 from ..base.jsonio import load_json
+from ..engine.checkpoints import rundir
 from ..engine.training import recipe
 from ..engine.training.step_ratio import equal_time_steps, measure_step_ratio
 from ..engine.training.train import train
@@ -41,15 +42,10 @@ def equal_time_budget(budget: dict[str, float], ratio: dict[str, Any] | None) ->
     return {**budget, "max_steps": equal_time_steps(int(budget["max_steps"]), ratio["ratio"])}
 
 
-def marker(directory: str) -> str:
-    """Returns the path of the record that marks the run in ``directory`` finished."""
-    return directory + ".json"
-
-
 def finished(directory: str) -> dict[str, Any] | None:
     """Returns the record of the finished run in ``directory`` (its ``dir`` where it lies now: the folder
     may have moved), or None."""
-    path = marker(directory)
+    path = rundir.record_path(directory)
     return load_json(path) | {"dir": directory} if os.path.isfile(path) else None
 
 
@@ -88,7 +84,7 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
     config = os.path.join(directory, "config.json")
     out["recipe"] = recipe.of_config(load_json(config)) if os.path.isfile(config) else None
     out["compute_path"] = compute_path(directory)
-    atomic_write_json(marker(directory), out)
+    atomic_write_json(rundir.record_path(directory), out)
     return out
 
 
