@@ -11,10 +11,11 @@ from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..report import paired
 from ..report.leaderboard import build
+from ..report.leaderboard_page import page_format, write
 from ..report.leaderboard_read import (
     GROUP_MEASURES,
 )
-from ..report.leaderboard_render import render, write
+from ..report.leaderboard_render import render
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,9 +26,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="zero-shot results JSON (or lm-eval --output_path folders) and/or GLUE summary JSON files",
     )
     add_output_file(
-        p, metavar="FILE", help="output file (e.g. leaderboards/NAME.md); default: stdout, no plots"
+        p,
+        metavar="FILE",
+        help="output file: NAME.md (markdown, with plots NAME_*.png beside it), NAME.csv or NAME.json; "
+        "default: stdout, no plots",
     )
-    p.add_argument("--format", choices=("md", "csv", "json"), help="default: from --output's suffix, else md")
+    p.add_argument(
+        "--format",
+        choices=("md", "csv", "json"),
+        help="on stdout (default md); with --output its suffix decides",
+    )
     p.add_argument(
         "--names",
         nargs="+",
@@ -87,10 +95,10 @@ def check_names(results: list[str], names: list[str] | None) -> None:
 def run(args: argparse.Namespace) -> int:
     check_names(args.results, args.names)
     check_output_file(args.output, "--output")  # before any work
+    fmt = page_format(args.output, args.format)
     from ..analysis.tables import load_analysis
 
     analyses = [load_analysis(path) for path in args.analysis or []]  # checked before any other work
-    fmt = args.format or {".csv": "csv", ".json": "json"}.get(os.path.splitext(args.output or "")[1], "md")
     board = build(
         args.results,
         names=args.names,
@@ -113,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         for w in comparison["warnings"]:
             print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
     if args.output:
-        write(board, args.output, fmt, title=args.title, comparison=comparison)
+        write(board, args.output, title=args.title, comparison=comparison)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(render(board, fmt, args.title))

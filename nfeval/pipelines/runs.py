@@ -44,15 +44,10 @@ def equal_time_budget(budget: dict[str, float], ratio: dict[str, Any] | None) ->
     return {**budget, "max_steps": equal_time_steps(int(budget["max_steps"]), ratio["ratio"])}
 
 
-def marker(directory: str) -> str:
-    """Returns the path of the record that marks the run in ``directory`` finished."""
-    return directory + ".json"
-
-
 def finished(directory: str) -> dict[str, Any] | None:
     """Returns the record of the finished run in ``directory`` (its ``dir`` where it lies now: the folder
     may have moved), or None."""
-    path = marker(directory)
+    path = rundir.record_path(directory)
     return load_json(path) | {"dir": directory} if os.path.isfile(path) else None
 
 
@@ -93,7 +88,7 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
     config = os.path.join(directory, "config.json")
     out["recipe"] = recipe.of_config(load_json(config)) if os.path.isfile(config) else None
     out["compute_path"] = compute_path(directory)
-    atomic_write_json(marker(directory), out)
+    atomic_write_json(rundir.record_path(directory), out)
     return out
 
 
@@ -132,7 +127,7 @@ def grad_stats_path(directory: str) -> str | None:
     raise ConfigError(
         f"{directory}: finished, but its gradient record ({GRAD_STATS}) is not in its folder (a committed "
         "report folder keeps each run's logs, not its gradient records); the gradient figures need the run "
-        f"folders: rerun where they are, or delete {marker(directory)} to retrain this run here"
+        f"folders: rerun where they are, or delete {rundir.record_path(directory)} to retrain this run here"
     )
 
 

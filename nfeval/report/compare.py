@@ -7,7 +7,8 @@ reports, against a baseline run (the first, unless ``--baseline``):
   being the smallest final compute among the runs (so nobody is extrapolated);
 - the fraction of the baseline's compute each run needed to reach the baseline's best validation
   perplexity (the paper's "NormFormer reaches the baseline's perplexity with 60% of the compute"),
-  or "not reached";
+  or "not reached"; time on the one clock of ``time_clock`` (the runs' paired step-time ratios when
+  their records hold them, else measured seconds), named in ``time_clock`` of the result;
 - steps and tokens seen, and the per-step time overhead (median step time over the baseline's, minus 1;
   the median over logging intervals, leaving out the first, so start-up and compilation do not count).
 
@@ -46,6 +47,7 @@ from ..engine.checkpoints import rundir
 from ..engine.model.config import ModelConfig
 from ..engine.training import recipe
 from ..tune.results import describe_lr
+from . import time_clock
 
 AXES = ("flops", "wall_s")
 AXIS_LABELS = {"flops": "FLOPs", "wall_s": "time"}
@@ -76,6 +78,7 @@ class Run:
     lr: dict[str, Any] | None = None  # peak LR and where it came from (tune_results.describe_lr)
     total_steps: int | None = None  # the steps its LR schedule spans (None: its last logged step)
     recipe: dict[str, Any] | None = None  # engine.training.recipe's record (None: the run cannot tell it)
+    timing: dict[str, Any] | None = None  # its paired step-time ratio, from its record (time_clock)
 
 
 def _number(value: Any) -> bool:
@@ -174,6 +177,7 @@ def load_run(run_dir: str, name: str | None = None) -> Run:
         lr=describe_lr((config.get("train") or {}).get("config") or {}),
         total_steps=_total_steps(config),
         recipe=recipe.of_config(config),
+        timing=time_clock.read_timing(run_dir),
     )
 
 
@@ -308,8 +312,9 @@ def _load_runs(run_dirs: list[str], baseline: str | None, names: list[str] | Non
     return runs
 
 
-def _row(run: Run, base: Run, best: dict, budget: dict) -> dict[str, Any]:
-    """Returns one run's row: its totals, values at the equal budget and the cost to the target."""
+def _row(run: Run, base: Run, best: dict, budget: dict, ratios: dict[str, float] | None) -> dict[str, Any]:
+    """Returns one run's row: its totals, values at the equal budget and the cost to the target (time on
+    the paired clock when ``ratios`` holds the runs' step-time ratios: ``time_clock``)."""
     reached = crossing(run.val, best["val_ppl"])
     finite_ppl = [p["val_ppl"] for p in run.val if math.isfinite(p["val_ppl"])]
     last = run.progress[-1]
@@ -327,6 +332,7 @@ def _row(run: Run, base: Run, best: dict, budget: dict) -> dict[str, Any]:
         "best_val_ppl": min(finite_ppl, default=None),
         "final_val_ppl": run.val[-1]["val_ppl"],
         "step_time_s": run.step_time_s,
+        "step_ratio": ratios[run.name] if ratios else None,
         "step_time_overhead": run.step_time_s / base.step_time_s - 1
         if run.step_time_s and base.step_time_s
         else None,
@@ -335,7 +341,10 @@ def _row(run: Run, base: Run, best: dict, budget: dict) -> dict[str, Any]:
         "to_target": {
             "reached": reached is not None,
             **(reached or {}),
-            "fraction": {axis: reached[axis] / best[axis] if reached else None for axis in AXES},
+            "fraction": {
+                "flops": reached["flops"] / best["flops"] if reached else None,
+                "wall_s": time_clock.fraction(reached, best, ratios, run.name, base.name),
+            },
         },
     }
 
@@ -363,7 +372,8 @@ def compare(
     target = best["val_ppl"]
     budget = {axis: min(r.val[-1][axis] for r in runs) for axis in AXES}
     warnings = _check_comparable(runs)
-    rows = [_row(run, base, best, budget) for run in runs]
+    ratios = time_clock.paired_ratios({run.name: run.timing for run in runs})
+    rows = [_row(run, base, best, budget, ratios) for run in runs]
     mid = {axis: [r["name"] for r in rows if r["at_equal"][axis]["mid_schedule"]] for axis in AXES}
     return _json_safe(
         {
@@ -374,6 +384,7 @@ def compare(
             "target_val_ppl": target,
             "baseline_at_target": {k: best[k] for k in ("step", "tokens", *AXES)},
             "budget": budget,
+            "time_clock": time_clock.PAIRED if ratios else time_clock.MEASURED,
             "mid_schedule": mid,  # per axis, the runs read before the end of their schedule
             "warnings": warnings,
             "runs": rows,

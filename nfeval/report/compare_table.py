@@ -6,6 +6,7 @@ from typing import Any
 
 from ..base.escape import text_cell
 from ..engine.model.flops import FLOPS_COUNTED
+from . import time_clock
 from .compare import AXIS_LABELS, MID_SCHEDULE, NOT_REACHED
 
 
@@ -57,7 +58,9 @@ def mid_schedule_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _fraction(row: dict, axis: str) -> str:
+def fraction_text(row: dict, axis: str) -> str:
+    """Returns a run's fraction of the baseline's compute on ``axis`` to its best PPL: "0.625", "≤0.250"
+    when the run's first validation point already reached it, or "not reached"."""
     target = row["to_target"]
     if not target["reached"]:
         return NOT_REACHED
@@ -120,8 +123,8 @@ def format_comparison(result: dict[str, Any]) -> str:
                 _ppl_at(row, "flops"),
                 _ppl_at(row, "wall_s"),
                 _si(row["at_equal"]["wall_s"]["tokens"]),
-                _fraction(row, "flops"),
-                _fraction(row, "wall_s"),
+                fraction_text(row, "flops"),
+                fraction_text(row, "wall_s"),
             ]
         )
     lines += table(body, right=set(range(2, len(header))))
@@ -129,6 +132,7 @@ def format_comparison(result: dict[str, Any]) -> str:
         "",
         "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by "
         "the first validation point).",
+        f"'time to target': {time_clock.DEFINITIONS[result['time_clock']]}.",
         f"'ppl@FLOPs', 'FLOPs to target': {FLOPS_COUNTED}.",
     ]
     lines += [

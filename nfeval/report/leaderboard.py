@@ -15,7 +15,11 @@ Conventions (also printed under each table):
   so reference rows (``--reference gpt3``) sit under the column whose metric follows the same convention,
   and a reference cell whose convention differs from the column's stays "–";
 - yardsticks (``yardsticks.py``): 95% intervals on accuracy cells, a chance row under the zero-shot
-  table and the majority-class row under the GLUE table.
+  table and the majority-class row under the GLUE table;
+- each cell carries ``n``, the items it was scored on (zero-shot: lm-eval's ``n-samples`` effective
+  count, which both nfeval's results files and lm-eval's ``--output_path`` layout record; GLUE: the dev
+  rows of the metric's split); a column whose models were scored on different counts is marked
+  ``items_differ`` and its markdown cells say ``(n=…)``, since such scores are not on the same test.
 """
 
 from __future__ import annotations
@@ -49,7 +53,14 @@ from .leaderboard_read import (
     results_paths,
 )
 from .leaderboard_render import format_compute
-from .yardsticks import at_or_below_majority, chance_row, glue_half_width, half_width, majority_row
+from .yardsticks import (
+    at_or_below_majority,
+    chance_row,
+    dev_rows,
+    glue_half_width,
+    half_width,
+    majority_row,
+)
 
 # ---------------------------------------------------------------- building the board
 
@@ -121,6 +132,7 @@ def _zeroshot_cell(entry: dict | None, metric: str, warnings: list[str]) -> dict
         "stderr": stderr,
         "half_width": half_width(value, stderr, entry.get("n")),
         "subset": entry["subset"],
+        "n": entry.get("n"),
     }
 
 
@@ -149,8 +161,21 @@ def _glue_cell(entry: dict | None, task: str, metric: str, warnings: list[str]) 
         "stderr": None,
         "half_width": glue_half_width(task, metric, value, entry.get("rows")),
         "subset": False,
+        "n": dev_rows(task, metric, entry.get("rows")),
         "task_score": None if missing else mean(parts),
     }
+
+
+def _mark_item_counts(table: dict[str, Any]) -> None:
+    """Marks each column of ``table`` whose model cells were scored on different numbers of items
+    (``items_differ``; an unknown count differs from a known one)."""
+    for column in table["columns"]:
+        counts = {
+            row["scores"][column["task"]]["n"]
+            for row in table["rows"]
+            if row["reference"] is None and row["scores"][column["task"]] is not None
+        }
+        column["items_differ"] = len(counts) > 1
 
 
 def _average(cells: dict[str, Any], tasks: tuple[str, ...] | list[str]) -> float | None:
@@ -246,6 +271,7 @@ def build(
     zeroshot = [(m, label) for m, label in zip(models, labels) if m["zeroshot"]]
     if zeroshot:
         board["zeroshot"] = _zeroshot_table(zeroshot, metrics, warnings)
+        _mark_item_counts(board["zeroshot"])
         _groups(board["zeroshot"]["rows"], measure, group_tolerance)
         board["zeroshot"]["rows"] += _reference_rows(board["zeroshot"], board["reference"])
         board["zeroshot"]["rows"].append(chance_row(board["zeroshot"]))
@@ -253,6 +279,7 @@ def build(
     glue = [(m, label) for m, label in zip(models, labels) if m["glue"]]
     if glue:
         board["glue"] = _glue_table(glue, warnings)
+        _mark_item_counts(board["glue"])
         _groups(board["glue"]["rows"], measure, group_tolerance)
         majority = majority_row(board["glue"], [m for m, _ in glue], warnings)
         board["glue"]["below_majority"] = at_or_below_majority(board["glue"], majority)

@@ -8,18 +8,14 @@ import json
 import os
 from typing import Any
 
-from ..base.artifacts import atomic_write_text
 from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
-from ..base.sweep_lock import file_lock
 from . import paired
 from .leaderboard_read import (
-    CHANCE,
     GROUP_UNITS,
     MISSING,
     TITLES,
     USER_SUPPLIED,
     USER_SUPPLIED_TASKS,
-    YARDSTICK,
     ZEROSHOT_TASKS,
 )
 
@@ -46,12 +42,28 @@ def format_compute(x: float | None, measure: str) -> str:
     return f"{x:.3g}"
 
 
-def _cell(cell: dict[str, Any] | None) -> str:
+def _cell(cell: dict[str, Any] | None, count: bool = False) -> str:
+    """Returns a score cell's text: percent, its interval and marks, and with ``count`` the items it was
+    scored on ("(n=?)": not recorded)."""
     if cell is None:
         return MISSING
     interval = "" if cell.get("half_width") is None else f" ±{100 * cell['half_width']:.1f}"
     mark = ("*" if cell["subset"] else "") + paired.markdown_mark(cell)
-    return f"{100 * cell['value']:.1f}{interval}{mark}"
+    n = f" (n={'?' if cell['n'] is None else cell['n']})" if count else ""
+    return f"{100 * cell['value']:.1f}{interval}{mark}{n}"
+
+
+def _counts_note(table: dict[str, Any], items: str) -> list[str]:
+    """Returns the note on the ``(n=…)`` of the columns whose models were scored on different numbers of
+    ``items``, if the table has such a column."""
+    differ = [c["title"] for c in table["columns"] if c.get("items_differ")]
+    if not differ:
+        return []
+    return [
+        f"(n=…): the {items} a score was computed on, shown in the columns whose models were scored on "
+        f"different numbers of them ({', '.join(differ)}; another --limit, slice or data): their scores are "
+        "not on the same test, so a difference between them is not the models' alone."
+    ]
 
 
 def _missing_cell(row: dict[str, Any], task: str) -> str:
@@ -99,7 +111,9 @@ def _markdown_table(table: dict[str, Any]) -> list[str]:
             format_compute(row["device_hours"], "device_hours"),
         ]
         cells += [
-            _cell(row["scores"][c["task"]]) if row["scores"][c["task"]] else _missing_cell(row, c["task"])
+            _cell(row["scores"][c["task"]], row["reference"] is None and c.get("items_differ", False))
+            if row["scores"][c["task"]]
+            else _missing_cell(row, c["task"])
             for c in table["columns"]
         ]
         cells.append(NEEDS_STORYCLOZE if _lacks_only_user_data(row) else _average_cell(row["average"]))
@@ -127,6 +141,7 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
             "*: evaluated on a subset of the task: lm-eval's --limit, or a slice shipped in nfeval "
             "(--data-dir embedded: 200 items of each task, nfeval/embedded/*/SOURCE.md says which)."
         )
+    notes += _counts_note(table, "items")
     user_supplied = [
         TITLES[c["task"]]
         for c in table["columns"]
@@ -180,6 +195,7 @@ def _glue_notes(table: dict[str, Any]) -> list[str]:
         "majority class: the most frequent training label (STS-B: the mean score) predicted for every dev "
         "row, scored with each column's metric; MCC and correlations of a constant are 0.",
     ]
+    notes += _counts_note(table, "dev rows")
     if table.get("below_majority"):
         notes.append("Not above the majority class: " + "; ".join(table["below_majority"]) + ".")
     return notes
@@ -270,12 +286,13 @@ CSV_MODEL_FIELDS = (
 
 
 def render_csv(board: dict[str, Any]) -> str:
-    """Returns one CSV row per model (reference rows included) with raw fractions; missing scores are
-    empty."""
+    """Returns one CSV row per model (reference rows included) with raw fractions and, per score column,
+    the items each was scored on (``TASK/METRIC/n``); missing scores and unknown counts are empty."""
     tables = [(name, board[name]) for name in ("zeroshot", "glue") if name in board]
     header = ["model", *CSV_MODEL_FIELDS]
     for name, table in tables:
         header += [f"{c['task']}/{c['metric']}" for c in table["columns"]] + [f"{name}_average"]
+        header += [f"{c['task']}/{c['metric']}/n" for c in table["columns"]]
         if board.get("paired"):
             header += [
                 k for c in table["columns"] for k in paired.csv_fields(f"{c['task']}/{c['metric']}", None)
@@ -291,6 +308,7 @@ def render_csv(board: dict[str, Any]) -> str:
             for c in table["columns"]:
                 cell = row["scores"][c["task"]]
                 out[f"{c['task']}/{c['metric']}"] = None if cell is None else cell["value"]
+                out[f"{c['task']}/{c['metric']}/n"] = None if cell is None else cell.get("n")
                 out.update(paired.csv_fields(f"{c['task']}/{c['metric']}", cell))
             out[f"{name}_average"] = row["average"]
     buf = io.StringIO()
@@ -317,72 +335,3 @@ def render(
     if fmt == "csv":
         return render_csv(board)
     return json.dumps(board, indent=2, default=str) + "\n"
-
-
-def _zeroshot_plot(table: dict[str, Any], path: str) -> str:
-    """Draws the zero-shot bar chart (95% error bars, chance marked per task); returns ``path``."""
-    from ..base.plots import plot_bars
-
-    def percent(cell, key):
-        return None if cell is None or cell.get(key) is None else 100 * cell[key]
-
-    bars = [
-        (r["name"], [percent(r["scores"][c["task"]], "value") for c in table["columns"]])
-        for r in table["rows"]
-        if r["reference"] != YARDSTICK
-    ]
-    errors = [
-        [percent(r["scores"][c["task"]], "half_width") for c in table["columns"]]
-        for r in table["rows"]
-        if r["reference"] != YARDSTICK
-    ]
-    chance = [None if CHANCE.get(c["task"]) is None else 100 * CHANCE[c["task"]] for c in table["columns"]]
-    columns = [f"{c['title']}\n{c['metric']}" for c in table["columns"]]
-    missing = [USER_SUPPLIED if c["task"] in USER_SUPPLIED_TASKS else "n/a" for c in table["columns"]]
-    title = "Zero-shot accuracy (bars: 95% interval; dashes: chance)"
-    return plot_bars(
-        columns,
-        bars,
-        path,
-        title,
-        "accuracy (%)",
-        errors=errors,
-        chance=chance,
-        missing=missing,
-        bounds=(0, 100),
-    )
-
-
-def write(
-    board: dict[str, Any],
-    out: str,
-    fmt: str,
-    title: str = "Leaderboard",
-    comparison: dict | None = None,
-    *,
-    comparison_text: str | None = None,
-    time_axis: dict[str, Any] | None = None,
-    about: list[str] | None = None,
-) -> str:
-    """Writes ``board`` as ``fmt`` to ``out``; for markdown also draws, beside it, the zero-shot bar chart and
-    (given a ``nfeval.compare.compare`` result) the perplexity-vs-compute curves. Returns the rendered
-    text. ``comparison_text`` replaces compare's table under the curves (a pipeline's own reading of its
-    runs), ``time_axis`` is ``plot_curves``'s, ``about`` ``render_markdown``'s. One writer per ``out``
-    (``sweep_lock.file_lock``): another one writing it is refused at once, naming the holder, so the page
-    and its images are one board's."""
-    from ..base.plots import plot_curves
-
-    images, table_text = {}, None
-    stem = os.path.splitext(out)[0]
-    with file_lock(out):
-        if fmt == "md" and "zeroshot" in board:
-            images["zeroshot"] = os.path.basename(_zeroshot_plot(board["zeroshot"], f"{stem}_zeroshot.png"))
-        if fmt == "md" and comparison:
-            from .compare_table import format_comparison
-
-            curves = plot_curves(comparison, f"{stem}_curves.png", time_axis=time_axis)
-            images["curves"] = os.path.basename(curves)
-            table_text = comparison_text or format_comparison(comparison)
-        text = render(board, fmt, title, images, table_text, base_dir=os.path.dirname(out), about=about)
-        atomic_write_text(out, text)
-    return text

@@ -24,6 +24,7 @@ from ..base.artifacts import provenance
 from ..base.errors import ConfigError, MissingDataError
 from ..base.escape import text_cell
 from . import significance as sig
+from . import time_clock
 from .compare import (
     AXES,
     AXIS_LABELS,
@@ -60,12 +61,16 @@ def parse_groups(specs: list[str]) -> dict[str, list[str]]:
     return groups
 
 
-def _fraction(run, base, axis: str) -> float | None:
+def _fraction(run, base, axis: str, ratios: dict[str, float] | None) -> float | None:
+    """Returns the fraction of ``base``'s compute on ``axis`` to its best PPL that ``run`` needed to reach
+    it; time on the one clock of ``time_clock`` (``ratios``: the paired step-time ratios by run path)."""
     finite = [p for p in base.val if math.isfinite(p["val_ppl"])]
     if not finite:
         return None
     best = min(finite, key=lambda p: p["val_ppl"])
     reached = crossing(run.val, best["val_ppl"])
+    if axis == "wall_s":
+        return time_clock.fraction(reached, best, ratios, run.path, base.path)
     return reached[axis] / best[axis] if reached else None
 
 
@@ -90,11 +95,14 @@ def compare_groups(
     every = [r for group in runs.values() for r in group]
     shared, mixed = _shared_recipe(every, mixed_recipes)
     budget = {axis: min(r.val[-1][axis] for r in every) for axis in AXES}
+    ratios = time_clock.paired_ratios({r.path: r.timing for r in every})
     rows = []
     for name, group in runs.items():
         readings = {axis: [_at_budget(r, axis, budget[axis]) for r in group] for axis in AXES}
         ppl = {axis: [x["val_ppl"] for x in v] for axis, v in readings.items()}
-        fractions = {axis: [_fraction(r, b, axis) for r, b in zip(group, runs[baseline])] for axis in AXES}
+        fractions = {
+            axis: [_fraction(r, b, axis, ratios) for r, b in zip(group, runs[baseline])] for axis in AXES
+        }
         archs = sorted({r.architecture or "–" for r in group})
         rows.append(
             {
@@ -117,6 +125,7 @@ def compare_groups(
             "recipe": shared,
             "mixed_recipes": mixed,
             "budget": budget,
+            "time_clock": time_clock.PAIRED if ratios else time_clock.MEASURED,
             "warnings": _check_comparable(every),
             "groups": rows,
         }
@@ -179,6 +188,7 @@ def format_groups(result: dict[str, Any]) -> str:
     lines += [
         "",
         "'to target': fraction of the paired baseline run's compute needed to reach its best val ppl.",
+        f"'time to target': {time_clock.DEFINITIONS[result['time_clock']]}.",
     ]
     if any(g["mid_schedule"][a] for g in result["groups"] for a in AXES):
         lines.append(

@@ -27,13 +27,20 @@ def half_width(value: float, stderr: float | None, n: int | None) -> float | Non
     return None
 
 
+def dev_rows(task: str, metric: str, rows: dict | None) -> int | None:
+    """Returns the rows of the dev split ``metric`` of ``task`` is computed on, from a GLUE summary's
+    ``rows`` per split; None when they were not recorded."""
+    if not rows:
+        return None
+    return rows.get(next(s for s, fns in SPLIT_METRICS[task].items() if metric in fns))
+
+
 def glue_half_width(task: str, metric: str, value: float, rows: dict | None) -> float | None:
     """Returns the binomial 95% half-width of a GLUE accuracy over its dev split's rows; None for other
     metrics (F1, MCC, correlations) and when the rows were not recorded."""
-    if not metric.startswith("accuracy") or not rows:
+    if not metric.startswith("accuracy"):
         return None
-    split = next(s for s, fns in SPLIT_METRICS[task].items() if metric in fns)
-    return half_width(value, None, rows.get(split))
+    return half_width(value, None, dev_rows(task, metric, rows))
 
 
 def _yardstick_row(name: str, scores: dict[str, float | None]) -> dict[str, Any]:

@@ -162,3 +162,41 @@ def test_a_second_demo_into_one_folder_is_refused_at_once(tmp_path, capsys):
         assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written beside the holder
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{out}: in use by another nfeval process (pid {pid} on " in err, err
+
+
+def cells(text: str, run: str) -> list[str]:
+    """Returns the cells of ``run``'s row in a text table (cells apart by two or more spaces)."""
+    row = next(line for line in text.splitlines() if line.startswith(f"{run}  "))
+    return re.split(r"\s{2,}", row.strip())
+
+
+def test_the_demo_and_leaderboard_runs_give_one_time_to_pre_ln_s_best(demo, tmp_path, capsys):
+    """equal_time.txt said 0.853 (paired step-time ratio) and ``leaderboard --runs`` on the same runs
+    0.866 (measured seconds): one definition now, named on both pages (issue 51 §2)."""
+    from nfeval.cli import main
+    from nfeval.report import time_clock
+
+    cfg, summary, printed = demo
+    results = [f for files in summary["artifacts"]["zeroshot"].values() for f in files]
+    page = tmp_path / "runs.md"
+    runs = [os.path.join(cfg.out, "runs", arch) for arch in ARCHES]
+    assert main(["leaderboard", *results, "--runs", *runs, "--output", str(page)]) == 0
+    board = page.read_text(encoding="utf-8")
+    equal_time = open(os.path.join(cfg.out, "equal_time.txt"), encoding="utf-8").read()
+    for arch in ARCHES:
+        # equal_time.txt: "time to Pre-LN's best" before "FLOPs to…"; compare's table: "time to target" last
+        assert cells(equal_time, arch)[-2] == cells(board, arch)[-1], arch
+    assert cells(board, "prenorm")[-1] == "1.000"
+    definition = time_clock.DEFINITIONS[time_clock.PAIRED]
+    assert definition in equal_time and definition in board
+    assert json.load(open(os.path.join(cfg.out, "compare.json")))["time_clock"] == time_clock.PAIRED
+
+
+def test_the_closing_summary_ends_in_the_leaderboard_s_caveat(demo):
+    cfg, summary, printed = demo
+    board = open(os.path.join(cfg.out, "leaderboard.md"), encoding="utf-8").read()
+    caveat = next(line for line in board.splitlines() if line.startswith("What it cannot show"))
+    closing = printed.split("nfeval demo finished", 1)[1]
+    assert summary["caveat"] == caveat  # one text: the leaderboard's paragraph is the summary's
+    assert " ".join(caveat.split()) in " ".join(closing.split())
+    assert closing.index("normformer ") < closing.index("What it cannot show")  # under the numbers

@@ -318,3 +318,59 @@ def test_a_run_whose_recipe_cannot_be_told_is_refused(tmp_path, capsys):
     assert "MIXED RECIPES: these runs were trained under different recipes (old: recipe unknown)" in (
         capsys.readouterr().out
     )
+
+
+def write_records(runs, ratio):
+    """Writes the records a pipeline keeps beside its runs (``D.json``): the baseline timed against
+    nothing, the candidate's paired step-time ratio ``ratio`` to it."""
+    base, cand = runs
+    with open(base + ".json", "w") as f:
+        json.dump({"name": "base", "status": "finished", "step_ratio": None}, f)
+    record = {"ratio": ratio, "ci_low": ratio - 0.01, "ci_high": ratio + 0.01, "baseline": "base"}
+    with open(cand + ".json", "w") as f:
+        json.dump({"name": "cand", "status": "finished", "step_ratio": record}, f)
+
+
+def time_to_target(text: str, run: str) -> str:
+    """Returns the last cell ("time to target") of ``run``'s row in a compare table."""
+    return next(line for line in text.splitlines() if line.startswith(f"{run}  ")).split()[-1]
+
+
+def test_time_to_the_baseline_s_best_has_one_definition_in_compare_and_leaderboard(tmp_path, runs, capsys):
+    """The demo's runs got 0.853 from the paired step-time ratio and 0.866 from ``leaderboard --runs``
+    (measured seconds): one clock now, the paired one when the runs' records hold the ratio, and every
+    table names it (issue 51 §2)."""
+    from test_leaderboard import FULL, zeroshot_file
+
+    from nfeval.report import time_clock
+
+    results = zeroshot_file(tmp_path / "zs.json", "a" * 64, "nf", 1000, FULL)
+    page = tmp_path / "board.md"
+    clocks = {
+        # the candidate crosses the baseline's best (step 40, 40 s) at step 25, 27.5 s
+        time_clock.MEASURED: "0.688",  # 27.5 s / 40 s
+        time_clock.PAIRED: "0.656",  # 25 steps × 1.05 / 40 steps
+    }
+    for clock, expected in clocks.items():
+        if clock == time_clock.PAIRED:
+            write_records(runs, 1.05)
+        assert compare(list(runs))["time_clock"] == clock
+        assert main(["compare", *runs]) == 0
+        printed = capsys.readouterr().out
+        assert main(["leaderboard", results, "--runs", *runs, "--output", str(page)]) == 0
+        board = page.read_text()
+        groups = ["compare", "--group", f"base={runs[0]}", "--group", f"cand={runs[1]}"]
+        assert main(groups) == 0
+        grouped = capsys.readouterr().out
+        assert time_to_target(printed, "cand") == time_to_target(board, "cand") == expected
+        assert time_to_target(grouped, "cand") == expected  # the cand group: one pair, no interval
+        definition = f"'time to target': {time_clock.DEFINITIONS[clock]}."
+        assert definition in printed and definition in board and definition in grouped
+    untimed = {"run": "other", "ratio": None, "against": None}  # not the run the others were timed against
+    timed = {"run": "b", "ratio": 1.05, "against": "base"}
+    assert time_clock.paired_ratios({"a": untimed, "b": timed}) is None
+    with open(runs[1] + ".json", "w") as f:
+        json.dump({"name": "cand", "step_ratio": {"ratio": "fast", "baseline": "base"}}, f)
+    assert main(["compare", *runs]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{runs[1]}.json: key 'step_ratio.ratio' is 'fast'" in err

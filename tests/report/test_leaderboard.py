@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -421,3 +422,118 @@ def test_glue_average_needs_every_metric_of_the_task_score(tmp_path):
     (row,) = board["glue"]["rows"]
     assert row["scores"]["mrpc"]["value"] == 0.85 and row["average"] is None
     assert any("'tasks.mrpc.best.accuracy' is missing" in w for w in board["warnings"])
+
+
+def table_cells(markdown: str, heading: str) -> dict[str, dict[str, str]]:
+    """Returns {row name: {column: cell}} of the table under ``## heading`` in ``markdown``."""
+    lines = markdown.split(f"## {heading}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    header, *rows = ([c.strip() for c in line.strip("|").split(" | ")] for line in lines if line[:3] != "|--")
+    return {row[0]: dict(zip(header, row)) for row in rows}
+
+
+def linked_images(page: Path) -> list[str]:
+    """Returns the image files a markdown page links."""
+    return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text())
+
+
+def test_the_format_follows_the_output_suffix_and_any_other_suffix_writes_nothing(tmp_path, files, capsys):
+    """``--output nf.html`` wrote markdown into it and redrew the nf_zeroshot.png of an earlier nf.md with
+    its own models (issue 51 §2)."""
+    folder = tmp_path / "leaderboards"
+    assert main(["leaderboard", *files, "--output", str(folder / "nf.md")]) == 0
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert set(before) == {"nf.md", "nf_zeroshot.png"}
+    capsys.readouterr()
+    refused = {
+        "nf.html": "expected a name ending in .md (markdown), .csv or .json",
+        "nf": "expected a name ending in .md (markdown), .csv or .json",
+        "nf.MD": "expected a name ending in .md (markdown), .csv or .json",
+    }
+    for name, message in refused.items():
+        assert main(["leaderboard", files[0], "--output", str(folder / name)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--output {folder / name}: {message}" in err, err
+    assert main(["leaderboard", files[0], "--output", str(folder / "nf.md"), "--format", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--format csv: --output {folder / 'nf.md'} is md by its suffix" in err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written, nothing redrawn
+    assert main(["leaderboard", *files, "--output", str(folder / "nf.csv")]) == 0
+    assert main(["leaderboard", *files, "--output", str(folder / "nf.json"), "--format", "json"]) == 0
+    assert (folder / "nf.csv").read_text().startswith("model,reference,group")
+    assert json.loads((folder / "nf.json").read_text())["zeroshot"]["columns"]
+    assert sorted(p.name for p in folder.iterdir()) == ["nf.csv", "nf.json", "nf.md", "nf_zeroshot.png"]
+
+
+def test_two_pages_in_one_folder_never_share_an_image(tmp_path, files):
+    from test_compare import make_run
+
+    base = make_run(tmp_path, "base", [(10, 100, 40.0), (20, 200, 30.0)])
+    cand = make_run(tmp_path, "cand", [(10, 100, 35.0), (20, 200, 28.0)])
+    folder = tmp_path / "boards"
+    # names chosen to collide if images were named by anything less than the page's own name
+    pages = ["nf.md", "nf_zeroshot.md", "nf_curves.md", "nf.md.md", "nf_zeroshot_zeroshot.md"]
+    drawn = {}
+    for i, name in enumerate(pages):
+        models = files[: 1 + i % 2]  # one model, then two: a shared image would change
+        assert main(["leaderboard", *models, "--output", str(folder / name), "--runs", base, cand]) == 0
+        images = linked_images(folder / name)
+        assert len(images) == 2
+        drawn[name] = {image: (folder / image).read_bytes() for image in images}
+    linked = [image for images in drawn.values() for image in images]
+    assert len(set(linked)) == len(linked) == 2 * len(pages)
+    for images in drawn.values():  # each page's images are still the ones it drew
+        assert all((folder / image).read_bytes() == content for image, content in images.items())
+
+
+def with_item_counts(path: str, counts: dict[str, int]) -> str:
+    """Rewrites a results file with lm-eval's ``n-samples`` for ``counts`` ({task: items}); returns it."""
+    data = json.loads(Path(path).read_text())
+    data["n-samples"] = {task: {"original": 1000, "effective": n} for task, n in counts.items()}
+    Path(path).write_text(json.dumps(data))
+    return path
+
+
+def test_a_column_scored_on_different_item_counts_says_n_in_each_cell(tmp_path, capsys):
+    """One model in nfeval's own results file, the other in lm-eval's ``--output_path`` layout; PIQA on
+    100 and 200 items, HellaSwag on 100 for both; GLUE RTE on 50 and 100 dev rows (issue 51 §2)."""
+    tasks = {"hellaswag": FULL["hellaswag"], "piqa": FULL["piqa"]}
+    own = zeroshot_file(tmp_path / "nf.json", "a" * 64, "nf", 1_000_000, tasks)
+    with_item_counts(own, {"hellaswag": 100, "piqa": 100})
+    layout = tmp_path / "lm_eval_out" / "pre"
+    layout.mkdir(parents=True)
+    other = zeroshot_file(
+        layout / "results_2026-01-01T00-00-00.000000.json", "b" * 64, "pre", 1_000_000, tasks
+    )
+    with_item_counts(other, {"hellaswag": 100, "piqa": 200})
+
+    def rte(rows):
+        best = {"accuracy": 0.6}
+        return {"rte": {"metric": "accuracy", "best": best, "majority": {"metrics": best, "rows": rows}}}
+
+    glue = [
+        glue_file(tmp_path / "g1.json", "c" * 64, "mlm1", rte({"dev": 50})),
+        glue_file(tmp_path / "g2.json", "d" * 64, "mlm2", rte({"dev": 100})),
+    ]
+    page, results = tmp_path / "board.md", [own, str(tmp_path / "lm_eval_out")]
+    assert main(["leaderboard", *results, *glue, "--output", str(page)]) == 0
+    text = page.read_text()
+    zeroshot = table_cells(text, "Zero-shot")
+    piqa, hellaswag = "PIQA (acc_per_token)", "HellaSwag (acc_per_token)"
+    # a subset of the task (*), with the binomial interval over its own n
+    assert zeroshot["nf"][piqa] == "62.5 ±9.5* (n=100)" and zeroshot["pre"][piqa] == "62.5 ±6.7* (n=200)"
+    assert zeroshot["nf"][hellaswag] == zeroshot["pre"][hellaswag] == "31.2 ±9.1*"  # one count: no n
+    assert zeroshot["chance"][piqa] == "50.0"
+    glue_cells = table_cells(text, "GLUE")
+    assert glue_cells["mlm1"]["RTE (accuracy)"] == "60.0 ±13.6 (n=50)"
+    assert glue_cells["mlm2"]["RTE (accuracy)"] == "60.0 ±9.6 (n=100)"
+    assert "(n=…): the items a score was computed on" in text and "(PIQA;" in text
+    assert "(n=…): the dev rows a score was computed on" in text and "(RTE;" in text
+    assert main(["leaderboard", *results, *glue, "--output", str(tmp_path / "b.csv")]) == 0
+    by_model = {r["model"]: r for r in csv.DictReader(io.StringIO((tmp_path / "b.csv").read_text()))}
+    assert (by_model["nf"]["piqa/acc_per_token/n"], by_model["pre"]["piqa/acc_per_token/n"]) == ("100", "200")
+    assert by_model["mlm2"]["rte/accuracy/n"] == "100" and by_model["chance"]["piqa/acc_per_token/n"] == ""
+    capsys.readouterr()
+    assert main(["leaderboard", *results, "--format", "json"]) == 0
+    board = json.loads(capsys.readouterr().out)["zeroshot"]
+    assert [c["items_differ"] for c in board["columns"]][:2] == [False, True]  # HellaSwag, PIQA
+    assert [r["scores"]["piqa"]["n"] for r in board["rows"][:2]] == [100, 200]

@@ -9,6 +9,8 @@
       checkpoints/step_NNNNNNNN/   model.safetensors, config.json, tokenizer.json, training_state.pt
       model.safetensors    the final weights
       complete.json        written last: the run finished, with its final compute and fingerprint
+    RUN.json               beside the folder, from a pipeline (reproduce, bakeoff, demo): the run's record
+                           (budget, paired step-time ratio, status), written when the run is done
 
 A run is finished only when ``complete.json`` exists: a run killed while writing its final weights
 has none and resumes from its newest valid checkpoint. Every write goes through a temp name
@@ -122,6 +124,11 @@ def newest_valid_checkpoint(run_dir: str, thorough: bool = False) -> tuple[str |
             return path, skipped
         skipped.append(f"{path}: skipped, {problem}")
     return None, skipped
+
+
+def record_path(run_dir: str) -> str:
+    """Returns the path of the record a pipeline keeps beside the run folder: ``RUN.json`` for ``RUN``."""
+    return os.path.normpath(run_dir) + ".json"
 
 
 def is_run_dir(path: str) -> bool:

@@ -19,6 +19,7 @@ finished runs, cached zero-shot results and finished GLUE points.
 from __future__ import annotations
 
 import os
+import textwrap
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -214,23 +215,26 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         plan.begin("GLUE", f"{', '.join(cfg.glue_tasks)} × {len(cfg.glue_lrs)} learning rates for both runs")
         glue_files = run_glue(cfg)
     plan.begin("leaderboard", "tables beside the GPT-3 rows, yardsticks and plots")
-    board_path = write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_files, text)
+    board_path, facts = write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_files, text)
     plan.end()
 
     summary = make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_path)
     summary.update(data=slices, budget=budget, step_ratio=ratio, stage_s=plan.took)
+    summary["caveat"] = report.cannot_show(facts)
     summary["wall_s"] = round(time.time() - start, 1)
     atomic_write_json(os.path.join(cfg.out, "summary.json"), summary)
     print(format_summary(summary), flush=True)
     return summary
 
 
-def write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_files, text) -> str:
-    """Writes ``leaderboard.md`` (and its plots) and returns its path."""
+def write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_files, text) -> tuple[str, dict]:
+    """Writes ``leaderboard.md`` (and its plots); returns its path and the facts its paragraphs state
+    (``report.about``)."""
     from ...engine.model.config import SIZES
     from ...report.leaderboard import build
+    from ...report.leaderboard_page import write
     from ...report.leaderboard_read import CHANCE, TITLES, ZEROSHOT_TASKS
-    from ...report.leaderboard_render import format_compute, write
+    from ...report.leaderboard_render import format_compute
 
     path = os.path.join(cfg.out, "leaderboard.md")
     files = [f for fs in zeroshot_files.values() for f in fs]
@@ -259,14 +263,13 @@ def write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_file
     write(
         board,
         path,
-        "md",
         title="nfeval demo",
-        comparison=report.equal_time_curves(comparison, ratio, int(budget["max_steps"])),
+        comparison=report.equal_time_curves(comparison, int(budget["max_steps"])),
         comparison_text=text,
         time_axis=report.TIME_AXIS,
         about=report.about(cfg, facts),
     )
-    return path
+    return path, facts
 
 
 def make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_path) -> dict[str, Any]:
@@ -309,7 +312,8 @@ def make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_pat
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """Returns the closing summary as text: artifact paths, then the headline numbers."""
+    """Returns the closing summary as text: artifact paths, the headline numbers, then the caveat they
+    stand under (the leaderboard's ``report.cannot_show``)."""
     a = summary["artifacts"]
     lines = ["", f"nfeval demo finished in {minutes(summary['wall_s'])}", ""]
     lines += [f"  runs          {', '.join(a['runs'].values())}", f"  comparison    {a['equal_time']}"]
@@ -320,4 +324,5 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  plots         {', '.join(a['plots'])}",
         "",
     ]
-    return "\n".join(lines + report.headline(summary))
+    caveat = textwrap.fill(summary["caveat"], width=100, initial_indent="  ", subsequent_indent="  ")
+    return "\n".join(lines + report.headline(summary) + ["", caveat])

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...report.compare import NOT_REACHED
+from ...report import time_clock
+from ...report.compare_table import fraction_text
 from ...report.leaderboard_render import format_compute
 from ..reproduce.equal_time import PAPER_OVERHEAD, ratio_text
 from .training import ARCHES, BASELINE, WARMUP
@@ -16,30 +17,10 @@ from .training import ARCHES, BASELINE, WARMUP
 EQUAL_TIME = "equal_time"  # the curves' second clock: steps × the run's paired step-time ratio
 
 
-def run_ratio(arch: str, ratio: dict[str, Any]) -> float:
-    return 1.0 if arch == BASELINE else float(ratio["ratio"])
-
-
-def time_fraction(row: dict[str, Any], target_step: int, ratio: float) -> float | None:
-    """Returns the fraction of Pre-LN's time to its best PPL that ``row`` needed to reach it: the step at
-    which it crossed × its step-time ratio ÷ Pre-LN's step at its best (``nfeval reproduce``'s reading)."""
-    if not row["to_target"]["reached"] or not target_step:
-        return None
-    return row["to_target"]["step"] * ratio / target_step
-
-
-def _fraction(x: float | None, row: dict[str, Any]) -> str:
-    """Returns the fraction, "≤" when the run's first validation point already reached the target."""
-    if x is None:
-        return NOT_REACHED
-    return ("≤" if row["to_target"].get("bound") == "at_most" else "") + f"{x:.3f}"
-
-
 def equal_time_text(comparison: dict[str, Any], ratio: dict[str, Any], budget: dict[str, Any]) -> str:
     """Returns the demo's comparison: the protocol in words, then one row per run read at its own end."""
     base_steps = int(budget["max_steps"])
     rows = {r["name"]: r for r in comparison["runs"]}
-    target_step = comparison["baseline_at_target"]["step"]
     cand = ARCHES[1]
     lines = [
         "Equal time, fixed before training (nfeval reproduce's protocol; the paper compares at equal GPU "
@@ -67,8 +48,8 @@ def equal_time_text(comparison: dict[str, Any], ratio: dict[str, Any], budget: d
                 str(len(r["val"])),
                 _ppl(r["final_val_ppl"]),
                 _ppl(r["best_val_ppl"]),
-                _fraction(time_fraction(r, target_step, run_ratio(arch, ratio)), r),
-                _fraction(r["to_target"]["fraction"]["flops"], r),
+                fraction_text(r, "wall_s"),
+                fraction_text(r, "flops"),
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -76,7 +57,8 @@ def equal_time_text(comparison: dict[str, Any], ratio: dict[str, Any], budget: d
     lines += [
         "",
         f"'to Pre-LN's best': the fraction of Pre-LN's compute to its best val ppl "
-        f"({comparison['target_val_ppl']:.2f}) each run needed to reach it; time = steps × the paired ratio.",
+        f"({comparison['target_val_ppl']:.2f}) each run needed to reach it; "
+        f"{time_clock.DEFINITIONS[comparison['time_clock']]}.",
     ]
     return "\n".join(lines)
 
@@ -85,12 +67,13 @@ def _ppl(x: float | None) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
-def equal_time_curves(comparison: dict[str, Any], ratio: dict[str, Any], base_steps: int) -> dict[str, Any]:
+def equal_time_curves(comparison: dict[str, Any], base_steps: int) -> dict[str, Any]:
     """Returns ``comparison`` with each val point's time on the equal-time clock (steps × the run's
-    paired ratio, in Pre-LN steps) and that clock's budget (Pre-LN's S), for ``plot_curves``."""
+    paired ratio from its record, ``compare``'s ``step_ratio``: in Pre-LN steps) and that clock's budget
+    (Pre-LN's S), for ``plot_curves``."""
     runs = []
     for row in comparison["runs"]:
-        r = run_ratio(row["name"], ratio)
+        r = row["step_ratio"]
         runs.append({**row, "val": [{**p, EQUAL_TIME: p["step"] * r} for p in row["val"]]})
     return {**comparison, "runs": runs, "budget": {**comparison["budget"], EQUAL_TIME: base_steps}}
 
@@ -102,9 +85,9 @@ TIME_AXIS = {
 }
 
 
-def about(cfg, facts: dict[str, Any]) -> list[str]:
-    """Returns the paragraphs under the leaderboard's title: what was run, how it was compared, that the
-    LRs are untuned, and what one demo run can and cannot show."""
+def cannot_show(facts: dict[str, Any]) -> str:
+    """Returns the caveat that goes wherever the two runs' numbers stand side by side (under the
+    leaderboard's title and at the end of the closing summary): what one demo run cannot show, and why."""
     half = 100 * 1.959964 * math.sqrt(0.25 / facts["items"]) if facts.get("items") else None
     slices = (
         f"{facts['items']} items per public task (a 95% interval of ±{half:.0f} points at 50% accuracy)"
@@ -112,6 +95,18 @@ def about(cfg, facts: dict[str, Any]) -> list[str]:
         else "small task slices"
     )
     near, cells = facts["near_chance"]
+    return (
+        f"What it cannot show: whether NormFormer beats Pre-LN. One seed, untuned learning rates, a model "
+        f"{facts['gpt3_ratio']:,.0f}× smaller than GPT-3 Small and {slices}: chance lies inside the 95% "
+        f"interval of {near} of the {cells} public zero-shot scores here, and a difference between the rows "
+        "is no evidence either way. For that, run nfeval reproduce (tuned LRs, several seeds, paired "
+        "tests) at the largest scale your hardware allows."
+    )
+
+
+def about(cfg, facts: dict[str, Any]) -> list[str]:
+    """Returns the paragraphs under the leaderboard's title: what was run, how it was compared, that the
+    LRs are untuned, and what one demo run can and cannot show (``cannot_show``)."""
     glue = (
         f" GLUE: {facts['glue_tasks']} dev ({facts['glue_dev_rows']} rows), each model's best of "
         f"{facts['glue_lrs']} fine-tuning learning rates, picked on the same dev rows it is reported on, "
@@ -133,11 +128,7 @@ def about(cfg, facts: dict[str, Any]) -> list[str]:
         "compare.",
         "What one demo run can show: that every stage runs offline and what each artifact holds; the two "
         "learning curves at equal time; where each score sits against chance and the GPT-3 rows.",
-        f"What it cannot show: whether NormFormer beats Pre-LN. One seed, untuned learning rates, a model "
-        f"{facts['gpt3_ratio']:,.0f}× smaller than GPT-3 Small and {slices}: chance lies inside the 95% "
-        f"interval of {near} of the {cells} public zero-shot scores here, and a difference between the rows "
-        "is no evidence either way. For that, run nfeval reproduce (tuned LRs, several seeds, paired "
-        "tests) at the largest scale your hardware allows.",
+        cannot_show(facts),
     ]
 
 
