@@ -138,22 +138,24 @@ def test_token_budgets_refuse_other_experiments(tmp_path, capsys):
     assert "runs Figure 2 alone" in capsys.readouterr().err
 
 
-def test_a_landed_budget_is_read_not_rerun_without_its_run_folders(axis, monkeypatch):
+def test_a_landed_budget_is_read_not_rerun_without_its_run_folders(axis, tmp_path, monkeypatch):
     import glob
     import shutil
 
     from nfeval.pipelines import runs
 
-    cfg, result = axis
+    cfg, _ = axis
     before = json.load(open(os.path.join(cfg.out, "report.json")))
-    for folder in glob.glob(os.path.join(cfg.out, "tokens=*", "runs", "**", "seed*"), recursive=True):
-        if os.path.isdir(folder):  # what a committed budget keeps: its reports and run records only
+    landed = str(tmp_path / "landed")  # a copy: the module's other tests read the run folders
+    shutil.copytree(cfg.out, landed)
+    for folder in glob.glob(os.path.join(landed, "tokens=*", "runs", "**", "seed*"), recursive=True):
+        if os.path.isdir(folder):  # the run records alone: the finished budgets are read from their reports
             shutil.rmtree(folder)
     monkeypatch.setattr(runs, "train", lambda *a, **k: pytest.fail("a landed budget was trained again"))
-    again = run_reproduce(cfg)
-    after = json.load(open(os.path.join(cfg.out, "report.json")))
+    again = run_reproduce(ReproduceConfig(**{**vars(cfg), "out": landed}))
+    after = json.load(open(os.path.join(landed, "report.json")))
     assert after["budgets"] == before["budgets"] and after["fit"] == before["fit"]
-    assert again["report"] == result["report"]
+    assert again["report"] == os.path.join(landed, "report.md")
 
 
 def test_a_budget_committed_mid_run_trains_only_the_runs_without_a_record(axis, tmp_path, monkeypatch):
