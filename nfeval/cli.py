@@ -7,10 +7,11 @@ Each subcommand lives in its own module with two functions: ``add_arguments(pars
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
-from .base import env
+from .base import env, interrupts
 from .base.errors import UserError, environment_error
 from .base.progress import quiet_library_bars
 
@@ -30,6 +31,13 @@ COMMANDS: dict[str, str] = {  # command -> what it does; its module is nfeval.co
     "demo": "the whole mission offline: Pre-LN vs NormFormer at equal time, zero-shot, GLUE, leaderboard",
     "reproduce": "the paper's tables and figures from one command, at the scale the hardware allows",
     "bakeoff": "rank normalisation placements: tuned, equal-time, seed-paired, with significance",
+}
+# command -> how to go on after a Ctrl-C or SIGTERM, for the commands that pick up where they stopped
+RESUME = {
+    "train": "run the same command with --resume to continue from its last checkpoint",
+    **dict.fromkeys(
+        ("zeroshot", "tune", "glue", "demo", "reproduce", "bakeoff"), "run the same command again to resume"
+    ),
 }
 
 
@@ -63,10 +71,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 def console() -> int:
     """The ``nfeval`` executable: ``main`` in a process of its own; returns the exit status. Only here
     are other libraries' bars turned off in logs (``quiet_library_bars``, before they are imported) and
-    does a command's CPU arithmetic flush denormals (``engine.kernels.denormals``): ``main`` called from
-    another
-    program leaves that program's settings alone."""
+    does a command's CPU arithmetic flush denormals (``engine.kernels.denormals``) and SIGTERM stop it as
+    Ctrl-C does (``base.interrupts``): ``main`` called from another program leaves that program's settings
+    alone."""
     quiet_library_bars()
+    interrupts.raise_on_sigterm()
     return main(own_process=True)
 
 
@@ -80,31 +89,54 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
 
 
 def run_command(argv: list[str], own_process: bool = False) -> int:
-    """Runs the command ``argv`` names; returns its exit status (2 with a one-line message for a user
-    error). In a process of its own, a command that imported torch flushes denormals before torch starts
-    its threads."""
+    """Runs the command ``argv`` names; returns its exit status: 2 with a one-line message for a user
+    error (a mistyped command, a bad flag, a ``--device`` this machine lacks: before any work), 130 or 143
+    with one line when Ctrl-C or SIGTERM stops it. In a process of its own, a command that imported torch
+    flushes denormals before torch starts its threads."""
     command = next((a for a in argv if not a.startswith("-")), None)
+    prog = f"nfeval {command}" if command in COMMANDS else "nfeval"
     try:
         env.check_switches()  # a mistyped switch fails before any work
     except UserError as e:
-        prog = f"nfeval {command}" if command in COMMANDS else "nfeval"
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         return 2
-    lm_eval = command == "lm-eval"  # everything after it belongs to lm-eval's own parser
-    if not lm_eval:
-        parser = build_parser(command if command in COMMANDS else None)
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
+    if command is not None and command not in COMMANDS:
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        if close:
+            print(f"nfeval: error: unknown command {command!r}; did you mean {close[0]!r}?", file=sys.stderr)
             return 2
-    if own_process and (lm_eval or "torch" in sys.modules):  # lm-eval imports it; --help does not
-        from .engine.kernels import denormals
+    lm_eval = command == "lm-eval"  # everything after it belongs to lm-eval's own parser
+    try:
+        if not lm_eval:
+            parser = build_parser(command if command in COMMANDS else None)
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return 2
+        if own_process and (lm_eval or "torch" in sys.modules):  # lm-eval imports it; --help does not
+            from .engine.kernels import denormals
 
-        denormals.flush_in_this_process()
-    if lm_eval:
-        return command_module(command).main(argv[argv.index(command) + 1 :])
+            denormals.flush_in_this_process()
+        if lm_eval:
+            return command_module(command).main(argv[argv.index(command) + 1 :])
+        return run_parsed(args)
+    except interrupts.STOPS as stop:  # a rerun resumes: a traceback would only hide that
+        how = "interrupted" if isinstance(stop, KeyboardInterrupt) else "terminated"
+        hint = f"; {RESUME[command]}" if command in RESUME else ""
+        print(f"{prog}: {how}{hint}", file=sys.stderr)
+        return interrupts.exit_status(stop)
+
+
+def run_parsed(args: argparse.Namespace) -> int:
+    """Runs the parsed command ``args``; returns its exit status (2 with a one-line message for a user
+    error). A ``--device`` of this machine is checked first, before the command writes anything (with
+    ``--launcher slurm`` it is the nodes' of the jobs)."""
     try:
         try:
+            if hasattr(args, "device") and getattr(args, "launcher", "local") == "local":
+                from .engine.training.parallel import check_device
+
+                check_device(args.device)
             return int(command_module(args.command).run(args) or 0)
         except OSError as e:  # a full or read-only disk, a file in the way: the user's, not a bug
             user = environment_error(e)
@@ -120,8 +152,10 @@ def run_command(argv: list[str], own_process: bool = False) -> int:
 
 def leave_process_groups() -> None:
     """Destroys the torch.distributed process groups a command joined under torchrun; returns None.
-    Checks ``sys.modules`` first so a command that never imported torch does not pay for it."""
-    if "torch.distributed" in sys.modules:
+    Asks ``sys.modules`` only, so a command that never imported torch does not pay for it, and one
+    stopped while importing it does not import it again."""
+    joined = getattr(sys.modules.get("torch.distributed"), "is_initialized", None)
+    if joined is not None and joined():
         from .engine.training.parallel import leave_process_group
 
         leave_process_group()

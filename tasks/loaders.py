@@ -296,12 +296,13 @@ def read_storycloze_csv(path: str) -> list[dict]:
         ]
 
 
+# DIR is a folder of the user's: the one given may be the slices shipped inside the installed package
 STORYCLOZE_HELP = (
-    "StoryCloze is not public: request it at https://cs.rochester.edu/nlp/rocstories/ and put the CSVs "
+    "StoryCloze is not public: request it at https://cs.rochester.edu/nlp/rocstories/, put the CSVs "
     "(e.g. 'cloze_test_val__spring2016 - cloze_test_ALL_val.csv', 'cloze_test_test__spring2016 - "
     "cloze_test_ALL_test.csv', "
-    "'cloze_test_val__winter2018-cloze_test_ALL_val - 1 - 1.csv') in {root}/storycloze/, "
-    "or HF-schema JSONL in {root}/storycloze/{year}/validation.jsonl and test.jsonl"
+    "'cloze_test_val__winter2018-cloze_test_ALL_val - 1 - 1.csv') in a folder of yours, DIR/storycloze/, "
+    "or HF-schema JSONL in DIR/storycloze/{year}/validation.jsonl and test.jsonl, then pass --data-dir DIR"
 )
 
 
@@ -318,9 +319,7 @@ def storycloze_rows(root: str, year: str) -> dict[str, list[dict]]:
         if found:
             out[split] = read_storycloze_csv(found[0])
     if not out:
-        raise MissingData(
-            f"storycloze_{year}: no data under {root}. " + STORYCLOZE_HELP.format(root=root, year=year)
-        )
+        raise MissingData(f"storycloze_{year}: no data under {root}. " + STORYCLOZE_HELP.format(year=year))
     return out
 
 

@@ -87,6 +87,15 @@ def isolated_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def hub_answers(monkeypatch):
+    """The Hugging Face Hub probe (``base.hub``) touches no network in a test: the Hub "answers", and the
+    tests that load from it replace ``datasets.load_dataset``; a test of the offline path patches it."""
+    from nfeval.base import hub
+
+    monkeypatch.setattr(hub, "reachable", lambda host, port: True)
+
+
+@pytest.fixture(autouse=True)
 def one_thread():
     """Tiny models run fastest on one thread, which also stays fast on a busy machine and keeps
     bitwise comparisons with one-thread subprocesses valid."""

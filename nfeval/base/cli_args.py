@@ -90,6 +90,30 @@ def positive_int_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
 
 
+def count_or_all(text: str) -> int | None:
+    """Returns ``--limit``'s value (an argparse ``type``): a count of at least 1, or None (all) for 0;
+    raises argparse.ArgumentTypeError saying what was expected for anything else."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a count, or 0 for all, got {text!r}")
+    return value or None
+
+
+def add_limit(p: argparse.ArgumentParser, what: str, default: int | None = None) -> None:
+    """Adds ``--limit N``: only the first N ``what``, 0 meaning all, as in every command that has it;
+    ``args.limit`` is the count or None (all)."""
+    p.add_argument(
+        "--limit",
+        type=count_or_all,
+        default=default,
+        metavar="N",
+        help=f"only the first N {what}; 0 = all (default {default or 'all'})",
+    )
+
+
 def device_or_none(device: str | None) -> str | None:
     """Returns ``device`` with ``auto`` as None (the library functions' spelling of 'choose for me')."""
     return None if device in (None, "auto") else device

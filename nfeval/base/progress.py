@@ -65,3 +65,15 @@ def library_bars_shown(progress: bool) -> bool:
     """Returns whether a library bar whose ``disable`` we choose (lm-eval's "Tokenizing inputs") is
     shown: only with ``progress`` on, on a terminal."""
     return progress and sys.stderr.isatty()
+
+
+def bars_lock_of_this_process() -> None:
+    """Makes the progress bars of this process (a pool worker) take a lock of its threads only; returns
+    None. tqdm's default lock is a multiprocessing one, which a worker terminated when its command is
+    stopped would leave for the resource tracker to report as leaked; a spawned worker shares it with no
+    other process anyway."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from .. import embedded
-from ..base.cli_args import add_device, add_no_progress, add_run_folder, positive_int
+from ..base.cli_args import add_device, add_limit, add_no_progress, add_run_folder, positive_int
 from ..base.errors import ConfigError, MissingDataError
 from ..base.outputs import check_output_dir
 from ..launch.local import use_threads
@@ -47,12 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=",".join(d.glue_tasks),
         help=f"comma-separated GLUE tasks (default {','.join(d.glue_tasks)})",
     )
-    p.add_argument(
-        "--limit",
-        type=int,
-        default=d.zeroshot_limit,
-        help=f"zero-shot items per public task (default {d.zeroshot_limit}; 0 = all)",
-    )
+    add_limit(p, "zero-shot items of each public task", default=d.zeroshot_limit)
     p.add_argument(
         "--jobs",
         type=positive_int,
@@ -77,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         glue_dir=None if args.glue_dir in (None, "", "none") else args.glue_dir,
         glue_tasks=tuple(t.strip() for t in args.glue_tasks.split(",") if t.strip()),
-        zeroshot_limit=args.limit or None,
+        zeroshot_limit=args.limit,
         jobs=args.jobs,
         device=args.device,
         seed=args.seed,

@@ -9,6 +9,7 @@ from .. import embedded
 from ..base.cli_args import (
     add_device,
     add_dtype,
+    add_limit,
     add_no_progress,
     device_or_none,
     learning_rates,
@@ -73,11 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs", type=positive_int, default=1, help="points run in parallel processes (spread over GPUs)"
     )
-    p.add_argument(
-        "--limit",
-        type=positive_int,
-        help="quick tries: only the first N rows of each task's train and dev splits (recorded)",
-    )
+    add_limit(p, "rows of each task's train and dev splits, for quick tries (recorded)")
     p.add_argument("--out", default="results", help="results folder (default: results)")
     add_no_progress(p)
     p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)

@@ -8,6 +8,7 @@ import time
 from ..base.cli_args import (
     add_device,
     add_dtype,
+    add_limit,
     add_no_progress,
     device_or_none,
     positive_int,
@@ -47,9 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of HellaSwag, PIQA, WinoGrande and OpenBookQA shipped in the package (no StoryCloze: its licence "
         "forbids redistribution); default: the Hub",
     )
-    parser.add_argument(
-        "--limit", type=positive_int, default=None, help="score only the first N documents of each task"
-    )
+    add_limit(parser, "documents of each task")
     parser.add_argument(
         "--batch-size",
         type=positive_int_or_auto,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import embedded
+from ..base import hub
 from ..base.errors import ConfigError, DataError, MissingDataError, hub_unreachable
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
@@ -388,12 +389,12 @@ def load_hub(task: str) -> TaskData:
     import datasets
 
     s = spec(task)
+    instead = "pass --glue-dir with the GLUE TSVs, or --glue-dir embedded (the STS-B slice in the package)"
+    hub.check_reachable(f"{HUB_DATASET} ({s.name})", instead)
     try:
         dd = datasets.load_dataset(HUB_DATASET, s.name)
     except Exception as e:  # datasets raises many types when offline
-        raise hub_unreachable(
-            f"{HUB_DATASET} ({s.name})", e, "pass --glue-dir with the GLUE TSVs instead"
-        ) from None
+        raise hub_unreachable(f"{HUB_DATASET} ({s.name})", e, instead) from None
     train = _hub_split(s, dd["train"], "train", "train")
     dev = {name: _hub_split(s, dd[hub], name, hub) for name, hub in s.hub_dev_splits.items()}
     return TaskData(s, train, dev)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import multiprocessing as mp
-import os
 from typing import NamedTuple
 
 from ..base.errors import DataError
@@ -80,30 +78,19 @@ def _worker_point(
 
 
 def run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar) -> list[Point]:
-    """Runs ``points`` in ``jobs`` processes (one device each: ``launch.local.init_worker``), appending to
+    """Runs ``points`` in ``jobs`` processes (one device each: ``launch.local.worker_pool``), appending to
     ``results``; returns the points another sweep holds."""
-    ctx = mp.get_context("spawn")
-    devices = ctx.Queue()
-    for d in local.job_devices(device, jobs):
-        devices.put(d)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
     deferred = []
-    with cf.ProcessPoolExecutor(
-        jobs, mp_context=ctx, initializer=local.init_worker, initargs=(devices, threads)
-    ) as pool:
+    with local.worker_pool(device, jobs) as pool:
         args = (ckpt.path, glue_dir, trust_checkpoint, None)
         futures = [pool.submit(_worker_point, *args, work) for work in plan_work(points, jobs)]
-        try:
-            for fut in cf.as_completed(futures):
-                result, held = fut.result()
-                if held is not None:
-                    deferred.append(held)
-                if result is not None:
-                    results[result["task"]].append(result)
-                    bar.update(1)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+        for fut in cf.as_completed(futures):
+            result, held = fut.result()
+            if held is not None:
+                deferred.append(held)
+            if result is not None:
+                results[result["task"]].append(result)
+                bar.update(1)
     return deferred
 
 

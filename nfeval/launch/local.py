@@ -4,17 +4,21 @@ Each job is a spawned process bound to one device (the visible GPUs in turn, els
 device) and its share of the CPU cores, flushing denormals as every process nfeval owns does
 (``engine.kernels.denormals``), set up before torch starts its threads. A point is a ``LaunchPoint``: it
 resumes from and marks itself finished in its own folder, so a killed pool loses no finished point.
-With one job the points run in this process, in order.
+With one job the points run in this process, in order. ``worker_pool`` is the one process pool of
+nfeval (these points', GLUE's, tune's): a stopped command takes its workers down with it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing as mp
 import os
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..base.interrupts import STOPS
 from .jobs import LaunchPoint
 
 _DEVICE: dict[str, str] = {}
@@ -31,12 +35,15 @@ def job_devices(device: str, jobs: int) -> list[str]:
 
 def init_worker(devices: Any, threads: int) -> None:
     """Binds this worker process to the next device of the ``devices`` queue and ``threads`` CPU threads,
-    flushing denormals: the initializer of every nfeval process pool (these points', GLUE's, tune's);
-    returns None."""
+    flushing denormals, and makes it ignore Ctrl-C (a terminal sends it to the whole process group; the
+    parent stops the pool): the initializer of ``worker_pool``; returns None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
+    from ..base.progress import bars_lock_of_this_process
     from ..engine.kernels import denormals
 
+    bars_lock_of_this_process()
     device = devices.get()
     _DEVICE["device"] = device
     if device.startswith("cuda"):
@@ -84,19 +91,47 @@ def run_points(
         for i, point in enumerate(points):
             done(i, _call(point))
         return [results[i] for i in range(len(points))]
+    with worker_pool(device, jobs, threads) as pool:
+        futures = {pool.submit(_call, p): i for i, p in enumerate(points)}
+        for fut in cf.as_completed(futures):
+            done(futures[fut], fut.result())
+    return [results[i] for i in range(len(points))]
+
+
+@contextlib.contextmanager
+def worker_pool(device: str, jobs: int, threads: int | None = None) -> Iterator[cf.ProcessPoolExecutor]:
+    """Yields a pool of ``jobs`` spawned worker processes, each bound by ``init_worker`` to a device of
+    ``job_devices(device, jobs)`` and ``threads`` CPU threads (default an even share of the cores).
+
+    Stopped by Ctrl-C or SIGTERM (``base.interrupts.STOPS``), the pool terminates its workers at once
+    (their points resume on a rerun) and the stop goes on; any other exception in the block lets the
+    running points finish, cancels the queued ones and goes on."""
     ctx = mp.get_context("spawn")
     devices = ctx.Queue()
     for d in job_devices(device, jobs):
         devices.put(d)
     share = threads or max(1, (os.cpu_count() or 1) // jobs)
-    with cf.ProcessPoolExecutor(
-        jobs, mp_context=ctx, initializer=init_worker, initargs=(devices, share)
-    ) as pool:
-        futures = {pool.submit(_call, p): i for i, p in enumerate(points)}
+    pool = cf.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=init_worker, initargs=(devices, share))
+    workers = pool._processes  # the live workers, by pid; shutdown() drops the executor's reference to it
+    try:
         try:
-            for fut in cf.as_completed(futures):
-                done(futures[fut], fut.result())
+            yield pool
+        except STOPS:
+            raise
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    return [results[i] for i in range(len(points))]
+        pool.shutdown(wait=True)
+    except STOPS:
+        _terminate(pool, workers)
+        raise
+
+
+def _terminate(pool: cf.ProcessPoolExecutor, workers: dict[int, Any]) -> None:
+    """Terminates the pool's ``workers`` (SIGTERM), waits for them and shuts the pool down."""
+    # ProcessPoolExecutor stops running work only from Python 3.14 on (terminate_workers)
+    for process in list(workers.values()):
+        process.terminate()
+    for process in list(workers.values()):
+        process.join()
+    pool.shutdown(wait=False, cancel_futures=True)

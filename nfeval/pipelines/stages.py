@@ -51,6 +51,7 @@ def zeroshot_data(
         log("zero-shot: no --data-dir; the five public tasks are skipped (only the corpus cloze task runs)")
         return folder, tasks
     from ..tasks import DEFAULT_TASKS
+    from ..tasks.loaders import STORYCLOZE_HELP
 
     for task in DEFAULT_TASKS:
         name = "storycloze" if task.startswith("storycloze") else task
@@ -59,6 +60,8 @@ def zeroshot_data(
             if not os.path.lexists(dst):
                 os.symlink(src, dst)
             tasks.append(task)
+        elif name == "storycloze":  # never shipped: where to put it is a folder of the user's
+            log(f"zero-shot: {task} skipped. {STORYCLOZE_HELP.format(year=task[-4:])}")
         else:
             log(f"zero-shot: no {name}/ under {data_dir}; {task} skipped")
     return folder, tasks

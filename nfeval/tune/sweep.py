@@ -31,7 +31,7 @@ Slurm (``--launcher slurm``, ``nfeval.launch``): the unfinished points run as on
 per point, each requeued after preemption and resumed from its checkpoint; a rerun submits only the
 points neither finished nor still queued.
 
-Parallel points (``--jobs N``): N spawned processes (``launch.local.init_worker``), each with its own GPU
+Parallel points (``--jobs N``): N spawned processes (``launch.local.worker_pool``), each with its own GPU
 when there are several (``cuda:i`` round-robin) and ``cores / N`` torch threads. The tokenizer and token
 caches are built here before the workers start, so they are built once. A ``seconds`` budget is calibrated
 per point: step counts then vary with machine load (tune.json records each point's steps).
@@ -43,7 +43,6 @@ import concurrent.futures as cf
 import contextlib
 import dataclasses
 import math
-import multiprocessing as mp
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -240,21 +239,10 @@ def run_points(
             done(i, run_point(todo[i], dirs[i], keys[i], wait=False))
     elif todo:
         build_data_caches(todo)
-        ctx = mp.get_context("spawn")
-        devices = ctx.Queue()
-        for d in local.job_devices(todo[0].device, jobs):
-            devices.put(d)
-        threads = max(1, (os.cpu_count() or 1) // jobs)
-        with cf.ProcessPoolExecutor(
-            jobs, mp_context=ctx, initializer=local.init_worker, initargs=(devices, threads)
-        ) as pool:
+        with local.worker_pool(todo[0].device, jobs) as pool:
             futures = {pool.submit(run_point, todo[i], dirs[i], keys[i], False): i for i in range(len(todo))}
-            try:
-                for fut in cf.as_completed(futures):
-                    done(futures[fut], fut.result())
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+            for fut in cf.as_completed(futures):
+                done(futures[fut], fut.result())
     for i in sorted(held):  # points other tunes were training: their result, or ours if they died
         done(i, run_point(todo[i], dirs[i], keys[i], wait=True))
     bar.close()

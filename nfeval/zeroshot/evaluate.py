@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import embedded
 from .. import tasks as nf_tasks
-from ..base import env
+from ..base import env, hub
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
 from ..base.escape import text_cell
@@ -35,6 +35,8 @@ from . import lm_eval_layout, task_names
 from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
 from .config import ZeroShotConfig
 from .lm_eval_git import quiet_git_hash
+
+HUB_INSTEAD = "pass --data-dir embedded (the 200-item slices in the package) or --data-dir DIR (local files)"
 
 
 def eval_split(task) -> str:
@@ -58,7 +60,14 @@ def task_manager(data_dir: str | None, names: list[str] | None = None):
     )
 
 
-def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str, str]]:
+def reads_hub(name: str) -> bool:
+    """Returns whether lm-eval reads task ``name``'s documents from the Hugging Face Hub: our ``_hub``
+    variants (StoryCloze's is skipped instead) and lm-eval's own tasks."""
+    local = name.endswith("_local") or name == "corpus_cloze"
+    return not (local or nf_tasks.canonical_name(name).startswith("storycloze"))
+
+
+def load_tasks(names: list[str], manager) -> tuple[dict[str, Any], dict[str, str]]:
     """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data
     raises."""
     from ..tasks.loaders import STORYCLOZE_HELP, MissingData
@@ -67,10 +76,7 @@ def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str
     for name in names:
         canonical = nf_tasks.canonical_name(name)
         if canonical.startswith("storycloze") and not name.endswith("_local"):
-            skipped[name] = (
-                STORYCLOZE_HELP.format(root="DIR", year=canonical[-4:]) + ", then pass --data-dir DIR"
-            )
-            log(f"skipping {name}: {skipped[name]}")
+            skipped[name] = STORYCLOZE_HELP.format(year=canonical[-4:])
             continue
         if name not in manager.all_tasks:
             raise task_names.unknown_task(name, manager.all_tasks)
@@ -80,14 +86,11 @@ def load_tasks(names: list[str], manager, log) -> tuple[dict[str, Any], dict[str
             if not canonical.startswith("storycloze"):
                 raise
             skipped[name] = str(e)
-            log(f"skipping {name}: {e}")
         except UserError:  # bad local data: its message names file, line and field
             raise
         except Exception as e:  # a Hub dataset that cannot be fetched (offline, gated, renamed)
             if name.endswith("_hub"):
-                raise hub_unreachable(
-                    f"task {name}", e, "pass --data-dir DIR with local files instead"
-                ) from None
+                raise hub_unreachable(f"task {name}", e, HUB_INSTEAD) from None
             raise
     return loaded, skipped
 
@@ -209,18 +212,17 @@ def keyed_by_task(out: dict[str, Any], loaded: dict) -> dict[str, Any]:
     return out
 
 
-def lm_eval_config(ckpt_path: str, lm, **settings: Any) -> dict[str, Any]:
+def lm_eval_config(ckpt_path: str, **settings: Any) -> dict[str, Any]:
     """Returns the results' ``config`` block with the values this run used (lm-eval leaves model_args,
     batch_size and device empty for a model passed as an object): ``model_args`` as ``lm-eval --model
     nfeval --model_args`` takes them."""
     args = {"pretrained": os.path.abspath(ckpt_path), "dtype": settings["dtype"]}
     args |= {k: settings[k] for k in ("max_length", "max_batch_tokens") if settings.get(k) is not None}
-    device = str(lm.device) if lm is not None else settings.get("device") or "auto"
     return {
         "model": "nfeval",
         "model_args": ",".join(f"{k}={v}" for k, v in args.items()),
         "batch_size": settings["batch_size"],
-        "device": device,
+        "device": settings["device"],
         "limit": settings.get("limit"),
     }
 
@@ -275,9 +277,10 @@ def _evaluate(ckpt_path: str, cfg: ZeroShotConfig, log, started: float) -> dict[
     if scoring_report is not None:
         scoring_report = with_command(scoring_report, time.perf_counter() - started)
     settings = {"batch_size": scoring.batch_size, "max_batch_tokens": scoring.max_batch_tokens}
-    settings.update(dtype=dtype_name, device=scoring.device, data_dir=cfg.data_dir, limit=cfg.limit)
+    device = str(lm.device) if lm is not None else None  # the one that scored: None when all was cached
+    settings.update(dtype=dtype_name, device=device, data_dir=cfg.data_dir, limit=cfg.limit)
     settings["scoring"] = scoring_report
-    model = _add_records(out, identity, ckpt_path, lm, scoring.max_length, loaded, skipped, todo, settings)
+    model = _add_records(out, identity, ckpt_path, scoring.max_length, loaded, skipped, todo, settings)
     if cfg.output:
         _write(cfg.output, out, items, loaded, model)
     if cfg.output_path:
@@ -288,11 +291,11 @@ def _evaluate(ckpt_path: str, cfg: ZeroShotConfig, log, started: float) -> dict[
     return out
 
 
-def _add_records(out, identity, ckpt_path, lm, max_length, loaded, skipped, todo, settings) -> dict[str, Any]:
+def _add_records(out, identity, ckpt_path, max_length, loaded, skipped, todo, settings) -> dict[str, Any]:
     """Fills ``out``'s lm-eval ``config`` block with the real settings and adds the ``nfeval`` block
     (model, tasks, scoring); returns the model record."""
     model = dict(identity.summary, fingerprint=identity.fingerprint)
-    config = lm_eval_config(ckpt_path, lm, max_length=max_length, **settings)
+    config = lm_eval_config(ckpt_path, max_length=max_length, **settings)
     out["config"] = {**out.get("config", {}), **config}
     out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **settings)
     return model
@@ -345,15 +348,20 @@ def _quiet_custom_kwargs_hint() -> Iterator[None]:
 
 
 def _plan_tasks(tasks: list[str] | None, data_dir: str | None, log) -> tuple[Any, dict, dict]:
-    """Returns (TaskManager, {name: Task}, {skipped name: reason}); raises
-    MissingDataError when every task was skipped."""
+    """Returns (TaskManager, {name: Task}, {skipped name: reason}); raises MissingDataError when every
+    task was skipped, or at once when a task's documents come from the Hub and it does not answer."""
     names = [
         nf_tasks.registered_name(t, local=data_dir is not None) for t in (tasks or nf_tasks.DEFAULT_TASKS)
     ]
+    from_hub = [n for n in names if reads_hub(n)]
+    if from_hub:
+        hub.check_reachable(f"--tasks {' '.join(from_hub)}", HUB_INSTEAD)
     manager = task_manager(data_dir, names)
-    loaded, skipped = load_tasks(names, manager, log)
+    loaded, skipped = load_tasks(names, manager)
     if not loaded:
         raise MissingDataError("no task left to score (all were skipped): " + "; ".join(skipped.values()))
+    for name, why in skipped.items():
+        log(f"skipping {name}: {why}")
     return manager, loaded, skipped
 
 

@@ -453,13 +453,17 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
 
 def test_a_pool_worker_binds_its_device_and_thread_share(monkeypatch):
     import queue
+    import signal
+
+    from tqdm import tqdm
 
     from nfeval.engine.kernels import denormals
     from nfeval.launch import local
 
     chosen = []
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(str(d)))
-    old = torch.get_num_threads()
+    monkeypatch.setattr(tqdm, "_lock", tqdm.get_lock())  # a worker's bars lock, not this process's
+    old, ctrl_c = torch.get_num_threads(), signal.getsignal(signal.SIGINT)
     can_flush = torch.set_flush_denormal(False)  # x86 with DAZ: a worker flushes denormals
     try:
         for device in ("cuda:1", "cpu"):
@@ -468,9 +472,11 @@ def test_a_pool_worker_binds_its_device_and_thread_share(monkeypatch):
             local.init_worker(devices, 1)  # GLUE's, tune's and the pipelines' pools
             assert local.worker_device() == device and torch.get_num_threads() == 1
             assert denormals.flushing() == can_flush
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # Ctrl-C is the parent's
     finally:
         torch.set_flush_denormal(False)  # a worker's arithmetic, not this test process's
         torch.set_num_threads(old)
+        signal.signal(signal.SIGINT, ctrl_c)
         local._DEVICE.clear()
     assert chosen == ["cuda:1"]  # only a CUDA worker selects a GPU
 

@@ -110,9 +110,9 @@ def test_limit_cuts_train_and_dev_rows_and_is_recorded(tiny_mlm_ckpt, glue_dir, 
     assert isinstance(summary_json["tasks"]["sst2"]["beats_majority"], bool)
 
 
-def test_limit_must_be_positive(tmp_path, capsys):
+def test_limit_is_a_count_or_0_for_all(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        cli.main(["glue", "--ckpt", "x", "--limit", "0"])
-    assert "argument --limit: expected a positive integer, got '0'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="--limit 0"):
+        cli.main(["glue", "--ckpt", "x", "--limit", "-1"])
+    assert "argument --limit: expected a count, or 0 for all, got '-1'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--limit 0"):  # the library's spelling of all is None
         glue.sweep("x", ["sst2"], [1e-3], limit=0)

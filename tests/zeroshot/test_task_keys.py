@@ -59,7 +59,7 @@ def test_results_keyed_by_lm_eval_task_and_old_files_still_read(tiny_clm_ckpt, t
 
 
 def test_two_variants_of_one_task_are_refused(tiny_clm_ckpt, tmp_path, monkeypatch):
-    monkeypatch.setattr(zeroshot, "load_tasks", lambda names, manager, log: (dict.fromkeys(names), {}))
+    monkeypatch.setattr(zeroshot, "load_tasks", lambda names, manager: (dict.fromkeys(names), {}))
     with pytest.raises(ConfigError, match="piqa_local and piqa_hub both score piqa"):
         zeroshot.evaluate(
             tiny_clm_ckpt,

@@ -59,6 +59,24 @@ def resolve_device(requested: str | None, cpu_fallback: bool = False) -> torch.d
     return device
 
 
+def check_device(requested: str | None) -> None:
+    """Raises ConfigError when ``requested`` (``--device``: auto/None, cpu, cuda or cuda:N) names a device
+    this machine does not have: CUDA on a CPU-only torch or without a visible GPU, or ``cuda:N`` past the
+    visible GPUs (under torchrun each process takes its LOCAL_RANK's GPU whatever N). The command line
+    calls it for every command with ``--device``, before any work."""
+    req = str(requested or "auto").strip()
+    if not req.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device is visible"
+        raise ConfigError(f"--device {req}: CUDA is not available on this machine ({why}); use --device cpu")
+    index, count = torch.device(req).index, torch.cuda.device_count()
+    if index is not None and index >= count and env.integer("WORLD_SIZE", 1) <= 1:
+        raise ConfigError(
+            f"--device {req}: this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}"
+        )
+
+
 def join_process_group(device: torch.device) -> tuple[int, int]:
     """Returns (rank, world size); under torchrun (WORLD_SIZE > 1) joins the process group (NCCL on
     GPU, gloo on CPU) and the long-timeout gloo group, once per process."""
