@@ -183,6 +183,33 @@ def test_table4_is_read_at_equal_updates_with_equal_time_beside_it():
     assert _model("clm-no-headscale@updates") == _model("clm-no-headscale")
 
 
+def test_table4_and_table5_claims_read_no_seed_whose_run_did_not_train(monkeypatch):
+    """The trained-run gate holds in Tables 4 and 5 as in Figure 2: a seed whose run ended above the
+    gate's threshold (or diverged) is left out of its pair, and a claim left with one pair is not
+    readable, never "worse"."""
+    from nfeval.pipelines.reproduce import ablation_experiment
+
+    monkeypatch.setattr(trained_gate, "FACTOR", 1.5)  # this module opens the gate; this test reads it
+
+    def records(ppl):
+        return [
+            trained_gate.mark({"seed": i + 1, "status": "finished", "val_ppl": p, "recipe": None}, 677.0)
+            for i, p in enumerate(ppl)
+        ]
+
+    finals = ablation_experiment.Finals(
+        {
+            "clm-no-ffn-ln": records([100, 110, 740]),
+            "clm-normformer": records([90, 99, 95]),
+            "clm-prenorm": records([745, 750, 98]),
+        }  # fmt: skip
+    )
+    left_one_out = ablation_experiment.higher_than(finals, "clm-no-ffn-ln", "clm-normformer", "worse", "t/a")
+    assert left_one_out["n"] == 2 and "1 pair(s) left out: a run did not train" in left_one_out["why"]
+    unread = ablation_experiment.higher_than(finals, "clm-prenorm", "clm-normformer", "worse", "t/c")
+    assert unread["verdict"] == trained_gate.NOT_READABLE and unread["p"] is None
+
+
 def test_primary_claims_are_declared_in_the_plan():
     assert PRIMARY_CLAIMS == ("fig2-clm/equal-time", "table4/baseline", "fig3/prenorm-early")
 

@@ -15,6 +15,7 @@ from typing import Any
 from ...base.plots import plot_bars
 from ...engine.checkpoints.checkpoint import read_config
 from ...report import verdict
+from ..trained_gate import gated_decide, is_trained, recipe_words
 from .plan import ABLATIONS, CONTROLS, LOG_PPL_MARGIN, RUNS, TABLE4, TABLE5, TABLE5_SETTINGS, at_equal_updates
 from .run_overrides import parameter_count
 from .runner import Context, run_dir, table_section
@@ -30,26 +31,41 @@ def _params(ctx: Context, key: str) -> str:
     return f"{parameter_count(read_config(directory)[0]) / 1e6:.3f}M"
 
 
-def higher_than(ppl: dict[str, list[float]], key: str, ref: str, text: str, claim_id: str) -> dict[str, Any]:
-    """Returns the claim that run ``key`` ends with a higher PPL than ``ref`` (per-seed log ratio)."""
-    diffs = [log_ratio(a, b) for a, b in zip(ppl[key], ppl[ref])]
+class Finals:
+    """The runs of a table, read for its claims: each run key's per-seed final PPL (``ppl``), whether each
+    seed's run trained (``trained``, the gate's reading) and the recipe words a gated claim names."""
+
+    def __init__(self, records: dict[str, list[dict[str, Any]]]) -> None:
+        self.ppl = {k: final_ppl(rs) for k, rs in records.items()}
+        self.trained = {k: [is_trained(r) for r in rs] for k, rs in records.items()}
+        self.words = recipe_words(r for rs in records.values() for r in rs)
+
+
+def higher_than(runs: Finals, key: str, ref: str, text: str, claim_id: str) -> dict[str, Any]:
+    """Returns the claim that run ``key`` ends with a higher PPL than ``ref`` (per-seed log ratio), over
+    the seeds where both runs trained (``trained_gate.gated_decide``: not readable with fewer than two)."""
+    ppl = runs.ppl
+    pairs = list(zip(ppl[key], ppl[ref], runs.trained[key], runs.trained[ref]))
+    diffs = [log_ratio(a, b) for a, b, ok_a, ok_b in pairs if ok_a and ok_b]
+    dropped = sum(not (ok_a and ok_b) for _, _, ok_a, ok_b in pairs)
     return {
         "id": claim_id,
         "claim": text,
         "measured": f"PPL {verdict.fmt_mean_std(ppl[key], 2, 'diverged')} vs "
         f"{verdict.fmt_mean_std(ppl[ref], 2, 'diverged')} ({RUNS[ref].label})",
-        **verdict.decide([d for d in diffs if not math.isnan(d)], margin=LOG_PPL_MARGIN),
+        **gated_decide([d for d in diffs if not math.isnan(d)], dropped, runs.words, margin=LOG_PPL_MARGIN),
     }
 
 
-def _hurts_most(ppl: dict[str, list[float]], full: str) -> dict[str, Any]:
+def _hurts_most(runs: Finals, full: str) -> dict[str, Any]:
+    ppl = runs.ppl
     no_heads = at_equal_updates("clm-no-headscale")
     removals = [at_equal_updates(k) for k in ABLATIONS]
     means = {k: verdict.mean_std([log_ratio(a, b) for a, b in zip(ppl[k], ppl[full])])[0] for k in removals}
     ranked = sorted(removals, key=lambda k: -math.inf if means[k] is None else means[k], reverse=True)
     runner_up = next(k for k in ranked if k != no_heads)
     claim = higher_than(
-        ppl,
+        runs,
         no_heads,
         runner_up,
         f"removing HeadScale hurts most (vs the next most harmful removal, {RUNS[runner_up].label})",
@@ -62,7 +78,8 @@ def _hurts_most(ppl: dict[str, list[float]], full: str) -> dict[str, Any]:
 def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Table 4: every variant's parameters and final PPL at the paper's fixed number of updates (the
     claims) and at equal time (a column, untested)."""
-    ppl = {k: final_ppl(rs) for k, rs in records.items()}
+    runs = Finals(records)
+    ppl = runs.ppl
     full = at_equal_updates(FULL)
     rows = []
     for k in TABLE4:
@@ -81,23 +98,23 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
         )
     claims = [
         higher_than(
-            ppl, at_equal_updates(k), full, f"{RUNS[k].label} has higher PPL than NormFormer", f"table4/{k}"
+            runs, at_equal_updates(k), full, f"{RUNS[k].label} has higher PPL than NormFormer", f"table4/{k}"
         )
         for k in ABLATIONS
     ]
     claims.append(
         higher_than(
-            ppl,
+            runs,
             at_equal_updates("clm-no-headscale"),
             at_equal_updates("clm-headscale-before"),
             "− HeadScale has higher PPL than NormFormer with the paper's HeadScale placement",
             "table4/no-headscale-vs-before",
         )
     )
-    claims.append(_hurts_most(ppl, full))
+    claims.append(_hurts_most(runs, full))
     claims += [
         higher_than(
-            ppl,
+            runs,
             at_equal_updates(k),
             full,
             f"{RUNS[k].label} (a control) does not improve on NormFormer",
@@ -107,7 +124,7 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     ]
     claims.append(
         higher_than(
-            ppl,
+            runs,
             at_equal_updates("clm-prenorm-wide"),
             full,
             "the baseline with its FFN widened to NormFormer's parameter count stays behind NormFormer",
@@ -116,7 +133,7 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     )
     claims.append(
         higher_than(
-            ppl, "clm-prenorm", full, "Pre-LN baseline has higher PPL than NormFormer", "table4/baseline"
+            runs, "clm-prenorm", full, "Pre-LN baseline has higher PPL than NormFormer", "table4/baseline"
         )
     )
     keys = [at_equal_updates(k) for k in TABLE4]
@@ -147,7 +164,8 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
 def table5(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Table 5: Pre-LN and NormFormer final PPL under the recipe (Figure 2's runs, for reference, not
     tested again) and under each setting (a claim each)."""
-    ppl = {k: final_ppl(rs) for k, rs in records.items()}
+    runs = Finals(records)
+    ppl = runs.ppl
     pairs = {"recipe": ("clm-prenorm", "clm-normformer"), **TABLE5}
     rows, claims = [], []
     for name, (pre, nf) in pairs.items():
@@ -167,7 +185,7 @@ def table5(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
         )
         if name != "recipe":
             text = f"NormFormer has lower PPL than Pre-LN under nfeval's reconstruction of {setting}"
-            claims.append(higher_than(ppl, pre, nf, text, f"table5/{name}"))
+            claims.append(higher_than(runs, pre, nf, text, f"table5/{name}"))
     columns = ["setting", "Pre-LN LR", "Pre-LN PPL", "NormFormer PPL", "log-PPL gain of NormFormer"]
     notes = [
         "Each setting changes the recipe of both architectures the same way (plan.TABLE5_SETTINGS), at "
