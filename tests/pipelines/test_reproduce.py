@@ -210,6 +210,40 @@ def test_table4_and_table5_claims_read_no_seed_whose_run_did_not_train(monkeypat
     assert unread["verdict"] == trained_gate.NOT_READABLE and unread["p"] is None
 
 
+def test_the_lr_sensitivity_line_reads_the_seeds_its_claim_reads(monkeypatch, tmp_path):
+    """Seeds the equal-time claim leaves out (realised time off the plan) are left out of its LR
+    re-reads too: the best LRs' row reads the claim's own seeds, never a verdict the claim did not reach
+    (docs/budget_tiny's 1.6M budget read "disagrees" there beside an unreadable claim)."""
+    from types import SimpleNamespace
+
+    from nfeval.pipelines.reproduce import training_experiments as te
+
+    ppl = {  # NormFormer worse on every seed, at every LR
+        ("clm-prenorm", None): [80, 81, 82, 79, 80],
+        ("clm-prenorm", 0.01): [81, 82, 83, 80, 81],
+        ("clm-normformer", None): [84, 85, 86, 83, 84],
+    }
+
+    def finished(directory):
+        key, *band, seed = os.path.relpath(directory, tmp_path).split(os.sep)[1:]
+        lr = float(band[0].split("=")[1]) if band else None
+        return {
+            "seed": int(seed[4:]),
+            "lr": lr or 6e-3,
+            "status": "finished",
+            "val_ppl": ppl[key, lr][int(seed[4:]) - 1],
+        }
+
+    ctx = SimpleNamespace(out=str(tmp_path), seed_values=[1, 2, 3, 4, 5], unigram_ppl=677.0)
+    monkeypatch.setattr(te, "finished", finished)
+    monkeypatch.setattr(te, "band_lrs", lambda ctx, key: [0.01] if key == "clm-prenorm" else [])
+    every = te.final_ppl_sensitivity(ctx, "clm-prenorm", "clm-normformer")
+    assert [r["n"] for r in every["rows"]] == [5, 5] and every["rows"][0]["verdict"] == "disagrees"
+    kept = te.final_ppl_sensitivity(ctx, "clm-prenorm", "clm-normformer", {1, 2, 3, 4})
+    assert [r["n"] for r in kept["rows"]] == [1, 1]
+    assert {r["verdict"] for r in kept["rows"]} == {"inconclusive at this scale"}
+
+
 def test_primary_claims_are_declared_in_the_plan():
     assert PRIMARY_CLAIMS == ("fig2-clm/equal-time", "table4/baseline", "fig3/prenorm-early")
 

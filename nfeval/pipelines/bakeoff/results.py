@@ -169,12 +169,16 @@ def add_lr_sensitivity(ctx: Context, records: dict[str, list[dict]], tests: list
     re-read across both tunes' LR bands, before ``settle`` takes the verdicts."""
     by_name = {c.name: c for c in ctx.candidates}
     for t in tests:
-        t["lr_sensitivity"] = _lr_sensitivity(ctx, records, by_name[t["name"]])
+        left_out = set(t.get("seeds_left_out", ()))  # as the test's own reading: realised time off plan
+        t["lr_sensitivity"] = _lr_sensitivity(ctx, records, by_name[t["name"]], left_out)
 
 
-def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str, Any] | None:
+def _lr_sensitivity(
+    ctx: Context, records: dict[str, list[dict]], c, left_out: set[int]
+) -> dict[str, Any] | None:
     """Returns ``lr_band.sensitivity`` of ``c``'s perplexity test (None when neither side's tune has a
-    band): the pairs' runs at a band LR are read from their folders (a missing one is left out)."""
+    band): the pairs' runs at a band LR are read from their folders (a missing one is left out), over
+    the seeds the test itself reads (``left_out``: those it leaves out)."""
     base = ctx.baseline
     bands = (band_lrs(ctx, base), band_lrs(ctx, c))
     if not any(bands):
@@ -188,7 +192,8 @@ def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str
         return _trained_ppl([trained_gate.mark(r, ctx.unigram_ppl) for r in done])
 
     def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
-        gains = _gains(ppl_at(base, base_lr), ppl_at(c, cand_lr))
+        kept = {s: p for s, p in ppl_at(c, cand_lr).items() if s not in left_out}
+        gains = _gains(ppl_at(base, base_lr), kept)
         return [g for g in gains if not math.isnan(g)]
 
     return lr_band.sensitivity(best, bands, diffs_at)

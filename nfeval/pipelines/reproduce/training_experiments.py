@@ -150,7 +150,8 @@ def equal_compute(
     ]
     for claim in claims:
         if claim["id"] in LR_BAND_CLAIMS:
-            claim["lr_sensitivity"] = final_ppl_sensitivity(ctx, *LR_BAND_CLAIMS[claim["id"]])
+            left_out = set(realised["excluded"]) if realised else set()  # as the claim's own reading
+            claim["lr_sensitivity"] = final_ppl_sensitivity(ctx, *LR_BAND_CLAIMS[claim["id"]], left_out)
     claims = [
         with_realised(c, realised) if realised and a == "wall_s" and c["verdict"] != NOT_READABLE else c
         for a, c in zip(per_axis, claims)
@@ -169,10 +170,14 @@ def equal_compute(
     }
 
 
-def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] | None:
+def final_ppl_sensitivity(
+    ctx: Context, base: str, cand: str, left_out: set[int] = frozenset()
+) -> dict[str, Any] | None:
     """Returns ``lr_band.sensitivity`` of the final-PPL gain of run ``cand`` over ``base`` (the equal-time
     reading under paired step budgets) across both tunes' bands, or None when neither has one; a seed
-    whose runs are not both finished and trained is left out of its pair."""
+    whose runs are not both finished and trained is left out of its pair, and so is every seed of
+    ``left_out`` (those the equal-time claim itself leaves out: realised time outside the plan), so the
+    best LRs' row reads the claim's own seeds."""
     bands = (band_lrs(ctx, base), band_lrs(ctx, cand))
     first = {k: finished(run_dir(ctx, k, ctx.seed_values[0])) for k in (base, cand)}
     if not any(bands) or None in first.values():
@@ -186,7 +191,7 @@ def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] 
 
     def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
         a, b = ppl_at(base, base_lr), ppl_at(cand, cand_lr)
-        return [log_ratio(a[s], b[s]) for s in sorted(b) if s in a]
+        return [log_ratio(a[s], b[s]) for s in sorted(b) if s in a and s not in left_out]
 
     record = lr_band.sensitivity(best, bands, diffs_at, margin=LOG_PPL_MARGIN)
     return {**record, "names": [RUNS[base].label, RUNS[cand].label]}
