@@ -6,8 +6,11 @@ tokenizer (``../shared/data/tokenizer/gpt2``), saved as an nfeval checkpoint and
 ``nfeval export-hf`` (a ``GPT2LMHeadModel`` directory), so both sides decode the same weights. The
 prompts are passages of CPython's documentation (as ``generate_vs_hf.py``), one per line. Both sides
 are greedy, stop at EOS, and run with ``OMP_NUM_THREADS`` threads; rounds are interleaved (each round
-runs both commands once, in alternating order) and each side's median wall time is kept. The
-completions of the two must be identical.
+runs both commands once, in alternating order) and each side's median wall time and median CPU time
+(user + system: what a machine loaded by other work disturbs least) are kept. The completions of the
+two must be identical. ``--emulate-avx2`` caps both sides' kernels at AVX2 (torch's own, oneDNN's,
+fbgemm's and MKL's), as on a CPU without AVX-512 (a Zen 3 EPYC), where nfeval's ``auto`` kernel rule
+then chooses as it does there.
 
     python benchmarks/generate_command_vs_hf.py [--layers 4 --d-model 256] [--settings 1x8 16x16]
     ... --results benchmarks/RESULTS.md   # replace this shape's block in the generation section
@@ -34,6 +37,13 @@ from nfeval.engine.model.model import Transformer
 from nfeval.engine.text.tokenization import gpt2_tokenizer
 
 HERE = Path(__file__).resolve().parent
+# each library's own cap on the instructions it runs, at AVX2: a CPU without AVX-512 (and without VNNI)
+AVX2_ONLY = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 
 
 def build(work: Path, layers: int, d_model: int, n_prompts: int) -> tuple[str, str, str]:
@@ -75,18 +85,24 @@ def completions(path: str) -> list[str]:
     return [r["completion"] for r in rows if r.get("kind", "generation") == "generation"]
 
 
-def run_interleaved(sides: dict, rounds: int, env: dict) -> dict[str, float]:
-    """Returns each side's median wall seconds over ``rounds`` interleaved runs (no warm-up: start-up
-    is part of what is measured; the first round also warms the file cache for both)."""
-    times: dict[str, list[float]] = {name: [] for name in sides}
+def cpu_seconds() -> float:
+    """Returns the user + system seconds of this process's finished children (0 on Windows)."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def run_interleaved(sides: dict, rounds: int, env: dict) -> dict[str, tuple[float, float]]:
+    """Returns each side's median (wall, CPU) seconds over ``rounds`` interleaved runs (no warm-up:
+    start-up is part of what is measured; the first round also warms the file cache for both)."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for r in range(rounds):
         for name in list(sides)[:: 1 if r % 2 == 0 else -1]:
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), cpu_seconds()
             done = subprocess.run(sides[name][0], env=env, capture_output=True, text=True)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append((time.perf_counter() - t0, cpu_seconds() - cpu0))
             if done.returncode:
                 sys.exit(f"{name} side failed: {' '.join(sides[name][0])}\n{done.stderr[-3000:]}")
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: tuple(statistics.median(x) for x in zip(*t)) for name, t in times.items()}
 
 
 def measure(work: Path, ckpt: str, hf_dir: str, all_prompts: str, setting: str, args, env: dict) -> str:
@@ -95,11 +111,13 @@ def measure(work: Path, ckpt: str, hf_dir: str, all_prompts: str, setting: str, 
     file = work / f"prompts{n}.txt"
     file.write_text("\n".join(Path(all_prompts).read_text().splitlines()[:n]) + "\n")
     sides = commands(ckpt, hf_dir, str(file), args.new_tokens, batch, work)
-    med = run_interleaved(sides, args.rounds, env)
+    (hf, hf_cpu), (ours, ours_cpu) = (run_interleaved(sides, args.rounds, env)[k] for k in ("hf", "nfeval"))
     got, want = completions(sides["nfeval"][1]), completions(sides["hf"][1])
     same = sum(a == b for a, b in zip(got, want))
-    ratio = med["hf"] / med["nfeval"]
-    return f"| {batch} | {n} | {med['hf']:.2f} | {med['nfeval']:.2f} | **{ratio:.2f}x** | {same}/{n} |"
+    return (
+        f"| {batch} | {n} | {hf:.2f} | {ours:.2f} | **{hf / ours:.2f}x** | {hf_cpu:.2f} | {ours_cpu:.2f} | "
+        f"**{hf_cpu / ours_cpu:.2f}x** | {same}/{n} |"
+    )
 
 
 def main() -> None:
@@ -112,6 +130,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--results", metavar="RESULTS.md", help="write the table into this file")
     parser.add_argument("--note", default="", help="a line above the table (e.g. the machine's state)")
+    parser.add_argument(
+        "--emulate-avx2", action="store_true", help="both sides' kernels capped at AVX2 (no AVX-512, no VNNI)"
+    )
     args = parser.parse_args()
     root = str(HERE.parent)
     env = {
@@ -119,14 +140,17 @@ def main() -> None:
         "OMP_NUM_THREADS": str(args.threads),
         "PYTHONPATH": root,
         "TOKENIZERS_PARALLELISM": "false",
+        **(AVX2_ONLY if args.emulate_avx2 else {}),
     }
+    isa = ", kernels capped at AVX2 (`--emulate-avx2`)" if args.emulate_avx2 else ""
     lines = [
         f"Whole commands, Pre-LN L={args.layers} d={args.d_model} (random weights, GPT-2 tokenizer), "
-        f"{args.new_tokens} new tokens per prompt (EOS on), {args.threads} thread(s); {args.rounds} "
-        "interleaved rounds, median wall time of the process.",
+        f"{args.new_tokens} new tokens per prompt (EOS on), {args.threads} thread(s){isa}; {args.rounds} "
+        "interleaved rounds, median wall and CPU (user + system) time of the process.",
         "",
-        "| batch | prompts | HF script s | `nfeval generate` s | nfeval / HF | identical completions |",
-        "|---:|---:|---:|---:|---:|---|",
+        "| batch | prompts | HF script s | `nfeval generate` s | nfeval / HF | HF CPU s | nfeval CPU s "
+        "| nfeval / HF, CPU | identical completions |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -16,7 +16,7 @@ def fingerprint_state_dict(state: dict[str, torch.Tensor]) -> str:
     for name in sorted(state):
         t = state[name].detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())  # the tensor's own buffer, not a copy
     return h.hexdigest()
 
 

@@ -13,6 +13,8 @@ from safetensors.torch import load_file, save_file
 from nfeval.base.fingerprint import fingerprint_model
 from nfeval.cli import main
 from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.model.config import preset
+from nfeval.engine.model.model import Transformer
 
 
 def test_save_load_identical_logits_and_fingerprint(tiny_clm_ckpt):
@@ -23,6 +25,22 @@ def test_save_load_identical_logits_and_fingerprint(tiny_clm_ckpt):
     assert ckpt.fingerprint == again.fingerprint == fingerprint_model(ckpt.model)
     assert ckpt.tokenizer is not None and ckpt.tokenizer.get_vocab_size() == ckpt.config.vocab_size
     assert ckpt.meta["compute"]["tokens"] == 1000
+
+
+def test_load_computes_what_the_saved_model_computes_and_draws_nothing(tmp_path, tiny_tokenizer):
+    """The weights go into the read skeleton (no random init) and the sinusoidal position table, which
+    no checkpoint stores, is computed again; the global RNG is left where it was."""
+    torch.manual_seed(0)
+    cfg = preset("prenorm-tiny", vocab_size=tiny_tokenizer.get_vocab_size(), max_seq_len=64)
+    model = Transformer(cfg).eval()
+    assert cfg.positions == "sinusoidal"
+    checkpoint.save(str(tmp_path), model, tiny_tokenizer)
+    rng = torch.get_rng_state()
+    loaded = checkpoint.load(str(tmp_path))
+    assert torch.equal(torch.get_rng_state(), rng)
+    idx = torch.randint(0, cfg.vocab_size, (2, 12))
+    assert torch.equal(loaded.model.sin_pos, model.sin_pos)
+    assert torch.equal(loaded.model(idx), model(idx))
 
 
 def test_fingerprint_changes_with_any_weight(tiny_clm_ckpt):

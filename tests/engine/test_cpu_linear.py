@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -173,7 +175,17 @@ def test_cpu_vendor_reads_this_machine():
         text = f.read()
     assert vendor and f"vendor_id\t: {vendor}\n" in text
     flags = next(line for line in text.splitlines() if line.startswith("flags")).split(":", 1)[1].split()
-    assert cpu_linear.cpu_has_avx512() == ("avx512f" in flags)
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("", "default"):  # not capped below the CPU's
+        assert cpu_linear.cpu_has_avx512() == {"avx512vl", "avx512bw", "avx512dq"}.issubset(flags)
+
+
+def test_aten_cpu_capability_avx2_chooses_as_a_cpu_without_avx512():
+    """Capping torch's kernels at AVX2 (how ``generate_command_vs_hf.py --emulate-avx2`` stands in for a
+    Zen 3) makes ``auto`` choose as on a CPU without AVX-512, whatever the machine."""
+    code = "from nfeval.engine.kernels import cpu_linear; print(cpu_linear.cpu_has_avx512())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_flop_counter_counts_the_kernel_as_a_matmul(kernel_calls):

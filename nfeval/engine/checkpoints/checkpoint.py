@@ -334,8 +334,13 @@ def materialize(
     output projections (once); the fingerprint stays that of the stored weights, so caches keyed by
     it are shared with the unfolded model."""
     if ckpt.state is not None:
-        ckpt.model = Transformer(ckpt.config)
-        ckpt.model.load_state_dict(ckpt.state)
+        # the skeleton takes copies in its own dtypes (the read tensors map the file): no random init for
+        # the weights to overwrite (0.1 s at 16M parameters), no ``to_empty`` (a meta tensor's
+        # ``empty_like`` runs a Python decomposition, 0.4 s)
+        dtypes = {name: t.dtype for name, t in ckpt.model.state_dict().items()}
+        state = {name: t.to(dtypes[name], copy=True) for name, t in ckpt.state.items()}
+        ckpt.model.load_state_dict(state, assign=True)
+        ckpt.model.init_buffers()
         ckpt.state = None
     if fold_head_scale:
         ckpt.model.fold_head_scale()

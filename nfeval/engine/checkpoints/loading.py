@@ -10,6 +10,7 @@ model directory is identified by the hashes of its files; transformers loads it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -44,9 +45,18 @@ class ModelIdentity:
     kind: str  # "nfeval" | "hf"
     path: str
     fingerprint: str
-    tokenizer_fingerprint: str  # "none": a checkpoint without a tokenizer
     summary: dict[str, Any] = field(default_factory=dict)
     loaded: checkpoint.Checkpoint | None = None  # nfeval formats: read, not yet built
+    tokenizer_files: list[str] = field(default_factory=list)  # a HF directory's non-weight files
+
+    @functools.cached_property
+    def tokenizer_fingerprint(self) -> str:
+        """The tokenizer's fingerprint ("none": a checkpoint without a tokenizer), computed when first read:
+        hashing a BPE's canonical JSON takes a quarter of a second, which generation does not need."""
+        if self.loaded is None:
+            return hash_files(self.tokenizer_files)
+        tokenizer = self.loaded.tokenizer
+        return "none" if tokenizer is None else fingerprint_tokenizer(tokenizer)
 
 
 def identify(
@@ -77,7 +87,6 @@ def identify(
         kind="nfeval",
         path=os.path.abspath(ckpt.path),
         fingerprint=ckpt.fingerprint,
-        tokenizer_fingerprint="none" if ckpt.tokenizer is None else fingerprint_tokenizer(ckpt.tokenizer),
         summary=checkpoint.summary(ckpt),
         loaded=ckpt,
     )
@@ -116,8 +125,8 @@ def _identify_hf(path: str) -> ModelIdentity:
         kind="hf",
         path=os.path.abspath(path),
         fingerprint=hash_files(weights + [os.path.join(path, "config.json")]),
-        tokenizer_fingerprint=hash_files([f for f in files if not f.endswith(HF_WEIGHT_SUFFIXES)]),
         summary=hf_summary(path, cfg, weights),
+        tokenizer_files=[f for f in files if not f.endswith(HF_WEIGHT_SUFFIXES)],
     )
 
 

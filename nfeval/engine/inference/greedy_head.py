@@ -49,20 +49,28 @@ class GreedyHead:
     def __init__(self, weight: torch.Tensor):
         w = weight.detach()
         vocab, padded = len(w), -(-len(w) // BLOCK) * BLOCK
-        scale = F.pad((w.abs().amax(1) / 127).clamp(min=1e-12), (0, padded - vocab), value=1.0).double()
+        row_max, row_l1 = torch.empty(vocab), torch.empty(vocab)
+        for rows in _row_chunks(vocab):
+            magnitude = w[rows].abs()
+            torch.amax(magnitude, 1, out=row_max[rows])
+            torch.sum(magnitude, 1, out=row_l1[rows])
+        scale = (row_max / 127).clamp(min=1e-12)
         bias = torch.zeros(padded)
         bias[vocab:] = -1e30  # the padding tokens never pass the screen
         with warnings.catch_warnings():  # torch marks its quantized tensors deprecated; the kernels stay
             warnings.simplefilter("ignore")
             quantized = torch.quantize_per_channel(
-                F.pad(w, (0, 0, 0, padded - vocab)), scale, torch.zeros(padded, dtype=torch.long), 0,
-                torch.qint8,
+                F.pad(w, (0, 0, 0, padded - vocab)), F.pad(scale, (0, padded - vocab), value=1.0).double(),
+                torch.zeros(padded, dtype=torch.long), 0, torch.qint8,
             )  # fmt: skip
             self.packed = torch.ops.quantized.linear_prepack(quantized, bias)
+        integers = quantized.int_repr()[:vocab]
+        row_error = torch.empty(vocab)
+        for rows in _row_chunks(vocab):
+            torch.linalg.vector_norm(w[rows] - integers[rows] * scale[rows, None], dim=1, out=row_error[rows])
         self.weight = w
         # fp32 sums of d terms: relative error far below the bound's ROUNDING_SLACK, which covers it
-        self.max_l1 = float(w.abs().sum(1).max())
-        self.max_error = float((w - quantized.dequantize()[:vocab]).norm(dim=1).max())
+        self.max_l1, self.max_error = float(row_l1.max()), float(row_error.max())
         self.sqrt_d = math.sqrt(w.shape[1])
 
     def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,6 +92,8 @@ class GreedyHead:
         if not bool(torch.isfinite(hidden).all()):  # the quantizer needs a finite range
             return self.full_argmax(hidden)
         blocks, threshold = self.screen(hidden)
+        if len(hidden) == 1:
+            return self.one_row(hidden, blocks.view(-1), threshold)
         block_rows, block_ids = (blocks.amax(2) >= threshold[:, None]).nonzero(as_tuple=True)
         if not len(block_rows):  # no block reaches the threshold: the screened logits are not finite
             return self.full_argmax(hidden)
@@ -104,9 +114,28 @@ class GreedyHead:
             return self.full_argmax(hidden)
         return first
 
+    def one_row(self, hidden: torch.Tensor, screened: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+        """Returns ``__call__``'s token (1,) for one hidden state (1, d) from its screened logits: a
+        decoding step at batch 1 in a third of the operations (the candidates come in token order, so
+        argmax's first maximum is the lowest token among equal logits, as over the whole vocabulary)."""
+        tokens = (screened >= threshold).nonzero()[:, 0]
+        if not 0 < len(tokens) <= MAX_TOKEN_FRACTION * len(screened):
+            return self.full_argmax(hidden)
+        exact = linear(hidden, self.weight.index_select(0, tokens))
+        if bool(exact.isnan().any()):  # overflowed logits: no order to pick from
+            return self.full_argmax(hidden)
+        return tokens.index_select(0, exact.argmax(-1))
+
     def full_argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         """Returns the argmax of the full fp32 logits: where the screen would not pay off, or cannot run."""
         return linear(hidden, self.weight).argmax(-1)
+
+
+def _row_chunks(rows: int, chunk: int = 4096) -> list[slice]:
+    """Returns slices of ``chunk`` rows: the build's per-row statistics go a chunk at a time, since
+    temporaries of the whole weight (51 MB for GPT-2's vocabulary) cost more in fresh pages than in
+    arithmetic (the build took 0.24 s with them, 0.15 s without)."""
+    return [slice(start, start + chunk) for start in range(0, rows, chunk)]
 
 
 _HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

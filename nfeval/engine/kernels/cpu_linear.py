@@ -87,8 +87,10 @@ def cpu_vendor() -> str:
 
 
 def cpu_has_avx512() -> bool:
-    """Returns whether the CPU has AVX-512 (``avx512f`` in /proc/cpuinfo's flags); False where unknown."""
-    return "avx512f" in (_cpuinfo("flags") or "").split()
+    """Returns whether torch's CPU kernels run AVX-512 code here: the CPU's instruction set as torch
+    detects it on any OS, capped by ``ATEN_CPU_CAPABILITY`` (``avx2`` makes an AVX-512 CPU choose as a
+    Zen 3 does: ``benchmarks/generate_command_vs_hf.py --emulate-avx2``)."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 def onednn_available() -> bool:
@@ -165,20 +167,21 @@ def takes_onednn(
     fp32 = torch.float32
     floor = MIN_PACKED_MACS if packed else MIN_MACS
     rows = x.numel() // max(1, x.shape[-1]) if x.dim() else 0
+    # the size and this machine's rule first: they decide most calls (a decoding step's) in a few µs
     return (
-        not torch.compiler.is_compiling()  # inductor lowers F.linear itself (it cannot lower this kernel)
+        rows * weight.numel() >= floor
+        and _serves(rows, packed)
+        and not torch.compiler.is_compiling()  # inductor lowers F.linear itself (it cannot lower this kernel)
         and x.device.type == "cpu"
         and x.dtype == fp32
         and weight.dtype == fp32
         and weight.dim() == 2
         and x.dim() >= 2
         and (bias is None or (bias.dtype == fp32 and _plain(bias)))
-        and rows * weight.numel() >= floor
         and weight.is_contiguous()
         and not torch.is_autocast_enabled("cpu")
         and _plain(x)
         and _plain(weight)
-        and _serves(rows, packed)
     )
 
 

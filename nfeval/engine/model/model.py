@@ -316,10 +316,7 @@ class Transformer(nn.Module):
             self.pos_emb = embedding(cfg.max_seq_len, d, skeleton)
         else:
             self.pos_emb = None
-            # fairseq numbers positions from padding_idx + 1.
-            n = cfg.max_seq_len + cfg.pad_token_id + 1
-            table = torch.empty(n, d) if skeleton else sinusoidal_table(n, d, cfg.pad_token_id)
-            self.register_buffer("sin_pos", table[cfg.pad_token_id + 1 :].clone(), persistent=False)
+            self.register_buffer("sin_pos", torch.empty(cfg.max_seq_len, d), persistent=False)
         self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
         self.emb_norm = make_norm(cfg, d) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
@@ -330,7 +327,17 @@ class Transformer(nn.Module):
             self.mlm_norm = make_norm(cfg, d)
             self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         if not skeleton:
+            self.init_buffers()
             init_weights(self)
+
+    def init_buffers(self) -> None:
+        """Computes the buffers no checkpoint stores (the sinusoidal position table), on the default
+        device: at construction, and in a meta-device skeleton once a checkpoint's weights are in it."""
+        if self.pos_emb is None:
+            cfg = self.cfg
+            # fairseq numbers positions from padding_idx + 1.
+            n = cfg.max_seq_len + cfg.pad_token_id + 1
+            self.sin_pos = sinusoidal_table(n, cfg.d_model, cfg.pad_token_id)[cfg.pad_token_id + 1 :].clone()
 
     def num_params(self, include_positions: bool = True) -> int:
         """Returns the parameter count (tied weights counted once)."""

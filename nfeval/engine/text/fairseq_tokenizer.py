@@ -104,6 +104,10 @@ class FairseqTokenizer:
         """Returns the dict.txt symbol at ``token_id`` (None past the end)."""
         return self.symbols[token_id] if 0 <= token_id < len(self.symbols) else None
 
+    def token_to_id(self, token: str) -> int | None:
+        """Returns the index of dict.txt symbol ``token`` (None if it has none)."""
+        return self.indices.get(token)
+
     def get_vocab(self, with_added_tokens: bool = True) -> dict[str, int]:
         """Returns symbol → index."""
         return dict(self.indices)

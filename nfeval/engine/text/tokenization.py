@@ -92,10 +92,9 @@ def load_tokenizer(path: str) -> Tokenizer:
 
 def special_ids(tok: Tokenizer) -> SpecialIds:
     """Returns BOS/EOS/PAD/MASK ids of a fairseq-style or GPT-2-style tokenizer."""
-    vocab = tok.get_vocab(with_added_tokens=True)
 
-    def first(*names: str) -> int | None:
-        return next((vocab[n] for n in names if n in vocab), None)
+    def first(*names: str) -> int | None:  # token_to_id, not get_vocab: no 50k-entry dict built
+        return next((i for i in map(tok.token_to_id, names) if i is not None), None)
 
     bos, eos, pad = first("<s>", GPT2_EOT), first("</s>", GPT2_EOT), first("<pad>")
     if bos is None or eos is None or pad is None:
