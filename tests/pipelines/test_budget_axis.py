@@ -203,7 +203,9 @@ def test_a_budget_committed_mid_run_trains_only_the_runs_without_a_record(axis, 
     run_reproduce(ReproduceConfig(**{**vars(cfg), "out": str(fresh)}))
 
     assert trained == [str(victim)] and tuned == []
-    assert json.load(open(str(victim) + ".json"))["val_ppl"] == committed["val_ppl"]
+    # the same run trained again: the same PPL up to float reassociation (a loaded machine's thread
+    # timing; 2.4e-7 relative seen in a full suite run)
+    assert json.load(open(str(victim) + ".json"))["val_ppl"] == pytest.approx(committed["val_ppl"], rel=1e-5)
     report = json.load(open(fresh / "report.json"))
     assert report["token_budgets"] == [128, 512] and len(report["budgets"]) == 2
 
