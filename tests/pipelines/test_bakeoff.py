@@ -151,7 +151,10 @@ def test_smoke_bakeoff_report(smoke):
         s = t["lr_sensitivity"]
         if s is None:
             continue
-        assert len(s["rows"]) >= 1 and s["sensitive"] == (len({r["verdict"] for r in s["rows"]}) > 1)
+        if not s["rows"]:  # the re-reads read the test's own seeds: none when a loaded machine left all out
+            assert t.get("seeds_left_out") and not s["sensitive"]
+            continue
+        assert s["sensitive"] == (len({r["verdict"] for r in s["rows"]}) > 1)
         assert (t["verdict"] == "LR-sensitive") == s["sensitive"]
     # the scale, the one recipe and each architecture's gradient ratio by depth
     assert header["recipe"]["init"] == "fairseq" and header["facts"]["layers"] == 2
