@@ -10,12 +10,14 @@ model from what ``identify`` read, so a cache miss does not read the weights aga
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from ..base.errors import ConfigError, DataError
+from ..base.errors import CheckpointError, ConfigError, DataError, UserError
 from ..engine.checkpoints import checkpoint
 from ..engine.checkpoints.loading import ModelIdentity, identify
 from ..engine.inference.backend import Backend, nfeval_backend
@@ -64,12 +66,37 @@ def _hf_backend(path: str, device: torch.device, dtype: torch.dtype, max_length:
             return backend
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
+    with _loaded_by_transformers(path, "model"):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    with _loaded_by_transformers(path, "tokenizer"):
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+    return HFBackend(model, tokenizer, device, max_length)
+
+
+@contextlib.contextmanager
+def _loaded_by_transformers(path: str, what: str) -> Iterator[None]:
+    """Within the block, transformers' failure to load ``what`` from the folder ``path`` (a config of
+    another model type or with mistyped fields, damaged weights or tokenizer files, a tokenizer that
+    needs a library not installed) is a one-line CheckpointError naming the folder, never a traceback
+    (``NFEVAL_TRACEBACK=1`` shows the cause); a pickle of more than tensors is refused as such."""
+    try:
+        yield
+    except UserError:
+        raise
     except pickle.UnpicklingError as e:  # transformers reads .bin weights with weights_only=True
         raise DataError(
             f"{path}: its weights file is a pickle holding Python objects besides tensors, which could run "
             f"code when loaded ({str(e).splitlines()[0][:120]}); refused: no flag loads it, convert the "
             "weights to safetensors where you trust the file"
         ) from None
-    return HFBackend(model, tokenizer or AutoTokenizer.from_pretrained(path), device, max_length)
+    except Exception as e:  # the block is transformers' loader alone: what fails there is the folder's
+        raise _unloadable(path, what, e) from e
+
+
+def _unloadable(path: str, what: str, error: BaseException) -> CheckpointError:
+    """Returns the one-line error of a Hugging Face folder whose ``what`` transformers cannot load."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    return CheckpointError(
+        f"{path}: transformers cannot load its {what} ({type(error).__name__}: {first[:200]}); expected a "
+        "Hugging Face causal-LM folder it reads"
+    )

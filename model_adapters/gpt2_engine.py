@@ -15,13 +15,13 @@ import os
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer
 
 from ..base.jsonio import load_json
 from ..engine.checkpoints import checkpoint
 from ..engine.inference.backend import NFEvalBackend
 from ..engine.interop import hf_gpt2
 from ..engine.kernels import cpu_linear
+from ..engine.text.tokenization import load_tokenizer
 
 # tokenizer classes whose transformers tokenizer runs tokenizer.json as it is, and the special tokens
 # each class gives a config that names none (GPT2Tokenizer's defaults)
@@ -79,7 +79,7 @@ def gpt2_engine_backend(
     ckpt, _ = hf_gpt2.read_dir(path)
     if ckpt is None:
         return None
-    tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+    tok = load_tokenizer(os.path.join(path, "tokenizer.json"))  # a damaged one: a one-line DataError
     ids = {k: None if v is None else tok.token_to_id(v) for k, v in special.items()}
     if ids["eos_token"] is None or any(ids[k] is None for k, v in special.items() if v is not None):
         return None

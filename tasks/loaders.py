@@ -18,10 +18,11 @@ Bad records raise ``DataError`` naming the file, the line and the field.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import datasets
@@ -93,6 +94,16 @@ def strings(obj: dict, name: str, n: int, where: str) -> list[str]:
     return value
 
 
+@contextlib.contextmanager
+def _utf8(path: str) -> Iterator[None]:
+    """Within the block, text of ``path`` that is not UTF-8 is a DataError naming the file and the byte
+    (``read_jsonl`` says the same of the JSONL files)."""
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start})") from None
+
+
 def first_existing(root: str, *candidates: str) -> str | None:
     """Returns the first of ``candidates`` (relative to ``root``) that is a file, or None."""
     return next((os.path.join(root, c) for c in candidates if os.path.isfile(os.path.join(root, c))), None)
@@ -141,7 +152,7 @@ def piqa_rows(root: str) -> dict[str, list[dict]]:
             first_existing(root, f"{sub}/valid-labels.lst"),
         )
         if data and labels:
-            with open(labels, encoding="utf-8") as f:
+            with _utf8(labels), open(labels, encoding="utf-8") as f:
                 lines = [(n, s.strip()) for n, s in enumerate(f, 1) if s.strip()]
             objs = read_records(data)
             if len(lines) != len(objs):
@@ -285,15 +296,20 @@ def _storycloze(obj: dict, where: str) -> dict:
 
 def read_storycloze_csv(path: str) -> list[dict]:
     """Returns rows of an official StoryCloze CSV in the HF schema."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with _utf8(path), open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.DictReader(f)
-        absent = [c for c in CSV_COLUMNS.values() if c not in (reader.fieldnames or [])]
-        if absent:
-            raise DataError(f"{path}:1: missing column {absent[0]!r} (expected {list(CSV_COLUMNS.values())})")
-        return [
-            _storycloze({hf: rec[col] for hf, col in CSV_COLUMNS.items()}, f"{path}:{lineno}")
-            for lineno, rec in enumerate(reader, 2)
-        ]
+        try:
+            absent = [c for c in CSV_COLUMNS.values() if c not in (reader.fieldnames or [])]
+            if absent:
+                raise DataError(
+                    f"{path}:1: missing column {absent[0]!r} (expected {list(CSV_COLUMNS.values())})"
+                )
+            return [
+                _storycloze({hf: rec[col] for hf, col in CSV_COLUMNS.items()}, f"{path}:{lineno}")
+                for lineno, rec in enumerate(reader, 2)
+            ]
+        except csv.Error as e:  # a field past the csv module's limit; line_num counts the lines read before
+            raise DataError(f"{path}:{reader.line_num + 1}: not a StoryCloze CSV row ({e})") from None
 
 
 # DIR is a folder of the user's: the one given may be the slices shipped inside the installed package

@@ -152,6 +152,7 @@ def entry_path(key: str) -> str:
 def write_requests(key: str, split: str, original: int, docs: list[dict], instances: list) -> None:
     """Writes one task's processed eval documents and requests under ``key`` (JSON, with a digest)."""
     from ..base.artifacts import atomic_write_json
+    from ..base.errors import OutputError
 
     payload = {
         "split": split,
@@ -163,7 +164,8 @@ def write_requests(key: str, split: str, original: int, docs: list[dict], instan
         payload = json.loads(json.dumps(payload))  # what a reader gets back, digested as read
     except (TypeError, ValueError):  # documents JSON cannot hold: built afresh every run
         return
-    atomic_write_json(entry_path(key), {"key": key, "digest": sha256_json(payload), "payload": payload})
+    with contextlib.suppress(OutputError):  # a cache that cannot be written (a read-only home) keeps nothing
+        atomic_write_json(entry_path(key), {"key": key, "digest": sha256_json(payload), "payload": payload})
 
 
 def read_requests(key: str, log: Callable[[str], None]) -> dict[str, Any] | None:

@@ -8,13 +8,15 @@ given ``tolerate_torn_last_line=True`` drops with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
-from .errors import DataError, MissingDataError
+from .errors import DataError, MissingDataError, UserError
 
 
 def load_json(path: str, hint: str = "") -> Any:
@@ -35,11 +37,32 @@ def load_json(path: str, hint: str = "") -> Any:
         ) from None
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text (byte {e.start}){suffix}") from None
+    except (ValueError, RecursionError) as e:  # json's limits: nesting depth, digits of an integer
+        raise DataError(f"{path}: {_beyond_limits(e)}{suffix}") from None
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror}){suffix}") from None
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}{suffix}")
     return data
+
+
+@contextlib.contextmanager
+def reading(path: str, expected: str) -> Iterator[None]:
+    """Within the block, which reads what ``load_json(path)`` returned (a report, a record, settings that
+    nfeval wrote and a person may have edited), a key it lacks or a value of another shape than the
+    reader takes (KeyError, IndexError, TypeError, AttributeError, ValueError) is a one-line DataError
+    naming ``path`` and ``expected`` (what the file should be), not a traceback; the cause is chained,
+    so ``NFEVAL_TRACEBACK=1`` shows where it was read. Keep only the reading in the block: any exception
+    of those kinds raised in it is said to be the file's."""
+    try:
+        yield
+    except UserError:
+        raise
+    except KeyError as e:
+        raise DataError(f"{path}: key {e.args[0]!r} is missing; expected {expected}") from e
+    except (IndexError, TypeError, AttributeError, ValueError) as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+        raise DataError(f"{path}: a value is not of the shape read ({why}); expected {expected}") from e
 
 
 def read_jsonl(
@@ -56,6 +79,8 @@ def read_jsonl(
             lines = f.read().split("\n")
     except FileNotFoundError:
         raise MissingDataError(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start})") from None
     last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
     records, warnings = [], []
     for lineno, line in enumerate(lines, 1):
@@ -68,10 +93,22 @@ def read_jsonl(
                 warnings.append(f"{path}:{lineno}: ignored an unfinished last line")
                 continue
             raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        except (ValueError, RecursionError) as e:  # json's limits: nesting depth, digits of an integer
+            raise DataError(f"{path}:{lineno}: {_beyond_limits(e)}") from None
         if objects_only and not isinstance(value, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(value).__name__}")
         records.append((lineno, value))
     return records, warnings
+
+
+def _beyond_limits(error: ValueError | RecursionError) -> str:
+    """Returns what a JSON text beyond the parser's limits is, said as the reader's expectation (a
+    RecursionError: nested deeper than Python's stack; a ValueError: an integer of more digits than
+    ``sys.get_int_max_str_digits``)."""
+    expected = "expected the file nfeval or lm-eval writes"
+    if isinstance(error, RecursionError):
+        return f"JSON nested too deeply to read; {expected}"
+    return f"JSON beyond what can be read ({str(error).split(';')[0]}); {expected}"
 
 
 def append_jsonl(path: str, record: Any) -> None:

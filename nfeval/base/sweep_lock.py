@@ -8,7 +8,8 @@ the writer's lifetime with ``folder_lock``, and a second process refuses at once
 A thread that holds a folder's lock (a sweep point's, say) enters ``folder_lock`` on that folder again
 freely: a point's training run is the point's own writer. An output file with one writer (a zero-shot
 results file and its sidecar) is held with ``file_lock``: its lock file, ``.NAME.lock`` beside it, is
-removed when the writer ends.
+removed when the writer ends. A folder that several processes write into in turn (lm-eval's output
+layout) is taken with ``turn_lock``, which waits for the holder instead of refusing.
 """
 
 from __future__ import annotations
@@ -124,6 +125,15 @@ def folder_lock(directory: str) -> Iterator[None]:
             if created and os.path.isdir(directory) and os.listdir(directory) == [LOCK]:  # while held
                 os.unlink(os.path.join(directory, LOCK))
                 os.rmdir(directory)
+
+
+@contextlib.contextmanager
+def turn_lock(directory: str) -> Iterator[None]:
+    """Holds ``directory``'s lock (its ``.lock`` file, removed at the end) while the block runs, waiting
+    its turn while another process holds it: for the short writes several processes make into one
+    folder in turn (lm-eval's output layout), each of which may tidy what a killed one left there."""
+    with _lock_file(os.path.join(directory, LOCK), wait=True, remove=True):
+        yield
 
 
 def file_lock_path(path: str) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..base.errors import ConfigError, DataError
 from ..base.escape import markdown_row, markdown_text
-from ..base.jsonio import load_json
+from ..base.jsonio import load_json, reading
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
 from ..glue.points import lr_key, point_dir
@@ -52,11 +52,17 @@ def zeroshot_items_by_task(path: str) -> dict[str, dict[str, Any]]:
     """Returns {canonical task: {"name", "record", "results"}} of a zero-shot results file and its per-item
     outcomes (``_items``), checking that the per-item means are the reported scores."""
     data = load_json(path)
+    reported = data.get("results")
+    bad = [n for n, v in reported.items() if not isinstance(v, dict)] if isinstance(reported, dict) else []
+    if not isinstance(reported, dict) or bad:
+        key, value = (f"results.{bad[0]}", reported[bad[0]]) if bad else ("results", reported)
+        raise DataError(f"{path}: key {key!r} is {value!r}; expected lm-eval's per-task results"[:300])
     items = _items(path, data)
-    aliases = (data.get("nfeval") or {}).get("tasks") or {}
+    aliases = _dig(data, "nfeval", "tasks")
+    aliases = aliases if isinstance(aliases, dict) else {}
     out = {}
     for name, record in items.items():
-        results = data.get("results", {}).get(name, {})
+        results = reported.get(name, {})
         for key, metric in record["metrics"].items():
             if key in results:
                 _check_reproduces(
@@ -75,16 +81,23 @@ def _items(path: str, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return lm_eval_layout.read_items(path, data)
     items = zeroshot_items.read_sidecar(path)
     side = load_json(sidecar)
-    fingerprint = (data.get("nfeval") or {}).get("model", {}).get("fingerprint")
-    if side.get("nfeval", {}).get("model", {}).get("fingerprint") != fingerprint:
+    fingerprint = _dig(data, "nfeval", "model", "fingerprint")
+    if _dig(side, "nfeval", "model", "fingerprint") != fingerprint:
         raise DataError(f"{sidecar}: written for another model than {path}")
-    sha = side.get("nfeval", {}).get("results_sha256")  # absent in sidecars written before it was kept
+    sha = _dig(side, "nfeval", "results_sha256")  # absent in sidecars written before it was kept
     if sha is not None and sha != zeroshot_items.file_sha256(path):
         raise DataError(
             f"{sidecar}: written with another run's results than {path} "
             "(rerun nfeval zeroshot to rewrite both)"
         )
     return items
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    """Returns ``data[k0][k1]…``, or None where a level is missing or not an object."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
 
 
 def check_same_items(task: str, a: dict, b: dict, path_a: str, path_b: str) -> None:
@@ -142,11 +155,13 @@ def glue_predictions_by_task(path: str) -> dict[str, dict[str, Any]]:
     summary = load_json(path)
     out_dir = os.path.dirname(os.path.abspath(path))
     out = {}
-    for task, entry in (summary.get("tasks") or {}).items():
-        lr = entry["best_lr"]
-        if lr is None:  # every learning rate diverged: nothing to pair
-            continue
-        seeds = entry["per_lr"][lr_key(lr)].get("seeds", 1)
+    with reading(path, "the GLUE summary that nfeval glue writes"):
+        best = {
+            task: (entry["best_lr"], int(entry["per_lr"][lr_key(entry["best_lr"])].get("seeds", 1)), entry)
+            for task, entry in (summary.get("tasks") or {}).items()
+            if entry["best_lr"] is not None  # every learning rate diverged: nothing to pair
+        }
+    for task, (lr, seeds, entry) in best.items():
         preds: dict[str, list] = {}
         labels, data = {}, None
         for seed in range(seeds):
@@ -199,9 +214,17 @@ def compare_glue(path: str, base: str, metrics: dict[str, str] | None = None, **
     return rows
 
 
+def _kind(path: str) -> str:
+    """Returns "zeroshot" or "glue": which results file ``path`` is; a DataError naming it when neither."""
+    data = load_json(path)
+    if "results" not in data and "tasks" not in data:
+        raise DataError(f"{path}: key 'results' (zero-shot results) or 'tasks' (GLUE summary) is missing")
+    return "zeroshot" if "results" in data else "glue"
+
+
 def compare_files(path: str, base: str, metrics: dict[str, str] | None = None, **options) -> list[dict]:
     """Returns the paired rows of two results files of one kind (zero-shot results or GLUE summaries)."""
-    kinds = ["zeroshot" if "results" in load_json(p) else "glue" for p in (path, base)]
+    kinds = [_kind(p) for p in (path, base)]
     if kinds[0] != kinds[1]:
         raise UnpairedError(f"{path} holds {kinds[0]} results, {base} {kinds[1]} results; nothing to pair")
     fn = compare_zeroshot if kinds[0] == "zeroshot" else compare_glue

@@ -3,6 +3,7 @@ per-task entries under ``cache_dir("zeroshot")``, read back and written atomical
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -10,7 +11,7 @@ import os
 from typing import Any
 
 from ..base.artifacts import atomic_write_json, cache_dir
-from ..base.errors import DataError
+from ..base.errors import DataError, OutputError
 from ..base.jsonio import load_json, sha256_json
 from ..engine.model.dtypes import long_name, torch_dtype
 from ..model_adapters.config import ScoringConfig
@@ -142,9 +143,11 @@ def entry_path(key: str) -> str:
 
 def write_entry(key: str, entry: dict[str, Any], item_record: Any, samples: list | None = None) -> None:
     """Writes one task's cached results, its item records and, when given, its logged samples (those
-    first: an entry implies its items)."""
+    first: an entry implies its items). A cache that cannot be written (a read-only home, a full disk)
+    keeps nothing: the cache only saves time, so the scoring goes on."""
     path = entry_path(key)
-    if samples is not None:
-        atomic_write_json(samples_path(path), {"samples": samples})
-    atomic_write_json(zeroshot_items.cache_path(path), item_record)
-    atomic_write_json(path, entry)
+    with contextlib.suppress(OutputError):
+        if samples is not None:
+            atomic_write_json(samples_path(path), {"samples": samples})
+        atomic_write_json(zeroshot_items.cache_path(path), item_record)
+        atomic_write_json(path, entry)

@@ -18,7 +18,6 @@ for ``F.json``) and beside each task's cache entry, so a cached rerun writes the
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -201,12 +200,8 @@ def read_sidecar(results_path: str) -> dict[str, Any]:
         raise MissingDataError(
             f"{path}: no per-item outcomes beside {results_path}; rerun `nfeval zeroshot` to write them"
         )
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
-    tasks = data.get("tasks") if isinstance(data, dict) else None
+    data = load_json(path)
+    tasks = data.get("tasks")
     if not isinstance(tasks, dict):
         raise DataError(f"{path}: key 'tasks' is missing; expected {{task: per-item record}}")
     for name, record in tasks.items():

@@ -15,31 +15,85 @@ import copy
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from ..base import sweep_lock
 from ..base.errors import DataError, MissingDataError, OutputError
 from ..base.jsonio import read_jsonl
 from . import items as zeroshot_items
 
 TRACKER_LOGGER = "lm_eval.loggers.evaluation_tracker"
+STAGING = ".tmp-lm-eval-"  # the prefix of a writer's staging folder inside the output folder
+DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(\.\d+)?")  # lm-eval's date_id in its file names
 
 
 def write(output_path: str, results: dict[str, Any], samples: dict[str, list] | None, started: float) -> str:
     """Writes ``results`` (with its ``nfeval`` block) and, when given, ``samples`` ({task: lm-eval's logged
     samples, JSON-safe}) where ``lm_eval --output_path output_path`` writes them; returns the results
-    file's path. The run's time counts from ``started`` (a ``time.perf_counter()`` value)."""
-    from lm_eval.loggers import EvaluationTracker
+    file's path. The run's time counts from ``started`` (a ``time.perf_counter()`` value).
 
+    Writers into one folder take turns (``sweep_lock.turn_lock``), and each first clears what a killed
+    one left (``_clear_leftovers``); a write that fails leaves nothing, not even a folder it made."""
     as_file = output_path.endswith(".json")  # lm-eval's other form: F_<date>.json, samples beside it
     base = os.path.dirname(os.path.abspath(output_path)) if as_file else os.path.abspath(output_path)
+    made = _missing_folders(base)
     try:
         os.makedirs(base, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".tmp-lm-eval-", dir=base)
+        with sweep_lock.turn_lock(base):
+            return _write_staged(output_path, as_file, base, results, samples, started)
     except OSError as e:
+        if isinstance(e, OutputError):
+            raise
         raise OutputError(f"--output_path {output_path}: cannot write ({e.strerror or e})") from None
+    finally:
+        for folder in made:  # deepest first: those a failed write leaves empty
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+
+def _missing_folders(path: str) -> list[str]:
+    """Returns ``path`` and its ancestors that do not exist yet, deepest first."""
+    made = []
+    while path and not os.path.exists(path) and os.path.dirname(path) != path:
+        made.append(path)
+        path = os.path.dirname(path)
+    return made
+
+
+def _clear_leftovers(base: str, staging: str, folder: str) -> None:
+    """Removes what a writer killed in ``base`` left (called under ``base``'s turn lock, so no other live
+    writer is mid-write there): its staging folder (any in ``base`` but this writer's ``staging``), and in
+    ``folder`` (where this write's files go) the samples files it had moved whose results file it had
+    not (samples go first), which lm-eval's readers, taking each task's newest samples file, would pair
+    with an older run's results."""
+    from lm_eval.utils import get_file_datetime, get_sample_results_filenames
+
+    for name in os.listdir(base):
+        path = os.path.join(base, name)
+        if name.startswith(STAGING) and os.path.isdir(path) and not os.path.samefile(path, staging):
+            shutil.rmtree(path, ignore_errors=True)
+    if not os.path.isdir(folder):
+        return
+    names = [n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))]
+    dates = {get_file_datetime(n).removesuffix(".json") for n in names if n.endswith(".json")}
+    for name in _by_name(get_sample_results_filenames, names):
+        date = get_file_datetime(name)
+        if name.endswith(".jsonl") and DATE.fullmatch(date) and date not in dates:
+            os.remove(os.path.join(folder, name))
+
+
+def _write_staged(
+    output_path: str, as_file: bool, base: str, results: dict[str, Any], samples: dict | None, started: float
+) -> str:
+    """``write``'s work under the turn lock: lm-eval's tracker writes into a staging folder, every line is
+    checked to have arrived, and the files are renamed into place, samples first."""
+    from lm_eval.loggers import EvaluationTracker
+
+    staging = tempfile.mkdtemp(prefix=STAGING, dir=base)
     try:
         tracker = EvaluationTracker(
             output_path=os.path.join(staging, os.path.basename(output_path)) if as_file else staging
@@ -47,6 +101,7 @@ def write(output_path: str, results: dict[str, Any], samples: dict[str, list] | 
         run = tracker.general_config_tracker
         run.log_experiment_args("nfeval", results["config"]["model_args"], None, None, False)
         run.start_time = started
+        _clear_leftovers(base, staging, base if as_file else os.path.join(base, run.model_name_sanitized))
         with _failures_logged() as failures:
             tracker.save_results_aggregated(results=dict(results), samples=samples)
             for task in results["configs"] if samples else ():
@@ -175,23 +230,24 @@ def read_items(results_path: str, data: dict[str, Any]) -> dict[str, dict[str, A
     results file ``results_path`` (parsed: ``data``) from its samples files; MissingDataError when a task
     has none, DataError when one holds other documents than the results count."""
     found, out = samples_files(results_path), {}
-    for task, results in (data.get("results") or {}).items():
-        if task not in (data.get("configs") or {}):  # a group's aggregate: its tasks have the samples
+    configs, counts = (_object(data, key, results_path) for key in ("configs", "n-samples"))
+    for task, results in _object(data, "results", results_path).items():
+        if task not in configs:  # a group's aggregate: its tasks have the samples
             continue
         if task not in found:
             raise MissingDataError(
                 f"{results_path}: no samples_{task}_<date>.jsonl of the same run beside it; rerun with "
                 "--output_path DIR --log_samples to write them"
             )
+        if not isinstance(results, dict):
+            raise DataError(
+                f"{results_path}: key 'results.{task}' is {results!r}; expected an object of metrics"
+            )
         lines = [line for _, line in read_jsonl(found[task], objects_only=True)[0]]
         for i, line in enumerate(lines, 1):
-            missing = [k for k in ("doc_id", "doc_hash", "filter", "metrics") if k not in line]
-            if missing:
-                raise DataError(
-                    f"{found[task]}:{i}: key {missing[0]!r} is missing; expected lm-eval's sample"
-                )
+            _check_sample(line, f"{found[task]}:{i}")
         record = zeroshot_items.from_samples(None, lines, results)
-        effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
+        effective = counts.get(task).get("effective") if isinstance(counts.get(task), dict) else None
         if effective is not None and len(record["doc_id"]) != effective:
             raise DataError(
                 f"{found[task]}: {len(record['doc_id'])} documents, but {results_path} reports "
@@ -199,6 +255,36 @@ def read_items(results_path: str, data: dict[str, Any]) -> dict[str, dict[str, A
             )
         out[task] = record
     return out
+
+
+def _object(data: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """Returns ``data[key]`` when it is an object ({} when absent or null); else a DataError naming
+    ``path`` and the key."""
+    value = data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise DataError(f"{path}: key {key!r} is {value!r}; expected lm-eval's per-task object"[:300])
+    return value or {}
+
+
+# The keys of lm-eval's logged sample that pairing reads, the type each must have and what it is
+SAMPLE_KEYS = {
+    "doc_id": (int, "a document id (an integer)"),
+    "doc_hash": (str, "lm-eval's hash of the document (a string)"),
+    "filter": (str, "a filter name (a string)"),
+    "metrics": (list, "a list of metric names"),
+}
+
+
+def _check_sample(line: dict[str, Any], where: str) -> None:
+    """Raises DataError naming ``where`` (FILE:LINE) when a logged sample lacks a key pairing reads or
+    holds a value of another type there."""
+    for key, (kind, expected) in SAMPLE_KEYS.items():
+        if key not in line:
+            raise DataError(f"{where}: key {key!r} is missing; expected lm-eval's sample")
+        value = line[key]
+        typed = isinstance(value, kind) and not isinstance(value, bool)
+        if not typed or (key == "metrics" and not all(isinstance(m, str) for m in value)):
+            raise DataError(f"{where}: key {key!r} is {value!r}; expected {expected}"[:300])
 
 
 def json_safe(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -214,3 +214,22 @@ def real_train(cfg, directory, resume):
     from nfeval.engine.training.train import train
 
     return train(cfg, directory, resume=resume)
+
+
+def test_an_axis_where_no_seed_pair_trained_still_writes_its_report(axis, tmp_path, monkeypatch, capsys):
+    """With the trained-run gate closed (its default), the smoke's runs did not train at any budget: no
+    gain to draw. The log axis of the gain plot had no positive data and matplotlib raised (a traceback
+    after the whole axis had trained, report.md never written); the budgets now span the axis and the
+    report says there is no fit (issue 55, round four)."""
+    import shutil
+
+    cfg, _ = axis
+    out = tmp_path / "axis"
+    shutil.copytree(cfg.out, out)
+    monkeypatch.setattr(trained_gate, "FACTOR", 1.5)  # the gate's own value: no smoke run trained
+    argv = ["reproduce", "--out", str(out), "--scale", "smoke", "--seeds", "2", "--token-budgets", "128,512"]
+    assert main([*argv, "--no-progress"]) == 0, capsys.readouterr().err[-3000:]
+    report = json.load(open(out / "report.json"))
+    assert all(row["gains"] == [] for row in report["budgets"]) and report["fit"]["slope"] is None
+    assert "No fit: fewer than 3 finite gains" in (out / "report.md").read_text(encoding="utf-8")
+    assert os.path.getsize(out / "budget_gain.png") > 1000

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pathlib
+import shutil
 
 import lm_eval
 import pytest
@@ -240,7 +241,90 @@ def test_a_write_lm_eval_could_not_do_is_one_line_leaving_nothing(
     last = err.strip().splitlines()[-1]  # after the cache's one line per task
     assert code == 2 and "lm-eval could not write its files" in last, err
     assert "No space left on device" in last and "Traceback" not in err
-    assert every_file(tmp_path / "out") == [] and list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # not even the folder the write made
+
+
+def test_a_rerun_clears_what_a_write_killed_between_its_moves_left(
+    written, tiny_clm_ckpt, tmp_path, monkeypatch
+):
+    """A writer killed after moving its samples files and before its results file (samples go first)
+    leaves its staging folder and samples without their results; lm-eval's readers take each task's
+    newest samples file, so they would pair those with an older run's results. The next write into the
+    folder takes its turn lock and removes them (issue 55, round four)."""
+    monkeypatch.setenv("NFEVAL_CACHE", str(written["root"] / "cache"))
+    out = tmp_path / "out"
+    assert zeroshot(tiny_clm_ckpt, "--output_path", str(out), "--log_samples")[0] == 0
+    (results,) = get_results_filenames(every_file(out))
+    model = os.path.dirname(results)
+    killed = "2099-01-01T00-00-00.000001"  # newer than any run to come: lm-eval's readers would pick it
+    for f in get_sample_results_filenames(every_file(model)):
+        task = get_file_task_name(os.path.basename(f))
+        shutil.copy(f, os.path.join(model, f"samples_{task}_{killed}.jsonl"))
+    staging = out / f"{lm_eval_layout.STAGING}dead" / os.path.basename(model)
+    staging.mkdir(parents=True)
+    shutil.copy(results, staging / f"results_{killed}.json")
+    assert zeroshot(tiny_clm_ckpt, "--output_path", str(out), "--log_samples")[0] == 0
+    files = every_file(out)
+    assert not [f for f in files if killed in f] and os.listdir(out) == [os.path.basename(model)]
+    assert len(get_results_filenames(files)) == 2 and len(get_sample_results_filenames(files)) == 2 * len(
+        TASKS
+    )
+    latest = get_file_datetime(get_latest_filename(get_results_filenames(files))).removesuffix(".json")
+    for task in TASKS:  # lm-eval's pick of each task's samples is the latest results' run
+        mine = [
+            f for f in get_sample_results_filenames(files) if get_file_task_name(os.path.basename(f)) == task
+        ]
+        assert get_file_datetime(get_latest_filename(mine)) == latest
+    assert one_line_error(["compare-scores", str(out), str(written["nf"])])[0] == 0
+
+
+def _latest_run_copy(written, to) -> dict[str, pathlib.Path]:
+    """Copies the latest run of ``written``'s folder to ``to``; returns {"results": file, task: samples}."""
+    latest = lm_eval_layout.results_files(str(written["nf"]))[0]
+    date = get_file_datetime(os.path.basename(latest)).removesuffix(".json")
+    to.mkdir()
+    out = {}
+    for f in every_file(os.path.dirname(latest)):
+        if date in f:
+            name = os.path.basename(f)
+            out["results" if "/results_" in f else get_file_task_name(name)] = to / name
+            shutil.copy(f, to / name)
+    return out
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda x: {**x, "doc_id": str(x["doc_id"])}, ":1: key 'doc_id' is '0'; expected a document id"),
+        (lambda x: {**x, "filter": None}, ":1: key 'filter' is None; expected a filter name"),
+        (lambda x: {**x, "metrics": 3}, ":1: key 'metrics' is 3; expected a list of metric names"),
+    ],
+)
+def test_a_samples_line_of_another_shape_is_one_line_naming_file_and_line(
+    written, tmp_path, change, expected
+):
+    files = _latest_run_copy(written, tmp_path / "run")
+    lines = sample_lines(files["piqa"])
+    files["piqa"].write_text("".join(json.dumps(change(x)) + "\n" for x in lines))
+    code, err = one_line_error(["compare-scores", str(tmp_path / "run"), str(written["nf"])])
+    assert code == 2 and f"{files['piqa']}{expected}" in err, err
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda r: r["results"].update(piqa="x"), "key 'results.piqa' is 'x'"),
+        (lambda r: r.update(results=[]), "key 'results' is []"),
+        (lambda r: r.update(configs=[]), "key 'configs' is []"),
+    ],
+)
+def test_a_results_file_of_another_shape_is_one_line_naming_it(written, tmp_path, change, expected):
+    files = _latest_run_copy(written, tmp_path / "run")
+    data = json.loads(files["results"].read_text())
+    change(data)
+    files["results"].write_text(json.dumps(data))
+    code, err = one_line_error(["compare-scores", str(tmp_path / "run"), str(written["nf"])])
+    assert code == 2 and f"{files['results']}: {expected}" in err, err
 
 
 def test_lm_eval_command_reads_the_embedded_slices_too():

@@ -58,15 +58,34 @@ NORMFORMER_TENSORS = {"scale_attn": "attn_ln", "scale_fc": "ffn_layernorm", "sca
                       "scale_resids": "w_resid"}  # fmt: skip
 
 
-def saved_config(ckpt: dict[str, Any]) -> dict[str, Any]:
+def saved_config(ckpt: dict[str, Any], source: str = "the checkpoint") -> dict[str, Any]:
     """Returns the model hyper-parameters of a fairseq checkpoint as a plain dict (new cfg or old args;
-    empty when it saved neither)."""
-    if ckpt.get("cfg") is not None and ckpt["cfg"].get("model") is not None:
-        model_cfg = ckpt["cfg"]["model"]
-        return dict(model_cfg.items()) if hasattr(model_cfg, "items") else vars(model_cfg)
+    empty when it saved neither); a CheckpointError naming ``source`` when one is there but holds no
+    settings (not a mapping or a Namespace)."""
+    cfg = ckpt.get("cfg")
+    if cfg is not None and not hasattr(cfg, "get"):
+        raise CheckpointError(f"{source}: key 'cfg' is a {type(cfg).__name__}; expected fairseq's config")
+    if cfg is not None and cfg.get("model") is not None:
+        return _settings(cfg["model"], "cfg['model']", source)
     if ckpt.get("args") is not None:
-        return vars(ckpt["args"])
+        return _settings(ckpt["args"], "args", source)
     return {}
+
+
+def _settings(value: Any, key: str, source: str) -> dict[str, Any]:
+    """Returns the settings a saved fairseq config holds (a mapping or an argparse Namespace) as a dict
+    with string keys; a CheckpointError naming ``source`` and ``key`` for anything else."""
+    if hasattr(value, "items"):
+        out = dict(value.items())
+    elif hasattr(value, "__dict__"):
+        out = vars(value)
+    else:
+        raise CheckpointError(
+            f"{source}: {key} is a {type(value).__name__}; expected fairseq's model settings"
+        )
+    if not all(isinstance(k, str) for k in out):
+        raise CheckpointError(f"{source}: {key} has a setting not named by a string")
+    return out
 
 
 def decoder_settings(hparams: dict[str, Any], source: str) -> dict[str, Any]:
@@ -96,7 +115,8 @@ def decoder_settings(hparams: dict[str, Any], source: str) -> dict[str, Any]:
     for name in ("dropout", "attention_dropout"):
         if not _probability(hparams[name]):
             raise CheckpointError(f"{source}: {name}={hparams[name]!r}: expected a number in [0, 1)")
-    activation = FAIRSEQ_ACTIVATIONS.get(hparams["activation_fn"])
+    activation = hparams["activation_fn"]
+    activation = FAIRSEQ_ACTIVATIONS.get(activation) if isinstance(activation, str) else None
     if activation is None:
         raise CheckpointError(
             f"{source}: activation_fn={hparams['activation_fn']!r}: nfeval computes "
@@ -109,6 +129,17 @@ def decoder_settings(hparams: dict[str, Any], source: str) -> dict[str, Any]:
         dropout=float(hparams["dropout"]),
         attn_dropout=float(hparams["attention_dropout"]),
     )
+
+
+def integer(hparams: dict[str, Any], name: str, default: Any, source: str) -> int | None:
+    """Returns the integer setting ``name`` of a saved config (``default`` when absent or null); a
+    CheckpointError naming ``source`` and the setting when it is not a whole number."""
+    value = hparams.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise CheckpointError(f"{source}: {name}={value!r}: expected a whole number")
+    return int(value)
 
 
 def _probability(value: Any) -> bool:

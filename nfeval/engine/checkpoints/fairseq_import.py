@@ -81,11 +81,36 @@ def convert_state_dict(
     return cfg, out
 
 
-def _tensor(state: dict[str, torch.Tensor], name: str, source: str) -> torch.Tensor:
-    """Returns ``state[name]``; raises CheckpointError naming ``source`` and the tensor when it is missing."""
+def _tensor(state: dict[str, torch.Tensor], name: str, source: str, ndim: int | None = None) -> torch.Tensor:
+    """Returns ``state[name]``; raises CheckpointError naming ``source`` and the tensor when it is missing
+    or (given ``ndim``) has another number of dimensions."""
     if name not in state:
         raise CheckpointError(f"{source}: tensor {name!r} is missing")
+    if ndim is not None and state[name].dim() != ndim:
+        raise CheckpointError(
+            f"{source}: tensor {name!r} has shape {tuple(state[name].shape)}; expected {ndim} dimensions"
+        )
     return state[name]
+
+
+def _layer_indices(state: dict[str, torch.Tensor]) -> list[int]:
+    """Returns the sorted indices N of the ``decoder.layers.N.*`` tensors in ``state``."""
+    return sorted({int(m.group(1)) for k in state if (m := re.match(r"decoder\.layers\.(\d+)\.", k))})
+
+
+def _check_state(state: Any, source: str) -> dict[str, torch.Tensor]:
+    """Returns ``state`` (a checkpoint's ``model`` entry) when it maps tensor names to tensors; a
+    CheckpointError naming ``source`` and the first entry that is not, otherwise."""
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{source}: key 'model' is a {type(state).__name__}; expected fairseq's tensors by name"
+        )
+    for name, value in state.items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"{source}: model[{name!r}] is a {type(value).__name__}; expected a tensor under its name"
+            )
+    return state
 
 
 def _check_layout(state: dict[str, torch.Tensor], source: str) -> list[int]:
@@ -95,7 +120,7 @@ def _check_layout(state: dict[str, torch.Tensor], source: str) -> list[int]:
         raise CheckpointError(
             f"{source}: no 'decoder.embed_tokens.weight': not a fairseq transformer_lm checkpoint"
         )
-    layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"decoder\.layers\.(\d+)\.", k))})
+    layers = _layer_indices(state)
     if not layers:
         raise CheckpointError(f"{source}: no 'decoder.layers.N.*' tensors")
     unsupported = sorted(k for k in state if k not in TOP_LEVEL and not k.startswith("decoder.layers."))
@@ -114,23 +139,24 @@ def _model_config(
     tensors, when the head count is unknown, or when the output projection is untied."""
     settings = fairseq_config.decoder_settings(hparams, source)
     first = "decoder.layers.0."
-    emb = state["decoder.embed_tokens.weight"]
+    emb = _tensor(state, "decoder.embed_tokens.weight", source, ndim=2)
     heads = state.get(first + "c_attn")
+    if heads is not None:
+        heads = _tensor(state, first + "c_attn", source, ndim=1)
     n_head = heads.shape[0] if heads is not None else hparams.get("decoder_attention_heads")
     if n_head is None:
         raise CheckpointError(
             f"{source}: cannot tell the number of heads (no c_attn and no decoder_attention_heads)"
         )
-    pad = int(hparams.get("pad", 1))
+    n_head = fairseq_config.integer({"decoder_attention_heads": n_head}, "decoder_attention_heads", 0, source)
+    pad = fairseq_config.integer(hparams, "pad", 1, source)
     learned = "decoder.embed_positions.weight" in state
     max_len = (
-        (state["decoder.embed_positions.weight"].shape[0] - pad - 1)
+        (_tensor(state, "decoder.embed_positions.weight", source, ndim=2).shape[0] - pad - 1)
         if learned
-        else int(
-            hparams.get("max_target_positions")
-            or hparams.get("tokens_per_sample")
-            or DEFAULT_MAX_TARGET_POSITIONS
-        )
+        else fairseq_config.integer(hparams, "max_target_positions", None, source)
+        or fairseq_config.integer(hparams, "tokens_per_sample", None, source)
+        or DEFAULT_MAX_TARGET_POSITIONS
     )
     out_proj = state.get("decoder.output_projection.weight")
     if out_proj is not None and not torch.equal(out_proj, emb):
@@ -141,8 +167,8 @@ def _model_config(
         vocab_size=emb.shape[0],
         n_layer=n_layer,
         d_model=emb.shape[1],
-        n_head=int(n_head),
-        d_ffn=state[first + "fc1.weight"].shape[0],
+        n_head=n_head,
+        d_ffn=_tensor(state, first + "fc1.weight", source, ndim=2).shape[0],
         max_seq_len=max_len,
         final_norm="decoder.layer_norm.weight" in state,
         embedding_norm="decoder.layernorm_embedding.weight" in state,
@@ -169,6 +195,12 @@ def _layer_tensors(state: dict[str, torch.Tensor], i: int, source: str) -> dict[
         missing = [p for p in parts if p not in state]
         if missing:
             raise CheckpointError(f"{source}: tensor {missing[0]!r} is missing")
+        shapes = [tuple(state[p].shape) for p in parts]
+        if len(set(shapes)) != 1:
+            raise CheckpointError(
+                f"{source}: tensors {parts[0]!r}, {parts[1]!r}, {parts[2]!r} have shapes {shapes}; "
+                "expected one shape"
+            )
         out[f"{dst}attn.qkv.{kind}"] = torch.cat([state[p] for p in parts])
     for name, tensor in state.items():
         if not name.startswith(src) or QKV.match(name):
@@ -193,8 +225,9 @@ def load_fairseq(
     ckpt = torch_files.load(path, trust=trust)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
-    hparams = fairseq_config.saved_config(ckpt)
-    cfg, state = convert_state_dict(ckpt["model"], hparams, path, head_scale_transpose_bug)
+    hparams = fairseq_config.saved_config(ckpt, path)
+    model_state = _check_state(ckpt["model"], path)
+    cfg, state = convert_state_dict(model_state, hparams, path, head_scale_transpose_bug)
     notes = fairseq_config.normformer_disagreements(hparams, cfg, path)
     for note in notes:
         warnings.warn(note, FairseqConfigWarning, stacklevel=2)

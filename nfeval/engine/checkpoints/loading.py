@@ -17,8 +17,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from safetensors import safe_open
-
 from ...base.errors import ConfigError, MissingDataError
 from ...base.fingerprint import fingerprint_tokenizer
 from ...base.jsonio import load_json
@@ -133,11 +131,8 @@ def _identify_hf(path: str) -> ModelIdentity:
 def hf_summary(path: str, cfg: dict[str, Any], weights: list[str]) -> dict[str, Any]:
     """Returns the HF-model equivalent of ``checkpoint.summary``."""
     params = None
-    if all(w.endswith(".safetensors") for w in weights):
-        params = 0
-        for w in weights:
-            with safe_open(w, framework="pt") as f:
-                params += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    if all(w.endswith(".safetensors") for w in weights):  # a damaged header: a one-line CheckpointError
+        params = sum(math.prod(s) for w in weights for s in checkpoint.weight_shapes(w).values())
     return {
         "path": os.path.abspath(path),
         "fingerprint": None,  # filled by the caller (ModelIdentity.fingerprint)

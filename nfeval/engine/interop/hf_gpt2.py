@@ -15,8 +15,9 @@ import os
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
+from ...base.errors import CheckpointError
 from ...base.jsonio import load_json
 from ..checkpoints.checkpoint import Checkpoint
 from ..model.config import ModelConfig
@@ -188,6 +189,9 @@ def read_dir(path: str) -> tuple[Checkpoint | None, list[str]]:
         return None, [f"weights not (only) in safetensors: {others or 'none found'}"]
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
-        with safe_open(file, framework="pt") as f:
-            tensors |= {k: f.get_tensor(k) for k in f.keys()}
+        try:
+            with safe_open(file, framework="pt") as f:
+                tensors |= {k: f.get_tensor(k) for k in f.keys()}
+        except (SafetensorError, OSError, ValueError) as e:  # checkpoint.weight_shapes says the same
+            raise CheckpointError(f"{file}: truncated or corrupt safetensors file ({e})") from None
     return engine_checkpoint(tensors, cfg, path)

@@ -14,6 +14,7 @@ last (``runs``), so a rerun with the same ``--out`` redoes nothing finished.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -78,16 +79,22 @@ class BakeoffConfig:
         lr_band.check_seeds(max(self.seeds, self.close_seeds), self.tune_seeds)
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
-        if not self.clip_grad >= 0:
-            raise ConfigError(f"--clip-grad {self.clip_grad}: expected a gradient norm >= 0 (0: no clipping)")
+        if not 0 <= self.clip_grad < math.inf:  # nan and inf too: a tune point would refuse it later
+            raise ConfigError(
+                f"--clip-grad {self.clip_grad}: expected a finite gradient norm >= 0 (0: no clipping)"
+            )
         if self.steps is not None and self.minutes is not None:
             raise ConfigError("--steps and --minutes both given: pass one budget")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"--steps {self.steps}: expected a positive number of steps")
-        if self.minutes is not None and not self.minutes > 0:
-            raise ConfigError(f"--minutes {self.minutes}: expected a positive number of minutes per run")
-        if self.lrs is not None and (not self.lrs or any(not lr > 0 for lr in self.lrs)):
-            raise ConfigError(f"--lrs {','.join(map(str, self.lrs))}: expected positive learning rates")
+        if self.minutes is not None and not 0 < self.minutes < math.inf:  # nan and inf too
+            raise ConfigError(
+                f"--minutes {self.minutes}: expected a finite positive number of minutes per run"
+            )
+        if self.lrs is not None and (not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs)):
+            raise ConfigError(
+                f"--lrs {','.join(map(str, self.lrs))}: expected finite positive learning rates"
+            )
         if self.tune_budget is not None:
             from ...tune.sweep import parse_budget
 
@@ -119,14 +126,20 @@ def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
 
 
 def check_settings(out: str, current: dict[str, Any]) -> None:
-    """Stores the folder's settings on first use; raises ConfigError when a rerun's differ (more seeds
-    may be added to a folder: the seeds are not part of them)."""
+    """Raises ConfigError when the folder's stored settings differ from a rerun's ``current`` (more seeds
+    may be added to a folder: the seeds are not part of them); stores nothing (``keep_settings`` does)."""
     path = os.path.join(out, "bakeoff.json")
     if os.path.isfile(path):
         stored = load_json(path)
         if stored != current:
             raise ConfigError(f"{path}: this folder was made with {stored}, not {current}; use a new --out")
-    else:
+
+
+def keep_settings(out: str, current: dict[str, Any]) -> None:
+    """Stores the folder's settings on first use, once its corpus was read (the shared tokenizer built):
+    a start refused for its data records nothing, so the rerun with other data is not refused."""
+    path = os.path.join(out, "bakeoff.json")
+    if not os.path.isfile(path):
         atomic_write_json(path, current)
 
 
@@ -175,9 +188,11 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     if ctx.scale.needs_gpu and not torch.cuda.is_available() and not on_cluster:
         raise ConfigError(f"--size {cfg.size}: needs a GPU and none is present; use tiny or small on a CPU")
     os.makedirs(cfg.out, exist_ok=True)
-    check_settings(cfg.out, settings(cfg, ctx))
+    current = settings(cfg, ctx)
+    check_settings(cfg.out, current)
     start = time.time()
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
+    keep_settings(cfg.out, current)
     ctx.unigram_ppl = corpus_unigram_ppl(runs.train_config(ctx, ctx.baseline, 1, tuned=False))
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text
-from ...base.jsonio import load_json
+from ...base.jsonio import load_json, reading
 from ...base.plots import plot_bars, plot_curves
 from ...engine.training import recipe
 from ...report import verdict
@@ -384,8 +384,10 @@ def _scale_lines(h: dict[str, Any]) -> list[str]:
 
 def rerender(out: str) -> str:
     """Rewrites ``out/report.md`` from ``out/report.json`` alone; returns the markdown path."""
-    path = os.path.join(out, "report.md")
-    atomic_write_text(path, render(load_json(os.path.join(out, "report.json"))))
+    path, stored = os.path.join(out, "report.md"), os.path.join(out, "report.json")
+    with reading(stored, "the report.json that nfeval bakeoff writes (rerun it to rewrite the file)"):
+        text = render(load_json(stored))
+    atomic_write_text(path, text)
     return path
 
 

@@ -16,6 +16,7 @@ tune points and runs compare the tokenizer it holds by content; its links are re
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -59,12 +60,16 @@ class ReproduceConfig:
         """Raises a UserError naming the first bad option; checks everything before any work."""
         if self.scale not in SCALES:
             raise ConfigError(f"--scale {self.scale!r}: expected one of {', '.join(PUBLIC_SCALES)}")
-        if self.minutes is not None and not self.minutes > 0:
-            raise ConfigError(f"--minutes {self.minutes}: expected a positive number of minutes per run")
+        if self.minutes is not None and not 0 < self.minutes < math.inf:  # nan and inf too
+            raise ConfigError(
+                f"--minutes {self.minutes}: expected a finite positive number of minutes per run"
+            )
         if self.steps is not None and (self.steps < 1 or self.minutes is not None):
             raise ConfigError(f"--steps {self.steps}: expected a positive number of steps, without --minutes")
-        if self.lrs is not None and (not self.lrs or any(not lr > 0 for lr in self.lrs)):
-            raise ConfigError(f"--lrs {','.join(map(str, self.lrs))}: expected positive learning rates")
+        if self.lrs is not None and (not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs)):
+            raise ConfigError(
+                f"--lrs {','.join(map(str, self.lrs))}: expected finite positive learning rates"
+            )
         if self.seeds is not None and self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
         if self.jobs < 1:
@@ -110,7 +115,8 @@ def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
 
 
 def check_settings(out: str, current: dict[str, Any]) -> None:
-    """Stores the folder's settings on first use; raises ConfigError when a rerun differs."""
+    """Raises ConfigError when the folder's stored settings differ from a rerun's ``current``; stores
+    nothing (``keep_settings`` does, once the corpus they name was read)."""
     path = os.path.join(out, "reproduce.json")
     if os.path.isfile(path):
         stored = load_json(path)
@@ -119,7 +125,14 @@ def check_settings(out: str, current: dict[str, Any]) -> None:
                 f"{path}: this folder was made with {stored}, not {current}; rerun with the same --scale and "
                 "--minutes, or use a new --out"
             )
-    else:
+
+
+def keep_settings(out: str, current: dict[str, Any]) -> None:
+    """Stores the folder's settings on first use, once its corpus was read (the shared tokenizer built):
+    a start refused for its data (an empty or unreadable corpus) records nothing, so the rerun with
+    other data is not refused as another folder's."""
+    path = os.path.join(out, "reproduce.json")
+    if not os.path.isfile(path):
         atomic_write_json(path, current)
 
 
@@ -141,7 +154,8 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     scale = effective_scale(cfg)
     budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
     os.makedirs(cfg.out, exist_ok=True)
-    check_settings(cfg.out, settings(cfg, budget))
+    current = settings(cfg, budget)
+    check_settings(cfg.out, current)
     start = time.time()
     only = set(cfg.only) if cfg.only else None
     ctx = Context(
@@ -161,12 +175,15 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         jobs=cfg.jobs,
         tune_seeds=cfg.tune_seeds,
     )
-    seed_history = record_seeds(cfg.out, ctx.seeds)
     if scale.needs_gpu and not torch.cuda.is_available() and not (cfg.launch and cfg.launch.on_cluster):
+        keep_settings(cfg.out, current)
+        record_seeds(cfg.out, ctx.seeds)
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size, cfg.train_data, cfg.valid_data)
+    keep_settings(cfg.out, current)
+    seed_history = record_seeds(cfg.out, ctx.seeds)
     ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(runner.train_config(ctx, "clm-prenorm", 1))
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
     pending = _before_sections(cfg, ctx, keys)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.errors import ConfigError
-from ...base.jsonio import load_json
+from ...base.jsonio import load_json, reading
 from .. import runs
 from ..trained_gate import is_trained, mark
 from .budget_report import PAIR, plot, render, tokens_text
@@ -32,6 +32,9 @@ from .training_experiments import final_ppl, log_ratio
 
 EXPERIMENT = "fig2-clm"
 CLAIM = "fig2-clm/equal-time"
+LANDED = (
+    "the report.json that nfeval reproduce writes in a token budget's folder (rerun it to rewrite the file)"
+)
 MIN_BUDGETS = 2
 SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
 
@@ -101,8 +104,9 @@ def landed(folder: str, steps: int) -> bool:
     if load_json(settings).get("budget") != {"max_steps": steps}:
         return False
     report = load_json(path)
-    done = any(s["name"] == EXPERIMENT and s["status"] == "done" for s in report["sections"])
-    seeds = report["header"].get("eval_seeds") or []
+    with reading(path, LANDED):
+        done = any(s["name"] == EXPERIMENT and s["status"] == "done" for s in report["sections"])
+        seeds = list(report["header"].get("eval_seeds") or [])
     return done and bool(seeds) and all(len(_records(folder, k, seeds)) == len(seeds) for k in PAIR)
 
 
@@ -110,14 +114,19 @@ def budget_row(tokens: int, folder: str) -> dict[str, Any]:
     """Returns one budget's row from its reproduce folder: steps, tuned LRs, per-seed PPLs and gains over
     the seeds its primary claim reads (both runs trained, ``trained_gate``; the realised time equal,
     ``realised_time``), the seeds left out and why, the claim's verdict (with its LR sensitivity)."""
-    report = load_json(os.path.join(folder, "report.json"))
-    (section,) = [s for s in report["sections"] if s["name"] == EXPERIMENT]
-    (claim,) = [c for c in section["claims"] if c["id"] == CLAIM]
-    records = {k: _records(folder, k, report["header"]["eval_seeds"]) for k in PAIR}
-    unigram = report["header"].get("unigram_ppl")
+    path = os.path.join(folder, "report.json")
+    report = load_json(path)
+    with reading(path, LANDED):
+        (section,) = [s for s in report["sections"] if s["name"] == EXPERIMENT]
+        (claim,) = [c for c in section["claims"] if c["id"] == CLAIM]
+        eval_seeds = [int(s) for s in report["header"]["eval_seeds"]]
+        unigram = report["header"].get("unigram_ppl")
+        left_out = [int(s) for s in (claim.get("realised") or {}).get("excluded") or []]  # realised_time
+        verdict = {"verdict": claim["verdict"], "p_holm": claim.get("p_holm")}
+        verdict["lr_sensitivity"] = claim.get("lr_sensitivity")
+    records = {k: _records(folder, k, eval_seeds) for k in PAIR}
     trained = {k: {r["seed"] for r in rs if is_trained(mark(r, unigram))} for k, rs in records.items()}
     ppl = {k: dict(zip((r["seed"] for r in rs), final_ppl(rs))) for k, rs in records.items()}
-    left_out = ((claim.get("realised") or {}).get("excluded")) or []  # not at equal time (realised_time)
     seeds = sorted((trained[PAIR[0]] & trained[PAIR[1]]) - set(left_out))  # the claim's pairs
     gains = [log_ratio(ppl[PAIR[0]][s], ppl[PAIR[1]][s]) for s in seeds]
     return {
@@ -127,15 +136,11 @@ def budget_row(tokens: int, folder: str) -> dict[str, Any]:
         "seeds": seeds,
         "left_out": {
             "realised time": sorted(left_out),
-            "did not train": sorted(
-                set(report["header"]["eval_seeds"]) - (trained[PAIR[0]] & trained[PAIR[1]])
-            ),
+            "did not train": sorted(set(eval_seeds) - (trained[PAIR[0]] & trained[PAIR[1]])),
         },
         "ppl": {k: [ppl[k][s] for s in seeds] for k in PAIR},
         "gains": gains,
-        "verdict": claim["verdict"],
-        "p_holm": claim.get("p_holm"),
-        "lr_sensitivity": claim.get("lr_sensitivity"),
+        **verdict,
         "tune_seeds": report["header"].get("tune_seeds"),
         "folder": os.path.basename(folder),
     }

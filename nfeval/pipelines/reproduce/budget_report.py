@@ -7,7 +7,7 @@ import math
 import os
 from typing import Any
 
-from ...base.jsonio import load_json
+from ...base.jsonio import load_json, reading
 from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts
@@ -217,6 +217,11 @@ def plot(report: dict[str, Any], path: str) -> str:
         ax.plot(xs, [e["gain"] for e in curve], "-", color="C1", label="fit")
         ax.fill_between(xs, [e["low"] for e in curve], [e["high"] for e in curve], color="C1", alpha=0.15)
     ax.axhline(0, color="k", lw=0.8)
+    if not any(math.isfinite(g) for b in report["budgets"] for g in b["gains"]):
+        # nothing drawn (no seed pair trained at any budget): the budgets span the log axis on their own
+        tokens = [b["tokens"] for b in report["budgets"]]
+        ax.set_xlim(min(tokens) / 1.5, max(tokens) * 1.5)
+        ax.text(0.5, 0.5, "no gains to draw (see the report)", transform=ax.transAxes, ha="center")
     ax.set_xscale("log")
     ax.set_xlabel("training tokens of the Pre-LN run (log scale)")
     ax.set_ylabel("log PPL(Pre-LN) − log PPL(NormFormer)")
@@ -229,6 +234,10 @@ def rerender(out: str) -> str:
     """Rewrites ``out/report.md`` from ``out/report.json``; returns its path."""
     from ...base.artifacts import atomic_write_text
 
-    path = os.path.join(out, "report.md")
-    atomic_write_text(path, render(load_json(os.path.join(out, "report.json"))) + "\n")
+    path, stored = os.path.join(out, "report.md"), os.path.join(out, "report.json")
+    with reading(
+        stored, "the report.json that nfeval reproduce --token-budgets writes (rerun it to rewrite the file)"
+    ):
+        text = render(load_json(stored))
+    atomic_write_text(path, text + "\n")
     return path

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.escape import markdown_row
-from ...base.jsonio import load_json
+from ...base.jsonio import load_json, reading
 from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts, trained_gate
@@ -222,6 +222,8 @@ def write(out: str, header: dict[str, Any], sections: list[dict[str, Any]]) -> s
 def rerender(out: str) -> str:
     """Rewrites ``out/report.md`` from ``out/report.json`` alone (nothing is trained or measured);
     returns the markdown path."""
-    path = os.path.join(out, "report.md")
-    atomic_write_text(path, render(load_json(os.path.join(out, "report.json"))) + "\n")
+    path, stored = os.path.join(out, "report.md"), os.path.join(out, "report.json")
+    with reading(stored, "the report.json that nfeval reproduce writes (rerun it to rewrite the file)"):
+        text = render(load_json(stored))
+    atomic_write_text(path, text + "\n")
     return path
