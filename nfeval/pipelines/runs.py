@@ -26,6 +26,7 @@ from ..base.jsonio import load_json
 from ..base.sweep_lock import LOCK
 from ..engine.checkpoints import rundir
 from ..engine.training import recipe
+from ..engine.training.grad_stats import GRAD_STATS
 from ..engine.training.step_ratio import equal_time_steps, measure_step_ratio
 from ..engine.training.train import train
 from ..engine.training.train_config import TrainConfig
@@ -108,7 +109,10 @@ def clear_unresumable(directory: str, log: Callable[[str], None]) -> None:
         )
     for name in left:
         path = os.path.join(directory, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def grad_stats_path(directory: str) -> str | None:
@@ -116,8 +120,6 @@ def grad_stats_path(directory: str) -> str | None:
     None when the run recorded none. A finished run that recorded one whose file is gone (a committed
     report folder keeps each run's logs, not its gradient records) is a ConfigError saying what to do,
     never a seed silently left out of a gradient figure."""
-    from ..engine.training.grad_stats import GRAD_STATS
-
     path = os.path.join(directory, GRAD_STATS)
     if os.path.isfile(path):
         return path
