@@ -663,6 +663,40 @@ def test_rerun_is_a_noop_and_a_killed_run_resumes(smoke, monkeypatch):
     assert os.path.isfile(os.path.join(cfg.out, "experiments", "table4", "section.json"))
 
 
+def test_a_section_is_recomputed_when_a_run_it_read_was_trained_again(smoke, monkeypatch):
+    """A stored section is reused only while the run records it read are the ones in the folder: a run
+    trained again (here: its record rewritten with another final PPL) makes the section compute anew;
+    records absent from the folder (a committed report keeps none) leave it as stored."""
+    from nfeval.pipelines.reproduce import sections
+
+    cfg, first = smoke
+    measured: list[str] = []
+    real = sections.measure
+    monkeypatch.setattr(sections, "measure", lambda ctx, exp: measured.append(exp.name) or real(ctx, exp))
+    record = os.path.join(cfg.out, "runs", "clm-normformer", "seed1.json")
+    readers = [e.name for e in EXPERIMENTS if "clm-normformer" in e.runs]
+    assert "fig2-clm" in readers and len(readers) < len(EXPERIMENTS)
+    original = open(record).read()
+    try:
+        json.dump(json.loads(original) | {"val_ppl": 1e9}, open(record, "w"))
+        run_reproduce(cfg)
+        assert measured == readers  # the sections that read NormFormer's runs, and only those
+        stored = json.load(open(os.path.join(cfg.out, "experiments", "fig2-clm", "section.json")))
+        assert (
+            stored["run_records"]["runs/clm-normformer/seed1.json"]
+            != sections.hashlib.sha256(original.encode()).hexdigest()
+        )
+    finally:
+        open(record, "w").write(original)
+    measured.clear()
+    run_reproduce(cfg)  # back to the record it read first: computed again, from the original
+    assert measured == readers
+    assert sections._read_from(
+        {"run_records": {"a.json": "1", "b.json": "2"}}, {"a.json": "1"}
+    )  # b: not kept
+    assert not sections._read_from({"run_records": {"a.json": "1"}}, {"a.json": "1", "c.json": "3"})  # c: new
+
+
 def test_other_settings_in_the_same_folder_fail(smoke):
     cfg, _ = smoke
     with pytest.raises(ConfigError, match="reproduce.json"):

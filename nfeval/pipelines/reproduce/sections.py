@@ -1,9 +1,12 @@
 """One report section per experiment: run (or load) it, and stamp it with the paper's finding, seeds,
 budget and hardware. A section is finished when ``<out>/experiments/<name>/section.json`` exists (written
-last); a finished section made with other seeds is recomputed, reusing every finished run."""
+last); a finished section made with other seeds, or from run records that have changed since (a run
+trained again), is recomputed, reusing every finished run."""
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
 from typing import Any
 
@@ -50,12 +53,35 @@ def section_path(ctx: Context, name: str) -> str:
     return os.path.join(ctx.out, "experiments", name, "section.json")
 
 
+def run_records(ctx: Context, exp: Experiment) -> dict[str, str]:
+    """Returns {path under ``ctx.out``: SHA-256} of every run record of ``exp``'s runs that lies in the
+    folder now (each seed, each LR of a band). A record holds the run's budget, step ratio, LR and final
+    PPL, so a run trained again under other inputs changes its record."""
+    found = {}
+    for key in exp.runs:
+        for path in glob.glob(
+            os.path.join(glob.escape(ctx.out), "runs", glob.escape(key), "**", "seed*.json"), recursive=True
+        ):
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, ctx.out)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def _read_from(stored: dict[str, Any], records: dict[str, str]) -> bool:
+    """Returns whether ``stored`` was computed from the run records lying in the folder now: every record
+    here is one it read. Records it read that are absent (a committed report keeps no runs) do not count
+    against it; a section from before sections named their records is taken as it is."""
+    read = stored.get("run_records")
+    return read is None or all(read.get(path) == digest for path, digest in records.items())
+
+
 def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
     """Returns the finished section of ``exp``, computing it unless an up-to-date one is stored."""
     path = section_path(ctx, exp.name)
     if os.path.isfile(path):
         stored = load_json(path)
-        if stored.get("seeds") == ctx.seeds and stored["status"] == "done":  # else: retry (a newer build)
+        fresh = stored.get("seeds") == ctx.seeds and stored["status"] == "done"  # else: retry (a newer build)
+        if fresh and _read_from(stored, run_records(ctx, exp)):
             return stored
     log(f"experiment {exp.name}: {exp.title}")
     parts = measure(ctx, exp)
@@ -83,6 +109,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
     }
     if "windows" in parts:  # the updates a figure was read over, per run (Figure 7)
         section["windows"] = parts["windows"]
+    section["run_records"] = run_records(ctx, exp)
     atomic_write_json(os.path.join(ctx.out, "experiments", exp.name, "data.json"), parts.get("data", {}))
     atomic_write_json(path, section)
     return section
@@ -110,7 +137,9 @@ def stub(exp: Experiment, status: str) -> dict[str, Any]:
 
 def section(ctx: Context, exp: Experiment, only: set[str] | None) -> dict[str, Any]:
     """Returns the section of ``exp``: run when selected by ``only`` (None: all), else as stored."""
-    if only is None or exp.name in only:
-        return run_section(ctx, exp)
     path = section_path(ctx, exp.name)
-    return load_json(path) if os.path.isfile(path) else stub(exp, LEFT_OUT)
+    if only is None or exp.name in only:
+        found = run_section(ctx, exp)
+    else:
+        found = load_json(path) if os.path.isfile(path) else stub(exp, LEFT_OUT)
+    return {k: v for k, v in found.items() if k != "run_records"}  # which files it read: section.json's own
