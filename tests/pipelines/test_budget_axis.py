@@ -3,6 +3,7 @@ NormFormer's gain fitted against tokens."""
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -14,7 +15,7 @@ from scipy import stats
 from nfeval.base.errors import ConfigError
 from nfeval.cli import main
 from nfeval.pipelines import realised_time, trained_gate
-from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce
+from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, sections
 from nfeval.pipelines.reproduce.budget_axis import budget_steps, fit, parse_token_budgets
 from nfeval.pipelines.reproduce.budget_report import crossing_text, render
 
@@ -139,7 +140,6 @@ def test_token_budgets_refuse_other_experiments(tmp_path, capsys):
 
 
 def test_a_landed_budget_is_read_not_rerun_without_its_run_folders(axis, tmp_path, monkeypatch):
-    import glob
     import shutil
 
     from nfeval.pipelines import runs
@@ -156,6 +156,31 @@ def test_a_landed_budget_is_read_not_rerun_without_its_run_folders(axis, tmp_pat
     after = json.load(open(os.path.join(landed, "report.json")))
     assert after["budgets"] == before["budgets"] and after["fit"] == before["fit"]
     assert again["report"] == os.path.join(landed, "report.md")
+
+
+def test_a_budget_whose_run_was_trained_again_is_reported_from_the_new_run(axis, tmp_path, monkeypatch):
+    """A budget is landed only while its Figure 2 section was computed from the run records in the
+    folder: after a run is trained again (its record rewritten: here another final PPL), the budget's
+    report is redone from the new record instead of read as it stood."""
+    import shutil
+
+    from nfeval.pipelines import runs
+    from nfeval.pipelines.reproduce import budget_axis
+
+    cfg, _ = axis
+    copy = str(tmp_path / "again")
+    shutil.copytree(cfg.out, copy)
+    folder = sorted(glob.glob(os.path.join(copy, "tokens=*")))[0]
+    steps = json.load(open(os.path.join(folder, "reproduce.json")))["budget"]["max_steps"]
+    assert budget_axis.landed(folder, steps)
+    record = os.path.join(folder, "runs", "clm-normformer", "seed1.json")
+    json.dump(json.load(open(record)) | {"val_ppl": 12345.0}, open(record, "w"))
+    assert not budget_axis.landed(folder, steps)
+    monkeypatch.setattr(runs, "train", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    run_reproduce(ReproduceConfig(**{**vars(cfg), "out": copy}))
+    assert budget_axis.landed(folder, steps)
+    section = json.load(open(os.path.join(folder, "experiments", "fig2-clm", "section.json")))
+    assert section["run_records"] == sections.run_records(folder, budget_axis.PAIR)
 
 
 def test_a_budget_committed_mid_run_trains_only_the_runs_without_a_record(axis, tmp_path, monkeypatch):

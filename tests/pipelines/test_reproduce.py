@@ -691,10 +691,8 @@ def test_a_section_is_recomputed_when_a_run_it_read_was_trained_again(smoke, mon
     measured.clear()
     run_reproduce(cfg)  # back to the record it read first: computed again, from the original
     assert measured == readers
-    assert sections._read_from(
-        {"run_records": {"a.json": "1", "b.json": "2"}}, {"a.json": "1"}
-    )  # b: not kept
-    assert not sections._read_from({"run_records": {"a.json": "1"}}, {"a.json": "1", "c.json": "3"})  # c: new
+    assert sections.read_from({"run_records": {"a.json": "1", "b.json": "2"}}, {"a.json": "1"})  # b: not kept
+    assert not sections.read_from({"run_records": {"a.json": "1"}}, {"a.json": "1", "c.json": "3"})  # c: new
 
 
 def test_other_settings_in_the_same_folder_fail(smoke):

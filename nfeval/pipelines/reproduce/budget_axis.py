@@ -25,6 +25,7 @@ from ...base.errors import ConfigError
 from ...base.jsonio import load_json, reading
 from .. import runs
 from ..trained_gate import is_trained, mark
+from . import sections
 from .budget_report import PAIR, plot, render, tokens_text
 from .plan import SCALES
 from .runner import log
@@ -94,9 +95,9 @@ def run_budget_axis(cfg) -> dict[str, Any]:
 
 def landed(folder: str, steps: int) -> bool:
     """Returns whether the budget in ``folder`` is finished for good: its report holds a finished Figure 2
-    at ``steps`` and every judged run's record is there. Such a folder is read, never re-run: a committed
-    one keeps its reports and run records but not its run folders (checkpoints), which a rerun of its
-    sections would need."""
+    at ``steps``, every judged run's record is there and the Figure 2 section was computed from them. Such
+    a folder is read, never re-run: a committed one keeps its reports and run records but not its run
+    folders (checkpoints), which a rerun of its sections would need."""
     path = os.path.join(folder, "report.json")
     settings = os.path.join(folder, "reproduce.json")
     if not (os.path.isfile(path) and os.path.isfile(settings)):
@@ -107,7 +108,13 @@ def landed(folder: str, steps: int) -> bool:
     with reading(path, LANDED):
         done = any(s["name"] == EXPERIMENT and s["status"] == "done" for s in report["sections"])
         seeds = list(report["header"].get("eval_seeds") or [])
-    return done and bool(seeds) and all(len(_records(folder, k, seeds)) == len(seeds) for k in PAIR)
+    section = os.path.join(folder, "experiments", EXPERIMENT, "section.json")
+    if not (done and bool(seeds) and all(len(_records(folder, k, seeds)) == len(seeds) for k in PAIR)):
+        return False
+    # a run trained again since (its record changed) or a deleted section: the budget's report is redone
+    return os.path.isfile(section) and sections.read_from(
+        load_json(section), sections.run_records(folder, PAIR)
+    )
 
 
 def budget_row(tokens: int, folder: str) -> dict[str, Any]:

@@ -53,21 +53,21 @@ def section_path(ctx: Context, name: str) -> str:
     return os.path.join(ctx.out, "experiments", name, "section.json")
 
 
-def run_records(ctx: Context, exp: Experiment) -> dict[str, str]:
-    """Returns {path under ``ctx.out``: SHA-256} of every run record of ``exp``'s runs that lies in the
+def run_records(out: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """Returns {path under ``out``: SHA-256} of every run record of the runs ``keys`` that lies in the
     folder now (each seed, each LR of a band). A record holds the run's budget, step ratio, LR and final
     PPL, so a run trained again under other inputs changes its record."""
     found = {}
-    for key in exp.runs:
+    for key in keys:
         for path in glob.glob(
-            os.path.join(glob.escape(ctx.out), "runs", glob.escape(key), "**", "seed*.json"), recursive=True
+            os.path.join(glob.escape(out), "runs", glob.escape(key), "**", "seed*.json"), recursive=True
         ):
             with open(path, "rb") as f:
-                found[os.path.relpath(path, ctx.out)] = hashlib.sha256(f.read()).hexdigest()
+                found[os.path.relpath(path, out)] = hashlib.sha256(f.read()).hexdigest()
     return found
 
 
-def _read_from(stored: dict[str, Any], records: dict[str, str]) -> bool:
+def read_from(stored: dict[str, Any], records: dict[str, str]) -> bool:
     """Returns whether ``stored`` was computed from the run records lying in the folder now: every record
     here is one it read. Records it read that are absent (a committed report keeps no runs) do not count
     against it; a section from before sections named their records is taken as it is."""
@@ -81,7 +81,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
     if os.path.isfile(path):
         stored = load_json(path)
         fresh = stored.get("seeds") == ctx.seeds and stored["status"] == "done"  # else: retry (a newer build)
-        if fresh and _read_from(stored, run_records(ctx, exp)):
+        if fresh and read_from(stored, run_records(ctx.out, exp.runs)):
             return stored
     log(f"experiment {exp.name}: {exp.title}")
     parts = measure(ctx, exp)
@@ -109,7 +109,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
     }
     if "windows" in parts:  # the updates a figure was read over, per run (Figure 7)
         section["windows"] = parts["windows"]
-    section["run_records"] = run_records(ctx, exp)
+    section["run_records"] = run_records(ctx.out, exp.runs)
     atomic_write_json(os.path.join(ctx.out, "experiments", exp.name, "data.json"), parts.get("data", {}))
     atomic_write_json(path, section)
     return section
