@@ -11,7 +11,7 @@ import difflib
 import importlib
 import sys
 
-from .base import env, interrupts
+from .base import env, home, interrupts
 from .base.errors import UserError, environment_error
 from .base.progress import quiet_library_bars
 
@@ -70,11 +70,13 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 
 def console() -> int:
     """The ``nfeval`` executable: ``main`` in a process of its own; returns the exit status. Only here
-    are other libraries' bars turned off in logs (``quiet_library_bars``, before they are imported) and
-    does a command's CPU arithmetic flush denormals (``engine.kernels.denormals``) and SIGTERM stop it as
-    Ctrl-C does (``base.interrupts``): ``main`` called from another program leaves that program's settings
-    alone."""
+    are other libraries' bars turned off in logs (``quiet_library_bars``, before they are imported),
+    matplotlib given a temp folder when the home cannot be written (``home.matplotlib_dirs_elsewhere``,
+    so it does not warn) and does a command's CPU arithmetic flush denormals (``engine.kernels.denormals``)
+    and SIGTERM stop it as Ctrl-C does (``base.interrupts``): ``main`` called from another program leaves
+    that program's settings alone."""
     quiet_library_bars()
+    home.matplotlib_dirs_elsewhere()
     interrupts.raise_on_sigterm()
     return main(own_process=True)
 

@@ -8,10 +8,10 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..base.plots import save_png
+from ..base.plots import PngTarget, save_png
 
 
-def plot_grads(result: dict[str, Any], path: str) -> str:
+def plot_grads(result: dict[str, Any], path: PngTarget) -> PngTarget:
     """Draws Figure 3 (mean |grad| of ``kind`` by layer, one line per model) and Figure 7 (the same over
     the baseline's mean across layers); returns ``path``."""
     kind = result["kind"]
@@ -35,7 +35,7 @@ def plot_grads(result: dict[str, Any], path: str) -> str:
     return save_png(fig, path)
 
 
-def plot_gains(result: dict[str, Any], path: str) -> str:
+def plot_gains(result: dict[str, Any], path: PngTarget) -> PngTarget:
     """Draws mean FFN-LN γ, post-attention-LN γ and λ_resid by layer (one line per model) and a
     head-gain heatmap per model (layers × heads); returns ``path``."""
     models = result["models"]
@@ -74,7 +74,7 @@ def _nan(values: list[float | None]) -> list[float]:
     return [math.nan if v is None else v for v in values]
 
 
-def plot_stability(result: dict[str, Any], path: str) -> str:
+def plot_stability(result: dict[str, Any], path: PngTarget) -> PngTarget:
     """Draws loss vs learning rate (every preset and seed) and the largest attention logit per update;
     returns ``path``."""
     fig = Figure(figsize=(11, 4.2), layout="constrained")

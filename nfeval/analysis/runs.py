@@ -10,10 +10,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base.artifacts import atomic_write_json, provenance
+from ..base.artifacts import provenance
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
-from ..base.sweep_lock import file_lock
+from ..base.sweep_lock import files_lock
 from .stability import StabilitySettings
 
 
@@ -64,20 +64,22 @@ Options = GradsOptions | GainsOptions | StabilityOptions
 
 
 def analyze(options: Options, png: str) -> dict[str, Any]:
-    """Runs the analysis ``options`` describe; writes its JSON beside ``png``, then the PNG (last: a
-    finished analysis has its PNG); returns the result. One writer per ``png`` (``sweep_lock.file_lock``,
-    held from the start): another analysis writing it is refused at once, naming the holder, so the PNG
-    and its JSON are one run's."""
+    """Runs the analysis ``options`` describe; writes its JSON beside ``png`` and the PNG as one
+    (``plots.write_json_and_png``: both land or neither, the PNG last, so a finished analysis has its
+    PNG); returns the result. One writer per ``png`` and its JSON (``sweep_lock.files_lock``, held from
+    the start): another analysis, or a ``compare --output`` of the JSON, writing either is refused at
+    once, naming the holder, so the PNG and its JSON are one run's."""
     check_output_file(png, "--output")  # before any work
     if not png.endswith(".png"):
         raise ConfigError(f"--output {png}: expected a .png path (the JSON is written beside it)")
+    check_output_file(json_path(png), "--output")  # the JSON's name is not a folder
     name, run = ANALYSES[type(options)]
-    with file_lock(png):
+    with files_lock(json_path(png), png):
         result = run(options)
+        from ..base.plots import write_json_and_png  # matplotlib, once there is something to draw
         from . import figures
 
-        atomic_write_json(json_path(png), result)
-        getattr(figures, f"plot_{name}")(result, png)
+        write_json_and_png(json_path(png), result, png, getattr(figures, f"plot_{name}"))
     return result
 
 

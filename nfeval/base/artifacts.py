@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -25,38 +26,65 @@ def cache_dir(*parts: str) -> str:
 
 def atomic_write_with(path: str, write: Callable[[str], Any]) -> None:
     """Has ``write(tmp)`` write the file at a temp path in ``path``'s folder, then renames it to ``path``
-    (never half-written) with the permissions the umask gives a new file; the one atomic writer.
+    (never half-written) with the permissions the umask gives a new file; the one atomic writer
+    (``atomic_write_files`` of one file).
 
     A killed writer leaves only a ``.tmp-*`` file, which ``rundir.clean_temp_files`` deletes. An OS
     error (read-only or full filesystem, a file where a folder is expected) is a UserError naming
     ``path``; the file that was there stays as it was.
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = None
+    atomic_write_files([(path, write)])
+
+
+def atomic_write_files(writes: list[tuple[str, Callable[[str], Any]]]) -> None:
+    """Writes several files as one (a JSON and the PNG drawn from it): each ``(path, write)`` has
+    ``write(tmp)`` write its file at a temp path in ``path``'s folder, and only once every one is written
+    are they renamed into place, in the order given (the last one says the set is finished). An OS error
+    (a full or read-only filesystem) is an OutputError naming the file it hit; the temp files are
+    deleted and so is any file of the set already renamed (a rename after an earlier one failing: one
+    folder's renames need no space), so none of the set lands without the others; a file not yet
+    renamed stays as it was."""
+    staged: list[tuple[str, str]] = []  # (temp file, its path)
+    placed: list[str] = []
+    current = writes[0][0] if writes else ""
     try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-        os.close(fd)
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp (and safetensors) make 0600
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        for current, write in writes:
+            folder = os.path.dirname(os.path.abspath(current))
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(current))
+            os.close(fd)
+            staged.append((tmp, current))
+            write(tmp)
+            os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp (and safetensors) make 0600
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        for tmp, current in staged:
+            os.replace(tmp, current)
+            placed.append(current)
     except OSError as e:
-        raise OutputError(f"{path}: cannot write ({e.strerror or e})") from None
+        for path in placed:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise OutputError(f"{current}: cannot write ({e.strerror or e})") from None
     finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` atomically (``atomic_write_with``)."""
+def bytes_writer(data: bytes) -> Callable[[str], None]:
+    """Returns the writer of ``data`` for ``atomic_write_with`` and ``atomic_write_files``."""
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
 
-    atomic_write_with(path, write)
+    return write
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically (``atomic_write_with``)."""
+    atomic_write_with(path, bytes_writer(data))
 
 
 def current_umask() -> int:
@@ -71,9 +99,14 @@ def atomic_write_text(path: str, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_bytes(obj: Any) -> bytes:
+    """Returns ``obj`` as the indented JSON (UTF-8, a newline at the end) every JSON artifact is."""
+    return (json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n").encode("utf-8")
+
+
 def atomic_write_json(path: str, obj: Any) -> None:
     """Writes ``obj`` as indented JSON to ``path`` atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    atomic_write_bytes(path, json_bytes(obj))
 
 
 def git_hash() -> str | None:

@@ -8,6 +8,7 @@ option used to be spelled ``--out`` still accept it (hidden).
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shlex
 import sys
@@ -158,7 +159,8 @@ def add_no_progress(p: argparse.ArgumentParser, **kwargs) -> None:
 
 def learning_rates(text: str) -> list[float]:
     """Returns the learning rates of a comma-separated ``--lrs`` value (an argparse ``type``); raises
-    argparse.ArgumentTypeError naming the flag when it holds none or a non-number."""
+    argparse.ArgumentTypeError naming the flag when it holds none, a non-number, or a rate that is not
+    finite and positive (``inf``, ``nan``, ``0``, ``-1e-3``: no step size)."""
     try:
         values = [float(x) for x in text.replace(" ", ",").split(",") if x]
     except ValueError:
@@ -167,6 +169,11 @@ def learning_rates(text: str) -> list[float]:
         ) from None
     if not values:
         raise argparse.ArgumentTypeError("--lrs: expected at least one learning rate")
+    bad = [x for x in values if not 0 < x < math.inf]  # nan fails both
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"--lrs {text!r}: {bad[0]} is not a learning rate; expected finite positive learning rates"
+        )
     return values
 
 

@@ -1,30 +1,56 @@
 """PNG figures: perplexity-vs-compute curves of a comparison and the zero-shot bar chart.
 
 Uses matplotlib's object API on the Agg canvas (no pyplot, so no global backend state), and writes
-each file atomically.
+each file atomically; a figure and the JSON it was drawn from are written as one
+(``write_json_and_png``).
 """
 
 from __future__ import annotations
 
 import io
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
-from .artifacts import atomic_write_bytes
+from .artifacts import atomic_write_bytes, atomic_write_files, bytes_writer, json_bytes
+
+PngTarget = str | BinaryIO  # a path, or an open file the PNG is saved into (``write_json_and_png``)
 
 
-def save_png(fig: Figure, path: str) -> str:
-    """Writes ``fig`` to ``path`` as PNG via a temp file and a rename; returns ``path``."""
+def save_png(fig: Figure, path: PngTarget) -> PngTarget:
+    """Writes ``fig`` as PNG to ``path`` via a temp file and a rename, or into ``path`` when it is an open
+    binary file (``write_json_and_png``'s temp file); returns ``path``."""
+    if not isinstance(path, str):
+        fig.savefig(path, format="png", dpi=120)
+        return path
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
     atomic_write_bytes(path, buf.getvalue())
     return path
 
 
-def plot_curves(comparison: dict[str, Any], path: str, time_axis: dict[str, Any] | None = None) -> str:
+def write_json_and_png(
+    json_file: str | None, obj: Any, png: str | None, draw: Callable[[Any, BinaryIO], object]
+) -> None:
+    """Writes ``obj`` as JSON to ``json_file`` and the figure ``draw(obj, file)`` saves (one of the
+    ``plot_*`` functions given an open file as its path) to ``png`` as one
+    (``artifacts.atomic_write_files``): both land, or neither, the PNG last; a full disk is one
+    OutputError naming the file it hit. Either path may be None: that file is not asked for."""
+
+    def write_png(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            draw(obj, f)
+
+    writes = [(json_file, bytes_writer(json_bytes(obj))), (png, write_png)]
+    atomic_write_files([(path, write) for path, write in writes if path])
+
+
+def plot_curves(
+    comparison: dict[str, Any], path: PngTarget, time_axis: dict[str, Any] | None = None
+) -> PngTarget:
     """Draws validation perplexity vs training FLOPs and vs training wall-clock for the runs of
     ``comparison`` (the dict ``nfeval.compare.compare`` returns), with the baseline's best perplexity and
     the equal-compute budget marked; returns ``path``.

@@ -8,8 +8,9 @@ the writer's lifetime with ``folder_lock``, and a second process refuses at once
 A thread that holds a folder's lock (a sweep point's, say) enters ``folder_lock`` on that folder again
 freely: a point's training run is the point's own writer. An output file with one writer (a zero-shot
 results file and its sidecar) is held with ``file_lock``: its lock file, ``.NAME.lock`` beside it, is
-removed when the writer ends. A folder that several processes write into in turn (lm-eval's output
-layout) is taken with ``turn_lock``, which waits for the holder instead of refusing.
+removed when the writer ends; files written together (an analysis' JSON and PNG) are held with
+``files_lock``. A folder that several processes write into in turn (lm-eval's output layout) is taken
+with ``turn_lock``, which waits for the holder instead of refusing.
 """
 
 from __future__ import annotations
@@ -171,6 +172,19 @@ def file_lock(path: str) -> Iterator[None]:
                 os.rmdir(folder)
             except OSError:  # not empty (the output was written), or gone
                 break
+
+
+@contextlib.contextmanager
+def files_lock(*paths: str | None) -> Iterator[None]:
+    """Holds the lock of each output file of ``paths`` (``file_lock``; None: a file not asked for) while
+    the block runs, as the one writer of files written together (a JSON and its PNG), taken in one order
+    (their absolute paths sorted); an OutputError naming the file and the holder when another process
+    holds one of them."""
+    named = {os.path.abspath(p): p for p in paths if p}
+    with contextlib.ExitStack() as stack:
+        for full in sorted(named):
+            stack.enter_context(file_lock(named[full]))
+        yield
 
 
 def folder_locked(folder_of: Callable[..., str]) -> Callable[[Callable[..., T]], Callable[..., T]]:

@@ -14,7 +14,6 @@ from ..base.cli_args import (
     invoked_command,
     learning_rates,
 )
-from ..base.errors import ConfigError
 from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.bakeoff import RECIPES, BakeoffConfig, run_bakeoff
@@ -76,7 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="clip every tune point's and run's gradient norm to NORM: a second recipe (one --out is one "
         "recipe; default 0: no clipping, the paper's)",
     )
-    p.add_argument("--lrs", help="comma-separated LR grid of the tune (default: the recipe's)")
+    p.add_argument(
+        "--lrs", type=learning_rates, help="comma-separated LR grid of the tune (default: the recipe's)"
+    )
     p.add_argument("--tune-budget", help="budget of each tune point, as nfeval tune --budget, e.g. steps=100")
     add_tune_seeds(p, d.tune_seeds)
     p.add_argument(
@@ -94,16 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_device(p, default=d.device)
     add_no_progress(p)
     add_launcher_arguments(p)
-
-
-def _lrs(text: str | None) -> tuple[float, ...] | None:
-    """Returns ``--lrs``'s grid (None: the recipe's); a bad one is a one-line ConfigError."""
-    if not text:
-        return None
-    try:
-        return tuple(learning_rates(text))
-    except argparse.ArgumentTypeError as e:
-        raise ConfigError(str(e)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         minutes=args.minutes,
         seeds=args.seeds,
         close_seeds=args.close_seeds,
-        lrs=_lrs(args.lrs),
+        lrs=tuple(args.lrs) if args.lrs else None,
         tune_budget=args.tune_budget,
         tune_seeds=args.tune_seeds,
         jobs=args.jobs,

@@ -45,7 +45,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``nfeval compare``: the comparison, then its table (or JSON); ``--output`` and ``--plot`` are
+    written as one (both land or neither), each file held by this process from the start
+    (``sweep_lock.files_lock``: another nfeval writing either is refused at once, naming it)."""
     check_output_file(args.output, "--output")  # before any work
+    check_output_file(args.plot, "--plot")
+    from ..base.sweep_lock import files_lock
+
+    with files_lock(args.output, args.plot):
+        return _compare(args)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """Compares the runs ``args`` name, writes ``--output``/``--plot`` and prints the result."""
     from ..report.compare_table import format_comparison
 
     if args.group or not args.runs:
@@ -64,11 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:  # the table carries its warnings; JSON on stdout carries them too, repeated on stderr
         for w in result["warnings"]:
             print(f"nfeval compare: warning: {w}", file=sys.stderr)
-    if args.output:
-        atomic_write_json(args.output, result)
-    if args.plot:
-        from ..base.plots import plot_curves
+    if args.output or args.plot:
+        from ..base.plots import plot_curves, write_json_and_png
 
-        plot_curves(result, args.plot)
+        write_json_and_png(args.output, result, args.plot, plot_curves)
     print(json.dumps(result, indent=2) if args.json else format_comparison(result))
     return 0

@@ -80,7 +80,11 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
         (["--clip-grad", "-1"], "--clip-grad -1"),
     ]
     for argv, message in cases:
-        assert main(["bakeoff", "--out", out, *argv]) == 2
+        try:
+            code = main(["bakeoff", "--out", out, *argv])
+        except SystemExit as e:  # argparse's errors (a bad --lrs)
+            code = e.code
+        assert code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err, err
     assert not os.path.exists(out)  # checked before any work

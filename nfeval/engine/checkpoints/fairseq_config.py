@@ -53,6 +53,8 @@ UNSUPPORTED = {
     "decoder_xformers_att_config": "xFormers attention",
 }
 
+CFG_MODEL = "cfg['model']"  # where fairseq 0.10 on saves the model's settings (``args`` before)
+
 # Each NormFormer flag of fairseq's config and the per-layer tensor it creates.
 NORMFORMER_TENSORS = {"scale_attn": "attn_ln", "scale_fc": "ffn_layernorm", "scale_heads": "c_attn",
                       "scale_resids": "w_resid"}  # fmt: skip
@@ -62,14 +64,22 @@ def saved_config(ckpt: dict[str, Any], source: str = "the checkpoint") -> dict[s
     """Returns the model hyper-parameters of a fairseq checkpoint as a plain dict (new cfg or old args;
     empty when it saved neither); a CheckpointError naming ``source`` when one is there but holds no
     settings (not a mapping or a Namespace)."""
+    key = config_key(ckpt, source)
+    if key is None:
+        return {}
+    return _settings(ckpt["cfg"]["model"] if key == CFG_MODEL else ckpt["args"], key, source)
+
+
+def config_key(ckpt: dict[str, Any], source: str = "the checkpoint") -> str | None:
+    """Returns where a fairseq checkpoint saved its model hyper-parameters: ``cfg['model']`` (fairseq
+    0.10 on), ``args`` (before), or None (neither); a CheckpointError naming ``source`` when ``cfg`` is
+    there but holds no settings."""
     cfg = ckpt.get("cfg")
     if cfg is not None and not hasattr(cfg, "get"):
         raise CheckpointError(f"{source}: key 'cfg' is a {type(cfg).__name__}; expected fairseq's config")
     if cfg is not None and cfg.get("model") is not None:
-        return _settings(cfg["model"], "cfg['model']", source)
-    if ckpt.get("args") is not None:
-        return _settings(ckpt["args"], "args", source)
-    return {}
+        return CFG_MODEL
+    return "args" if ckpt.get("args") is not None else None
 
 
 def _settings(value: Any, key: str, source: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ...base.errors import CheckpointError
+from ...base.errors import CheckpointError, ConfigError
 from ..model.config import ModelConfig
 from ..model.model import Transformer
 from . import fairseq_config, torch_files
@@ -63,11 +63,13 @@ def convert_state_dict(
     hparams: dict[str, Any],
     source: str,
     head_scale_transpose_bug: bool = False,
+    config_key: str | None = None,
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """Returns (config, nfeval state dict) for a fairseq decoder state dict; errors name ``source`` and
-    the key."""
+    """Returns (config, nfeval state dict) for a fairseq decoder state dict and its saved config
+    ``hparams`` (read from ``config_key``: ``fairseq_config.config_key``); errors name ``source`` and the
+    key."""
     layers = _check_layout(state, source)
-    cfg = _model_config(state, hparams, source, len(layers), head_scale_transpose_bug)
+    cfg = _model_config(state, hparams, source, len(layers), head_scale_transpose_bug, config_key)
     pad = cfg.pad_token_id
     out: dict[str, torch.Tensor] = {"tok_emb.weight": state["decoder.embed_tokens.weight"]}
     if cfg.positions == "learned":
@@ -99,8 +101,8 @@ def _layer_indices(state: dict[str, torch.Tensor]) -> list[int]:
 
 
 def _check_state(state: Any, source: str) -> dict[str, torch.Tensor]:
-    """Returns ``state`` (a checkpoint's ``model`` entry) when it maps tensor names to tensors; a
-    CheckpointError naming ``source`` and the first entry that is not, otherwise."""
+    """Returns ``state`` (a checkpoint's ``model`` entry) when it maps tensor names to tensors of finite
+    values; a CheckpointError naming ``source`` and the first entry that does not, otherwise."""
     if not isinstance(state, dict):
         raise CheckpointError(
             f"{source}: key 'model' is a {type(state).__name__}; expected fairseq's tensors by name"
@@ -109,6 +111,11 @@ def _check_state(state: Any, source: str) -> dict[str, torch.Tensor]:
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
             raise CheckpointError(
                 f"{source}: model[{name!r}] is a {type(value).__name__}; expected a tensor under its name"
+            )
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise CheckpointError(
+                f"{source}: tensor {name!r} holds non-finite weights (NaN or inf); expected finite "
+                "values (a run that diverged?)"
             )
     return state
 
@@ -132,23 +139,21 @@ def _check_layout(state: dict[str, torch.Tensor], source: str) -> list[int]:
 
 
 def _model_config(
-    state: dict[str, torch.Tensor], hparams: dict[str, Any], source: str, n_layer: int, transpose_bug: bool
+    state: dict[str, torch.Tensor],
+    hparams: dict[str, Any],
+    source: str,
+    n_layer: int,
+    transpose_bug: bool,
+    config_key: str | None = None,
 ) -> ModelConfig:
-    """Returns the ModelConfig the tensors' names and shapes and the saved config describe; raises
-    CheckpointError when the config lacks a setting, turns on an option nfeval lacks or contradicts the
-    tensors, when the head count is unknown, or when the output projection is untied."""
+    """Returns the ModelConfig the tensors' names and shapes and the saved config (at ``config_key``)
+    describe; raises CheckpointError when the config lacks a setting, turns on an option nfeval lacks or
+    contradicts the tensors, when the head count is unknown or does not divide the width, when the
+    output projection is untied, or when the model they describe is not one nfeval builds."""
     settings = fairseq_config.decoder_settings(hparams, source)
     first = "decoder.layers.0."
     emb = _tensor(state, "decoder.embed_tokens.weight", source, ndim=2)
-    heads = state.get(first + "c_attn")
-    if heads is not None:
-        heads = _tensor(state, first + "c_attn", source, ndim=1)
-    n_head = heads.shape[0] if heads is not None else hparams.get("decoder_attention_heads")
-    if n_head is None:
-        raise CheckpointError(
-            f"{source}: cannot tell the number of heads (no c_attn and no decoder_attention_heads)"
-        )
-    n_head = fairseq_config.integer({"decoder_attention_heads": n_head}, "decoder_attention_heads", 0, source)
+    n_head, head_gains = _head_count(state, hparams, source, emb, config_key)
     pad = fairseq_config.integer(hparams, "pad", 1, source)
     learned = "decoder.embed_positions.weight" in state
     max_len = (
@@ -163,27 +168,65 @@ def _model_config(
         raise CheckpointError(
             f"{source}: 'decoder.output_projection.weight' is not tied to the embeddings (unsupported)"
         )
-    cfg = ModelConfig(
-        vocab_size=emb.shape[0],
-        n_layer=n_layer,
-        d_model=emb.shape[1],
-        n_head=n_head,
-        d_ffn=_tensor(state, first + "fc1.weight", source, ndim=2).shape[0],
-        max_seq_len=max_len,
-        final_norm="decoder.layer_norm.weight" in state,
-        embedding_norm="decoder.layernorm_embedding.weight" in state,
-        scale_attn=first + "attn_ln.weight" in state,
-        scale_fc=first + "ffn_layernorm.weight" in state,
-        scale_heads=heads is not None,
-        scale_resids=first + "w_resid" in state,
-        head_scale_transpose_bug=transpose_bug,
-        positions="learned" if learned else "sinusoidal",
-        pad_token_id=pad,
-        init="fairseq",  # what trained it: fairseq's transformer_lm
-        **settings,
-    )
+    try:
+        cfg = ModelConfig(
+            vocab_size=emb.shape[0],
+            n_layer=n_layer,
+            d_model=emb.shape[1],
+            n_head=n_head,
+            d_ffn=_tensor(state, first + "fc1.weight", source, ndim=2).shape[0],
+            max_seq_len=max_len,
+            final_norm="decoder.layer_norm.weight" in state,
+            embedding_norm="decoder.layernorm_embedding.weight" in state,
+            scale_attn=first + "attn_ln.weight" in state,
+            scale_fc=first + "ffn_layernorm.weight" in state,
+            scale_heads=head_gains,
+            scale_resids=first + "w_resid" in state,
+            head_scale_transpose_bug=transpose_bug,
+            positions="learned" if learned else "sinusoidal",
+            pad_token_id=pad,
+            init="fairseq",  # what trained it: fairseq's transformer_lm
+            **settings,
+        )
+    except ConfigError as e:  # sizes that no model has (no position left after the padding rows)
+        raise CheckpointError(f"{source}: the model it describes is not one nfeval builds ({e})") from None
     fairseq_config.check_tensors(hparams, state, cfg, source)
     return cfg
+
+
+def _head_count(
+    state: dict[str, torch.Tensor],
+    hparams: dict[str, Any],
+    source: str,
+    emb: torch.Tensor,
+    config_key: str | None,
+) -> tuple[int, bool]:
+    """Returns (the number of attention heads, whether the layers have HeadScale gains): the length of
+    layer 0's ``c_attn`` where there is one, else the saved config's ``decoder_attention_heads``; a
+    CheckpointError naming ``source`` and where the count was read when there is none, or when it is not
+    a positive number that divides the embedding width (fairseq's attention splits the width into
+    heads)."""
+    gains = "decoder.layers.0.c_attn"
+    n_head = _tensor(state, gains, source, ndim=1).shape[0] if gains in state else None
+    n_head = hparams.get("decoder_attention_heads") if n_head is None else n_head
+    if n_head is None:
+        raise CheckpointError(
+            f"{source}: cannot tell the number of heads (no c_attn and no decoder_attention_heads)"
+        )
+    n_head = fairseq_config.integer({"decoder_attention_heads": n_head}, "decoder_attention_heads", 0, source)
+    width = emb.shape[1]
+    if n_head < 1 or width % n_head:
+        key = f"{config_key}." if config_key else ""
+        read = (
+            f"tensor {gains!r} has {n_head} heads"
+            if gains in state
+            else f"{key}decoder_attention_heads={n_head}"
+        )
+        raise CheckpointError(
+            f"{source}: {read}; expected a positive number of heads that divides the embedding width "
+            f"{width} ('decoder.embed_tokens.weight' has shape {tuple(emb.shape)})"
+        )
+    return n_head, gains in state
 
 
 def _layer_tensors(state: dict[str, torch.Tensor], i: int, source: str) -> dict[str, torch.Tensor]:
@@ -227,7 +270,8 @@ def load_fairseq(
         raise CheckpointError(f"{path}: expected a fairseq checkpoint dict with key 'model'")
     hparams = fairseq_config.saved_config(ckpt, path)
     model_state = _check_state(ckpt["model"], path)
-    cfg, state = convert_state_dict(model_state, hparams, path, head_scale_transpose_bug)
+    key = fairseq_config.config_key(ckpt, path)
+    cfg, state = convert_state_dict(model_state, hparams, path, head_scale_transpose_bug, key)
     notes = fairseq_config.normformer_disagreements(hparams, cfg, path)
     for note in notes:
         warnings.warn(note, FairseqConfigWarning, stacklevel=2)

@@ -35,6 +35,7 @@ from tokenizers import Tokenizer, processors
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.errors import CheckpointError, ConfigError, MissingDataError, UserError
+from ...base.home import hf_cache_error
 from ...base.sweep_lock import LOCK, folder_lock
 from ..checkpoints import checkpoint
 from ..model.config import ModelConfig
@@ -165,8 +166,17 @@ def verify(out: str, ckpt: checkpoint.Checkpoint, fmt: str) -> float:
     Raises RuntimeError when it exceeds ``VERIFY_TOLERANCE``: the export is then not written.
     """
     from transformers import AutoModelForCausalLM
+    from transformers.utils import HF_MODULES_CACHE
 
-    hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=fmt == "nfeval", dtype=torch.float32)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=fmt == "nfeval", dtype=torch.float32)
+    except OSError as e:  # the remote code is copied into transformers' module cache (under HF_HOME)
+        variable = "HF_MODULES_CACHE" if os.environ.get("HF_MODULES_CACHE") else "HF_HOME"
+        why = "transformers copies the export's remote code to load and check it"
+        user = hf_cache_error(e, HF_MODULES_CACHE, why, variable)
+        if user is None:
+            raise
+        raise user from e
     model = ckpt.model.float().eval()
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, ckpt.config.vocab_size, (2, min(32, ckpt.config.max_seq_len)), generator=g)
