@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from .. import embedded
+from .. import tasks as nf_tasks
 from ..base.cli_args import (
     add_device,
     add_dtype,
@@ -23,6 +25,25 @@ from ..zeroshot.evaluate import evaluate, make_table
 DEFAULT_OUTPUT = "results/zeroshot.json"
 
 
+def _add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--tasks`` and ``--data-dir``, their help read from the task records (tasks/registry.py)."""
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help=f"tasks (comma or space separated): {' '.join(nf_tasks.NAMES)}, or any registered "
+        f"lm-eval task (default: {' '.join(nf_tasks.DEFAULT_TASKS)})",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help=f"local task files (layout of ../shared/data/zeroshot), or 'embedded': the "
+        f"{embedded.ZEROSHOT_ROWS}-item slices of {nf_tasks.join_titles(embedded.ZEROSHOT_TASKS)} shipped "
+        f"in the package (not {nf_tasks.join_titles(nf_tasks.USER_SUPPLIED)}: the licence forbids "
+        "redistribution); default: the Hub",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds ``nfeval zeroshot``'s options."""
     from ..engine.checkpoints import torch_files
@@ -34,20 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nfeval run/checkpoint dir, a Hugging Face causal-LM dir, or a fairseq checkpoint file "
         "(with dict.txt beside it and --tokenizer GPT-2's BPE folder, or a tokenizer.json beside it)",
     )
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=None,
-        help="tasks (comma or space separated): hellaswag piqa winogrande storycloze_2016 "
-        "storycloze_2018 openbookqa, or any registered lm-eval task (default: the five)",
-    )
-    parser.add_argument(
-        "--data-dir",
-        default=None,
-        help="local task files (layout of ../shared/data/zeroshot), or 'embedded': the 200-item slices "
-        "of HellaSwag, PIQA, WinoGrande and OpenBookQA shipped in the package (no StoryCloze: its licence "
-        "forbids redistribution); default: the Hub",
-    )
+    _add_task_arguments(parser)
     add_limit(parser, "documents of each task")
     parser.add_argument(
         "--batch-size",

@@ -1,7 +1,7 @@
 """Task slices shipped inside the package, so that ``nfeval zeroshot --data-dir embedded``, ``nfeval glue
 --glue-dir embedded`` and ``nfeval demo`` run on a fresh machine with no download.
 
-Each slice is a folder in the layout the readers already take (``tasks/loaders.py`` for zero-shot,
+Each slice is a folder in the layout the readers already take (``tasks/readers.py`` for zero-shot,
 ``glue/data.py`` for GLUE), with a ``SOURCE.md`` (origin repository @ commit, derivation, rows, sha256)
 and the licence of its data (``LICENSE``; STS-B also its own ``LICENSE.txt``). ``derive.py`` rebuilds
 them from ``../shared/data`` and ``tests/packaging/test_embedded_slices.py`` checks them.
@@ -66,7 +66,6 @@ SLICES: tuple[Slice, ...] = (
 )
 ZEROSHOT_TASKS = tuple(s.task for s in SLICES if s.folder.startswith("zeroshot/"))
 GLUE_TASKS = tuple(s.task for s in SLICES if s.folder.startswith("glue/"))
-USER_SUPPLIED = ("storycloze_2016", "storycloze_2018")  # never shipped: the licence forbids redistribution
 
 
 def zeroshot_dir(value: str | None) -> str | None:

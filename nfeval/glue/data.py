@@ -1,4 +1,5 @@
-"""GLUE data: task specs and readers for the GLUE distribution TSVs (or the ``nyu-mll/glue`` hub copy).
+"""GLUE data: readers for the GLUE distribution TSVs (or the ``nyu-mll/glue`` hub copy) of the tasks that
+``specs.py`` declares.
 
 The TSVs are tab-separated and unquoted (quotes are part of the text). Columns are found by header
 name; CoLA has no header and is read by position. Every row must have as many columns as the header,
@@ -16,137 +17,11 @@ from typing import Any
 
 from .. import embedded
 from ..base import hub
-from ..base.errors import ConfigError, DataError, MissingDataError, hub_unreachable
+from ..base.errors import DataError, MissingDataError, hub_unreachable
+from .specs import SPECS, TaskSpec, spec
+from .specs import TASKS as TASKS  # the task records' table, read as glue_data.TASKS too
 
-TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 HUB_DATASET = "nyu-mll/glue"
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
-    folder: str  # folder in the GLUE distribution
-    text_columns: tuple  # header names (or positions when there is no header): one, or a pair
-    label_column: str | int
-    labels: tuple[str, ...] | None  # label strings in id order; None for regression (STS-B)
-    dev_files: dict[str, str]  # dev split name -> file name
-    large: bool  # a large task: batch 32 in the RoBERTa recipe, 16 otherwise
-    fairseq_lr: float  # the learning rate of fairseq's RoBERTa GLUE recipe
-    hub_text_columns: tuple[str, ...] = ()
-    hub_dev_splits: dict[str, str] = field(default_factory=dict)  # dev split name -> hub split
-    num_columns: int | None = None  # for headerless files
-
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.labels is None else len(self.labels)
-
-    @property
-    def is_regression(self) -> bool:
-        return self.labels is None
-
-
-SPECS: dict[str, TaskSpec] = {
-    s.name: s
-    for s in [
-        TaskSpec(
-            "cola",
-            "CoLA",
-            (3,),
-            1,
-            ("0", "1"),
-            {"dev": "dev.tsv"},
-            False,
-            1e-5,
-            ("sentence",),
-            {"dev": "validation"},
-            num_columns=4,
-        ),
-        TaskSpec(
-            "sst2",
-            "SST-2",
-            ("sentence",),
-            "label",
-            ("0", "1"),
-            {"dev": "dev.tsv"},
-            True,
-            1e-5,
-            ("sentence",),
-            {"dev": "validation"},
-        ),
-        TaskSpec(
-            "mrpc",
-            "MRPC",
-            ("#1 String", "#2 String"),
-            "Quality",
-            ("0", "1"),
-            {"dev": "dev.tsv"},
-            False,
-            1e-5,
-            ("sentence1", "sentence2"),
-            {"dev": "validation"},
-        ),
-        TaskSpec(
-            "stsb",
-            "STS-B",
-            ("sentence1", "sentence2"),
-            "score",
-            None,
-            {"dev": "dev.tsv"},
-            False,
-            2e-5,
-            ("sentence1", "sentence2"),
-            {"dev": "validation"},
-        ),
-        TaskSpec(
-            "qqp",
-            "QQP",
-            ("question1", "question2"),
-            "is_duplicate",
-            ("0", "1"),
-            {"dev": "dev.tsv"},
-            True,
-            1e-5,
-            ("question1", "question2"),
-            {"dev": "validation"},
-        ),
-        TaskSpec(
-            "mnli",
-            "MNLI",
-            ("sentence1", "sentence2"),
-            "gold_label",
-            ("entailment", "neutral", "contradiction"),
-            {"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
-            True,
-            1e-5,
-            ("premise", "hypothesis"),
-            {"dev_matched": "validation_matched", "dev_mismatched": "validation_mismatched"},
-        ),
-        TaskSpec(
-            "qnli",
-            "QNLI",
-            ("question", "sentence"),
-            "label",
-            ("entailment", "not_entailment"),
-            {"dev": "dev.tsv"},
-            True,
-            1e-5,
-            ("question", "sentence"),
-            {"dev": "validation"},
-        ),
-        TaskSpec(
-            "rte",
-            "RTE",
-            ("sentence1", "sentence2"),
-            "label",
-            ("entailment", "not_entailment"),
-            {"dev": "dev.tsv"},
-            False,
-            2e-5,
-            ("sentence1", "sentence2"),
-            {"dev": "validation"},
-        ),
-    ]
-}
 
 
 @dataclass
@@ -190,13 +65,6 @@ class TaskData:
             return self
         dev = {name: split.head(n) for name, split in self.dev.items()}
         return TaskData(self.spec, self.train.head(n), dev, self.test, n)
-
-
-def spec(task: str) -> TaskSpec:
-    """Returns the spec of a task key; ValueError naming the known tasks otherwise."""
-    if task not in SPECS:
-        raise ConfigError(f"unknown GLUE task {task!r}: expected one of {', '.join(TASKS)}")
-    return SPECS[task]
 
 
 def _parse_label(spec: TaskSpec, value: str, where: str):
@@ -292,21 +160,9 @@ def load_local(task: str, glue_dir: str) -> TaskData:
 
 # task -> {test split: (path under the GLUE folder, submission file name)}; the first split is required
 TEST_FILES: dict[str, dict[str, tuple[str, str]]] = {
-    "cola": {"test": ("CoLA/test.tsv", "CoLA.tsv")},
-    "sst2": {"test": ("SST-2/test.tsv", "SST-2.tsv")},
-    "mrpc": {"test": ("MRPC/test.tsv", "MRPC.tsv")},
-    "stsb": {"test": ("STS-B/test.tsv", "STS-B.tsv")},
-    "qqp": {"test": ("QQP/test.tsv", "QQP.tsv")},
-    "mnli": {
-        "test_matched": ("MNLI/test_matched.tsv", "MNLI-m.tsv"),
-        "test_mismatched": ("MNLI/test_mismatched.tsv", "MNLI-mm.tsv"),
-        "ax": ("diagnostic/diagnostic.tsv", "AX.tsv"),  # optional: the diagnostic set, MNLI's model
-    },
-    "qnli": {"test": ("QNLI/test.tsv", "QNLI.tsv")},
-    "rte": {"test": ("RTE/test.tsv", "RTE.tsv")},
+    s.name: {split: (f.path, f.submission) for split, f in s.test_files.items()} for s in SPECS.values()
 }
-OPTIONAL = {"ax"}
-TEST_TEXT_COLUMNS = {"cola": ("sentence",)}  # CoLA's train/dev have no header; its test file does
+OPTIONAL = {split for s in SPECS.values() for split, f in s.test_files.items() if f.optional}
 INDEX_COLUMNS = ("index", "id")  # QQP's test file names it "id"
 
 
@@ -330,7 +186,7 @@ def read_test_tsv(path: str, spec: TaskSpec, name: str) -> UnlabelledSplit:
     header = lines[0].split("\t") if lines else []
     wanted = [
         next((c for c in INDEX_COLUMNS if c in header), "index"),
-        *TEST_TEXT_COLUMNS.get(spec.name, spec.text_columns),
+        *(spec.test_text_columns or spec.text_columns),
     ]
     missing = [c for c in wanted if c not in header]
     if missing:

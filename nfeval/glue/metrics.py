@@ -26,6 +26,8 @@ import numpy as np
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+from .specs import SPECS
+
 
 def accuracy(labels: Sequence, preds: Sequence) -> float:
     """Returns the fraction of predictions equal to the labels."""
@@ -62,29 +64,15 @@ def spearman(labels: Sequence, preds: Sequence) -> float:
     return _correlation(stats.spearmanr, labels, preds)
 
 
-# task -> dev split -> {metric name: function}. Split names match nfeval.glue.data's task specs.
+# The scorers a task's record (specs.py) names for its metrics.
+SCORERS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spearman": spearman}
+# task -> dev split -> {metric name: function}, from the task records.
 SPLIT_METRICS: dict[str, dict[str, dict]] = {
-    "cola": {"dev": {"mcc": mcc}},
-    "sst2": {"dev": {"accuracy": accuracy}},
-    "mrpc": {"dev": {"accuracy": accuracy, "f1": f1}},
-    "stsb": {"dev": {"pearson": pearson, "spearman": spearman}},
-    "qqp": {"dev": {"accuracy": accuracy, "f1": f1}},
-    "mnli": {"dev_matched": {"accuracy_m": accuracy}, "dev_mismatched": {"accuracy_mm": accuracy}},
-    "qnli": {"dev": {"accuracy": accuracy}},
-    "rte": {"dev": {"accuracy": accuracy}},
+    s.name: {split: {m: SCORERS[f] for m, f in named.items()} for split, named in s.metrics.items()}
+    for s in SPECS.values()
 }
-
 # The metric that picks the best epoch and the best learning rate.
-MAIN_METRIC = {
-    "cola": "mcc",
-    "sst2": "accuracy",
-    "mrpc": "f1",
-    "stsb": "pearson",
-    "qqp": "f1",
-    "mnli": "accuracy_m",
-    "qnli": "accuracy",
-    "rte": "accuracy",
-}
+MAIN_METRIC = {s.name: s.main_metric for s in SPECS.values()}
 
 
 def compute(task: str, labels: Mapping[str, Sequence], preds: Mapping[str, Sequence]) -> dict[str, float]:

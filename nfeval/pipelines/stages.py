@@ -10,8 +10,10 @@ import os
 from collections.abc import Callable
 
 from ..base.artifacts import atomic_write_text
+from ..tasks.registry import BY_NAME, DEFAULT_TASKS
 
-CLOZE_CHOICES = 4
+CLOZE_TASK = "corpus_cloze"
+CLOZE_CHOICES = BY_NAME[CLOZE_TASK].choices  # its record's: the chance rate the leaderboard draws
 
 
 def shared_tokenizer(
@@ -42,26 +44,23 @@ def zeroshot_data(
     from ..zeroshot.cloze import build_docs, write_jsonl
 
     folder = os.path.join(out, "zeroshot_data")
-    cloze = os.path.join(folder, "corpus_cloze", "validation.jsonl")
+    cloze = os.path.join(folder, BY_NAME[CLOZE_TASK].folder, "validation.jsonl")
     if not os.path.isfile(cloze):
         docs = build_docs(default_corpus().valid, n_items=cloze_items, n_choices=CLOZE_CHOICES, seed=seed)
         write_jsonl(docs, cloze)
-    tasks = ["corpus_cloze"]
+    tasks = [CLOZE_TASK]
     if not data_dir:
         log("zero-shot: no --data-dir; the five public tasks are skipped (only the corpus cloze task runs)")
         return folder, tasks
-    from ..tasks import DEFAULT_TASKS
-    from ..tasks.loaders import STORYCLOZE_HELP
-
     for task in DEFAULT_TASKS:
-        name = "storycloze" if task.startswith("storycloze") else task
+        name = BY_NAME[task].folder
         src, dst = os.path.join(os.path.abspath(data_dir), name), os.path.join(folder, name)
         if os.path.isdir(src):
             if not os.path.lexists(dst):
                 os.symlink(src, dst)
             tasks.append(task)
-        elif name == "storycloze":  # never shipped: where to put it is a folder of the user's
-            log(f"zero-shot: {task} skipped. {STORYCLOZE_HELP.format(year=task[-4:])}")
+        elif BY_NAME[task].user_supplied:  # never shipped: where to put it is a folder of the user's
+            log(f"zero-shot: {task} skipped. {BY_NAME[task].obtain}")
         else:
             log(f"zero-shot: no {name}/ under {data_dir}; {task} skipped")
     return folder, tasks

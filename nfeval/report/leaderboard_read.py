@@ -11,34 +11,19 @@ from typing import Any
 from .. import tasks as nf_tasks
 from ..base.errors import DataError, MissingDataError
 from ..base.jsonio import load_json
-from ..glue.data import TASKS as GLUE_TASKS
 from ..glue.metrics import SPLIT_METRICS
+from ..glue.specs import TASKS as GLUE_TASKS
+from ..glue.specs import TITLES as GLUE_TITLES
 from ..zeroshot import lm_eval_layout
 
 ZEROSHOT_TASKS = nf_tasks.DEFAULT_TASKS  # averaged, as in the paper
 # Shown when present, not averaged; corpus_cloze is the demo's held-out cloze task (nfeval/zeroshot/cloze.py).
-EXTRA_ZEROSHOT_TASKS = ("storycloze_2018", "corpus_cloze")
+EXTRA_ZEROSHOT_TASKS = nf_tasks.EXTRA_TASKS
 # The metrics the GLUE leaderboard averages into a task's score: those glue.py computes per task.
 GLUE_SCORE_METRICS = {t: tuple(n for fns in SPLIT_METRICS[t].values() for n in fns) for t in GLUE_TASKS}
-TITLES = {
-    "hellaswag": "HellaSwag",
-    "piqa": "PIQA",
-    "winogrande": "WinoGrande",
-    "storycloze_2016": "StoryCloze",
-    "storycloze_2018": "StoryCloze 2018",
-    "corpus_cloze": "Corpus cloze",
-    "openbookqa": "OpenBookQA",
-    "cola": "CoLA",
-    "sst2": "SST-2",
-    "mrpc": "MRPC",
-    "stsb": "STS-B",
-    "qqp": "QQP",
-    "mnli": "MNLI",
-    "qnli": "QNLI",
-    "rte": "RTE",
-}
-# GPT-3 scored cloze-style tasks per token, so the corpus cloze task follows that convention too.
-GPT3_METRICS = {**nf_tasks.GPT3_METRIC, "corpus_cloze": "acc_per_token"}
+TITLES = {**nf_tasks.TITLES, **GLUE_TITLES}  # the task records' (tasks/registry.py, glue/specs.py)
+# GPT-3's conventions; the corpus cloze task, which GPT-3 did not score, per token as its cloze tasks.
+GPT3_METRICS = dict(nf_tasks.LEADERBOARD_METRIC)
 METRIC_PRESETS = {
     "gpt3": GPT3_METRICS,
     "acc": dict.fromkeys(GPT3_METRICS, "acc"),
@@ -55,7 +40,7 @@ MISSING = "–"
 # StoryCloze's licence forbids redistribution: nfeval ships no slice of it, so a model row without it says
 # where its data has to come from instead of a bare MISSING.
 USER_SUPPLIED = "user-supplied"
-USER_SUPPLIED_TASKS = ("storycloze_2016", "storycloze_2018")
+USER_SUPPLIED_TASKS = nf_tasks.USER_SUPPLIED
 CHANCE = {task: 1 / n for task, n in nf_tasks.CHOICES.items()}  # accuracy of a uniform guess
 YARDSTICK = "yardstick"  # the reference label of the chance and majority-class rows
 Z95 = 1.959964  # a 95% normal interval's half-width in standard errors

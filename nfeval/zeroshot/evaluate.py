@@ -51,39 +51,39 @@ def task_manager(data_dir: str | None, names: list[str] | None = None):
     """
     from lm_eval.tasks import TaskManager
 
-    ours = {nf_tasks.registered_name(t, local) for t in nf_tasks.CANONICAL_TASKS for local in (True, False)}
-    ours.add("corpus_cloze")
     return TaskManager(
         include_path=nf_tasks.TASKS_DIR,
-        include_defaults=names is None or not set(names) <= ours,
+        include_defaults=names is None or not set(names) <= set(nf_tasks.LM_EVAL_NAMES),
         metadata={"data_dir": data_dir} if data_dir else {},
     )
 
 
 def reads_hub(name: str) -> bool:
     """Returns whether lm-eval reads task ``name``'s documents from the Hugging Face Hub: our ``_hub``
-    variants (StoryCloze's is skipped instead) and lm-eval's own tasks."""
-    local = name.endswith("_local") or name == "corpus_cloze"
-    return not (local or nf_tasks.canonical_name(name).startswith("storycloze"))
+    variants (a user-supplied task's, StoryCloze's, is skipped instead) and lm-eval's own tasks."""
+    task = nf_tasks.record(name)
+    local = name.endswith("_local") or (task is not None and not task.variants)
+    return not (local or (task is not None and task.user_supplied))
 
 
 def load_tasks(names: list[str], manager) -> tuple[dict[str, Any], dict[str, str]]:
-    """Returns ({name: Task}, {skipped name: reason}); StoryCloze without files is skipped, other bad data
-    raises."""
-    from ..tasks.loaders import STORYCLOZE_HELP, MissingData
+    """Returns ({name: Task}, {skipped name: reason}); a user-supplied task (StoryCloze) without files is
+    skipped, other bad data raises."""
+    from ..tasks.loaders import MissingData
 
     loaded, skipped = {}, {}
     for name in names:
-        canonical = nf_tasks.canonical_name(name)
-        if canonical.startswith("storycloze") and not name.endswith("_local"):
-            skipped[name] = STORYCLOZE_HELP.format(year=canonical[-4:])
+        task = nf_tasks.record(name)
+        user_supplied = task is not None and task.user_supplied
+        if user_supplied and not name.endswith("_local"):
+            skipped[name] = task.obtain
             continue
         if name not in manager.all_tasks:
             raise task_names.unknown_task(name, manager.all_tasks)
         try:
             loaded.update(manager.load([name])["tasks"])
         except MissingData as e:
-            if not canonical.startswith("storycloze"):
+            if not user_supplied:
                 raise
             skipped[name] = str(e)
         except UserError:  # bad local data: its message names file, line and field
@@ -191,10 +191,8 @@ def task_data(name: str, task, data_dir: str | None) -> dict[str, Any]:
     the files are a slice shipped in the package (its rows, and the rows of the split it was taken from)."""
     if name.endswith("_local"):
         out = {"lm_eval_task": name, "source": "local", "data_dir": data_dir}
-        canonical = nf_tasks.canonical_name(name)
-        shipped = embedded.slice_of(
-            data_dir, "storycloze" if canonical.startswith("storycloze") else canonical
-        )
+        task = nf_tasks.record(name)
+        shipped = embedded.slice_of(data_dir, task.folder) if task else None
         if shipped is not None:  # part of the task: the leaderboard marks it as a subset
             (rows,), (of,) = shipped.files.values(), shipped.full_rows.values()
             out["embedded"] = {"slice": f"nfeval/embedded/{shipped.folder}", "rows": rows, "of": of}

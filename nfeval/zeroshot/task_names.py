@@ -23,8 +23,7 @@ CUTOFF = 0.8  # difflib's similarity ratio for a suggestion
 def ours() -> list[str]:
     """Returns every task name nfeval registers: the canonical names, their _local and _hub variants and
     the corpus cloze task."""
-    names = {nf_tasks.registered_name(t, local) for t in nf_tasks.CANONICAL_TASKS for local in (True, False)}
-    return sorted(names | set(nf_tasks.CANONICAL_TASKS) | {"corpus_cloze"})
+    return sorted(set(nf_tasks.LM_EVAL_NAMES) | set(nf_tasks.CANONICAL_TASKS))
 
 
 def close_matches(name: str, known: Iterable[str]) -> list[str]:

@@ -10,23 +10,47 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ...base.errors import ConfigError
+from .fields import check_fields
 
-# Where the block's main norms sit (see the op order in model.py): Pre-LN, Post-LN, Gemma 2's sandwich,
-# OLMo 2's norm on each sub-layer's output only, and DeepNet's DeepNorm (Post-LN with α and β).
-NORM_POSITIONS = ("pre", "post", "sandwich", "olmo2", "deepnorm")
-# Placements that end with a norm on the residual stream need no final norm; the others get one.
-FINAL_NORM_POSITIONS = ("pre", "sandwich", "olmo2")
-# The architecture name of each placement, for configs that match no preset (``prenorm+scale_attn``).
-PLACEMENT_NAMES = dict(
-    pre="prenorm", post="postnorm", sandwich="sandwich", olmo2="olmo2norm", deepnorm="deepnorm"
-)
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where a block's main norms sit (the op order in model.py): what the Block builds and what
+    ``flops.py`` counts, both read from here, so a placement is declared once."""
+
+    name: str  # the architecture name, for configs that match no preset (``prenorm+scale_attn``)
+    norm_before: bool = False  # a norm on each sub-layer's input: x + f(N(x))
+    norm_after_sublayer: bool = False  # a norm on each sub-layer's output: x + N(f(x))
+    norm_after_add: bool = False  # a norm on the residual stream after each add: N(x + f(x))
+    residual_alpha: bool = False  # DeepNorm's α scales both sub-layers' residuals: N(α·x + f(x))
+
+    @property
+    def norms_per_sublayer(self) -> int:
+        return self.norm_before + self.norm_after_sublayer + self.norm_after_add
+
+    @property
+    def final_norm(self) -> bool:
+        """Whether the model gets a final norm by default: a block that ends with a norm on the residual
+        stream needs none."""
+        return not self.norm_after_add
+
+
+# Pre-LN, Post-LN, Gemma 2's sandwich, OLMo 2's norm on each sub-layer's output only, and DeepNet's
+# DeepNorm (Post-LN with α and β).
+PLACEMENTS = {
+    "pre": Placement(name="prenorm", norm_before=True),
+    "post": Placement(name="postnorm", norm_after_add=True),
+    "sandwich": Placement(name="sandwich", norm_before=True, norm_after_sublayer=True),
+    "olmo2": Placement(name="olmo2norm", norm_after_sublayer=True),
+    "deepnorm": Placement(name="deepnorm", norm_after_add=True, residual_alpha=True),
+}
+NORM_POSITIONS = tuple(PLACEMENTS)
+FINAL_NORM_POSITIONS = tuple(k for k, p in PLACEMENTS.items() if p.final_norm)
+PLACEMENT_NAMES = {k: p.name for k, p in PLACEMENTS.items()}
 # LayerNorm, torch's RMSNorm, or DyT (γ·tanh(α·x) + β, Zhu et al. 2025: ``norms.DynamicTanh``)
 NORMS = ("layernorm", "rmsnorm", "dyt")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
@@ -141,10 +165,10 @@ class ModelConfig:
     def conflicting_flags(self) -> str | None:
         """Returns why two flags cannot be combined (naming both), or None when the combination is sound."""
         placement = f"norm_position={self.norm_position!r}"
-        if self.scale_attn and self.norm_position in ("sandwich", "olmo2"):
+        if self.scale_attn and self.placement.norm_after_sublayer:
             return f"scale_attn=True with {placement}: that placement already normalises the attention output"
         resids = [f for f in ("scale_resids", "scale_resids_attn") if getattr(self, f)]
-        if resids and self.norm_position == "deepnorm":
+        if resids and self.placement.residual_alpha:
             return (
                 f"{resids[0]}=True with {placement}: DeepNorm fixes the residual scale (α) that a "
                 "learned λresid would replace"
@@ -165,7 +189,7 @@ class ModelConfig:
                 f"mix_ln_fraction={self.mix_ln_fraction!r} with {placement}: Mix-LN mixes Post-LN "
                 "blocks into Pre-LN"
             )
-        if self.ln_scaling and self.norm_position not in ("pre", "sandwich"):
+        if self.ln_scaling and not self.placement.norm_before:
             return (
                 f"ln_scaling=True with {placement}: LayerNorm Scaling scales the norms before each "
                 "sub-layer, which that placement has not"
@@ -183,6 +207,11 @@ class ModelConfig:
         n_layer), as the paper's ⌊αL⌋ and its code's int(α·L) (3 of 12 and 6 of 24 at α = 0.25; none
         of 2), with 1e-9 of slack so that a decimal fraction counts what it says (0.29 of 100: 29)."""
         return math.floor(self.mix_ln_fraction * self.n_layer + 1e-9)
+
+    @property
+    def placement(self) -> Placement:
+        """Returns the record of ``norm_position``."""
+        return PLACEMENTS[self.norm_position]
 
     def layer_placement(self, layer: int) -> str:
         """Returns the norm placement of the block at 0-based index ``layer``: "post" for Mix-LN's first
@@ -355,79 +384,3 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
         fields["vocab_size"] = CPU_VOCAB[size]
     fields.update(overrides)
     return ModelConfig(**fields)
-
-
-# --- typed validation of config dataclasses ---------------------------------------------------------------
-
-
-CONFIG_NAMES = {"ModelConfig": "model config", "TrainConfig": "training config"}
-
-
-def _type_name(tp: Any) -> str:
-    """Returns a reader's name for an annotation: 'an integer', 'a number or null', ..."""
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in args)
-    names = {
-        int: "an integer",
-        float: "a finite number",
-        bool: "true or false",
-        str: "a string",
-        type(None): "null",
-        dict: "an object",
-        list: "a list",
-    }
-    return names.get(typing.get_origin(tp) or tp, str(tp))
-
-
-def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Returns (accepted, value) for ``value`` against annotation ``tp`` (an int is widened to a float,
-    an integral float narrowed to an int; a float must be finite)."""
-    if tp is Any:
-        return True, value
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            ok, out = _coerce(value, arg)
-            if ok:
-                return True, out
-        return False, value
-    base = typing.get_origin(tp) or tp
-    if base is type(None):
-        return value is None, value
-    if base is float:  # JSON's Infinity and NaN, and flags' inf and nan, are no setting's value
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return ok, float(value) if ok else value
-    if base is int:  # an integral float (1e9 from JSON, 10.0 from a float flag) is that integer
-        if isinstance(value, float) and value.is_integer():
-            return True, int(value)
-        return isinstance(value, int) and not isinstance(value, bool), value
-    return isinstance(value, base), value
-
-
-def check_fields(
-    cls: type, values: Mapping[str, Any], source: str | Mapping[str, str], choices: Mapping[str, tuple] = {}
-) -> dict[str, Any]:
-    """Returns ``values`` checked against the field annotations of dataclass ``cls`` (ints widened to float).
-
-    ``source`` names where the values came from (a file, ``--set``, a flag), or maps each field to its
-    source. Unknown fields, values of the wrong type and values outside ``choices`` raise ConfigError
-    naming the source, the field, the value and what was expected.
-    """
-    hints = typing.get_type_hints(cls)
-    where = (
-        (lambda name: source.get(name, "config")) if isinstance(source, Mapping) else (lambda name: source)
-    )
-    unknown = sorted(set(values) - set(hints))
-    if unknown:
-        raise ConfigError(
-            f"{where(unknown[0])}: unknown {CONFIG_NAMES.get(cls.__name__, cls.__name__)} field(s) "
-            f"{unknown}; expected a subset of {sorted(hints)}"
-        )
-    out = {}
-    for name, value in values.items():
-        ok, out[name] = _coerce(value, hints[name])
-        if not ok:
-            raise ConfigError(f"{where(name)}: {name}={value!r}: expected {_type_name(hints[name])}")
-        if name in choices and value is not None and value not in choices[name]:
-            raise ConfigError(f"{where(name)}: {name}={value!r}: expected one of {list(choices[name])}")
-    return out

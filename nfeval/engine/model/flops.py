@@ -3,7 +3,7 @@ reading use this count."""
 
 from __future__ import annotations
 
-from .config import ModelConfig
+from .config import PLACEMENTS, ModelConfig
 
 # Forward FLOPs per element of each op that is not a matmul. Training counts every op 3x its forward
 # (backward ~ 2x forward), the convention of the 6N matmul count, so a term is 3 x forward.
@@ -19,6 +19,8 @@ FLOPS_PER_ELEMENT = {
     # LayerNorm Scaling's 1/sqrt(ℓ)
     "add": 1,  # residual, bias and position additions
 }
+# The entry of FLOPS_PER_ELEMENT that each norm kind (config.NORMS) costs.
+NORM_FLOPS = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "dyt": "dyt"}
 TRAINING_PASSES = 3  # forward + backward
 # What the FLOP count (and so every "equal FLOPs" reading) counts, for tables to state.
 FLOPS_COUNTED = (
@@ -39,32 +41,36 @@ def training_flops_breakdown(
     other terms are ``FLOPS_PER_ELEMENT`` × elements × ``TRAINING_PASSES``. A masked LM runs its head
     (dense d×d, GELU, LayerNorm, output projection, loss) only on the masked positions, a
     ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them). Dropout
-    (a mask multiply, off in the presets) is not counted. A new op adds its term here. A DyT costs as a
-    norm does (``layer_norms``, at ``FLOPS_PER_ELEMENT["dyt"]``); Mix-LN's Post-LN blocks hold two norms
-    each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs.
+    (a mask multiply, off in the presets) is not counted. A new op adds its term here; a new placement
+    is counted from its record (``config.PLACEMENTS``: the norms and residual scales the Block builds
+    from the same record). A DyT costs as a norm does (``layer_norms``, at ``FLOPS_PER_ELEMENT["dyt"]``);
+    Mix-LN's Post-LN blocks hold two norms each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs.
     """
     d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size
     e, mlm = FLOPS_PER_ELEMENT, not cfg.causal
-    norm_cost = {"layernorm": e["layer_norm"], "rmsnorm": e["rms_norm"], "dyt": e["dyt"]}[cfg.norm]
+    norm_cost = e[NORM_FLOPS[cfg.norm]]
     head = masked_fraction if mlm else 1.0  # the share of tokens that run the LM head and loss
-    post = 2 * d * (cfg.norm_position == "sandwich")  # sandwich: a second norm on each sub-layer
+    # each block's placement (Mix-LN's first blocks "post"), as the model builds it (config.PLACEMENTS)
+    blocks = [PLACEMENTS[cfg.layer_placement(layer)] for layer in range(L)]
     norm_elements = (
-        L * (2 * d + post + d * cfg.scale_attn + f * cfg.scale_fc)  # attn/ffn norms, NormFormer's two
+        2 * d * sum(p.norms_per_sublayer for p in blocks)  # the placement's norms of both sub-layers
+        + L * (d * cfg.scale_attn + f * cfg.scale_fc)  # NormFormer's two
         + L * (2 * d * cfg.qk_norm + 3 * d * cfg.qkv_norm)  # QK-norm per head; the q, k, v norms
         + d * bool(cfg.final_norm)
         + d * cfg.embedding_norm
         + head * d * mlm  # the MLM head's LayerNorm
     )
     glu = cfg.ffn_glu  # GeGLU: fc1 is twice as wide; the gate multiplies
-    resid_gains = cfg.scale_resids + cfg.scale_resids_attn + 2 * (cfg.norm_position == "deepnorm")
-    pre_norm_layers = L - cfg.post_ln_layers  # Mix-LN's Post-LN blocks have no norm before a sub-layer
+    # λresid on every block's residual(s); DeepNorm's α on both residuals of each block that has it
+    resid_gains = L * (cfg.scale_resids + cfg.scale_resids_attn) + 2 * sum(p.residual_alpha for p in blocks)
+    pre_norm_layers = sum(p.norm_before for p in blocks)  # LayerNorm Scaling scales the norms before
     forward = {
         "weight_matmuls": 2 * (L * (4 * d * d + (2 + glu) * d * f) + head * (V * d + d * d * mlm)),
         "attention_matmuls": 2 * 2 * L * d * T,
         "attention_softmax": L * cfg.n_head * T * (e["softmax"] + e["multiply"]),
         "layer_norms": norm_cost * norm_elements,
         "head_scale": e["multiply"] * L * d * cfg.scale_heads,
-        "res_scale": e["multiply"] * L * d * resid_gains,  # λresid (either residual), DeepNorm's α
+        "res_scale": e["multiply"] * d * resid_gains,  # λresid (either residual), DeepNorm's α
         "ln_scaling": e["multiply"] * 2 * d * pre_norm_layers * cfg.ln_scaling,  # 1/sqrt(ℓ) on both norms
         "glu_gate": e["multiply"] * L * f * glu,
         "activation": e[cfg.activation] * L * f + e["gelu"] * head * d * mlm,

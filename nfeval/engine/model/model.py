@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig
+from .config import PLACEMENTS, ModelConfig
 from .initialisation import init_weights
 from .kv_cache import KVCache, LayerCache
 from .norms import deepnorm_alpha_beta, ln_scale, make_norm, resid_gain
@@ -211,18 +211,17 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         d, f, extra = cfg.d_model, cfg.d_ffn, cfg.normformer_norm
-        placement = cfg.layer_placement(layer)
-        self.norm_before = placement in ("pre", "sandwich")
-        self.norm_after_add = placement in ("post", "deepnorm")
-        post_sublayer = placement in ("sandwich", "olmo2")
-        self.alpha = deepnorm_alpha_beta(cfg.n_layer)[0] if placement == "deepnorm" else None
+        placement = PLACEMENTS[cfg.layer_placement(layer)]  # what this block's norms are (config.py)
+        self.norm_before, self.norm_after_add = placement.norm_before, placement.norm_after_add
+        post_sublayer, main_norm = placement.norm_after_sublayer, self.norm_before or self.norm_after_add
+        self.alpha = deepnorm_alpha_beta(cfg.n_layer)[0] if placement.residual_alpha else None
         self.ln_scale = ln_scale(cfg, layer) if self.norm_before else None
-        self.attn_norm = make_norm(cfg, d, attention=True) if placement != "olmo2" else None
+        self.attn_norm = make_norm(cfg, d, attention=True) if main_norm else None
         self.attn = SelfAttention(cfg)
         self.attn_out_norm = make_norm(cfg, d, extra, attention=True) if cfg.scale_attn else None
         self.attn_post_norm = make_norm(cfg, d, attention=True) if post_sublayer else None
         self.attn_resid_gain = resid_gain(cfg) if cfg.scale_resids_attn else None
-        self.ffn_norm = make_norm(cfg, d) if placement != "olmo2" else None
+        self.ffn_norm = make_norm(cfg, d) if main_norm else None
         self.glu = cfg.ffn_glu
         self.fc1 = nn.Linear(d, 2 * f if cfg.ffn_glu else f)
         self.ffn_hidden_norm = make_norm(cfg, f, extra) if cfg.scale_fc else None

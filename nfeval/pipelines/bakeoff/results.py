@@ -28,8 +28,8 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...report import significance as sig
 from ...report import verdict
+from ...tasks import judged_metric
 from .. import lr_band, realised_time, trained_gate
-from ..reproduce.eval_experiments import CLOZE_METRIC
 from ..reproduce.training_experiments import final_ppl, log_ratio
 from ..runs import finished, grad_stats_path
 from ..trained_gate import gated_decide, is_trained, recipe_words
@@ -53,13 +53,6 @@ def settle(*groups: list[dict[str, Any]]) -> None:
     tested = [t for group in groups for t in group if "family" in t]
     for t, adjusted in zip(tested, verdict.adjust(tested)):
         t.update(adjusted, verdict=VERDICTS.get(adjusted["verdict"], adjusted["verdict"]))
-
-
-def metric_of(task: str) -> str:
-    """Returns the metric a task is judged by: GPT-3's for the public tasks, per-token accuracy else."""
-    from ...tasks import GPT3_METRIC, canonical_name
-
-    return GPT3_METRIC.get(canonical_name(task), CLOZE_METRIC)
 
 
 def _interval(values: list[float]) -> dict[str, Any] | None:
@@ -275,7 +268,7 @@ def zeroshot_tests(ctx: Context, files: dict[str, dict[int, list[str]]]) -> list
         for seed, paths in files.get(c.name, {}).items():
             for path, ref in zip(paths, base.get(seed, [])):
                 tasks = _tasks_in(path)
-                for row in compare_zeroshot(path, ref, {t: metric_of(t) for t in tasks}):
+                for row in compare_zeroshot(path, ref, {t: judged_metric(t) for t in tasks}):
                     per_task.setdefault(row["task"], []).append({**row, "seed": seed})
         for task, rows in per_task.items():
             diffs = [100 * r["difference"] for r in rows]

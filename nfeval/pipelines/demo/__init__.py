@@ -274,7 +274,7 @@ def write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_file
 
 def make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_path) -> dict[str, Any]:
     """Returns the demo's headline numbers and where each artifact is."""
-    from ...tasks import GPT3_METRIC
+    from ...tasks import LEADERBOARD_METRIC
 
     rows = {row["name"]: row for row in comparison["runs"]}
     out: dict[str, Any] = {
@@ -297,7 +297,7 @@ def make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_pat
             "val_ppl_at_equal_time": row["final_val_ppl"],
             "best_val_ppl": row["best_val_ppl"],
             "val_points": len(row["val"]),
-            "metrics": {**GPT3_METRIC, "corpus_cloze": "acc_per_token"},
+            "metrics": dict(LEADERBOARD_METRIC),
         }
         results = {t: r for f in zeroshot_files.get(arch, []) for t, r in load_json(f)["results"].items()}
         model["zeroshot"] = {
