@@ -22,16 +22,9 @@ import math
 import tempfile
 
 import torch
-from glue_sweep import (
-    DEFAULT_GLUE,
-    prepare_task,
-    recipe_model,
-    recipe_trainer_class,
-    roberta_names,
-    roberta_state,
-    trainer_inputs,
-)
-from glue_sweep import training_arguments as sweep_training_arguments
+from glue_sweep import DEFAULT_GLUE, prepare_task
+from glue_trainer import recipe_model, recipe_trainer_class, roberta_names, roberta_state, trainer_inputs
+from glue_trainer import training_arguments as sweep_training_arguments
 
 from nfeval.base.progress import progress_bar
 from nfeval.engine.checkpoints import checkpoint

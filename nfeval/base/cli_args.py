@@ -189,6 +189,26 @@ def add_tune_seeds(p: argparse.ArgumentParser, default: int) -> None:
     )
 
 
+def add_pipeline_jobs(p: argparse.ArgumentParser, default: int) -> None:
+    """Adds a pipeline's ``--jobs N`` (``reproduce``, ``bakeoff``): its training runs and tune points at a
+    time."""
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=default,
+        help="training runs and tune points at a time, each on its share of the cores (default 1)",
+    )
+
+
+def add_render_only(p: argparse.ArgumentParser) -> None:
+    """Adds a pipeline's ``--render-only``: its report.md rewritten from its report.json."""
+    p.add_argument(
+        "--render-only",
+        action="store_true",
+        help="rewrite --out's report.md from its report.json (nothing is trained or measured)",
+    )
+
+
 def invoked_command() -> str:
     """Returns this process's ``nfeval ...`` command line, shell-quoted (for reports to reproduce it)."""
     return "nfeval " + " ".join(shlex.quote(a) for a in sys.argv[1:])

@@ -16,6 +16,14 @@ from ..base.cli_args import add_output_file, device_name, positive_int
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Adds the three analyses as sub-commands, each with its options and ``--output PNG``."""
     sub = p.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
+    g, s, st = _grads_parser(sub), _gains_parser(sub), _stability_parser(sub)
+    for parser, name in ((g, "grads"), (s, "gains"), (st, "stability")):
+        add_output_file(parser, default=f"{name}.png", help=f"PNG path; JSON beside it (default {name}.png)")
+        parser.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+
+
+def _grads_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Returns ``analyze grads``' parser with its options."""
     g = sub.add_parser("grads", help="gradient norm by layer (Figures 3 and 7)")
     g.add_argument("runs", nargs="*", metavar="RUN", help="run dirs trained with --grad-stats START:END")
     g.add_argument(
@@ -29,6 +37,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kind", default="fc2", help="parameter kind to plot (default fc2, the paper's)")
     g.add_argument("--baseline", metavar="NAME", help="Figure 7's baseline (default: first Pre-LN model)")
     _data_arguments(g, batches=True)
+    g.add_argument(
+        "--fairseq-dict", metavar="FILE", help="fairseq dict.txt of a .pt file (default: dict.txt beside it)"
+    )
+    g.add_argument(
+        "--fairseq-head-scale-bug", action="store_true", help="fairseq files from before 2021-11-03"
+    )
+    return g
+
+
+def _gains_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Returns ``analyze gains``' parser with its options."""
     s = sub.add_parser("gains", help="learned NormFormer gains by layer (Figures 4 and 6)")
     s.add_argument(
         "targets", nargs="+", metavar="RUN_OR_CKPT", help="nfeval run/checkpoint dir or fairseq file"
@@ -36,12 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--fairseq-head-scale-bug", action="store_true", help="fairseq files from before 2021-11-03"
     )
-    g.add_argument(
-        "--fairseq-dict", metavar="FILE", help="fairseq dict.txt of a .pt file (default: dict.txt beside it)"
-    )
-    g.add_argument(
-        "--fairseq-head-scale-bug", action="store_true", help="fairseq files from before 2021-11-03"
-    )
+    return s
+
+
+def _stability_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Returns ``analyze stability``' parser with its options."""
     st = sub.add_parser("stability", help="increasing-LR stability test (Figure 5)")
     st.add_argument("--preset", action="append", required=True, help="preset to test (repeatable)")
     st.add_argument("--seeds", type=int, default=3, help="seeds 1..N (default 3)")
@@ -76,9 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     st.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     _data_arguments(st, batches=False)
-    for parser, name in ((g, "grads"), (s, "gains"), (st, "stability")):
-        add_output_file(parser, default=f"{name}.png", help=f"PNG path; JSON beside it (default {name}.png)")
-        parser.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    return st
 
 
 def _data_arguments(p: argparse.ArgumentParser, batches: bool) -> None:

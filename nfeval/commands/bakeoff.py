@@ -8,6 +8,8 @@ from .. import embedded
 from ..base.cli_args import (
     add_device,
     add_no_progress,
+    add_pipeline_jobs,
+    add_render_only,
     add_run_folder,
     add_tune_seeds,
     add_zeroshot_data_dir,
@@ -21,7 +23,25 @@ from ..pipelines.reproduce.plan import SCALES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval bakeoff``'s options: what is ranked, the data, the runs' budget and seeds, the tune,
+    and where and how it runs."""
     d = BakeoffConfig()
+    _ranked_arguments(p, d)
+    add_run_folder(p, d.out)
+    p.add_argument("--train-data", help="training text file or folder (default: the embedded corpus)")
+    p.add_argument("--valid-data", help="validation text (default: a fixed 5%% split of --train-data)")
+    _budget_arguments(p, d)
+    _tune_arguments(p, d)
+    add_pipeline_jobs(p, d.jobs)
+    add_render_only(p)
+    add_zeroshot_data_dir(p)
+    add_device(p, default=d.device)
+    add_no_progress(p)
+    add_launcher_arguments(p)
+
+
+def _ranked_arguments(p: argparse.ArgumentParser, d: BakeoffConfig) -> None:
+    """Adds what is ranked: ``--archs``, ``--baseline`` and ``--size``."""
     p.add_argument(
         "--archs",
         nargs="+",
@@ -44,9 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="{tiny,small,125M}",
         help="preset size and its recipe (reproduce's scale of that name)",
     )
-    add_run_folder(p, d.out)
-    p.add_argument("--train-data", help="training text file or folder (default: the embedded corpus)")
-    p.add_argument("--valid-data", help="validation text (default: a fixed 5%% split of --train-data)")
+
+
+def _budget_arguments(p: argparse.ArgumentParser, d: BakeoffConfig) -> None:
+    """Adds each run's budget, its seeds and its recipe's clipping."""
     budget = p.add_mutually_exclusive_group()
     budget.add_argument(
         "--steps",
@@ -75,26 +96,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="clip every tune point's and run's gradient norm to NORM: a second recipe (one --out is one "
         "recipe; default 0: no clipping, the paper's)",
     )
+
+
+def _tune_arguments(p: argparse.ArgumentParser, d: BakeoffConfig) -> None:
+    """Adds the tune's LR grid, budget and seeds."""
     p.add_argument(
         "--lrs", type=learning_rates, help="comma-separated LR grid of the tune (default: the recipe's)"
     )
     p.add_argument("--tune-budget", help="budget of each tune point, as nfeval tune --budget, e.g. steps=100")
     add_tune_seeds(p, d.tune_seeds)
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=d.jobs,
-        help="training runs and tune points at a time, each on its share of the cores (default 1)",
-    )
-    p.add_argument(
-        "--render-only",
-        action="store_true",
-        help="rewrite --out's report.md from its report.json (nothing is trained or measured)",
-    )
-    add_zeroshot_data_dir(p)
-    add_device(p, default=d.device)
-    add_no_progress(p)
-    add_launcher_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ from .. import embedded
 from ..base.cli_args import (
     add_device,
     add_no_progress,
+    add_pipeline_jobs,
+    add_render_only,
     add_run_folder,
     add_tune_seeds,
     add_zeroshot_data_dir,
@@ -26,8 +28,36 @@ from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES, SCALES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval reproduce``'s options: the scale and its budget, the experiments and data, how the
+    folder is run or read back, GLUE's data, the tune, and where it runs."""
     d = ReproduceConfig()
     add_run_folder(p, d.out)
+    _scale_arguments(p, d)
+    p.add_argument("--only", help=f"comma-separated experiments to run: {','.join(EXPERIMENT_NAMES)}")
+    p.add_argument(
+        "--train-data", help="training text file or folder (default: the embedded corpus, CPython's docs)"
+    )
+    p.add_argument("--valid-data", help="validation text (default: the last 5%% of the training documents)")
+    add_pipeline_jobs(p, d.jobs)
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-train Figure 2's Pre-LN seed-1 run of the report in --out from what the folder keeps and "
+        "say whether its committed final PPL reproduces here (exactly on the same compute path); trains one "
+        "run",
+    )
+    add_render_only(p)
+    add_zeroshot_data_dir(p)
+    _glue_arguments(p)
+    _tune_arguments(p, d)
+    add_device(p, default=d.device)
+    add_no_progress(p)
+    add_launcher_arguments(p)
+
+
+def _scale_arguments(p: argparse.ArgumentParser, d: ReproduceConfig) -> None:
+    """Adds the scale and what overrides its runs: ``--minutes``, ``--seeds``, ``--steps``, ``--lrs`` and
+    ``--token-budgets``."""
     p.add_argument(
         "--scale",
         default=d.scale,
@@ -57,30 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Figure 2 at each of these token budgets (e.g. 0.125M,0.5M,2M), LRs re-tuned at each, in "
         "--out/tokens=N/; the report fits NormFormer's gain against tokens",
     )
-    p.add_argument("--only", help=f"comma-separated experiments to run: {','.join(EXPERIMENT_NAMES)}")
-    p.add_argument(
-        "--train-data", help="training text file or folder (default: the embedded corpus, CPython's docs)"
-    )
-    p.add_argument("--valid-data", help="validation text (default: the last 5%% of the training documents)")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=d.jobs,
-        help="training runs and tune points at a time, each on its share of the cores (default 1)",
-    )
-    p.add_argument(
-        "--verify",
-        action="store_true",
-        help="re-train Figure 2's Pre-LN seed-1 run of the report in --out from what the folder keeps and "
-        "say whether its committed final PPL reproduces here (exactly on the same compute path); trains one "
-        "run",
-    )
-    p.add_argument(
-        "--render-only",
-        action="store_true",
-        help="rewrite --out's report.md from its report.json (nothing is trained or measured)",
-    )
-    add_zeroshot_data_dir(p)
+
+
+def _glue_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds Table 3's GLUE data and tasks."""
     p.add_argument(
         "--glue-dir",
         help="GLUE TSVs (layout of ../shared/data/glue), or 'embedded' (the STS-B slice shipped in the "
@@ -89,6 +99,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--glue-tasks", help="comma-separated GLUE tasks (default: every task whose files are in --glue-dir)"
     )
+
+
+def _tune_arguments(p: argparse.ArgumentParser, d: ReproduceConfig) -> None:
+    """Adds ``--no-tune`` (and the default ``--tune``) and the tune's seeds."""
     p.add_argument(
         "--no-tune",
         dest="tune",
@@ -99,9 +113,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tune", dest="tune", action="store_true", help=argparse.SUPPRESS)  # the default, kept
     add_tune_seeds(p, d.tune_seeds)
-    add_device(p, default=d.device)
-    add_no_progress(p)
-    add_launcher_arguments(p)
 
 
 def _names(text: str | None, flag: str) -> tuple[str, ...] | None:

@@ -46,9 +46,6 @@ def _add_task_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds ``nfeval zeroshot``'s options."""
-    from ..engine.checkpoints import torch_files
-    from ..engine.text.fairseq_tokenizer import add_fairseq_arguments
-
     parser.add_argument(
         "--ckpt",
         required=True,
@@ -85,6 +82,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --output_path: also lm-eval's samples_<task>_<date>.jsonl (what compare-scores pairs on)",
     )
+    _run_arguments(parser)
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds where and how the model runs (device, dtype, context window, cache, progress) and how its
+    checkpoint is read (trusted pickles, a Hugging Face model's forward, fairseq files)."""
+    from ..engine.checkpoints import torch_files
+    from ..engine.text.fairseq_tokenizer import add_fairseq_arguments
+
     add_device(parser)
     add_dtype(parser, ("fp32", "bf16", "fp16"), default="fp32")
     parser.add_argument(

@@ -94,6 +94,25 @@ def format_comparison(result: dict[str, Any]) -> str:
         f"{_hours(result['budget']['wall_s'])} of training time",
         "",
     ]
+    lines += _run_rows(result["runs"])
+    lines += [
+        "",
+        "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by "
+        "the first validation point).",
+        f"'time to target': {time_clock.DEFINITIONS[result['time_clock']]}.",
+        f"'ppl@FLOPs', 'FLOPs to target': {FLOPS_COUNTED}.",
+    ]
+    lines += [
+        "learning rates: "
+        + " | ".join(f"{r['name']}: {r['lr']['label']}" for r in result["runs"] if r.get("lr"))
+    ]
+    lines += mid_schedule_lines(result)
+    lines += [f"warning: {w}" for w in result["warnings"]]
+    return "\n".join(text_cell(line) for line in lines)
+
+
+def _run_rows(runs: list[dict[str, Any]]) -> list[str]:
+    """Returns the table of the runs: one row each, under a header."""
     header = [
         "run",
         "arch",
@@ -109,7 +128,7 @@ def format_comparison(result: dict[str, Any]) -> str:
         "time to target",
     ]
     body = [header]
-    for row in result["runs"]:
+    for row in runs:
         overhead = row["step_time_overhead"]
         body.append(
             [
@@ -127,18 +146,4 @@ def format_comparison(result: dict[str, Any]) -> str:
                 fraction_text(row, "wall_s"),
             ]
         )
-    lines += table(body, right=set(range(2, len(header))))
-    lines += [
-        "",
-        "'to target': fraction of the baseline's compute needed to reach its best val ppl (≤: reached by "
-        "the first validation point).",
-        f"'time to target': {time_clock.DEFINITIONS[result['time_clock']]}.",
-        f"'ppl@FLOPs', 'FLOPs to target': {FLOPS_COUNTED}.",
-    ]
-    lines += [
-        "learning rates: "
-        + " | ".join(f"{r['name']}: {r['lr']['label']}" for r in result["runs"] if r.get("lr"))
-    ]
-    lines += mid_schedule_lines(result)
-    lines += [f"warning: {w}" for w in result["warnings"]]
-    return "\n".join(text_cell(line) for line in lines)
+    return table(body, right=set(range(2, len(header))))

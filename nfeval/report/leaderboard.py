@@ -249,18 +249,7 @@ def build(
         f"{label} ({m['fingerprint'][:8]})" if labels.count(label) > 1 and m["fingerprint"] else label
         for label, m in zip(labels, models)
     ]
-    metrics = dict(GPT3_METRICS)
-    for spec in metric or ["gpt3"]:
-        if spec in METRIC_PRESETS:
-            metrics.update(METRIC_PRESETS[spec])
-        elif "=" in spec and spec.split("=", 1)[0] in metrics:
-            task, value = spec.split("=", 1)
-            metrics[task] = value
-        else:
-            raise DataError(
-                f"--metric {spec}: expected one of {sorted(METRIC_PRESETS)} or TASK=METRIC with TASK in "
-                f"{sorted(metrics)}"
-            )
+    metrics = _metrics(metric)
     measure = None if group_by == "none" else GROUP_MEASURES[group_by]
     board: dict[str, Any] = {
         "nfeval": {"provenance": provenance(), "inputs": list(paths)},
@@ -289,6 +278,24 @@ def build(
     if board["reference"]:
         board["reference"] = {k: board["reference"][k] for k in ("name", "citation", "tasks", "path")}
     return board
+
+
+def _metrics(metric: list[str] | None) -> dict[str, str]:
+    """Returns the metric each zero-shot task is ranked by: GPT-3's, then each ``--metric`` in turn (a preset
+    of ``METRIC_PRESETS``, or TASK=METRIC)."""
+    metrics = dict(GPT3_METRICS)
+    for spec in metric or ["gpt3"]:
+        if spec in METRIC_PRESETS:
+            metrics.update(METRIC_PRESETS[spec])
+        elif "=" in spec and spec.split("=", 1)[0] in metrics:
+            task, value = spec.split("=", 1)
+            metrics[task] = value
+        else:
+            raise DataError(
+                f"--metric {spec}: expected one of {sorted(METRIC_PRESETS)} or TASK=METRIC with TASK in "
+                f"{sorted(metrics)}"
+            )
+    return metrics
 
 
 def _zeroshot_table(

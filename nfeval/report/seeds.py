@@ -26,7 +26,6 @@ from ..base.escape import text_cell
 from . import significance as sig
 from . import time_clock
 from .compare import (
-    AXES,
     AXIS_LABELS,
     MID_SCHEDULE,
     _at_budget,
@@ -34,8 +33,8 @@ from .compare import (
     _json_safe,
     _shared_recipe,
     crossing,
-    load_run,
 )
+from .compare_read import AXES, load_run
 from .compare_table import table
 
 

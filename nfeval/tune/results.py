@@ -33,6 +33,7 @@ from typing import Any
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.escape import text_cell
 from ..base.jsonio import load_json
+from ..base.sweep_points import lr_key
 from ..engine.training.train_config import TrainConfig
 
 OK, DIVERGED, MISSING = "ok", "diverged", "missing"
@@ -81,11 +82,6 @@ BAND_RULE = (
     "the best LR and every LR whose paired per-seed loss difference to it has a two-sided 95% Student-t "
     "interval reaching 0 (the tune cannot tell them apart); one seed: the best LR alone"
 )
-
-
-def lr_key(lr: float) -> str:
-    """Returns the string a learning rate is stored under (Python's repr: ``0.001``, ``3e-05``)."""
-    return repr(float(lr))
 
 
 def _lr_row(preset: str, lr: float, seeds: Sequence[int], by_point: dict) -> dict[str, Any]:

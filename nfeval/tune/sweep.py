@@ -52,23 +52,18 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_lock import claim_and_run
+from ..base.sweep_points import point_dir
 from ..engine.training import recipe
-from ..engine.training.input_fingerprints import (
-    INPUT_PATH_FIELDS,
-    input_fingerprints,
-    recorded_input_fingerprints,
-)
+from ..engine.training.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints
 from ..engine.training.train import train
 from ..engine.training.train_config import TrainConfig
 from ..engine.training.trainer import TrainingDiverged
 from ..launch import local
 from ..launch.options import LaunchOptions
 from . import results as tune_results
+from .points import POINT, POINTS, finished_point, point_config, point_key
 
-POINT = "point.json"
 LOG = "train.log"
-# Fields that do not change a point's result: left out of the key a finished point is checked against.
-NOT_IN_KEY = ("device", "progress", "log_interval", "ckpt_interval", "lr_from")
 
 
 def parse_budget(spec: str) -> tuple[str, float]:
@@ -85,69 +80,6 @@ def parse_budget(spec: str) -> tuple[str, float]:
             "e.g. steps=2000"
         )
     return field, int(number) if field in ("max_steps", "max_tokens") else number
-
-
-def point_dir(out_dir: str, preset: str, lr: float, seed: int) -> str:
-    """Returns the run dir of one point."""
-    return os.path.join(out_dir, "points", preset, f"lr={tune_results.lr_key(lr)}", f"seed={seed}")
-
-
-def point_config(
-    base: TrainConfig, preset: str, lr: float, seed: int, budget: tuple[str, float]
-) -> TrainConfig:
-    """Returns ``base`` with the point's preset, lr and seed and the tune's budget as its only budget."""
-    budgets = dict.fromkeys(tune_results.BUDGET_FIELDS.values()) | {budget[0]: budget[1]}
-    return dataclasses.replace(base, preset=preset, lr=lr, seed=seed, progress=False, lr_from=None, **budgets)
-
-
-def point_key(cfg: TrainConfig, inputs: dict[str, str | None]) -> dict[str, Any]:
-    """Returns what decides a point's result: its config's fields, its input files named by what they
-    hold (``inputs``: ``input_fingerprints(cfg)``) rather than by path, so a moved or copied tune folder
-    or data keeps its finished points and a file whose content changed does not."""
-    fields = dataclasses.asdict(cfg)
-    return {k: v for k, v in fields.items() if k not in NOT_IN_KEY + INPUT_PATH_FIELDS} | {"inputs": inputs}
-
-
-def _in_key_form(stored: dict[str, Any], key: dict[str, Any], cfg: TrainConfig) -> dict[str, Any]:
-    """Returns ``stored`` as a ``point_key``. An older nfeval's key held the input paths instead of
-    ``inputs``: it counts as today's when those paths are the current ones (the folder was not moved)."""
-    if "inputs" in stored:
-        return {k: v for k, v in stored.items() if k not in INPUT_PATH_FIELDS}
-    moved = {n: stored.get(n) for n in INPUT_PATH_FIELDS if stored.get(n) != getattr(cfg, n)}
-    rest = {k: v for k, v in stored.items() if k not in INPUT_PATH_FIELDS}
-    return rest | moved | {"inputs": key["inputs"]}  # the moved paths stay: they differ from the key
-
-
-def _check_key(path: str, stored: dict[str, Any], key: dict[str, Any], cfg: TrainConfig) -> None:
-    old = "inputs" not in stored
-    stored = _in_key_form(stored, key, cfg)
-    diff = sorted(k for k in set(stored) | set(key) if k not in NOT_IN_KEY and stored.get(k) != key.get(k))
-    if diff:
-        names = ", ".join("data or tokenizer contents" if k == "inputs" else k for k in diff)
-        hint = " (an older nfeval's key, of paths: rerun once at the old paths to key it by content)"
-        raise ConfigError(
-            f"{path}: this point was trained with different {names} than now{hint if old else ''}; use "
-            "another --out, or delete the point's folder to recompute it"
-        )
-
-
-def finished_point(directory: str, cfg: TrainConfig, key: dict[str, Any]) -> dict[str, Any] | None:
-    """Returns a finished point's result (its point.json, ``run_dir`` where it is now) or None; a point
-    folder written for another config is a ConfigError (finished or killed), never a silent mix."""
-    marker = os.path.join(directory, POINT)
-    if os.path.isfile(marker):
-        result = load_json(marker, hint="delete the point's folder to recompute it")
-        stored = result.get("key") or {}
-        _check_key(marker, stored, key, cfg)
-        if "inputs" not in stored:  # an older nfeval's key of paths: rewritten, so the folder can move
-            atomic_write_json(marker, result | {"key": key})
-        return result | {"run_dir": directory}
-    saved = os.path.join(directory, "config.json")  # a killed point: train's own record of its config
-    if os.path.isfile(saved):
-        config = ((load_json(saved).get("train") or {}).get("config")) or {}
-        recorded = recorded_input_fingerprints(directory)
-        _check_key(saved, config if recorded is None else config | {"inputs": recorded}, key, cfg)
-    return None
 
 
 def run_point(
@@ -350,7 +282,7 @@ def tune(
     seed_list = [base.seed + i for i in range(seeds)]
     grid = [(p, lr, s) for p in presets for lr in lrs for s in seed_list]
     configs = _point_configs(base, grid, field)
-    dirs = [point_dir(out_dir, p, lr, s) for p, lr, s in grid]
+    dirs = [point_dir(out_dir, POINTS, p, lr, s) for p, lr, s in grid]
     inputs = input_fingerprints(base)  # every point reads the same files: read once
     keys = [point_key(c, inputs) for c in configs]
     finished = [finished_point(d, c, k) for c, d, k in zip(configs, dirs, keys)]
@@ -363,31 +295,47 @@ def tune(
         points += run_todo(
             *([seq[i] for i in todo] for seq in (configs, dirs, keys)), jobs, progress, launch, out_dir
         )
+    summary = _summary(
+        base, {"presets": presets, "lrs": lrs, "seeds": seed_list}, budget, grid, points, keys[0]
+    )
+    atomic_write_json(os.path.join(out_dir, "tune.json"), summary)
+    if summary["points"]:
+        tune_results.plot(summary, os.path.join(out_dir, "tune.png"))
+    return summary
+
+
+def _summary(
+    base: TrainConfig,
+    spec: dict[str, list],
+    budget: str,
+    grid: Sequence[tuple[str, float, int]],
+    points: list[dict],
+    key: dict[str, Any],
+) -> dict[str, Any]:
+    """Returns tune.json's record: provenance, the grid (``spec``: its presets, lrs and seeds), the
+    budget, the base config (``key``: a point's key), the recipe, per-preset best LR and stability, the
+    ``points`` in grid order (diverged ones marked), the missing points and the warnings."""
+    field = parse_budget(budget)
     points = tune_results.mark_diverged(points)
     order = {(p, tune_results.lr_key(lr), s): i for i, (p, lr, s) in enumerate(grid)}
     points.sort(key=lambda r: order[r["preset"], tune_results.lr_key(r["lr"]), r["seed"]])
-    missing = _missing(grid, points)
-    summary_presets = tune_results.summarize(points, presets, lrs, seed_list)
+    summary_presets = tune_results.summarize(points, spec["presets"], spec["lrs"], spec["seeds"])
     tuned_recipe, recipe_warnings = _recipe(base, points)
-    summary = {
+    return {
         "nfeval": {"provenance": provenance(), "command": "tune"},
-        "grid": {"presets": presets, "lrs": lrs, "seeds": seed_list},
+        "grid": spec,
         "budget": {"spec": budget, "field": field[0], "value": field[1]},
         "base_config": {n: getattr(base, n) for n in INPUT_PATH_FIELDS}
-        | {k: v for k, v in keys[0].items() if k not in ("preset", "lr", "seed")},
+        | {k: v for k, v in key.items() if k not in ("preset", "lr", "seed")},
         "recipe": tuned_recipe,  # engine.training.recipe's record every point trained under (None: they
         # differ)
         "presets": summary_presets,
         "points": [{k: v for k, v in r.items() if k not in ("key", "provenance")} for r in points],
-        "missing": missing,
+        "missing": _missing(grid, points),
         "warnings": _consistency_warnings(points)
         + tune_results.warnings_for(summary_presets)
         + recipe_warnings,
     }
-    atomic_write_json(os.path.join(out_dir, "tune.json"), summary)
-    if points:
-        tune_results.plot(summary, os.path.join(out_dir, "tune.png"))
-    return summary
 
 
 def _recipe(base: TrainConfig, points: Sequence[dict]) -> tuple[dict[str, Any] | None, list[str]]:

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import glue_denormals  # noqa: E402
 import glue_gap_probe  # noqa: E402
 import glue_sweep  # noqa: E402
+import glue_trainer  # noqa: E402
 
 TINY = [
     "--train",
@@ -76,8 +77,8 @@ def test_glue_sweep_names_one_trainer_side_per_order_and_compile_mode(sst2, tmp_
         "HF Trainer (random order), torch.compile",
     ]
     assert sides["HF Trainer, torch.compile"].args[-1] is True  # run_trainer(..., compiled)
-    assert glue_sweep.training_arguments(1e-3, "random", args, compiled=True).torch_compile
-    assert not glue_sweep.training_arguments(1e-3, "random", args).torch_compile
+    assert glue_trainer.training_arguments(1e-3, "random", args, compiled=True).torch_compile
+    assert not glue_trainer.training_arguments(1e-3, "random", args).torch_compile
     with pytest.raises(SystemExit):
         glue_sweep.parse_args(["--trainer-compile", "sometimes"])
 

@@ -275,7 +275,7 @@ def test_unfinished_last_line_is_dropped_with_a_warning(tmp_path, runs):
 
 
 def test_step_time_leaves_out_startup_interval():
-    from nfeval.report.compare import step_time
+    from nfeval.report.compare_read import step_time
 
     train = [
         {"step": 10, "wall_s": 8.0},

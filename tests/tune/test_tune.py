@@ -140,7 +140,7 @@ def test_parallel_points_train_in_pool_workers_that_flush_denormals(corpus, tmp_
     can_flush = torch.set_flush_denormal(False)  # x86 with DAZ: a worker's process flushes
     flushed = []
     for lr in lrs:
-        run = os.path.join(tune.point_dir(str(tmp_path), "prenorm-tiny", lr, 1), "config.json")
+        run = os.path.join(tune.point_dir(str(tmp_path), tune.POINTS, "prenorm-tiny", lr, 1), "config.json")
         with open(run, encoding="utf-8") as f:
             flushed.append(json.load(f)["compute"]["hardware"]["cpu_flush_denormals"])
     assert flushed == [can_flush] * 3  # launch.local.init_worker, as every nfeval pool

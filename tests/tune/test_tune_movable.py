@@ -13,6 +13,7 @@ from conftest import make_corpus, make_text, tiny_train_config
 
 from nfeval.base.errors import ConfigError
 from nfeval.engine.text.tokenization import train_bpe
+from nfeval.tune import points as tune_points
 from nfeval.tune import sweep as tune
 
 GRID = (["prenorm-tiny"], [1e-3, 1e-2], "steps=4")
@@ -126,8 +127,8 @@ def test_an_older_key_of_paths_matches_in_place_and_is_rewritten(finished, tmp_p
     shutil.copytree(root / "a" / "tune", out)
     cfg = config(str(root / "data" / "train.txt"), str(root / "data" / "tokenizer.json"))
     marker = out / "points" / "prenorm-tiny" / "lr=0.001" / "seed=1" / tune.POINT
-    point_cfg = tune.point_config(cfg, "prenorm-tiny", 1e-3, 1, tune.parse_budget(GRID[2]))
-    old_key = {k: v for k, v in dataclasses.asdict(point_cfg).items() if k not in tune.NOT_IN_KEY}
+    point_cfg = tune_points.point_config(cfg, "prenorm-tiny", 1e-3, 1, tune.parse_budget(GRID[2]))
+    old_key = {k: v for k, v in dataclasses.asdict(point_cfg).items() if k not in tune_points.NOT_IN_KEY}
     # the key as an older nfeval wrote it: the config, input paths included
     marker.write_text(json.dumps(json.loads(marker.read_text()) | {"key": old_key}))
     monkeypatch.setattr(tune, "train", no_training)

@@ -311,9 +311,10 @@ def _export_into(tmp: str, out_dir: str, path: str, ckpt) -> dict[str, Any]:
     return summary
 
 
-def readme(summary: dict[str, Any]) -> str:
-    """Returns the README.md written into the export: how to load it and score it as nfeval does."""
-    source = summary["source"]
+def _loading(summary: dict[str, Any]) -> tuple[str, str, str, str]:
+    """Returns what the README says on loading the export: ``from_pretrained``'s extra argument, the code
+    the model runs, the line that loads its tokenizer and, for remote code, the note on transformers 5's
+    ``AutoTokenizer``."""
     if summary["trust_remote_code"]:
         remote = ", trust_remote_code=True"
         code = "remote code: modeling_nfeval.py over nfeval_model.py and nfeval_config.py; nfeval not needed"
@@ -327,7 +328,6 @@ def readme(summary: dict[str, Any]) -> str:
         tok_load = "tok = AutoTokenizer.from_pretrained(DIR)  # prepends </s>, as fairseq and nfeval do\n"
     else:
         tok_load = "# no tokenizer: the source carried none (a fairseq checkpoint); export with --tokenizer\n"
-    why = "; ".join(summary["not_gpt2_because"]) or "—"
     auto_tokenizer_note = (
         "transformers 5's `AutoTokenizer` reads config.json first, and config.json names remote code (the "
         "model's): without `trust_remote_code=True` it asks whether to run it, and warns of a blank model "
@@ -335,6 +335,14 @@ def readme(summary: dict[str, Any]) -> str:
         if summary["trust_remote_code"]
         else ""
     )
+    return remote, code, tok_load, auto_tokenizer_note
+
+
+def readme(summary: dict[str, Any]) -> str:
+    """Returns the README.md written into the export: how to load it and score it as nfeval does."""
+    source = summary["source"]
+    remote, code, tok_load, auto_tokenizer_note = _loading(summary)
+    why = "; ".join(summary["not_gpt2_because"]) or "—"
     return f"""# nfeval export: {source["architecture"]} causal LM
 
 Exported by `nfeval export-hf` from `{source["path"]}` (weights sha256 `{source["fingerprint"]}`).

@@ -1,0 +1,176 @@
+"""``gpu_check.py``'s checks of scoring, generation and GLUE on the device (checks 4-7 of its docstring):
+the lm-eval adapter on the device against the CPU, and nfeval against Hugging Face ``generate``, lm-eval's
+``HFLM`` and ``Trainer`` (``generate_vs_hf.py``, ``glue_sweep.py``)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from gpu_check_engine import Setup, write_corpus
+
+from nfeval.engine.checkpoints import rundir
+
+
+def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
+    """Scores multiple-choice items with the DDP check's checkpoint on the device and on the CPU (fp32)."""
+    from nfeval.model_adapters.config import ScoringConfig
+    from nfeval.model_adapters.lm import NFEvalLM
+
+    run = s.work / "ddp-full"
+    if not (run / rundir.COMPLETE).is_file():
+        raise RuntimeError(f"{run}: the ddp_checkpoint_resume check did not leave a finished run")
+    lms = {
+        where: NFEvalLM(str(run), ScoringConfig(device=where, dtype="float32", progress=False, batch_size=8))
+        for where in ("cpu", str(s.device))
+    }
+    sentences = [line for line in (s.work / "corpus.txt").read_text().splitlines() if line.strip()][:160]
+    items = [
+        (sentences[i], [sentences[(i + j * 7 + 1) % len(sentences)] for j in range(4)])
+        for i in range(0, 160, 4)
+    ]
+    scores, generations = {}, {}
+    for where, lm in lms.items():
+        requests = [
+            (None, lm.tok_encode(ctx), lm.tok_encode(" " + choice, add_special_tokens=False))
+            for ctx, choices in items
+            for choice in choices
+        ]
+        scores[where] = lm._loglikelihood_tokens(requests)
+        prompts = [SimpleNamespace(args=(ctx, {"until": ["\n"], "max_gen_toks": 12})) for ctx, _ in items[:4]]
+        generations[where] = lm.generate_until(prompts, disable_tqdm=True)
+    cpu, dev = scores["cpu"], scores[str(s.device)]
+    diff = max(abs(float(a[0]) - float(b[0])) for a, b in zip(cpu, dev))
+    if diff > 1e-3:
+        raise RuntimeError(f"device and CPU log-likelihoods differ by up to {diff}")
+    # Choices, greedy flags and generations can flip on near-ties of a barely trained model: reported.
+    choice = {
+        w: [max(range(4), key=lambda j: float(sc[4 * i + j][0])) for i in range(len(items))]
+        for w, sc in scores.items()
+    }
+    return {
+        "items": len(items),
+        "requests": len(cpu),
+        "max_abs_loglik_diff": diff,
+        "choices_differing": sum(a != b for a, b in zip(choice["cpu"], choice[str(s.device)])),
+        "greedy_flags_differing": sum(a[1] != b[1] for a, b in zip(cpu, dev)),
+        "generations_differing": sum(a != b for a, b in zip(generations["cpu"], generations[str(s.device)])),
+    }
+
+
+def generate_vs_hf(s: Setup) -> dict:
+    """Times greedy generation of nfeval against HF ``generate`` (its dynamic and its static, compiled
+    KV cache) on the device, a 125M-shaped model, batch 1 and 16 (``benchmarks/generate_vs_hf.py``);
+    returns per batch tokens/s, ratios, identical rows and the device's bandwidth limit."""
+    import generate_vs_hf as gen
+
+    layers, d_model, new_tokens, rounds = (2, 64, 8, 1) if s.dry_run else (12, 768, 64, 3)
+    ours, hf = gen.build_models(layers, d_model)
+    ours, hf = ours.to(s.device), hf.to(s.device)
+    bandwidth = gen.measure_bandwidth(megabytes=16 if s.dry_run else 1024, device=str(s.device))
+    shared_tokenizer = (gen.SHARED / "tokenizer" / "gpt2").is_dir()
+    make_prompts = gen.prompts if shared_tokenizer else gen.random_prompts
+    out = {"shape": f"L={layers} d={d_model}", "prompts_from": "pydoc" if shared_tokenizer else "random ids"}
+    out["bandwidth_gb_s"] = bandwidth / 1e9
+    for batch in (1, 16):
+        row = gen.compare(ours, None, hf, batch, new_tokens, rounds, bandwidth, make_prompts, hf_static=True)
+        out |= {f"b{batch}_{k}": v for k, v in row.items() if k != "batch"}
+    return out
+
+
+def hf_gpt2_dir(s: Setup, path: Path) -> Path:
+    """Saves a random GPT2LMHeadModel (125M-shaped; tiny in the dry run) with a BPE tokenizer trained on
+    the check's corpus to ``path``; returns it."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from nfeval.engine.text.tokenization import train_bpe
+
+    corpus = s.work / "corpus.txt"
+    if not corpus.is_file():
+        write_corpus(corpus)
+    tok = train_bpe(corpus.read_text().splitlines(), vocab_size=512)
+    layers, d_model = (2, 64) if s.dry_run else (12, 768)
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=1024, n_embd=d_model, n_layer=layers,
+                     n_head=d_model // 64, bos_token_id=0, eos_token_id=2)  # fmt: skip
+    GPT2LMHeadModel(cfg).save_pretrained(str(path))
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+    hf_tok.save_pretrained(str(path))
+    return path
+
+
+def zeroshot_vs_hflm(s: Setup) -> dict:
+    """Times lm-eval's ``HFLM`` against nfeval's adapter (the engine running the GPT-2 weights) on the
+    same loglikelihood requests of a HF GPT-2 directory on the device, fp32, equal batch size; returns
+    seconds (median of interleaved rounds), the ratio and the largest log-likelihood difference."""
+    from generate_vs_hf import interleaved
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from nfeval.model_adapters.config import ScoringConfig
+    from nfeval.model_adapters.lm import NFEvalLM
+
+    path = hf_gpt2_dir(s, s.work / "hf-gpt2")
+    n, rounds = (40, 1) if s.dry_run else (2000, 3)
+    lines = [line for line in (s.work / "corpus.txt").read_text().splitlines() if line.strip()]
+    pairs = [(" ".join(lines[i : i + 3]), " " + lines[(i * 7 + 3) % len(lines)]) for i in range(n)]
+    requests = [
+        Instance("loglikelihood", doc={}, arguments=p, idx=i, metadata=("t", i, 1))
+        for i, p in enumerate(pairs)
+    ]
+    where = str(s.device)
+    lms = {
+        "hflm": HFLM(pretrained=str(path), device=where, batch_size=32, dtype="float32"),
+        "nfeval": NFEvalLM(
+            str(path), ScoringConfig(device=where, dtype="float32", batch_size=32, progress=False)
+        ),
+    }
+    forward_by = lms["nfeval"].model_backend.forward_by
+    # each call returns Python floats: the device's work is done when it returns
+    timed = interleaved(
+        {name: functools.partial(lm.loglikelihood, requests, disable_tqdm=True) for name, lm in lms.items()},
+        rounds,
+    )
+    median = {name: seconds for name, (seconds, _) in timed.items()}
+    results = {name: result for name, (_, result) in timed.items()}
+    diff = max(abs(a[0] - b[0]) for a, b in zip(results["hflm"], results["nfeval"]))
+    if diff > 1e-3:
+        raise RuntimeError(f"HFLM and nfeval log-likelihoods differ by up to {diff}")
+    return {
+        "requests": n,
+        "forward_by": forward_by,
+        "hflm_s": median["hflm"],
+        "nfeval_s": median["nfeval"],
+        "speedup": median["hflm"] / median["nfeval"],
+        "max_abs_loglik_diff": diff,
+        "greedy_flags_differing": sum(a[1] != b[1] for a, b in zip(results["hflm"], results["nfeval"])),
+    }
+
+
+def glue_vs_trainer(s: Setup) -> dict:
+    """Times the seven-learning-rate SST-2 sweep on the device (``benchmarks/glue_sweep.py``): nfeval one
+    point at a time and HF ``Trainer`` in ``group_by_length`` and random order, bf16; SST-2 from
+    ../shared/data when present, else synthetic. Returns each side's seconds, the Trainer / nfeval ratios
+    and each side's best dev accuracy."""
+    import glue_sweep
+
+    real = glue_sweep.DEFAULT_GLUE / "SST-2"
+    glue_dir = str(real.parent) if real.is_dir() else glue_sweep.synthetic_sst2(s.work / "glue-synthetic")
+    argv = ["--glue-dir", glue_dir, "--tasks", "sst2", "--device", str(s.device),
+            "--trainer-order", "group_by_length,random"]  # fmt: skip
+    if s.dry_run:
+        argv += ["--train", "64", "--layers", "1", "--d-model", "32", "--heads", "2", "--epochs", "1",
+                 "--lrs", "1e-3,2e-3", "--vocab", "300"]  # fmt: skip
+    args = glue_sweep.parse_args(argv)
+    times, scores = glue_sweep.interleaved(glue_sweep.sides_of("sst2", args, str(s.work / "glue-bench")), 1)
+    seconds = {side: t[0] for side, t in times.items()}
+    out = {"data": "SST-2" if real.is_dir() else "synthetic SST-2", "lrs": len(args.lrs)}
+    for side, t in seconds.items():
+        out[f"{side} s"] = t
+        out[f"{side} best dev"] = max(best for best, _ in scores[side].values())
+    out |= {f"{hf} / {ours}": ratio for (hf, ours), ratio in glue_sweep.trainer_ratios(seconds).items()}
+    return out
