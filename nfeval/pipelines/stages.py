@@ -1,5 +1,6 @@
-"""Stages shared by the composite commands (``nfeval demo``, ``nfeval reproduce``): the tokenizer every
-run of one output folder shares, and the zero-shot data folder (corpus cloze task + the user's tasks).
+"""Stages shared by the composite commands (``nfeval demo``, ``nfeval reproduce``, ``nfeval bakeoff``): the
+tokenizer every run of one output folder shares, and the zero-shot data folder (corpus cloze task + the
+user's tasks) with the metric each task is judged by.
 
 Both are resumable: a second call with the same folder returns what the first one wrote.
 """
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from ..base.artifacts import atomic_write_text
 
 CLOZE_CHOICES = 4
+CLOZE_METRIC = "acc_per_token"  # the corpus cloze task's (and any task without a GPT-3 metric)
 
 
 def shared_tokenizer(
@@ -65,3 +67,11 @@ def zeroshot_data(
         else:
             log(f"zero-shot: no {name}/ under {data_dir}; {task} skipped")
     return folder, tasks
+
+
+def metric_of(task: str) -> str:
+    """Returns the metric a zero-shot task is judged by: GPT-3's for the public tasks, per-token accuracy
+    else."""
+    from ..tasks import GPT3_METRIC, canonical_name
+
+    return GPT3_METRIC.get(canonical_name(task), CLOZE_METRIC)

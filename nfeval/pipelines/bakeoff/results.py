@@ -29,9 +29,9 @@ from ...base.jsonio import load_json
 from ...report import significance as sig
 from ...report import verdict
 from .. import lr_band, realised_time, trained_gate
-from ..reproduce.eval_experiments import CLOZE_METRIC
-from ..reproduce.training_experiments import final_ppl, log_ratio
+from ..perplexity import final_ppl, log_ratio
 from ..runs import finished, grad_stats_path
+from ..stages import metric_of
 from ..trained_gate import gated_decide, is_trained, recipe_words
 from .runs import Context, band_lrs, log, run_dir
 
@@ -53,13 +53,6 @@ def settle(*groups: list[dict[str, Any]]) -> None:
     tested = [t for group in groups for t in group if "family" in t]
     for t, adjusted in zip(tested, verdict.adjust(tested)):
         t.update(adjusted, verdict=VERDICTS.get(adjusted["verdict"], adjusted["verdict"]))
-
-
-def metric_of(task: str) -> str:
-    """Returns the metric a task is judged by: GPT-3's for the public tasks, per-token accuracy else."""
-    from ...tasks import GPT3_METRIC, canonical_name
-
-    return GPT3_METRIC.get(canonical_name(task), CLOZE_METRIC)
 
 
 def _interval(values: list[float]) -> dict[str, Any] | None:

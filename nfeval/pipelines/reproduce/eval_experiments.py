@@ -12,19 +12,12 @@ from typing import Any
 from ...base.plots import plot_bars
 from ...engine.checkpoints.checkpoint import read_config
 from ...report import verdict
-from ..stages import zeroshot_data
+from ..stages import metric_of, zeroshot_data
 from .plan import RUNS
 from .runner import Context, log, run_dir, table_section
 
-CLOZE_METRIC = "acc_per_token"
 # Small CPU models want larger fine-tuning learning rates than the base-model default grid.
 SMALL_MODEL_GLUE_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3)
-
-
-def _metric(task: str) -> str:
-    from ...tasks import GPT3_METRIC, canonical_name
-
-    return GPT3_METRIC.get(canonical_name(task), CLOZE_METRIC)
 
 
 def zeroshot_scores(ctx: Context, key: str, seed: int, data_dir: str, tasks: list[str]) -> dict[str, Any]:
@@ -45,7 +38,7 @@ def zeroshot_scores(ctx: Context, key: str, seed: int, data_dir: str, tasks: lis
         results |= evaluate(run_dir(ctx, key, seed), cfg)["results"]
     out = {}
     for task, r in results.items():
-        m = _metric(task)
+        m = metric_of(task)
         out[task] = (r[f"{m},none"], r.get(f"{m}_stderr,none"))
     return out
 
@@ -72,7 +65,7 @@ def zeroshot(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         rows.append(row)
     base, cand = keys
     claims = [_zeroshot_claim(scores, base, cand, t) for t in names]
-    columns = ["model"] + [f"{t} ({_metric(t)}, %)" for t in names]
+    columns = ["model"] + [f"{t} ({metric_of(t)}, %)" for t in names]
     means = [
         (RUNS[k].label, [verdict.mean_std([100 * s[t][0] for s in scores[k]])[0] for t in names])
         for k in keys
@@ -103,7 +96,7 @@ def _zeroshot_claim(scores: dict[str, list[dict]], base: str, cand: str, t: str)
     diffs = [100 * (c[t][0] - b[t][0]) for b, c in pairs]
     item_se = 100 * statistics.fmean(math.hypot(b[t][1] or 0.0, c[t][1] or 0.0) for b, c in pairs)
     return {
-        "claim": f"{RUNS[cand].label} scores higher than {RUNS[base].label} on {t} ({_metric(t)})",
+        "claim": f"{RUNS[cand].label} scores higher than {RUNS[base].label} on {t} ({metric_of(t)})",
         "measured": f"{verdict.fmt_mean_std([100 * c[t][0] for c in scores[cand]], 1)}% vs "
         f"{verdict.fmt_mean_std([100 * b[t][0] for b in scores[base]], 1)}%; "
         f"difference {verdict.fmt_mean_std(diffs, 1)} points, item SE {item_se:.1f} points",
