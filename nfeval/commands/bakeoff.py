@@ -19,7 +19,7 @@ from ..base.cli_args import (
 from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.bakeoff import RECIPES, BakeoffConfig, run_bakeoff
-from ..pipelines.reproduce.plan import SCALES
+from ..pipelines.scales import SCALES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

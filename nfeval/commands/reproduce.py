@@ -24,7 +24,8 @@ from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.reproduce import ReproduceConfig, run_reproduce
 from ..pipelines.reproduce.budget_axis import parse_token_budgets
-from ..pipelines.reproduce.plan import EXPERIMENT_NAMES, PUBLIC_SCALES, SCALES
+from ..pipelines.reproduce.plan import EXPERIMENT_NAMES
+from ..pipelines.scales import PUBLIC_SCALES, SCALES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

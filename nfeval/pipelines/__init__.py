@@ -1,1 +1,2 @@
-"""The composed pipelines: the demo, reproduce, and the stages they share."""
+"""The composed pipelines: demo, reproduce and bakeoff, siblings that import the modules they share
+(beside them here) and never each other."""

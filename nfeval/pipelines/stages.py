@@ -1,5 +1,6 @@
-"""Stages shared by the composite commands (``nfeval demo``, ``nfeval reproduce``): the tokenizer every
-run of one output folder shares, and the zero-shot data folder (corpus cloze task + the user's tasks).
+"""Stages shared by the composite commands (``nfeval demo``, ``nfeval reproduce``, ``nfeval bakeoff``): the
+tokenizer every run of one output folder shares, and the zero-shot data folder (corpus cloze task + the
+user's tasks) with the metric each task is judged by.
 
 Both are resumable: a second call with the same folder returns what the first one wrote.
 """

@@ -12,7 +12,7 @@ from nfeval.analysis import runs
 from nfeval.analysis.stability import StabilitySettings
 from nfeval.base.errors import ConfigError
 from nfeval.cli import main
-from nfeval.pipelines.reproduce.analysis_experiment import analyze
+from nfeval.pipelines.analyses import analyze
 
 
 def without_provenance(path) -> dict:
@@ -31,7 +31,7 @@ def test_the_library_writes_what_the_command_writes_and_a_finished_one_is_not_re
     options = runs.StabilityOptions(
         presets=["prenorm-tiny"], seeds=1, model={"qk_norm": True}, settings=settings, data=str(data)
     )
-    result = analyze(options, str(tmp_path / "library.png"))
+    result = analyze(options, str(tmp_path / "library.png"), print)
     assert (tmp_path / "library.png").is_file() and settings.seq_len == 16  # the caller's left as it was
     assert without_provenance(tmp_path / "library.json") == without_provenance(tmp_path / "command.json")
 
@@ -39,7 +39,7 @@ def test_the_library_writes_what_the_command_writes_and_a_finished_one_is_not_re
         raise AssertionError("a finished analysis ran again")
 
     monkeypatch.setattr(runs, "analyze", forbidden)
-    assert analyze(options, str(tmp_path / "library.png")) == json.loads(json.dumps(result))
+    assert analyze(options, str(tmp_path / "library.png"), print) == json.loads(json.dumps(result))
 
 
 def test_bad_library_options_name_the_field():

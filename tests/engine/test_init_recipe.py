@@ -257,8 +257,9 @@ def test_run_config_states_its_recipe(tmp_path, capsys):
 
 
 def test_every_reproduce_run_takes_its_objectives_recipe():
-    from nfeval.pipelines.reproduce.plan import RUNS, SCALES
+    from nfeval.pipelines.reproduce.plan import RUNS
     from nfeval.pipelines.reproduce.runner import Context, train_config
+    from nfeval.pipelines.scales import SCALES
 
     for scale in SCALES.values():
         ctx = Context(out="unused", scale=scale, budget=scale.budget, seeds=1, tokenizer="unused")

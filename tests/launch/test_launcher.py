@@ -23,7 +23,7 @@ from nfeval.launch import cluster, records
 from nfeval.launch.jobs import LaunchPoint
 from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options, parse_minutes
 from nfeval.pipelines.reproduce import runner
-from nfeval.pipelines.reproduce.plan import SCALES
+from nfeval.pipelines.scales import SCALES
 from nfeval.tune.sweep import tune
 
 HERE = Path(__file__).resolve().parent

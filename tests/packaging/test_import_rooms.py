@@ -83,3 +83,63 @@ def test_the_engines_rooms_import_one_way():
 
 def test_the_model_room_imports_no_other_engine_room():
     assert {r for reached in _engine_imports("model").values() for r in reached} <= {"model"}
+
+
+# The composed pipelines: siblings over the shared modules of nfeval/pipelines/, never importing each other.
+PIPELINES = ("reproduce", "bakeoff", "demo")
+
+
+def _from_module(package: str, node: ast.ImportFrom) -> str:
+    """Returns the absolute module a ``from`` import of a module of ``package`` names."""
+    if node.level == 0:
+        return node.module or ""
+    parts = package.split(".")
+    return ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+
+
+def sibling_imports(source: str, package: str) -> set[str]:
+    """Returns the pipelines other than its own (``package``: nfeval.pipelines.<name>[...]) that the
+    module ``source`` imports, in any spelling: relative, absolute, ``from .. import name``, lazily."""
+    own, reached = package.split(".")[2], set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = _from_module(package, node)
+            modules = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        else:
+            continue
+        for parts in (m.split(".") for m in modules):
+            if parts[:2] == ["nfeval", "pipelines"] and len(parts) > 2 and parts[2] in PIPELINES:
+                reached.add(parts[2])
+    return reached - {own}
+
+
+def test_the_pipelines_import_the_shared_modules_never_each_other():
+    crossing = {}
+    for name in PIPELINES:
+        for folder, _, files in os.walk(os.path.join(ROOT, "nfeval", "pipelines", name)):
+            package = "nfeval." + os.path.relpath(folder, os.path.join(ROOT, "nfeval")).replace(os.sep, ".")
+            for file in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, file)
+                reached = sibling_imports(open(path, encoding="utf-8").read(), package)
+                if reached:
+                    crossing[os.path.relpath(path, ROOT)] = sorted(reached)
+    assert not crossing, f"a pipeline imports another (move what they share to nfeval/pipelines/): {crossing}"
+
+
+def test_the_sibling_rule_sees_every_spelling_of_an_import():
+    crossing = [
+        "from ..reproduce.plan import SCALES",
+        "from .. import demo, runs",
+        "from ...pipelines.reproduce import runner",
+        "from nfeval.pipelines.reproduce.report import markdown_table",
+        "from nfeval.pipelines import reproduce",
+        "import nfeval.pipelines.demo.report",
+        "def f():\n    from ..reproduce.analysis_experiment import analyze",
+    ]
+    for source in crossing:
+        assert sibling_imports(source, "nfeval.pipelines.bakeoff"), source
+    assert sibling_imports("from ..bakeoff.runs import log", "nfeval.pipelines.bakeoff") == set()  # its own
+    shared = "from .. import runs\nfrom ..scales import SCALES\nfrom . import report\nfrom .runs import log"
+    assert sibling_imports(shared, "nfeval.pipelines.bakeoff") == set()

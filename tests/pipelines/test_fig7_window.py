@@ -9,7 +9,7 @@ from nfeval.engine.training.budget import warmup_steps
 from nfeval.engine.training.step_ratio import equal_time_steps
 from nfeval.engine.training.train_config import TrainConfig, parse_grad_stats
 from nfeval.pipelines.reproduce.fig7_window import Schedule, fig7_window, paper_phase, window_text
-from nfeval.pipelines.reproduce.plan import SCALES
+from nfeval.pipelines.scales import SCALES
 
 
 def _run(name: str, total: int, warmup: int, recorded: int | None = None) -> Schedule:

@@ -23,12 +23,12 @@ from nfeval.pipelines.reproduce.plan import (
     EXPERIMENTS,
     PRIMARY_CLAIMS,
     RUNS,
-    SCALES,
     TABLE4,
     TABLE5,
     at_equal_updates,
 )
 from nfeval.pipelines.reproduce.run_overrides import matched_ffn, parameter_count
+from nfeval.pipelines.scales import SCALES
 from nfeval.report.verdict import (
     AGREES,
     DISAGREES,

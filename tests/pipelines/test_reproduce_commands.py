@@ -8,8 +8,9 @@ import subprocess
 from nfeval.cli import build_parser
 from nfeval.engine.training.train_flags import config_from_args
 from nfeval.pipelines.reproduce import commands
-from nfeval.pipelines.reproduce.plan import EXPERIMENTS, SCALES
+from nfeval.pipelines.reproduce.plan import EXPERIMENTS
 from nfeval.pipelines.reproduce.runner import Context, run_dir, train_config
+from nfeval.pipelines.scales import SCALES
 
 # torchrun as a shell function that records its arguments, one file per call
 FAKE_TORCHRUN = 'torchrun() { n=$(( ${n:-0} + 1 )); printf "%s\\0" "$@" > "$CALLS/$n"; }; export -f torchrun'

@@ -73,9 +73,9 @@ def test_a_reproduce_whose_runs_did_not_train_reads_no_claim_from_them(tmp_path)
 def test_a_preset_that_trains_at_no_lr_of_its_tune_is_said_so_in_reproduce(tmp_path):
     import json
 
-    from nfeval.pipelines.reproduce.plan import SCALES
     from nfeval.pipelines.reproduce.runner import Context
     from nfeval.pipelines.reproduce.tuning import tuning_rows
+    from nfeval.pipelines.scales import SCALES
 
     def entry(ppls):
         rows = {str(lr): {"lr": lr, "status": "ok", "val_ppl": p} for lr, p in ppls.items()}

@@ -153,7 +153,7 @@ def test_crafted_task_and_metric_names_give_one_line_per_task_in_glue_s_table():
 
 
 def test_the_reproduce_and_bakeoff_markdown_tables_escape_names():
-    from nfeval.pipelines.reproduce.report import markdown_table
+    from nfeval.pipelines.report_text import markdown_table
 
     lines = markdown_table(["arch", "ppl"], [[CRAFTED, "1.0"], ["prenorm", "2.0"]])
     assert len(lines) == 4 and len({len(cells(line)) for line in lines}) == 1, lines

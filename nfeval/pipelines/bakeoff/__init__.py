@@ -27,13 +27,13 @@ from ...base.sweep_lock import folder_locked
 from ...engine.model.config import SIZES
 from ...launch.options import LaunchOptions
 from .. import lr_band, trained_gate
-from ..reproduce.plan import SCALES
+from ..scales import SCALES
 from . import results
 from .candidates import parse_candidates
 from .runs import Context, log
 
-# the reproduce scale whose recipe (batch, sequence length, evaluation, stability test, ...) each size
-# trains with; "smoke" is for tests only
+# the scale (``pipelines.scales``) whose recipe (batch, sequence length, evaluation, stability test, ...)
+# each size trains with; "smoke" is for tests only
 RECIPES = {"tiny": "tiny", "small": "small", "125M": "125M", "smoke": "smoke"}
 
 

@@ -16,8 +16,7 @@ from ...engine.training import recipe
 from ...report import verdict
 from .. import realised_time, scale_facts, trained_gate
 from ..lr_band import tune_seed_lines
-from ..reproduce.equal_time import ratio_text
-from ..reproduce.report import compute_path_lines, markdown_table
+from ..report_text import compute_path_lines, markdown_table, ratio_text
 
 
 def _ci(interval: dict[str, Any] | None, digits: int = 2) -> str:

@@ -30,7 +30,7 @@ from ...report import significance as sig
 from ...report import verdict
 from ...tasks import judged_metric
 from .. import lr_band, realised_time, trained_gate
-from ..reproduce.training_experiments import final_ppl, log_ratio
+from ..perplexity import final_ppl, log_ratio
 from ..runs import finished, grad_stats_path
 from ..trained_gate import gated_decide, is_trained, recipe_words
 from .runs import Context, band_lrs, log, run_dir

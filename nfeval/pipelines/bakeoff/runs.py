@@ -9,58 +9,33 @@ killed run resumes from its newest checkpoint), ``zeroshot/<name>-seed<k>*.json`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine.training.train_config import TrainConfig
-from ...launch.options import LaunchOptions
-from ...tune.results import lr_key
-from .. import lr_band, runs, trained_gate
-from ..reproduce.plan import Scale
-from ..reproduce.runner import SCALE_TRAIN_FIELDS
+from .. import context, lr_band, runs, trained_gate
 from .candidates import Candidate
 
-
-def log(message: str) -> None:
-    print(f"[bakeoff {time.strftime('%H:%M:%S')}] {message}", flush=True)
+log = functools.partial(context.log, "bakeoff")
 
 
-@dataclass
-class Context:
-    """What every stage shares: the folder, the recipe, the candidates (baseline first), the budget."""
+@dataclass(kw_only=True)
+class Context(context.RunContext):
+    """The run context (``context.RunContext``; ``budget`` is the baseline's), with the candidates
+    (baseline first), the tune's LR grid and budget, the seed plan and the clipping of every run."""
 
-    out: str
-    scale: Scale
     candidates: list[Candidate]
-    budget: dict[str, float]  # the baseline's TrainConfig budget (max_steps or max_seconds)
-    seeds: int
     lrs: tuple[float, ...]
     tune_budget: str
-    tokenizer: str
-    train_data: str | None = None
-    valid_data: str | None = None
-    data_dir: str | None = None
-    device: str = "auto"
-    progress: bool = True
-    step_ratios: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> ratio record
     seed_counts: dict[str, int] = field(default_factory=dict)  # name -> seeds, where more than ``seeds``
-    launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
-    jobs: int = 1  # runs and tune points trained at a time here
-    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from the judged seeds
     clip_grad: float = 0.0  # gradient-norm clipping of every tune point and run (0: none)
-    unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
 
     @property
     def baseline(self) -> Candidate:
         return self.candidates[0]
-
-    @property
-    def seed_values(self) -> list[int]:
-        """Returns the seeds every candidate trains (1 … ``seeds``)."""
-        return list(range(1, self.seeds + 1))
 
     def seeds_of(self, c: Candidate) -> list[int]:
         """Returns the seeds ``c`` trains: ``seed_values``, or more where the seed plan gave it more."""
@@ -73,8 +48,7 @@ def tune_file(ctx: Context, c: Candidate) -> str:
 
 def run_dir(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> str:
     """Returns the folder of ``c``'s run at ``seed``: at its tuned LR, or at ``lr`` of its band."""
-    band = () if lr is None else (f"lr={lr_key(lr)}",)
-    return os.path.join(ctx.out, "runs", c.name, *band, f"seed{seed}")
+    return context.run_dir(ctx.out, c.name, seed, lr)
 
 
 def band_lrs(ctx: Context, c: Candidate) -> list[float]:
@@ -96,31 +70,21 @@ def train_config(
     equal-time budget, and its tuned LR when ``tuned`` (its tune.json must exist then), or ``lr``, another
     LR of its tune's band."""
     s = ctx.scale
-    cfg = TrainConfig(
+    cfg = context.scale_train_config(  # the scale's grad_stats too: the report's gradient ratio by depth
+        ctx,
         preset=c.preset(s.size),
         model={**s.model, **c.overrides},
         objective="clm",
-        tokenizer=ctx.tokenizer,
-        train_data=ctx.train_data,
-        valid_data=ctx.valid_data,
-        **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},  # grad_stats: the depth ratio
         warmup=s.warmup,
-        clip_grad=ctx.clip_grad,
-        device=ctx.device,
         seed=seed,
-        progress=ctx.progress,
-        **run_budget(ctx, c),
+        budget=run_budget(ctx, c),
+        clip_grad=ctx.clip_grad,
     )
     if not tuned:
         return cfg
-    import dataclasses
-
     from ...tune.results import with_tuned_lr
 
-    cfg = with_tuned_lr(cfg, tune_file(ctx, c))
-    if lr is None:
-        return cfg
-    return dataclasses.replace(cfg, lr=lr, lr_from={**cfg.lr_from, "lr": lr, "band_of": cfg.lr_from["lr"]})
+    return context.at_band_lr(with_tuned_lr(cfg, tune_file(ctx, c)), lr)
 
 
 EXTENSIONS = 3  # LRs a candidate's tune may add past an edge of the grid before it stops (and warns)
@@ -269,26 +233,17 @@ def stability(ctx: Context, c: Candidate) -> dict[str, Any]:
     """Runs the rising-LR stability test (``nfeval analyze stability``) on ``c``'s initialisation at the
     runs' model config and tokenizer, in the device's lowest autocast precision, ``ctx.seeds`` seeds;
     returns its JSON (not redone once its PNG exists)."""
-    import torch
-
     from ...analysis.runs import StabilityOptions
-    from ...analysis.stability import StabilitySettings, lowest_precision
-    from ..reproduce.analysis_experiment import analyze
+    from ..analyses import analyze, stability_settings
 
     s = ctx.scale
-    device = ctx.device if ctx.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    precision = lowest_precision(device)
-    batch, seq = s.stability_batch
-    settings = StabilitySettings(
-        updates=s.stability_updates, batch_size=batch, seq_len=seq, autocast=precision, device=device
-    )
     options = StabilityOptions(
         presets=[c.preset(s.size)],
         seeds=ctx.seeds,
         model={**s.model, **c.overrides},
-        settings=settings,
+        settings=stability_settings(s, ctx.device),
         data=ctx.train_data or None,
         tokenizer=ctx.tokenizer,
         progress=ctx.progress,
     )
-    return analyze(options, os.path.join(ctx.out, "stability", f"{c.name}.png"))
+    return analyze(options, os.path.join(ctx.out, "stability", f"{c.name}.png"), log)

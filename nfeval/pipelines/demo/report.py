@@ -11,7 +11,7 @@ from typing import Any
 from ...report import time_clock
 from ...report.compare_table import fraction_text
 from ...report.leaderboard_render import format_compute
-from ..reproduce.equal_time import PAPER_OVERHEAD, ratio_text
+from ..report_text import PAPER_OVERHEAD, ratio_text
 from .training import ARCHES, BASELINE, WARMUP
 
 EQUAL_TIME = "equal_time"  # the curves' second clock: steps × the run's paired step-time ratio

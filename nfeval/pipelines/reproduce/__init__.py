@@ -28,8 +28,9 @@ from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...launch.options import LaunchOptions
 from .. import lr_band, runs, trained_gate
+from ..scales import PUBLIC_SCALES, SCALES, Scale
 from . import runner
-from .plan import EXPERIMENT_NAMES, EXPERIMENTS, PUBLIC_SCALES, RUNS, SCALES, Scale
+from .plan import EXPERIMENT_NAMES, EXPERIMENTS, RUNS
 from .runner import Context, log, train_all
 
 

@@ -15,11 +15,11 @@ from typing import Any
 from ...base.plots import plot_bars
 from ...engine.checkpoints.checkpoint import read_config
 from ...report import verdict
+from ..perplexity import final_ppl, log_ratio
 from ..trained_gate import gated_decide, is_trained, recipe_words
 from .plan import ABLATIONS, CONTROLS, LOG_PPL_MARGIN, RUNS, TABLE4, TABLE5, TABLE5_SETTINGS, at_equal_updates
 from .run_overrides import parameter_count
 from .runner import Context, run_dir, table_section
-from .training_experiments import final_ppl, log_ratio
 
 FULL = "clm-normformer"
 

@@ -12,35 +12,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
-
 from ...analysis import runs as analysis_runs
-from ...analysis.stability import StabilitySettings, lowest_precision
-from ...base.jsonio import load_json
 from ...report import verdict
+from .. import analyses
 from ..runs import finished
 from .gradient_experiment import gradient_parts
 from .runner import Context, log, run_dir
 
 STABILITY_ARCHS = ("prenorm", "normformer", "normformer-resscale", "postnorm")
-
-
-def analyze(options: analysis_runs.Options, png: str) -> dict[str, Any]:
-    """Runs the analysis ``options`` describe into PNG unless PNG exists (and, for a stability test, holds
-    a result of the same divergence criterion); returns the JSON beside it."""
-    path = os.path.splitext(png)[0] + ".json"
-    if not os.path.isfile(png) or _other_criterion(options, path):
-        log(f"nfeval analyze {options}")
-        analysis_runs.analyze(options, png)
-    return load_json(path)
-
-
-def _other_criterion(options: analysis_runs.Options, path: str) -> bool:
-    """Returns whether the stored stability test at ``path`` judged divergence otherwise than ``options``
-    would (an older result: its updates survived are not comparable)."""
-    if not isinstance(options, analysis_runs.StabilityOptions) or not os.path.isfile(path):
-        return False
-    return load_json(path).get("criterion") != options.settings.criterion()
 
 
 def _named_links(ctx: Context, keys: tuple[str, ...], seed: int) -> list[str]:
@@ -71,12 +50,7 @@ def stability(ctx: Context) -> dict[str, Any]:
     """Runs the increasing-LR stability test (Figure 5) on STABILITY_ARCHS at the runs' own model config
     and tokenizer, in the device's lowest autocast precision; returns its JSON."""
     s = ctx.scale
-    device = ctx.device if ctx.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    precision = lowest_precision(device)
-    batch, seq = s.stability_batch
-    settings = StabilitySettings(
-        updates=s.stability_updates, batch_size=batch, seq_len=seq, autocast=precision, device=device
-    )
+    settings = analyses.stability_settings(s, ctx.device)
     presets = [f"{arch}-{s.size}" for arch in STABILITY_ARCHS]
     options = analysis_runs.StabilityOptions(
         presets=presets,
@@ -87,8 +61,8 @@ def stability(ctx: Context) -> dict[str, Any]:
         data=ctx.train_data or None,  # the runs' own corpus
         progress=ctx.progress,
     )
-    name = f"fig5_stability_{precision}_seeds{ctx.seeds}.png"
-    return analyze(options, os.path.join(ctx.out, "experiments", "fig3-5", name))
+    name = f"fig5_stability_{settings.autocast}_seeds{ctx.seeds}.png"
+    return analyses.analyze(options, os.path.join(ctx.out, "experiments", "fig3-5", name), log)
 
 
 def _layer0(r: dict[str, Any]) -> str:
@@ -197,7 +171,7 @@ def _gains_table(ctx: Context, png: str, n_layer: int) -> dict[str, Any] | None:
     nf = _named_links(ctx, ("clm-normformer",), ctx.seed_values[0])
     if not nf:
         return None
-    gains = analyze(analysis_runs.GainsOptions(targets=[nf[0]]), png)["models"][0]["gains"]
+    gains = analyses.analyze(analysis_runs.GainsOptions(targets=[nf[0]]), png, log)["models"][0]["gains"]
     rows = [
         [name, *(f"{v:.3f}" for v in values)]
         for name, values in (
@@ -222,7 +196,7 @@ def figure_6(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
         links = _named_links(ctx, keys, seed)
         if links:
             options = analysis_runs.GainsOptions(targets=[links[0]])
-            result = analyze(options, os.path.join(folder, f"gains_seed{seed}.png"))
+            result = analyses.analyze(options, os.path.join(folder, f"gains_seed{seed}.png"), log)
             per_seed.append(result["models"][0]["gains"]["resid_gain_mean"])
     if not per_seed:
         return {"notes": ["no finished ResScale run"]}

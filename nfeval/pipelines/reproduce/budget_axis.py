@@ -24,12 +24,12 @@ from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json, reading
 from .. import runs
+from ..perplexity import final_ppl, log_ratio
+from ..scales import SCALES
 from ..trained_gate import is_trained, mark
 from . import sections
 from .budget_report import PAIR, plot, render, tokens_text
-from .plan import SCALES
 from .runner import log
-from .training_experiments import final_ppl, log_ratio
 
 EXPERIMENT = "fig2-clm"
 CLAIM = "fig2-clm/equal-time"

@@ -12,7 +12,7 @@ from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts
 from ..lr_band import describe
-from .report import compute_path_lines, markdown_table
+from ..report_text import compute_path_lines, markdown_table
 
 PAIR = ("clm-prenorm", "clm-normformer")  # Figure 2's baseline and candidate runs
 

@@ -16,14 +16,13 @@ import os
 from typing import Any
 
 from ...base.jsonio import load_json
-from ...engine.training.step_ratio import CONFIDENCE
 from .. import runs
+from ..report_text import PAPER_OVERHEAD, ratio_text
 from .plan import EQUAL_TIME, RUNS
 from .run_overrides import run_model
 from .runner import BASELINES, Context, log, preset_name, run_budget, train_config
 
 FILE = "step_ratios.json"
-PAPER_OVERHEAD = "2–6%"  # Shleifer et al. 2021: NormFormer's extra operations cost 2-6% of step time
 
 
 def _model_key(ctx: Context, key: str) -> str:
@@ -65,15 +64,6 @@ def measure_ratios_as_job(ctx: Context, keys: list[str]) -> bool:
         )
         cluster.run_points([job], ctx.out, ctx.launch, "step-ratios", ctx.progress)
     return all(k in (load_json(path) if os.path.isfile(path) else {}) for k in wanted)
-
-
-def ratio_text(record: dict[str, Any]) -> str:
-    """Returns "1.043 [1.021, 1.060] (+4.3%)": the ratio, its 95% confidence interval (its coverage
-    named when fewer pairs allowed less) and the overhead."""
-    coverage = record.get("confidence", 1.0)
-    level = "" if coverage >= CONFIDENCE else f" {coverage:.1%} CI"
-    ci = f"[{record['ci_low']:.3f}, {record['ci_high']:.3f}{level}]"
-    return f"{record['ratio']:.3f} {ci} ({record['ratio'] - 1:+.1%})"
 
 
 def equal_time_rows(ctx: Context) -> list[list[str]]:

@@ -10,18 +10,12 @@ import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
-from ...base.escape import markdown_row
 from ...base.jsonio import load_json, reading
 from ...engine.training import recipe as recipes
 from ...report import verdict
 from .. import scale_facts, trained_gate
 from ..lr_band import describe, tune_seed_lines
-
-
-def markdown_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
-    """Returns a GitHub markdown table, each cell escaped (``escape.markdown_row``: architecture, preset
-    and run names come from flags and files)."""
-    return [markdown_row(columns), "|" + "---|" * len(columns)] + [markdown_row(row) for row in rows]
+from ..report_text import compute_path_lines, markdown_table
 
 
 def _p(p: float | None) -> str:
@@ -102,19 +96,6 @@ def setup_lines(h: dict[str, Any]) -> list[str]:
             "",
         ]
     return lines
-
-
-def compute_path_lines(h: dict[str, Any]) -> list[str]:
-    """Returns the sentence naming what computed the runs (a report made before it was recorded has
-    none): two paths mean numbers that need not agree to rounding (benchmarks/RESULTS.md, "Re-run
-    tolerance")."""
-    paths = h.get("compute_paths")
-    if not paths:
-        return []
-    text = f"Computed on: {'; and '.join(paths)}."
-    if len(paths) > 1:
-        text += " The runs were computed on more than one path: their numbers can differ beyond rounding."
-    return [text, ""]
 
 
 def _scale_lines(h: dict[str, Any]) -> list[str]:

@@ -5,51 +5,26 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import time
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine.training.train_config import TrainConfig
-from ...launch.options import LaunchOptions
-from ...tune.results import lr_key, with_tuned_lr
-from .. import lr_band, runs, trained_gate
-from .plan import EQUAL_UPDATES, LR_BAND_CLAIMS, RUNS, TABLE5_SETTINGS, Scale
+from ...tune.results import with_tuned_lr
+from .. import context, lr_band, runs, trained_gate
+from .plan import EQUAL_UPDATES, LR_BAND_CLAIMS, RUNS, TABLE5_SETTINGS
 from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
-
-def log(message: str) -> None:
-    print(f"[reproduce {time.strftime('%H:%M:%S')}] {message}", flush=True)
+log = functools.partial(context.log, "reproduce")
 
 
-@dataclass
-class Context:
-    """Everything the experiments share: where, how big, how long, which data."""
+@dataclass(kw_only=True)
+class Context(context.RunContext):
+    """The run context (``context.RunContext``), with the GLUE tasks and the tunes by objective."""
 
-    out: str
-    scale: Scale
-    budget: dict[str, float]
-    seeds: int
-    tokenizer: str
-    train_data: str | None = None  # the corpus (None: the embedded default)
-    valid_data: str | None = None
-    data_dir: str | None = None
     glue_dir: str | None = None
     glue_tasks: tuple[str, ...] = ("rte",)
-    device: str = "auto"
-    progress: bool = True
     tune_files: dict[str, str] = field(default_factory=dict)  # objective -> tune.json of `nfeval tune`
-    step_ratios: dict[str, dict] = field(default_factory=dict)  # run key -> its equal_time record
-    launch: LaunchOptions | None = None  # --launcher slurm: the runs (and the tune) as Slurm jobs
-    jobs: int = 1  # runs and tune points trained at a time here
-    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
-    unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
-
-    @property
-    def seed_values(self) -> list[int]:
-        """Returns the judged seeds, 1 … ``seeds`` (the tune's are ``lr_band.tune_seed_values``)."""
-        return list(range(1, self.seeds + 1))
 
     def budget_text(self) -> str:
         """Returns the per-run budget in words, e.g. "60 s of training per run", or with equal-time
@@ -98,37 +73,23 @@ def recipe_deviations(ctx: Context, key: str) -> tuple[str, ...]:
     return tuple(fields)
 
 
-# the Scale fields a run's TrainConfig takes as they are
-SCALE_TRAIN_FIELDS = ("batch_size", "seq_len", "grad_accum", "lr", "log_interval", "eval_interval")
-SCALE_TRAIN_FIELDS += ("eval_samples", "ckpt_interval", "calibration_steps", "dtype")
-SCALE_TRAIN_FIELDS += ("grad_stats",)  # Figures 3 and 7 read what the runs record while they train
-
-
 def train_config(ctx: Context, key: str, seed: int, lr: float | None = None) -> TrainConfig:
     """Returns the TrainConfig of run ``key`` at ``seed``: the scale's recipe, the row's overrides, its
     equal-time step budget (``run_budget``), and the preset's tuned LR when ``ctx`` has a tune.json for
     the objective, or ``lr``, another LR of the tune's band (``band_lrs``)."""
     spec, s = RUNS[key], ctx.scale
-    preset = preset_name(ctx, key)
-    cfg = TrainConfig(
-        preset=preset,
+    cfg = context.scale_train_config(
+        ctx,
+        preset=preset_name(ctx, key),
         model=run_model(s, key),
         objective=spec.objective,
-        tokenizer=ctx.tokenizer,
-        train_data=ctx.train_data,
-        valid_data=ctx.valid_data,
-        **{name: getattr(s, name) for name in SCALE_TRAIN_FIELDS},
         warmup=s.warmup if spec.warmup is None else spec.warmup,
-        device=ctx.device,
         seed=seed,
-        progress=ctx.progress,
-        **run_budget(ctx, key),
+        budget=run_budget(ctx, key),
     )
     if spec.objective in ctx.tune_files:  # the preset's tuned LR, and the record of where it came from
         cfg = with_tuned_lr(cfg, ctx.tune_files[spec.objective], deviations=recipe_deviations(ctx, key))
-    if lr is not None and cfg.lr_from is not None:
-        cfg = dataclasses.replace(cfg, lr=lr, lr_from={**cfg.lr_from, "lr": lr, "band_of": cfg.lr_from["lr"]})
-    return apply_setting(cfg, key, s)
+    return apply_setting(context.at_band_lr(cfg, lr), key, s)
 
 
 def band_lrs(ctx: Context, key: str) -> list[float]:
@@ -150,8 +111,7 @@ def table_section(
 
 def run_dir(ctx: Context, key: str, seed: int, lr: float | None = None) -> str:
     """Returns the folder of run ``key`` at ``seed``: at its tuned LR, or at ``lr`` of its band."""
-    band = () if lr is None else (f"lr={lr_key(lr)}",)
-    return os.path.join(ctx.out, "runs", key, *band, f"seed{seed}")
+    return context.run_dir(ctx.out, key, seed, lr)
 
 
 def ensure_run(ctx: Context, key: str, seed: int, lr: float | None = None) -> dict[str, Any]:

@@ -14,28 +14,14 @@ from ...report import verdict
 from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
 from .. import lr_band, realised_time
+from ..perplexity import final_ppl, log_ratio
+from ..report_text import PAPER_OVERHEAD, ratio_text
 from ..runs import finished
 from ..trained_gate import NOT_READABLE, gated_decide, is_trained, mark, recipe_words
-from .equal_time import PAPER_OVERHEAD, ratio_text
 from .plan import LOG_PPL_MARGIN, LR_BAND_CLAIMS, RUNS
 from .runner import Context, band_lrs, log, run_budget, run_dir, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
-
-
-def log_ratio(a: float | None, b: float | None) -> float:
-    """Returns log(a / b). A diverged run's PPL is inf (worse than any finite one); the result is nan
-    (no evidence either way) when a value is missing (None) or both runs diverged."""
-    if a is None or b is None or (math.isinf(a) and math.isinf(b)):
-        return math.nan
-    if math.isinf(a) or math.isinf(b):
-        return math.inf if math.isinf(a) else -math.inf
-    return math.log(a / b)
-
-
-def final_ppl(records: list[dict[str, Any]]) -> list[float]:
-    """Returns each seed's final validation PPL, inf for a diverged run."""
-    return [r["val_ppl"] if r["status"] == "finished" else math.inf for r in records]
 
 
 def _finite(diffs: list[float]) -> list[float]:

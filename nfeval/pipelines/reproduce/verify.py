@@ -10,10 +10,10 @@ from typing import Any
 
 from ...base.errors import ConfigError, DataError, MissingDataError
 from ...base.jsonio import load_json, reading
+from ..scales import SCALES
 from ..stages import shared_tokenizer
 from ..verify import verify_run
 from . import runner
-from .plan import SCALES
 
 KEY = "clm-prenorm"  # the baseline of Figure 2: every report that ran Figure 2 has it
 

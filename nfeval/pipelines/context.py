@@ -1,0 +1,97 @@
+"""The run context of ``reproduce`` and ``bakeoff``: what every stage of one output folder shares (the
+folder, the scale, the budget, the seeds, the data, the measured step-time ratios, where runs train and
+the corpus's unigram perplexity), each pipeline's progress line, and the TrainConfig a scale's recipe
+gives one run. Each pipeline subclasses ``RunContext`` with what only it has (reproduce: GLUE and its
+tunes by objective; bakeoff: its candidates, LR grid and clipping) and names its runs its own way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.training.train_config import TrainConfig
+from ..launch.options import LaunchOptions
+from ..tune.results import lr_key
+from . import lr_band
+from .scales import SCALE_TRAIN_FIELDS, Scale
+
+
+def log(pipeline: str, message: str) -> None:
+    """Prints one progress line of ``pipeline``: "[bakeoff 12:00:00] message"."""
+    print(f"[{pipeline} {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+@dataclass
+class RunContext:
+    """Everything the stages of one output folder share: where, how big, how long, which data."""
+
+    out: str
+    scale: Scale
+    budget: dict[str, float]  # the baseline's TrainConfig budget (max_steps, max_seconds, ...)
+    seeds: int
+    tokenizer: str
+    train_data: str | None = None  # the corpus (None: the embedded default)
+    valid_data: str | None = None
+    data_dir: str | None = None
+    device: str = "auto"
+    progress: bool = True
+    step_ratios: dict[str, dict[str, Any]] = field(default_factory=dict)  # run -> its step-time ratio record
+    launch: LaunchOptions | None = None  # --launcher slurm: the runs (and the tunes) as Slurm jobs
+    jobs: int = 1  # runs and tune points trained at a time here
+    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
+    unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
+
+    @property
+    def seed_values(self) -> list[int]:
+        """Returns the judged seeds, 1 … ``seeds`` (the tune's are ``lr_band.tune_seed_values``)."""
+        return list(range(1, self.seeds + 1))
+
+
+def scale_train_config(
+    ctx: RunContext,
+    *,
+    preset: str,
+    model: dict[str, Any],
+    objective: str,
+    warmup: float,
+    seed: int,
+    budget: dict[str, float],
+    **fields: Any,
+) -> TrainConfig:
+    """Returns the TrainConfig of one run at ``seed``: the scale's recipe (``SCALE_TRAIN_FIELDS``), the
+    context's tokenizer, data, device and progress, and the run's own preset, model overrides,
+    objective, warm-up, budget and further TrainConfig ``fields``."""
+    return TrainConfig(
+        preset=preset,
+        model=model,
+        objective=objective,
+        tokenizer=ctx.tokenizer,
+        train_data=ctx.train_data,
+        valid_data=ctx.valid_data,
+        **{name: getattr(ctx.scale, name) for name in SCALE_TRAIN_FIELDS},
+        warmup=warmup,
+        device=ctx.device,
+        seed=seed,
+        progress=ctx.progress,
+        **fields,
+        **budget,
+    )
+
+
+def at_band_lr(cfg: TrainConfig, lr: float | None) -> TrainConfig:
+    """Returns ``cfg`` (trained at its tuned LR) at ``lr``, another LR of its tune's band, its ``lr_from``
+    naming the tuned one; ``cfg`` as it is when ``lr`` is None or its LR was not tuned."""
+    if lr is None or cfg.lr_from is None:
+        return cfg
+    return dataclasses.replace(cfg, lr=lr, lr_from={**cfg.lr_from, "lr": lr, "band_of": cfg.lr_from["lr"]})
+
+
+def run_dir(out: str, name: str, seed: int, lr: float | None = None) -> str:
+    """Returns the folder of run ``name`` at ``seed`` under ``out``: at its tuned LR, or at ``lr`` of its
+    band."""
+    band = () if lr is None else (f"lr={lr_key(lr)}",)
+    return os.path.join(out, "runs", name, *band, f"seed{seed}")

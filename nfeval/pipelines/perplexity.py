@@ -1,0 +1,24 @@
+"""The final perplexities of run records and their paired log ratios, as every verdict of ``reproduce``
+and ``bakeoff`` reads them: a diverged run's perplexity is inf (worse than any finite one), and a pair in
+which both runs diverged is no evidence either way (nan).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def log_ratio(a: float | None, b: float | None) -> float:
+    """Returns log(a / b). A diverged run's PPL is inf (worse than any finite one); the result is nan
+    (no evidence either way) when a value is missing (None) or both runs diverged."""
+    if a is None or b is None or (math.isinf(a) and math.isinf(b)):
+        return math.nan
+    if math.isinf(a) or math.isinf(b):
+        return math.inf if math.isinf(a) else -math.inf
+    return math.log(a / b)
+
+
+def final_ppl(records: list[dict[str, Any]]) -> list[float]:
+    """Returns each seed's final validation PPL, inf for a diverged run."""
+    return [r["val_ppl"] if r["status"] == "finished" else math.inf for r in records]
