@@ -3,7 +3,7 @@
 The paper's Figure 3 (Shleifer et al. 2021, §4): at the beginning of training, Pre-LN's early layers
 get much larger gradients than its late ones. For each shape, architecture and seed this trains the
 first ``--updates`` updates of a ``--schedule``-update run exactly as ``nfeval reproduce --scale
-small`` trains its runs (``reproduce.plan.SCALES["small"]``: fairseq's recipe, batches of 4 × 128
+small`` trains its runs (``pipelines.scales.SCALES["small"]``: fairseq's recipe, batches of 4 × 128
 tokens, a 2,048-token BPE, 5% warm-up then linear decay over the whole schedule; the run is stopped
 after ``--updates`` of it, its LR schedule that of the full run), and reads fc2's per-layer mean
 |∂L/∂W| (``engine.training.grad_stats.per_layer_mean_abs``, what ``--grad-stats`` records) at every
@@ -37,7 +37,7 @@ from nfeval.engine.training.budget import lr_at
 from nfeval.engine.training.grad_stats import per_layer_mean_abs
 from nfeval.engine.training.train_config import TrainConfig
 from nfeval.engine.training.trainer import Trainer
-from nfeval.pipelines.reproduce.plan import SCALES
+from nfeval.pipelines.scales import SCALES
 
 SMALL = SCALES["small"]
 SHAPES = "6x64,12x64,12x128,24x64,24x128,12x256"

@@ -29,7 +29,7 @@ from typing import Any
 from nfeval.base.jsonio import load_json, read_jsonl
 from nfeval.engine.training.train_config import TrainConfig
 from nfeval.engine.training.train_flags import to_flags
-from nfeval.pipelines.reproduce.plan import SCALES
+from nfeval.pipelines.scales import SCALES
 
 SMALL = SCALES["small"]
 

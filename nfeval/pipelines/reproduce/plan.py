@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..scales import SCALES as SCALES  # re-exported: the benchmarks read the scales here
 from ..scales import Scale
 
 EQUAL_TIME, EQUAL_UPDATES = "equal time", "equal updates"
