@@ -72,7 +72,9 @@ def test_demo_compares_at_equal_time_with_complete_schedules(demo):
         assert checkpoint.load(run).config.architecture == arch
         model = summary["models"][arch]
         assert model["steps"] == steps[arch]  # each run ends its own schedule
-        assert model["val_points"] >= VAL_POINTS
+        # every run validates VAL_POINTS times, or at every step of a shorter one (a loaded machine can time
+        # NormFormer so slow that its equal-time run is a few steps long)
+        assert model["val_points"] >= min(VAL_POINTS, steps[arch])
     assert record["step_ratio"]["ratio"] == ratio["ratio"]
     text = open(os.path.join(cfg.out, "equal_time.txt"), encoding="utf-8").read()
     assert "measured paired" in text and f"= {steps['normformer']} steps" in text

@@ -406,8 +406,13 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
             if "NormFormer raises" in c["claim"] or "lowers" in c["claim"]
         ]
         assert len(fig7) == 6  # fc1, fc2 raised; q, k, v, out_proj lowered
-        assert window["updates"] == [2, 3]  # 1–2 past the 1-update warm-up, for every run alike
-        assert set(map(tuple, window["by_run"].values())) == {(2, 3)} and len(window["by_run"]) == 4
+        # 1–2 updates past the later warm-up end (1 update at the smoke scale, unless a loaded machine
+        # timed NormFormer so slow that its equal-time run, and so its warm-up, moved), for every run alike
+        end = window["warmup_end"]
+        assert end >= 1 and window["updates"] == [end + 1, end + 2]
+        assert (
+            set(map(tuple, window["by_run"].values())) == {(end + 1, end + 2)} and len(window["by_run"]) == 4
+        )
     assert any("Figure 5's divergence" in n and "running median" in n for n in sections["fig3-5"]["notes"])
     assert any("extra" in c["claim"] and "Post-LN" in c["claim"] for c in sections["fig3-5"]["claims"])
     assert "λresid" in sections["fig6"]["tables"][0]["rows"][0][0]

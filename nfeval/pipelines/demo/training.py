@@ -117,7 +117,8 @@ def budgets(base_steps: int, ratio: dict[str, Any]) -> dict[str, dict[str, float
 
 
 def eval_interval(steps: dict[str, dict[str, float]]) -> int:
-    """Returns the steps between validations that give every run at least VAL_POINTS points."""
+    """Returns the steps between validations that give every run at least VAL_POINTS points (a run shorter
+    than VAL_POINTS steps: one a step)."""
     return max(1, int(min(b["max_steps"] for b in steps.values())) // VAL_POINTS)
 
 
