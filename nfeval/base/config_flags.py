@@ -3,12 +3,13 @@ adds one flag per field, ``config_from_args`` builds the dataclass back from the
 ``to_flags`` writes a config back as argv, so that ``config_from_args(parse(to_flags(cfg)), C) == cfg``.
 
 A field declares its flag in its metadata (``flag_field`` builds such a field): ``help``, its help text,
-and ``flag``, what its type does not say: ``name`` (the flag without ``--`` when it is not the field's
-name with ``-`` for ``_``) and any of ``add_argument``'s keywords (``type``, ``choices``, ``metavar``,
-``action``, ``const``, ``default``, ``dest``, ...). A field without ``help`` has no flag. From the type:
-a bool is ``--x/--no-x``; an int, float or str its own ``type``; a list or tuple of them one
-comma-separated value; a dict one JSON object; an optional value (``X | None``) is X's flag, None when not
-given. A declared ``const`` makes the value optional (``nargs="?"``)."""
+and ``flag``, what its type does not say: ``name`` (the flag without ``--`` when it is not the field's name
+with ``-`` for ``_``) and any of ``add_argument``'s keywords (``type``, ``choices``, ``metavar``,
+``action``, ``const``, ...). A field without ``help`` has no flag. From the type: a bool is ``--x/--no-x``
+(or, declared ``action="store_true"`` or ``"store_false"``, the one flag that changes its default); an int,
+float or str its own ``type``; a list or tuple of them one comma-separated value; a dict one JSON object;
+an optional value (``X | None``) is X's flag, None when not given. A declared ``const`` makes the value
+optional (``nargs="?"``)."""
 
 from __future__ import annotations
 
@@ -137,13 +138,14 @@ def add_config_flags(
     p: argparse.ArgumentParser | argparse._ArgumentGroup,
     cls: type,
     defaults: bool = True,
-    skip: Iterable[str] = (),
+    names: Iterable[str] | None = None,
 ) -> None:
-    """Adds one flag per field of dataclass ``cls`` that declares one (but those in ``skip``); each
-    defaults to its field's default, or to None (not given) when ``defaults`` is false."""
-    for f in flag_fields(cls).values():
-        if f.name not in skip:
-            p.add_argument(flag_name(f), **argument(cls, f, defaults))
+    """Adds one flag per field of dataclass ``cls`` that declares one (only those ``names`` lists, in its
+    order, when given); each defaults to its field's default, or to None (not given) when ``defaults`` is
+    false."""
+    fields = flag_fields(cls)
+    for name in fields if names is None else names:
+        p.add_argument(flag_name(fields[name]), **argument(cls, fields[name], defaults))
 
 
 def values_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
@@ -188,8 +190,9 @@ def to_flags(cfg: Any, writers: Mapping[str, Writer] | None = None, skip: Iterab
         flag = flag_name(f)
         if name in writers:
             out += writers[name](value)
-        elif value_type(cls, name) is bool:
-            out.append(flag if value else "--no-" + flag[2:])
+        elif value_type(cls, name) is bool:  # store_true / store_false: the flag; else --x / --no-x
+            toggles = f.metadata["flag"].get("action") in ("store_true", "store_false")
+            out.append(flag if value or toggles else "--no-" + flag[2:])
         else:
             out.append(f"{flag}={write_value(cls, name, value)}")
     return out

@@ -93,3 +93,23 @@ def test_the_flags_keep_names_metavars_help_and_choices(capsys):
 def test_writers_write_the_fields_they_name():
     flags = to_flags(Sample(words=("p", "q")), {"words": lambda v: [f"--words={w}" for w in v]})
     assert flags == ["--words=p", "--words=q"]
+
+
+def test_nfeval_glue_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.glue import glue_config
+    from nfeval.glue.config import GlueConfig
+    from nfeval.glue.recipe import Recipe
+
+    recipe = Recipe(epochs=2, warmup_ratio=0.1, weight_decay=0.0, dropout=0.2, attn_dropout=0.2, batch_size=4)
+    recipe = dataclasses.replace(recipe, eval_batch_size=8, max_len=64, select="last_epoch", dtype="fp32")
+    cfg = GlueConfig(
+        glue_dir="-glue dir", tasks=("sst2", "rte"), sweep=True, lrs=(1e-3, 2e-05), seeds=2, recipe=recipe,
+        device="cuda:1", jobs=3, limit=5, out_dir="out dir", progress=False, trust_checkpoint=True,
+    )  # fmt: skip
+    argv = ["glue", "--ckpt", "c", *to_flags(cfg), *to_flags(recipe)]
+    back = glue_config(build_parser("glue").parse_args(argv))
+    assert dataclasses.replace(back, launch=None) == cfg
+    default = glue_config(build_parser("glue").parse_args(["glue", "--ckpt", "c"]))
+    assert default.recipe == Recipe() and default.lrs is None and not default.sweep and default.progress
+    assert default.grids(["rte"]) == {"rte": [2e-5]}  # fairseq's recipe learning rate without --sweep
