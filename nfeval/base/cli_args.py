@@ -58,14 +58,12 @@ def device_name(text: str) -> str:
     return text
 
 
+DEVICE_HELP = "auto, cpu, cuda or cuda:N (default: auto, cuda when available)"
+
+
 def add_device(p: argparse.ArgumentParser, default: str | None = None) -> None:
     """Adds ``--device``: auto, cpu, cuda or cuda:N (auto: cuda when available)."""
-    p.add_argument(
-        "--device",
-        type=device_name,
-        default=default,
-        help="auto, cpu, cuda or cuda:N (default: auto, cuda when available)",
-    )
+    p.add_argument("--device", type=device_name, default=default, help=DEVICE_HELP)
 
 
 def positive_int(text: str) -> int:
@@ -111,8 +109,13 @@ def add_limit(p: argparse.ArgumentParser, what: str, default: int | None = None)
         type=count_or_all,
         default=default,
         metavar="N",
-        help=f"only the first N {what}; 0 = all (default {default or 'all'})",
+        help=limit_help(what, default),
     )
+
+
+def limit_help(what: str, default: int | None = None) -> str:
+    """Returns ``--limit``'s help: only the first N ``what``, 0 meaning all."""
+    return f"only the first N {what}; 0 = all (default {default or 'all'})"
 
 
 def device_or_none(device: str | None) -> str | None:

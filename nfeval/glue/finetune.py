@@ -321,14 +321,8 @@ def run_point(
         loss_sum = _train_epoch(model, opt, sched, enc, r, batches, pad_id, dev, stats, bar)
         stats["updates"] += len(batches)
         stats["wall_s"] += time.perf_counter() - t0
-        preds: dict = {}
-        metrics = evaluate(model, enc, r, pad_id, dev, preds)
         loss = loss_sum.item() / len(batches)
-        finite = loss if math.isfinite(loss) else None
-        history.append({"epoch": epoch + 1, "train_loss": finite, "metrics": metrics})
-        if glue_predictions.is_reported(history, main, r.select):
-            glue_predictions.write(directory, enc.spec.name, lr, seed, epoch + 1, enc, preds)
-            keep_test_predictions(directory, model, enc, r, pad_id, dev, epoch + 1)
+        metrics = _record_epoch(model, enc, r, pad_id, dev, (directory, lr, seed), loss, history)
         bar.set_postfix({main: round(metrics[main], 4)})
         if diverged(history):
             break
@@ -345,6 +339,22 @@ def run_point(
     if os.path.exists(state_path):
         os.unlink(state_path)
     return result
+
+
+def _record_epoch(model, enc: EncodedTask, r: ResolvedRecipe, pad_id: int, dev, point, loss, history) -> dict:
+    """Evaluates ``model`` after an epoch of mean training ``loss``, appends the epoch's record to
+    ``history`` (``train_loss`` None when not finite) and, when the epoch is the one the point reports,
+    writes its predictions into the point's folder (``point``: directory, lr, seed); returns its dev
+    metrics."""
+    directory, lr, seed = point
+    preds: dict = {}
+    metrics = evaluate(model, enc, r, pad_id, dev, preds)
+    epoch = len(history) + 1
+    history.append({"epoch": epoch, "train_loss": loss if math.isfinite(loss) else None, "metrics": metrics})
+    if glue_predictions.is_reported(history, glue_metrics.MAIN_METRIC[enc.spec.name], r.select):
+        glue_predictions.write(directory, enc.spec.name, lr, seed, epoch, enc, preds)
+        keep_test_predictions(directory, model, enc, r, pad_id, dev, epoch)
+    return metrics
 
 
 def keep_test_predictions(directory: str, model, enc, recipe, pad_id: int, device, epoch: int) -> None:

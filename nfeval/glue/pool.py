@@ -11,6 +11,7 @@ from ..base.errors import DataError
 from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..launch import local
 from . import data as glue_data
+from .config import GlueConfig
 from .finetune import EncodedTask, encode_task, run_point
 from .points import Point, claim_and_run, lr_key
 
@@ -77,13 +78,13 @@ def _worker_point(
     return (None, work.point) if result is None else (result, None)
 
 
-def run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar) -> list[Point]:
-    """Runs ``points`` in ``jobs`` processes (one device each: ``launch.local.worker_pool``), appending to
-    ``results``; returns the points another sweep holds."""
+def run_in_pool(ckpt, points, results, cfg: GlueConfig, bar) -> list[Point]:
+    """Runs ``points`` in ``cfg.jobs`` processes (one device each: ``launch.local.worker_pool``), appending
+    to ``results``; returns the points another sweep holds."""
     deferred = []
-    with local.worker_pool(device, jobs) as pool:
-        args = (ckpt.path, glue_dir, trust_checkpoint, None)
-        futures = [pool.submit(_worker_point, *args, work) for work in plan_work(points, jobs)]
+    with local.worker_pool(cfg.device, cfg.jobs) as pool:
+        args = (ckpt.path, cfg.glue_dir, cfg.trust_checkpoint, None)
+        futures = [pool.submit(_worker_point, *args, work) for work in plan_work(points, cfg.jobs)]
         for fut in cf.as_completed(futures):
             result, held = fut.result()
             if held is not None:
@@ -100,15 +101,15 @@ def job_point(ckpt_path: str, glue_dir: str | None, device: str, trust_checkpoin
     return _worker_point(ckpt_path, glue_dir, trust_checkpoint, device, Work(point))[0]
 
 
-def run_as_jobs(ckpt_path, glue_dir, points, device, trust_checkpoint, launch, out_dir, progress) -> None:
-    """Runs ``points`` as one Slurm job array (``launch``), a point per job. Each result lands in its
-    point's folder, where the sweep reads it."""
+def run_as_jobs(ckpt_path: str, points: list[Point], cfg: GlueConfig) -> None:
+    """Runs ``points`` as one Slurm job array (``cfg.launch``), a point per job on ``cfg.device``. Each
+    result lands in its point's folder, where the sweep reads it."""
     from ..launch import cluster
     from ..launch.jobs import LaunchPoint
 
     jobs = []
     for p in points:
         name = f"{p.task}/lr={lr_key(p.lr)}/seed={p.seed}"
-        args = (ckpt_path, glue_dir, device, trust_checkpoint, p)
+        args = (ckpt_path, cfg.glue_dir, cfg.device, cfg.trust_checkpoint, p)
         jobs.append(LaunchPoint(name, job_point, args, p.directory))
-    cluster.run_points(jobs, out_dir, launch, "glue", progress)
+    cluster.run_points(jobs, cfg.out_dir, cfg.launch, "glue", cfg.progress)

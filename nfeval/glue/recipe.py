@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from ..base.cli_args import dtype_spellings, dtype_type, positive_int
+from ..base.config_flags import flag_field
 from ..base.errors import ConfigError
 from . import data as glue_data
 
@@ -49,21 +51,33 @@ class ResolvedRecipe:
 
 @dataclass
 class Recipe:
-    """Fine-tuning hyper-parameters other than the learning rate and seed (fairseq RoBERTa GLUE defaults)."""
+    """Fine-tuning hyper-parameters other than the learning rate and seed (fairseq RoBERTa GLUE defaults);
+    the fields with a help text are ``nfeval glue``'s flags (``base.config_flags``)."""
 
-    epochs: int = 10
-    warmup_ratio: float = 0.06
+    epochs: int = flag_field(10, "epochs per point (default 10)", type=positive_int)
+    warmup_ratio: float = flag_field(0.06, "share of updates with linear warmup (default 0.06)")
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-6
-    weight_decay: float = 0.1
-    dropout: float = 0.1
-    attn_dropout: float = 0.1
+    weight_decay: float = flag_field(0.1, "AdamW weight decay (default 0.1)")
+    dropout: float = flag_field(0.1, "dropout and attention dropout (default 0.1)")
+    attn_dropout: float = 0.1  # no flag: nfeval glue's --dropout sets both
     clip_norm: float = 0.0  # 0: no clipping, as the recipe
-    batch_size: int | None = None  # None: 32 for large tasks, 16 for small ones
-    eval_batch_size: int = 64
-    max_len: int = 512
-    select: str = "best_epoch"
-    dtype: str = "auto"
+    batch_size: int | None = flag_field(  # None: 32 for large tasks, 16 for small ones
+        None, "default: 32 for MNLI/QNLI/QQP/SST-2, 16 for the others", type=positive_int
+    )
+    eval_batch_size: int = flag_field(64, "dev batch size (default 64)", type=positive_int)
+    max_len: int = flag_field(
+        512, "max tokens per input (capped at the model's) (default 512)", type=positive_int
+    )
+    select: str = flag_field(
+        "best_epoch", "which epoch a point reports (default: the best on dev, as fairseq)", choices=SELECTIONS
+    )
+    dtype: str = flag_field(
+        "auto",
+        f"{dtype_spellings(DTYPES)}. auto (default): bf16 on GPUs that support it",
+        type=dtype_type(DTYPES),
+        metavar="DTYPE",
+    )
 
     def __post_init__(self) -> None:
         if self.epochs < 1:

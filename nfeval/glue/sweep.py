@@ -34,10 +34,11 @@ This module plans, runs and summarises a sweep; ``recipe.py`` holds the recipe, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -50,13 +51,13 @@ from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..launch.options import LaunchOptions
 from . import data as glue_data
 from . import metrics as glue_metrics
+from .config import DEFAULT_LRS, GlueConfig
 from .finetune import EncodedTask, encode_task, run_point
 from .points import Point, claim_and_run, finished_on_disk, finished_result, point_dir
 from .pool import run_as_jobs, run_in_pool
 from .recipe import Recipe, ResolvedRecipe
 from .summary import glue_average, summarize_task
 
-DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)
 # A learning rate more than this factor outside DEFAULT_LRS is refused: small CPU models want up to ~10x
 # more, while 3e5 for 3e-5 trains at 300000 and reports a diverged model's score.
 LR_MARGIN = 100
@@ -80,26 +81,23 @@ def check_lr(lr: float) -> None:
     )
 
 
-def _check_arguments(
-    tasks, lrs, seeds: int, jobs: int, limit: int | None
-) -> tuple[list[str], dict[str, list[float]]]:
-    """Returns (tasks without duplicates, {task: learning-rate grid}); raises ConfigError on bad values."""
-    if seeds < 1:
-        raise ConfigError(f"--seeds {seeds}: expected at least 1")
-    if jobs < 1:
-        raise ConfigError(f"--jobs {jobs}: expected at least 1")
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit {limit}: expected a positive number of rows")
-    tasks = list(dict.fromkeys(tasks))
+def _check_arguments(cfg: GlueConfig) -> tuple[list[str], dict[str, list[float]]]:
+    """Returns (``cfg``'s tasks without duplicates, {task: learning-rate grid}); raises ConfigError on bad
+    values."""
+    if cfg.seeds < 1:
+        raise ConfigError(f"--seeds {cfg.seeds}: expected at least 1")
+    if cfg.jobs < 1:
+        raise ConfigError(f"--jobs {cfg.jobs}: expected at least 1")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError(f"--limit {cfg.limit}: expected a positive number of rows")
+    tasks = list(dict.fromkeys(cfg.tasks or ()))
     if not tasks:
         raise ConfigError("--tasks: no GLUE task given")
     for t in tasks:
         glue_data.spec(t)  # unknown task names fail here, before any loading
-    grids = {}
-    for t in tasks:
-        grid = (lrs.get(t) if isinstance(lrs, Mapping) else lrs) or DEFAULT_LRS
-        grids[t] = list(dict.fromkeys(float(x) for x in grid))
-        for lr in grids[t]:
+    grids = {t: list(dict.fromkeys(float(x) for x in grid)) for t, grid in cfg.grids(tasks).items()}
+    for grid in grids.values():
+        for lr in grid:
             check_lr(lr)
     return tasks, grids
 
@@ -143,7 +141,7 @@ def encode_tasks(ckpt, data, points) -> dict[tuple[str, int], EncodedTask]:
     return encoded
 
 
-def _run_here(ckpt, encoded, points, results, device, progress, bar, wait: bool) -> list[Point]:
+def _run_here(ckpt, encoded, points, results, *, device, progress, bar, wait: bool) -> list[Point]:
     """Runs ``points`` in this process, appending to ``results``; returns the points another sweep holds."""
     deferred = []
     for point in points:
@@ -159,21 +157,20 @@ def _run_here(ckpt, encoded, points, results, device, progress, bar, wait: bool)
     return deferred
 
 
-def run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint) -> None:
-    """Runs ``points`` (in ``jobs`` processes when more than one), appending each result to ``results``;
-    points another sweep holds are waited for at the end. Returns None."""
+def run_points(ckpt, data, points, results, cfg: GlueConfig) -> None:
+    """Runs ``points`` (in ``cfg.jobs`` processes when more than one) on ``cfg.device``, appending each
+    result to ``results``; points another sweep holds are waited for at the end. Returns None."""
     if not points:  # all finished: nothing to encode
         return
-    bar = progress_bar(total=len(points), enabled=progress, desc="glue sweep", unit="point")
-    if jobs == 1 or len(points) == 1:
-        encoded = encode_tasks(ckpt, data, points)
-        deferred = _run_here(ckpt, encoded, points, results, device, progress, bar, wait=False)
+    bar = progress_bar(total=len(points), enabled=cfg.progress, desc="glue sweep", unit="point")
+    here = functools.partial(_run_here, ckpt, device=cfg.device, progress=cfg.progress, bar=bar)
+    if cfg.jobs == 1 or len(points) == 1:
+        deferred = here(encode_tasks(ckpt, data, points), points, results, wait=False)
     else:  # each worker encodes the tasks it trains
-        deferred = run_in_pool(ckpt, glue_dir, points, results, device, jobs, trust_checkpoint, bar)
+        deferred = run_in_pool(ckpt, points, results, cfg, bar)
     if deferred:
         print(f"nfeval glue: waiting for {len(deferred)} point(s) another sweep is running", flush=True)
-        encoded = encode_tasks(ckpt, data, deferred)
-        _run_here(ckpt, encoded, deferred, results, device, progress, bar, wait=True)
+        here(encode_tasks(ckpt, data, deferred), deferred, results, wait=True)
     bar.close()
 
 
@@ -215,53 +212,41 @@ def write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, seeds
     return out
 
 
-def sweep(
-    ckpt: str | ckpt_lib.Checkpoint,
-    tasks: Sequence[str],
-    lrs: Sequence[float] | Mapping[str, Sequence[float]] | None = None,
-    seeds: int = 1,
-    out_dir: str = "results",
-    glue_dir: str | None = None,
-    recipe: Recipe | None = None,
-    jobs: int = 1,
-    device: str | None = None,
-    progress: bool = True,
-    trust_checkpoint: bool = False,
-    launch: LaunchOptions | None = None,
-    limit: int | None = None,
-) -> dict[str, Any] | None:
-    """Fine-tunes every (task, lr, seed) point not yet finished, writes ``<out_dir>/glue.json``; returns it.
+def sweep(ckpt: str | ckpt_lib.Checkpoint, cfg: GlueConfig) -> dict[str, Any] | None:
+    """Fine-tunes every (task, lr, seed) point of ``cfg`` not yet finished, writes
+    ``<cfg.out_dir>/glue.json``; returns it.
 
-    ``lrs``: one grid for all tasks, a grid per task, or None for ``DEFAULT_LRS``. All data is read and
-    checked before any training starts. The summary's GLUE average is the mean of the task scores of
-    this sweep's tasks and of those kept from an earlier summary of the same checkpoint in ``out_dir``.
-    Concurrent sweeps into one ``out_dir`` never compute a point twice (a per-point lock: a point held by
-    another sweep is waited for at the end), and each task's summary covers every finished point on disk
-    for the same checkpoint, data and recipe. ``launch`` (``--launcher slurm``): the points as Slurm jobs
-    (``pool.run_as_jobs``); the summary then covers the tasks with a finished point, and None is returned
-    when there is none yet. ``limit`` (``--limit``): the first N rows of each task's train and dev splits.
-    A learning rate far outside the recipe's grid is refused before any work (``check_lr``).
+    The grid per task is ``cfg.lrs``, else with ``cfg.sweep`` ``DEFAULT_LRS``, else fairseq's recipe
+    learning rate of the task. All data is read and checked before any training starts. The summary's GLUE
+    average is the mean of the task scores of this sweep's tasks and of those kept from an earlier summary
+    of the same checkpoint in ``out_dir``. Concurrent sweeps into one ``out_dir`` never compute a point
+    twice (a per-point lock: a point held by another sweep is waited for at the end), and each task's
+    summary covers every finished point on disk for the same checkpoint, data and recipe. ``cfg.launch``
+    (``--launcher slurm``): the points as Slurm jobs (``pool.run_as_jobs``); the summary then covers the
+    tasks with a finished point, and None is returned when there is none yet. ``cfg.limit`` (``--limit``):
+    the first N rows of each task's train and dev splits. A learning rate far outside the recipe's grid is
+    refused before any work (``check_lr``).
     """
-    recipe = recipe or Recipe()
-    tasks, grids = _check_arguments(tasks, lrs, seeds, jobs, limit)
+    tasks, grids = _check_arguments(cfg)
+    out_dir, glue_dir, launch, recipe = cfg.out_dir, cfg.glue_dir, cfg.launch, cfg.recipe
     if isinstance(ckpt, str):
-        ckpt = ckpt_lib.load(ckpt, trust_checkpoint=trust_checkpoint)
+        ckpt = ckpt_lib.load(ckpt, trust_checkpoint=cfg.trust_checkpoint)
     if ckpt.tokenizer is None:
         raise MissingDataError(f"{ckpt.path}: no tokenizer.json (GLUE needs the checkpoint's tokenizer)")
-    device = _device(device, recipe, launch)
-    data = {t: glue_data.load(t, glue_dir).limited(limit) for t in tasks}
-    resolved = {t: recipe.resolve(glue_data.spec(t), ckpt.config.max_seq_len, device) for t in tasks}
+    cfg = dataclasses.replace(cfg, device=_device(cfg.device, recipe, launch))
+    data = {t: glue_data.load(t, glue_dir).limited(cfg.limit) for t in tasks}
+    resolved = {t: recipe.resolve(glue_data.spec(t), ckpt.config.max_seq_len, cfg.device) for t in tasks}
 
-    results, points = plan_points(ckpt, data, resolved, grids, seeds, out_dir)
+    results, points = plan_points(ckpt, data, resolved, grids, cfg.seeds, out_dir)
     total = sum(len(v) for v in results.values()) + len(points)
     print(
         f"nfeval glue: {total} point(s), {total - len(points)} already finished, {len(points)} to run",
         flush=True,
     )
     if launch is not None and launch.on_cluster:
-        run_as_jobs(ckpt.path, glue_dir, points, device, trust_checkpoint, launch, out_dir, progress)
+        run_as_jobs(ckpt.path, points, cfg)
     else:
-        run_points(ckpt, data, glue_dir, points, results, device, jobs, progress, trust_checkpoint)
+        run_points(ckpt, data, points, results, cfg)
     for t in tasks:  # points finished by concurrent sweeps (or Slurm jobs) into the same folder count too
         same_run = {
             "checkpoint": ckpt.fingerprint,
@@ -273,7 +258,9 @@ def sweep(
         grids[t] = sorted({p["lr"] for p in results[t]})
     if launch is not None and launch.on_cluster:  # --no-wait, failed jobs: the tasks with a finished point
         results = {t: r for t, r in results.items() if r}
-    return write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, seeds) if results else None
+    return (
+        write_summary(out_dir, ckpt, glue_dir, data, resolved, results, grids, cfg.seeds) if results else None
+    )
 
 
 def _device(device: str | None, recipe: Recipe, launch: LaunchOptions | None) -> str:

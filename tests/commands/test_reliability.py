@@ -436,6 +436,7 @@ def test_point_lock_is_exclusive_and_dies_with_its_process(tmp_path):
 def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
     from test_glue import write_cat_tasks
 
+    from nfeval.glue.config import GlueConfig
     from nfeval.glue.sweep import Recipe, sweep
 
     glue_dir = write_cat_tasks(tmp_path / "glue_data", n_train=16, n_dev=8)
@@ -446,8 +447,10 @@ def test_summary_covers_points_other_sweeps_finished(tiny_mlm_ckpt, tmp_path):
         device="cpu",
         progress=False,
     )
-    sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
-    second = sweep(tiny_mlm_ckpt, ["sst2"], [2e-3], **kw)  # another grid into the same folder
+    sweep(tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[1e-3], **kw))
+    second = sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[2e-3], **kw)
+    )  # another grid into the same folder
     assert set(second["tasks"]["sst2"]["per_lr"]) == {"0.001", "0.002"}
 
 

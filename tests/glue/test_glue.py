@@ -15,6 +15,7 @@ from nfeval.engine.model.model import Transformer
 from nfeval.engine.text.tokenization import special_ids
 from nfeval.glue import finetune
 from nfeval.glue import sweep as glue
+from nfeval.glue.config import GlueConfig
 from nfeval.glue.summary import format_table
 
 WORDS_NO_CAT = [w for w in WORDS if w != "cat"]
@@ -112,7 +113,12 @@ def test_warmup_then_linear_decay():
 def fast_sweep(ckpt: str, task: str, glue_dir: str, out, **recipe) -> dict:
     """Returns the summary of a one-point sweep (lr 1e-3) of ``task`` with the FAST recipe (+ ``recipe``)."""
     fast = glue.Recipe(**{**FAST, **recipe})
-    return glue.sweep(ckpt, [task], [1e-3], out_dir=str(out), glue_dir=glue_dir, recipe=fast, progress=False)
+    return glue.sweep(
+        ckpt,
+        GlueConfig(
+            tasks=[task], lrs=[1e-3], out_dir=str(out), glue_dir=glue_dir, recipe=fast, progress=False
+        ),
+    )
 
 
 def test_tiny_masked_lm_learns_and_writes_the_sweep_layout(tiny_mlm_ckpt, glue_dir, tmp_path):
@@ -174,20 +180,20 @@ def test_killed_sweep_resumes_without_redoing_points(tiny_mlm_ckpt, glue_dir, tm
 
     monkeypatch.setattr(glue, "run_point", dies_after_two)
     with pytest.raises(KeyboardInterrupt):
-        glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, **args)
+        glue.sweep(tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=lrs, **args))
     done = sorted(out.glob("glue/sst2/*/seed=0/result.json"))
     assert len(done) == 2 and not (out / "glue.json").exists()
     mtimes = {p: p.stat().st_mtime_ns for p in done}
 
     calls.clear()
     monkeypatch.setattr(glue, "run_point", lambda *a, **k: (calls.append(a[2]), real(*a, **k))[1])
-    summary = glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, **args)
+    summary = glue.sweep(tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=lrs, **args))
     assert calls == [3e-3]  # only the unfinished point ran
     assert {p: p.stat().st_mtime_ns for p in done} == mtimes
     assert set(summary["tasks"]["sst2"]["per_lr"]) == {"0.0003", "0.001", "0.003"}
 
     calls.clear()
-    glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, **args)
+    glue.sweep(tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=lrs, **args))
     assert calls == []  # a rerun of a finished sweep trains nothing
 
 
@@ -196,7 +202,9 @@ def test_point_killed_mid_training_resumes_from_its_last_epoch(
 ):
     recipe = glue.Recipe(epochs=2, batch_size=16)
     args = dict(out_dir=None, glue_dir=glue_dir, recipe=recipe, progress=False)
-    whole = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "whole")})
+    whole = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[1e-3], **{**args, "out_dir": str(tmp_path / "whole")})
+    )
 
     real_save = finetune._save_state
 
@@ -207,10 +215,15 @@ def test_point_killed_mid_training_resumes_from_its_last_epoch(
     monkeypatch.setattr(finetune, "_save_state", save_then_die)
     point = tmp_path / "cut" / "glue" / "sst2" / "lr=0.001" / "seed=0"
     with pytest.raises(KeyboardInterrupt):
-        glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "cut")})
+        glue.sweep(
+            tiny_mlm_ckpt,
+            GlueConfig(tasks=["sst2"], lrs=[1e-3], **{**args, "out_dir": str(tmp_path / "cut")}),
+        )
     assert (point / "state.pt").exists() and not (point / "result.json").exists()
     monkeypatch.setattr(finetune, "_save_state", real_save)
-    resumed = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **{**args, "out_dir": str(tmp_path / "cut")})
+    resumed = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[1e-3], **{**args, "out_dir": str(tmp_path / "cut")})
+    )
     assert not (point / "state.pt").exists()
 
     def trace(path):
@@ -226,7 +239,7 @@ def test_rerun_with_another_recipe_is_refused(tiny_mlm_ckpt, glue_dir, tmp_path)
     def sweep(epochs: int) -> dict:
         recipe = glue.Recipe(epochs=epochs)
         kw = {"out_dir": str(tmp_path), "glue_dir": glue_dir, "recipe": recipe, "progress": False}
-        return glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], **kw)
+        return glue.sweep(tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[1e-3], **kw))
 
     sweep(epochs=1)
     with pytest.raises(ValueError, match=r"seed=0/result\.json: written for a different recipe"):
@@ -281,14 +294,20 @@ def test_cli_parallel_sweep_prints_table(tiny_mlm_ckpt, glue_dir, tmp_path, caps
 
 def test_tasks_of_separate_invocations_share_one_summary(tiny_mlm_ckpt, tiny_clm_ckpt, glue_dir, tmp_path):
     args = dict(out_dir=str(tmp_path), glue_dir=glue_dir, progress=False)
-    first = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], recipe=glue.Recipe(epochs=1), **args)
-    both = glue.sweep(tiny_mlm_ckpt, ["stsb"], [1e-3, 3e-3], recipe=glue.Recipe(epochs=2), **args)
+    first = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[1e-3], recipe=glue.Recipe(epochs=1), **args)
+    )
+    both = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["stsb"], lrs=[1e-3, 3e-3], recipe=glue.Recipe(epochs=2), **args)
+    )
     assert list(both["tasks"]) == ["sst2", "stsb"] and both["tasks"]["sst2"] == first["tasks"]["sst2"]
     assert both["nfeval"]["recipe"]["sst2"]["epochs"] == 1 and both["nfeval"]["recipe"]["stsb"]["epochs"] == 2
     scores = [both["tasks"][t]["score"] for t in ("sst2", "stsb")]
     assert both["glue_average"] == pytest.approx(sum(scores) / 2)
     # Another checkpoint's summary in the same folder does not absorb the first one's tasks.
-    other = glue.sweep(tiny_clm_ckpt, ["sst2"], [2e-3], recipe=glue.Recipe(epochs=1), **args)
+    other = glue.sweep(
+        tiny_clm_ckpt, GlueConfig(tasks=["sst2"], lrs=[2e-3], recipe=glue.Recipe(epochs=1), **args)
+    )
     assert list(other["tasks"]) == ["sst2"] and list(other["tasks"]["sst2"]["per_lr"]) == ["0.002"]
     assert "sst2" in format_table(both) and "GLUE average over 2 task(s)" in format_table(both)
 

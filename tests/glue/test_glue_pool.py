@@ -11,6 +11,7 @@ import torch
 from test_glue import write_cat_tasks
 
 from nfeval.glue import sweep as glue
+from nfeval.glue.config import GlueConfig
 from nfeval.glue.points import Point
 from nfeval.glue.pool import Work, plan_work
 
@@ -63,7 +64,9 @@ def test_a_point_run_in_two_calls_equals_one_call(tiny_mlm_ckpt, tmp_path):
     glue_dir = write_cat_tasks(tmp_path / "glue", n_train=160, n_dev=64)
     recipe = glue.Recipe(epochs=3, batch_size=32)  # dropout on: the masks must resume too
     args = dict(glue_dir=glue_dir, recipe=recipe, progress=False)
-    whole = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], out_dir=str(tmp_path / "whole"), **args)
+    whole = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[1e-3], out_dir=str(tmp_path / "whole"), **args)
+    )
 
     real = glue.run_point
 
@@ -74,7 +77,9 @@ def test_a_point_run_in_two_calls_equals_one_call(tiny_mlm_ckpt, tmp_path):
 
     glue.run_point = first_epoch_then_rest
     try:
-        cut = glue.sweep(tiny_mlm_ckpt, ["sst2"], [1e-3], out_dir=str(tmp_path / "cut"), **args)
+        cut = glue.sweep(
+            tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=[1e-3], out_dir=str(tmp_path / "cut"), **args)
+        )
     finally:
         glue.run_point = real
     assert cut["tasks"] == whole["tasks"]
@@ -94,10 +99,14 @@ def test_a_pool_with_a_split_point_gives_the_one_process_results(tiny_mlm_ckpt, 
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # each job's share: threads move rounding
     try:
-        alone = glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(tmp_path / "alone"), **args)
+        alone = glue.sweep(
+            tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=lrs, out_dir=str(tmp_path / "alone"), **args)
+        )
     finally:
         torch.set_num_threads(threads)
-    pooled = glue.sweep(tiny_mlm_ckpt, ["sst2"], lrs, out_dir=str(tmp_path / "pool"), jobs=2, **args)
+    pooled = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], lrs=lrs, out_dir=str(tmp_path / "pool"), jobs=2, **args)
+    )
     assert pooled["tasks"]["sst2"]["per_lr"] == alone["tasks"]["sst2"]["per_lr"]
     for lr in ("0.0003", "0.001", "0.003"):
         point = f"glue/sst2/lr={lr}/seed=0"

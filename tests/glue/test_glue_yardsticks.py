@@ -12,6 +12,7 @@ from nfeval import cli
 from nfeval.glue import finetune, submission, summary
 from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
+from nfeval.glue.config import GlueConfig
 
 
 def point(lr: float, accuracy: float, diverged: bool = False) -> dict:
@@ -67,10 +68,15 @@ def test_a_non_finite_loss_ends_the_point_as_diverged(tiny_mlm_ckpt, glue_dir, t
 
     monkeypatch.setattr(finetune, "_train_epoch", nan_at_the_larger_lr)
     recipe = glue.Recipe(epochs=3, batch_size=32)
-    out = glue.sweep(
-        tiny_mlm_ckpt, ["sst2"], [1e-3, 3e-3], out_dir=str(tmp_path), glue_dir=glue_dir, recipe=recipe,
+    cfg = GlueConfig(
+        tasks=["sst2"],
+        lrs=[1e-3, 3e-3],
+        out_dir=str(tmp_path),
+        glue_dir=glue_dir,
+        recipe=recipe,
         progress=False,
-    )  # fmt: skip
+    )
+    out = glue.sweep(tiny_mlm_ckpt, cfg)
     result = json.loads((tmp_path / "glue/sst2/lr=0.003/seed=0/result.json").read_text())
     assert result["diverged"] and [h["train_loss"] for h in result["history"]] == [None]  # stopped at once
     assert not (tmp_path / "glue/sst2/lr=0.003/seed=0/state.pt").exists()
@@ -115,4 +121,4 @@ def test_limit_is_a_count_or_0_for_all(tmp_path, capsys):
         cli.main(["glue", "--ckpt", "x", "--limit", "-1"])
     assert "argument --limit: expected a count, or 0 for all, got '-1'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--limit 0"):  # the library's spelling of all is None
-        glue.sweep("x", ["sst2"], [1e-3], limit=0)
+        glue.sweep("x", GlueConfig(tasks=["sst2"], lrs=[1e-3], limit=0))

@@ -19,6 +19,7 @@ from test_glue import write_cat_tasks
 from nfeval.cli import build_parser, main
 from nfeval.commands import train as train_command
 from nfeval.glue import sweep as glue
+from nfeval.glue.config import GlueConfig
 from nfeval.launch import cluster, records
 from nfeval.launch.jobs import LaunchPoint
 from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options, parse_minutes
@@ -108,13 +109,17 @@ def test_a_glue_sweep_as_jobs_gives_the_in_process_results(tmp_path, job_env, ti
     glue_dir = write_cat_tasks(tmp_path / "glue", n_train=48, n_dev=24)
     recipe = glue.Recipe(epochs=1, batch_size=16, dtype="fp32")
     kw = dict(lrs=[1e-3, 3e-3], glue_dir=glue_dir, recipe=recipe, device="cpu", progress=False)
-    here = glue.sweep(tiny_mlm_ckpt, ["sst2"], out_dir=str(tmp_path / "here"), **kw)
-    jobs = glue.sweep(tiny_mlm_ckpt, ["sst2"], out_dir=str(tmp_path / "jobs"), launch=local_jobs(), **kw)
+    here = glue.sweep(tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], out_dir=str(tmp_path / "here"), **kw))
+    jobs = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], out_dir=str(tmp_path / "jobs"), launch=local_jobs(), **kw)
+    )
     assert jobs["tasks"]["sst2"]["per_lr"] == here["tasks"]["sst2"]["per_lr"]
     names = sorted(json.loads((tmp_path / "jobs" / records.RECORD).read_text())["jobs"])
     assert names == ["sst2/lr=0.001/seed=0", "sst2/lr=0.003/seed=0"]
     capsys.readouterr()
-    again = glue.sweep(tiny_mlm_ckpt, ["sst2"], out_dir=str(tmp_path / "jobs"), launch=local_jobs(), **kw)
+    again = glue.sweep(
+        tiny_mlm_ckpt, GlueConfig(tasks=["sst2"], out_dir=str(tmp_path / "jobs"), launch=local_jobs(), **kw)
+    )
     assert "2 already finished, 0 to run" in capsys.readouterr().out and again["tasks"] == jobs["tasks"]
 
 

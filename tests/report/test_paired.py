@@ -12,6 +12,7 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval.cli import main
 from nfeval.glue import sweep as glue
+from nfeval.glue.config import GlueConfig
 from nfeval.model_adapters.config import ScoringConfig
 from nfeval.report import paired
 from nfeval.zeroshot import evaluate as zeroshot
@@ -148,12 +149,14 @@ def test_glue_points_keep_predictions_and_pair(tiny_mlm_ckpt, tiny_clm_ckpt, tmp
     for name, ckpt in (("mlm", tiny_mlm_ckpt), ("clm", tiny_clm_ckpt)):
         glue.sweep(
             ckpt,
-            ["sst2", "stsb"],
-            [1e-3],
-            out_dir=str(tmp_path / name),
-            glue_dir=glue_dir,
-            recipe=recipe,
-            progress=False,
+            GlueConfig(
+                tasks=["sst2", "stsb"],
+                lrs=[1e-3],
+                out_dir=str(tmp_path / name),
+                glue_dir=glue_dir,
+                recipe=recipe,
+                progress=False,
+            ),
         )
         outs[name] = str(tmp_path / name / "glue.json")
         point = tmp_path / name / "glue" / "sst2" / "lr=0.001" / "seed=0"

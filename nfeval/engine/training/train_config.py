@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...base.cli_args import dtype_spellings, dtype_type
+from ...base.config_flags import flag_field
 from ...base.errors import ConfigError
 from ..model.config import MODEL_CHOICES, OBJECTIVE_RECIPES, RECIPES, ModelConfig, check_fields, parse_preset
 from ..text.tokenization import MIN_BPE_VOCAB
@@ -31,10 +32,7 @@ def setting(resume: str, default: Any = None, help: str = "", *, factory: Any = 
     ``help`` text, and in ``flag`` what the field's type does not say (``type``, e.g. float for an int
     taken as 1e9; ``const`` for a flag whose value may be left out; ``name``; ``metavar``; ``action``).
     Each field is declared once, here; ``train_flags`` derives the flag both ways."""
-    metadata = {"resume": resume, "help": help, "flag": flag}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+    return flag_field(default, help, factory=factory, more={"resume": resume}, **flag)
 
 
 GRAD_STATS_PAPER_WINDOW = (
@@ -57,7 +55,9 @@ class TrainConfig:
         action="append",
         metavar="FIELD=VALUE",
     )
-    objective: str | None = setting(FIXED, None, "clm or mlm (default: the preset's)")
+    objective: str | None = setting(
+        FIXED, None, "clm or mlm (default: the preset's)", choices=TRAIN_CHOICES["objective"]
+    )
     # data: text files/folders, a Hugging Face dataset, or (neither) the embedded default corpus
     train_data: str | None = setting(FIXED, None, "text file or folder (documents separated by blank lines)")
     valid_data: str | None = setting(

@@ -148,6 +148,7 @@ def run_zeroshot(cfg: DemoConfig, data_dir: str, tasks: list[str]) -> dict[str, 
 def run_glue(cfg: DemoConfig) -> dict[str, str]:
     """Sweeps ``cfg.glue_lrs`` on ``cfg.glue_tasks`` for each run (resumable); returns {arch: glue.json}."""
     from ...engine.checkpoints.checkpoint import read_config
+    from ...glue.config import GlueConfig
     from ...glue.recipe import Recipe
     from ...glue.sweep import sweep
 
@@ -158,14 +159,16 @@ def run_glue(cfg: DemoConfig) -> dict[str, str]:
         out = os.path.join(cfg.out, "glue", f"{arch}-{read_config(folder)[1]['fingerprint'][:12]}")
         sweep(
             folder,
-            tasks=list(cfg.glue_tasks),
-            lrs=list(cfg.glue_lrs),
-            out_dir=out,
-            glue_dir=embedded.glue_dir(cfg.glue_dir),
-            recipe=Recipe(epochs=cfg.glue_epochs, max_len=cfg.seq_len),
-            device=None if cfg.device == "auto" else cfg.device,
-            progress=cfg.progress,
-            limit=cfg.glue_limit,
+            GlueConfig(
+                tasks=list(cfg.glue_tasks),
+                lrs=list(cfg.glue_lrs),
+                out_dir=out,
+                glue_dir=embedded.glue_dir(cfg.glue_dir),
+                recipe=Recipe(epochs=cfg.glue_epochs, max_len=cfg.seq_len),
+                device=None if cfg.device == "auto" else cfg.device,
+                progress=cfg.progress,
+                limit=cfg.glue_limit,
+            ),
         )
         files[arch] = os.path.join(out, "glue.json")
     return files

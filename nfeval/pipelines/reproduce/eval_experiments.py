@@ -109,8 +109,8 @@ def glue(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     """Table 3: each masked LM (pre-training seed 1) fine-tuned on every task of ``ctx.glue_tasks`` at
     every LR of the grid and ``Scale.glue_seeds`` fine-tuning seeds; the LR chosen on one half of dev,
     scores reported on the other (``glue_halves``); returns the section parts."""
+    from ...glue.config import DEFAULT_LRS
     from ...glue.metrics import MAIN_METRIC
-    from ...glue.sweep import DEFAULT_LRS
 
     if not ctx.glue_dir:
         return {"notes": ["GLUE skipped: no --glue-dir (pass the GLUE TSV folder, e.g. ../shared/data/glue)"]}
@@ -183,6 +183,7 @@ def _sweep_halves(
     """Runs (or resumes) run ``key``'s GLUE sweep; returns ({task: glue_halves.choose(...)}, {task:
     report-half size})."""
     from ...glue import predictions as glue_predictions
+    from ...glue.config import GlueConfig
     from ...glue.points import point_dir
     from ...glue.recipe import Recipe
     from ...glue.sweep import sweep
@@ -195,14 +196,16 @@ def _sweep_halves(
     log(f"GLUE {key}: {', '.join(tasks)} × {len(lrs)} learning rates × {len(seeds)} seeds")
     sweep(
         directory,
-        tasks=tasks,
-        lrs=lrs,
-        seeds=len(seeds),
-        out_dir=out,
-        glue_dir=ctx.glue_dir,
-        recipe=Recipe(epochs=s.glue_epochs, max_len=s.seq_len, select="last_epoch"),
-        device=None if ctx.device == "auto" else ctx.device,
-        progress=ctx.progress,
+        GlueConfig(
+            tasks=tasks,
+            lrs=lrs,
+            seeds=len(seeds),
+            out_dir=out,
+            glue_dir=ctx.glue_dir,
+            recipe=Recipe(epochs=s.glue_epochs, max_len=s.seq_len, select="last_epoch"),
+            device=None if ctx.device == "auto" else ctx.device,
+            progress=ctx.progress,
+        ),
     )
     chosen = {t: glue_halves.choose(glue_halves.point_scores(out, t, lrs, seeds)) for t in tasks}
     sizes = {

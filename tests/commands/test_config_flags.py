@@ -1,0 +1,115 @@
+"""Flags derived both ways from a config dataclass (``nfeval.base.config_flags``): every field type a
+command's config uses round-trips through ``to_flags`` and the parser ``add_config_flags`` builds."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+from dataclasses import dataclass
+
+import pytest
+
+from nfeval.base.config_flags import add_config_flags, config_from_args, flag_field, to_flags
+
+
+@dataclass(frozen=True)
+class Sample:
+    on: bool = flag_field(False, "a switch")
+    off: bool = flag_field(True, "a switch on by default")
+    count: int = flag_field(3, "an int")
+    scale: float = flag_field(0.5, "a float")
+    name: str = flag_field("x", "a str", choices=("x", "y", "-z"))
+    renamed: str = flag_field("a", "a str under another flag", name="other-name", metavar="TEXT")
+    words: tuple[str, ...] = flag_field(("a", "b"), "comma-separated strs")
+    rates: list[float] = flag_field(None, "comma-separated floats", factory=lambda: [1e-5, 0.1])
+    maybe: int | None = flag_field(None, "an optional int")
+    maybe_text: str | None = flag_field(None, "an optional str, valueless: its const", const="")
+    record: dict | None = flag_field(None, "a JSON object")
+    internal: int = 0  # no help: no flag
+
+
+def parser(defaults: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    add_config_flags(p, Sample, defaults=defaults)
+    return p
+
+
+def parsed(argv: list[str], defaults: bool = True) -> Sample:
+    return config_from_args(parser(defaults).parse_args(argv), Sample)
+
+
+CHANGED = dict(
+    on=True,
+    off=False,
+    count=-4,
+    scale=0.30000000000000004,  # repr keeps every bit
+    name="-z",  # a value starting with "-" stays a value
+    renamed="with space",
+    words=("c",),
+    rates=[3e-05, 2.0],
+    maybe=7,
+    maybe_text="",
+    record={"a": [1, 2], "b": None},
+)
+
+
+def test_the_defaults_parse_to_the_default_and_write_no_flag():
+    assert parsed([]) == Sample() and parsed([], defaults=False) == Sample()
+    assert to_flags(Sample()) == []
+
+
+@pytest.mark.parametrize("name", sorted(CHANGED))
+def test_every_field_type_round_trips_alone(name):
+    cfg = dataclasses.replace(Sample(), **{name: CHANGED[name]})
+    flags = to_flags(cfg)
+    assert len(flags) == 1
+    for argv in (flags, shlex.split(shlex.join(flags))):
+        back = parsed(argv)
+        assert back == cfg and type(getattr(back, name)) is type(getattr(cfg, name))
+
+
+def test_all_fields_round_trip_together_and_bools_write_their_flag_or_its_negation():
+    cfg = Sample(**CHANGED)
+    flags = to_flags(cfg)
+    assert "--on" in flags and "--no-off" in flags and "--other-name=with space" in flags
+    assert parsed(flags) == cfg
+    assert parsed(["--no-on", "--off"]) == Sample()
+
+
+def test_the_flags_keep_names_metavars_help_and_choices(capsys):
+    actions = {a.dest: a for a in parser()._actions}
+    assert "internal" not in actions
+    assert actions["renamed"].option_strings == ["--other-name"] and actions["renamed"].metavar == "TEXT"
+    assert actions["name"].choices == ("x", "y", "-z") and actions["count"].help == "an int"
+    assert actions["off"].option_strings == ["--off", "--no-off"]
+    assert parsed(["--maybe-text"]).maybe_text == ""
+    for bad in (["--name", "w"], ["--rates", "1,x"], ["--record", "[1]"], ["--count", "1.5"]):
+        with pytest.raises(SystemExit):
+            parser().parse_args(bad)
+    assert "--record '[1]': expected a JSON object" in capsys.readouterr().err
+
+
+def test_writers_write_the_fields_they_name():
+    flags = to_flags(Sample(words=("p", "q")), {"words": lambda v: [f"--words={w}" for w in v]})
+    assert flags == ["--words=p", "--words=q"]
+
+
+def test_nfeval_glue_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.glue import glue_config
+    from nfeval.glue.config import GlueConfig
+    from nfeval.glue.recipe import Recipe
+
+    recipe = Recipe(epochs=2, warmup_ratio=0.1, weight_decay=0.0, dropout=0.2, attn_dropout=0.2, batch_size=4)
+    recipe = dataclasses.replace(recipe, eval_batch_size=8, max_len=64, select="last_epoch", dtype="fp32")
+    cfg = GlueConfig(
+        glue_dir="-glue dir", tasks=("sst2", "rte"), sweep=True, lrs=(1e-3, 2e-05), seeds=2, recipe=recipe,
+        device="cuda:1", jobs=3, limit=5, out_dir="out dir", progress=False, trust_checkpoint=True,
+    )  # fmt: skip
+    argv = ["glue", "--ckpt", "c", *to_flags(cfg), *to_flags(recipe)]
+    back = glue_config(build_parser("glue").parse_args(argv))
+    assert dataclasses.replace(back, launch=None) == cfg
+    default = glue_config(build_parser("glue").parse_args(["glue", "--ckpt", "c"]))
+    assert default.recipe == Recipe() and default.lrs is None and not default.sweep and default.progress
+    assert default.grids(["rte"]) == {"rte": [2e-5]}  # fairseq's recipe learning rate without --sweep
