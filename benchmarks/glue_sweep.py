@@ -49,6 +49,7 @@ from nfeval.glue import data as glue_data
 from nfeval.glue import finetune, points
 from nfeval.glue import metrics as glue_metrics
 from nfeval.glue import sweep as glue
+from nfeval.glue.config import GlueConfig
 
 DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 TRAINER = "HF Trainer"  # the name of its side in group_by_length order; other orders add theirs
@@ -117,10 +118,9 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, args) -> tuple[float, di
     )
     out = tempfile.mkdtemp(prefix="nfeval-glue-bench-")
     t0 = time.perf_counter()
-    summary = glue.sweep(
-        ckpt_dir,
-        [task],
-        args.lrs,
+    cfg = GlueConfig(
+        tasks=(task,),
+        lrs=tuple(args.lrs),
         out_dir=out,
         glue_dir=glue_dir,
         recipe=recipe,
@@ -128,6 +128,7 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, args) -> tuple[float, di
         progress=False,
         jobs=args.jobs,
     )
+    summary = glue.sweep(ckpt_dir, cfg)
     seconds = time.perf_counter() - t0
     main = glue_metrics.MAIN_METRIC[task]
     scores = {}

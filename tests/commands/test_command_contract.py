@@ -111,7 +111,7 @@ def test_a_mistyped_command_gets_did_you_mean(capsys):
             ["glue", "--ckpt", "run", "--glue-dir", "embedded"],
             glue_command,
             "sweep",
-            lambda *_, limit, **__: limit,
+            lambda ckpt, cfg: cfg.limit,
         ),
         (["demo"], demo_command, "run_demo", lambda cfg: cfg.zeroshot_limit),
     ],

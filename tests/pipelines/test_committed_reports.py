@@ -31,7 +31,8 @@ def _render(folder: str, report: dict) -> str:
 
 
 def test_there_are_committed_reports():
-    assert {os.path.basename(os.path.dirname(p)) for p in REPORTS} >= {"reproduce_small"}
+    # the `small` report (while its re-run lands in pieces, the first run's in reproduce_small/previous_run)
+    assert any(os.path.relpath(p, DOCS).startswith("reproduce_small" + os.sep) for p in REPORTS)
 
 
 @pytest.mark.parametrize("path", REPORTS, ids=[os.path.relpath(os.path.dirname(p), DOCS) for p in REPORTS])
