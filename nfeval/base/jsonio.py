@@ -131,6 +131,15 @@ def stable_repr(obj: Any) -> Any:
     return str(obj)
 
 
+def file_sha256(path: str) -> str:
+    """Returns the sha256 of the file at ``path``, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def sha256_json(obj: Any) -> str:
     """Returns the sha256 of ``obj`` as canonical JSON."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=stable_repr).encode()).hexdigest()

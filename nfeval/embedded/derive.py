@@ -11,11 +11,11 @@ The LICENSE files are committed as they are; this script does not write them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import sys
 
+from ..base.jsonio import file_sha256
 from . import ROOT, SLICES, SOURCE_FILE, ZEROSHOT_ROWS, Slice
 
 SEED = 0
@@ -84,11 +84,6 @@ ORIGINS = {
         "Similarity, SemEval 2017 (and the STS wiki, http://ixa2.si.ehu.eus/stswiki)",
     },
 }
-
-
-def sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def zeroshot_lines(
@@ -176,7 +171,7 @@ def write_source(s: Slice, folder: str, kept: dict[str, list[int]]) -> None:
         "|---|---:|---:|---|",
     ]
     for name, rows in s.files.items():
-        digest = sha256(os.path.join(folder, name))
+        digest = file_sha256(os.path.join(folder, name))
         lines.append(f"| {name} | {rows} | {s.full_rows[name]} | {digest} |")
     lines += ["", f"Rows are {'TSV rows after the header' if glue else 'JSONL records'}.", ""]
     first = {name: idx[:8] for name, idx in kept.items()}

@@ -5,7 +5,6 @@ step-time ratio. Errors name the file and the line."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import statistics
@@ -14,7 +13,7 @@ from typing import Any
 
 from ..base.artifacts import hardware_key
 from ..base.errors import DataError, MissingDataError
-from ..base.jsonio import load_json
+from ..base.jsonio import file_sha256, load_json
 from ..engine.checkpoints import rundir
 from ..engine.model.config import ModelConfig
 from ..engine.training import recipe
@@ -92,8 +91,7 @@ def _tokenizer_sha256(run_dir: str) -> str | None:
     path = os.path.join(run_dir, rundir.TOKENIZER)
     if not os.path.isfile(path):
         return None
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return file_sha256(path)
 
 
 def step_time(train: list[dict]) -> float | None:

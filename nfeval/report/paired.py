@@ -22,7 +22,7 @@ import numpy as np
 
 from ..base.errors import ConfigError, DataError
 from ..base.escape import markdown_row, markdown_text
-from ..base.jsonio import load_json, reading
+from ..base.jsonio import file_sha256, load_json, reading
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
 from ..glue.points import lr_key, point_dir
@@ -85,7 +85,7 @@ def _items(path: str, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if _dig(side, "nfeval", "model", "fingerprint") != fingerprint:
         raise DataError(f"{sidecar}: written for another model than {path}")
     sha = _dig(side, "nfeval", "results_sha256")  # absent in sidecars written before it was kept
-    if sha is not None and sha != zeroshot_items.file_sha256(path):
+    if sha is not None and sha != file_sha256(path):
         raise DataError(
             f"{sidecar}: written with another run's results than {path} "
             "(rerun nfeval zeroshot to rewrite both)"

@@ -23,7 +23,6 @@ estimate and the band is the best LR alone.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import os
 import statistics
@@ -32,7 +31,7 @@ from typing import Any
 
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.escape import text_cell
-from ..base.jsonio import load_json
+from ..base.jsonio import file_sha256, load_json
 from ..base.sweep_points import lr_key
 from ..engine.training.train_config import TrainConfig
 
@@ -300,8 +299,7 @@ def tuned_lr(tune_json: str, preset: str) -> tuple[float, dict[str, Any]]:
             f"{tune_json}: field 'presets.{preset}.best_lr' is {best!r}; expected a positive finite number"
         )
     per_lr = entry.get("per_lr") or {}
-    with open(tune_json, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()
+    sha = file_sha256(tune_json)
     try:
         grid = sorted(float(row["lr"]) for row in per_lr.values())
         points = sum(int(row["seeds_ok"]) + int(row["seeds_diverged"]) for row in per_lr.values())

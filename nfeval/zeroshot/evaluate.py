@@ -25,6 +25,7 @@ from ..base import env, hub
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
 from ..base.escape import text_cell
+from ..base.jsonio import file_sha256
 from ..base.sweep_lock import file_lock
 from ..engine.checkpoints import loading
 from ..engine.inference.backend import no_tokenizer_message
@@ -305,7 +306,7 @@ def _write(output: str, out: dict[str, Any], items: dict, loaded: dict, model: d
     writes) is told."""
     atomic_write_json(output, out)
     per_task = {nf_tasks.canonical_name(name): items[name] for name in loaded}
-    zeroshot_items.write_sidecar(output, per_task, model, results_sha256=zeroshot_items.file_sha256(output))
+    zeroshot_items.write_sidecar(output, per_task, model, results_sha256=file_sha256(output))
 
 
 def _check_one_variant(loaded: dict) -> None:

@@ -17,7 +17,6 @@ for ``F.json``) and beside each task's cache entry, so a cached rerun writes the
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -168,15 +167,6 @@ def check_record(record: Any, path: str, where: str) -> dict[str, Any]:
     if gold is not None and (not isinstance(gold, list) or len(gold) != len(ids)):
         raise bad("gold", "null or one gold index per document")
     return record
-
-
-def file_sha256(path: str) -> str:
-    """Returns the sha256 of the file at ``path``."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_sidecar(

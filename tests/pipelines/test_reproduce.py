@@ -3,6 +3,7 @@ smoke run far below ``--scale tiny`` that writes every section, reruns as a no-o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -689,7 +690,7 @@ def test_a_section_is_recomputed_when_a_run_it_read_was_trained_again(smoke, mon
         stored = json.load(open(os.path.join(cfg.out, "experiments", "fig2-clm", "section.json")))
         assert (
             stored["run_records"]["runs/clm-normformer/seed1.json"]
-            != sections.hashlib.sha256(original.encode()).hexdigest()
+            != hashlib.sha256(original.encode()).hexdigest()
         )
     finally:
         open(record, "w").write(original)

@@ -16,9 +16,9 @@ from test_zeroshot_tasks import DOCS, write_jsonl
 
 from nfeval import cli
 from nfeval.base.errors import DataError
+from nfeval.base.jsonio import file_sha256
 from nfeval.base.sweep_lock import file_lock, file_lock_path
 from nfeval.report import paired
-from nfeval.zeroshot import items as zeroshot_items
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +50,7 @@ def test_a_second_zeroshot_writing_one_results_file_is_refused_at_once(tiny_clm_
     assert code == 0, err
     assert sorted(p.name for p in out.parent.iterdir()) == ["zs.items.json", "zs.json"]  # no lock left
     side = json.loads((tmp_path / "results" / "zs.items.json").read_text())
-    assert side["nfeval"]["results_sha256"] == zeroshot_items.file_sha256(str(out))
+    assert side["nfeval"]["results_sha256"] == file_sha256(str(out))
     assert set(paired.zeroshot_items_by_task(str(out))) == {"piqa"}
 
 

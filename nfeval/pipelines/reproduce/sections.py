@@ -6,12 +6,11 @@ trained again), is recomputed, reusing every finished run."""
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...base.jsonio import load_json
+from ...base.jsonio import file_sha256, load_json
 from ...report import verdict
 from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments
 from .plan import PRIMARY_CLAIMS, Experiment
@@ -62,8 +61,7 @@ def run_records(out: str, keys: tuple[str, ...]) -> dict[str, str]:
         for path in glob.glob(
             os.path.join(glob.escape(out), "runs", glob.escape(key), "**", "seed*.json"), recursive=True
         ):
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, out)] = hashlib.sha256(f.read()).hexdigest()
+            found[os.path.relpath(path, out)] = file_sha256(path)
     return found
 
 
