@@ -369,9 +369,11 @@ def _notes(ctx: Context) -> list[str]:
         "t-test, Holm-adjusted over the candidates (the primary family); zero-shot and stability tests are "
         "the secondary family, Holm-adjusted together. An inconclusive row says nothing about direction.",
         "Realised equal time: a seed whose realised step-time ratio (the candidate's training seconds per "
-        "step ÷ the baseline's) lies outside the planned ratio's interval did not train at the planned "
-        "equal time: it is left out of the perplexity test (the step-ratio table shows each seed), and "
-        "with fewer than 2 seeds left the test is not readable.",
+        "step ÷ the baseline's) lies outside the planned ratio's interval, widened by the runs' own "
+        "timing noise (each architecture's seconds per step across seeds, robust), did not train at the "
+        "planned equal time: it is left out of the perplexity test (the step-ratio table shows each seed); "
+        "with fewer than 2 seeds left, or a mean realised ratio whose interval misses the planned one, the "
+        "test is not readable.",
         "Zero-shot test: per seed, nfeval compare-scores' paired bootstrap over items (candidate − baseline, "
         "* when its 95% interval excludes 0) and McNemar's exact test; the verdict is over seeds, the items' "
         "standard error counted as each seed's measurement error.",

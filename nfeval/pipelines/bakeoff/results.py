@@ -4,7 +4,8 @@
 - perplexity significance: a seed-paired t-test on log PPL(baseline) − log PPL(candidate) (positive:
   the candidate is better), with ``reproduce``'s verdict rule and minimum detectable effect, over the
   seeds that trained at the planned equal time (``realised_time``: a seed whose realised step-time ratio
-  left the planned interval is left out; fewer than 2 left: not readable);
+  left the planned interval widened by the runs' own timing noise is left out; fewer than 2 left, or
+  the kept seeds drifted from the plan together: not readable);
 - zero-shot significance: per seed, ``compare-scores``' paired bootstrap over items and McNemar's test
   (candidate − baseline); over seeds, the verdict rule on the per-seed differences with the items' mean
   standard error as the per-measurement error;

@@ -93,7 +93,8 @@ def equal_compute(
     """Figure 2: the candidate vs the baseline at equal time and at equal FLOPs, per seed (``records``:
     the runs', by key); returns the section parts. A reading that is not compute-matched is shown,
     marked, and left out of the verdict; so is a seed where either run did not train (``trained_gate``),
-    and the equal-time reading of a seed whose realised step-time ratio left the planned interval."""
+    and the equal-time reading of a seed whose realised step-time ratio left the planned interval
+    (widened by the runs' timing noise: ``realised_time``)."""
     comparisons = {s: compare_seed(ctx, name, (base, cand), s) for s in ctx.seed_values}
     untrained = {r["seed"] for k in (base, cand) for r in records[k] if not is_trained(r)}
     realised = realised_check(ctx, base, cand)
@@ -127,7 +128,7 @@ def equal_compute(
         "compute fraction (time)",
         "compute fraction (FLOPs)",
         "steps (cand vs base)",
-        "realised wall-time ratio (step-time ratio, vs the planned interval)",
+        "realised wall-time ratio (step-time ratio, vs the planned interval widened by timing noise)",
     ]
     words = recipe_words(records[base])
     claims = [
@@ -242,7 +243,7 @@ def with_realised(claim: dict[str, Any], realised: dict[str, Any]) -> dict[str, 
     out = {**claim, "realised": realised}
     if realised["excluded"]:
         out["measured"] += f"; seed(s) {', '.join(map(str, realised['excluded']))} left out (realised "
-        out["measured"] += "step-time ratio outside the planned interval)"
+        out["measured"] += "step-time ratio outside the planned interval widened by the runs' timing noise)"
     if not realised["readable"]:
         none = dict.fromkeys(("p", "mean", "std", "se", "mde", "seeds_needed", "p_equivalence"))
         why = f"not readable: {realised_time.summary_text(realised)}"
