@@ -52,9 +52,24 @@ def window_values(rows: list[dict[str, Any]], window: tuple[int, int]) -> dict[s
     return average_rows([r for r in rows if window[0] <= r["update"] <= window[1]])
 
 
+POSTNORM = "clm-postnorm"
+# the runs each claim reads (every other claim: the baseline against NormFormer); the trained-run gate
+# leaves a seed out of a claim only when one of *its* runs did not train
+CLAIM_RUNS = {
+    "fig3/prenorm-init": (BASELINE,),
+    "fig3/prenorm-early": (BASELINE,),
+    "fig3/postnorm-reverse": (POSTNORM,),
+}
+
+
+def claim_runs(claim_id: str) -> tuple[str, ...]:
+    """Returns the run keys whose seeds the claim ``claim_id`` pairs (``CLAIM_RUNS``)."""
+    return CLAIM_RUNS.get(claim_id, (BASELINE, "clm-normformer"))
+
+
 def trained_seeds(ctx: Context, keys: tuple[str, ...]) -> tuple[list[int], list[int]]:
-    """Returns (the seeds at which every run of ``keys`` trained, the others): the figures pair runs by
-    seed, so a seed with a run that did not train (``trained_gate``) is left out for all of them."""
+    """Returns (the seeds at which every run of ``keys`` trained, the others): a claim pairs its runs by
+    seed, so a seed with one of them that did not train (``trained_gate``) is left out of it."""
     ok = {s: all(is_trained(ensure_run(ctx, key, s)) for key in keys) for s in ctx.seed_values}
     return [s for s in ok if ok[s]], [s for s in ok if not ok[s]]
 
@@ -195,27 +210,51 @@ def _layer_rows(per_run: dict[str, list[list[float]]], label: str) -> list[list[
     ]
 
 
-def _gated(ctx: Context, keys: tuple[str, ...], claims: list[dict], kept: list[int], dropped: list[int]):
-    """Returns ``claims`` read through the trained-run gate: decided over the ``kept`` seeds; with none
-    kept (the claims were computed on the ``dropped`` seeds, to be stated), none is readable."""
+def _gated_claims(ctx: Context, keys: tuple[str, ...], stated: list[dict]) -> list[dict]:
+    """Returns the claims ``stated`` (measured over every seed) read through the trained-run gate: each
+    decided again over the seeds where every run it reads trained (``claim_runs``); with none, stated
+    and not readable."""
     words = recipe_words([ensure_run(ctx, keys[0], ctx.seed_values[0])])
-    return [gate_claim(c if kept else {**c, "n": 0}, len(dropped), words) for c in claims]
+    out = []
+    for group in dict.fromkeys(claim_runs(c["id"]) for c in stated):
+        kept, dropped = trained_seeds(ctx, group)
+        mine = [c for c in stated if claim_runs(c["id"]) == group]
+        if kept and dropped:  # measured again on the seeds this claim may read
+            again = {c["id"]: c for c in _measured(ctx, keys, kept, None)["claims"]}
+            mine = [again[c["id"]] for c in mine]
+        out += [gate_claim(c if kept else {**c, "n": 0}, len(dropped), words) for c in mine]
+    order = [c["id"] for c in stated]
+    return sorted(out, key=lambda c: order.index(c["id"]))
 
 
-def _left_out_notes(kept: list[int], dropped: list[int]) -> list[str]:
-    if not dropped:
-        return []
-    if kept:
-        return [f"Seeds {dropped} left out: a run did not train."]
-    return ["No seed where every run trained: the tables show runs that did not train; no claim is read."]
+def _left_out_notes(ctx: Context, keys: tuple[str, ...]) -> list[str]:
+    notes = []
+    for key in keys:
+        _, dropped = trained_seeds(ctx, (key,))
+        if dropped:
+            notes.append(
+                f"{RUNS[key].label} did not train at seed(s) {', '.join(map(str, dropped))}: its rows are "
+                "shown, and every claim that reads it leaves those seeds out (none left: not readable)."
+            )
+    return notes
 
 
 def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str, Any]:
-    """Figures 3 and 7: returns {tables, claims, figures, notes, data} from the runs' recorded rows."""
+    """Figures 3 and 7: returns {tables, claims, figures, notes, data} from the runs' recorded rows; the
+    tables and figures show every seed, each claim reads the seeds where its own runs trained."""
+    parts = _measured(ctx, keys, list(ctx.seed_values), folder)
+    if not parts["claims"] and not parts["tables"]:
+        return parts
+    parts["claims"] = _gated_claims(ctx, keys, parts["claims"])
+    parts["notes"] = _left_out_notes(ctx, keys) + parts["notes"]
+    return parts
+
+
+def _measured(ctx: Context, keys: tuple[str, ...], seeds: list[int], folder: str | None) -> dict[str, Any]:
+    """Figures 3 and 7 over ``seeds``: {tables, claims (not gated), figures (none without ``folder``),
+    notes, data}."""
     from ...analysis.figures import plot_fig3_curves
 
-    kept, dropped = trained_seeds(ctx, keys)
-    seeds = kept or dropped  # no seed trained: the claims are stated, none is read
     rows = recorded(ctx, keys, seeds)
     fig3 = ctx.scale.fig3_window
     init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r, _ in seeds] for k, seeds in rows.items()}
@@ -233,16 +272,13 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
             "rows": _layer_rows(init, "init") + _layer_rows(early_fc2, "early"),
         }
     ]
-    claims = fig3_claims(init, early_fc2)
     figures = []
     first = {k: seeds[0][0] for k, seeds in rows.items() if seeds}
-    if first:
+    if first and folder:
         figures.append(plot_fig3_curves(first, FIG3_KIND, os.path.join(folder, "fig3_grads_by_update.png")))
     data: dict[str, Any] = {"fig3_init": init, "fig3_early": early_fc2, "fig3_window": list(fig3)}
     fig7 = fig7_part(ctx, rows, layers, folder, seeds)
-    claims = _gated(ctx, keys, claims + fig7["claims"], kept, dropped)
     notes = [
-        *_left_out_notes(kept, dropped),
         f"Gradients recorded during training (TrainConfig.grad_stats {ctx.scale.grad_stats}), before "
         f"clipping, of the mean token cross-entropy. Figure 3 reads updates {fig3[0]}–{fig3[1]} (the "
         f"beginning of training; warm-up is {ctx.scale.warmup:g} of the run) and update 1 alone.",
@@ -250,7 +286,7 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
     ]
     return {
         "tables": tables + fig7["tables"],
-        "claims": claims,
+        "claims": fig3_claims(init, early_fc2) + fig7["claims"],
         "figures": figures + fig7["figures"],
         "notes": notes,
         "data": data | fig7["data"],
@@ -258,7 +294,7 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
 
 
 def fig7_part(
-    ctx: Context, rows: dict[str, list], layers: list[str], folder: str, seeds: list[int]
+    ctx: Context, rows: dict[str, list], layers: list[str], folder: str | None, seeds: list[int]
 ) -> dict[str, Any]:
     """Figure 7: returns {tables, claims, figures, note, data} over one window (``fig7_window``) shared
     by every seed (of ``seeds``, ``recorded``'s) of the baseline and NormFormer; nothing but the note
@@ -304,8 +340,9 @@ def fig7_part(
         }
     )
     out["claims"] = fig7_claims(base, nf)
-    out["figures"].append(
-        plot_fig7(baseline_own[0], relative[0], FIG7_KINDS, os.path.join(folder, "fig7_grads.png"))
-    )
+    if folder:
+        out["figures"].append(
+            plot_fig7(baseline_own[0], relative[0], FIG7_KINDS, os.path.join(folder, "fig7_grads.png"))
+        )
     out["data"]["fig7_relative"] = relative
     return out
