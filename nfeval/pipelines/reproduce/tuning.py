@@ -18,7 +18,7 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...tune.results import grid_cells, lr_key, warnings_for
 from .. import trained_gate
-from ..lr_band import TUNE_SEED_BASE
+from ..lr_band import TUNE_SEED_BASE, tune_seed_values
 from .plan import RUNS
 from .runner import Context, log, preset_name, train_config
 
@@ -32,7 +32,12 @@ def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
     for objective in dict.fromkeys(RUNS[k].objective for k in keys):
         runs = [k for k in keys if RUNS[k].objective == objective]
         out = os.path.join(ctx.out, "tune", objective)
-        presets = list(dict.fromkeys(preset_name(ctx, k) for k in runs))
+        grid = {
+            "lrs": ctx.scale.tune_lrs,
+            "seeds": tune_seed_values(ctx.tune_seeds),
+            "budget": ctx.scale.tune_budget,
+        }
+        presets = tuned_presets(out, [preset_name(ctx, k) for k in runs], grid)
         # the scale's recipe; tune sets preset, lr, budget and the seeds TUNE_SEED_BASE … (never judged)
         base = train_config(ctx, runs[0], seed=TUNE_SEED_BASE)
         log(
@@ -52,6 +57,25 @@ def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
         )
         files[objective] = os.path.join(out, "tune.json")
     return files
+
+
+def tuned_presets(out: str, needed: list[str], grid: dict[str, Any]) -> list[str]:
+    """Returns the presets to tune into ``out``: ``needed`` after every preset its ``tune.json`` already
+    summarises over the same ``grid`` ({lrs, seeds, budget}: the LR list, the tune seeds, the budget
+    spec), so a narrower ``--only`` rewrites that summary without dropping the presets an earlier
+    invocation tuned (their points are finished: nothing retrains)."""
+    path = os.path.join(out, "tune.json")
+    earlier: list[str] = []
+    if os.path.isfile(path):
+        summary = load_json(path)
+        stored = summary.get("grid") or {}
+        same = (
+            list(stored.get("lrs") or []) == list(grid["lrs"])
+            and list(stored.get("seeds") or []) == list(grid["seeds"])
+            and (summary.get("budget") or {}).get("spec") == grid["budget"]
+        )
+        earlier = list(stored.get("presets") or []) if same else []
+    return list(dict.fromkeys([*earlier, *needed]))
 
 
 def tuning_rows(ctx: Context) -> tuple[list[list[str]], list[str]]:
