@@ -11,7 +11,6 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json, atomic_write_text
 from ...base.jsonio import load_json, reading
-from ...base.plots import plot_bars, plot_curves
 from ...engine.training import recipe
 from ...report import verdict
 from .. import realised_time, scale_facts, trained_gate
@@ -176,72 +175,6 @@ def ratio_table(r: dict[str, Any]) -> list[str]:
     return markdown_table(cols, rows)
 
 
-def plots(out: str, r: dict[str, Any]) -> list[str]:
-    """Draws the PPL, zero-shot and stability bar charts; returns their file names (in ``out``)."""
-    names = [row["name"] for row in r["ranking"]]
-    means = [row["interval"]["mean"] if row["interval"] else None for row in r["ranking"]]
-    files = [
-        plot_bars(
-            names,
-            [("final val PPL, mean over seeds", means)],
-            os.path.join(out, "bakeoff_ppl.png"),
-            "Bakeoff: validation perplexity (lower is better)",
-            "validation PPL",
-        )
-    ]
-    tasks = list(dict.fromkeys(t["task"] for t in r["zeroshot_tests"]))
-    if tasks:
-        score = {(t["name"], t["task"]): t for t in r["zeroshot_tests"]}
-        base = r["baseline"]
-        rows = [
-            (
-                base,
-                [
-                    100
-                    * _mean([s["baseline"] for s in score[next(k for k in score if k[1] == t)]["per_seed"]])
-                    for t in tasks
-                ],
-            )
-        ]
-        rows += [
-            (
-                n,
-                [
-                    100 * _mean([s["value"] for s in score[(n, t)]["per_seed"]]) if (n, t) in score else None
-                    for t in tasks
-                ],
-            )
-            for n in names
-            if n != base
-        ]
-        files.append(
-            plot_bars(
-                tasks,
-                rows,
-                os.path.join(out, "bakeoff_zeroshot.png"),
-                "Bakeoff: zero-shot accuracy",
-                "accuracy (%)",
-            )
-        )
-    if r.get("curves_seed1"):
-        files.append(plot_curves(r["curves_seed1"], os.path.join(out, "bakeoff_curves_seed1.png")))
-    survived = [(s["name"], s["survived"]) for s in r["stability"]]
-    files.append(
-        plot_bars(
-            [n for n, _ in survived],
-            [("updates survived, mean over seeds", [_mean(v) for _, v in survived])],
-            os.path.join(out, "bakeoff_stability.png"),
-            "Bakeoff: rising-LR stability (higher is more stable)",
-            "updates survived",
-        )
-    )
-    return [os.path.basename(f) for f in files]
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def _widened_text(h: dict[str, Any]) -> str:
     """Returns what the tunes added past the grid's edges (a best LR on an edge), or ""."""
     widened = h.get("widened") or {}
@@ -285,12 +218,17 @@ def _seeds_text(h: dict[str, Any]) -> str:
 
 def render(r: dict[str, Any]) -> str:
     """Returns report.md's text."""
+    return "\n".join(_header_lines(r) + _body_lines(r))
+
+
+def _header_lines(r: dict[str, Any]) -> list[str]:
+    """Returns the title, scale caveat, command, settings, provenance, recipe, gate and scale lines."""
     h = r["header"]
     facts = h.get("facts")
     lines = ["# nfeval bakeoff", ""]
     if facts:
         lines += [scale_facts.caveat(facts, h["paper_facts"]), ""]
-    lines += [
+    return lines + [
         f"Reproduce: `{h['command']}`",
         "",
         f"Baseline **{r['baseline']}** · size {h['size']} · {h['budget']} · {_seeds_text(h)} · LR grid "
@@ -309,6 +247,13 @@ def render(r: dict[str, Any]) -> str:
         ),
         *_gate_lines(r),
         *_scale_lines(h),
+    ]
+
+
+def _body_lines(r: dict[str, Any]) -> list[str]:
+    """Returns the sections: ranking, the tests, compute fractions, stability, tuning, ratios, how to read."""
+    no_zeroshot = ["no zero-shot comparison (no finished pair of runs)"]
+    return [
         "## Ranking (final validation perplexity)",
         "",
         *ranking_table(r),
@@ -321,11 +266,7 @@ def render(r: dict[str, Any]) -> str:
         *_sensitivity_lines(r),
         "## Zero-shot vs the baseline (paired over items per seed; verdict over seeds)",
         "",
-        *(
-            zeroshot_table(r)
-            if r["zeroshot_tests"]
-            else ["no zero-shot comparison (no finished pair of runs)"]
-        ),
+        *(zeroshot_table(r) if r["zeroshot_tests"] else no_zeroshot),
         "",
         "## Compute fraction to reach the baseline's best perplexity",
         "",
@@ -339,7 +280,7 @@ def render(r: dict[str, Any]) -> str:
         "",
         *tuning_table(r),
         "",
-        *tune_seed_lines(h),
+        *tune_seed_lines(r["header"]),
         "## Paired step-time ratios (equal-time budgets)",
         "",
         *ratio_table(r),
@@ -354,7 +295,6 @@ def render(r: dict[str, Any]) -> str:
         f"primary family): {verdict.RULE}.",
         "",
     ]
-    return "\n".join(lines)
 
 
 def _gate_lines(r: dict[str, Any]) -> list[str]:
@@ -393,6 +333,8 @@ def rerender(out: str) -> str:
 def write(out: str, r: dict[str, Any]) -> dict[str, Any]:
     """Writes report.json and report.md (and the PNGs) into ``out``; returns the report with its
     ``figures`` (PNG names) and ``path`` (report.md's)."""
+    from .plots import plots
+
     r = {**r, "figures": plots(out, r)}
     atomic_write_json(os.path.join(out, "report.json"), r)
     path = os.path.join(out, "report.md")

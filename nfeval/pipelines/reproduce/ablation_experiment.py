@@ -79,9 +79,26 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
     """Table 4: every variant's parameters and final PPL at the paper's fixed number of updates (the
     claims) and at equal time (a column, untested)."""
     runs = Finals(records)
-    ppl = runs.ppl
-    full = at_equal_updates(FULL)
-    rows = []
+    keys = [at_equal_updates(k) for k in TABLE4]
+    figures = [
+        plot_bars(
+            [RUNS[k].label for k in keys],
+            [("final val PPL, equal updates", [verdict.mean_std(runs.ppl[k])[0] for k in keys])],
+            os.path.join(ctx.out, "table4_ppl.png"),
+            "Table 4: ablations and controls (the baseline's number of updates)",
+            "validation PPL",
+        )
+    ]
+    columns = ["variant", "parameters", "PPL, equal updates", "log-PPL change vs NormFormer, equal updates"]
+    columns += ["PPL, equal time (untested)", "log-PPL change, equal time (untested)"]
+    rows, claims = _table4_rows(ctx, runs), _table4_claims(runs)
+    return table_section("variants", columns, rows, claims, figures, _table4_notes(ctx), {"records": records})
+
+
+def _table4_rows(ctx: Context, runs: Finals) -> list[list[str]]:
+    """Returns Table 4's rows: parameters, PPL and log-PPL change against NormFormer at equal updates and
+    at equal time, per variant."""
+    ppl, full, rows = runs.ppl, at_equal_updates(FULL), []
     for k in TABLE4:
         u = at_equal_updates(k)
         change = [log_ratio(a, b) for a, b in zip(ppl[u], ppl[full])]
@@ -96,59 +113,45 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
                 "" if k == FULL else verdict.fmt_mean_std(timed, 4, "no evidence"),
             ]
         )
+    return rows
+
+
+def _table4_claims(runs: Finals) -> list[dict[str, Any]]:
+    """Returns Table 4's claims, each at the paper's fixed number of updates against NormFormer: every
+    removal hurts, the paper's HeadScale placement, which removal hurts most, the controls and the width
+    control do not improve on it, and the baseline is behind it."""
+    full = at_equal_updates(FULL)
+
+    def behind(key: str, text: str, claim_id: str, than: str = full) -> dict[str, Any]:
+        return higher_than(runs, key, than, text, claim_id)
+
     claims = [
-        higher_than(
-            runs, at_equal_updates(k), full, f"{RUNS[k].label} has higher PPL than NormFormer", f"table4/{k}"
-        )
+        behind(at_equal_updates(k), f"{RUNS[k].label} has higher PPL than NormFormer", f"table4/{k}")
         for k in ABLATIONS
     ]
     claims.append(
-        higher_than(
-            runs,
+        behind(
             at_equal_updates("clm-no-headscale"),
-            at_equal_updates("clm-headscale-before"),
             "− HeadScale has higher PPL than NormFormer with the paper's HeadScale placement",
             "table4/no-headscale-vs-before",
+            than=at_equal_updates("clm-headscale-before"),
         )
     )
     claims.append(_hurts_most(runs, full))
     claims += [
-        higher_than(
-            runs,
-            at_equal_updates(k),
-            full,
-            f"{RUNS[k].label} (a control) does not improve on NormFormer",
-            f"table4/{k}",
+        behind(
+            at_equal_updates(k), f"{RUNS[k].label} (a control) does not improve on NormFormer", f"table4/{k}"
         )
         for k in CONTROLS
     ]
-    claims.append(
-        higher_than(
-            runs,
-            at_equal_updates("clm-prenorm-wide"),
-            full,
-            "the baseline with its FFN widened to NormFormer's parameter count stays behind NormFormer",
-            "table4/wide",
-        )
-    )
-    claims.append(
-        higher_than(
-            runs, "clm-prenorm", full, "Pre-LN baseline has higher PPL than NormFormer", "table4/baseline"
-        )
-    )
-    keys = [at_equal_updates(k) for k in TABLE4]
-    figures = [
-        plot_bars(
-            [RUNS[k].label for k in keys],
-            [("final val PPL, equal updates", [verdict.mean_std(ppl[k])[0] for k in keys])],
-            os.path.join(ctx.out, "table4_ppl.png"),
-            "Table 4: ablations and controls (the baseline's number of updates)",
-            "validation PPL",
-        )
-    ]
-    columns = ["variant", "parameters", "PPL, equal updates", "log-PPL change vs NormFormer, equal updates"]
-    columns += ["PPL, equal time (untested)", "log-PPL change, equal time (untested)"]
-    notes = [
+    wide = "the baseline with its FFN widened to NormFormer's parameter count stays behind NormFormer"
+    claims.append(behind(at_equal_updates("clm-prenorm-wide"), wide, "table4/wide"))
+    claims.append(behind("clm-prenorm", "Pre-LN baseline has higher PPL than NormFormer", "table4/baseline"))
+    return claims
+
+
+def _table4_notes(ctx: Context) -> list[str]:
+    return [
         f"Equal updates (the paper's protocol, the claims): every variant trains the baseline's "
         f"{ctx.budget.get('max_steps', '–')} steps. Equal time (shown, not tested): each variant trains "
         "the baseline's steps ÷ its paired step-time ratio. The PPL is each run's final validation PPL.",
@@ -158,7 +161,6 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
         "The width control: the Pre-LN model with its FFN widened to the smallest width whose parameters "
         "reach NormFormer's (the parameters column).",
     ]
-    return table_section("variants", columns, rows, claims, figures, notes, {"records": records})
 
 
 def table5(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

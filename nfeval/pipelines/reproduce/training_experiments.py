@@ -96,30 +96,9 @@ def equal_compute(
     and the equal-time reading of a seed whose realised step-time ratio left the planned interval
     (widened by the runs' timing noise: ``realised_time``)."""
     comparisons = {s: compare_seed(ctx, name, (base, cand), s) for s in ctx.seed_values}
-    untrained = {r["seed"] for k in (base, cand) for r in records[k] if not is_trained(r)}
     realised = realised_check(ctx, base, cand)
-    by_seed = {r["seed"]: r for r in realised["seeds"]} if realised else {}
-    rows = []
-    per_axis = {axis: {"diffs": [], "fractions": [], "unmatched": 0, "untrained": 0} for axis in AXIS_WORDS}
-    for seed, c in comparisons.items():
-        if seed in untrained:
-            for acc in per_axis.values():
-                acc["untrained"] += 1
-            rows.append([str(seed), f"left out: a run did not train ({_outcomes(records, seed)})"] + [""] * 6)
-            continue
-        if c is None:
-            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 6)
-            continue
-        readings = _readings(ctx, c, cand)
-        for axis, acc in per_axis.items():
-            r = readings[axis]
-            if axis == "wall_s" and realised and seed in realised["excluded"]:
-                continue  # not trained at the planned equal time: no equal-time evidence
-            if r["matched"]:
-                acc["diffs"].append(log_ratio(r["base"], r["cand"]))
-            acc["unmatched"] += not r["matched"]
-            acc["fractions"].append(r["fraction"])
-        rows.append(_seed_row(seed, c, readings, by_seed.get(seed)))
+    pair = {k: records[k] for k in (base, cand)}
+    rows, per_axis = _per_seed(ctx, cand, comparisons, pair, realised)
     columns = [
         "seed",
         f"{RUNS[base].label} PPL @ equal time",
@@ -155,6 +134,42 @@ def equal_compute(
         + ([f"Realised equal time: {realised_time.summary_text(realised)}."] if realised else []),
         "data": {"comparisons": comparisons, "step_ratio": ctx.step_ratios.get(cand), "realised": realised},
     }
+
+
+def _per_seed(
+    ctx: Context,
+    cand: str,
+    comparisons: dict[int, dict[str, Any] | None],
+    records: dict[str, list[dict]],
+    realised: dict[str, Any] | None,
+) -> tuple[list[list[str]], dict[str, dict[str, Any]]]:
+    """Returns (the per-seed table's rows, {axis: the readings each claim tests: diffs, fractions, and
+    counts of seeds not compute-matched and not trained}); a seed whose realised time left the plan gives
+    no equal-time reading. ``records``: the two runs', by key."""
+    untrained = {r["seed"] for rs in records.values() for r in rs if not is_trained(r)}
+    by_seed = {r["seed"]: r for r in realised["seeds"]} if realised else {}
+    rows = []
+    per_axis = {axis: {"diffs": [], "fractions": [], "unmatched": 0, "untrained": 0} for axis in AXIS_WORDS}
+    for seed, c in comparisons.items():
+        if seed in untrained:
+            for acc in per_axis.values():
+                acc["untrained"] += 1
+            rows.append([str(seed), f"left out: a run did not train ({_outcomes(records, seed)})"] + [""] * 6)
+            continue
+        if c is None:
+            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 6)
+            continue
+        readings = _readings(ctx, c, cand)
+        for axis, acc in per_axis.items():
+            r = readings[axis]
+            if axis == "wall_s" and realised and seed in realised["excluded"]:
+                continue  # not trained at the planned equal time: no equal-time evidence
+            if r["matched"]:
+                acc["diffs"].append(log_ratio(r["base"], r["cand"]))
+            acc["unmatched"] += not r["matched"]
+            acc["fractions"].append(r["fraction"])
+        rows.append(_seed_row(seed, c, readings, by_seed.get(seed)))
+    return rows, per_axis
 
 
 def final_ppl_sensitivity(
