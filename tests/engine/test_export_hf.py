@@ -63,6 +63,13 @@ ARCHITECTURES = {
         {"dyt_alpha_attn": 0.8, "dyt_alpha_other": 0.2, "qk_norm": True, "norm_affine": False},
         "nfeval",
     ),
+    # issue 54's schemes
+    "derf": ("derf", {}, "nfeval"),
+    "derf-alphas-qk-norm-no-gain": (
+        "derf",
+        {"dyt_alpha_attn": 0.8, "dyt_alpha_other": 0.2, "qk_norm": True, "norm_affine": False},
+        "nfeval",
+    ),
 }
 
 

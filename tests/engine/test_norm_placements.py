@@ -19,7 +19,7 @@ from nfeval.engine.inference.generate import generate
 from nfeval.engine.model.config import ARCHITECTURES, NORM_POSITIONS, NORMS, ModelConfig, preset
 from nfeval.engine.model.kv_cache import KVCache
 from nfeval.engine.model.model import Block, Transformer
-from nfeval.engine.model.norms import DynamicTanh, deepnorm_alpha_beta, make_norm
+from nfeval.engine.model.norms import DynamicErf, DynamicTanh, deepnorm_alpha_beta, make_norm
 
 
 def randomize(model: nn.Module, seed: int = 0) -> None:
@@ -31,8 +31,13 @@ def randomize(model: nn.Module, seed: int = 0) -> None:
 
 
 def norm_ref(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """LayerNorm (x - mean) / sqrt(var + eps) · w + b, RMSNorm x / sqrt(mean(x²) + eps) · w, or DyT
-    (Zhu et al. 2025) tanh(α·x) · γ + β with its one scalar α."""
+    """LayerNorm (x - mean) / sqrt(var + eps) · w + b, RMSNorm x / sqrt(mean(x²) + eps) · w, DyT
+    (Zhu et al. 2025) tanh(α·x) · γ + β with its one scalar α, or Derf (Chen et al. 2025)
+    erf(α·x + s) · γ + β with its scalars α and s."""
+    if isinstance(m, DynamicErf):
+        assert m.alpha.shape == m.shift.shape == (1,)
+        y = torch.erf(m.alpha[0] * x + m.shift[0])
+        return y if m.weight is None else y * m.weight + m.bias
     if isinstance(m, DynamicTanh):
         assert m.alpha.shape == (1,)
         y = torch.tanh(m.alpha[0] * x)

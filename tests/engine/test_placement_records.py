@@ -10,7 +10,7 @@ from torch import nn
 from nfeval.engine.model.config import NORM_POSITIONS, NORMS, PLACEMENTS, preset
 from nfeval.engine.model.flops import FLOPS_PER_ELEMENT, NORM_FLOPS, TRAINING_PASSES, training_flops_breakdown
 from nfeval.engine.model.model import Transformer
-from nfeval.engine.model.norms import DynamicTanh
+from nfeval.engine.model.norms import DynamicErf, DynamicTanh
 
 
 def test_every_placement_and_norm_kind_is_declared_for_the_count():
@@ -23,7 +23,7 @@ def test_every_placement_and_norm_kind_is_declared_for_the_count():
 def _norm_elements(model: nn.Module) -> int:
     """Returns the features the model's norms normalise per token (each norm module applied once)."""
     dims = {nn.LayerNorm: lambda m: m.normalized_shape[0], nn.RMSNorm: lambda m: m.normalized_shape[0]}
-    dims[DynamicTanh] = lambda m: m.dim
+    dims[DynamicTanh] = dims[DynamicErf] = lambda m: m.dim
     return sum(dims[type(m)](m) for m in model.modules() if type(m) in dims)
 
 

@@ -15,44 +15,16 @@ from typing import Any
 
 from ...base.errors import ConfigError
 from .fields import check_fields
+from .placements import (
+    FINAL_NORM_POSITIONS,
+    NORM_POSITIONS,
+    NORMS,
+    PLACEMENT_NAMES,
+    PLACEMENTS,
+    POINTWISE_NORMS,
+    Placement,
+)
 
-
-@dataclass(frozen=True, kw_only=True)
-class Placement:
-    """Where a block's main norms sit (the op order in model.py): what the Block builds and what
-    ``flops.py`` counts, both read from here, so a placement is declared once."""
-
-    name: str  # the architecture name, for configs that match no preset (``prenorm+scale_attn``)
-    norm_before: bool = False  # a norm on each sub-layer's input: x + f(N(x))
-    norm_after_sublayer: bool = False  # a norm on each sub-layer's output: x + N(f(x))
-    norm_after_add: bool = False  # a norm on the residual stream after each add: N(x + f(x))
-    residual_alpha: bool = False  # DeepNorm's α scales both sub-layers' residuals: N(α·x + f(x))
-
-    @property
-    def norms_per_sublayer(self) -> int:
-        return self.norm_before + self.norm_after_sublayer + self.norm_after_add
-
-    @property
-    def final_norm(self) -> bool:
-        """Whether the model gets a final norm by default: a block that ends with a norm on the residual
-        stream needs none."""
-        return not self.norm_after_add
-
-
-# Pre-LN, Post-LN, Gemma 2's sandwich, OLMo 2's norm on each sub-layer's output only, and DeepNet's
-# DeepNorm (Post-LN with α and β).
-PLACEMENTS = {
-    "pre": Placement(name="prenorm", norm_before=True),
-    "post": Placement(name="postnorm", norm_after_add=True),
-    "sandwich": Placement(name="sandwich", norm_before=True, norm_after_sublayer=True),
-    "olmo2": Placement(name="olmo2norm", norm_after_sublayer=True),
-    "deepnorm": Placement(name="deepnorm", norm_after_add=True, residual_alpha=True),
-}
-NORM_POSITIONS = tuple(PLACEMENTS)
-FINAL_NORM_POSITIONS = tuple(k for k, p in PLACEMENTS.items() if p.final_norm)
-PLACEMENT_NAMES = {k: p.name for k, p in PLACEMENTS.items()}
-# LayerNorm, torch's RMSNorm, or DyT (γ·tanh(α·x) + β, Zhu et al. 2025: ``norms.DynamicTanh``)
-NORMS = ("layernorm", "rmsnorm", "dyt")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
 POSITION_TYPES = ("learned", "sinusoidal")
@@ -88,11 +60,13 @@ class ModelConfig:
     max_seq_len: int = 2048
     objective: str = "clm"  # clm: causal decoder; mlm: bidirectional encoder
     norm_position: str = "pre"  # one of NORM_POSITIONS
-    norm: str = "layernorm"  # every norm of the model: "layernorm", "rmsnorm" (torch.nn.RMSNorm) or "dyt"
+    # every norm of the model: "layernorm", "rmsnorm" (torch.nn.RMSNorm), "dyt" or "derf"
+    norm: str = "layernorm"
     norm_affine: bool = True  # learned gain (and, for LayerNorm and DyT, bias) on every norm
     qk_norm: bool = False  # norm of each head's queries and keys over head_dim, before the KV cache
-    # DyT's α0 (Zhu et al. 2025; a norm of kind "dyt" only): the attention sub-layer's norms, the others.
-    # The paper's default is 0.5 for both; its LLaMA recipe gives attention more, and less to wider models.
+    # α0 of the point-wise norms (POINTWISE_NORMS: DyT, Zhu et al. 2025; Derf, Chen et al. 2025): the
+    # attention sub-layer's norms, the others. Both papers' default is 0.5; DyT's LLaMA recipe gives
+    # attention more, and less to wider models.
     dyt_alpha_attn: float = 0.5
     dyt_alpha_other: float = 0.5
     # LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth"): the output of each norm before a sub-layer
@@ -195,9 +169,10 @@ class ModelConfig:
                 "sub-layer, which that placement has not"
             )
         alphas = [f"{f}={getattr(self, f)!r}" for f in DYT_ALPHAS if getattr(self, f) != DYT_ALPHA_DEFAULT]
-        if alphas and "dyt" not in (self.norm, self.normformer_norm):
+        if alphas and not set(POINTWISE_NORMS) & {self.norm, self.normformer_norm}:
             return (
-                f"{alphas[0]} without a DyT norm (norm or normformer_norm 'dyt'): there is no α for it to set"
+                f"{alphas[0]} without a DyT or Derf norm (norm or normformer_norm 'dyt' or 'derf'): there "
+                "is no α for it to set"
             )
         return None
 
@@ -243,13 +218,13 @@ class ModelConfig:
         return f"{PLACEMENT_NAMES[self.norm_position]}+" + "+".join(on + kinds)
 
     def norm_param_count(self, dim: int, kind: str | None = None) -> int:
-        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``): DyT's α
-        and, with ``norm_affine``, each kind's gain (and LayerNorm's and DyT's bias)."""
+        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``): DyT's α,
+        Derf's α and s and, with ``norm_affine``, each kind's gain (and every bias but RMSNorm's)."""
         kind = kind or self.norm
-        alpha = 1 if kind == "dyt" else 0
+        scalars = {"dyt": 1, "derf": 2}.get(kind, 0)
         if not self.norm_affine:
-            return alpha
-        return alpha + dim * (1 if kind == "rmsnorm" else 2)
+            return scalars
+        return scalars + dim * (1 if kind == "rmsnorm" else 2)
 
     def normformer_param_count(self) -> int:
         """Returns the number of parameters that NormFormer's ops and its Table 4 controls add over the
@@ -306,7 +281,7 @@ BLOCK_FLAGS = (
     "resid_scale_scalar", "qkv_norm", "ln_scaling",
 )  # fmt: skip
 DYT_ALPHAS = ("dyt_alpha_attn", "dyt_alpha_other")
-DYT_ALPHA_DEFAULT = 0.5  # the DyT paper's α0 wherever it does not tune it (ModelConfig's default)
+DYT_ALPHA_DEFAULT = 0.5  # the DyT and Derf papers' α0 wherever they do not tune it (ModelConfig's default)
 PRE_LN = dict(
     norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None, mix_ln_fraction=0.0,
     **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
@@ -355,6 +330,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "mixln": {**PRE_LN, "mix_ln_fraction": 0.25},
     # DyT (Zhu et al. 2025): every norm γ·tanh(α·x) + β, α0 = 0.5 (the paper's default) everywhere
     "dyt": {**PRE_LN, "norm": "dyt"},
+    # Derf (Chen et al. 2025): every norm γ·erf(α·x + s) + β, α0 = 0.5 and s0 = 0 (the paper's defaults)
+    "derf": {**PRE_LN, "norm": "derf"},
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

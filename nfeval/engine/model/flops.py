@@ -11,6 +11,7 @@ FLOPS_PER_ELEMENT = {
     "layer_norm": 7,  # mean, subtract it, square, variance sum, normalise, gain, bias (rsqrt per row: 0)
     "rms_norm": 4,  # square, sum, normalise, gain
     "dyt": 7,  # DyT γ·tanh(α·x) + β: α multiply, tanh (counted 4), gain, bias
+    "derf": 8,  # Derf γ·erf(α·x + s) + β: α multiply, s add, erf (counted 4), gain, bias
     "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
     "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
     "relu_squared": 2,  # max, multiply
@@ -20,12 +21,12 @@ FLOPS_PER_ELEMENT = {
     "add": 1,  # residual, bias and position additions
 }
 # The entry of FLOPS_PER_ELEMENT that each norm kind (config.NORMS) costs.
-NORM_FLOPS = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "dyt": "dyt"}
+NORM_FLOPS = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "dyt": "dyt", "derf": "derf"}
 TRAINING_PASSES = 3  # forward + backward
 # What the FLOP count (and so every "equal FLOPs" reading) counts, for tables to state.
 FLOPS_COUNTED = (
     "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
-    "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT included), HeadScale, ResScale, "
+    "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT, Derf included), HeadScale, ResScale, "
     "LayerNorm Scaling, activation, GeGLU gate, softmax, "
     "embedding scale, residual/bias adds, loss (nfeval.engine.model.flops.training_flops_breakdown)"
 )
@@ -43,7 +44,8 @@ def training_flops_breakdown(
     ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them). Dropout
     (a mask multiply, off in the presets) is not counted. A new op adds its term here; a new placement
     is counted from its record (``config.PLACEMENTS``: the norms and residual scales the Block builds
-    from the same record). A DyT costs as a norm does (``layer_norms``, at ``FLOPS_PER_ELEMENT["dyt"]``);
+    from the same record). A DyT or Derf costs as a norm does (``layer_norms``, at its own entry of
+    ``FLOPS_PER_ELEMENT``);
     Mix-LN's Post-LN blocks hold two norms each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs.
     """
     d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size

@@ -2,7 +2,7 @@
 
 The block follows fairseq's ``transformer_layer.py``; each variant is a config flag and each optional op
 a module that is ``None`` when off, applied in this fixed order (``norm(...)``: ``make_norm``, a
-LayerNorm, an RMSNorm or a DyT as ``cfg.norm`` says; NormFormer's extra norms follow
+LayerNorm, an RMSNorm, a DyT or a Derf as ``cfg.norm`` says; NormFormer's extra norms follow
 ``cfg.normformer_norm``). The placement is ``cfg.norm_position``'s, except in Mix-LN's first
 ``cfg.post_ln_layers`` blocks, which are "post" (``cfg.layer_placement``):
 
@@ -37,7 +37,8 @@ So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2; Peri-LN, Kim
 x + LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with
 β-scaled init (``norms.deepnorm_init_``); LayerNorm Scaling (Sun et al. 2025) x + f(LN(x)/sqrt(ℓ));
 Mix-LN (Li et al. 2024) Post-LN blocks then Pre-LN ones. DyT (Zhu et al. 2025) is a norm kind: every
-norm of that kind is γ·tanh(α·x) + β (``norms.DynamicTanh``). A λresid gain is one per channel, or one
+norm of that kind is γ·tanh(α·x) + β (``norms.DynamicTanh``); so is Derf (Chen et al. 2025),
+γ·erf(α·x + s) + β (``norms.DynamicErf``). A λresid gain is one per channel, or one
 scalar with ``resid_scale_scalar``. The final norm (after the last block) is on by default for pre /
 sandwich / olmo2 (Mix-LN included) and off for post / deepnorm, whose blocks already end with a norm.
 

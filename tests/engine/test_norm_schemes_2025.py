@@ -1,0 +1,186 @@
+"""Issue 54's schemes against hand-written references of their papers' equations: Derf (Chen, Lu, Zhu, Sun &
+Liu 2025, "Stronger Normalization-Free Transformers").
+
+The reference forward below is the whole model in plain torch (embeddings, every block by its paper's
+equation, final norm, tied head) on the module's own weights, in float64; then the KV cache against
+recomputation, parameter and FLOP counts, training, saving and loading.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_generate import PROMPTS, greedy_by_recompute
+from test_norm_placements import norm_ref, random_model, randomize, reference_ffn
+from test_norm_schemes import trained_scheme
+from torch import nn
+
+from nfeval.engine.inference.generate import generate
+from nfeval.engine.model.config import ARCHITECTURES, ModelConfig, preset
+from nfeval.engine.model.flops import FLOPS_PER_ELEMENT, TRAINING_PASSES, training_flops_breakdown
+from nfeval.engine.model.kv_cache import KVCache
+from nfeval.engine.model.model import Transformer
+from nfeval.engine.model.norms import DynamicErf
+
+SCHEMES = ("derf",)
+
+
+def reference_attention(attn, x: torch.Tensor, cfg) -> torch.Tensor:
+    """Causal multi-head attention with an explicit softmax and the per-head q/k norms."""
+    B, T, C = x.shape
+    H, hd = cfg.n_head, cfg.head_dim
+    q, k, v = (F.linear(x, w, b) for w, b in zip(attn.qkv.weight.split(C), attn.qkv.bias.split(C)))
+    q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
+    if cfg.qk_norm:
+        q, k = norm_ref(attn.q_head_norm, q), norm_ref(attn.k_head_norm, k)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    heads = scores.softmax(-1) @ v  # B, H, T, hd
+    y = heads.transpose(1, 2).reshape(B, T, C)
+    return F.linear(y, attn.out_proj.weight, attn.out_proj.bias)
+
+
+def reference_forward(model: Transformer, idx: torch.Tensor) -> torch.Tensor:
+    """Logits of a causal ``model`` from the papers' equations, block by block:
+
+    Pre-LN     x + F(N(x))      N may be Derf: γ·erf(α·x + s) + β (``norm_ref``)
+    """
+    cfg = model.cfg
+    T = idx.shape[1]
+    x = F.embedding(idx, model.tok_emb.weight) * math.sqrt(cfg.d_model) + model.sin_pos[:T]
+    for block in model.blocks:
+        assert cfg.norm_position == "pre"
+        x = x + reference_attention(block.attn, norm_ref(block.attn_norm, x), cfg)
+        x = x + reference_ffn(block, norm_ref(block.ffn_norm, x), cfg)
+    return norm_ref(model.final_norm, x) @ model.tok_emb.weight.T
+
+
+def scheme_model(name: str, seed: int = 0, **overrides) -> Transformer:
+    """The preset ``NAME-tiny`` (fairseq's recipe) at a small vocabulary, every parameter made non-trivial,
+    in float64."""
+    torch.manual_seed(seed)
+    cfg = preset(f"{name}-tiny", vocab_size=97, max_seq_len=48, **{"n_layer": 3, **overrides})
+    model = Transformer(cfg).eval()
+    randomize(model, seed)
+    return model.double()
+
+
+def check_against_reference(model: Transformer) -> torch.Tensor:
+    idx = torch.randint(0, model.cfg.vocab_size, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = model(idx)
+        torch.testing.assert_close(got, reference_forward(model, idx), rtol=1e-9, atol=1e-9)
+    return got
+
+
+def small_scheme_cfg(name: str, **overrides) -> ModelConfig:
+    fields = dict(vocab_size=97, n_layer=4, d_model=32, n_head=4, d_ffn=64, max_seq_len=48)
+    return ModelConfig(**{**ARCHITECTURES[name], **fields, **overrides})
+
+
+# --- Derf ------------------------------------------------------------------------------------------------
+
+
+def test_derf_is_gamma_erf_alpha_x_plus_s_plus_beta():
+    derf = DynamicErf(6, alpha_init=0.7)
+    assert [n for n, _ in derf.named_parameters()] == ["alpha", "weight", "bias", "shift"]
+    assert derf.alpha.shape == derf.shift.shape == (1,)  # one scalar each, as the authors' Dynamic_erf
+    assert derf.alpha.item() == pytest.approx(0.7) and derf.shift.item() == 0
+    assert torch.equal(derf.weight, torch.ones(6)) and torch.equal(derf.bias, torch.zeros(6))
+    randomize(derf, seed=3)
+    x = torch.randn(2, 5, 6) * 3
+    a, s, g, b = derf.alpha.item(), derf.shift.item(), derf.weight.detach(), derf.bias.detach()
+    torch.testing.assert_close(derf(x), g * torch.erf(a * x + s) + b)
+    bare = DynamicErf(6, alpha_init=0.5, affine=False)  # norm_affine=False: erf(α·x + s), α and s learned
+    assert [n for n, _ in bare.named_parameters()] == ["alpha", "shift"]
+    torch.testing.assert_close(bare(x), torch.erf(0.5 * x))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"qk_norm": True, "dyt_alpha_attn": 0.8, "dyt_alpha_other": 0.2}, {"norm_affine": False}],
+)
+def test_derf_matches_the_papers_equation(overrides):
+    model = scheme_model("derf", **overrides)
+    assert not any(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in model.modules())
+    check_against_reference(model)
+
+
+def test_every_norm_of_a_derf_model_is_derf_with_its_alpha():
+    cfg = preset("derf-tiny", qk_norm=True, dyt_alpha_attn=0.8, dyt_alpha_other=0.2)
+    norms = {n: m for n, m in Transformer(cfg).named_modules() if isinstance(m, DynamicErf)}
+    assert len(norms) == 4 * cfg.n_layer + 1  # two per block, the q and k norms, the final norm
+    for name, m in norms.items():
+        assert m.alpha.item() == pytest.approx(0.8 if ".attn" in name else 0.2), name
+        assert m.shift.item() == 0 and torch.equal(m.weight, torch.ones_like(m.weight)), name
+
+
+def test_derf_alpha_and_shift_are_learned():
+    model = scheme_model("derf").float().train()
+    idx = torch.randint(0, 97, (2, 11))
+    model.loss(idx[:, :-1], idx[:, 1:]).backward()
+    scalars = [p for m in model.modules() if isinstance(m, DynamicErf) for p in (m.alpha, m.shift)]
+    assert scalars and all(p.grad is not None and p.grad.abs().item() > 0 for p in scalars)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_derf_parameter_count(affine):
+    """A Derf holds two scalars (α, s) more than a LayerNorm (γ and β per channel, or nothing)."""
+    derf, ln = preset("derf-tiny", norm_affine=affine), preset("prenorm-tiny", norm_affine=affine)
+    n_norms = 2 * derf.n_layer + 1
+    assert Transformer(derf).num_params() - Transformer(ln).num_params() == 2 * n_norms
+    for m in Transformer(derf).modules():
+        if isinstance(m, DynamicErf):
+            assert sum(p.numel() for p in m.parameters()) == derf.norm_param_count(m.dim)
+
+
+@pytest.mark.parametrize("size", ["tiny", "small", "125M"])
+def test_derf_flops_are_its_ops_per_element(size):
+    """α multiply, s add, erf (counted 4), gain, bias: 8 per element, in place of each norm."""
+    derf, pre = preset(f"derf-{size}"), preset(f"prenorm-{size}")
+    a, b = training_flops_breakdown(pre, 512), training_flops_breakdown(derf, 512)
+    assert FLOPS_PER_ELEMENT["derf"] == 8
+    assert b["layer_norms"] == TRAINING_PASSES * 8 * (2 * derf.n_layer + 1) * derf.d_model
+    assert {k for k in a if a[k] != b[k]} == {"layer_norms"}
+
+
+def test_derf_draws_pre_lns_weights():
+    """Derf adds no draw: the same seed gives Pre-LN's weights, the norms at γ 1, β 0, α0, s 0."""
+    cfg = preset("derf-tiny")
+    torch.manual_seed(0)
+    ours = Transformer(cfg).state_dict()
+    torch.manual_seed(0)
+    for key, value in Transformer(cfg.replace(norm="layernorm")).state_dict().items():
+        torch.testing.assert_close(ours[key], value, rtol=0, atol=0, msg=key)
+
+
+# --- every scheme: KV cache, training, saving and loading ------------------------------------------------
+
+
+@pytest.mark.parametrize("name, overrides", [("derf", {"qk_norm": True, "scale_heads": True})])
+def test_kv_cache_equals_recompute(name, overrides):
+    """Token by token with the cache, the last logits equal a full forward (in float64, so that only a
+    difference of computation, not float32 rounding of these unnormalised activations, can fail);
+    greedy batched generation with the cache equals greedy recomputation."""
+    model = random_model(small_scheme_cfg(name, **overrides)).double()
+    ids = torch.tensor([PROMPTS[0]])
+    cache = KVCache(model.cfg, 1, 20, dtype=torch.float64)
+    with torch.no_grad():
+        logits = model(ids, cache=cache)[:, -1]
+        for _ in range(10):
+            torch.testing.assert_close(logits, model(ids)[:, -1], rtol=1e-9, atol=1e-9)
+            token = logits.argmax(-1, keepdim=True)
+            ids = torch.cat([ids, token], dim=1)
+            logits = model(token, cache=cache)[:, -1]
+    got = generate(model, PROMPTS, max_new_tokens=8, batch_size=4)
+    assert got == [greedy_by_recompute(model, p, 8) for p in PROMPTS]
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_each_scheme_trains_saves_and_loads(tmp_path, name):
+    """``nfeval train --preset NAME-tiny``: the checkpoint loads to the weights it saved, its config is the
+    preset's and names the scheme."""
+    assert trained_scheme(tmp_path, name, n_layer=3).config.architecture == name
