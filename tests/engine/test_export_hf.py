@@ -70,6 +70,12 @@ ARCHITECTURES = {
         {"dyt_alpha_attn": 0.8, "dyt_alpha_other": 0.2, "qk_norm": True, "norm_affine": False},
         "nfeval",
     ),
+    "gatedattn": ("gatedattn", {}, "nfeval"),
+    "gatedattnhead-headscale-before": (
+        "gatedattnhead",
+        {"scale_heads": True, "head_scale_position": "before_out_proj"},
+        "nfeval",
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """Issue 54's schemes against hand-written references of their papers' equations: Derf (Chen, Lu, Zhu, Sun &
-Liu 2025, "Stronger Normalization-Free Transformers").
+Liu 2025, "Stronger Normalization-Free Transformers") and gated attention (Qiu et al. 2025, "Gated
+Attention for Large Language Models").
 
 The reference forward below is the whole model in plain torch (embeddings, every block by its paper's
 equation, final norm, tied head) on the module's own weights, in float64; then the KV cache against
@@ -17,6 +18,7 @@ from test_generate import PROMPTS, greedy_by_recompute
 from test_norm_placements import norm_ref, random_model, randomize, reference_ffn
 from test_norm_schemes import trained_scheme
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from nfeval.engine.inference.generate import generate
 from nfeval.engine.model.config import ARCHITECTURES, ModelConfig, preset
@@ -25,11 +27,13 @@ from nfeval.engine.model.kv_cache import KVCache
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.model.norms import DynamicErf
 
-SCHEMES = ("derf",)
+SCHEMES = ("derf", "gatedattn", "gatedattnhead")
 
 
 def reference_attention(attn, x: torch.Tensor, cfg) -> torch.Tensor:
-    """Causal multi-head attention with an explicit softmax and the per-head q/k norms."""
+    """Causal multi-head attention with an explicit softmax, the per-head q/k norms, and gated attention's
+    Y' = Y ⊙ σ(X W_θ + b) on the heads' concatenated output Y before the output projection, X the input
+    (one gate value per head, or one per channel)."""
     B, T, C = x.shape
     H, hd = cfg.n_head, cfg.head_dim
     q, k, v = (F.linear(x, w, b) for w, b in zip(attn.qkv.weight.split(C), attn.qkv.bias.split(C)))
@@ -38,15 +42,18 @@ def reference_attention(attn, x: torch.Tensor, cfg) -> torch.Tensor:
         q, k = norm_ref(attn.q_head_norm, q), norm_ref(attn.k_head_norm, k)
     scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
     scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-    heads = scores.softmax(-1) @ v  # B, H, T, hd
-    y = heads.transpose(1, 2).reshape(B, T, C)
-    return F.linear(y, attn.out_proj.weight, attn.out_proj.bias)
+    y = (scores.softmax(-1) @ v).transpose(1, 2)  # B, T, H, hd
+    if cfg.attn_gate is not None:
+        gate = torch.sigmoid(x @ attn.gate.weight.T + attn.gate.bias)
+        y = y * (gate[..., None] if cfg.attn_gate == "headwise" else gate.view(B, T, H, hd))
+    return F.linear(y.reshape(B, T, C), attn.out_proj.weight, attn.out_proj.bias)
 
 
 def reference_forward(model: Transformer, idx: torch.Tensor) -> torch.Tensor:
     """Logits of a causal ``model`` from the papers' equations, block by block:
 
-    Pre-LN     x + F(N(x))      N may be Derf: γ·erf(α·x + s) + β (``norm_ref``)
+    Pre-LN     x + F(N(x))      N may be Derf: γ·erf(α·x + s) + β (``norm_ref``); the attention
+                                F may be gated (``reference_attention``)
     """
     cfg = model.cfg
     T = idx.shape[1]
@@ -157,10 +164,116 @@ def test_derf_draws_pre_lns_weights():
         torch.testing.assert_close(ours[key], value, rtol=0, atol=0, msg=key)
 
 
+# --- gated attention --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("gatedattn", {}),
+        ("gatedattnhead", {}),
+        ("gatedattn", {"qk_norm": True}),
+        ("gatedattnhead", {"norm": "rmsnorm"}),
+    ],
+)
+def test_gated_attention_matches_the_papers_equation(name, overrides):
+    check_against_reference(scheme_model(name, **overrides))
+
+
+@pytest.mark.parametrize("name", ["gatedattn", "gatedattnhead"])
+def test_an_open_gate_is_pre_ln(name):
+    """With σ(·) = 1 (W_θ 0, a large bias) the gated model computes Pre-LN's logits on the same weights; a
+    gate that differs per token changes them."""
+    gated, pre = scheme_model(name), scheme_model("prenorm")
+    pre.load_state_dict({k: v for k, v in gated.state_dict().items() if ".attn.gate." not in k})
+    idx = torch.randint(0, 97, (2, 11))
+    with torch.no_grad():
+        assert (gated(idx) - pre(idx)).abs().max() > 1e-3
+        for block in gated.blocks:
+            block.attn.gate.weight.zero_()
+            block.attn.gate.bias.fill_(100.0)
+        torch.testing.assert_close(gated(idx), pre(idx), rtol=1e-12, atol=1e-12)
+
+
+def test_the_gate_is_per_head_or_per_channel():
+    for gate, width in (("headwise", 4), ("elementwise", 64)):
+        cfg = preset("prenorm-tiny", attn_gate=gate)
+        assert cfg.attn_gate_width == width
+        attn = Transformer(cfg).blocks[0].attn
+        assert attn.gate.weight.shape == (width, 64) and attn.gate.bias.shape == (width,)
+    assert (
+        preset("prenorm-tiny").attn_gate_width == 0
+        and Transformer(preset("prenorm-tiny")).blocks[0].attn.gate is None
+    )
+
+
+@pytest.mark.parametrize("name", ["gatedattn", "gatedattnhead"])
+@pytest.mark.parametrize("size", ["tiny", "small", "125M"])
+def test_gated_attention_parameters_and_flops(name, size):
+    """Per block a d × g weight and g biases (g: n_head or d_model); FLOPs: the gate's matmul (6 per
+    weight), and per token g sigmoids (4) and bias adds (1) and d products with the attention output."""
+    cfg, pre = preset(f"{name}-{size}"), preset(f"prenorm-{size}")
+    d, L = cfg.d_model, cfg.n_layer
+    g = cfg.n_head if name == "gatedattnhead" else d
+    with torch.device("meta"):
+        assert Transformer(cfg).num_params() - Transformer(pre).num_params() == L * (d * g + g)
+    a, b = training_flops_breakdown(pre, 512), training_flops_breakdown(cfg, 512)
+    extra = {k: b[k] - a[k] for k in a if a[k] != b[k]}
+    sigmoid, add, mul = (FLOPS_PER_ELEMENT[k] for k in ("sigmoid", "add", "multiply"))
+    assert extra == {
+        "weight_matmuls": TRAINING_PASSES * 2 * L * d * g,
+        "attn_gate": TRAINING_PASSES * L * ((sigmoid + add) * g + mul * d),
+    }
+
+
+@pytest.mark.parametrize("name", ["gatedattn", "gatedattnhead"])
+def test_the_gate_matmul_count_is_torchs(name):
+    """torch's FlopCounterMode over forward and backward: the gate adds the matmul FLOPs counted for it."""
+
+    def counted(arch: str) -> float:
+        torch.manual_seed(0)
+        model = Transformer(preset(f"{arch}-tiny", max_seq_len=64))
+        idx = torch.randint(4, 512, (2, 64))
+        with FlopCounterMode(display=False) as counter:
+            model.loss(idx, idx).backward()
+        return counter.get_total_flops() / idx.numel()
+
+    ours = {a: training_flops_breakdown(preset(f"{a}-tiny"), 64)["weight_matmuls"] for a in (name, "prenorm")}
+    assert counted(name) - counted("prenorm") == pytest.approx(ours[name] - ours["prenorm"])
+
+
+@pytest.mark.parametrize("gate", ["headwise", "elementwise"])
+def test_fairseq_init_draws_the_gate_as_the_query_rows(gate):
+    """fairseq's q: xavier-uniform with gain 1/√2 over its d × d block, U(±√(3/(2d))); the gate's rows
+    are drawn from that distribution (in the authors' code they are rows of the query projection)."""
+    torch.manual_seed(0)
+    cfg = preset("prenorm-small", attn_gate=gate, d_model=256, n_head=8)
+    bound = math.sqrt(3 / (2 * cfg.d_model))
+    weights = torch.cat([b.attn.gate.weight.detach().flatten() for b in Transformer(cfg).blocks])
+    assert weights.abs().max() <= bound
+    assert float(weights.std()) == pytest.approx(bound / math.sqrt(3), rel=0.03)
+
+
+def test_an_encoders_last_layer_gates_its_own_rows():
+    """A masked LM's classifier computes the last layer at the first row only: its gate reads that row."""
+    model = scheme_model("gatedattn", objective="mlm")
+    idx = torch.randint(0, 97, (2, 11))
+    with torch.no_grad():
+        full = model.encode(idx)[:, 0]
+        torch.testing.assert_close(model.encode(idx, last_layer_positions=slice(1))[:, 0], full)
+
+
 # --- every scheme: KV cache, training, saving and loading ------------------------------------------------
 
 
-@pytest.mark.parametrize("name, overrides", [("derf", {"qk_norm": True, "scale_heads": True})])
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("derf", {"qk_norm": True, "scale_heads": True}),
+        ("gatedattn", {"qk_norm": True}),
+        ("gatedattnhead", {"scale_heads": True, "head_scale_position": "before_out_proj"}),
+    ],
+)
 def test_kv_cache_equals_recompute(name, overrides):
     """Token by token with the cache, the last logits equal a full forward (in float64, so that only a
     difference of computation, not float32 rounding of these unnormalised activations, can fail);

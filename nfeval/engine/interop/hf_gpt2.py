@@ -33,6 +33,7 @@ GPT2_FIELDS = {
     "ln_scaling": False,
     "mix_ln_fraction": 0.0,
     "qkv_norm": False,
+    "attn_gate": None,
     "ffn_glu": False,
     "scale_resids_attn": False,
     "scale_attn": False,

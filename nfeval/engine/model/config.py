@@ -26,6 +26,8 @@ from .placements import (
 )
 
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
+# Gated attention (Qiu et al. 2025): one gate value per head, or one per channel of the attention output
+ATTN_GATES = ("headwise", "elementwise")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
@@ -37,6 +39,7 @@ MODEL_CHOICES = {
     "norm": NORMS,
     "normformer_norm": NORMS,
     "head_scale_position": HEAD_SCALE_POSITIONS,
+    "attn_gate": ATTN_GATES,
     "activation": ACTIVATIONS,
     "positions": POSITION_TYPES,
     "objective": OBJECTIVES,
@@ -93,6 +96,9 @@ class ModelConfig:
     resid_scale_scalar: bool = False  # each λresid is one learned scalar instead of one per channel
     normformer_norm: str | None = None  # kind of NormFormer's extra norms (None: as ``norm``)
     qkv_norm: bool = False  # "three more LayerNorms": on the query, key and value projections (d_model)
+    # Gated attention (Qiu et al. 2025, "Gated Attention for Large Language Models"): the attention output
+    # times σ(x·W + b), x the sub-layer's (normalised) input, before out_proj; ATTN_GATES (None: off)
+    attn_gate: str | None = None
     positions: str = "learned"
     scale_embedding: bool = False  # multiply token embeddings by sqrt(d_model), as fairseq
     activation: str = "gelu"
@@ -198,6 +204,12 @@ class ModelConfig:
         return self.d_model // self.n_head
 
     @property
+    def attn_gate_width(self) -> int:
+        """Returns the gate values per token of each block's attention gate: one per head (headwise), one
+        per channel (elementwise), or 0 without a gate."""
+        return {"headwise": self.n_head, "elementwise": self.d_model}.get(self.attn_gate, 0)
+
+    @property
     def causal(self) -> bool:
         return self.objective == "clm"
 
@@ -213,7 +225,7 @@ class ModelConfig:
         ]
         if not self.norm_affine:
             kinds.append("norm_affine=False")
-        numbers = (*DYT_ALPHAS, "mix_ln_fraction")
+        numbers = (*DYT_ALPHAS, "mix_ln_fraction", "attn_gate")
         kinds += [f"{f}={getattr(self, f)!r}" for f in numbers if getattr(self, f) != PRE_LN[f]]
         return f"{PLACEMENT_NAMES[self.norm_position]}+" + "+".join(on + kinds)
 
@@ -284,7 +296,7 @@ DYT_ALPHAS = ("dyt_alpha_attn", "dyt_alpha_other")
 DYT_ALPHA_DEFAULT = 0.5  # the DyT and Derf papers' α0 wherever they do not tune it (ModelConfig's default)
 PRE_LN = dict(
     norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None, mix_ln_fraction=0.0,
-    **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
+    attn_gate=None, **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
 )  # fmt: skip
 NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
 
@@ -332,6 +344,10 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "dyt": {**PRE_LN, "norm": "dyt"},
     # Derf (Chen et al. 2025): every norm γ·erf(α·x + s) + β, α0 = 0.5 and s0 = 0 (the paper's defaults)
     "derf": {**PRE_LN, "norm": "derf"},
+    # Gated attention (Qiu et al. 2025): Pre-LN with σ(x·W + b) on the attention output before out_proj, one
+    # gate per channel (the paper's best, "elementwise") or per head (its cheapest, "headwise")
+    "gatedattn": {**PRE_LN, "attn_gate": "elementwise"},
+    "gatedattnhead": {**PRE_LN, "attn_gate": "headwise"},
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

@@ -16,6 +16,7 @@ FLOPS_PER_ELEMENT = {
     "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
     "relu_squared": 2,  # max, multiply
     "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
+    "sigmoid": 4,  # negate, exp, add 1, divide (the attention gate)
     "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim),
     # LayerNorm Scaling's 1/sqrt(ℓ)
     "add": 1,  # residual, bias and position additions
@@ -27,7 +28,7 @@ TRAINING_PASSES = 3  # forward + backward
 FLOPS_COUNTED = (
     "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
     "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT, Derf included), HeadScale, ResScale, "
-    "LayerNorm Scaling, activation, GeGLU gate, softmax, "
+    "LayerNorm Scaling, activation, GeGLU gate, attention gate, softmax, "
     "embedding scale, residual/bias adds, loss (nfeval.engine.model.flops.training_flops_breakdown)"
 )
 
@@ -46,7 +47,9 @@ def training_flops_breakdown(
     is counted from its record (``config.PLACEMENTS``: the norms and residual scales the Block builds
     from the same record). A DyT or Derf costs as a norm does (``layer_norms``, at its own entry of
     ``FLOPS_PER_ELEMENT``);
-    Mix-LN's Post-LN blocks hold two norms each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs.
+    Mix-LN's Post-LN blocks hold two norms each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs. The
+    attention gate's d × g weight is a matmul weight (g gate values per token: ``attn_gate_width``); its
+    sigmoid (g per token), product with the attention output (d) and bias (g) are its own term.
     """
     d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size
     e, mlm = FLOPS_PER_ELEMENT, not cfg.causal
@@ -63,11 +66,12 @@ def training_flops_breakdown(
         + head * d * mlm  # the MLM head's LayerNorm
     )
     glu = cfg.ffn_glu  # GeGLU: fc1 is twice as wide; the gate multiplies
+    g = cfg.attn_gate_width  # the attention gate's values per token (0: none)
     # λresid on every block's residual(s); DeepNorm's α on both residuals of each block that has it
     resid_gains = L * (cfg.scale_resids + cfg.scale_resids_attn) + 2 * sum(p.residual_alpha for p in blocks)
     pre_norm_layers = sum(p.norm_before for p in blocks)  # LayerNorm Scaling scales the norms before
     forward = {
-        "weight_matmuls": 2 * (L * (4 * d * d + (2 + glu) * d * f) + head * (V * d + d * d * mlm)),
+        "weight_matmuls": 2 * (L * (4 * d * d + d * g + (2 + glu) * d * f) + head * (V * d + d * d * mlm)),
         "attention_matmuls": 2 * 2 * L * d * T,
         "attention_softmax": L * cfg.n_head * T * (e["softmax"] + e["multiply"]),
         "layer_norms": norm_cost * norm_elements,
@@ -75,6 +79,7 @@ def training_flops_breakdown(
         "res_scale": e["multiply"] * d * resid_gains,  # λresid (either residual), DeepNorm's α
         "ln_scaling": e["multiply"] * 2 * d * pre_norm_layers * cfg.ln_scaling,  # 1/sqrt(ℓ) on both norms
         "glu_gate": e["multiply"] * L * f * glu,
+        "attn_gate": L * ((e["sigmoid"] + e["add"]) * g + e["multiply"] * d * bool(g)),  # σ(xW + b) ⊙ y
         "activation": e[cfg.activation] * L * f + e["gelu"] * head * d * mlm,
         "embedding": e["multiply"] * d * cfg.scale_embedding + e["add"] * d,  # scale, position add
         # per layer: 2 residual adds, biases of qkv (3d), out_proj, fc1, fc2; the MLM head's two biases

@@ -13,7 +13,9 @@ LayerNorm, an RMSNorm, a DyT or a Derf as ``cfg.norm`` says; NormFormer's extra 
     q, k, v = query_norm(q), key_norm(k), value_norm(v)   if qkv_norm  (Table 4: "three more LayerNorms")
     q, k = q_head_norm(q), k_head_norm(k) (each head, over head_dim)   if qk_norm
     (the KV cache stores k and v from here on)
-    x = out_proj(attention(q, k, v))
+    y = attention(q, k, v)
+    y = y * σ(gate(x))                   if attn_gate        (Qiu et al. 2025; x this sub-layer's input)
+    x = out_proj(y)
     x = x * head_gain (per head)         if scale_heads      (fairseq c_attn; after or before out_proj)
     x = attn_out_norm(x)                 if scale_attn       (fairseq attn_ln)
     x = attn_post_norm(x)                if sandwich / olmo2 (Gemma 2 post_attention_norm)
