@@ -71,6 +71,12 @@ ARCHITECTURES = {
         "nfeval",
     ),
     "gatedattn": ("gatedattn", {}, "nfeval"),
+    "hybridnorm": ("hybridnorm", {}, "nfeval"),
+    "hybridnormstar-rmsnorm-gated": (
+        "hybridnormstar",
+        {"norm": "rmsnorm", "attn_gate": "headwise"},
+        "nfeval",
+    ),
     "gatedattnhead-headscale-before": (
         "gatedattnhead",
         {"scale_heads": True, "head_scale_position": "before_out_proj"},

@@ -1,6 +1,7 @@
 """Issue 54's schemes against hand-written references of their papers' equations: Derf (Chen, Lu, Zhu, Sun &
-Liu 2025, "Stronger Normalization-Free Transformers") and gated attention (Qiu et al. 2025, "Gated
-Attention for Large Language Models").
+Liu 2025, "Stronger Normalization-Free Transformers"), gated attention (Qiu et al. 2025, "Gated
+Attention for Large Language Models") and HybridNorm / HybridNorm* (Zhuo et al. 2025, "HybridNorm:
+Towards Stable and Efficient Transformer Training via Hybrid Normalization").
 
 The reference forward below is the whole model in plain torch (embeddings, every block by its paper's
 equation, final norm, tied head) on the module's own weights, in float64; then the KV cache against
@@ -14,29 +15,30 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_generate import PROMPTS, greedy_by_recompute
-from test_norm_placements import norm_ref, random_model, randomize, reference_ffn
+from test_norm_placements import check_kv_cache_matches_recompute, norm_ref, randomize, reference_ffn
 from test_norm_schemes import trained_scheme
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from nfeval.engine.inference.generate import generate
+from nfeval.base.errors import ConfigError
 from nfeval.engine.model.config import ARCHITECTURES, ModelConfig, preset
 from nfeval.engine.model.flops import FLOPS_PER_ELEMENT, TRAINING_PASSES, training_flops_breakdown
-from nfeval.engine.model.kv_cache import KVCache
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.model.norms import DynamicErf
 
-SCHEMES = ("derf", "gatedattn", "gatedattnhead")
+SCHEMES = ("derf", "gatedattn", "gatedattnhead", "hybridnorm", "hybridnormstar")
 
 
 def reference_attention(attn, x: torch.Tensor, cfg) -> torch.Tensor:
-    """Causal multi-head attention with an explicit softmax, the per-head q/k norms, and gated attention's
+    """Causal multi-head attention with an explicit softmax, HybridNorm's QKV-Norm (q, k and v each
+    normalised over d_model before the heads are split), the per-head q/k norms, and gated attention's
     Y' = Y ⊙ σ(X W_θ + b) on the heads' concatenated output Y before the output projection, X the input
     (one gate value per head, or one per channel)."""
     B, T, C = x.shape
     H, hd = cfg.n_head, cfg.head_dim
     q, k, v = (F.linear(x, w, b) for w, b in zip(attn.qkv.weight.split(C), attn.qkv.bias.split(C)))
+    if cfg.qkv_norm:
+        q, k, v = norm_ref(attn.query_norm, q), norm_ref(attn.key_norm, k), norm_ref(attn.value_norm, v)
     q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
     if cfg.qk_norm:
         q, k = norm_ref(attn.q_head_norm, q), norm_ref(attn.k_head_norm, k)
@@ -52,14 +54,21 @@ def reference_attention(attn, x: torch.Tensor, cfg) -> torch.Tensor:
 def reference_forward(model: Transformer, idx: torch.Tensor) -> torch.Tensor:
     """Logits of a causal ``model`` from the papers' equations, block by block:
 
-    Pre-LN     x + F(N(x))      N may be Derf: γ·erf(α·x + s) + β (``norm_ref``); the attention
-                                F may be gated (``reference_attention``)
+    Pre-LN        x + F(N(x))      N may be Derf: γ·erf(α·x + s) + β (``norm_ref``); the attention
+                                   F may be gated (``reference_attention``)
+    HybridNorm    Y = x + MHA_QKV(x), then N(Y) + FFN(N(Y)) (its MHA normalises q, k and v)
+    HybridNorm*   HybridNorm's blocks, but the first Pre-LN (its MHA still normalising q, k and v)
     """
     cfg = model.cfg
     T = idx.shape[1]
     x = F.embedding(idx, model.tok_emb.weight) * math.sqrt(cfg.d_model) + model.sin_pos[:T]
-    for block in model.blocks:
-        assert cfg.norm_position == "pre"
+    for i, block in enumerate(model.blocks):
+        if cfg.norm_position == "hybrid" and not (i == 0 and cfg.first_block_prenorm):
+            y = x + reference_attention(block.attn, x, cfg)
+            y = norm_ref(block.ffn_norm, y)
+            x = y + reference_ffn(block, y, cfg)
+            continue
+        assert cfg.norm_position == "pre" or cfg.first_block_prenorm
         x = x + reference_attention(block.attn, norm_ref(block.attn_norm, x), cfg)
         x = x + reference_ffn(block, norm_ref(block.ffn_norm, x), cfg)
     return norm_ref(model.final_norm, x) @ model.tok_emb.weight.T
@@ -263,6 +272,77 @@ def test_an_encoders_last_layer_gates_its_own_rows():
         torch.testing.assert_close(model.encode(idx, last_layer_positions=slice(1))[:, 0], full)
 
 
+# --- HybridNorm, HybridNorm* ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("hybridnorm", {}),
+        ("hybridnormstar", {}),
+        ("hybridnorm", {"norm": "rmsnorm"}),
+        ("hybridnormstar", {"norm": "derf", "n_layer": 4}),
+        ("hybridnorm", {"attn_gate": "elementwise"}),  # the gate reads the block's unnormalised input
+    ],
+)
+def test_hybridnorm_matches_the_papers_equation(name, overrides):
+    check_against_reference(scheme_model(name, **overrides))
+
+
+def test_hybridnorm_blocks_hold_the_papers_norms():
+    """HybridNorm: no norm before attention, q/k/v norms over d_model, the FFN's input norm whose output
+    is the residual; HybridNorm*'s first block Pre-LN with its q/k/v norms; both end in a final norm."""
+    for name, first_pre in (("hybridnorm", False), ("hybridnormstar", True)):
+        model = Transformer(preset(f"{name}-small"))
+        assert model.final_norm is not None
+        for i, block in enumerate(model.blocks):
+            pre = first_pre and i == 0
+            assert (block.attn_norm is not None, block.ffn_residual_after_norm) == (pre, not pre), (name, i)
+            assert block.ffn_norm is not None and block.attn_out_norm is None and block.attn_post_norm is None
+            assert [m.normalized_shape for m in (block.attn.query_norm, block.attn.key_norm)] == [(128,)] * 2
+            assert block.attn.value_norm is not None and block.attn.q_head_norm is None
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_hybridnorm_parameters_and_flops(norm):
+    """Against Pre-LN: per block three d-wide norms (q, k, v) in, the attention input norm out; HybridNorm*
+    keeps one attention input norm (its first block's). FLOPs: those norms' elements."""
+    pre = preset("prenorm-small", norm=norm)
+    d, L, per_norm = pre.d_model, pre.n_layer, pre.norm_param_count(pre.d_model)
+    cost = FLOPS_PER_ELEMENT["layer_norm" if norm == "layernorm" else "rms_norm"]
+    base = training_flops_breakdown(pre, 512)
+    for name, first_pre in (("hybridnorm", 0), ("hybridnormstar", 1)):
+        cfg = preset(f"{name}-small", norm=norm)
+        with torch.device("meta"):
+            added = Transformer(cfg).num_params() - Transformer(pre).num_params()
+        assert added == per_norm * (2 * L + first_pre)
+        flops = training_flops_breakdown(cfg, 512)
+        extra = {k: flops[k] - base[k] for k in base if flops[k] != base[k]}
+        assert extra == {"layer_norms": TRAINING_PASSES * cost * d * (2 * L + first_pre)}
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(first_block_prenorm=True), "first_block_prenorm=True with norm_position='pre'"),
+        (dict(first_block_prenorm=True, norm_position="post"), "HybridNorm model"),
+        (dict(ln_scaling=True, norm_position="hybrid"), "ln_scaling=True with norm_position='hybrid'"),
+        (dict(norm_position="hybrid", qkv_norm=True, qk_norm=True), "both normalise the queries and keys"),
+    ],
+)
+def test_refused_combinations_name_the_fields(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        preset("prenorm-tiny", **fields)
+
+
+def test_presets_name_their_architecture():
+    for name in SCHEMES:
+        for size in ("tiny", "small", "125M"):
+            assert preset(f"{name}-{size}").architecture == name
+    assert preset("prenorm-tiny", norm_position="hybrid").architecture == "hybridorder"  # no QKV-Norm
+    assert preset("hybridnorm-tiny", norm="rmsnorm").architecture == "hybridorder+qkv_norm+norm=rmsnorm"
+
+
 # --- every scheme: KV cache, training, saving and loading ------------------------------------------------
 
 
@@ -272,24 +352,12 @@ def test_an_encoders_last_layer_gates_its_own_rows():
         ("derf", {"qk_norm": True, "scale_heads": True}),
         ("gatedattn", {"qk_norm": True}),
         ("gatedattnhead", {"scale_heads": True, "head_scale_position": "before_out_proj"}),
+        ("hybridnorm", {}),
+        ("hybridnormstar", {"attn_gate": "headwise", "norm": "rmsnorm"}),
     ],
 )
 def test_kv_cache_equals_recompute(name, overrides):
-    """Token by token with the cache, the last logits equal a full forward (in float64, so that only a
-    difference of computation, not float32 rounding of these unnormalised activations, can fail);
-    greedy batched generation with the cache equals greedy recomputation."""
-    model = random_model(small_scheme_cfg(name, **overrides)).double()
-    ids = torch.tensor([PROMPTS[0]])
-    cache = KVCache(model.cfg, 1, 20, dtype=torch.float64)
-    with torch.no_grad():
-        logits = model(ids, cache=cache)[:, -1]
-        for _ in range(10):
-            torch.testing.assert_close(logits, model(ids)[:, -1], rtol=1e-9, atol=1e-9)
-            token = logits.argmax(-1, keepdim=True)
-            ids = torch.cat([ids, token], dim=1)
-            logits = model(token, cache=cache)[:, -1]
-    got = generate(model, PROMPTS, max_new_tokens=8, batch_size=4)
-    assert got == [greedy_by_recompute(model, p, 8) for p in PROMPTS]
+    check_kv_cache_matches_recompute(small_scheme_cfg(name, **overrides), dtype=torch.float64)
 
 
 @pytest.mark.parametrize("name", SCHEMES)

@@ -32,6 +32,7 @@ GPT2_FIELDS = {
     "qk_norm": False,
     "ln_scaling": False,
     "mix_ln_fraction": 0.0,
+    "first_block_prenorm": False,
     "qkv_norm": False,
     "attn_gate": None,
     "ffn_glu": False,

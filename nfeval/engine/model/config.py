@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...base.errors import ConfigError
+from .conflicts import conflicting_flags
 from .fields import check_fields
 from .placements import (
+    DYT_ALPHA_DEFAULT,
+    DYT_ALPHAS,
     FINAL_NORM_POSITIONS,
     NORM_POSITIONS,
     NORMS,
     PLACEMENT_NAMES,
     PLACEMENTS,
-    POINTWISE_NORMS,
     Placement,
 )
 
@@ -78,6 +80,9 @@ class ModelConfig:
     # Mix-LN (Li et al. 2024): the first floor(mix_ln_fraction · n_layer) blocks Post-LN, the rest Pre-LN
     # (``post_ln_layers``; the paper's α is 0.25)
     mix_ln_fraction: float = 0.0
+    # HybridNorm* (Zhuo et al. 2025): under norm_position="hybrid", the first block Pre-LN (its q, k, v
+    # norms kept), as the authors' norm_pos_special_config {0: attn_norm, no ffn_residual_after_norm}
+    first_block_prenorm: bool = False
     # NormFormer ops, named as fairseq's transformer_layer.py flags.
     scale_attn: bool = False  # LayerNorm on the attention output, before the residual add
     scale_fc: bool = False  # LayerNorm on the FFN-wide hidden, after the activation
@@ -138,49 +143,9 @@ class ModelConfig:
             )
         if self.d_model % self.n_head:
             raise ConfigError(f"{source}: d_model={self.d_model} is not divisible by n_head={self.n_head}")
-        conflict = self.conflicting_flags()
+        conflict = conflicting_flags(self)
         if conflict:
             raise ConfigError(f"{source}: {conflict}")
-
-    def conflicting_flags(self) -> str | None:
-        """Returns why two flags cannot be combined (naming both), or None when the combination is sound."""
-        placement = f"norm_position={self.norm_position!r}"
-        if self.scale_attn and self.placement.norm_after_sublayer:
-            return f"scale_attn=True with {placement}: that placement already normalises the attention output"
-        resids = [f for f in ("scale_resids", "scale_resids_attn") if getattr(self, f)]
-        if resids and self.placement.residual_alpha:
-            return (
-                f"{resids[0]}=True with {placement}: DeepNorm fixes the residual scale (α) that a "
-                "learned λresid would replace"
-            )
-        if self.ffn_glu and self.scale_fc:
-            return "ffn_glu=True with scale_fc=True: Table 4's GeGLU control replaces the FFN LayerNorm"
-        if self.resid_scale_scalar and not resids:
-            return "resid_scale_scalar=True needs scale_resids=True or scale_resids_attn=True"
-        if self.qkv_norm and self.qk_norm:
-            return "qkv_norm=True with qk_norm=True: both normalise the queries and keys"
-        if self.normformer_norm is not None and not (self.scale_attn or self.scale_fc or self.qkv_norm):
-            return (
-                f"normformer_norm={self.normformer_norm!r} without scale_attn, scale_fc or qkv_norm: "
-                "there is no extra norm for it to shape"
-            )
-        if self.mix_ln_fraction and self.norm_position != "pre":
-            return (
-                f"mix_ln_fraction={self.mix_ln_fraction!r} with {placement}: Mix-LN mixes Post-LN "
-                "blocks into Pre-LN"
-            )
-        if self.ln_scaling and not self.placement.norm_before:
-            return (
-                f"ln_scaling=True with {placement}: LayerNorm Scaling scales the norms before each "
-                "sub-layer, which that placement has not"
-            )
-        alphas = [f"{f}={getattr(self, f)!r}" for f in DYT_ALPHAS if getattr(self, f) != DYT_ALPHA_DEFAULT]
-        if alphas and not set(POINTWISE_NORMS) & {self.norm, self.normformer_norm}:
-            return (
-                f"{alphas[0]} without a DyT or Derf norm (norm or normformer_norm 'dyt' or 'derf'): there "
-                "is no α for it to set"
-            )
-        return None
 
     @property
     def post_ln_layers(self) -> int:
@@ -196,8 +161,10 @@ class ModelConfig:
 
     def layer_placement(self, layer: int) -> str:
         """Returns the norm placement of the block at 0-based index ``layer``: "post" for Mix-LN's first
-        ``post_ln_layers`` blocks, ``norm_position`` otherwise."""
-        return "post" if layer < self.post_ln_layers else self.norm_position
+        ``post_ln_layers`` blocks, "pre" for HybridNorm*'s first, ``norm_position`` otherwise."""
+        if layer < self.post_ln_layers:
+            return "post"
+        return "pre" if layer == 0 and self.first_block_prenorm else self.norm_position
 
     @property
     def head_dim(self) -> int:
@@ -227,7 +194,7 @@ class ModelConfig:
             kinds.append("norm_affine=False")
         numbers = (*DYT_ALPHAS, "mix_ln_fraction", "attn_gate")
         kinds += [f"{f}={getattr(self, f)!r}" for f in numbers if getattr(self, f) != PRE_LN[f]]
-        return f"{PLACEMENT_NAMES[self.norm_position]}+" + "+".join(on + kinds)
+        return "+".join([PLACEMENT_NAMES[self.norm_position], *on, *kinds])
 
     def norm_param_count(self, dim: int, kind: str | None = None) -> int:
         """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``): DyT's α,
@@ -290,10 +257,8 @@ SIZES: dict[str, dict[str, int]] = {
 # The boolean block flags; an architecture preset fixes each of them and the norm fields.
 BLOCK_FLAGS = (
     "scale_attn", "scale_fc", "scale_heads", "scale_resids", "qk_norm", "ffn_glu", "scale_resids_attn",
-    "resid_scale_scalar", "qkv_norm", "ln_scaling",
+    "resid_scale_scalar", "qkv_norm", "ln_scaling", "first_block_prenorm",
 )  # fmt: skip
-DYT_ALPHAS = ("dyt_alpha_attn", "dyt_alpha_other")
-DYT_ALPHA_DEFAULT = 0.5  # the DyT and Derf papers' α0 wherever they do not tune it (ModelConfig's default)
 PRE_LN = dict(
     norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None, mix_ln_fraction=0.0,
     attn_gate=None, **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
@@ -348,6 +313,11 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     # gate per channel (the paper's best, "elementwise") or per head (its cheapest, "headwise")
     "gatedattn": {**PRE_LN, "attn_gate": "elementwise"},
     "gatedattnhead": {**PRE_LN, "attn_gate": "headwise"},
+    # HybridNorm (Zhuo et al. 2025): x + attn(x) with q, k and v each normalised over d_model (QKV-Norm,
+    # ``qkv_norm``) and no norm before attention; then y = N(x), y + FFN(y); Pre-LN's final norm
+    "hybridnorm": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True},
+    # HybridNorm*: the same with the first block Pre-LN (QKV-Norm kept)
+    "hybridnormstar": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True, "first_block_prenorm": True},
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

@@ -58,7 +58,7 @@ def training_flops_breakdown(
     # each block's placement (Mix-LN's first blocks "post"), as the model builds it (config.PLACEMENTS)
     blocks = [PLACEMENTS[cfg.layer_placement(layer)] for layer in range(L)]
     norm_elements = (
-        2 * d * sum(p.norms_per_sublayer for p in blocks)  # the placement's norms of both sub-layers
+        d * sum(p.norms_per_block for p in blocks)  # the placement's norms of both sub-layers
         + L * (d * cfg.scale_attn + f * cfg.scale_fc)  # NormFormer's two
         + L * (2 * d * cfg.qk_norm + 3 * d * cfg.qkv_norm)  # QK-norm per head; the q, k, v norms
         + d * bool(cfg.final_norm)
