@@ -25,6 +25,7 @@ from nfeval.engine.model.config import ARCHITECTURES, ModelConfig, preset
 from nfeval.engine.model.flops import FLOPS_PER_ELEMENT, TRAINING_PASSES, training_flops_breakdown
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.model.norms import DynamicErf
+from nfeval.engine.training.train_config import parse_set
 
 SCHEMES = ("derf", "gatedattn", "gatedattnhead", "hybridnorm", "hybridnormstar")
 
@@ -333,6 +334,20 @@ def test_hybridnorm_parameters_and_flops(norm):
 def test_refused_combinations_name_the_fields(fields, message):
     with pytest.raises(ConfigError, match=message):
         preset("prenorm-tiny", **fields)
+
+
+def test_fields_come_from_set_like_every_field():
+    overrides = parse_set(
+        ["norm=derf", "attn_gate=headwise", "norm_position=hybrid", "first_block_prenorm=true"]
+    )
+    assert overrides == dict(
+        norm="derf", attn_gate="headwise", norm_position="hybrid", first_block_prenorm=True
+    )
+    cfg = preset("prenorm-small", qkv_norm=True, **overrides)
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg and cfg.layer_placement(0) == "pre"
+    assert parse_set(["attn_gate=null"]) == {"attn_gate": None}
+    with pytest.raises(ConfigError, match="attn_gate='perhead': expected one of"):
+        parse_set(["attn_gate=perhead"])
 
 
 def test_presets_name_their_architecture():

@@ -111,8 +111,8 @@ class ModelConfig:
     attn_dropout: float = 0.0
     layer_norm_eps: float = 1e-5
     pad_token_id: int = 1  # fairseq's padding index; also offsets sinusoidal positions
-    # default: on for pre/sandwich/olmo2 (fairseq's Pre-LN, Gemma 2, OLMo 2), off for post/deepnorm
-    # (fairseq's Post-LN, DeepNet), whose blocks already end with a norm
+    # default: on for pre/sandwich/olmo2/hybrid (fairseq's Pre-LN, Gemma 2, OLMo 2, HybridNorm's OLMo),
+    # off for post/deepnorm (fairseq's Post-LN, DeepNet), whose blocks already end with a norm
     final_norm: bool | None = None
     embedding_norm: bool = False  # LayerNorm after the embeddings (RoBERTa-style encoders)
     # A stored config without the field was trained with gpt2's (the only init before it existed).

@@ -41,11 +41,11 @@ x + LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 20
 β-scaled init (``norms.deepnorm_init_``); LayerNorm Scaling (Sun et al. 2025) x + f(LN(x)/sqrt(ℓ));
 Mix-LN (Li et al. 2024) Post-LN blocks then Pre-LN ones; HybridNorm (Zhuo et al. 2025) x + f(x) with
 q, k, v normalised inside attention (``qkv_norm``), then y + f(y) with y = N(x), and HybridNorm* its
-first block Pre-LN (``first_block_prenorm``). DyT (Zhu et al. 2025) is a norm kind: every
-norm of that kind is γ·tanh(α·x) + β (``norms.DynamicTanh``); so is Derf (Chen et al. 2025),
-γ·erf(α·x + s) + β (``norms.DynamicErf``). A λresid gain is one per channel, or one
-scalar with ``resid_scale_scalar``. The final norm (after the last block) is on by default for pre /
-sandwich / olmo2 (Mix-LN included) and off for post / deepnorm, whose blocks already end with a norm.
+first block Pre-LN (``first_block_prenorm``). DyT (Zhu et al. 2025) is a norm kind: every norm of that
+kind is γ·tanh(α·x) + β (``norms.DynamicTanh``); so is Derf (Chen et al. 2025), γ·erf(α·x + s) + β
+(``norms.DynamicErf``). A λresid gain is one per channel, or one scalar with ``resid_scale_scalar``.
+The final norm (after the last block) is on by default for pre / sandwich / olmo2 / hybrid (Mix-LN and
+HybridNorm* included) and off for post / deepnorm, whose blocks already end with a norm.
 
 Padding is expected on the right; for a causal model the causal mask already hides it.
 
