@@ -63,6 +63,25 @@ ARCHITECTURES = {
         {"dyt_alpha_attn": 0.8, "dyt_alpha_other": 0.2, "qk_norm": True, "norm_affine": False},
         "nfeval",
     ),
+    # issue 54's schemes
+    "derf": ("derf", {}, "nfeval"),
+    "derf-alphas-qk-norm-no-gain": (
+        "derf",
+        {"dyt_alpha_attn": 0.8, "dyt_alpha_other": 0.2, "qk_norm": True, "norm_affine": False},
+        "nfeval",
+    ),
+    "gatedattn": ("gatedattn", {}, "nfeval"),
+    "hybridnorm": ("hybridnorm", {}, "nfeval"),
+    "hybridnormstar-rmsnorm-gated": (
+        "hybridnormstar",
+        {"norm": "rmsnorm", "attn_gate": "headwise"},
+        "nfeval",
+    ),
+    "gatedattnhead-headscale-before": (
+        "gatedattnhead",
+        {"scale_heads": True, "head_scale_position": "before_out_proj"},
+        "nfeval",
+    ),
 }
 
 

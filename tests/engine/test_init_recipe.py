@@ -196,8 +196,9 @@ def test_every_preset_takes_its_objectives_recipe(arch, size):
         "fairseq",
         False,
     )
-    # fairseq: a final LayerNorm for Pre-LN (and for sandwich and OLMo 2's order), none for Post-LN/DeepNorm
-    assert clm.final_norm == (clm.norm_position in ("pre", "sandwich", "olmo2"))
+    # fairseq: a final LayerNorm for Pre-LN (and for sandwich, OLMo 2's order and HybridNorm, whose blocks
+    # end with an add, as its authors' OLMo code keeps), none for Post-LN/DeepNorm
+    assert clm.final_norm == (clm.norm_position in ("pre", "sandwich", "olmo2", "hybrid"))
     mlm = preset(f"{arch}-{size}", objective="mlm")
     assert (mlm.positions, mlm.scale_embedding, mlm.init, mlm.embedding_norm) == (
         "learned",

@@ -27,6 +27,7 @@ from torch import nn
 
 from nfeval.base.errors import ConfigError
 from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.checkpoints.checkpoint import Checkpoint
 from nfeval.engine.model.config import ARCHITECTURES, RECIPES, ModelConfig, preset
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.model.norms import DynamicTanh
@@ -363,7 +364,7 @@ def test_fields_come_from_set_like_every_field():
         (dict(ln_scaling=True, norm_position="post"), "ln_scaling=True with norm_position='post'"),
         (dict(ln_scaling=True, norm_position="olmo2"), "before each sub-layer"),
         (dict(ln_scaling=True, norm_position="deepnorm"), "ln_scaling=True"),
-        (dict(dyt_alpha_attn=0.8), "dyt_alpha_attn=0.8 without a DyT norm"),
+        (dict(dyt_alpha_attn=0.8), "dyt_alpha_attn=0.8 without a DyT or Derf norm"),
         (dict(norm="dyt", dyt_alpha_other=0.0), "dyt_alpha_other=0.0: expected a positive number"),
         (dict(norm="dyt", dyt_alpha_attn=-1.0), "dyt_alpha_attn=-1.0"),
         (dict(norm="tanh"), "norm='tanh': expected one of"),
@@ -385,21 +386,28 @@ def test_dyt_alphas_shape_normformers_dyt_norms():
     assert block.ffn_hidden_norm.alpha.item() == pytest.approx(0.1)
 
 
-def test_each_scheme_trains_saves_and_loads(tmp_path):
-    """``nfeval train --preset NAME-tiny --set n_layer=4``: the run's config holds the scheme's fields, its
-    checkpoint loads (through the meta-device skeleton) to the weights it saved, and DyT's α was trained."""
+def trained_scheme(tmp_path, name: str, n_layer: int = 4) -> Checkpoint:
+    """``nfeval train --preset NAME-tiny --set n_layer=N`` for 4 steps, its checkpoint loaded (through the
+    meta-device skeleton): checks that it holds the weights the run saved, the preset's config and finite
+    logits, and returns it."""
     corpus = tmp_path / "train.txt"
     corpus.write_text(make_corpus(300), encoding="utf-8")
-    idx = torch.randint(0, 300, (2, 16))
+    run = tmp_path / name
+    cfg = tiny_train_config(str(corpus), preset=f"{name}-tiny", model={"n_layer": n_layer}, max_steps=4)
+    summary = train(cfg, str(run))
+    loaded = checkpoint.load(str(run))
+    assert loaded.fingerprint == summary["fingerprint"]
+    assert loaded.config == preset(f"{name}-tiny", vocab_size=loaded.config.vocab_size, n_layer=n_layer)
+    with torch.no_grad():
+        assert torch.isfinite(loaded.model(torch.randint(0, 300, (2, 16)))).all()
+    return loaded
+
+
+def test_each_scheme_trains_saves_and_loads(tmp_path):
+    """Each scheme's run config holds its fields, its checkpoint loads to the weights it saved, and DyT's
+    α was trained."""
     for name in SCHEMES:
-        run = tmp_path / name
-        cfg = tiny_train_config(str(corpus), preset=f"{name}-tiny", model={"n_layer": 4}, max_steps=4)
-        summary = train(cfg, str(run))
-        loaded = checkpoint.load(str(run))
-        assert loaded.fingerprint == summary["fingerprint"]
-        assert loaded.config == preset(f"{name}-tiny", vocab_size=loaded.config.vocab_size, n_layer=4)
+        loaded = trained_scheme(tmp_path, name)
         assert loaded.config.post_ln_layers == (1 if name == "mixln" else 0)
-        with torch.no_grad():
-            assert torch.isfinite(loaded.model(idx)).all()
         alphas = [m.alpha.item() for m in loaded.model.modules() if isinstance(m, DynamicTanh)]
         assert bool(alphas) == (name == "dyt") and all(a != 0.5 for a in alphas)

@@ -10,26 +10,27 @@ from torch import nn
 from nfeval.engine.model.config import NORM_POSITIONS, NORMS, PLACEMENTS, preset
 from nfeval.engine.model.flops import FLOPS_PER_ELEMENT, NORM_FLOPS, TRAINING_PASSES, training_flops_breakdown
 from nfeval.engine.model.model import Transformer
-from nfeval.engine.model.norms import DynamicTanh
+from nfeval.engine.model.norms import DynamicErf, DynamicTanh
 
 
 def test_every_placement_and_norm_kind_is_declared_for_the_count():
     assert set(PLACEMENTS) == set(NORM_POSITIONS) and set(NORM_FLOPS) == set(NORMS)
     assert all(kind in FLOPS_PER_ELEMENT for kind in NORM_FLOPS.values())
     for name, p in PLACEMENTS.items():
-        assert p.norms_per_sublayer >= 1 and p.name, name  # every block normalises somewhere
+        assert p.norms_per_block >= 1 and p.name, name  # every block normalises somewhere
 
 
 def _norm_elements(model: nn.Module) -> int:
     """Returns the features the model's norms normalise per token (each norm module applied once)."""
     dims = {nn.LayerNorm: lambda m: m.normalized_shape[0], nn.RMSNorm: lambda m: m.normalized_shape[0]}
-    dims[DynamicTanh] = lambda m: m.dim
+    dims[DynamicTanh] = dims[DynamicErf] = lambda m: m.dim
     return sum(dims[type(m)](m) for m in model.modules() if type(m) in dims)
 
 
 # every placement, with NormFormer's FFN norm, and Mix-LN (Post-LN blocks in Pre-LN's, its only host)
 CASES = [(p, {}) for p in NORM_POSITIONS] + [(p, {"scale_fc": True}) for p in NORM_POSITIONS]
 CASES.append(("pre", {"mix_ln_fraction": 0.5}))
+CASES.append(("hybrid", {"qkv_norm": True, "first_block_prenorm": True}))  # HybridNorm*: one Pre-LN block
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -42,7 +43,7 @@ def test_the_count_is_what_the_model_builds(placement, norm, extra):
     assert flops["layer_norms"] == TRAINING_PASSES * cost * _norm_elements(model)
     alphas = sum(block.alpha is not None for block in model.blocks)
     assert flops["res_scale"] == TRAINING_PASSES * mul * 2 * cfg.d_model * alphas
-    if PLACEMENTS[placement].norm_before:  # LayerNorm Scaling: both norms of each block that has them
+    if PLACEMENTS[placement].attn_norm_before:  # LayerNorm Scaling: both norms of each block that has them
         scaled = cfg.replace(ln_scaling=True)
         before = sum(block.ln_scale is not None for block in Transformer(scaled).blocks)
         count = training_flops_breakdown(scaled, 64)["ln_scaling"]

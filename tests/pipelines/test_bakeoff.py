@@ -51,6 +51,22 @@ def test_issue_42_schemes_are_candidates_under_the_shared_recipe(size):
     assert models["periln"] == models["prenorm"].replace(norm_position="sandwich")
 
 
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_issue_54_schemes_are_candidates_under_the_shared_recipe(size):
+    """Derf, gated attention (both granularities), HybridNorm and HybridNorm* are bakeoff candidates (a
+    preset each) whose runs train under the baseline's recipe, each with its own fields."""
+    archs = ("prenorm", "derf", "gatedattn", "gatedattnhead", "hybridnorm", "hybridnormstar")
+    ctx = make_context(BakeoffConfig(archs=archs, size=size))
+    assert [c.name for c in ctx.candidates] == list(archs)
+    configs = {c.name: train_config(ctx, c, seed=1, tuned=False) for c in ctx.candidates}
+    recipes = {name: recipe.of_train_config(cfg) for name, cfg in configs.items()}
+    assert recipe.check_same(recipes, "bakeoff") == recipes["prenorm"]
+    models = {name: preset(cfg.preset, **cfg.model) for name, cfg in configs.items()}
+    assert {name: m.architecture for name, m in models.items()} == {name: name for name in archs}
+    star = models["hybridnormstar"]
+    assert [star.layer_placement(i) for i in range(star.n_layer)] == ["pre"] + ["hybrid"] * (star.n_layer - 1)
+
+
 @pytest.mark.parametrize(
     "archs, baseline, message",
     [

@@ -6,8 +6,8 @@ Two formats, chosen from the architecture:
   ``GPT2LMHeadModel``: no remote code. GPT-2's ``Conv1D`` stores weights as (in, out), so every
   projection is transposed; the head is tied to the token embedding, as ours is.
 - ``nfeval``: everything else (Post-LN, sandwich/Peri-LN, OLMo 2 order, DeepNorm, LayerNorm Scaling,
-  Mix-LN, RMSNorm, DyT, QK-norm, NormFormer and its Table 4 controls, sinusoidal positions, scaled
-  embeddings, ...), as remote code:
+  Mix-LN, HybridNorm(*), RMSNorm, DyT, Derf, gated attention, QK-norm, NormFormer and its Table 4
+  controls, sinusoidal positions, scaled embeddings, ...), as remote code:
   ``modeling_nfeval.py`` (the HF wrapper in ``hf_template/``) over
   ``nfeval_model.py`` and ``nfeval_config.py``, which are generated from nfeval's own ``model.py`` and
   ``config.py`` with their relative imports renamed, so the export runs nfeval's forward pass without

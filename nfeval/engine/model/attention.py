@@ -1,8 +1,9 @@
 """The attention sub-layer of ``model.py``'s block: the q/k/v projection and its optional norms
-(Table 4's ``qkv_norm``, ``qk_norm``), causal or masked SDPA over the KV cache, the output projection
-and NormFormer's HeadScale (fairseq's ``c_attn``, after or before ``out_proj``, with early fairseq's
-head/dim transposition bug on request), which inference folds into ``out_proj``. Each optional op is a
-module that is ``None`` when off, in the op order of ``model.py``'s docstring."""
+(Table 4's ``qkv_norm``, ``qk_norm``), causal or masked SDPA over the KV cache, the attention gate
+(``attn_gate``, Qiu et al. 2025), the output projection and NormFormer's HeadScale (fairseq's
+``c_attn``, after or before ``out_proj``, with early fairseq's head/dim transposition bug on request),
+which inference folds into ``out_proj``. Each optional op is a module that is ``None`` when off, in the
+op order of ``model.py``'s docstring."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
+        # Gated attention's W_θ (Qiu et al. 2025): in the authors' code, extra rows of the query projection,
+        # with its bias setting; here its own Linear, with a bias as qkv has, drawn as q's rows are
+        # (initialisation.py)
+        self.gate = nn.Linear(cfg.d_model, cfg.attn_gate_width) if cfg.attn_gate else None
         extra = cfg.normformer_norm
         self.query_norm, self.key_norm, self.value_norm = (
             (make_norm(cfg, cfg.d_model, extra, attention=True) for _ in range(3))
@@ -80,6 +85,9 @@ class SelfAttention(nn.Module):
             # queries are all the keys, no mask for one new query after cached ones (encode sees to it)
             is_causal=cfg.causal and attn_mask is None and k.shape[2] == T,
         )
+        if self.gate is not None:  # Y' = Y ⊙ σ(X W_θ), X this sub-layer's input at the queries' positions
+            gate = torch.sigmoid(self.gate(x if queries is None else x[:, queries]))
+            y = y * gate.view(B, T, cfg.n_head, -1).transpose(1, 2)
         gain = self.head_gain
         if gain is not None and cfg.head_scale_position == "before_out_proj":
             y = y * gain.view(1, -1, 1, 1).to(y.dtype)

@@ -14,46 +14,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...base.errors import ConfigError
+from .conflicts import conflicting_flags
 from .fields import check_fields
+from .placements import (
+    DYT_ALPHA_DEFAULT,
+    DYT_ALPHAS,
+    FINAL_NORM_POSITIONS,
+    NORM_POSITIONS,
+    NORMS,
+    PLACEMENT_NAMES,
+    PLACEMENTS,
+    Placement,
+)
 
-
-@dataclass(frozen=True, kw_only=True)
-class Placement:
-    """Where a block's main norms sit (the op order in model.py): what the Block builds and what
-    ``flops.py`` counts, both read from here, so a placement is declared once."""
-
-    name: str  # the architecture name, for configs that match no preset (``prenorm+scale_attn``)
-    norm_before: bool = False  # a norm on each sub-layer's input: x + f(N(x))
-    norm_after_sublayer: bool = False  # a norm on each sub-layer's output: x + N(f(x))
-    norm_after_add: bool = False  # a norm on the residual stream after each add: N(x + f(x))
-    residual_alpha: bool = False  # DeepNorm's α scales both sub-layers' residuals: N(α·x + f(x))
-
-    @property
-    def norms_per_sublayer(self) -> int:
-        return self.norm_before + self.norm_after_sublayer + self.norm_after_add
-
-    @property
-    def final_norm(self) -> bool:
-        """Whether the model gets a final norm by default: a block that ends with a norm on the residual
-        stream needs none."""
-        return not self.norm_after_add
-
-
-# Pre-LN, Post-LN, Gemma 2's sandwich, OLMo 2's norm on each sub-layer's output only, and DeepNet's
-# DeepNorm (Post-LN with α and β).
-PLACEMENTS = {
-    "pre": Placement(name="prenorm", norm_before=True),
-    "post": Placement(name="postnorm", norm_after_add=True),
-    "sandwich": Placement(name="sandwich", norm_before=True, norm_after_sublayer=True),
-    "olmo2": Placement(name="olmo2norm", norm_after_sublayer=True),
-    "deepnorm": Placement(name="deepnorm", norm_after_add=True, residual_alpha=True),
-}
-NORM_POSITIONS = tuple(PLACEMENTS)
-FINAL_NORM_POSITIONS = tuple(k for k, p in PLACEMENTS.items() if p.final_norm)
-PLACEMENT_NAMES = {k: p.name for k, p in PLACEMENTS.items()}
-# LayerNorm, torch's RMSNorm, or DyT (γ·tanh(α·x) + β, Zhu et al. 2025: ``norms.DynamicTanh``)
-NORMS = ("layernorm", "rmsnorm", "dyt")
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
+# Gated attention (Qiu et al. 2025): one gate value per head, or one per channel of the attention output
+ATTN_GATES = ("headwise", "elementwise")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
@@ -65,6 +41,7 @@ MODEL_CHOICES = {
     "norm": NORMS,
     "normformer_norm": NORMS,
     "head_scale_position": HEAD_SCALE_POSITIONS,
+    "attn_gate": ATTN_GATES,
     "activation": ACTIVATIONS,
     "positions": POSITION_TYPES,
     "objective": OBJECTIVES,
@@ -88,11 +65,13 @@ class ModelConfig:
     max_seq_len: int = 2048
     objective: str = "clm"  # clm: causal decoder; mlm: bidirectional encoder
     norm_position: str = "pre"  # one of NORM_POSITIONS
-    norm: str = "layernorm"  # every norm of the model: "layernorm", "rmsnorm" (torch.nn.RMSNorm) or "dyt"
+    # every norm of the model: "layernorm", "rmsnorm" (torch.nn.RMSNorm), "dyt" or "derf"
+    norm: str = "layernorm"
     norm_affine: bool = True  # learned gain (and, for LayerNorm and DyT, bias) on every norm
     qk_norm: bool = False  # norm of each head's queries and keys over head_dim, before the KV cache
-    # DyT's α0 (Zhu et al. 2025; a norm of kind "dyt" only): the attention sub-layer's norms, the others.
-    # The paper's default is 0.5 for both; its LLaMA recipe gives attention more, and less to wider models.
+    # α0 of the point-wise norms (POINTWISE_NORMS: DyT, Zhu et al. 2025; Derf, Chen et al. 2025): the
+    # attention sub-layer's norms, the others. Both papers' default is 0.5; DyT's LLaMA recipe gives
+    # attention more, and less to wider models.
     dyt_alpha_attn: float = 0.5
     dyt_alpha_other: float = 0.5
     # LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth"): the output of each norm before a sub-layer
@@ -101,6 +80,9 @@ class ModelConfig:
     # Mix-LN (Li et al. 2024): the first floor(mix_ln_fraction · n_layer) blocks Post-LN, the rest Pre-LN
     # (``post_ln_layers``; the paper's α is 0.25)
     mix_ln_fraction: float = 0.0
+    # HybridNorm* (Zhuo et al. 2025): under norm_position="hybrid", the first block Pre-LN (its q, k, v
+    # norms kept), as the authors' norm_pos_special_config {0: attn_norm, no ffn_residual_after_norm}
+    first_block_prenorm: bool = False
     # NormFormer ops, named as fairseq's transformer_layer.py flags.
     scale_attn: bool = False  # LayerNorm on the attention output, before the residual add
     scale_fc: bool = False  # LayerNorm on the FFN-wide hidden, after the activation
@@ -119,6 +101,9 @@ class ModelConfig:
     resid_scale_scalar: bool = False  # each λresid is one learned scalar instead of one per channel
     normformer_norm: str | None = None  # kind of NormFormer's extra norms (None: as ``norm``)
     qkv_norm: bool = False  # "three more LayerNorms": on the query, key and value projections (d_model)
+    # Gated attention (Qiu et al. 2025, "Gated Attention for Large Language Models"): the attention output
+    # times σ(x·W + b), x the sub-layer's (normalised) input, before out_proj; ATTN_GATES (None: off)
+    attn_gate: str | None = None
     positions: str = "learned"
     scale_embedding: bool = False  # multiply token embeddings by sqrt(d_model), as fairseq
     activation: str = "gelu"
@@ -126,8 +111,8 @@ class ModelConfig:
     attn_dropout: float = 0.0
     layer_norm_eps: float = 1e-5
     pad_token_id: int = 1  # fairseq's padding index; also offsets sinusoidal positions
-    # default: on for pre/sandwich/olmo2 (fairseq's Pre-LN, Gemma 2, OLMo 2), off for post/deepnorm
-    # (fairseq's Post-LN, DeepNet), whose blocks already end with a norm
+    # default: on for pre/sandwich/olmo2/hybrid (fairseq's Pre-LN, Gemma 2, OLMo 2, HybridNorm's OLMo),
+    # off for post/deepnorm (fairseq's Post-LN, DeepNet), whose blocks already end with a norm
     final_norm: bool | None = None
     embedding_norm: bool = False  # LayerNorm after the embeddings (RoBERTa-style encoders)
     # A stored config without the field was trained with gpt2's (the only init before it existed).
@@ -158,48 +143,9 @@ class ModelConfig:
             )
         if self.d_model % self.n_head:
             raise ConfigError(f"{source}: d_model={self.d_model} is not divisible by n_head={self.n_head}")
-        conflict = self.conflicting_flags()
+        conflict = conflicting_flags(self)
         if conflict:
             raise ConfigError(f"{source}: {conflict}")
-
-    def conflicting_flags(self) -> str | None:
-        """Returns why two flags cannot be combined (naming both), or None when the combination is sound."""
-        placement = f"norm_position={self.norm_position!r}"
-        if self.scale_attn and self.placement.norm_after_sublayer:
-            return f"scale_attn=True with {placement}: that placement already normalises the attention output"
-        resids = [f for f in ("scale_resids", "scale_resids_attn") if getattr(self, f)]
-        if resids and self.placement.residual_alpha:
-            return (
-                f"{resids[0]}=True with {placement}: DeepNorm fixes the residual scale (α) that a "
-                "learned λresid would replace"
-            )
-        if self.ffn_glu and self.scale_fc:
-            return "ffn_glu=True with scale_fc=True: Table 4's GeGLU control replaces the FFN LayerNorm"
-        if self.resid_scale_scalar and not resids:
-            return "resid_scale_scalar=True needs scale_resids=True or scale_resids_attn=True"
-        if self.qkv_norm and self.qk_norm:
-            return "qkv_norm=True with qk_norm=True: both normalise the queries and keys"
-        if self.normformer_norm is not None and not (self.scale_attn or self.scale_fc or self.qkv_norm):
-            return (
-                f"normformer_norm={self.normformer_norm!r} without scale_attn, scale_fc or qkv_norm: "
-                "there is no extra norm for it to shape"
-            )
-        if self.mix_ln_fraction and self.norm_position != "pre":
-            return (
-                f"mix_ln_fraction={self.mix_ln_fraction!r} with {placement}: Mix-LN mixes Post-LN "
-                "blocks into Pre-LN"
-            )
-        if self.ln_scaling and not self.placement.norm_before:
-            return (
-                f"ln_scaling=True with {placement}: LayerNorm Scaling scales the norms before each "
-                "sub-layer, which that placement has not"
-            )
-        alphas = [f"{f}={getattr(self, f)!r}" for f in DYT_ALPHAS if getattr(self, f) != DYT_ALPHA_DEFAULT]
-        if alphas and "dyt" not in (self.norm, self.normformer_norm):
-            return (
-                f"{alphas[0]} without a DyT norm (norm or normformer_norm 'dyt'): there is no α for it to set"
-            )
-        return None
 
     @property
     def post_ln_layers(self) -> int:
@@ -215,12 +161,20 @@ class ModelConfig:
 
     def layer_placement(self, layer: int) -> str:
         """Returns the norm placement of the block at 0-based index ``layer``: "post" for Mix-LN's first
-        ``post_ln_layers`` blocks, ``norm_position`` otherwise."""
-        return "post" if layer < self.post_ln_layers else self.norm_position
+        ``post_ln_layers`` blocks, "pre" for HybridNorm*'s first, ``norm_position`` otherwise."""
+        if layer < self.post_ln_layers:
+            return "post"
+        return "pre" if layer == 0 and self.first_block_prenorm else self.norm_position
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
+
+    @property
+    def attn_gate_width(self) -> int:
+        """Returns the gate values per token of each block's attention gate: one per head (headwise), one
+        per channel (elementwise), or 0 without a gate."""
+        return {"headwise": self.n_head, "elementwise": self.d_model}.get(self.attn_gate, 0)
 
     @property
     def causal(self) -> bool:
@@ -238,18 +192,18 @@ class ModelConfig:
         ]
         if not self.norm_affine:
             kinds.append("norm_affine=False")
-        numbers = (*DYT_ALPHAS, "mix_ln_fraction")
+        numbers = (*DYT_ALPHAS, "mix_ln_fraction", "attn_gate")
         kinds += [f"{f}={getattr(self, f)!r}" for f in numbers if getattr(self, f) != PRE_LN[f]]
-        return f"{PLACEMENT_NAMES[self.norm_position]}+" + "+".join(on + kinds)
+        return "+".join([PLACEMENT_NAMES[self.norm_position], *on, *kinds])
 
     def norm_param_count(self, dim: int, kind: str | None = None) -> int:
-        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``): DyT's α
-        and, with ``norm_affine``, each kind's gain (and LayerNorm's and DyT's bias)."""
+        """Returns the parameters of one norm over ``dim`` (of kind ``kind``, default ``norm``): DyT's α,
+        Derf's α and s and, with ``norm_affine``, each kind's gain (and every bias but RMSNorm's)."""
         kind = kind or self.norm
-        alpha = 1 if kind == "dyt" else 0
+        scalars = {"dyt": 1, "derf": 2}.get(kind, 0)
         if not self.norm_affine:
-            return alpha
-        return alpha + dim * (1 if kind == "rmsnorm" else 2)
+            return scalars
+        return scalars + dim * (1 if kind == "rmsnorm" else 2)
 
     def normformer_param_count(self) -> int:
         """Returns the number of parameters that NormFormer's ops and its Table 4 controls add over the
@@ -303,13 +257,11 @@ SIZES: dict[str, dict[str, int]] = {
 # The boolean block flags; an architecture preset fixes each of them and the norm fields.
 BLOCK_FLAGS = (
     "scale_attn", "scale_fc", "scale_heads", "scale_resids", "qk_norm", "ffn_glu", "scale_resids_attn",
-    "resid_scale_scalar", "qkv_norm", "ln_scaling",
+    "resid_scale_scalar", "qkv_norm", "ln_scaling", "first_block_prenorm",
 )  # fmt: skip
-DYT_ALPHAS = ("dyt_alpha_attn", "dyt_alpha_other")
-DYT_ALPHA_DEFAULT = 0.5  # the DyT paper's α0 wherever it does not tune it (ModelConfig's default)
 PRE_LN = dict(
     norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None, mix_ln_fraction=0.0,
-    **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
+    attn_gate=None, **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
 )  # fmt: skip
 NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
 
@@ -355,6 +307,17 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "mixln": {**PRE_LN, "mix_ln_fraction": 0.25},
     # DyT (Zhu et al. 2025): every norm γ·tanh(α·x) + β, α0 = 0.5 (the paper's default) everywhere
     "dyt": {**PRE_LN, "norm": "dyt"},
+    # Derf (Chen et al. 2025): every norm γ·erf(α·x + s) + β, α0 = 0.5 and s0 = 0 (the paper's defaults)
+    "derf": {**PRE_LN, "norm": "derf"},
+    # Gated attention (Qiu et al. 2025): Pre-LN with σ(x·W + b) on the attention output before out_proj, one
+    # gate per channel (the paper's best, "elementwise") or per head (its cheapest, "headwise")
+    "gatedattn": {**PRE_LN, "attn_gate": "elementwise"},
+    "gatedattnhead": {**PRE_LN, "attn_gate": "headwise"},
+    # HybridNorm (Zhuo et al. 2025): x + attn(x) with q, k and v each normalised over d_model (QKV-Norm,
+    # ``qkv_norm``) and no norm before attention; then y = N(x), y + FFN(y); Pre-LN's final norm
+    "hybridnorm": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True},
+    # HybridNorm*: the same with the first block Pre-LN (QKV-Norm kept)
+    "hybridnormstar": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True, "first_block_prenorm": True},
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

@@ -11,22 +11,24 @@ FLOPS_PER_ELEMENT = {
     "layer_norm": 7,  # mean, subtract it, square, variance sum, normalise, gain, bias (rsqrt per row: 0)
     "rms_norm": 4,  # square, sum, normalise, gain
     "dyt": 7,  # DyT γ·tanh(α·x) + β: α multiply, tanh (counted 4), gain, bias
+    "derf": 8,  # Derf γ·erf(α·x + s) + β: α multiply, s add, erf (counted 4), gain, bias
     "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
     "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
     "relu_squared": 2,  # max, multiply
     "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
+    "sigmoid": 4,  # negate, exp, add 1, divide (the attention gate)
     "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim),
     # LayerNorm Scaling's 1/sqrt(ℓ)
     "add": 1,  # residual, bias and position additions
 }
 # The entry of FLOPS_PER_ELEMENT that each norm kind (config.NORMS) costs.
-NORM_FLOPS = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "dyt": "dyt"}
+NORM_FLOPS = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "dyt": "dyt", "derf": "derf"}
 TRAINING_PASSES = 3  # forward + backward
 # What the FLOP count (and so every "equal FLOPs" reading) counts, for tables to state.
 FLOPS_COUNTED = (
     "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
-    "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT included), HeadScale, ResScale, "
-    "LayerNorm Scaling, activation, GeGLU gate, softmax, "
+    "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT, Derf included), HeadScale, ResScale, "
+    "LayerNorm Scaling, activation, GeGLU gate, attention gate, softmax, "
     "embedding scale, residual/bias adds, loss (nfeval.engine.model.flops.training_flops_breakdown)"
 )
 
@@ -43,8 +45,11 @@ def training_flops_breakdown(
     ``masked_fraction`` of the tokens (RoBERTa's 15%, as ``data.mask_tokens`` draws them). Dropout
     (a mask multiply, off in the presets) is not counted. A new op adds its term here; a new placement
     is counted from its record (``config.PLACEMENTS``: the norms and residual scales the Block builds
-    from the same record). A DyT costs as a norm does (``layer_norms``, at ``FLOPS_PER_ELEMENT["dyt"]``);
-    Mix-LN's Post-LN blocks hold two norms each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs.
+    from the same record). A DyT or Derf costs as a norm does (``layer_norms``, at its own entry of
+    ``FLOPS_PER_ELEMENT``);
+    Mix-LN's Post-LN blocks hold two norms each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs. The
+    attention gate's d × g weight is a matmul weight (g gate values per token: ``attn_gate_width``); its
+    sigmoid (g per token), product with the attention output (d) and bias (g) are its own term.
     """
     d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size
     e, mlm = FLOPS_PER_ELEMENT, not cfg.causal
@@ -53,7 +58,7 @@ def training_flops_breakdown(
     # each block's placement (Mix-LN's first blocks "post"), as the model builds it (config.PLACEMENTS)
     blocks = [PLACEMENTS[cfg.layer_placement(layer)] for layer in range(L)]
     norm_elements = (
-        2 * d * sum(p.norms_per_sublayer for p in blocks)  # the placement's norms of both sub-layers
+        d * sum(p.norms_per_block for p in blocks)  # the placement's norms of both sub-layers
         + L * (d * cfg.scale_attn + f * cfg.scale_fc)  # NormFormer's two
         + L * (2 * d * cfg.qk_norm + 3 * d * cfg.qkv_norm)  # QK-norm per head; the q, k, v norms
         + d * bool(cfg.final_norm)
@@ -61,11 +66,12 @@ def training_flops_breakdown(
         + head * d * mlm  # the MLM head's LayerNorm
     )
     glu = cfg.ffn_glu  # GeGLU: fc1 is twice as wide; the gate multiplies
+    g = cfg.attn_gate_width  # the attention gate's values per token (0: none)
     # λresid on every block's residual(s); DeepNorm's α on both residuals of each block that has it
     resid_gains = L * (cfg.scale_resids + cfg.scale_resids_attn) + 2 * sum(p.residual_alpha for p in blocks)
     pre_norm_layers = sum(p.norm_before for p in blocks)  # LayerNorm Scaling scales the norms before
     forward = {
-        "weight_matmuls": 2 * (L * (4 * d * d + (2 + glu) * d * f) + head * (V * d + d * d * mlm)),
+        "weight_matmuls": 2 * (L * (4 * d * d + d * g + (2 + glu) * d * f) + head * (V * d + d * d * mlm)),
         "attention_matmuls": 2 * 2 * L * d * T,
         "attention_softmax": L * cfg.n_head * T * (e["softmax"] + e["multiply"]),
         "layer_norms": norm_cost * norm_elements,
@@ -73,6 +79,7 @@ def training_flops_breakdown(
         "res_scale": e["multiply"] * d * resid_gains,  # λresid (either residual), DeepNorm's α
         "ln_scaling": e["multiply"] * 2 * d * pre_norm_layers * cfg.ln_scaling,  # 1/sqrt(ℓ) on both norms
         "glu_gate": e["multiply"] * L * f * glu,
+        "attn_gate": L * ((e["sigmoid"] + e["add"]) * g + e["multiply"] * d * bool(g)),  # σ(xW + b) ⊙ y
         "activation": e[cfg.activation] * L * f + e["gelu"] * head * d * mlm,
         "embedding": e["multiply"] * d * cfg.scale_embedding + e["add"] * d,  # scale, position add
         # per layer: 2 residual adds, biases of qkv (3d), out_proj, fc1, fc2; the MLM head's two biases

@@ -15,6 +15,9 @@ from .norms import deepnorm_init_
 #   q, k, v weights xavier-uniform with gain 1/sqrt(2) (each d x d block of the fused qkv), their biases
 #   nn.Linear's default; out_proj xavier-uniform, bias 0; fc1, fc2 (and the MLM dense) nn.Linear's
 #   default, U(+-1/sqrt(fan_in)); token and learned position embeddings N(0, d^-1/2), padding row 0.
+#   The attention gate's weight (``attn_gate``) is drawn as q's rows (in its authors' code it is more rows
+#   of the query projection): U(+-bound of q's xavier-uniform, fan d x d, gain 1/sqrt(2)); its bias, as
+#   q's, nn.Linear's default. gpt2 and bert draw it as every Linear.
 # bert (fairseq's init_bert_params): every Linear N(0, 0.02), bias 0; every Embedding N(0, 0.02),
 #   padding row 0.
 # All: LayerNorms weight 1, bias 0; HeadScale and ResScale gains 1; the MLM output bias 0.
@@ -57,6 +60,9 @@ def _init_fairseq(model: nn.Module) -> None:
         for w in block.attn.qkv.weight.split(d):  # q, k, v: views into the fused weight
             nn.init.xavier_uniform_(w, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(block.attn.out_proj.weight)
+        if block.attn.gate is not None:
+            bound = math.sqrt(6 / (2 * d)) / math.sqrt(2)  # xavier_uniform_'s bound for q's d x d block
+            nn.init.uniform_(block.attn.gate.weight, -bound, bound)
         nn.init.zeros_(block.attn.out_proj.bias)
     nn.init.normal_(model.tok_emb.weight, mean=0.0, std=d**-0.5)
     _zero_padding_row(model)

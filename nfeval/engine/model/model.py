@@ -2,18 +2,20 @@
 
 The block follows fairseq's ``transformer_layer.py``; each variant is a config flag and each optional op
 a module that is ``None`` when off, applied in this fixed order (``norm(...)``: ``make_norm``, a
-LayerNorm, an RMSNorm or a DyT as ``cfg.norm`` says; NormFormer's extra norms follow
+LayerNorm, an RMSNorm, a DyT or a Derf as ``cfg.norm`` says; NormFormer's extra norms follow
 ``cfg.normformer_norm``). The placement is ``cfg.norm_position``'s, except in Mix-LN's first
-``cfg.post_ln_layers`` blocks, which are "post" (``cfg.layer_placement``):
+``cfg.post_ln_layers`` blocks, which are "post", and HybridNorm*'s first, "pre" (``cfg.layer_placement``):
 
     residual = x
-    x = attn_norm(x)                     if pre / sandwich   (fairseq self_attn_layer_norm)
+    x = attn_norm(x)                     if pre / sandwich   (fairseq self_attn_layer_norm; not hybrid)
     x = x / sqrt(ℓ)                      if ln_scaling       (LayerNorm Scaling; ℓ the 1-based layer)
     q, k, v = split(qkv(x))
     q, k, v = query_norm(q), key_norm(k), value_norm(v)   if qkv_norm  (Table 4: "three more LayerNorms")
     q, k = q_head_norm(q), k_head_norm(k) (each head, over head_dim)   if qk_norm
     (the KV cache stores k and v from here on)
-    x = out_proj(attention(q, k, v))
+    y = attention(q, k, v)
+    y = y * σ(gate(x))                   if attn_gate        (Qiu et al. 2025; x this sub-layer's input)
+    x = out_proj(y)
     x = x * head_gain (per head)         if scale_heads      (fairseq c_attn; after or before out_proj)
     x = attn_out_norm(x)                 if scale_attn       (fairseq attn_ln)
     x = attn_post_norm(x)                if sandwich / olmo2 (Gemma 2 post_attention_norm)
@@ -22,7 +24,8 @@ LayerNorm, an RMSNorm or a DyT as ``cfg.norm`` says; NormFormer's extra norms fo
     x = residual + dropout(x)
     x = attn_norm(x)                     if post / deepnorm
     residual = x
-    x = ffn_norm(x)                      if pre / sandwich   (fairseq final_layer_norm)
+    x = ffn_norm(x)                      if pre / sandwich / hybrid   (fairseq final_layer_norm)
+    residual = x                         if hybrid           (HybridNorm's N(x) + f(N(x)))
     x = x / sqrt(ℓ)                      if ln_scaling
     x = activation(fc1(x))               or, if ffn_glu: a, b = split(fc1(x)); x = activation(a) * b
     x = ffn_hidden_norm(x)               if scale_fc         (fairseq ffn_layernorm)
@@ -36,10 +39,13 @@ LayerNorm, an RMSNorm or a DyT as ``cfg.norm`` says; NormFormer's extra norms fo
 So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2; Peri-LN, Kim et al. 2025)
 x + LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with
 β-scaled init (``norms.deepnorm_init_``); LayerNorm Scaling (Sun et al. 2025) x + f(LN(x)/sqrt(ℓ));
-Mix-LN (Li et al. 2024) Post-LN blocks then Pre-LN ones. DyT (Zhu et al. 2025) is a norm kind: every
-norm of that kind is γ·tanh(α·x) + β (``norms.DynamicTanh``). A λresid gain is one per channel, or one
-scalar with ``resid_scale_scalar``. The final norm (after the last block) is on by default for pre /
-sandwich / olmo2 (Mix-LN included) and off for post / deepnorm, whose blocks already end with a norm.
+Mix-LN (Li et al. 2024) Post-LN blocks then Pre-LN ones; HybridNorm (Zhuo et al. 2025) x + f(x) with
+q, k, v normalised inside attention (``qkv_norm``), then y + f(y) with y = N(x), and HybridNorm* its
+first block Pre-LN (``first_block_prenorm``). DyT (Zhu et al. 2025) is a norm kind: every norm of that
+kind is γ·tanh(α·x) + β (``norms.DynamicTanh``); so is Derf (Chen et al. 2025), γ·erf(α·x + s) + β
+(``norms.DynamicErf``). A λresid gain is one per channel, or one scalar with ``resid_scale_scalar``.
+The final norm (after the last block) is on by default for pre / sandwich / olmo2 / hybrid (Mix-LN and
+HybridNorm* included) and off for post / deepnorm, whose blocks already end with a norm.
 
 Padding is expected on the right; for a causal model the causal mask already hides it.
 
@@ -119,10 +125,13 @@ class Block(nn.Module):
         d, f, extra = cfg.d_model, cfg.d_ffn, cfg.normformer_norm
         placement = PLACEMENTS[cfg.layer_placement(layer)]  # what this block's norms are (config.py)
         self.norm_before, self.norm_after_add = placement.norm_before, placement.norm_after_add
+        self.attn_norm_before = placement.attn_norm_before  # not HybridNorm's (its q, k, v are normalised)
+        self.ffn_residual_after_norm = placement.ffn_residual_after_norm  # HybridNorm's N(x) + f(N(x))
         post_sublayer, main_norm = placement.norm_after_sublayer, self.norm_before or self.norm_after_add
         self.alpha = deepnorm_alpha_beta(cfg.n_layer)[0] if placement.residual_alpha else None
         self.ln_scale = ln_scale(cfg, layer) if self.norm_before else None
-        self.attn_norm = make_norm(cfg, d, attention=True) if main_norm else None
+        attn_norm = self.attn_norm_before or self.norm_after_add
+        self.attn_norm = make_norm(cfg, d, attention=True) if attn_norm else None
         self.attn = SelfAttention(cfg)
         self.attn_out_norm = make_norm(cfg, d, extra, attention=True) if cfg.scale_attn else None
         self.attn_post_norm = make_norm(cfg, d, attention=True) if post_sublayer else None
@@ -147,7 +156,7 @@ class Block(nn.Module):
         """Returns the layer's output (B, T, d); with ``queries``, at those positions only (B,
         len(queries), d), every position still a key and value: every op after attention is per token."""
         residual = x if queries is None else x[:, queries]
-        if self.norm_before:
+        if self.attn_norm_before:
             x = self.scaled(self.attn_norm(x))
         x = self.attn(x, attn_mask, cache, queries)
         for norm in (self.attn_out_norm, self.attn_post_norm):
@@ -160,6 +169,8 @@ class Block(nn.Module):
         residual = x
         if self.norm_before:
             x = self.scaled(self.ffn_norm(x))
+            if self.ffn_residual_after_norm:
+                residual = x
         x = self.feed_forward(x)
         if self.ffn_post_norm is not None:
             x = self.ffn_post_norm(x)

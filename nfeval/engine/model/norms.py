@@ -1,5 +1,5 @@
 """The norms of the model and DeepNorm's constants: one factory for every norm (LayerNorm, torch's
-RMSNorm or DyT), DeepNet's α and β for a decoder, its init, and the λresid gains."""
+RMSNorm, DyT or Derf), DeepNet's α and β for a decoder, its init, and the λresid gains."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from torch import nn
 from .config import ModelConfig
 
 
-class DynamicTanh(nn.Module):
-    """DyT (Zhu, Chen, He, LeCun & Liu, "Transformers without Normalization", CVPR 2025): γ·tanh(α·x) + β
-    elementwise, in place of a norm. α is one learned scalar, drawn at ``alpha_init`` (the paper's α0);
-    γ (init 1) and β (init 0) are per channel, as the paper's ``DynamicTanh`` (its LLaMA code keeps γ only,
-    as LLaMA's RMSNorm has no bias; nfeval keeps β, the paper's equation and LayerNorm's parameters).
-    ``affine=False`` (``norm_affine``): tanh(α·x) with α still learned."""
+class PointwiseNorm(nn.Module):
+    """The parameters of a point-wise function in place of a norm: α, one learned scalar drawn at
+    ``alpha_init``, and, with ``affine`` (``norm_affine``), a gain γ (init 1) and a bias β (init 0) per
+    channel. A subclass's ``forward`` is γ·f(x) + β (``affine``)."""
 
     def __init__(self, dim: int, alpha_init: float, affine: bool = True):
         super().__init__()
@@ -23,28 +21,57 @@ class DynamicTanh(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.tanh(self.alpha * x)
+    def affine(self, y: torch.Tensor) -> torch.Tensor:
+        """Returns γ·y + β, or ``y`` without ``affine``."""
         return y if self.weight is None else y * self.weight + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.dim}, alpha_init={self.alpha_init}, affine={self.weight is not None}"
 
 
+class DynamicTanh(PointwiseNorm):
+    """DyT (Zhu, Chen, He, LeCun & Liu, "Transformers without Normalization", CVPR 2025): γ·tanh(α·x) + β
+    elementwise, in place of a norm. α is one learned scalar, drawn at ``alpha_init`` (the paper's α0);
+    γ (init 1) and β (init 0) are per channel, as the paper's ``DynamicTanh`` (its LLaMA code keeps γ only,
+    as LLaMA's RMSNorm has no bias; nfeval keeps β, the paper's equation and LayerNorm's parameters).
+    ``affine=False`` (``norm_affine``): tanh(α·x) with α still learned."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.affine(torch.tanh(self.alpha * x))
+
+
+class DynamicErf(PointwiseNorm):
+    """Derf (Chen, Lu, Zhu, Sun & Liu, "Stronger Normalization-Free Transformers", 2025): γ·erf(α·x + s) + β
+    elementwise, in place of a norm, erf the Gauss error function. The paper writes α and s without saying
+    whether they are scalars or per channel; the authors' code (``Dynamic_erf``, zlab-princeton/Derf) makes
+    each one learned scalar, as here: α drawn at ``alpha_init`` (their default 0.5), s at 0; γ (init 1)
+    and β (init 0) per channel, as DyT's. ``affine=False`` (``norm_affine``): erf(α·x + s), α and s still
+    learned."""
+
+    def __init__(self, dim: int, alpha_init: float, affine: bool = True):
+        super().__init__(dim, alpha_init, affine)
+        self.shift = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.affine(torch.erf(self.alpha * x + self.shift))
+
+
 def make_norm(cfg: ModelConfig, dim: int, kind: str | None = None, attention: bool = False) -> nn.Module:
-    """Returns a norm over the last ``dim`` features: LayerNorm, torch's RMSNorm or DyT, as ``kind``
-    (default ``cfg.norm``) says, with a learned gain (and LayerNorm's and DyT's bias) when
-    ``cfg.norm_affine``. A DyT's α starts at ``cfg.dyt_alpha_attn`` for a norm of the attention sub-layer
-    (``attention``: its input, q/k/v and output norms) and at ``cfg.dyt_alpha_other`` elsewhere (the FFN
-    sub-layer's, the embedding, final and MLM-head norms), as DyT's LLaMA recipe splits them."""
+    """Returns a norm over the last ``dim`` features: LayerNorm, torch's RMSNorm, DyT or Derf, as ``kind``
+    (default ``cfg.norm``) says, with a learned gain (and every bias but RMSNorm's) when
+    ``cfg.norm_affine``. A DyT's or Derf's α starts at ``cfg.dyt_alpha_attn`` for a norm of the attention
+    sub-layer (``attention``: its input, q/k/v and output norms) and at ``cfg.dyt_alpha_other`` elsewhere
+    (the FFN sub-layer's, the embedding, final and MLM-head norms), as DyT's LLaMA recipe and Derf's GPT-2
+    code split them."""
     kind = kind or cfg.norm
     if kind == "rmsnorm":
         return nn.RMSNorm(dim, eps=cfg.layer_norm_eps, elementwise_affine=cfg.norm_affine)
     if kind == "layernorm":
         return nn.LayerNorm(dim, eps=cfg.layer_norm_eps, elementwise_affine=cfg.norm_affine)
-    if kind == "dyt":
+    pointwise = {"dyt": DynamicTanh, "derf": DynamicErf}
+    if kind in pointwise:
         alpha = cfg.dyt_alpha_attn if attention else cfg.dyt_alpha_other
-        return DynamicTanh(dim, alpha, affine=cfg.norm_affine)
+        return pointwise[kind](dim, alpha, affine=cfg.norm_affine)
     raise ValueError(f"unknown norm {kind!r}")
 
 
