@@ -45,6 +45,14 @@ class RunContext:
     tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
     unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
 
+    @classmethod
+    def from_config(cls, cfg: Any, **fields: Any) -> Any:
+        """Returns the context of pipeline config ``cfg``: each field of ``cls`` that ``cfg`` has under the
+        same name (the folder, the data, the device, ...) taken from it, and ``fields`` (what the
+        pipeline works out: the scale, the budget, ...) as given."""
+        names = [f.name for f in dataclasses.fields(cls) if f.init and hasattr(cfg, f.name)]
+        return cls(**{**{name: getattr(cfg, name) for name in names}, **fields})
+
     @property
     def seed_values(self) -> list[int]:
         """Returns the judged seeds, 1 … ``seeds`` (the tune's are ``lr_band.tune_seed_values``)."""

@@ -113,3 +113,23 @@ def test_nfeval_glue_flags_round_trip_through_its_parser():
     default = glue_config(build_parser("glue").parse_args(["glue", "--ckpt", "c"]))
     assert default.recipe == Recipe() and default.lrs is None and not default.sweep and default.progress
     assert default.grids(["rte"]) == {"rte": [2e-5]}  # fairseq's recipe learning rate without --sweep
+
+
+def test_nfeval_bakeoff_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.bakeoff import bakeoff_config
+    from nfeval.pipelines.bakeoff.config import BakeoffConfig
+
+    cfg = BakeoffConfig(
+        archs=("prenorm", "qk=olmo2norm:qk_norm=true,rmsnorm=true"), baseline="qk", size="small",
+        out="-out dir", train_data="t", valid_data="v", minutes=1.5, seeds=2, close_seeds=4, clip_grad=1.0,
+        lrs=(1e-3, 2e-05), tune_budget="steps=5", tune_seeds=2, jobs=3, data_dir="d", device="cuda:1",
+        progress=False,
+    )  # fmt: skip
+    argv = ["bakeoff", *to_flags(cfg, writers={"archs": lambda archs: ["--archs", *archs]})]
+    back = bakeoff_config(build_parser("bakeoff").parse_args(argv))
+    assert dataclasses.replace(back, command=cfg.command, launch=None) == cfg
+    default = bakeoff_config(build_parser("bakeoff").parse_args(["bakeoff"]))
+    assert dataclasses.replace(default, command=cfg.command, launch=None) == BakeoffConfig()
+    with pytest.raises(SystemExit):  # one budget: steps or minutes
+        build_parser("bakeoff").parse_args(["bakeoff", "--steps", "5", "--minutes", "1"])

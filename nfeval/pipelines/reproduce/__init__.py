@@ -29,6 +29,7 @@ from ...base.sweep_lock import folder_locked
 from ...launch.options import LaunchOptions
 from .. import lr_band, runs, trained_gate
 from ..scales import PUBLIC_SCALES, SCALES, Scale
+from ..stages import check_corpus
 from . import runner
 from .plan import EXPERIMENT_NAMES, EXPERIMENTS, RUNS
 from .runner import Context, log, train_all
@@ -76,13 +77,7 @@ class ReproduceConfig:
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
         lr_band.check_seeds(self.seeds or SCALES[self.scale].seeds, self.tune_seeds)
-        for flag, path in (("--train-data", self.train_data), ("--valid-data", self.valid_data)):
-            if path and not os.path.exists(path):
-                raise MissingDataError(f"{flag} {path}: no such file or folder")
-        if self.valid_data and not self.train_data:
-            raise ConfigError(
-                "--valid-data without --train-data: give both, or neither for the embedded corpus"
-            )
+        check_corpus(self.train_data, self.valid_data)
         unknown = sorted(set(self.only or ()) - set(EXPERIMENT_NAMES))
         if unknown:
             raise ConfigError(
