@@ -191,19 +191,19 @@ def tune_seeds_help(default: int) -> str:
     )
 
 
-def add_tune_seeds(p: argparse.ArgumentParser, default: int) -> None:
-    """Adds ``--tune-seeds N`` (``tune_seeds_help``)."""
-    p.add_argument("--tune-seeds", type=positive_int, default=default, help=tune_seeds_help(default))
+def names(flag: str) -> Callable[[str], tuple[str, ...]]:
+    """Returns the argparse ``type`` of a flag whose value is comma-separated names: it returns them, or
+    raises argparse.ArgumentTypeError naming ``flag`` when the value names none (an empty selection)."""
 
+    def parse(text: str) -> tuple[str, ...]:
+        selected = tuple(t.strip() for t in text.split(",") if t.strip())
+        if not selected:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text!r}: empty selection; name at least one, or drop the flag"
+            )
+        return selected
 
-def add_pipeline_jobs(p: argparse.ArgumentParser, default: int) -> None:
-    """Adds a pipeline's ``--jobs N``: its training runs and tune points at a time."""
-    p.add_argument("--jobs", type=int, default=default, help=PIPELINE_JOBS_HELP)
-
-
-def add_zeroshot_data_dir(p: argparse.ArgumentParser) -> None:
-    """Adds ``--data-dir``: local zero-shot task files (default: none)."""
-    p.add_argument("--data-dir", help=ZEROSHOT_DATA_DIR_HELP)
+    return parse
 
 
 # a pipeline's ``--jobs`` (``reproduce``, ``bakeoff``)
