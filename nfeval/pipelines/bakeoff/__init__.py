@@ -22,12 +22,15 @@ from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
-from .. import lr_band, trained_gate
+from .. import context, lr_band, trained_gate
 from ..scales import SCALES
 from . import results
 from .candidates import parse_candidates
 from .config import RECIPES, BakeoffConfig
 from .runs import Context, log
+
+SETTINGS = "bakeoff.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
+ADVICE = "use a new --out"  # what a rerun refused for other settings is told
 
 
 def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
@@ -43,24 +46,6 @@ def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
         "corpus": [cfg.train_data, cfg.valid_data],
         **({"clip_grad": ctx.clip_grad} if ctx.clip_grad else {}),
     }
-
-
-def check_settings(out: str, current: dict[str, Any]) -> None:
-    """Raises ConfigError when the folder's stored settings differ from a rerun's ``current`` (more seeds
-    may be added to a folder: the seeds are not part of them); stores nothing (``keep_settings`` does)."""
-    path = os.path.join(out, "bakeoff.json")
-    if os.path.isfile(path):
-        stored = load_json(path)
-        if stored != current:
-            raise ConfigError(f"{path}: this folder was made with {stored}, not {current}; use a new --out")
-
-
-def keep_settings(out: str, current: dict[str, Any]) -> None:
-    """Stores the folder's settings on first use, once its corpus was read (the shared tokenizer built):
-    a start refused for its data records nothing, so the rerun with other data is not refused."""
-    path = os.path.join(out, "bakeoff.json")
-    if not os.path.isfile(path):
-        atomic_write_json(path, current)
 
 
 def make_context(cfg: BakeoffConfig) -> Context:
@@ -99,10 +84,10 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
         raise ConfigError(f"--size {cfg.size}: needs a GPU and none is present; use tiny or small on a CPU")
     os.makedirs(cfg.out, exist_ok=True)
     current = settings(cfg, ctx)
-    check_settings(cfg.out, current)
+    context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
-    keep_settings(cfg.out, current)
+    context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
     ctx.unigram_ppl = corpus_unigram_ppl(runs.train_config(ctx, ctx.baseline, 1, tuned=False))
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:

@@ -24,12 +24,16 @@ from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
-from .. import lr_band, runs, trained_gate
+from .. import context, lr_band, runs, trained_gate
 from ..scales import SCALES, Scale
 from . import runner
 from .config import ReproduceConfig
 from .plan import EXPERIMENTS, RUNS
 from .runner import Context, log, train_all
+
+SETTINGS = "reproduce.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
+# what a rerun refused for other settings is told
+ADVICE = "rerun with the same --scale and --minutes, or use a new --out"
 
 
 def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
@@ -45,28 +49,6 @@ def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
         "equal_time": "paired" if steps else None,
         **({"corpus": corpus} if corpus else {}),
     }
-
-
-def check_settings(out: str, current: dict[str, Any]) -> None:
-    """Raises ConfigError when the folder's stored settings differ from a rerun's ``current``; stores
-    nothing (``keep_settings`` does, once the corpus they name was read)."""
-    path = os.path.join(out, "reproduce.json")
-    if os.path.isfile(path):
-        stored = load_json(path)
-        if stored != current:
-            raise ConfigError(
-                f"{path}: this folder was made with {stored}, not {current}; rerun with the same --scale and "
-                "--minutes, or use a new --out"
-            )
-
-
-def keep_settings(out: str, current: dict[str, Any]) -> None:
-    """Stores the folder's settings on first use, once its corpus was read (the shared tokenizer built):
-    a start refused for its data (an empty or unreadable corpus) records nothing, so the rerun with
-    other data is not refused as another folder's."""
-    path = os.path.join(out, "reproduce.json")
-    if not os.path.isfile(path):
-        atomic_write_json(path, current)
 
 
 @folder_locked(lambda cfg: cfg.out)  # one writer per output folder
@@ -88,7 +70,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
     os.makedirs(cfg.out, exist_ok=True)
     current = settings(cfg, budget)
-    check_settings(cfg.out, current)
+    context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
     only = set(cfg.only) if cfg.only else None
     ctx = Context.from_config(
@@ -100,13 +82,13 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         glue_tasks=_glue_tasks(cfg),
     )
     if scale.needs_gpu and not torch.cuda.is_available() and not (cfg.launch and cfg.launch.on_cluster):
-        keep_settings(cfg.out, current)
+        context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
         record_seeds(cfg.out, ctx.seeds)
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size, cfg.train_data, cfg.valid_data)
-    keep_settings(cfg.out, current)
+    context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
     seed_history = record_seeds(cfg.out, ctx.seeds)
     ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(runner.train_config(ctx, "clm-prenorm", 1))
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
