@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 from glue_trainer import run_trainer
 
+from nfeval.base.sweep_points import point_dir
 from nfeval.engine.checkpoints import checkpoint
 from nfeval.engine.kernels import denormals
 from nfeval.engine.model.config import ModelConfig
@@ -133,7 +134,7 @@ def run_nfeval(ckpt_dir: str, glue_dir: str, task: str, args) -> tuple[float, di
     main = glue_metrics.MAIN_METRIC[task]
     scores = {}
     for lr in args.lrs:
-        result_path = Path(points.point_dir(out, task, lr, 0)) / points.RESULT
+        result_path = Path(point_dir(out, points.SWEEP, task, lr, 0)) / points.RESULT
         history = json.loads(result_path.read_text())["history"]
         scores[lr] = (max(h["metrics"][main] for h in history), history[-1]["metrics"][main])
     assert summary["tasks"][task]["metric"] == main

@@ -35,16 +35,18 @@ def add_output_file(p: argparse.ArgumentParser, help: str, default: str | None =
 
 def add_run_folder(p: argparse.ArgumentParser, default: str) -> None:
     """Adds ``--out``: the output folder of a resumable multi-run command (demo, reproduce)."""
-    p.add_argument("--out", default=default, help=f"output folder (default {default}); rerun to resume")
+    p.add_argument("--out", default=default, help=run_folder_help(default))
 
 
-def add_zeroshot_data_dir(p: argparse.ArgumentParser) -> None:
-    """Adds ``--data-dir``: local zero-shot task files (default: none)."""
-    p.add_argument(
-        "--data-dir",
-        help="local zero-shot data (layout of ../shared/data/zeroshot), or 'embedded': the slices shipped in "
-        "the package",
-    )
+def run_folder_help(default: str) -> str:
+    """Returns ``--out``'s help for the output folder of a resumable multi-run command."""
+    return f"output folder (default {default}); rerun to resume"
+
+
+ZEROSHOT_DATA_DIR_HELP = (
+    "local zero-shot data (layout of ../shared/data/zeroshot), or 'embedded': the slices shipped in "
+    "the package"
+)
 
 
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -180,27 +182,32 @@ def learning_rates(text: str) -> list[float]:
     return values
 
 
-def add_tune_seeds(p: argparse.ArgumentParser, default: int) -> None:
-    """Adds ``--tune-seeds N``: the seeds each LR of a pipeline's tune trains (numbered from 101, never
-    among the judged seeds 1 … --seeds), the best LR chosen by their mean."""
-    p.add_argument(
-        "--tune-seeds",
-        type=positive_int,
-        default=default,
-        help=f"seeds per LR of the tune, numbered from 101 so none is judged; the best LR by their mean, and "
-        f"the LRs within the tune's noise of it re-checked on the judged seeds (default {default})",
+def tune_seeds_help(default: int) -> str:
+    """Returns a pipeline's ``--tune-seeds`` help: the seeds each LR of its tune trains (numbered from 101,
+    never among the judged seeds 1 … --seeds), the best LR chosen by their mean."""
+    return (
+        "seeds per LR of the tune, numbered from 101 so none is judged; the best LR by their mean, and the "
+        f"LRs within the tune's noise of it re-checked on the judged seeds (default {default})"
     )
 
 
-def add_pipeline_jobs(p: argparse.ArgumentParser, default: int) -> None:
-    """Adds a pipeline's ``--jobs N`` (``reproduce``, ``bakeoff``): its training runs and tune points at a
-    time."""
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=default,
-        help="training runs and tune points at a time, each on its share of the cores (default 1)",
-    )
+def names(flag: str) -> Callable[[str], tuple[str, ...]]:
+    """Returns the argparse ``type`` of a flag whose value is comma-separated names: it returns them, or
+    raises argparse.ArgumentTypeError naming ``flag`` when the value names none (an empty selection)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        selected = tuple(t.strip() for t in text.split(",") if t.strip())
+        if not selected:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text!r}: empty selection; name at least one, or drop the flag"
+            )
+        return selected
+
+    return parse
+
+
+# a pipeline's ``--jobs`` (``reproduce``, ``bakeoff``)
+PIPELINE_JOBS_HELP = "training runs and tune points at a time, each on its share of the cores (default 1)"
 
 
 def add_render_only(p: argparse.ArgumentParser) -> None:

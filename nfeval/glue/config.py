@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from .. import embedded
 from ..base.cli_args import DEVICE_HELP, count_or_all, device_name, learning_rates, limit_help, positive_int
 from ..base.config_flags import flag_field
+from ..base.sweep_points import lr_key
 from ..engine.checkpoints.torch_files import TRUST_HELP
 from ..launch.options import LaunchOptions
 from . import data as glue_data
-from .points import lr_key
 from .recipe import Recipe
 
 DEFAULT_LRS = (1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 3e-4)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ..base.artifacts import atomic_write_json, provenance
 from ..base.progress import progress_bar
+from ..base.sweep_points import lr_key
 from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..engine.checkpoints import torch_files
 from ..engine.kernels import cpu_linear, denormals
@@ -25,7 +26,7 @@ from ..engine.text.tokenization import special_ids
 from . import data as glue_data
 from . import metrics as glue_metrics
 from . import predictions as glue_predictions
-from .points import RESULT, lr_key, mismatch, same
+from .points import RESULT, mismatch, same
 from .recipe import ResolvedRecipe
 
 STATE = "state.pt"

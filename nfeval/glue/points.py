@@ -1,7 +1,7 @@
 """Where a GLUE sweep point lives on disk and who computes it: ``<out>/glue/<task>/lr=<lr>/seed=<s>/``
-holds ``result.json`` (written when the point finishes, with its resume key) and the ``.lock`` file of
-``nfeval.base.sweep_lock`` that a sweep holds while it computes the point, so concurrent sweeps never
-compute a point twice."""
+(``base.sweep_points.point_dir`` with ``SWEEP``) holds ``result.json`` (written when the point finishes,
+with its resume key) and the ``.lock`` file of ``nfeval.base.sweep_lock`` that a sweep holds while it
+computes the point, so concurrent sweeps never compute a point twice."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..base.jsonio import load_json
 from .recipe import ResolvedRecipe
 
 RESULT = "result.json"
+SWEEP = "glue"  # the sweep's folder in OUT: OUT/glue/<task>/lr=<lr>/seed=<s> (``base.sweep_points``)
 
 
 class Point(NamedTuple):
@@ -28,16 +29,6 @@ class Point(NamedTuple):
     recipe: ResolvedRecipe
     directory: str
     key: dict
-
-
-def lr_key(lr: float) -> str:
-    """Returns the string a learning rate is stored under (Python's repr: ``1e-05``, ``0.0003``)."""
-    return repr(float(lr))
-
-
-def point_dir(out_dir: str, task: str, lr: float, seed: int) -> str:
-    """Returns the folder of one sweep point."""
-    return os.path.join(out_dir, "glue", task, f"lr={lr_key(lr)}", f"seed={seed}")
 
 
 def same(a: Any, b: Any) -> bool:
@@ -79,7 +70,7 @@ def finished_on_disk(out_dir: str, task: str, key: Mapping) -> list[dict]:
     """Returns every finished point of ``task`` under ``out_dir`` for the same checkpoint, data and recipe
     as ``key`` (any learning rate and seed): what concurrent sweeps into one folder computed together."""
     found = []
-    for path in sorted(glob.glob(os.path.join(out_dir, "glue", task, "lr=*", "seed=*", RESULT))):
+    for path in sorted(glob.glob(os.path.join(out_dir, SWEEP, task, "lr=*", "seed=*", RESULT))):
         result = load_json(path, hint="delete it to recompute the point")
         stored = result.get("key") or {}
         if all(same(stored.get(k), key[k]) for k in ("checkpoint", "data", "recipe")):

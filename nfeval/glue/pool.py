@@ -8,12 +8,13 @@ import functools
 from typing import NamedTuple
 
 from ..base.errors import DataError
+from ..base.sweep_points import lr_key
 from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..launch import local
 from . import data as glue_data
 from .config import GlueConfig
 from .finetune import EncodedTask, encode_task, run_point
-from .points import Point, claim_and_run, lr_key
+from .points import Point, claim_and_run
 
 
 @functools.lru_cache(maxsize=1)

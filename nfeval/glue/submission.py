@@ -28,9 +28,10 @@ from typing import Any
 from ..base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.jsonio import load_json
+from ..base.sweep_points import point_dir
 from . import data as glue_data
 from . import metrics as glue_metrics
-from .points import RESULT, point_dir
+from .points import RESULT, SWEEP
 from .predictions import TEST_PREDICTIONS
 
 SUBMISSION_DIR = os.path.join("glue", "submission")
@@ -58,7 +59,7 @@ def best_point(out_dir: str, summary: Mapping, task: str) -> Mapping:
     fingerprint = summary["nfeval"]["model"]["fingerprint"]
     points = []
     for seed in range(summary["nfeval"]["recipe"][task]["seeds"]):
-        path = os.path.join(point_dir(out_dir, task, best_lr, seed), RESULT)
+        path = os.path.join(point_dir(out_dir, SWEEP, task, best_lr, seed), RESULT)
         if os.path.isfile(path):
             point = load_json(path)
             if point.get("key", {}).get("checkpoint") != fingerprint:
@@ -108,7 +109,7 @@ def write_submission(out_dir: str, summary: Mapping, tasks: list[str], glue_dir:
     for task in tasks:
         spec, tests = glue_data.spec(task), glue_data.read_tests(task, glue_dir)
         point = best_point(out_dir, summary, task)
-        kept = read_test_predictions(point_dir(out_dir, task, point["lr"], point["seed"]), tests)
+        kept = read_test_predictions(point_dir(out_dir, SWEEP, task, point["lr"], point["seed"]), tests)
         for name, split in tests.items():
             preds = kept["splits"][name]
             rows = [f"{i}\t{label_text(spec, p)}" for i, p in zip(preds["index"], preds["preds"])]

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..base.escape import text_cell
+from ..base.sweep_points import lr_key
 from . import metrics as glue_metrics
-from .points import lr_key
 
 DIVERGED = "div."
 

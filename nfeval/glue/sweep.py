@@ -47,13 +47,14 @@ from ..base.artifacts import atomic_write_json, provenance
 from ..base.errors import ConfigError, MissingDataError
 from ..base.jsonio import load_json
 from ..base.progress import progress_bar
+from ..base.sweep_points import point_dir
 from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..launch.options import LaunchOptions
 from . import data as glue_data
 from . import metrics as glue_metrics
 from .config import DEFAULT_LRS, GlueConfig
 from .finetune import EncodedTask, encode_task, run_point
-from .points import Point, claim_and_run, finished_on_disk, finished_result, point_dir
+from .points import SWEEP, Point, claim_and_run, finished_on_disk, finished_result
 from .pool import run_as_jobs, run_in_pool
 from .recipe import Recipe, ResolvedRecipe
 from .summary import glue_average, summarize_task
@@ -123,7 +124,7 @@ def plan_points(
                     "data": data[t].fingerprint(),
                     "recipe": resolved[t].as_dict(),
                 }
-                directory = point_dir(out_dir, t, lr, seed)
+                directory = point_dir(out_dir, SWEEP, t, lr, seed)
                 done = finished_result(directory, key)
                 if done is not None:
                     results[t].append(done)

@@ -1,8 +1,9 @@
 """The run context of ``reproduce`` and ``bakeoff``: what every stage of one output folder shares (the
 folder, the scale, the budget, the seeds, the data, the measured step-time ratios, where runs train and
-the corpus's unigram perplexity), each pipeline's progress line, and the TrainConfig a scale's recipe
-gives one run. Each pipeline subclasses ``RunContext`` with what only it has (reproduce: GLUE and its
-tunes by objective; bakeoff: its candidates, LR grid and clipping) and names its runs its own way.
+the corpus's unigram perplexity), each pipeline's progress line, the check of a rerun's settings against
+the folder's, and the TrainConfig a scale's recipe gives one run. Each pipeline subclasses ``RunContext``
+with what only it has (reproduce: GLUE and its tunes by objective; bakeoff: its candidates, LR grid and
+clipping) and names its runs its own way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.artifacts import atomic_write_json
+from ..base.errors import ConfigError
+from ..base.jsonio import load_json
 from ..engine.training.train_config import TrainConfig
 from ..launch.options import LaunchOptions
 from ..tune.results import lr_key
@@ -45,10 +49,36 @@ class RunContext:
     tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
     unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
 
+    @classmethod
+    def from_config(cls, cfg: Any, **fields: Any) -> Any:
+        """Returns the context of pipeline config ``cfg``: each field of ``cls`` that ``cfg`` has under the
+        same name (the folder, the data, the device, ...) taken from it, and ``fields`` (what the
+        pipeline works out: the scale, the budget, ...) as given."""
+        names = [f.name for f in dataclasses.fields(cls) if f.init and hasattr(cfg, f.name)]
+        return cls(**{**{name: getattr(cfg, name) for name in names}, **fields})
+
     @property
     def seed_values(self) -> list[int]:
         """Returns the judged seeds, 1 … ``seeds`` (the tune's are ``lr_band.tune_seed_values``)."""
         return list(range(1, self.seeds + 1))
+
+
+def check_settings(path: str, current: dict[str, Any], advice: str) -> None:
+    """Raises ConfigError (ending in ``advice``, what to do) when an output folder's stored settings file
+    ``path`` differs from a rerun's ``current``; stores nothing (``keep_settings`` does, once the corpus
+    they name was read)."""
+    if os.path.isfile(path):
+        stored = load_json(path)
+        if stored != current:
+            raise ConfigError(f"{path}: this folder was made with {stored}, not {current}; {advice}")
+
+
+def keep_settings(path: str, current: dict[str, Any]) -> None:
+    """Stores an output folder's settings in ``path`` on first use, once its corpus was read (the shared
+    tokenizer built): a start refused for its data (an empty or unreadable corpus) records nothing, so the
+    rerun with other data is not refused as another folder's."""
+    if not os.path.isfile(path):
+        atomic_write_json(path, current)
 
 
 def scale_train_config(

@@ -1,6 +1,6 @@
 """Stages shared by the composite commands (``nfeval demo``, ``nfeval reproduce``, ``nfeval bakeoff``): the
 tokenizer every run of one output folder shares, and the zero-shot data folder (corpus cloze task + the
-user's tasks) with the metric each task is judged by.
+user's tasks) with the metric each task is judged by; and the check of the corpus flags before both.
 
 Both are resumable: a second call with the same folder returns what the first one wrote.
 """
@@ -11,10 +11,21 @@ import os
 from collections.abc import Callable
 
 from ..base.artifacts import atomic_write_text
+from ..base.errors import ConfigError, MissingDataError
 from ..tasks.registry import BY_NAME, DEFAULT_TASKS
 
 CLOZE_TASK = "corpus_cloze"
 CLOZE_CHOICES = BY_NAME[CLOZE_TASK].choices  # its record's: the chance rate the leaderboard draws
+
+
+def check_corpus(train_data: str | None, valid_data: str | None) -> None:
+    """Raises a UserError when ``--train-data`` or ``--valid-data`` names nothing, or when only
+    ``--valid-data`` is given (the embedded corpus is both or neither)."""
+    for flag, path in (("--train-data", train_data), ("--valid-data", valid_data)):
+        if path and not os.path.exists(path):
+            raise MissingDataError(f"{flag} {path}: no such file or folder")
+    if valid_data and not train_data:
+        raise ConfigError("--valid-data without --train-data: give both, or neither for the embedded corpus")
 
 
 def shared_tokenizer(

@@ -23,9 +23,10 @@ import numpy as np
 from ..base.errors import ConfigError, DataError
 from ..base.escape import markdown_row, markdown_text
 from ..base.jsonio import file_sha256, load_json, reading
+from ..base.sweep_points import lr_key, point_dir
 from ..glue import metrics as glue_metrics
 from ..glue import predictions as glue_predictions
-from ..glue.points import lr_key, point_dir
+from ..glue.points import SWEEP
 from ..tasks import canonical_name
 from ..zeroshot import items as zeroshot_items
 from ..zeroshot import lm_eval_layout
@@ -165,7 +166,7 @@ def glue_predictions_by_task(path: str) -> dict[str, dict[str, Any]]:
         preds: dict[str, list] = {}
         labels, data = {}, None
         for seed in range(seeds):
-            directory = point_dir(out_dir, task, lr, seed)
+            directory = point_dir(out_dir, SWEEP, task, lr, seed)
             result = load_json(os.path.join(directory, "result.json"))
             point = glue_predictions.read(directory, epoch=result.get("epoch"))
             data = point.get("data")

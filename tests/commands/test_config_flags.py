@@ -113,3 +113,41 @@ def test_nfeval_glue_flags_round_trip_through_its_parser():
     default = glue_config(build_parser("glue").parse_args(["glue", "--ckpt", "c"]))
     assert default.recipe == Recipe() and default.lrs is None and not default.sweep and default.progress
     assert default.grids(["rte"]) == {"rte": [2e-5]}  # fairseq's recipe learning rate without --sweep
+
+
+def test_nfeval_bakeoff_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.bakeoff import bakeoff_config
+    from nfeval.pipelines.bakeoff.config import BakeoffConfig
+
+    cfg = BakeoffConfig(
+        archs=("prenorm", "qk=olmo2norm:qk_norm=true,rmsnorm=true"), baseline="qk", size="small",
+        out="-out dir", train_data="t", valid_data="v", minutes=1.5, seeds=2, close_seeds=4, clip_grad=1.0,
+        lrs=(1e-3, 2e-05), tune_budget="steps=5", tune_seeds=2, jobs=3, data_dir="d", device="cuda:1",
+        progress=False,
+    )  # fmt: skip
+    argv = ["bakeoff", *to_flags(cfg, writers={"archs": lambda archs: ["--archs", *archs]})]
+    back = bakeoff_config(build_parser("bakeoff").parse_args(argv))
+    assert dataclasses.replace(back, command=cfg.command, launch=None) == cfg
+    default = bakeoff_config(build_parser("bakeoff").parse_args(["bakeoff"]))
+    assert dataclasses.replace(default, command=cfg.command, launch=None) == BakeoffConfig()
+    with pytest.raises(SystemExit):  # one budget: steps or minutes
+        build_parser("bakeoff").parse_args(["bakeoff", "--steps", "5", "--minutes", "1"])
+
+
+def test_nfeval_reproduce_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.reproduce import reproduce_config
+    from nfeval.pipelines.reproduce.config import ReproduceConfig
+
+    cfg = ReproduceConfig(
+        out="-out dir", scale="small", minutes=1.5, seeds=2, lrs=(1e-3, 2e-05), token_budgets=(128, 512),
+        only=("fig2-clm", "fig3-5"), train_data="t", valid_data="v", jobs=3, data_dir="d", glue_dir="g",
+        glue_tasks=("rte",), tune=False, tune_seeds=2, device="cuda:1", progress=False,
+    )  # fmt: skip
+    back = reproduce_config(build_parser("reproduce").parse_args(["reproduce", *to_flags(cfg)]))
+    assert dataclasses.replace(back, command=cfg.command, launch=None) == cfg
+    default = reproduce_config(build_parser("reproduce").parse_args(["reproduce", "--tune"]))
+    assert dataclasses.replace(default, command=cfg.command, launch=None) == ReproduceConfig()
+    steps = reproduce_config(build_parser("reproduce").parse_args(["reproduce", "--steps=7"]))
+    assert steps.steps == 7 and steps.minutes is None

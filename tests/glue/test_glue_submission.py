@@ -11,8 +11,8 @@ import pytest
 from test_glue import FAST, write_cat_tasks
 
 from nfeval import cli
+from nfeval.base.sweep_points import point_dir
 from nfeval.glue import submission
-from nfeval.glue.sweep import point_dir
 
 TEST_HEADERS = {
     "CoLA/test.tsv": ["index", "sentence"],
@@ -60,7 +60,7 @@ def fake_sweep(out, root, tasks, lrs=(1e-5, 2e-5)) -> dict:
         tests = submission.glue_data.read_tests(task, str(root))
         for lr in lrs:
             for seed in range(2):
-                d = point_dir(str(out), task, lr, seed)
+                d = point_dir(str(out), "glue", task, lr, seed)
                 os.makedirs(d)
                 score = lr * 1e4 + seed
                 result = {"lr": lr, "seed": seed, "metrics": {main: score}, "key": {"checkpoint": "f" * 64}}
@@ -100,7 +100,9 @@ def test_every_task_file_has_official_name_rows_header_and_labels(tmp_path):
             entry = manifest["files"][file_name]
             assert (entry["lr"], entry["seed"], entry["rows"]) == (2e-5, 1, len(rows))  # the best point
             kept = json.loads(
-                open(os.path.join(point_dir(str(tmp_path), task, 2e-5, 1), "test_predictions.json")).read()
+                open(
+                    os.path.join(point_dir(str(tmp_path), "glue", task, 2e-5, 1), "test_predictions.json")
+                ).read()
             )
             if file_name != "STS-B.tsv":
                 spec = submission.glue_data.spec(task)
@@ -137,7 +139,7 @@ def test_cli_predict_test_uses_the_best_points_reported_model(tiny_mlm_ckpt, tmp
     summary = json.loads((out / "glue.json").read_text())
     folder = out / "glue" / "submission"
     for task, file_name in (("sst2", "SST-2.tsv"), ("stsb", "STS-B.tsv")):
-        best = point_dir(str(out), task, summary["tasks"][task]["best_lr"], 0)
+        best = point_dir(str(out), "glue", task, summary["tasks"][task]["best_lr"], 0)
         dev = json.loads(open(os.path.join(best, "predictions.json")).read())["splits"]["dev"]["preds"]
         rows = [line.split("\t") for line in (folder / file_name).read_text().splitlines()[1:]]
         assert len(rows) == len(dev)

@@ -769,7 +769,7 @@ def _counting(real, calls):
 
 
 def test_glue_lr_is_chosen_on_one_half_and_scored_on_the_other(tmp_path):
-    from nfeval.glue.points import point_dir
+    from nfeval.base.sweep_points import point_dir
     from nfeval.glue.predictions import PREDICTIONS
     from nfeval.pipelines.reproduce.glue_halves import choose, point_scores, present_tasks
 
@@ -778,7 +778,7 @@ def test_glue_lr_is_chosen_on_one_half_and_scored_on_the_other(tmp_path):
     preds = {1.0: [0, 0] * 4, 2.0: [1, 1] * 4}
     for lr, p in preds.items():
         for seed in (0, 1, 2):
-            folder = point_dir(str(tmp_path), "rte", lr, seed)
+            folder = point_dir(str(tmp_path), "glue", "rte", lr, seed)
             os.makedirs(folder)
             splits = {"dev": {"labels": labels, "preds": p}}
             json.dump({"splits": splits, "epoch": 1}, open(os.path.join(folder, PREDICTIONS), "w"))

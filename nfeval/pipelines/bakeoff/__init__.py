@@ -14,100 +14,23 @@ last (``runs``), so a rerun with the same ``--out`` redoes nothing finished.
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...base.errors import ConfigError, MissingDataError
+from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
-from ...engine.model.config import SIZES
-from ...launch.options import LaunchOptions
-from .. import lr_band, trained_gate
+from .. import context, lr_band, trained_gate
 from ..scales import SCALES
 from . import results
 from .candidates import parse_candidates
+from .config import RECIPES, BakeoffConfig
 from .runs import Context, log
 
-# the scale (``pipelines.scales``) whose recipe (batch, sequence length, evaluation, stability test, ...)
-# each size trains with; "smoke" is for tests only
-RECIPES = {"tiny": "tiny", "small": "small", "125M": "125M", "smoke": "smoke"}
-
-
-@dataclass
-class BakeoffConfig:
-    archs: tuple[str, ...] = (
-        "prenorm",
-        "normformer",
-        "sandwich",
-        "olmo2norm",
-        "olmo2qk=olmo2norm:qk_norm=true",
-    )
-    baseline: str = "prenorm"
-    size: str = "tiny"
-    out: str = "bakeoff_out"
-    train_data: str | None = None
-    valid_data: str | None = None
-    steps: int | None = None  # the baseline's steps; default: the recipe's
-    minutes: float | None = None  # a time budget per run instead
-    seeds: int = 3
-    close_seeds: int = 5  # seeds for the candidates within one MDE of the best after ``seeds`` (the plan)
-    lrs: tuple[float, ...] | None = None  # default: the recipe's tune grid
-    tune_budget: str | None = None  # default: the recipe's
-    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, numbered from 101: never judged
-    data_dir: str | None = None
-    device: str = "auto"
-    progress: bool = True
-    command: str = "nfeval bakeoff"
-    launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
-    jobs: int = 1  # runs and tune points trained at a time here
-    clip_grad: float = 0.0  # gradient-norm clipping of every tune point and run (0: none, the paper's)
-
-    def validate(self) -> None:
-        """Raises a UserError naming the first bad option, before any work."""
-        if self.size not in RECIPES:
-            raise ConfigError(
-                f"--size {self.size!r}: expected one of {', '.join(s for s in RECIPES if s in SIZES)}"
-            )
-        if self.seeds < 1:
-            raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
-        if self.close_seeds < 1:
-            raise ConfigError(f"--close-seeds {self.close_seeds}: expected at least 1")
-        lr_band.check_seeds(max(self.seeds, self.close_seeds), self.tune_seeds)
-        if self.jobs < 1:
-            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
-        if not 0 <= self.clip_grad < math.inf:  # nan and inf too: a tune point would refuse it later
-            raise ConfigError(
-                f"--clip-grad {self.clip_grad}: expected a finite gradient norm >= 0 (0: no clipping)"
-            )
-        if self.steps is not None and self.minutes is not None:
-            raise ConfigError("--steps and --minutes both given: pass one budget")
-        if self.steps is not None and self.steps < 1:
-            raise ConfigError(f"--steps {self.steps}: expected a positive number of steps")
-        if self.minutes is not None and not 0 < self.minutes < math.inf:  # nan and inf too
-            raise ConfigError(
-                f"--minutes {self.minutes}: expected a finite positive number of minutes per run"
-            )
-        if self.lrs is not None and (not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs)):
-            raise ConfigError(
-                f"--lrs {','.join(map(str, self.lrs))}: expected finite positive learning rates"
-            )
-        if self.tune_budget is not None:
-            from ...tune.sweep import parse_budget
-
-            parse_budget(self.tune_budget)
-        for flag, path in (("--train-data", self.train_data), ("--valid-data", self.valid_data)):
-            if path and not os.path.exists(path):
-                raise MissingDataError(f"{flag} {path}: no such file or folder")
-        if self.valid_data and not self.train_data:
-            raise ConfigError(
-                "--valid-data without --train-data: give both, or neither for the embedded corpus"
-            )
-        if self.data_dir and not os.path.isdir(self.data_dir):
-            raise MissingDataError(f"--data-dir {self.data_dir}: no such folder")
+SETTINGS = "bakeoff.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
+ADVICE = "use a new --out"  # what a rerun refused for other settings is told
 
 
 def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
@@ -125,24 +48,6 @@ def settings(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
     }
 
 
-def check_settings(out: str, current: dict[str, Any]) -> None:
-    """Raises ConfigError when the folder's stored settings differ from a rerun's ``current`` (more seeds
-    may be added to a folder: the seeds are not part of them); stores nothing (``keep_settings`` does)."""
-    path = os.path.join(out, "bakeoff.json")
-    if os.path.isfile(path):
-        stored = load_json(path)
-        if stored != current:
-            raise ConfigError(f"{path}: this folder was made with {stored}, not {current}; use a new --out")
-
-
-def keep_settings(out: str, current: dict[str, Any]) -> None:
-    """Stores the folder's settings on first use, once its corpus was read (the shared tokenizer built):
-    a start refused for its data records nothing, so the rerun with other data is not refused."""
-    path = os.path.join(out, "bakeoff.json")
-    if not os.path.isfile(path):
-        atomic_write_json(path, current)
-
-
 def make_context(cfg: BakeoffConfig) -> Context:
     """Returns the bakeoff's Context after checking every option (nothing trained yet)."""
     cfg.validate()
@@ -152,24 +57,14 @@ def make_context(cfg: BakeoffConfig) -> Context:
         budget = {"max_seconds": cfg.minutes * 60}
     else:
         budget = {"max_steps": cfg.steps or scale.budget["max_steps"]}
-    return Context(
-        out=cfg.out,
+    return Context.from_config(
+        cfg,
         scale=scale,
         candidates=candidates,
         budget=budget,
-        seeds=cfg.seeds,
         lrs=tuple(cfg.lrs or scale.tune_lrs),
         tune_budget=cfg.tune_budget or scale.tune_budget,
         tokenizer="",
-        train_data=cfg.train_data,
-        valid_data=cfg.valid_data,
-        data_dir=cfg.data_dir,
-        device=cfg.device,
-        progress=cfg.progress,
-        launch=cfg.launch,
-        jobs=cfg.jobs,
-        tune_seeds=cfg.tune_seeds,
-        clip_grad=cfg.clip_grad,
     )
 
 
@@ -189,10 +84,10 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
         raise ConfigError(f"--size {cfg.size}: needs a GPU and none is present; use tiny or small on a CPU")
     os.makedirs(cfg.out, exist_ok=True)
     current = settings(cfg, ctx)
-    check_settings(cfg.out, current)
+    context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
-    keep_settings(cfg.out, current)
+    context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
     ctx.unigram_ppl = corpus_unigram_ppl(runs.train_config(ctx, ctx.baseline, 1, tuned=False))
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:

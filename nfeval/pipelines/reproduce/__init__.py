@@ -16,88 +16,24 @@ tune points and runs compare the tokenizer it holds by content; its links are re
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
-from ...base.errors import ConfigError, MissingDataError
+from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
-from ...launch.options import LaunchOptions
-from .. import lr_band, runs, trained_gate
-from ..scales import PUBLIC_SCALES, SCALES, Scale
+from .. import context, lr_band, runs, trained_gate
+from ..scales import SCALES, Scale
 from . import runner
-from .plan import EXPERIMENT_NAMES, EXPERIMENTS, RUNS
+from .config import ReproduceConfig
+from .plan import EXPERIMENTS, RUNS
 from .runner import Context, log, train_all
 
-
-@dataclass
-class ReproduceConfig:
-    out: str = "reproduce_out"
-    scale: str = "tiny"
-    minutes: float | None = None  # per-run training budget; default: the scale's
-    steps: int | None = None  # the baselines' steps; default: the scale's (a full-length tune follows it)
-    lrs: tuple[float, ...] | None = None  # the tune's LR grid; default: the scale's
-    token_budgets: tuple[int, ...] | None = None  # Figure 2 at each of these budgets (``budget_axis``)
-    seeds: int | None = None  # default: the scale's
-    only: tuple[str, ...] | None = None
-    train_data: str | None = None  # the corpus (text files or folders; None: the embedded default)
-    valid_data: str | None = None
-    data_dir: str | None = None
-    glue_dir: str | None = None
-    glue_tasks: tuple[str, ...] | None = None  # None: every task whose files are in glue_dir
-    tune: bool = True  # tune each architecture's LR first (nfeval tune), as the paper's baselines were
-    device: str = "auto"
-    progress: bool = True
-    command: str = "nfeval reproduce"
-    launch: LaunchOptions | None = None  # --launcher slurm: training runs and tune points as Slurm jobs
-    jobs: int = 1  # training runs and tune points trained at a time here, each on its share of the cores
-    tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, numbered from 101: never judged
-
-    def validate(self) -> None:
-        """Raises a UserError naming the first bad option; checks everything before any work."""
-        if self.scale not in SCALES:
-            raise ConfigError(f"--scale {self.scale!r}: expected one of {', '.join(PUBLIC_SCALES)}")
-        if self.minutes is not None and not 0 < self.minutes < math.inf:  # nan and inf too
-            raise ConfigError(
-                f"--minutes {self.minutes}: expected a finite positive number of minutes per run"
-            )
-        if self.steps is not None and (self.steps < 1 or self.minutes is not None):
-            raise ConfigError(f"--steps {self.steps}: expected a positive number of steps, without --minutes")
-        if self.lrs is not None and (not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs)):
-            raise ConfigError(
-                f"--lrs {','.join(map(str, self.lrs))}: expected finite positive learning rates"
-            )
-        if self.seeds is not None and self.seeds < 1:
-            raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
-        if self.jobs < 1:
-            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
-        lr_band.check_seeds(self.seeds or SCALES[self.scale].seeds, self.tune_seeds)
-        for flag, path in (("--train-data", self.train_data), ("--valid-data", self.valid_data)):
-            if path and not os.path.exists(path):
-                raise MissingDataError(f"{flag} {path}: no such file or folder")
-        if self.valid_data and not self.train_data:
-            raise ConfigError(
-                "--valid-data without --train-data: give both, or neither for the embedded corpus"
-            )
-        unknown = sorted(set(self.only or ()) - set(EXPERIMENT_NAMES))
-        if unknown:
-            raise ConfigError(
-                f"--only {','.join(unknown)}: unknown experiment(s); "
-                f"expected some of {', '.join(EXPERIMENT_NAMES)}"
-            )
-        for name in ("data_dir", "glue_dir"):
-            path = getattr(self, name)
-            if path and not os.path.isdir(path):
-                raise MissingDataError(f"--{name.replace('_', '-')} {path}: no such folder")
-        if self.glue_dir:
-            from ...glue.data import spec
-
-            for task in self.glue_tasks or ():
-                spec(task)
+SETTINGS = "reproduce.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
+# what a rerun refused for other settings is told
+ADVICE = "rerun with the same --scale and --minutes, or use a new --out"
 
 
 def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
@@ -113,28 +49,6 @@ def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
         "equal_time": "paired" if steps else None,
         **({"corpus": corpus} if corpus else {}),
     }
-
-
-def check_settings(out: str, current: dict[str, Any]) -> None:
-    """Raises ConfigError when the folder's stored settings differ from a rerun's ``current``; stores
-    nothing (``keep_settings`` does, once the corpus they name was read)."""
-    path = os.path.join(out, "reproduce.json")
-    if os.path.isfile(path):
-        stored = load_json(path)
-        if stored != current:
-            raise ConfigError(
-                f"{path}: this folder was made with {stored}, not {current}; rerun with the same --scale and "
-                "--minutes, or use a new --out"
-            )
-
-
-def keep_settings(out: str, current: dict[str, Any]) -> None:
-    """Stores the folder's settings on first use, once its corpus was read (the shared tokenizer built):
-    a start refused for its data (an empty or unreadable corpus) records nothing, so the rerun with
-    other data is not refused as another folder's."""
-    path = os.path.join(out, "reproduce.json")
-    if not os.path.isfile(path):
-        atomic_write_json(path, current)
 
 
 @folder_locked(lambda cfg: cfg.out)  # one writer per output folder
@@ -156,34 +70,25 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
     os.makedirs(cfg.out, exist_ok=True)
     current = settings(cfg, budget)
-    check_settings(cfg.out, current)
+    context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
     only = set(cfg.only) if cfg.only else None
-    ctx = Context(
-        out=cfg.out,
+    ctx = Context.from_config(
+        cfg,
         scale=scale,
         budget=budget,
         seeds=cfg.seeds or scale.seeds,
         tokenizer="",
-        train_data=cfg.train_data,
-        valid_data=cfg.valid_data,
-        data_dir=cfg.data_dir,
-        glue_dir=cfg.glue_dir,
         glue_tasks=_glue_tasks(cfg),
-        device=cfg.device,
-        progress=cfg.progress,
-        launch=cfg.launch,
-        jobs=cfg.jobs,
-        tune_seeds=cfg.tune_seeds,
     )
     if scale.needs_gpu and not torch.cuda.is_available() and not (cfg.launch and cfg.launch.on_cluster):
-        keep_settings(cfg.out, current)
+        context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
         record_seeds(cfg.out, ctx.seeds)
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size, cfg.train_data, cfg.valid_data)
-    keep_settings(cfg.out, current)
+    context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
     seed_history = record_seeds(cfg.out, ctx.seeds)
     ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(runner.train_config(ctx, "clm-prenorm", 1))
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))

@@ -182,9 +182,10 @@ def _sweep_halves(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """Runs (or resumes) run ``key``'s GLUE sweep; returns ({task: glue_halves.choose(...)}, {task:
     report-half size})."""
+    from ...base.sweep_points import point_dir
     from ...glue import predictions as glue_predictions
     from ...glue.config import GlueConfig
-    from ...glue.points import point_dir
+    from ...glue.points import SWEEP
     from ...glue.recipe import Recipe
     from ...glue.sweep import sweep
     from . import glue_halves
@@ -209,7 +210,9 @@ def _sweep_halves(
     )
     chosen = {t: glue_halves.choose(glue_halves.point_scores(out, t, lrs, seeds)) for t in tasks}
     sizes = {
-        t: glue_halves.report_size(glue_predictions.read(point_dir(out, t, lrs[0], seeds[0]))["splits"])
+        t: glue_halves.report_size(
+            glue_predictions.read(point_dir(out, SWEEP, t, lrs[0], seeds[0]))["splits"]
+        )
         for t in tasks
     }
     return chosen, sizes

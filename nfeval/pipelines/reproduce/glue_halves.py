@@ -14,9 +14,10 @@ import os
 import statistics
 from typing import Any
 
+from ...base.sweep_points import point_dir
 from ...glue import metrics as glue_metrics
 from ...glue import predictions as glue_predictions
-from ...glue.points import point_dir
+from ...glue.points import SWEEP
 
 HALVES = ("select", "report")
 
@@ -49,7 +50,7 @@ def point_scores(out_dir: str, task: str, lrs: list[float], seeds: list[int]) ->
     """Returns {lr: [half scores of each seed]} from the sweep's stored predictions."""
     return {
         lr: [
-            half_scores(task, glue_predictions.read(point_dir(out_dir, task, lr, seed))["splits"])
+            half_scores(task, glue_predictions.read(point_dir(out_dir, SWEEP, task, lr, seed))["splits"])
             for seed in seeds
         ]
         for lr in lrs
