@@ -136,17 +136,51 @@ def seed_plan(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
 
 
 def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[str, Any]:
-    from ... import __version__
-    from ...base.artifacts import git_hash
+    """Returns report.json's content: the header, the ranking, every test and the tables' data."""
     from ...engine.training import recipe
-    from .. import scale_facts
-    from ..runs import compute_paths, train_seconds
     from . import collapse
-    from .runs import run_budget, run_dir
+    from .runs import run_budget
 
     every = [r for rs in records.values() for r in rs]
     shared = recipe.check_same({f"{r['name']}/seed{r['seed']}": r.get("recipe") for r in every}, cfg.out)
-    header = {
+    header = _header(cfg, ctx, every, shared, tasks, plan, start)
+    failed = collapse.failed_lrs(ctx, ctx.unigram_ppl)
+    untrainable = collapse.untrainable(ctx, failed)
+    realised = results.realised_checks(ctx, records)
+    ppl, zeroshot = results.ppl_tests(ctx, records, realised), results.zeroshot_tests(ctx, files)
+    stable = results.stability_tests(ctx, stability)
+    results.add_lr_sensitivity(ctx, records, ppl)
+    results.settle(ppl, zeroshot, stable)
+    collapse.qualify_worse(ppl, records, failed, recipe.stability_text(shared))
+    return {
+        "header": header,
+        "baseline": ctx.baseline.name,
+        "ranking": results.ranking(ctx, records, untrainable),
+        "untrainable": sorted(untrainable),
+        "depth_ratios": results.depth_ratios(ctx),
+        "ppl_tests": ppl,
+        "zeroshot_tests": zeroshot,
+        "compute_fractions": results.compute_fractions(ctx, records),
+        "curves_seed1": results.curves(ctx, records),
+        "stability": stable,
+        "tuning": _tuning_rows(ctx),
+        "step_ratios": ctx.step_ratios,
+        "realised": realised,  # each seed's realised ratio against the planned one (realised_time)
+        "steps": {c.name: run_budget(ctx, c).get("max_steps", "time budget") for c in ctx.candidates},
+        "records": records,
+        "notes": _notes(ctx) + [_gate_note(shared)],
+    }
+
+
+def _header(cfg, ctx, every, shared, tasks, plan, start) -> dict[str, Any]:
+    """Returns the report header: provenance, scale, recipe, seeds, grids, corpus, machine and the gate."""
+    from ... import __version__
+    from ...base.artifacts import git_hash
+    from .. import scale_facts
+    from ..runs import compute_paths, train_seconds
+    from .runs import run_dir
+
+    return {
         "version": __version__,
         "git": git_hash(),
         "command": cfg.command,
@@ -176,32 +210,6 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
         "wall_min": (time.time() - start) / 60,
         "unigram_ppl": ctx.unigram_ppl,
         "trained_factor": trained_gate.FACTOR,
-    }
-    failed = collapse.failed_lrs(ctx, ctx.unigram_ppl)
-    untrainable = collapse.untrainable(ctx, failed)
-    realised = results.realised_checks(ctx, records)
-    ppl, zeroshot = results.ppl_tests(ctx, records, realised), results.zeroshot_tests(ctx, files)
-    stable = results.stability_tests(ctx, stability)
-    results.add_lr_sensitivity(ctx, records, ppl)
-    results.settle(ppl, zeroshot, stable)
-    collapse.qualify_worse(ppl, records, failed, recipe.stability_text(shared))
-    return {
-        "header": header,
-        "baseline": ctx.baseline.name,
-        "ranking": results.ranking(ctx, records, untrainable),
-        "untrainable": sorted(untrainable),
-        "depth_ratios": results.depth_ratios(ctx),
-        "ppl_tests": ppl,
-        "zeroshot_tests": zeroshot,
-        "compute_fractions": results.compute_fractions(ctx, records),
-        "curves_seed1": results.curves(ctx, records),
-        "stability": stable,
-        "tuning": _tuning_rows(ctx),
-        "step_ratios": ctx.step_ratios,
-        "realised": realised,  # each seed's realised ratio against the planned one (realised_time)
-        "steps": {c.name: run_budget(ctx, c).get("max_steps", "time budget") for c in ctx.candidates},
-        "records": records,
-        "notes": _notes(ctx) + [_gate_note(shared)],
     }
 
 
