@@ -4,6 +4,8 @@ as a no-op."""
 
 from __future__ import annotations
 
+import glob
+import importlib
 import json
 import os
 
@@ -227,6 +229,67 @@ def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
     monkeypatch.setattr(trained_gate, "FACTOR", OPEN_GATE)
     again = run_bakeoff(cfg)
     assert again["ranking"] == first["ranking"] and again["ppl_tests"] == first["ppl_tests"]
+
+
+KEPT = ("seed", "config.json", "metrics.jsonl", "complete.json", "fc2_depth.json")  # docs/*/.gitignore's
+
+
+def test_a_folder_without_weights_or_gradient_records_reads_again(smoke, monkeypatch, tmp_path):
+    """What a committed bakeoff folder keeps (each run's record, logs and config, its zero-shot results
+    and gradient ratio by depth, scored as it finished; no weights, checkpoints or gradient records) is
+    all a rerun reads: a bakeoff lands run by run, and a fresh clone gives the same report."""
+    import shutil
+
+    cfg, first = smoke
+    copy = str(tmp_path / "committed")
+    shutil.copytree(cfg.out, copy)
+    for root, dirs, files in os.walk(os.path.join(copy, "runs")):
+        if os.path.basename(root) == "checkpoints":
+            shutil.rmtree(root)
+            dirs[:] = []
+            continue
+        for name in files:
+            if not name.startswith(KEPT):
+                os.remove(os.path.join(root, name))
+    assert not glob.glob(os.path.join(copy, "runs", "*", "seed1", "grad_stats.jsonl"))
+    for module, name in (
+        ("nfeval.pipelines.runs", "train"),
+        ("nfeval.zeroshot.evaluate", "evaluate"),
+        ("nfeval.pipelines.runs", "measure_step_ratio"),
+    ):
+        monkeypatch.setattr(importlib.import_module(module), name, _forbidden)
+    monkeypatch.setattr(trained_gate, "FACTOR", OPEN_GATE)
+    again = run_bakeoff(BakeoffConfig(**{**cfg.__dict__, "out": copy}))
+    for field in ("ranking", "ppl_tests", "zeroshot_tests", "depth_ratios", "compute_fractions"):
+        assert again[field] == first[field], field
+
+
+def test_each_run_is_scored_zero_shot_as_soon_as_it_trains(smoke, monkeypatch):
+    """The zero-shot scoring and the depth summary happen in ``ensure_run`` (the worker that trained the
+    run, while its weights are there), for the runs at the tuned LR only (the band's runs are read for
+    their PPL)."""
+    from nfeval.pipelines.bakeoff import runs as bakeoff_runs
+
+    cfg, _ = smoke
+    monkeypatch.setattr(trained_gate, "FACTOR", OPEN_GATE)
+    ctx = make_context(cfg)
+    ctx.unigram_ppl, ctx.zeroshot = 700.0, ("data", ["corpus_cloze"])
+    ctx.step_ratios = json.load(open(os.path.join(cfg.out, "step_ratios.json")))
+    scored = []
+    monkeypatch.setattr(
+        bakeoff_runs, "zeroshot_files", lambda ctx, c, seed, *a: scored.append((c.name, seed))
+    )
+    c = ctx.candidates[1]
+    bakeoff_runs.ensure_run(ctx, c, 1)
+    assert scored == [(c.name, 1)]
+    assert os.path.isfile(os.path.join(bakeoff_runs.run_dir(ctx, c, 1), bakeoff_runs.DEPTH_FILE))
+    for lr in bakeoff_runs.band_lrs(ctx, c):
+        bakeoff_runs.ensure_run(ctx, c, 1, lr)
+    assert scored == [(c.name, 1)]
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("a committed folder's run was trained, scored or timed again")
 
 
 def test_a_results_file_left_without_its_sidecar_is_scored_again(smoke, monkeypatch):

@@ -89,6 +89,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
     context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
     ctx.unigram_ppl = corpus_unigram_ppl(runs.train_config(ctx, ctx.baseline, 1, tuned=False))
+    ctx.zeroshot = zeroshot_data(cfg.out, cfg.data_dir, ctx.scale.cloze_items, 1, log)  # scored per run
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:
         return {"pending": pending}
@@ -101,7 +102,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     if pending:
         return {"pending": pending}
     records = {c.name: [runs.ensure_run(ctx, c, s) for s in ctx.seeds_of(c)] for c in ctx.candidates}
-    data, tasks = zeroshot_data(cfg.out, cfg.data_dir, ctx.scale.cloze_items, 1, log)
+    data, tasks = ctx.zeroshot
     files = {
         c.name: {
             r["seed"]: runs.zeroshot_files(ctx, c, r["seed"], tasks, data)

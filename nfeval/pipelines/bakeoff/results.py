@@ -23,7 +23,6 @@ protocol before any run), the zero-shot and stability tests the secondary one.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 from ...base.jsonio import load_json
@@ -32,7 +31,7 @@ from ...report import verdict
 from ...tasks import judged_metric
 from .. import lr_band, realised_time, trained_gate
 from ..perplexity import final_ppl, log_ratio
-from ..runs import finished, grad_stats_path
+from ..runs import finished
 from ..trained_gate import gated_decide, is_trained, recipe_words
 from .runs import Context, band_lrs, log, run_dir
 
@@ -235,23 +234,12 @@ def plan_seeds(ctx: Context, records: dict[str, list[dict]], close_seeds: int) -
 def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
     """Returns, per candidate, fc2's mean |gradient| of layer 0 ÷ the last layer's over the scale's
     Figure 3 window (the beginning of training), per seed and as mean ± std: the gradient mismatch by
-    depth that NormFormer targets (None: the run recorded no gradients)."""
-    from ...engine.training.grad_stats import average_rows, read_grad_stats
-    from ...engine.training.train_config import clip_window
+    depth that NormFormer targets (None: the run recorded no gradients; ``runs.depth_ratio``)."""
+    from .runs import depth_ratio
 
     out = []
     for c in ctx.candidates:
-        per_seed = []
-        for seed in ctx.seeds_of(c):
-            directory = run_dir(ctx, c, seed)
-            path = grad_stats_path(directory)
-            if path is None:
-                per_seed.append(None)
-                continue
-            total = int(load_json(os.path.join(directory, "config.json"))["train"]["total_steps"])
-            start, end = clip_window(ctx.scale.fig3_window, total)
-            fc2 = average_rows([r for r in read_grad_stats(path) if start <= r["update"] <= end])["fc2"]
-            per_seed.append(fc2[0] / fc2[-1])
+        per_seed = [depth_ratio(ctx, c, seed) for seed in ctx.seeds_of(c)]
         mean, std = verdict.mean_std(per_seed)
         out.append({"name": c.name, "per_seed": per_seed, "mean": mean, "std": std})
     return out

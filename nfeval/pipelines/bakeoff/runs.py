@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...base.artifacts import atomic_write_json
+from ...base.jsonio import load_json
 from ...engine.training.train_config import TrainConfig
 from .. import context, lr_band, runs, trained_gate
 from .candidates import Candidate
@@ -32,6 +34,8 @@ class Context(context.RunContext):
     tune_budget: str
     seed_counts: dict[str, int] = field(default_factory=dict)  # name -> seeds, where more than ``seeds``
     clip_grad: float = 0.0  # gradient-norm clipping of every tune point and run (0: none)
+    # (zero-shot data folder, tasks): each run at its tuned LR is scored as soon as it has trained
+    zeroshot: tuple[str, list[str]] | None = None
 
     @property
     def baseline(self) -> Candidate:
@@ -163,8 +167,46 @@ def ensure_run(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -
     known, ``trained``: the gate every verdict reads, applied here where every stage loads its runs)."""
     record = {"name": c.name, "seed": seed, "budget": run_budget(ctx, c)}
     cfg = train_config(ctx, c, seed, lr=lr)
-    done = runs.ensure_run(cfg, run_dir(ctx, c, seed, lr), record, log)
-    return trained_gate.mark(done, ctx.unigram_ppl)
+    done = trained_gate.mark(runs.ensure_run(cfg, run_dir(ctx, c, seed, lr), record, log), ctx.unigram_ppl)
+    if lr is None:
+        read_while_weights_exist(ctx, c, seed, done)
+    return done
+
+
+def read_while_weights_exist(ctx: Context, c: Candidate, seed: int, record: dict[str, Any]) -> None:
+    """Scores ``c``'s run at ``seed`` (its tuned LR) zero-shot and summarises its gradient ratio by depth
+    as soon as it has trained, while its weights and gradient record lie in its folder: a committed
+    bakeoff folder keeps only the runs' records, logs and these results (its ``.gitignore``), so a
+    bakeoff lands run by run and is read again from a fresh clone without retraining."""
+    if ctx.zeroshot is not None and trained_gate.is_trained(record):
+        data, tasks = ctx.zeroshot
+        zeroshot_files(ctx, c, seed, tasks, data)
+    depth_ratio(ctx, c, seed)
+
+
+DEPTH_FILE = "fc2_depth.json"  # a run's gradient ratio by depth, kept where its gradient record is not
+
+
+def depth_ratio(ctx: Context, c: Candidate, seed: int) -> float | None:
+    """Returns fc2's mean |gradient| of layer 0 ÷ the last layer's over the scale's Figure 3 window (the
+    beginning of training) of ``c``'s run at ``seed``: from its ``DEPTH_FILE``, else computed from its
+    gradient record and stored there; None when the run recorded no gradients."""
+    from ...engine.training.grad_stats import average_rows, read_grad_stats
+    from ...engine.training.train_config import clip_window
+
+    directory = run_dir(ctx, c, seed)
+    stored = os.path.join(directory, DEPTH_FILE)
+    if os.path.isfile(stored):
+        return load_json(stored)["ratio"]
+    path = runs.grad_stats_path(directory)
+    if path is None:
+        return None
+    total = int(load_json(os.path.join(directory, "config.json"))["train"]["total_steps"])
+    start, end = clip_window(ctx.scale.fig3_window, total)
+    fc2 = average_rows([r for r in read_grad_stats(path) if start <= r["update"] <= end])["fc2"]
+    ratio = fc2[0] / fc2[-1]
+    atomic_write_json(stored, {"ratio": ratio, "window": [start, end], "kind": "fc2 layer 0 / last"})
+    return ratio
 
 
 def train_all(ctx: Context) -> str | None:
@@ -190,7 +232,6 @@ def run_on_cluster(ctx: Context) -> str | None:
     finished (``--no-wait``, a failed job), else None (the later stages then read their results)."""
     import dataclasses
 
-    from ...base.jsonio import load_json
     from ...launch import cluster
     from ...launch.jobs import LaunchPoint
 
