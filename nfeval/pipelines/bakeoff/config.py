@@ -20,7 +20,7 @@ from ...base.cli_args import (
 )
 from ...base.config_flags import flag_field
 from ...base.errors import ConfigError, MissingDataError
-from ...engine.model.config import SIZES
+from ...engine.model.config import ARCHITECTURES, SIZES
 from ...launch.options import LaunchOptions
 from .. import lr_band
 from ..stages import check_corpus
@@ -41,9 +41,8 @@ class BakeoffConfig:
 
     archs: tuple[str, ...] = flag_field(
         ARCHS,
-        "architectures to rank: presets (prenorm, normformer, sandwich, olmo2norm, deepnorm, qknorm, "
-        "rmsprenorm, periln, lnscaling, mixln, dyt, ...) or NAME=ARCH:FIELD=VALUE,... for a variant (e.g. "
-        f"olmo2qk=olmo2norm:qk_norm=true); default: {' '.join(ARCHS)}",
+        f"architectures to rank: presets ({', '.join(ARCHITECTURES)}) or NAME=ARCH:FIELD=VALUE,... for a "
+        f"variant (e.g. olmo2qk=olmo2norm:qk_norm=true); default: {' '.join(ARCHS)}",
         type=str,
         nargs="+",
         metavar="ARCH",
