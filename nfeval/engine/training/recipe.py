@@ -23,7 +23,9 @@ MODEL_FIELDS = ("init", "positions", "scale_embedding", "embedding_norm", "dropo
 
 def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any]) -> dict[str, Any]:
     """Returns the recipe of a run from its model config (a dict), its TrainConfig (a dict) and the
-    optimizer values it resolved (``train_config.training_recipe``): a JSON-able dict."""
+    optimizer values it resolved (``train_config.training_recipe``): a JSON-able dict. The fields the
+    model's scheme set (nGPT's no weight decay and no warm-up) are also listed under "scheme"."""
+    scheme = resolved.get("scheme")
     return {
         **{name: model[name] for name in MODEL_FIELDS},
         "optimizer": {
@@ -34,12 +36,13 @@ def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any
             "clip_grad": train["clip_grad"],
         },
         "schedule": {
-            "warmup": train["warmup"],
+            "warmup": resolved.get("warmup", train["warmup"]),
             "decay": "polynomial",
             "power": train["lr_power"],
             "end_lr": train["end_lr"],
         },
         "precision": train["dtype"],
+        **({"scheme": scheme} if scheme else {}),
     }
 
 
@@ -101,8 +104,15 @@ def describe(recipe: dict[str, Any]) -> str:
         f"{warmup_text(recipe)} then {decay} decay to {sched['end_lr']:g}",
         f"dropout {recipe['dropout']:g}/{recipe['attn_dropout']:g}",
         recipe["precision"],
+        *([scheme_text(recipe)] if recipe.get("scheme") else []),
     ]
     return ", ".join(parts)
+
+
+def scheme_text(recipe: dict[str, Any]) -> str:
+    """Returns the recipe fields the model's scheme set, in words: "the scheme's weight_decay 0, warmup 0"."""
+    fields = ", ".join(f"{k} {v:g}" for k, v in recipe["scheme"].items())
+    return f"the scheme's {fields}"
 
 
 def clipping_text(recipe: dict[str, Any]) -> str:
