@@ -84,7 +84,7 @@ ARCHITECTURES = {
     ),
     # nGPT: no norm layer or bias, its scalings (made non-trivial by save_model), s_z in the head
     "ngpt": ("ngpt", {}, "nfeval"),
-    "ngpt-glu": ("ngpt", {"ffn_glu": True}, "nfeval"),
+    "ngpt-swiglu": ("ngpt", {"ffn_glu": True, "activation": "silu"}, "nfeval"),
 }
 
 

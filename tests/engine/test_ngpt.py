@@ -57,7 +57,11 @@ def reference_block(block: Block, h: torch.Tensor, cfg: ModelConfig) -> torch.Te
     h = norm(h + alpha_a * (h_a - h))
     a = h @ block.fc1.weight.T
     s_nu = block.ffn_scale.s_nu.weight * (1.0 / 1.0) * math.sqrt(d)
-    act = lambda x: F.gelu(x, approximate="tanh" if cfg.activation == "gelu_tanh" else "none")  # noqa: E731
+    act = {
+        "gelu": F.gelu,
+        "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        "silu": lambda x: x * torch.sigmoid(x),
+    }[cfg.activation]
     if cfg.ffn_glu:  # fc1's output is [ν, u]: ν through the activation, u multiplying it
         nu, u = a[..., :f] * s_nu, a[..., f:] * block.ffn_scale.s_u.weight
         hidden = act(nu) * u
@@ -93,7 +97,16 @@ def ngpt_model(seed: int = 0, **overrides) -> Transformer:
 IDX = torch.randint(0, 97, (2, 11), generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("overrides", [{}, {"ffn_glu": True}, {"activation": "gelu_tanh", "n_head": 2}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"ffn_glu": True},
+        {"ffn_glu": True, "activation": "silu"},
+        {"activation": "gelu_tanh", "n_head": 2},
+    ],
+    ids=["gelu", "geglu", "swiglu", "gelu-tanh-2-heads"],
+)
 def test_the_model_is_the_papers_equations(overrides):
     model = ngpt_model(**overrides)
     with torch.no_grad():

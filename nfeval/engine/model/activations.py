@@ -25,11 +25,14 @@ def tanh_gelu(x: torch.Tensor) -> torch.Tensor:
 
 def activation_fn(name: str):
     """Returns the activation function for a config name: ``gelu`` exact (as fairseq's ``gelu``),
-    ``gelu_tanh`` GPT-2's approximation, ``relu_squared``."""
+    ``gelu_tanh`` GPT-2's approximation, ``relu_squared``, ``silu`` (x·σ(x): with ``ffn_glu``, SwiGLU, the
+    FFN of nGPT's models)."""
     if name == "gelu":
         return F.gelu
     if name == "gelu_tanh":
         return tanh_gelu
     if name == "relu_squared":
         return lambda x: F.relu(x).square()
+    if name == "silu":
+        return F.silu
     raise ValueError(f"unknown activation {name!r}")

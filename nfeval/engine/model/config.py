@@ -30,7 +30,8 @@ from .placements import (
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
 # Gated attention (Qiu et al. 2025): one gate value per head, or one per channel of the attention output
 ATTN_GATES = ("headwise", "elementwise")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
+# gelu_tanh: GPT-2's gelu_new; silu with ffn_glu: SwiGLU (nGPT's models)
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared", "silu")
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
 # How the weights are drawn (nfeval.engine.model.model.init_weights): fairseq's transformer_lm, GPT-2's

@@ -15,6 +15,7 @@ FLOPS_PER_ELEMENT = {
     "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
     "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
     "relu_squared": 2,  # max, multiply
+    "silu": 5,  # x·σ(x): negate, exp, add 1, divide, multiply
     "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
     "sigmoid": 4,  # negate, exp, add 1, divide (the attention gate)
     "l2_norm": 3,  # nGPT's x / ‖x‖: square, sum, divide (the root per row: 0)
