@@ -34,7 +34,7 @@ from nfeval.engine.model.flops import FLOPS_PER_ELEMENT, TRAINING_PASSES, traini
 from nfeval.engine.model.model import Block, Transformer
 from nfeval.engine.training import recipe
 from nfeval.engine.training.train import train
-from nfeval.engine.training.train_config import TrainConfig, parse_set, training_recipe
+from nfeval.engine.training.train_config import TrainConfig, leave_to_scheme, parse_set, training_recipe
 
 
 def norm(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -254,6 +254,23 @@ def test_the_recipe_has_no_weight_decay_and_no_warmup_unless_the_run_sets_them()
     assert (pre["weight_decay"], pre["warmup"], "scheme" in pre) == (0.01, 0.01, False)
     words = recipe.describe(recipe.of_train_config(TrainConfig(preset="ngpt-tiny")))
     assert "wd 0," in words and "no warm-up" in words and "the scheme's weight_decay 0, warmup 0" in words
+
+
+def test_a_comparison_may_let_each_scheme_carry_its_recipe():
+    """A caller that sets the shared recipe for every candidate leaves nGPT's fields to it
+    (``leave_to_scheme``); ``check_same`` lets exactly those fields differ when asked, and returns the
+    recipe no scheme changed."""
+    shared = dict(warmup=0.05, weight_decay=0.01)
+    pre = TrainConfig(preset="prenorm-tiny", **shared)
+    ngpt = leave_to_scheme(TrainConfig(preset="ngpt-tiny", **shared))
+    assert (ngpt.warmup, ngpt.weight_decay) == (None, None) and leave_to_scheme(pre) == pre
+    recipes = {"ngpt": recipe.of_train_config(ngpt), "prenorm": recipe.of_train_config(pre)}
+    with pytest.raises(ConfigError, match="optimizer.weight_decay: 0.0 vs 0.01"):
+        recipe.check_same(recipes, "bakeoff")
+    assert recipe.check_same(recipes, "bakeoff", schemes_may_differ=True) == recipes["prenorm"]
+    other = recipe.of_train_config(TrainConfig(preset="prenorm-tiny", **{**shared, "eps": 1e-6}))
+    with pytest.raises(ConfigError, match="optimizer.eps"):  # a difference no scheme declared
+        recipe.check_same({**recipes, "eps": other}, "bakeoff", schemes_may_differ=True)
 
 
 def run_ngpt(tmp_path, name: str, **changes) -> TrainConfig:

@@ -13,7 +13,15 @@ from typing import Any
 from ...base.cli_args import dtype_spellings, dtype_type
 from ...base.config_flags import flag_field
 from ...base.errors import ConfigError
-from ..model.config import MODEL_CHOICES, OBJECTIVE_RECIPES, RECIPES, ModelConfig, check_fields, parse_preset
+from ..model.config import (
+    MODEL_CHOICES,
+    OBJECTIVE_RECIPES,
+    RECIPES,
+    ModelConfig,
+    check_fields,
+    parse_preset,
+    preset,
+)
 from ..text.tokenization import MIN_BPE_VOCAB
 
 DTYPES = ("fp32", "bf16")
@@ -284,10 +292,20 @@ def training_recipe(cfg: TrainConfig, max_seq_len: int) -> dict[str, Any]:
 def scheme_recipe(cfg: TrainConfig) -> dict[str, float]:
     """Returns the recipe fields that the model of ``cfg`` (its preset and overrides) declares and ``cfg``
     leaves unset (``ModelConfig.recipe_overrides``: nGPT's weight_decay 0, warmup 0), {} for most."""
-    from ..model.config import preset
+    return {k: v for k, v in preset_model(cfg).recipe_overrides.items() if getattr(cfg, k) is None}
 
-    model = preset(cfg.preset, **({"objective": cfg.objective} if cfg.objective else {}), **cfg.model)
-    return {k: v for k, v in model.recipe_overrides.items() if getattr(cfg, k) is None}
+
+def preset_model(cfg: TrainConfig) -> ModelConfig:
+    """Returns the ModelConfig of ``cfg``'s preset, objective and model overrides (before a tokenizer sets
+    the vocabulary)."""
+    return preset(cfg.preset, **({"objective": cfg.objective} if cfg.objective else {}), **cfg.model)
+
+
+def leave_to_scheme(cfg: TrainConfig) -> TrainConfig:
+    """Returns ``cfg`` with the recipe fields its model's scheme declares unset (nGPT: weight_decay,
+    warmup), so that the scheme's values apply and its run records them under "scheme": for a caller that
+    sets those fields for every candidate of a comparison and lets each scheme carry its own."""
+    return dataclasses.replace(cfg, **dict.fromkeys(preset_model(cfg).recipe_overrides, None))
 
 
 def resolved_warmup(cfg: TrainConfig) -> float:
