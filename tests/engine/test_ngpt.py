@@ -29,6 +29,7 @@ from test_norm_schemes import trained_scheme
 
 from nfeval.base.errors import ConfigError
 from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.inference.backend import NFEvalBackend
 from nfeval.engine.model.config import ARCHITECTURES, SIZES, ModelConfig, preset
 from nfeval.engine.model.flops import FLOPS_PER_ELEMENT, TRAINING_PASSES, training_flops_breakdown
 from nfeval.engine.model.model import Block, Transformer
@@ -310,6 +311,13 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     assert summary["fingerprint"] == checkpoint.load(str(full)).fingerprint
 
 
-def test_trains_saves_and_loads(tmp_path):
-    """``nfeval train --preset ngpt-tiny``: the checkpoint loads to the weights it saved."""
-    assert trained_scheme(tmp_path, "ngpt", n_layer=3).config.architecture == "ngpt"
+def test_trains_saves_and_loads_and_scores_with_its_own_head(tmp_path):
+    """``nfeval train --preset ngpt-tiny``: the checkpoint loads to the weights it saved; the zero-shot
+    scorer's vocabulary projection is the model's own s_z-scaled head."""
+    loaded = trained_scheme(tmp_path, "ngpt", n_layer=3)
+    assert loaded.config.architecture == "ngpt"
+    idx = torch.randint(0, loaded.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    keep = torch.ones_like(idx, dtype=torch.bool)
+    with torch.no_grad():
+        features, projection = NFEvalBackend(loaded, torch.device("cpu")).features_at(idx, keep)
+        torch.testing.assert_close(projection(features), loaded.model(idx)[keep])
