@@ -27,6 +27,7 @@ from conftest import make_corpus, tiny_train_config
 from test_norm_placements import check_kv_cache_matches_recompute, randomize
 from test_norm_schemes import trained_scheme
 
+from nfeval.analysis.stability import AttentionLogitProbe
 from nfeval.base.errors import ConfigError
 from nfeval.engine.checkpoints import checkpoint
 from nfeval.engine.inference.backend import NFEvalBackend
@@ -272,6 +273,22 @@ def test_a_comparison_may_let_each_scheme_carry_its_recipe():
     other = recipe.of_train_config(TrainConfig(preset="prenorm-tiny", **{**shared, "eps": 1e-6}))
     with pytest.raises(ConfigError, match="optimizer.eps"):  # a difference no scheme declared
         recipe.check_same({**recipes, "eps": other}, "bakeoff", schemes_may_differ=True)
+
+
+def test_the_stability_probe_reads_ngpts_attention_logits_at_its_scale():
+    """``analyze stability``'s probe reports |q·k|·√d_k for nGPT (its softmax scale), not |q·k|/√d_k."""
+    model = ngpt_model().float()  # the probe computes in float32
+    probe = AttentionLogitProbe(model)
+    with torch.no_grad():
+        model(IDX)
+    probe.remove()
+    block, cfg = model.blocks[0], model.cfg
+    h = norm(F.embedding(IDX, model.tok_emb.weight) * math.sqrt(cfg.d_model) + model.sin_pos[:11])
+    with torch.no_grad():
+        q, k, _ = block.attn.project_heads(h)
+    causal = torch.ones(11, 11, dtype=torch.bool).tril()
+    expected = ((q @ k.transpose(-1, -2)).abs() * causal).max() * math.sqrt(cfg.head_dim)
+    assert probe.maxima[0] == pytest.approx(float(expected), rel=1e-5)
 
 
 def run_ngpt(tmp_path, name: str, **changes) -> TrainConfig:

@@ -41,6 +41,7 @@ nGPT (Loshchilov et al. 2025, ``ngpt.py``) has no norm layer: its input is Norm(
 each head's q and k are Norm(q)·s_qk, Norm(k)·s_qk (``qk_scale``, before the KV cache) under softmax
 scale √head_dim, its Linears have no bias, and its logits are scaled by s_z; ``normalize_weights`` keeps
 its embedding and matrices on the hypersphere after each optimizer step.
+
 So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2; Peri-LN, Kim et al. 2025)
 x + LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with
 β-scaled init (``norms.deepnorm_init_``); LayerNorm Scaling (Sun et al. 2025) x + f(LN(x)/sqrt(ℓ));
