@@ -10,7 +10,7 @@ import torch
 from ..engine.inference.backend import Backend, ModelShape, matmul_params
 from ..engine.inference.generate import left_pad
 from ..engine.inference.vocab_head import VocabProjection
-from ..engine.model.model import tanh_gelu
+from ..engine.model.activations import tanh_gelu
 from .scorer import Row
 
 

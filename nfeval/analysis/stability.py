@@ -92,7 +92,8 @@ def lr_schedule(settings: StabilitySettings) -> list[float]:
 
 
 class AttentionLogitProbe:
-    """Forward hooks that keep, per layer, the largest |q·k|/√d of the last forward pass."""
+    """Forward hooks that keep, per layer, the largest |q·k|·scale of the last forward pass (the scale
+    attention applies: 1/√d, or nGPT's √d)."""
 
     def __init__(self, model: Transformer):
         self.maxima: list[float] = [0.0] * len(model.blocks)
@@ -107,7 +108,8 @@ class AttentionLogitProbe:
             with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
                 T = x.shape[1]
                 q, k, _ = module.project_heads(x.float())  # normed as attention sees them
-                logits = (q @ k.transpose(-1, -2)).abs() / math.sqrt(cfg.head_dim)
+                scale = module.softmax_scale or 1 / math.sqrt(cfg.head_dim)  # nGPT's √d, else 1/√d
+                logits = (q @ k.transpose(-1, -2)).abs() * scale
                 if cfg.causal and attn_mask is None:
                     logits = logits * torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
                 elif attn_mask is not None:
@@ -173,14 +175,9 @@ def run_one(
                 diverged_at = t + 1
                 break
             opt.step()
+            model.normalize_weights()  # nGPT's weights back on the hypersphere; a no-op for the others
     finally:
         probe.remove()
-    overflows = [
-        {"update": u + 1, "layer": layer, "value": v}
-        for u, per_layer in enumerate(rows["attn_logit_max"])
-        for layer, v in enumerate(per_layer)
-        if v is None or v > FP16_MAX
-    ]
     return {
         "seed": seed,
         "init_fingerprint": fingerprint,
@@ -189,9 +186,20 @@ def run_one(
         "reason": reason,
         "noise": detector.noise(),  # the batch noise the criterion measured (None: too few updates)
         "lr_at_divergence": rows["lr"][-1] if diverged_at else None,
-        "fp16_overflow": overflows,
+        "fp16_overflow": fp16_overflows(rows["attn_logit_max"]),
         **rows,
     }
+
+
+def fp16_overflows(attn_logit_max: list[list[float | None]]) -> list[dict[str, Any]]:
+    """Returns {update (1-based), layer, value} for each attention logit maximum past fp16's range (or
+    not finite: None) of a run's per-update, per-layer maxima."""
+    return [
+        {"update": u + 1, "layer": layer, "value": v}
+        for u, per_layer in enumerate(attn_logit_max)
+        for layer, v in enumerate(per_layer)
+        if v is None or v > FP16_MAX
+    ]
 
 
 def finite_or_none(x: float) -> float | None:

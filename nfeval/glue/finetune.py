@@ -230,6 +230,7 @@ def _train_epoch(
         if recipe.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip_norm)
         opt.step()
+        model.transformer.normalize_weights()  # nGPT's weights back on the hypersphere; else a no-op
         sched.step()
         loss_sum += loss.detach()  # summed on the device: no host sync per update
         stats["tokens"] += sum(len(seqs[i]) for i in batch)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import make_corpus, tiny_train_args
 
 from nfeval.engine.checkpoints import checkpoint
@@ -169,3 +170,20 @@ def test_time_budget_stops_every_rank_at_the_same_step(setup):
     total = config["train"]["total_steps"]
     assert calibration["steps_timed"] >= 3 and total == int(3 // calibration["step_s"])
     assert read(out, "train")[-1]["step"] == total == config["compute"]["steps"]
+
+
+@pytest.mark.parametrize("sharding", [[], ["--fsdp"]], ids=["ddp", "fsdp2"])
+def test_ngpt_weights_stay_on_the_hypersphere_across_ranks(setup, sharding):
+    """nGPT renormalises its weights after each update on every rank (out_proj's and fc2's columns span
+    FSDP2's row shards): 2 processes train like 1 and save unit-norm weights."""
+    root, corpus, env = setup
+    args = tiny_train_args(corpus, batch_size=None, max_steps=6, lr="3e-3", preset="ngpt-tiny")
+    name = "-".join(["ngpt", *sharding])
+    one = launch(env, root / f"{name}-one", [*args, "--batch-size", "4", "--grad-accum", "2"], nproc=1)
+    two = launch(env, root / f"{name}-two", [*args, "--batch-size", "2", "--grad-accum", "2", *sharding], 2)
+    for a, b in zip(one, two):
+        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["loss"], b["loss"])
+    model = checkpoint.load(str(root / f"{name}-two")).model
+    for block in model.blocks:
+        for w, dim in ((block.attn.qkv.weight, 1), (block.attn.out_proj.weight, 0), (block.fc2.weight, 0)):
+            torch.testing.assert_close(w.norm(dim=dim), torch.ones(w.shape[1 - dim]))

@@ -82,6 +82,9 @@ ARCHITECTURES = {
         {"scale_heads": True, "head_scale_position": "before_out_proj"},
         "nfeval",
     ),
+    # nGPT: no norm layer or bias, its scalings (made non-trivial by save_model), s_z in the head
+    "ngpt": ("ngpt", {}, "nfeval"),
+    "ngpt-swiglu": ("ngpt", {"ffn_glu": True, "activation": "silu"}, "nfeval"),
 }
 
 

@@ -199,6 +199,8 @@ def test_every_preset_takes_its_objectives_recipe(arch, size):
     # fairseq: a final LayerNorm for Pre-LN (and for sandwich, OLMo 2's order and HybridNorm, whose blocks
     # end with an add, as its authors' OLMo code keeps), none for Post-LN/DeepNorm
     assert clm.final_norm == (clm.norm_position in ("pre", "sandwich", "olmo2", "hybrid"))
+    if clm.ngpt:  # a causal LM only: no masked-LM recipe
+        return
     mlm = preset(f"{arch}-{size}", objective="mlm")
     assert (mlm.positions, mlm.scale_embedding, mlm.init, mlm.embedding_norm) == (
         "learned",
@@ -214,9 +216,10 @@ def test_every_preset_takes_its_objectives_recipe(arch, size):
 
 def test_training_recipe_per_objective_and_overrides():
     clm = training_recipe(TrainConfig(), max_seq_len=2048)
-    assert clm == dict(name="fairseq_lm", beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=0.01, seq_len=2048)
+    both = dict(beta1=0.9, beta2=0.98, weight_decay=0.01, warmup=0.01)
+    assert clm == dict(name="fairseq_lm", eps=1e-8, seq_len=2048, **both)
     mlm = training_recipe(TrainConfig(objective="mlm"), max_seq_len=2048)
-    assert mlm == dict(name="roberta", beta1=0.9, beta2=0.98, eps=1e-6, weight_decay=0.01, seq_len=512)
+    assert mlm == dict(name="roberta", eps=1e-6, seq_len=512, **both)
     assert training_recipe(TrainConfig(model={"objective": "mlm"}), 256)["seq_len"] == 256  # capped
     mine = training_recipe(TrainConfig(objective="mlm", eps=1e-8, beta2=0.95, seq_len=128), 2048)
     assert (mine["eps"], mine["beta2"], mine["seq_len"], mine["beta1"]) == (1e-8, 0.95, 128, 0.9)

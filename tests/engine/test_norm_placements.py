@@ -16,7 +16,7 @@ from test_generate import PROMPTS, greedy_by_recompute
 from torch import nn
 
 from nfeval.engine.inference.generate import generate
-from nfeval.engine.model.config import ARCHITECTURES, NORM_POSITIONS, NORMS, ModelConfig, preset
+from nfeval.engine.model.config import ARCHITECTURES, NORM_POSITIONS, NORMS, PLACEMENTS, ModelConfig, preset
 from nfeval.engine.model.kv_cache import KVCache
 from nfeval.engine.model.model import Block, Transformer
 from nfeval.engine.model.norms import DynamicErf, DynamicTanh, deepnorm_alpha_beta, make_norm
@@ -128,7 +128,9 @@ def check_block(cfg, seed: int = 0) -> None:
     torch.testing.assert_close(block(x, None), reference_block(block, x, cfg), rtol=1e-9, atol=1e-9)
 
 
-PLACEMENT_COMBOS = list(itertools.product(NORM_POSITIONS, (False, True), NORMS))
+# the placements with norm layers: nGPT's (no norm layer, test_ngpt.py) has its own reference
+LAYERED = [p for p in NORM_POSITIONS if not PLACEMENTS[p].hypersphere]
+PLACEMENT_COMBOS = list(itertools.product(LAYERED, (False, True), NORMS))
 
 
 @pytest.mark.parametrize("placement,qk_norm,norm", PLACEMENT_COMBOS)
@@ -136,7 +138,7 @@ def test_block_matches_hand_reference(placement, qk_norm, norm):
     check_block(preset("prenorm-tiny", norm_position=placement, qk_norm=qk_norm, norm=norm))
 
 
-@pytest.mark.parametrize("placement", NORM_POSITIONS)
+@pytest.mark.parametrize("placement", LAYERED)
 def test_placements_combine_with_normformer_ops(placement):
     ops = dict(scale_fc=True, scale_heads=True, scale_resids=placement != "deepnorm")
     ops["scale_attn"] = placement not in ("sandwich", "olmo2")  # those already normalise the output
@@ -208,6 +210,7 @@ def test_final_norm_defaults_per_placement():
         "post": False,
         "deepnorm": False,
         "hybrid": True,
+        "ngpt": False,
     }
     assert {p: preset("prenorm-tiny", norm_position=p).final_norm for p in NORM_POSITIONS} == expected
 

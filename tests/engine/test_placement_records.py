@@ -17,7 +17,9 @@ def test_every_placement_and_norm_kind_is_declared_for_the_count():
     assert set(PLACEMENTS) == set(NORM_POSITIONS) and set(NORM_FLOPS) == set(NORMS)
     assert all(kind in FLOPS_PER_ELEMENT for kind in NORM_FLOPS.values())
     for name, p in PLACEMENTS.items():
-        assert p.norms_per_block >= 1 and p.name, name  # every block normalises somewhere
+        # every block normalises somewhere: with norm layers, or on the hypersphere (nGPT: its own count,
+        # test_ngpt.py)
+        assert (p.norms_per_block >= 1 or p.hypersphere) and p.name, name
 
 
 def _norm_elements(model: nn.Module) -> int:
@@ -27,8 +29,10 @@ def _norm_elements(model: nn.Module) -> int:
     return sum(dims[type(m)](m) for m in model.modules() if type(m) in dims)
 
 
-# every placement, with NormFormer's FFN norm, and Mix-LN (Post-LN blocks in Pre-LN's, its only host)
-CASES = [(p, {}) for p in NORM_POSITIONS] + [(p, {"scale_fc": True}) for p in NORM_POSITIONS]
+# every placement with norm layers (not nGPT's), with NormFormer's FFN norm, and Mix-LN (Post-LN blocks in
+# Pre-LN's, its only host)
+LAYERED = [p for p in NORM_POSITIONS if not PLACEMENTS[p].hypersphere]
+CASES = [(p, {}) for p in LAYERED] + [(p, {"scale_fc": True}) for p in LAYERED]
 CASES.append(("pre", {"mix_ln_fraction": 0.5}))
 CASES.append(("hybrid", {"qkv_norm": True, "first_block_prenorm": True}))  # HybridNorm*: one Pre-LN block
 

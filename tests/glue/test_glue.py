@@ -152,6 +152,19 @@ def test_causal_lm_pools_last_token_and_learns(tiny_clm_ckpt, glue_dir, tmp_path
     assert summary["tasks"]["sst2"]["best"]["accuracy"] >= 0.9
 
 
+def test_ngpt_fine_tunes_on_the_hypersphere(tiny_tokenizer, glue_dir, tmp_path, monkeypatch):
+    """An nGPT checkpoint's fine-tuning renormalises its weights after every update, as its training."""
+    cfg = preset("ngpt-tiny", vocab_size=tiny_tokenizer.get_vocab_size(), max_seq_len=128)
+    torch.manual_seed(0)
+    checkpoint.save(str(tmp_path / "ngpt"), Transformer(cfg), tiny_tokenizer)
+    built, build = [], finetune.build_classifier
+    monkeypatch.setattr(finetune, "build_classifier", lambda *a: built.append(build(*a)) or built[-1])
+    fast_sweep(str(tmp_path / "ngpt"), "sst2", glue_dir, tmp_path / "out", epochs=1)
+    blocks = built[0].transformer.blocks
+    for w, dim in ((blocks[0].fc1.weight, 1), (blocks[-1].fc2.weight, 0)):
+        torch.testing.assert_close(w.norm(dim=dim), torch.ones(w.shape[1 - dim]))
+
+
 def test_stsb_regression_learns_correlation(tiny_tokenizer, glue_dir, tmp_path):
     # A random-weight encoder under GPT-2's init (residual projections scaled down) learns this in 3
     # fast epochs; under the MLM recipe's (RoBERTa's unscaled N(0, 0.02)) it needs ~8 (measured Pearson

@@ -148,7 +148,7 @@ class NFEvalBackend(Backend):
     def features_at(self, idx, keep, position_ids=None, attn_mask=None):
         # without a mask, causal: right padding never reaches a real position
         hidden = self.model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
-        return hidden[keep], VocabProjection(self.model.tok_emb.weight)  # causal: ``lm_logits`` unbiased
+        return hidden[keep], VocabProjection(self.model.output_weight())  # causal: ``lm_logits`` unbiased
 
     def shape(self) -> ModelShape:
         cfg = self.ckpt.config

@@ -101,7 +101,8 @@ def next_tokens(logits: torch.Tensor, warpers, generators: list[torch.Generator 
 def token_picker(model: Transformer, sampling: Sampling) -> Callable[[torch.Tensor, list], torch.Tensor]:
     """Returns pick(hidden (B, d), generators) -> next tokens (B,): the int8-screened exact argmax for
     greedy fp32 decoding on a CPU (``greedy_head``), else the full logits through ``next_tokens``."""
-    if sampling.greedy and model.cfg.objective == "clm" and screen_supported(model.tok_emb.weight):
+    tied = model.cfg.objective == "clm" and model.logit_scale is None  # the head is tok_emb's weight alone
+    if sampling.greedy and tied and screen_supported(model.tok_emb.weight):
         head = greedy_head(model)
         return lambda hidden, generators: head(hidden)
     warpers = None if sampling.greedy else sampling.warpers()

@@ -1,8 +1,9 @@
 """The attention sub-layer of ``model.py``'s block: the q/k/v projection and its optional norms
-(Table 4's ``qkv_norm``, ``qk_norm``), causal or masked SDPA over the KV cache, the attention gate
-(``attn_gate``, Qiu et al. 2025), the output projection and NormFormer's HeadScale (fairseq's
-``c_attn``, after or before ``out_proj``, with early fairseq's head/dim transposition bug on request),
-which inference folds into ``out_proj``. Each optional op is a module that is ``None`` when off, in the
+(Table 4's ``qkv_norm``, ``qk_norm``; nGPT's normalised and scaled q and k, ``qk_scale``), causal or
+masked SDPA over the KV cache (nGPT's softmax scale √head_dim), the attention gate (``attn_gate``, Qiu et
+al. 2025), the output projection and NormFormer's HeadScale (fairseq's ``c_attn``, after or before
+``out_proj``, with early fairseq's head/dim transposition bug on request), which inference folds into
+``out_proj``. Each optional op is a module that is ``None`` when off, in the
 op order of ``model.py``'s docstring."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .kv_cache import LayerCache
+from .ngpt import QKScale
 from .norms import make_norm
 
 
@@ -24,8 +26,8 @@ class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=not cfg.ngpt)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=not cfg.ngpt)
         self.head_gain = nn.Parameter(torch.ones(cfg.n_head)) if cfg.scale_heads else None
         # Gated attention's W_θ (Qiu et al. 2025): in the authors' code, extra rows of the query projection,
         # with its bias setting; here its own Linear, with a bias as qkv has, drawn as q's rows are
@@ -40,6 +42,9 @@ class SelfAttention(nn.Module):
         self.q_head_norm, self.k_head_norm = (
             (make_norm(cfg, cfg.head_dim, attention=True) for _ in range(2)) if cfg.qk_norm else (None, None)
         )
+        # nGPT: Norm(q)·s_qk and Norm(k)·s_qk per head, under softmax scale √head_dim (ngpt.QKScale)
+        self.qk_scale = QKScale(cfg.d_model, cfg.n_head) if cfg.ngpt else None
+        self.softmax_scale = cfg.head_dim**0.5 if cfg.ngpt else None  # None: SDPA's 1/√head_dim
 
     def project_heads(
         self, x: torch.Tensor, queries: slice | None = None
@@ -53,13 +58,15 @@ class SelfAttention(nn.Module):
             q, k, v = self.qkv(x).split(C, dim=2)
         else:
             w, b = self.qkv.weight, self.qkv.bias
-            q = self.linear(x[:, queries], w[:C], b[:C])
-            k, v = self.linear(x, w[C:], b[C:]).split(C, dim=2)
+            q = self.linear(x[:, queries], w[:C], None if b is None else b[:C])
+            k, v = self.linear(x, w[C:], None if b is None else b[C:]).split(C, dim=2)
         if self.query_norm is not None:
             q, k, v = self.query_norm(q), self.key_norm(k), self.value_norm(v)
         q, k, v = (t.view(B, t.shape[1], cfg.n_head, cfg.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.q_head_norm is not None:
             q, k = self.q_head_norm(q), self.k_head_norm(k)
+        if self.qk_scale is not None:
+            q, k = self.qk_scale(q), self.qk_scale(k)
         return q, k, v
 
     def forward(
@@ -84,6 +91,7 @@ class SelfAttention(nn.Module):
             # without a mask, a causal query sees every key before it: the SDPA causal mask when the
             # queries are all the keys, no mask for one new query after cached ones (encode sees to it)
             is_causal=cfg.causal and attn_mask is None and k.shape[2] == T,
+            scale=self.softmax_scale,
         )
         if self.gate is not None:  # Y' = Y ⊙ σ(X W_θ), X this sub-layer's input at the queries' positions
             gate = torch.sigmoid(self.gate(x if queries is None else x[:, queries]))

@@ -30,7 +30,8 @@ from .placements import (
 HEAD_SCALE_POSITIONS = ("after_out_proj", "before_out_proj")
 # Gated attention (Qiu et al. 2025): one gate value per head, or one per channel of the attention output
 ATTN_GATES = ("headwise", "elementwise")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared")  # gelu_tanh: GPT-2's gelu_new
+# gelu_tanh: GPT-2's gelu_new; silu with ffn_glu: SwiGLU (nGPT's models)
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared", "silu")
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
 # How the weights are drawn (nfeval.engine.model.model.init_weights): fairseq's transformer_lm, GPT-2's
@@ -167,6 +168,17 @@ class ModelConfig:
         return "pre" if layer == 0 and self.first_block_prenorm else self.norm_position
 
     @property
+    def ngpt(self) -> bool:
+        """Whether this is nGPT's normalised Transformer (``norm_position="ngpt"``: ``ngpt.py``)."""
+        return self.placement.hypersphere
+
+    @property
+    def recipe_overrides(self) -> dict[str, float]:
+        """Returns the TrainConfig fields this model trains under unless its run sets them (nGPT: no weight
+        decay, no warm-up), as its placement declares them."""
+        return dict(self.placement.recipe)
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
@@ -274,11 +286,11 @@ NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
 RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     "fairseq_lm": {
         "model": dict(positions="sinusoidal", scale_embedding=True, init="fairseq", embedding_norm=False),
-        "train": dict(beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=0.01, block_size=None),
+        "train": dict(beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=0.01, warmup=0.01, block_size=None),
     },
     "roberta": {
         "model": dict(positions="learned", scale_embedding=False, init="bert", embedding_norm=True),
-        "train": dict(beta1=0.9, beta2=0.98, eps=1e-6, weight_decay=0.01, block_size=512),
+        "train": dict(beta1=0.9, beta2=0.98, eps=1e-6, weight_decay=0.01, warmup=0.01, block_size=512),
     },
 }
 OBJECTIVE_RECIPES = {"clm": "fairseq_lm", "mlm": "roberta"}
@@ -318,6 +330,10 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "hybridnorm": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True},
     # HybridNorm*: the same with the first block Pre-LN (QKV-Norm kept)
     "hybridnormstar": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True, "first_block_prenorm": True},
+    # nGPT (Loshchilov et al. 2025): no norm layers, hidden states and weights on the unit hypersphere,
+    # h <- Norm(h + |α|·(Norm(f(h)) - h)) with its learned scalings (ngpt.py); the recipe's FFN (the paper's
+    # SwiGLU u and ν: ``ffn_glu``); trains without weight decay or warm-up (``recipe_overrides``)
+    "ngpt": {**PRE_LN, "norm_position": "ngpt"},
 }
 
 # Vocab sizes for CPU presets are small so the embedding does not dominate a tiny model.

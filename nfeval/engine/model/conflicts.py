@@ -7,6 +7,12 @@ from typing import TYPE_CHECKING
 
 from .placements import DYT_ALPHA_DEFAULT, DYT_ALPHAS, POINTWISE_NORMS
 
+# The fields that add a norm, a gain or a gate that nGPT's normalised Transformer has no place for
+NGPT_REFUSED = (
+    "scale_attn", "scale_fc", "scale_heads", "scale_resids", "scale_resids_attn", "qk_norm", "qkv_norm",
+    "attn_gate", "embedding_norm", "final_norm",
+)  # fmt: skip
+
 if TYPE_CHECKING:
     from .config import ModelConfig
 
@@ -33,7 +39,7 @@ def conflicting_flags(cfg: ModelConfig) -> str | None:
             f"normformer_norm={cfg.normformer_norm!r} without scale_attn, scale_fc or qkv_norm: "
             "there is no extra norm for it to shape"
         )
-    return scheme_conflict(cfg)
+    return scheme_conflict(cfg) or ngpt_conflict(cfg)
 
 
 def scheme_conflict(cfg: ModelConfig) -> str | None:
@@ -60,4 +66,22 @@ def scheme_conflict(cfg: ModelConfig) -> str | None:
             f"{alphas[0]} without a DyT or Derf norm (norm or normformer_norm 'dyt' or 'derf'): there "
             "is no α for it to set"
         )
+    return None
+
+
+def ngpt_conflict(cfg: ModelConfig) -> str | None:
+    """Returns why a field cannot go with nGPT (``norm_position="ngpt"``, naming both), or None."""
+    if not cfg.ngpt:
+        return None
+    placement = f"norm_position={cfg.norm_position!r}"
+    if cfg.objective != "clm":
+        return f"objective={cfg.objective!r} with {placement}: nGPT is a causal LM (no MLM head)"
+    on = [f"{f}={getattr(cfg, f)!r}" for f in NGPT_REFUSED if getattr(cfg, f)]
+    if on:
+        return (
+            f"{on[0]} with {placement}: nGPT has no norm layers; its hidden states, q and k are "
+            "L2-normalised, and it has no place for that norm, gain or gate"
+        )
+    if cfg.norm != "layernorm":
+        return f"norm={cfg.norm!r} with {placement}: nGPT has no norm layer for it to be"
     return None

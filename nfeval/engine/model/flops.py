@@ -15,8 +15,11 @@ FLOPS_PER_ELEMENT = {
     "gelu": 8,  # exact 0.5x(1 + erf(x/sqrt 2)): divide, erf (counted 4), add, two multiplies
     "gelu_tanh": 12,  # GPT-2's 0.5x(1 + tanh(k(x + c·x³))): six multiplies, two adds, tanh (counted 4)
     "relu_squared": 2,  # max, multiply
+    "silu": 5,  # x·σ(x): negate, exp, add 1, divide, multiply
     "softmax": 5,  # max, subtract it, exp, sum, divide (the loss's log-softmax: log instead of divide)
     "sigmoid": 4,  # negate, exp, add 1, divide (the attention gate)
+    "l2_norm": 3,  # nGPT's x / ‖x‖: square, sum, divide (the root per row: 0)
+    "interpolate": 3,  # nGPT's h + |α|·(y - h): subtract, multiply, add
     "multiply": 1,  # HeadScale, ResScale, the sqrt(d) embedding scale, attention's 1/sqrt(head_dim),
     # LayerNorm Scaling's 1/sqrt(ℓ)
     "add": 1,  # residual, bias and position additions
@@ -29,7 +32,8 @@ FLOPS_COUNTED = (
     "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
     "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT, Derf included), HeadScale, ResScale, "
     "LayerNorm Scaling, activation, GeGLU gate, attention gate, softmax, "
-    "embedding scale, residual/bias adds, loss (nfeval.engine.model.flops.training_flops_breakdown)"
+    "embedding scale, residual/bias adds, nGPT's L2 norms, steps and scalings, loss "
+    "(nfeval.engine.model.flops.training_flops_breakdown)"
 )
 
 
@@ -49,7 +53,8 @@ def training_flops_breakdown(
     ``FLOPS_PER_ELEMENT``);
     Mix-LN's Post-LN blocks hold two norms each, as Pre-LN's do, so Mix-LN costs what Pre-LN costs. The
     attention gate's d × g weight is a matmul weight (g gate values per token: ``attn_gate_width``); its
-    sigmoid (g per token), product with the attention output (d) and bias (g) are its own term.
+    sigmoid (g per token), product with the attention output (d) and bias (g) are its own term. nGPT has
+    no norm layer, bias or residual add: its own terms are ``ngpt_terms``'.
     """
     d, f, L, T, V = cfg.d_model, cfg.d_ffn, cfg.n_layer, seq_len, cfg.vocab_size
     e, mlm = FLOPS_PER_ELEMENT, not cfg.causal
@@ -83,10 +88,26 @@ def training_flops_breakdown(
         "activation": e[cfg.activation] * L * f + e["gelu"] * head * d * mlm,
         "embedding": e["multiply"] * d * cfg.scale_embedding + e["add"] * d,  # scale, position add
         # per layer: 2 residual adds, biases of qkv (3d), out_proj, fc1, fc2; the MLM head's two biases
-        "adds": e["add"] * (L * (7 * d + f) + head * (d + V) * mlm),
+        "adds": e["add"] * (L * (7 * d + f) * (not cfg.ngpt) + head * (d + V) * mlm),
         "loss_softmax": e["softmax"] * head * V,
+        **ngpt_terms(cfg),
     }
     return {op: TRAINING_PASSES * float(v) for op, v in forward.items()}
+
+
+def ngpt_terms(cfg: ModelConfig) -> dict[str, float]:
+    """Returns nGPT's forward FLOPs per token (0 for the other schemes): ``hypersphere``, its L2 norms (the
+    input, and per block q, k, Norm(f(h)) and the step's Norm of each sub-layer: 6·d) and its two steps
+    h + |α|·(y - h) per block; ``ngpt_scales``, s_qk on q and k, s_u and s_ν·√d on fc1's output, and s_z
+    on the logits (counted per token as the paper writes it; nfeval folds it into the output projection's
+    weight). The re-normalisation of the weights after each update, per step and not per token, is not
+    counted."""
+    e, d, f, L = FLOPS_PER_ELEMENT, cfg.d_model, cfg.d_ffn, cfg.n_layer
+    on = cfg.ngpt
+    return {
+        "hypersphere": on * (e["l2_norm"] * d * (1 + 6 * L) + e["interpolate"] * 2 * L * d),
+        "ngpt_scales": on * e["multiply"] * (L * (2 * d + (1 + cfg.ffn_glu) * f) + cfg.vocab_size),
+    }
 
 
 def training_flops_per_token(cfg: ModelConfig, seq_len: int, masked_fraction: float = 0.15) -> float:

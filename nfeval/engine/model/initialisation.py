@@ -21,6 +21,9 @@ from .norms import deepnorm_init_
 # bert (fairseq's init_bert_params): every Linear N(0, 0.02), bias 0; every Embedding N(0, 0.02),
 #   padding row 0.
 # All: LayerNorms weight 1, bias 0; HeadScale and ResScale gains 1; the MLM output bias 0.
+# nGPT (``ngpt.py``): the scheme's draws (biasless), then the embedding and every block matrix normalised
+#   along the embedding dimension (the direction of each drawn row or column is kept); its scalings at
+#   their stored init (``ngpt.Scaling``).
 
 
 def init_weights(model: nn.Module) -> None:
@@ -30,6 +33,7 @@ def init_weights(model: nn.Module) -> None:
         schemes[model.cfg.init](model)
     if model.cfg.norm_position == "deepnorm":  # DeepNet's beta on top of the scheme
         deepnorm_init_(model)
+    model.normalize_weights()  # nGPT: its embedding and matrices start on the hypersphere
 
 
 def _zero_padding_row(model: nn.Module) -> None:
@@ -63,7 +67,8 @@ def _init_fairseq(model: nn.Module) -> None:
         if block.attn.gate is not None:
             bound = math.sqrt(6 / (2 * d)) / math.sqrt(2)  # xavier_uniform_'s bound for q's d x d block
             nn.init.uniform_(block.attn.gate.weight, -bound, bound)
-        nn.init.zeros_(block.attn.out_proj.bias)
+        if block.attn.out_proj.bias is not None:
+            nn.init.zeros_(block.attn.out_proj.bias)
     nn.init.normal_(model.tok_emb.weight, mean=0.0, std=d**-0.5)
     _zero_padding_row(model)
     if model.pos_emb is not None:

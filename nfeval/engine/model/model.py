@@ -21,20 +21,26 @@ LayerNorm, an RMSNorm, a DyT or a Derf as ``cfg.norm`` says; NormFormer's extra 
     x = attn_post_norm(x)                if sandwich / olmo2 (Gemma 2 post_attention_norm)
     residual = attn_resid_gain * residual    if scale_resids_attn  (Table 4: λresid on the other residual)
     residual = alpha * residual          if deepnorm         (α = (2N)^(1/4))
-    x = residual + dropout(x)
+    x = residual + dropout(x)            or, if ngpt: x = Norm(residual + |α_A|·(Norm(x) - residual))
     x = attn_norm(x)                     if post / deepnorm
     residual = x
     x = ffn_norm(x)                      if pre / sandwich / hybrid   (fairseq final_layer_norm)
     residual = x                         if hybrid           (HybridNorm's N(x) + f(N(x)))
     x = x / sqrt(ℓ)                      if ln_scaling
+    x = fc1(x) · [s_ν·√d, s_u]           if ngpt             (nGPT's FFN scalings; ν = a, u = b)
     x = activation(fc1(x))               or, if ffn_glu: a, b = split(fc1(x)); x = activation(a) * b
     x = ffn_hidden_norm(x)               if scale_fc         (fairseq ffn_layernorm)
     x = fc2(x)
     x = ffn_post_norm(x)                 if sandwich / olmo2 (Gemma 2 post_feedforward_norm)
     residual = resid_gain * residual     if scale_resids     (fairseq w_resid)
     residual = alpha * residual          if deepnorm
-    x = residual + dropout(x)
+    x = residual + dropout(x)            or, if ngpt: x = Norm(residual + |α_M|·(Norm(x) - residual))
     x = ffn_norm(x)                      if post / deepnorm
+
+nGPT (Loshchilov et al. 2025, ``ngpt.py``) has no norm layer: its input is Norm(embedding + position),
+each head's q and k are Norm(q)·s_qk, Norm(k)·s_qk (``qk_scale``, before the KV cache) under softmax
+scale √head_dim, its Linears have no bias, and its logits are scaled by s_z; ``normalize_weights`` keeps
+its embedding and matrices on the hypersphere after each optimizer step.
 
 So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2; Peri-LN, Kim et al. 2025)
 x + LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with
@@ -69,10 +75,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .activations import activation_fn
 from .attention import SelfAttention
 from .config import PLACEMENTS, ModelConfig
 from .initialisation import init_weights
 from .kv_cache import KVCache, LayerCache
+from .ngpt import FFNScale, HypersphereStep, logit_scale, renormalize, unit
 from .norms import deepnorm_alpha_beta, ln_scale, make_norm, resid_gain
 
 
@@ -86,34 +94,6 @@ def sinusoidal_table(num_positions: int, dim: int, padding_idx: int) -> torch.Te
         table = torch.cat([table, torch.zeros(num_positions, 1)], dim=1)
     table[padding_idx] = 0
     return table
-
-
-_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
-
-
-def tanh_gelu(x: torch.Tensor) -> torch.Tensor:
-    """Returns GPT-2's tanh GELU (fairseq's ``gelu_accurate``), 0.5·x·(1 + tanh(z)) with
-    z = √(2/π)·(x + 0.044715·x³). Without gradients it is computed as the equal x·σ(2z), in place on
-    its own intermediate: on a CPU thread torch's fp32 ``tanh`` runs at a quarter of ``sigmoid``'s
-    speed, so this is 2.5× faster than ``F.gelu(approximate="tanh")`` and as close to the float64
-    function (|Δ| ≤ 4.8e-7 on N(0, 2²) inputs, the same as that kernel's)."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return F.gelu(x, approximate="tanh")
-    z = x * x
-    z.mul_(2 * 0.044715 * _SQRT_2_OVER_PI).add_(2 * _SQRT_2_OVER_PI).mul_(x)
-    return z.sigmoid_().mul_(x)
-
-
-def activation_fn(name: str):
-    """Returns the activation function for a config name: ``gelu`` exact (as fairseq's ``gelu``),
-    ``gelu_tanh`` GPT-2's approximation, ``relu_squared``."""
-    if name == "gelu":
-        return F.gelu
-    if name == "gelu_tanh":
-        return tanh_gelu
-    if name == "relu_squared":
-        return lambda x: F.relu(x).square()
-    raise ValueError(f"unknown activation {name!r}")
 
 
 class Block(nn.Module):
@@ -136,11 +116,15 @@ class Block(nn.Module):
         self.attn_out_norm = make_norm(cfg, d, extra, attention=True) if cfg.scale_attn else None
         self.attn_post_norm = make_norm(cfg, d, attention=True) if post_sublayer else None
         self.attn_resid_gain = resid_gain(cfg) if cfg.scale_resids_attn else None
+        self.attn_update, self.ffn_update = (
+            (HypersphereStep(d) for _ in range(2)) if cfg.ngpt else (None,) * 2
+        )
         self.ffn_norm = make_norm(cfg, d) if main_norm else None
         self.glu = cfg.ffn_glu
-        self.fc1 = nn.Linear(d, 2 * f if cfg.ffn_glu else f)
+        self.fc1 = nn.Linear(d, 2 * f if cfg.ffn_glu else f, bias=not cfg.ngpt)
+        self.ffn_scale = FFNScale(d, f, cfg.ffn_glu) if cfg.ngpt else None
         self.ffn_hidden_norm = make_norm(cfg, f, extra) if cfg.scale_fc else None
-        self.fc2 = nn.Linear(f, d)
+        self.fc2 = nn.Linear(f, d, bias=not cfg.ngpt)
         self.ffn_post_norm = make_norm(cfg, d) if post_sublayer else None
         self.resid_gain = resid_gain(cfg) if cfg.scale_resids else None
         self.act = activation_fn(cfg.activation)
@@ -162,7 +146,7 @@ class Block(nn.Module):
         for norm in (self.attn_out_norm, self.attn_post_norm):
             if norm is not None:
                 x = norm(x)
-        x = self.add_residual(residual, x, self.attn_resid_gain)
+        x = self.add_residual(residual, x, self.attn_resid_gain, self.attn_update)
         if self.norm_after_add:
             x = self.attn_norm(x)
 
@@ -174,7 +158,7 @@ class Block(nn.Module):
         x = self.feed_forward(x)
         if self.ffn_post_norm is not None:
             x = self.ffn_post_norm(x)
-        x = self.add_residual(residual, x, self.resid_gain)
+        x = self.add_residual(residual, x, self.resid_gain, self.ffn_update)
         if self.norm_after_add:
             x = self.ffn_norm(x)
         return x
@@ -186,6 +170,8 @@ class Block(nn.Module):
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """Returns fc2(hidden) of the FFN: activation(fc1(x)), or GLU-gated, then the FFN LN if on."""
         x = self.fc1(x)
+        if self.ffn_scale is not None:
+            x = self.ffn_scale(x)
         if self.glu:
             gate, up = x.chunk(2, dim=-1)
             x = self.act(gate) * up
@@ -196,9 +182,12 @@ class Block(nn.Module):
         return self.fc2(x)
 
     def add_residual(
-        self, residual: torch.Tensor, x: torch.Tensor, gain: nn.Parameter | None
+        self, residual: torch.Tensor, x: torch.Tensor, gain: nn.Parameter | None, update: nn.Module | None
     ) -> torch.Tensor:
-        """Returns residual (times λresid and DeepNorm's α where on) + dropout(x)."""
+        """Returns residual (times λresid and DeepNorm's α where on) + dropout(x), or nGPT's step from
+        residual towards Norm(dropout(x)) (``update``)."""
+        if update is not None:
+            return update(residual, self.dropout(x))
         if gain is not None:
             residual = residual * gain
         if self.alpha is not None:
@@ -235,9 +224,11 @@ class Transformer(nn.Module):
             self.register_buffer("sin_pos", torch.empty(cfg.max_seq_len, d), persistent=False)
         self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
         self.emb_norm = make_norm(cfg, d) if cfg.embedding_norm else None
+        self.emb_unit = unit if cfg.ngpt else None  # nGPT: h_0 = Norm(embedding + position)
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.final_norm = make_norm(cfg, d) if cfg.final_norm else None
+        self.logit_scale = logit_scale(cfg.vocab_size, d) if cfg.ngpt else None  # nGPT's s_z
         if cfg.objective == "mlm":
             self.mlm_dense = nn.Linear(d, d)
             self.mlm_norm = make_norm(cfg, d)
@@ -291,8 +282,9 @@ class Transformer(nn.Module):
         table = self.pos_emb.weight if self.pos_emb is not None else self.sin_pos
         pos = table[past : past + T] if position_ids is None else table[position_ids]
         x = self.tok_emb(idx) * self.emb_scale + pos
-        if self.emb_norm is not None:
-            x = self.emb_norm(x)
+        for norm in (self.emb_norm, self.emb_unit):
+            if norm is not None:
+                x = norm(x)
         x = self.dropout(x)
         if padding_mask is not None and not self.cfg.causal:
             attn_mask = padding_mask[:, None, None, :].bool()
@@ -307,12 +299,25 @@ class Transformer(nn.Module):
             x = self.final_norm(x)
         return x
 
+    def output_weight(self) -> torch.Tensor:
+        """Returns the output projection's weight: the token embedding's (tied), each row times nGPT's s_z
+        where on (z·s_z = (diag(s_z)·E) h)."""
+        if self.logit_scale is None:
+            return self.tok_emb.weight
+        return self.tok_emb.weight * self.logit_scale.value()[:, None].to(self.tok_emb.weight.dtype)
+
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Returns vocabulary logits for hidden states (output projection tied to the embedding)."""
         if self.cfg.objective == "mlm":
             hidden = self.mlm_norm(F.gelu(self.mlm_dense(hidden)))
             return self.linear(hidden, self.tok_emb.weight, self.mlm_bias)
-        return self.linear(hidden, self.tok_emb.weight)
+        return self.linear(hidden, self.output_weight())
+
+    def normalize_weights(self) -> None:
+        """Puts nGPT's embedding and matrices back on the unit hypersphere (after each optimizer step:
+        ``ngpt.renormalize``); does nothing for every other scheme."""
+        if self.cfg.ngpt:
+            renormalize(self)
 
     def forward(
         self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None, **encode_kwargs: Any

@@ -21,6 +21,12 @@ class Placement:
     # norm, N(x) + f(N(x)) (the authors' OLMo config: attn_norm false, ffn_residual_after_norm true)
     attn_input_norm: bool = True
     ffn_residual_after_norm: bool = False
+    # nGPT (Loshchilov et al. 2025): no norm layers; the residual stream on the unit hypersphere, each
+    # sub-layer h <- Norm(h + |α|·(Norm(f(h)) - h)) with nGPT's scalings (``ngpt.py``)
+    hypersphere: bool = False
+    # the training-recipe fields (TrainConfig names) a model of this placement trains under unless the run
+    # sets them: nGPT's no weight decay and no warm-up (its train.py: weight_decay 0.0, warmup_iters 0)
+    recipe: tuple[tuple[str, float], ...] = ()
 
     @property
     def attn_norm_before(self) -> bool:
@@ -35,13 +41,14 @@ class Placement:
     @property
     def final_norm(self) -> bool:
         """Whether the model gets a final norm by default: a block that ends with a norm on the residual
-        stream needs none."""
-        return not self.norm_after_add
+        stream, or keeps it on the hypersphere, needs none."""
+        return not (self.norm_after_add or self.hypersphere)
 
 
 # Pre-LN, Post-LN, Gemma 2's sandwich, OLMo 2's norm on each sub-layer's output only, DeepNet's
 # DeepNorm (Post-LN with α and β), and HybridNorm's order (x + attn(x), then y = N(x), y + FFN(y)), named
-# "hybridorder" alone: HybridNorm itself (the preset ``hybridnorm``) adds its QKV-Norm, ``qkv_norm``.
+# "hybridorder" alone: HybridNorm itself (the preset ``hybridnorm``) adds its QKV-Norm, ``qkv_norm``;
+# and nGPT's normalised Transformer, which has no norm layer at all.
 PLACEMENTS = {
     "pre": Placement(name="prenorm", norm_before=True),
     "post": Placement(name="postnorm", norm_after_add=True),
@@ -51,6 +58,7 @@ PLACEMENTS = {
     "hybrid": Placement(
         name="hybridorder", norm_before=True, attn_input_norm=False, ffn_residual_after_norm=True
     ),
+    "ngpt": Placement(name="ngpt", hypersphere=True, recipe=(("weight_decay", 0.0), ("warmup", 0.0))),
 }
 NORM_POSITIONS = tuple(PLACEMENTS)
 FINAL_NORM_POSITIONS = tuple(k for k, p in PLACEMENTS.items() if p.final_norm)

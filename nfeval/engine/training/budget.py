@@ -24,7 +24,7 @@ from ...base.artifacts import atomic_write_json, cache_dir, hardware, hardware_k
 from ...base.errors import ConfigError, DataError, MissingDataError, OutputError
 from ...base.jsonio import load_json
 from ..kernels.cpu_linear import linear
-from .train_config import TrainConfig
+from .train_config import TrainConfig, resolved_warmup
 
 CALIBRATION_WARMUP = 2  # untimed steps before timing: allocation, autotuning, torch.compile's first graphs
 # Calibration also lasts a share of the budget (capped), so a run's first-second slowness cannot bias it.
@@ -66,10 +66,12 @@ def gpu_peak(device_name: str, dtype: str) -> tuple[float, str] | None:
 
 
 def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
-    """Returns the number of warmup steps (``warmup`` is steps if >= 1, else a fraction of the run)."""
-    if cfg.warmup >= 1:
-        return int(cfg.warmup)
-    return max(1, round(cfg.warmup * total_steps)) if cfg.warmup > 0 else 0
+    """Returns the number of warmup steps (``warmup`` is steps if >= 1, else a fraction of the run; unset,
+    the recipe's: ``train_config.resolved_warmup``)."""
+    warmup = resolved_warmup(cfg)
+    if warmup >= 1:
+        return int(warmup)
+    return max(1, round(warmup * total_steps)) if warmup > 0 else 0
 
 
 def lr_at(cfg: TrainConfig, step: int, total_steps: int) -> float:
@@ -104,10 +106,10 @@ def steps_for_budget(
 
 def check_warmup(cfg: TrainConfig, total_steps: int) -> None:
     """Raises ConfigError when warmup does not leave room for decay."""
-    if warmup_steps(cfg, total_steps) >= total_steps and cfg.warmup >= 1:
+    warmup = resolved_warmup(cfg)
+    if warmup_steps(cfg, total_steps) >= total_steps and warmup >= 1:
         raise ConfigError(
-            f"impossible budget: warmup={cfg.warmup:g} steps is not shorter than the run "
-            f"({total_steps} steps)"
+            f"impossible budget: warmup={warmup:g} steps is not shorter than the run ({total_steps} steps)"
         )
 
 

@@ -23,7 +23,9 @@ MODEL_FIELDS = ("init", "positions", "scale_embedding", "embedding_norm", "dropo
 
 def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any]) -> dict[str, Any]:
     """Returns the recipe of a run from its model config (a dict), its TrainConfig (a dict) and the
-    optimizer values it resolved (``train_config.training_recipe``): a JSON-able dict."""
+    optimizer values it resolved (``train_config.training_recipe``): a JSON-able dict. The fields the
+    model's scheme set (nGPT's no weight decay and no warm-up) are also listed under "scheme"."""
+    scheme = resolved.get("scheme")
     return {
         **{name: model[name] for name in MODEL_FIELDS},
         "optimizer": {
@@ -34,22 +36,22 @@ def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any
             "clip_grad": train["clip_grad"],
         },
         "schedule": {
-            "warmup": train["warmup"],
+            "warmup": resolved.get("warmup", train["warmup"]),
             "decay": "polynomial",
             "power": train["lr_power"],
             "end_lr": train["end_lr"],
         },
         "precision": train["dtype"],
+        **({"scheme": scheme} if scheme else {}),
     }
 
 
 def of_train_config(cfg: TrainConfig) -> dict[str, Any]:
     """Returns the recipe a run of ``cfg`` trains under (its preset, the objective's recipe, the
     overrides), before any data is read."""
-    from ..model.config import preset
-    from .train_config import training_recipe
+    from .train_config import preset_model, training_recipe
 
-    model = preset(cfg.preset, **({"objective": cfg.objective} if cfg.objective else {}), **cfg.model)
+    model = preset_model(cfg)
     return record(model.to_dict(), dataclasses.asdict(cfg), training_recipe(cfg, model.max_seq_len))
 
 
@@ -78,12 +80,26 @@ def flatten(recipe: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Returns "field: A vs B" for every field where recipes ``a`` and ``b`` differ (empty: the same)."""
+def differences(a: dict[str, Any], b: dict[str, Any], ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Returns "field: A vs B" for every field where recipes ``a`` and ``b`` differ (empty: the same), the
+    dotted fields in ``ignore`` aside."""
     fa, fb = flatten(a), flatten(b)
-    return [
-        f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)
-    ]
+    keys = sorted((set(fa) | set(fb)) - ignore)
+    return [f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}" for k in keys if fa.get(k) != fb.get(k)]
+
+
+# The field of the record that each TrainConfig field a scheme may set (ModelConfig.recipe_overrides) fills
+RECORD_FIELDS = {
+    "beta1": "optimizer.betas", "beta2": "optimizer.betas", "eps": "optimizer.eps",
+    "weight_decay": "optimizer.weight_decay", "warmup": "schedule.warmup",
+}  # fmt: skip
+
+
+def scheme_fields(recipe: dict[str, Any]) -> frozenset[str]:
+    """Returns the dotted fields of ``recipe`` that its model's scheme set (nGPT: optimizer.weight_decay,
+    schedule.warmup) and its "scheme." entries; empty for most."""
+    scheme = recipe.get("scheme") or {}
+    return frozenset({RECORD_FIELDS[f] for f in scheme} | {f"scheme.{f}" for f in scheme})
 
 
 def describe(recipe: dict[str, Any]) -> str:
@@ -101,8 +117,15 @@ def describe(recipe: dict[str, Any]) -> str:
         f"{warmup_text(recipe)} then {decay} decay to {sched['end_lr']:g}",
         f"dropout {recipe['dropout']:g}/{recipe['attn_dropout']:g}",
         recipe["precision"],
+        *([scheme_text(recipe)] if recipe.get("scheme") else []),
     ]
     return ", ".join(parts)
+
+
+def scheme_text(recipe: dict[str, Any]) -> str:
+    """Returns the recipe fields the model's scheme set, in words: "the scheme's weight_decay 0, warmup 0"."""
+    fields = ", ".join(f"{k} {v:g}" for k, v in recipe["scheme"].items())
+    return f"the scheme's {fields}"
 
 
 def clipping_text(recipe: dict[str, Any]) -> str:
@@ -123,19 +146,25 @@ def stability_text(recipe: dict[str, Any]) -> str:
     return f"{clipping_text(recipe)}, {warmup_text(recipe)}"
 
 
-def check_same(recipes: dict[str, dict[str, Any] | None], what: str) -> dict[str, Any]:
+def check_same(
+    recipes: dict[str, dict[str, Any] | None], what: str, schemes_may_differ: bool = False
+) -> dict[str, Any]:
     """Returns the one recipe every entry of ``recipes`` ({name: recipe or None}) shares; raises
     ConfigError naming ``what``, the first entry that differs and each differing field, or the entries
-    whose recipe cannot be told."""
+    whose recipe cannot be told. ``schemes_may_differ``: the fields a run's scheme set (``scheme_fields``:
+    nGPT's weight decay and warm-up) may differ, and the recipe returned is the first entry's that no
+    scheme changed (if any); a caller that opts in shows each run's own recipe."""
     unknown = [name for name, r in recipes.items() if r is None]
     if unknown:
         raise ConfigError(
             f"{what}: the recipe of {', '.join(unknown)} cannot be told (trained before nfeval recorded "
             "its initialisation); retrain it, or compare only runs that record one"
         )
-    (first, reference), *rest = recipes.items()
-    for name, r in rest:
-        diff = differences(reference, r)
+    own = [item for item in recipes.items() if schemes_may_differ and not scheme_fields(item[1])]
+    first, reference = (own or list(recipes.items()))[0]
+    for name, r in recipes.items():
+        ignore = scheme_fields(reference) | scheme_fields(r) if schemes_may_differ else frozenset()
+        diff = differences(reference, r, ignore)
         if diff:
             raise ConfigError(
                 f"{what}: {name} was trained under another recipe than {first} ({'; '.join(diff)}); "

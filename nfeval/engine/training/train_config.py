@@ -13,7 +13,15 @@ from typing import Any
 from ...base.cli_args import dtype_spellings, dtype_type
 from ...base.config_flags import flag_field
 from ...base.errors import ConfigError
-from ..model.config import MODEL_CHOICES, OBJECTIVE_RECIPES, RECIPES, ModelConfig, check_fields, parse_preset
+from ..model.config import (
+    MODEL_CHOICES,
+    OBJECTIVE_RECIPES,
+    RECIPES,
+    ModelConfig,
+    check_fields,
+    parse_preset,
+    preset,
+)
 from ..text.tokenization import MIN_BPE_VOCAB
 
 DTYPES = ("fp32", "bf16")
@@ -90,8 +98,10 @@ class TrainConfig:
     )
     # optimisation
     lr: float = setting(OVERRIDABLE, 6e-4, "peak learning rate (default 6e-4)")
-    warmup: float = setting(
-        OVERRIDABLE, 0.01, "warm-up: steps if >= 1, else a fraction of the run's steps (default 0.01)"
+    warmup: float | None = setting(
+        OVERRIDABLE,
+        None,
+        "warm-up: steps if >= 1, else a fraction of the run's steps (default: the recipe's, 0.01; nGPT's 0)",
     )
     end_lr: float = setting(OVERRIDABLE, 0.0, "learning rate at the end of the decay (default 0)")
     lr_power: float = setting(OVERRIDABLE, 1.0, "power of the decay (default 1: linear)")
@@ -229,7 +239,7 @@ class TrainConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-RECIPE_TRAIN_FIELDS = ("beta1", "beta2", "eps", "weight_decay")
+RECIPE_TRAIN_FIELDS = ("beta1", "beta2", "eps", "weight_decay", "warmup")
 
 
 def parse_grad_stats(spec: str) -> tuple[int, int]:
@@ -256,22 +266,51 @@ def clip_window(window: tuple[int, int], total_updates: int) -> tuple[int, int]:
 
 
 def training_recipe(cfg: TrainConfig, max_seq_len: int) -> dict[str, Any]:
-    """Returns the run's resolved recipe: {"name", "beta1", "beta2", "eps", "weight_decay", "seq_len"}.
+    """Returns the run's resolved recipe: {"name", "beta1", "beta2", "eps", "weight_decay", "warmup",
+    "seq_len"}, with "scheme" where the model's scheme set fields (``scheme_recipe``).
 
     The recipe is the objective's (``config.OBJECTIVE_RECIPES``; the model overrides' objective, else
-    ``cfg.objective``, else clm); each field ``cfg`` sets wins over it. ``seq_len``: ``cfg.seq_len``,
-    else the recipe's block size capped at the model's ``max_seq_len``, else ``max_seq_len``.
+    ``cfg.objective``, else clm), then the fields the model's scheme declares (``scheme_recipe``); each
+    field ``cfg`` sets wins over both. ``seq_len``: ``cfg.seq_len``, else the recipe's block size capped
+    at the model's ``max_seq_len``, else ``max_seq_len``.
     """
     objective = cfg.model.get("objective", cfg.objective or "clm")
     name = OBJECTIVE_RECIPES[objective]
     recipe = RECIPES[name]["train"]
+    scheme = scheme_recipe(cfg)
     out: dict[str, Any] = {"name": name}
     for field_name in RECIPE_TRAIN_FIELDS:
         value = getattr(cfg, field_name)
-        out[field_name] = recipe[field_name] if value is None else value
+        out[field_name] = scheme.get(field_name, recipe[field_name]) if value is None else value
     block = recipe["block_size"]
     out["seq_len"] = cfg.seq_len or (min(block, max_seq_len) if block else max_seq_len)
+    if scheme:
+        out["scheme"] = scheme
     return out
+
+
+def scheme_recipe(cfg: TrainConfig) -> dict[str, float]:
+    """Returns the recipe fields that the model of ``cfg`` (its preset and overrides) declares and ``cfg``
+    leaves unset (``ModelConfig.recipe_overrides``: nGPT's weight_decay 0, warmup 0), {} for most."""
+    return {k: v for k, v in preset_model(cfg).recipe_overrides.items() if getattr(cfg, k) is None}
+
+
+def preset_model(cfg: TrainConfig) -> ModelConfig:
+    """Returns the ModelConfig of ``cfg``'s preset, objective and model overrides (before a tokenizer sets
+    the vocabulary)."""
+    return preset(cfg.preset, **({"objective": cfg.objective} if cfg.objective else {}), **cfg.model)
+
+
+def leave_to_scheme(cfg: TrainConfig) -> TrainConfig:
+    """Returns ``cfg`` with the recipe fields its model's scheme declares unset (nGPT: weight_decay,
+    warmup), so that the scheme's values apply and its run records them under "scheme": for a caller that
+    sets those fields for every candidate of a comparison and lets each scheme carry its own."""
+    return dataclasses.replace(cfg, **dict.fromkeys(preset_model(cfg).recipe_overrides, None))
+
+
+def resolved_warmup(cfg: TrainConfig) -> float:
+    """Returns the run's warm-up: ``cfg.warmup``, else its recipe's (``training_recipe``)."""
+    return cfg.warmup if cfg.warmup is not None else training_recipe(cfg, 1)["warmup"]
 
 
 def fields_with(resume: str) -> tuple[str, ...]:

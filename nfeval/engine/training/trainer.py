@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -89,6 +89,8 @@ class Trainer:
         tok_vocab = self.tok.get_vocab_size()
         self.mcfg = model_config(cfg, tok_vocab, self.tokens.specials.pad)
         self.recipe = training_recipe(cfg, self.mcfg.max_seq_len)
+        if cfg.warmup is None:  # the recipe's warm-up, resolved once (so config.json records it)
+            self.cfg = cfg = replace(cfg, warmup=self.recipe["warmup"])
         self.flops_per_token = training_flops_per_token(self.mcfg, self.recipe["seq_len"])
         if resumed_from:
             self._continue_as_started(resumed_from)
@@ -231,6 +233,7 @@ class Trainer:
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         self.opt.step()
+        self.model.normalize_weights()  # nGPT's weights back on the hypersphere; a no-op for the others
         self.opt.zero_grad(set_to_none=True)
         return loss, norm
 
