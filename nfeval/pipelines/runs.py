@@ -29,7 +29,7 @@ from ..engine.training import recipe
 from ..engine.training.grad_stats import GRAD_STATS
 from ..engine.training.step_ratio import equal_time_steps, measure_step_ratio
 from ..engine.training.train import train
-from ..engine.training.train_config import TrainConfig
+from ..engine.training.train_config import TrainConfig, resolved_warmup
 from ..engine.training.trainer import TrainingDiverged
 from ..launch.jobs import LaunchPoint
 from ..launch.options import LaunchOptions
@@ -77,7 +77,7 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
             )
         return done
     log(f"training {cfg.preset} seed {cfg.seed} (lr {cfg.lr:g}) → {directory}")
-    out = {**record, "dir": directory, "lr": cfg.lr, "lr_from": cfg.lr_from, "warmup": cfg.warmup}
+    out = {**record, "dir": directory, "lr": cfg.lr, "lr_from": cfg.lr_from, "warmup": resolved_warmup(cfg)}
     with rundir.writing(directory):  # train() re-enters it: nobody trains here while it is cleared
         clear_unresumable(directory, log)
         try:

@@ -69,6 +69,32 @@ def test_issue_54_schemes_are_candidates_under_the_shared_recipe(size):
     assert [star.layer_placement(i) for i in range(star.n_layer)] == ["pre"] + ["hybrid"] * (star.n_layer - 1)
 
 
+def test_ngpt_carries_its_own_recipe_fields_and_nothing_else():
+    """nGPT trains without weight decay and warm-up (its paper's recipe): in a bakeoff those two fields are
+    left to the scheme, in its tune points and runs alike, every other field is the shared recipe, the
+    report check lets exactly those differ, and the stability test gives it no weight decay either."""
+    from nfeval.pipelines.bakeoff import runs as bakeoff_runs
+
+    ctx = make_context(BakeoffConfig(archs=("prenorm", "ngpt", "dyt"), size="small"))
+    _, ngpt, dyt = ctx.candidates
+    configs = {c.name: train_config(ctx, c, seed=1, tuned=False) for c in ctx.candidates}
+    assert configs["ngpt"].weight_decay is None and configs["ngpt"].warmup is None
+    assert configs["prenorm"].warmup == configs["dyt"].warmup == ctx.scale.warmup  # untouched
+    recipes = {name: recipe.of_train_config(cfg) for name, cfg in configs.items()}
+    assert recipes["ngpt"]["scheme"] == {"weight_decay": 0.0, "warmup": 0.0}
+    assert (
+        recipes["ngpt"]["optimizer"]["weight_decay"] == 0.0 and recipes["ngpt"]["schedule"]["warmup"] == 0.0
+    )
+    assert recipe.check_same(recipes, "bakeoff", schemes_may_differ=True) == recipes["prenorm"]
+    with pytest.raises(ConfigError, match="another recipe"):
+        recipe.check_same(recipes, "bakeoff")  # without the opt-in they are not one recipe
+    from nfeval.pipelines.analyses import stability_settings
+
+    settings = stability_settings(ctx.scale, "cpu")
+    assert settings.weight_decay > 0 and bakeoff_runs._with_scheme(settings, dyt, "small") is settings
+    assert bakeoff_runs._with_scheme(settings, ngpt, "small").weight_decay == 0.0
+
+
 @pytest.mark.parametrize(
     "archs, baseline, message",
     [
@@ -487,3 +513,14 @@ def test_a_tune_made_under_the_other_recipe_is_refused(clipped_smoke):
         train_config(ctx, ctx.baseline, 1)
     with pytest.raises(ConfigError, match="this folder was made with"):
         run_bakeoff(BakeoffConfig(**{**cfg.__dict__, "clip_grad": 0.0}))
+
+
+def test_the_report_states_the_recipe_fields_a_scheme_carries(smoke):
+    from nfeval.pipelines.bakeoff.report import render
+
+    cfg, _ = smoke
+    stored = json.load(open(os.path.join(cfg.out, "report.json")))
+    assert "a scheme carries" not in render(stored)  # none of the smoke's architectures carries any
+    stored["header"]["schemes"] = {"ngpt": {"weight_decay": 0.0, "warmup": 0.0}}
+    line = "a scheme carries** (every other field is the shared recipe's): ngpt: the scheme's weight_decay 0"
+    assert line + ", warmup 0." in render(stored)

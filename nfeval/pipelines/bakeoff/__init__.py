@@ -143,8 +143,12 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
     from .runs import run_budget
 
     every = [r for rs in records.values() for r in rs]
-    shared = recipe.check_same({f"{r['name']}/seed{r['seed']}": r.get("recipe") for r in every}, cfg.out)
+    recipes = {f"{r['name']}/seed{r['seed']}": r.get("recipe") for r in every}
+    shared = recipe.check_same(recipes, cfg.out, schemes_may_differ=True)  # nGPT carries its own fields
     header = _header(cfg, ctx, every, shared, tasks, plan, start)
+    header["schemes"] = {
+        r["name"]: r["recipe"]["scheme"] for r in every if (r.get("recipe") or {}).get("scheme")
+    }
     failed = collapse.failed_lrs(ctx, ctx.unigram_ppl)
     untrainable = collapse.untrainable(ctx, failed)
     realised = results.realised_checks(ctx, records)

@@ -245,6 +245,7 @@ def _header_lines(r: dict[str, Any]) -> list[str]:
             if h.get("recipe")
             else []
         ),
+        *_scheme_lines(h),
         *_gate_lines(r),
         *_scale_lines(h),
     ]
@@ -295,6 +296,15 @@ def _body_lines(r: dict[str, Any]) -> list[str]:
         f"primary family): {verdict.RULE}.",
         "",
     ]
+
+
+def _scheme_lines(h: dict[str, Any]) -> list[str]:
+    """Returns the header's line on the recipe fields a scheme carries (nGPT's), none when no run has any."""
+    schemes = h.get("schemes") or {}
+    if not schemes:
+        return []
+    parts = "; ".join(f"{name}: {recipe.scheme_text({'scheme': fields})}" for name, fields in schemes.items())
+    return [f"**Recipe fields a scheme carries** (every other field is the shared recipe's): {parts}.", ""]
 
 
 def _gate_lines(r: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json
 from ...base.jsonio import load_json
-from ...engine.training.train_config import TrainConfig
+from ...engine.training.train_config import TrainConfig, leave_to_scheme
 from .. import context, lr_band, runs, trained_gate
 from .candidates import Candidate
 
@@ -84,6 +84,7 @@ def train_config(
         budget=run_budget(ctx, c),
         clip_grad=ctx.clip_grad,
     )
+    cfg = leave_to_scheme(cfg)  # a scheme's own recipe fields (nGPT: no weight decay, no warm-up)
     if not tuned:
         return cfg
     from ...tune.results import with_tuned_lr
@@ -270,6 +271,16 @@ def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data
     return [p for p, _, _ in parts]
 
 
+def _with_scheme(settings: Any, c: Candidate, size: str) -> Any:
+    """Returns the stability test's ``settings`` with the weight decay ``c``'s scheme carries (nGPT: 0)."""
+    import dataclasses
+
+    from ...engine.model.config import preset
+
+    decay = preset(c.preset(size), **c.overrides).recipe_overrides.get("weight_decay")
+    return settings if decay is None else dataclasses.replace(settings, weight_decay=decay)
+
+
 def stability(ctx: Context, c: Candidate) -> dict[str, Any]:
     """Runs the rising-LR stability test (``nfeval analyze stability``) on ``c``'s initialisation at the
     runs' model config and tokenizer, in the device's lowest autocast precision, ``ctx.seeds`` seeds;
@@ -282,7 +293,7 @@ def stability(ctx: Context, c: Candidate) -> dict[str, Any]:
         presets=[c.preset(s.size)],
         seeds=ctx.seeds,
         model={**s.model, **c.overrides},
-        settings=stability_settings(s, ctx.device),
+        settings=_with_scheme(stability_settings(s, ctx.device), c, s.size),
         data=ctx.train_data or None,
         tokenizer=ctx.tokenizer,
         progress=ctx.progress,
