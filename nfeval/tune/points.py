@@ -18,7 +18,7 @@ from ..base.artifacts import atomic_write_json
 from ..base.errors import ConfigError
 from ..base.jsonio import load_json
 from ..engine.training.input_fingerprints import INPUT_PATH_FIELDS, recorded_input_fingerprints
-from ..engine.training.train_config import TrainConfig
+from ..engine.training.train_config import TrainConfig, resolved_warmup
 from . import results as tune_results
 
 POINTS = "points"  # the tune's points folder in DIR: DIR/points/<preset>/lr=<lr>/seed=<s>
@@ -38,8 +38,10 @@ def point_config(
 def point_key(cfg: TrainConfig, inputs: dict[str, str | None]) -> dict[str, Any]:
     """Returns what decides a point's result: its config's fields, its input files named by what they
     hold (``inputs``: ``input_fingerprints(cfg)``) rather than by path, so a moved or copied tune folder
-    or data keeps its finished points and a file whose content changed does not."""
-    fields = dataclasses.asdict(cfg)
+    or data keeps its finished points and a file whose content changed does not. The warm-up is the
+    number the run records (its recipe's when the config leaves it unset), so a point keyed before the
+    recipe's warm-up became the unset default, or read back from a killed run's config, still matches."""
+    fields = dataclasses.asdict(cfg) | {"warmup": resolved_warmup(cfg)}
     return {k: v for k, v in fields.items() if k not in NOT_IN_KEY + INPUT_PATH_FIELDS} | {"inputs": inputs}
 
 

@@ -13,6 +13,7 @@ from conftest import make_corpus, make_text, tiny_train_config
 
 from nfeval.base.errors import ConfigError
 from nfeval.engine.text.tokenization import train_bpe
+from nfeval.engine.training.train_config import resolved_warmup
 from nfeval.tune import points as tune_points
 from nfeval.tune import sweep as tune
 
@@ -129,6 +130,7 @@ def test_an_older_key_of_paths_matches_in_place_and_is_rewritten(finished, tmp_p
     marker = out / "points" / "prenorm-tiny" / "lr=0.001" / "seed=1" / tune.POINT
     point_cfg = tune_points.point_config(cfg, "prenorm-tiny", 1e-3, 1, tune.parse_budget(GRID[2]))
     old_key = {k: v for k, v in dataclasses.asdict(point_cfg).items() if k not in tune_points.NOT_IN_KEY}
+    old_key["warmup"] = resolved_warmup(point_cfg)  # an older nfeval's default was the number itself
     # the key as an older nfeval wrote it: the config, input paths included
     marker.write_text(json.dumps(json.loads(marker.read_text()) | {"key": old_key}))
     monkeypatch.setattr(tune, "train", no_training)
