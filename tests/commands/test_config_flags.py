@@ -151,3 +151,25 @@ def test_nfeval_reproduce_flags_round_trip_through_its_parser():
     assert dataclasses.replace(default, command=cfg.command, launch=None) == ReproduceConfig()
     steps = reproduce_config(build_parser("reproduce").parse_args(["reproduce", "--steps=7"]))
     assert steps.steps == 7 and steps.minutes is None
+
+
+def test_nfeval_tune_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.tune import tune_config
+    from nfeval.tune.config import TuneConfig
+
+    cfg = TuneConfig(
+        preset=("prenorm-tiny", "-odd name"), lrs=(1e-3, 2e-05), budget="steps=5", seeds=2, jobs=3,
+        out="-out dir", report_only=True,
+    )  # fmt: skip
+    flags = to_flags(cfg)
+    assert flags[:2] == ["--preset=prenorm-tiny", "--preset=-odd name"]  # the repeatable flag once per item
+    back = tune_config(build_parser("tune").parse_args(["tune", *flags]))
+    assert dataclasses.replace(back, launch=None) == cfg
+    required = ["tune", "--preset", "p", "--lrs", "1e-3", "--budget", "steps=1", "--out", "o"]
+    default = tune_config(build_parser("tune").parse_args(required))
+    assert (default.seeds, default.jobs, default.report_only) == (1, 1, False)
+    for missing in ("--preset", "--lrs", "--budget", "--out"):
+        at = required.index(missing)
+        with pytest.raises(SystemExit):
+            build_parser("tune").parse_args(required[:at] + required[at + 2 :])
