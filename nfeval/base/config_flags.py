@@ -4,8 +4,8 @@ adds one flag per field, ``config_from_args`` builds the dataclass back from the
 
 A field declares its flag in its metadata (``flag_field`` builds such a field): ``help``, its help text,
 and ``flag``, what its type does not say: ``name`` (the flag without ``--`` when it is not the field's name
-with ``-`` for ``_``) and any of ``add_argument``'s keywords (``type``, ``choices``, ``metavar``,
-``action``, ``const``, ...). A field
+with ``-`` for ``_``), ``aliases`` (other spellings of the flag, with their ``--``) and any of
+``add_argument``'s keywords (``type``, ``choices``, ``metavar``, ``action``, ``const``, ...). A field
 without ``help`` has no flag. From the type: a bool is ``--x/--no-x`` (or, declared ``action="store_true"``
 or ``"store_false"``, the one flag that changes its default); an int, float or str its own ``type``; a list
 or tuple of them one comma-separated value; a dict one JSON object; an optional value (``X | None``) is X's
@@ -128,7 +128,7 @@ def argument(cls: type, f: dataclasses.Field, defaults: bool = True) -> dict[str
     """Returns ``add_argument``'s keywords for field ``f`` of ``cls``: its help, a type from its annotation
     (a bool is ``--x/--no-x``), and what its declaration adds. The default is the field's own, or None
     (not given) when ``defaults`` is false."""
-    declared = {k: v for k, v in f.metadata["flag"].items() if k != "name"}
+    declared = {k: v for k, v in f.metadata["flag"].items() if k not in ("name", "aliases")}
     default = field_default(f) if defaults else None
     kwargs: dict[str, Any] = {"dest": f.name, "default": default, "help": f.metadata["help"]}
     if value_type(cls, f.name) is bool:
@@ -151,7 +151,8 @@ def add_config_flags(
     false."""
     fields = flag_fields(cls)
     for name in fields if names is None else names:
-        p.add_argument(flag_name(fields[name]), **argument(cls, fields[name], defaults))
+        f = fields[name]
+        p.add_argument(flag_name(f), *f.metadata["flag"].get("aliases", ()), **argument(cls, f, defaults))
 
 
 def values_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:

@@ -173,3 +173,46 @@ def test_nfeval_tune_flags_round_trip_through_its_parser():
         at = required.index(missing)
         with pytest.raises(SystemExit):
             build_parser("tune").parse_args(required[:at] + required[at + 2 :])
+
+
+def test_nfeval_zeroshot_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.zeroshot import zeroshot_config
+    from nfeval.model_adapters.config import ScoringConfig
+    from nfeval.zeroshot.config import ZeroShotConfig
+
+    scoring = ScoringConfig(
+        device="cuda:1", dtype="bf16", batch_size="auto", max_batch_tokens=100, max_length=64,
+        hf_forward="transformers", progress=False,
+    )  # fmt: skip
+    cfg = ZeroShotConfig(
+        tasks=["piqa", "-odd task"], data_dir="-data dir", limit=5, output_path="od", log_samples=True,
+        use_cache=False, trust_checkpoint=True, tokenizer="tk", fairseq_dict="d.txt",
+        fairseq_head_scale_bug=True, scoring=scoring,
+    )  # fmt: skip
+    fairseq = ["--tokenizer=tk", "--fairseq-dict=d.txt", "--fairseq-head-scale-bug"]
+    tasks = {"tasks": lambda names: ["--tasks", *names]}
+    argv = ["zeroshot", "--ckpt", "c", *to_flags(cfg, tasks), *to_flags(scoring), *fairseq]
+    assert zeroshot_config(build_parser("zeroshot").parse_args(argv)) == cfg
+    default = zeroshot_config(build_parser("zeroshot").parse_args(["zeroshot", "--ckpt", "c"]))
+    assert default == ZeroShotConfig(output="results/zeroshot.json")
+    spellings = [
+        "--ckpt",
+        "c",
+        "--tasks",
+        "a,b",
+        "c",
+        "--output-path",
+        "od",
+        "--log-samples",
+        "--device",
+        "auto",
+    ]
+    spelled = zeroshot_config(build_parser("zeroshot").parse_args(["zeroshot", *spellings]))
+    assert (spelled.tasks, spelled.output, spelled.output_path, spelled.log_samples) == (
+        ["a", "b", "c"],
+        None,
+        "od",
+        True,
+    )
+    assert spelled.scoring.device is None  # auto: CUDA when available
