@@ -2,15 +2,17 @@
 adds one flag per field, ``config_from_args`` builds the dataclass back from the parsed arguments, and
 ``to_flags`` writes a config back as argv, so that ``config_from_args(parse(to_flags(cfg)), C) == cfg``.
 
-A field declares its flag in its metadata (``flag_field`` builds such a field): ``help``, its help text,
-and ``flag``, what its type does not say: ``name`` (the flag without ``--`` when it is not the field's name
-with ``-`` for ``_``), ``aliases`` (other spellings of the flag, with their ``--``) and any of
-``add_argument``'s keywords (``type``, ``choices``, ``metavar``, ``action``, ``const``, ...). A field
-without ``help`` has no flag. From the type: a bool is ``--x/--no-x`` (or, declared ``action="store_true"``
-or ``"store_false"``, the one flag that changes its default); an int, float or str its own ``type``; a list
-or tuple of them one comma-separated value; a dict one JSON object; an optional value (``X | None``) is X's
-flag, None when not given. A declared ``const`` makes the value optional (``nargs="?"``). A field without a
-default is a flag whose default is None: declare it ``required=True``."""
+A field declares its flag in its metadata (``flag_field`` builds such a field): ``help``, its help text
+(None: a flag without one), and ``flag``, what its type does not say: ``name`` (the flag without ``--`` when
+it is not the field's name with ``-`` for ``_``), ``aliases`` (other spellings of the flag, with their
+``--``) and any of ``add_argument``'s keywords (``type``, ``choices``, ``metavar``, ``action``, ``const``,
+...). A field without ``help`` (or with ``""``) has no flag. From the type: a bool is ``--x/--no-x`` (or,
+declared ``action="store_true"`` or ``"store_false"``, the one flag that changes its default); an int, float
+or str its own ``type``; a list or tuple of them one comma-separated value; a dict one JSON object; an
+optional value (``X | None``) is X's flag, None when not given. A declared ``const`` makes the value
+optional (``nargs="?"``). A field without a default is a flag whose default is None: declare it
+``required=True``; so is a repeatable flag (``action="append"``), whose field's default stands when it is
+not given."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def flag_field(
 
 def flag_fields(cls: type) -> dict[str, dataclasses.Field]:
     """Returns ``{name: field}`` of the fields of dataclass ``cls`` that declare a flag, in order."""
-    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("help")}
+    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("help", "") != ""}
 
 
 def flag_name(f: dataclasses.Field) -> str:
@@ -127,9 +129,9 @@ def field_default(f: dataclasses.Field) -> Any:
 def argument(cls: type, f: dataclasses.Field, defaults: bool = True) -> dict[str, Any]:
     """Returns ``add_argument``'s keywords for field ``f`` of ``cls``: its help, a type from its annotation
     (a bool is ``--x/--no-x``), and what its declaration adds. The default is the field's own, or None
-    (not given) when ``defaults`` is false."""
+    (not given) when ``defaults`` is false or the flag is repeatable."""
     declared = {k: v for k, v in f.metadata["flag"].items() if k not in ("name", "aliases")}
-    default = field_default(f) if defaults else None
+    default = field_default(f) if defaults and declared.get("action") != "append" else None
     kwargs: dict[str, Any] = {"dest": f.name, "default": default, "help": f.metadata["help"]}
     if value_type(cls, f.name) is bool:
         kwargs["action"] = argparse.BooleanOptionalAction

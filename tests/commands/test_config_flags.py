@@ -26,6 +26,8 @@ class Sample:
     maybe: int | None = flag_field(None, "an optional int")
     maybe_text: str | None = flag_field(None, "an optional str, valueless: its const", const="")
     record: dict | None = flag_field(None, "a JSON object")
+    bare: int = flag_field(2, None)  # a flag without help text
+    repeated: list[str] = flag_field(help="a repeatable str", factory=list, action="append")
     internal: int = 0  # no help: no flag
 
 
@@ -51,6 +53,8 @@ CHANGED = dict(
     maybe=7,
     maybe_text="",
     record={"a": [1, 2], "b": None},
+    bare=5,
+    repeated=["-a b"],
 )
 
 
@@ -83,6 +87,8 @@ def test_the_flags_keep_names_metavars_help_and_choices(capsys):
     assert actions["renamed"].option_strings == ["--other-name"] and actions["renamed"].metavar == "TEXT"
     assert actions["name"].choices == ("x", "y", "-z") and actions["count"].help == "an int"
     assert actions["off"].option_strings == ["--off", "--no-off"]
+    assert actions["bare"].help is None and actions["repeated"].default is None
+    assert parsed(["--repeated", "x", "--repeated=y"]).repeated == ["x", "y"]
     assert parsed(["--maybe-text"]).maybe_text == ""
     for bad in (["--name", "w"], ["--rates", "1,x"], ["--record", "[1]"], ["--count", "1.5"]):
         with pytest.raises(SystemExit):
@@ -216,3 +222,35 @@ def test_nfeval_zeroshot_flags_round_trip_through_its_parser():
         True,
     )
     assert spelled.scoring.device is None  # auto: CUDA when available
+
+
+def test_nfeval_analyze_flags_round_trip_through_its_parsers():
+    from nfeval.analysis.runs import GainsOptions, GradsOptions, StabilityOptions
+    from nfeval.analysis.stability import StabilitySettings
+    from nfeval.cli import build_parser
+    from nfeval.commands.analyze import options
+    from nfeval.engine.training.train_config import set_item
+
+    def back(analysis: str, *flags: str):
+        return options(build_parser("analyze").parse_args(["analyze", analysis, *flags]))
+
+    grads = GradsOptions(
+        runs=["r1", "r2"], ckpt=["preset:prenorm-tiny", "-c dir"], kind="fc1", baseline="b", data="-d",
+        tokenizer="t", batch_size=3, seq_len=16, seed=4, batches=2, fairseq_dict="fd",
+        fairseq_head_scale_bug=True,
+    )  # fmt: skip
+    assert back("grads", "r1", "r2", *to_flags(grads)) == grads
+    assert back("grads") == GradsOptions()
+    gains = GainsOptions(targets=["t1"], fairseq_head_scale_bug=True)
+    assert back("gains", "t1", *to_flags(gains)) == gains
+    settings = StabilitySettings(
+        updates=20, lr_start=1e-4, lr_end=0.5, batch_size=2, seq_len=8, noise_updates=3, noise_multiple=2.5,
+        smoothing=2, autocast="bf16", device="cuda:1",
+    )  # fmt: skip
+    stability = StabilityOptions(
+        presets=["a", "b"], seeds=2, model={"qk_norm": True, "norm": "rmsnorm"}, settings=settings,
+        data="d", tokenizer="t", seed=3,
+    )  # fmt: skip
+    model = {"model": lambda overrides: [f"--set={set_item(k, v)}" for k, v in overrides.items()]}
+    assert back("stability", *to_flags(stability, model), *to_flags(settings)) == stability
+    assert back("stability", "--preset", "a") == StabilityOptions(presets=["a"])
