@@ -254,3 +254,21 @@ def test_nfeval_analyze_flags_round_trip_through_its_parsers():
     model = {"model": lambda overrides: [f"--set={set_item(k, v)}" for k, v in overrides.items()]}
     assert back("stability", *to_flags(stability, model), *to_flags(settings)) == stability
     assert back("stability", "--preset", "a") == StabilityOptions(presets=["a"])
+
+
+def test_nfeval_demo_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.demo import demo_config
+    from nfeval.pipelines.demo import DemoConfig
+
+    def back(*flags: str) -> DemoConfig:
+        return demo_config(build_parser("demo").parse_args(["demo", *flags]))
+
+    cfg = DemoConfig(
+        out="-out dir", minutes=2.5, steps=7, size="small", data_dir="d", glue_dir="g",
+        glue_tasks=("stsb", "rte"), zeroshot_limit=5, jobs=2, device="cuda:1", seed=3, progress=False,
+    )  # fmt: skip
+    assert back(*to_flags(cfg)) == cfg
+    assert back() == DemoConfig()
+    everything = back("--glue-dir", "none", "--limit", "0")  # no GLUE stage; every zero-shot item
+    assert everything == DemoConfig(glue_dir=None, zeroshot_limit=None)
