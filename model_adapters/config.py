@@ -1,7 +1,7 @@
 """``ScoringConfig``: how ``NFEvalLM`` scores (device, precision, batches, context, prefix), built by
 ``nfeval zeroshot`` (``ZeroShotConfig.scoring``), by Python callers, or from lm-eval's model arguments
-(``--model_args``, ``--batch_size``, ``--device``) by ``from_model_args``. Imports neither torch nor
-lm-eval."""
+(``--model_args``, ``--batch_size``, ``--device``) by ``from_model_args``; the fields that are flags of
+``nfeval zeroshot`` declare them (``base.config_flags``). Imports neither torch nor lm-eval."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.cli_args import (
+    DEVICE_HELP,
+    device_name,
+    dtype_spellings,
+    dtype_type,
+    positive_int,
+    positive_int_or_auto,
+)
+from ..base.config_flags import flag_field
 from ..base.errors import ConfigError
 
 TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
+DTYPES = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -28,16 +38,28 @@ class ScoringConfig:
     when it reproduces the model) or "transformers".
     """
 
-    device: str | None = None  # None or auto: CUDA when available
-    dtype: Any = (
-        "fp32"  # a name in either spelling (fp32/float32, bf16/bfloat16, fp16/float16) or a torch dtype
+    device: str | None = flag_field(None, DEVICE_HELP, type=device_name)  # None or auto: CUDA when available
+    # a name in either spelling (fp32/float32, bf16/bfloat16, fp16/float16) or a torch dtype
+    dtype: Any = flag_field("fp32", dtype_spellings(DTYPES) + ".", type=dtype_type(DTYPES), metavar="DTYPE")
+    batch_size: int | str = flag_field(
+        16,
+        "rows per forward (a row packs many requests), or auto: bounded by --max-batch-tokens only",
+        type=positive_int_or_auto,
     )
-    batch_size: int | str = 16
     max_batch_size: int | None = None
-    max_batch_tokens: int | None = None
-    max_length: int | None = None  # context window (None: the model's)
-    hf_forward: str = "engine"
-    progress: bool = True
+    max_batch_tokens: int | None = flag_field(
+        None, "padded tokens per forward (default 8192; bounds memory)", type=positive_int
+    )
+    max_length: int | None = flag_field(  # None: the model's
+        None, "context window (default: the model's)", type=positive_int
+    )
+    hf_forward: str = flag_field(
+        "engine",
+        "a Hugging Face GPT-2 directory: nfeval's engine when it reproduces the model (default), "
+        "or transformers' own forward (to cross-check; cached apart)",
+        choices=("engine", "transformers"),
+    )
+    progress: bool = flag_field(True, "no progress bars", name="no-progress", action="store_false")
     add_bos_token: bool | None = None
     prefix_token_id: int | None = None
     fold_head_scale: bool = True  # fold HeadScale's gains into the output projection (same function)

@@ -1,7 +1,8 @@
 """``nfeval analyze``'s three analyses as library calls: each one's options (``GradsOptions``,
 ``GainsOptions``, ``StabilityOptions``), and ``analyze(options, png)``, which runs one, writes its JSON
 and PNG, and returns the result. The command and the pipelines (``reproduce``, ``bakeoff``) both call
-it."""
+it. Each option that is a flag of ``nfeval analyze`` declares it (``base.config_flags``); the runs and
+targets are the command's positional arguments."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.artifacts import provenance
+from ..base.cli_args import positive_int
+from ..base.config_flags import flag_field
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..base.sweep_lock import files_lock
 from .stability import StabilitySettings
+
+DATA_HELP = "text file or folder (default: the embedded corpus)"
+TOKENIZER_HELP = (
+    "tokenizer.json, or GPT-2's BPE folder for a fairseq .pt with a dict.txt (default: the checkpoint's, "
+    "required for one without; a preset's: a BPE trained on the data)"
+)
+SEED_HELP = "data order, dropout masks and preset initialisation"
+HEAD_SCALE_BUG_HELP = "fairseq files from before 2021-11-03"
 
 
 @dataclass(kw_only=True)
@@ -24,17 +35,27 @@ class GradsOptions:
     on ``batches`` batches of ``data`` (None: the embedded corpus)."""
 
     runs: list[str] = field(default_factory=list)
-    ckpt: list[str] = field(default_factory=list)
-    kind: str = "fc2"  # the parameter kind plotted (the paper's: fc2)
-    baseline: str | None = None  # Figure 7's baseline (None: the first Pre-LN model)
-    data: str | None = None
-    tokenizer: str | None = None
-    batch_size: int = 8
-    seq_len: int = 128
-    seed: int = 1  # data order, dropout masks and preset initialisation
-    batches: int = 4
-    fairseq_dict: str | None = None
-    fairseq_head_scale_bug: bool = False
+    ckpt: list[str] = flag_field(
+        help="compute at a checkpoint (run/checkpoint dir, fairseq file) or at a preset's init, "
+        "e.g. preset:postnorm-small (repeatable)",
+        factory=list,
+        action="append",
+        metavar="PATH|preset:NAME",
+    )
+    kind: str = flag_field("fc2", "parameter kind to plot (default fc2, the paper's)")
+    baseline: str | None = flag_field(
+        None, "Figure 7's baseline (default: first Pre-LN model)", metavar="NAME"
+    )
+    data: str | None = flag_field(None, DATA_HELP, metavar="FILE")
+    tokenizer: str | None = flag_field(None, TOKENIZER_HELP)
+    batch_size: int = flag_field(8, None, type=positive_int)
+    seq_len: int = flag_field(128, None)
+    seed: int = flag_field(1, SEED_HELP)
+    batches: int = flag_field(4, "batches to average over (default 4)")
+    fairseq_dict: str | None = flag_field(
+        None, "fairseq dict.txt of a .pt file (default: dict.txt beside it)", metavar="FILE"
+    )
+    fairseq_head_scale_bug: bool = flag_field(False, HEAD_SCALE_BUG_HELP, action="store_true")
 
 
 @dataclass(kw_only=True)
@@ -42,7 +63,7 @@ class GainsOptions:
     """Learned NormFormer gains by layer (Figures 4 and 6) of nfeval run/checkpoint dirs or fairseq files."""
 
     targets: list[str]
-    fairseq_head_scale_bug: bool = False
+    fairseq_head_scale_bug: bool = flag_field(False, HEAD_SCALE_BUG_HELP, action="store_true")
 
 
 @dataclass(kw_only=True)
@@ -50,13 +71,21 @@ class StabilityOptions:
     """The increasing-LR stability test (Figure 5) of ``presets`` with the ModelConfig overrides ``model``,
     seeds 1..``seeds``, on ``data`` (None: the embedded corpus)."""
 
-    presets: list[str]
-    seeds: int = 3
-    model: dict[str, Any] = field(default_factory=dict)
+    presets: list[str] = flag_field(
+        help="preset to test (repeatable)", name="preset", action="append", required=True, metavar="PRESET"
+    )
+    seeds: int = flag_field(3, "seeds 1..N (default 3)")
+    model: dict[str, Any] = flag_field(  # the --set items as parse_set reads them
+        help="model config override of every preset, as nfeval train --set (repeatable)",
+        factory=dict,
+        name="set",
+        action="append",
+        metavar="FIELD=VALUE",
+    )
     settings: StabilitySettings = field(default_factory=StabilitySettings)
-    data: str | None = None
-    tokenizer: str | None = None
-    seed: int = 1  # data order and initialisation
+    data: str | None = flag_field(None, DATA_HELP, metavar="FILE")
+    tokenizer: str | None = flag_field(None, TOKENIZER_HELP)
+    seed: int = flag_field(1, SEED_HELP)  # data order and initialisation
     progress: bool = True  # a bar per run (not part of the result)
 
 

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..base.cli_args import device_name, positive_int
+from ..base.config_flags import flag_field
 from ..base.errors import ConfigError
 from ..base.fingerprint import fingerprint_model
 from ..base.progress import progress_bar
@@ -46,19 +48,28 @@ LM_RECIPE = RECIPES["fairseq_lm"]["train"]  # the AdamW settings of causal-LM tr
 
 @dataclass
 class StabilitySettings:
-    updates: int = 200
-    lr_start: float = 1e-5
-    lr_end: float = 1.0
-    batch_size: int = 8
-    seq_len: int = 128
+    """How each run of the stability test trains and when it diverges; each field that is a flag of
+    ``nfeval analyze stability`` declares it (``base.config_flags``)."""
+
+    updates: int = flag_field(200, None)
+    lr_start: float = flag_field(1e-5, None)
+    lr_end: float = flag_field(1.0, None)
+    batch_size: int = flag_field(8, None, type=positive_int)
+    seq_len: int = flag_field(128, None)
     # divergence (``divergence``): the batch noise measured over the first noise_updates updates; a running
     # median of smoothing losses above their mean + noise_multiple × their std diverges
-    noise_updates: int = 10
-    noise_multiple: float = 5.0
-    smoothing: int = 5
+    noise_updates: int = flag_field(10, "first updates that measure the batch noise (default 10)")
+    noise_multiple: float = flag_field(
+        5.0, "a running median loss this many noise std above the first updates' mean diverges (default 5)"
+    )
+    smoothing: int = flag_field(5, "losses in the running median (default 5)")
     weight_decay: float = LM_RECIPE["weight_decay"]
-    autocast: str = "fp32"  # fp32 (off) | bf16 | fp16
-    device: str = "cpu"
+    autocast: str = flag_field(  # fp32 (off) | bf16 | fp16
+        "fp32",
+        "forward in torch autocast at this precision (fp32: off); the paper trained in fp16",
+        choices=("fp32", "bf16", "fp16"),
+    )
+    device: str = flag_field("cpu", "cpu, cuda or cuda:N (default cpu)", type=device_name)
 
     def criterion(self) -> dict[str, Any]:
         """Returns the divergence criterion's record (``divergence.criterion``)."""

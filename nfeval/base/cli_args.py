@@ -33,11 +33,6 @@ def add_output_file(p: argparse.ArgumentParser, help: str, default: str | None =
     p.add_argument("--out", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
-def add_run_folder(p: argparse.ArgumentParser, default: str) -> None:
-    """Adds ``--out``: the output folder of a resumable multi-run command (demo, reproduce)."""
-    p.add_argument("--out", default=default, help=run_folder_help(default))
-
-
 def run_folder_help(default: str) -> str:
     """Returns ``--out``'s help for the output folder of a resumable multi-run command."""
     return f"output folder (default {default}); rerun to resume"
@@ -103,18 +98,6 @@ def count_or_all(text: str) -> int | None:
     return value or None
 
 
-def add_limit(p: argparse.ArgumentParser, what: str, default: int | None = None) -> None:
-    """Adds ``--limit N``: only the first N ``what``, 0 meaning all, as in every command that has it;
-    ``args.limit`` is the count or None (all)."""
-    p.add_argument(
-        "--limit",
-        type=count_or_all,
-        default=default,
-        metavar="N",
-        help=limit_help(what, default),
-    )
-
-
 def limit_help(what: str, default: int | None = None) -> str:
     """Returns ``--limit``'s help: only the first N ``what``, 0 meaning all."""
     return f"only the first N {what}; 0 = all (default {default or 'all'})"
@@ -155,11 +138,6 @@ def add_dtype(
         metavar="DTYPE",
         help=f"{dtype_spellings(choices)}. {help}".strip(),
     )
-
-
-def add_no_progress(p: argparse.ArgumentParser, **kwargs) -> None:
-    """Adds ``--no-progress`` (no progress bars; in a log file they print a line every 30 s anyway)."""
-    p.add_argument("--no-progress", action="store_true", help="no progress bars", **kwargs)
 
 
 def learning_rates(text: str) -> list[float]:

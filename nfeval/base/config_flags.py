@@ -2,14 +2,17 @@
 adds one flag per field, ``config_from_args`` builds the dataclass back from the parsed arguments, and
 ``to_flags`` writes a config back as argv, so that ``config_from_args(parse(to_flags(cfg)), C) == cfg``.
 
-A field declares its flag in its metadata (``flag_field`` builds such a field): ``help``, its help text,
-and ``flag``, what its type does not say: ``name`` (the flag without ``--`` when it is not the field's name
-with ``-`` for ``_``) and any of ``add_argument``'s keywords (``type``, ``choices``, ``metavar``,
-``action``, ``const``, ...). A field without ``help`` has no flag. From the type: a bool is ``--x/--no-x``
-(or, declared ``action="store_true"`` or ``"store_false"``, the one flag that changes its default); an int,
-float or str its own ``type``; a list or tuple of them one comma-separated value; a dict one JSON object;
-an optional value (``X | None``) is X's flag, None when not given. A declared ``const`` makes the value
-optional (``nargs="?"``)."""
+A field declares its flag in its metadata (``flag_field`` builds such a field): ``help``, its help text
+(None: a flag without one), and ``flag``, what its type does not say: ``name`` (the flag without ``--`` when
+it is not the field's name with ``-`` for ``_``), ``aliases`` (other spellings of the flag, with their
+``--``) and any of ``add_argument``'s keywords (``type``, ``choices``, ``metavar``, ``action``, ``const``,
+...). A field without ``help`` (or with ``""``) has no flag. From the type: a bool is ``--x/--no-x`` (or,
+declared ``action="store_true"`` or ``"store_false"``, the one flag that changes its default); an int, float
+or str its own ``type``; a list or tuple of them one comma-separated value; a dict one JSON object; an
+optional value (``X | None``) is X's flag, None when not given. A declared ``const`` makes the value
+optional (``nargs="?"``). A field without a default is a flag whose default is None: declare it
+``required=True``; so is a repeatable flag (``action="append"``), whose field's default stands when it is
+not given."""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def flag_field(
 
 def flag_fields(cls: type) -> dict[str, dataclasses.Field]:
     """Returns ``{name: field}`` of the fields of dataclass ``cls`` that declare a flag, in order."""
-    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("help")}
+    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("help", "") != ""}
 
 
 def flag_name(f: dataclasses.Field) -> str:
@@ -116,14 +119,19 @@ def _type(cls: type, f: dataclasses.Field) -> Callable[[str], Any]:
     return kind
 
 
+def field_default(f: dataclasses.Field) -> Any:
+    """Returns field ``f``'s default (a new one from its factory), or None when it has none."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
 def argument(cls: type, f: dataclasses.Field, defaults: bool = True) -> dict[str, Any]:
     """Returns ``add_argument``'s keywords for field ``f`` of ``cls``: its help, a type from its annotation
     (a bool is ``--x/--no-x``), and what its declaration adds. The default is the field's own, or None
-    (not given) when ``defaults`` is false."""
-    declared = {k: v for k, v in f.metadata["flag"].items() if k != "name"}
-    default = None
-    if defaults:
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    (not given) when ``defaults`` is false or the flag is repeatable."""
+    declared = {k: v for k, v in f.metadata["flag"].items() if k not in ("name", "aliases")}
+    default = field_default(f) if defaults and declared.get("action") != "append" else None
     kwargs: dict[str, Any] = {"dest": f.name, "default": default, "help": f.metadata["help"]}
     if value_type(cls, f.name) is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
@@ -145,7 +153,8 @@ def add_config_flags(
     false."""
     fields = flag_fields(cls)
     for name in fields if names is None else names:
-        p.add_argument(flag_name(fields[name]), **argument(cls, fields[name], defaults))
+        f = fields[name]
+        p.add_argument(flag_name(f), *f.metadata["flag"].get("aliases", ()), **argument(cls, f, defaults))
 
 
 def values_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
@@ -179,17 +188,19 @@ def write_value(cls: type, name: str, value: Any) -> str:
 def to_flags(cfg: Any, writers: Mapping[str, Writer] | None = None, skip: Iterable[str] = ()) -> list[str]:
     """Returns the flags that give ``cfg``: one per flag field (but those in ``skip``) that differs from the
     field's default, each as ``--flag=value`` so that a value starting with ``-`` stays a value; a bool as
-    ``--x`` or ``--no-x``; ``writers`` writes the fields it names (value -> flags)."""
+    ``--x`` or ``--no-x``; a declared ``action="append"``: the flag once per item; ``writers`` writes the
+    fields it names (value -> flags)."""
     cls, writers = type(cfg), writers or {}
     out: list[str] = []
     for name, f in flag_fields(cls).items():
         value = getattr(cfg, name)
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if name in skip or value == default:
+        if name in skip or value == field_default(f):
             continue
         flag = flag_name(f)
         if name in writers:
             out += writers[name](value)
+        elif f.metadata["flag"].get("action") == "append":  # the flag once per item
+            out += [f"{flag}={x}" for x in value]
         elif value_type(cls, name) is bool:  # store_true / store_false: the flag; else --x / --no-x
             toggles = f.metadata["flag"].get("action") in ("store_true", "store_false")
             out.append(flag if value or toggles else "--no-" + flag[2:])

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from .. import embedded
-from ..base.cli_args import add_device, add_limit, add_no_progress, add_run_folder, positive_int
+from ..base.config_flags import add_config_flags, config_from_args
 from ..base.errors import ConfigError, MissingDataError
 from ..base.outputs import check_output_dir
 from ..launch.local import use_threads
@@ -14,70 +15,23 @@ from ..pipelines.demo import DemoConfig, run_demo
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = DemoConfig()
-    add_run_folder(p, d.out)
-    p.add_argument(
-        "--minutes",
-        type=float,
-        default=d.minutes,
-        help=f"time target for the whole demo (default {d.minutes:g}); sets Pre-LN's step budget from the "
-        "step time measured before training, unless --steps does",
-    )
-    p.add_argument(
-        "--steps",
-        type=positive_int,
-        help="Pre-LN's step budget (NormFormer's: this ÷ the paired step-time ratio); default: what "
-        "--minutes buys",
-    )
-    p.add_argument("--size", default=d.size, choices=("tiny", "small"), help="model size preset")
-    p.add_argument(
-        "--data-dir",
-        default=d.data_dir,
-        help="zero-shot task files: 'embedded' (default: the 200-item slices shipped in the package) or a "
-        "folder in the layout of ../shared/data/zeroshot",
-    )
-    p.add_argument(
-        "--glue-dir",
-        default=d.glue_dir,
-        help="GLUE TSVs: 'embedded' (default: the STS-B slice shipped in the package), a folder in the "
-        "layout of ../shared/data/glue, or 'none' to skip the GLUE stage",
-    )
-    p.add_argument(
-        "--glue-tasks",
-        default=",".join(d.glue_tasks),
-        help=f"comma-separated GLUE tasks (default {','.join(d.glue_tasks)})",
-    )
-    add_limit(p, "zero-shot items of each public task", default=d.zeroshot_limit)
-    p.add_argument(
-        "--jobs",
-        type=positive_int,
-        default=d.jobs,
-        help=f"training runs at a time, one CPU thread each (default {d.jobs}; 2 is faster on an idle "
-        "machine with two cores, slower on a busy one)",
-    )
-    add_device(p, default=d.device)
-    p.add_argument("--seed", type=int, default=d.seed)
-    add_no_progress(p)
+    """Adds ``nfeval demo``'s options: DemoConfig's flags (``base.config_flags``)."""
+    add_config_flags(p, DemoConfig)
+
+
+def demo_config(args: argparse.Namespace) -> DemoConfig:
+    """Returns the DemoConfig of ``nfeval demo``'s parsed flags; ``--glue-dir none`` (or empty) is no GLUE
+    stage, and ``--limit 0`` (None) every item."""
+    cfg = config_from_args(args, DemoConfig, zeroshot_limit=args.zeroshot_limit)  # None: given, not default
+    return dataclasses.replace(cfg, glue_dir=None if cfg.glue_dir in ("", "none") else cfg.glue_dir)
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_dir(args.out, "--out")  # before any work
-    if args.minutes <= 0:
-        raise ConfigError(f"--minutes {args.minutes}: expected a positive number")
-    cfg = DemoConfig(
-        out=args.out,
-        minutes=args.minutes,
-        steps=args.steps,
-        size=args.size,
-        data_dir=args.data_dir,
-        glue_dir=None if args.glue_dir in (None, "", "none") else args.glue_dir,
-        glue_tasks=tuple(t.strip() for t in args.glue_tasks.split(",") if t.strip()),
-        zeroshot_limit=args.limit,
-        jobs=args.jobs,
-        device=args.device,
-        seed=args.seed,
-        progress=not args.no_progress,
-    )
+    """Runs ``nfeval demo`` after checking its folders and budget, on one torch thread on a CPU."""
+    cfg = demo_config(args)
+    check_output_dir(cfg.out, "--out")  # before any work
+    if cfg.minutes <= 0:
+        raise ConfigError(f"--minutes {cfg.minutes}: expected a positive number")
     for name, resolve in (("data_dir", embedded.zeroshot_dir), ("glue_dir", embedded.glue_dir)):
         path = resolve(getattr(cfg, name))
         if path and not os.path.isdir(path):

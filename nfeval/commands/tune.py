@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..base.cli_args import learning_rates
+from ..base import config_flags
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir
 from ..engine.training.train_flags import config_from_args
 from ..launch.options import add_launcher_arguments, launch_options
 from ..tune import results as tune_results
+from ..tune.config import TuneConfig
 from ..tune.sweep import parse_budget, tune
 from . import train as train_command
 
@@ -40,53 +41,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tune")
     for flag in SET_BY_TUNE:
         g.add_argument(flag, nargs="?", const=True, dest=_hidden(flag), help=argparse.SUPPRESS)
-    g.add_argument(
-        "--preset",
-        action="append",
-        required=True,
-        help="model preset to tune, e.g. prenorm-tiny (repeatable)",
-    )
-    g.add_argument(
-        "--lrs",
-        type=learning_rates,
-        required=True,
-        help="comma-separated peak learning rates, e.g. 1e-3,3e-3",
-    )
-    g.add_argument(
-        "--budget",
-        required=True,
-        help="the short budget of every point: steps=N, tokens=N, flops=X or seconds=X",
-    )
-    g.add_argument("--seeds", type=int, default=1, help="seeds per LR: --seed … --seed+N-1 (default 1)")
-    g.add_argument("--jobs", type=int, default=1, help="points run in parallel processes (spread over GPUs)")
-    g.add_argument("--out", required=True, help="tune directory (points/, tune.json, tune.png)")
-    g.add_argument("--report-only", action="store_true", help="run nothing: summarise the finished points")
+    config_flags.add_config_flags(g, TuneConfig)
+
+
+def tune_config(args: argparse.Namespace) -> TuneConfig:
+    """Returns the TuneConfig of ``nfeval tune``'s parsed flags, with the launcher's options."""
+    return config_flags.config_from_args(args, TuneConfig, launch=launch_options(args))
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval tune``: the points, then prints the table and where tune.json and the plot are."""
-    launch = launch_options(args)
-    check_output_dir(args.out, "--out")  # before any work
+    cfg = tune_config(args)
+    check_output_dir(cfg.out, "--out")  # before any work
     for flag, what_to_do in SET_BY_TUNE.items():
         if getattr(args, _hidden(flag)) is not None:
             raise ConfigError(f"{flag}: not a tune flag; {what_to_do}")
-    field, value = parse_budget(args.budget)  # each point's budget; the base config needs one to be valid
+    field, value = parse_budget(cfg.budget)  # each point's budget; the base config needs one to be valid
     base = config_from_args(argparse.Namespace(**{**vars(args), "preset": None, field: value}))
     summary = tune(
         base,
-        args.preset,
-        args.lrs,
-        args.budget,
-        args.out,
-        seeds=args.seeds,
-        jobs=args.jobs,
+        cfg.preset,
+        cfg.lrs,
+        cfg.budget,
+        cfg.out,
+        seeds=cfg.seeds,
+        jobs=cfg.jobs,
         progress=base.progress,
-        report_only=args.report_only,
-        launch=launch,
+        report_only=cfg.report_only,
+        launch=cfg.launch,
     )
     print(tune_results.format_table(summary))
-    plot = os.path.join(args.out, "tune.png")
-    print(
-        f"summary: {os.path.join(args.out, 'tune.json')}" + (f"  plot: {plot}" if summary["points"] else "")
-    )
+    plot = os.path.join(cfg.out, "tune.png")
+    print(f"summary: {os.path.join(cfg.out, 'tune.json')}" + (f"  plot: {plot}" if summary["points"] else ""))
     return 0

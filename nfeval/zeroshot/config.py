@@ -1,5 +1,8 @@
 """``ZeroShotConfig``: what ``nfeval zeroshot`` scores (tasks, documents, limit), how it reads the model
-and where the results go; ``scoring`` is how the model scores (``model_adapters.config.ScoringConfig``)."""
+and where the results go; ``scoring`` is how the model scores (``model_adapters.config.ScoringConfig``).
+Each field that is a flag of ``nfeval zeroshot`` declares it (``base.config_flags`` derives the flags both
+ways); the fairseq flags (``--tokenizer``, ``--fairseq-dict``, ``--fairseq-head-scale-bug``) are
+``engine.text.fairseq_tokenizer``'s, shared with ``nfeval generate``."""
 
 from __future__ import annotations
 
@@ -9,9 +12,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .. import embedded
+from .. import tasks as nf_tasks
+from ..base.cli_args import count_or_all, limit_help
+from ..base.config_flags import flag_field
 from ..base.errors import ConfigError, MissingDataError
+from ..engine.checkpoints.torch_files import TRUST_HELP
 from ..model_adapters.config import ScoringConfig
 from . import task_names
+
+DEFAULT_OUTPUT = "results/zeroshot.json"
+DATA_DIR_HELP = (
+    f"local task files (layout of ../shared/data/zeroshot), or 'embedded': the {embedded.ZEROSHOT_ROWS}-item "
+    f"slices of {nf_tasks.join_titles(embedded.ZEROSHOT_TASKS)} shipped in the package (not "
+    f"{nf_tasks.join_titles(nf_tasks.USER_SUPPLIED)}: the licence forbids redistribution); default: the Hub"
+)
 
 
 @dataclass(frozen=True)
@@ -28,14 +42,38 @@ class ZeroShotConfig:
     ``fairseq_dict`` and ``fairseq_head_scale_bug`` are as ``checkpoint.load`` takes them.
     """
 
-    tasks: Sequence[str] | None = None
-    data_dir: str | None = None
-    limit: int | None = None
-    output: str | None = None
-    output_path: str | None = None
-    log_samples: bool = False
-    use_cache: bool = True
-    trust_checkpoint: bool = False
+    tasks: Sequence[str] | None = flag_field(
+        None,
+        f"tasks (comma or space separated): {' '.join(nf_tasks.NAMES)}, or any registered lm-eval task "
+        f"(default: {' '.join(nf_tasks.DEFAULT_TASKS)})",
+        type=str,
+        nargs="+",
+    )
+    data_dir: str | None = flag_field(None, DATA_DIR_HELP)
+    limit: int | None = flag_field(None, limit_help("documents of each task"), type=count_or_all, metavar="N")
+    output: str | None = flag_field(
+        None,
+        f"results JSON, with its per-item F.items.json beside it (default: {DEFAULT_OUTPUT} unless "
+        "--output_path is given)",
+    )
+    output_path: str | None = flag_field(
+        None,
+        "write lm-eval's layout instead: DIR/<model>/results_<date>.json, nfeval's block inside",
+        name="output_path",
+        aliases=("--output-path",),
+        metavar="DIR",
+    )
+    log_samples: bool = flag_field(
+        False,
+        "with --output_path: also lm-eval's samples_<task>_<date>.jsonl (what compare-scores pairs on)",
+        name="log_samples",
+        aliases=("--log-samples",),
+        action="store_true",
+    )
+    use_cache: bool = flag_field(
+        True, "ignore and do not write the results cache", name="no-cache", action="store_false"
+    )
+    trust_checkpoint: bool = flag_field(False, TRUST_HELP, action="store_true")
     tokenizer: str | None = None
     fairseq_dict: str | None = None
     fairseq_head_scale_bug: bool = False

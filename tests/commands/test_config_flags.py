@@ -26,6 +26,8 @@ class Sample:
     maybe: int | None = flag_field(None, "an optional int")
     maybe_text: str | None = flag_field(None, "an optional str, valueless: its const", const="")
     record: dict | None = flag_field(None, "a JSON object")
+    bare: int = flag_field(2, None)  # a flag without help text
+    repeated: list[str] = flag_field(help="a repeatable str", factory=list, action="append")
     internal: int = 0  # no help: no flag
 
 
@@ -51,6 +53,8 @@ CHANGED = dict(
     maybe=7,
     maybe_text="",
     record={"a": [1, 2], "b": None},
+    bare=5,
+    repeated=["-a b"],
 )
 
 
@@ -83,6 +87,8 @@ def test_the_flags_keep_names_metavars_help_and_choices(capsys):
     assert actions["renamed"].option_strings == ["--other-name"] and actions["renamed"].metavar == "TEXT"
     assert actions["name"].choices == ("x", "y", "-z") and actions["count"].help == "an int"
     assert actions["off"].option_strings == ["--off", "--no-off"]
+    assert actions["bare"].help is None and actions["repeated"].default is None
+    assert parsed(["--repeated", "x", "--repeated=y"]).repeated == ["x", "y"]
     assert parsed(["--maybe-text"]).maybe_text == ""
     for bad in (["--name", "w"], ["--rates", "1,x"], ["--record", "[1]"], ["--count", "1.5"]):
         with pytest.raises(SystemExit):
@@ -151,3 +157,118 @@ def test_nfeval_reproduce_flags_round_trip_through_its_parser():
     assert dataclasses.replace(default, command=cfg.command, launch=None) == ReproduceConfig()
     steps = reproduce_config(build_parser("reproduce").parse_args(["reproduce", "--steps=7"]))
     assert steps.steps == 7 and steps.minutes is None
+
+
+def test_nfeval_tune_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.tune import tune_config
+    from nfeval.tune.config import TuneConfig
+
+    cfg = TuneConfig(
+        preset=("prenorm-tiny", "-odd name"), lrs=(1e-3, 2e-05), budget="steps=5", seeds=2, jobs=3,
+        out="-out dir", report_only=True,
+    )  # fmt: skip
+    flags = to_flags(cfg)
+    assert flags[:2] == ["--preset=prenorm-tiny", "--preset=-odd name"]  # the repeatable flag once per item
+    back = tune_config(build_parser("tune").parse_args(["tune", *flags]))
+    assert dataclasses.replace(back, launch=None) == cfg
+    required = ["tune", "--preset", "p", "--lrs", "1e-3", "--budget", "steps=1", "--out", "o"]
+    default = tune_config(build_parser("tune").parse_args(required))
+    assert (default.seeds, default.jobs, default.report_only) == (1, 1, False)
+    for missing in ("--preset", "--lrs", "--budget", "--out"):
+        at = required.index(missing)
+        with pytest.raises(SystemExit):
+            build_parser("tune").parse_args(required[:at] + required[at + 2 :])
+
+
+def test_nfeval_zeroshot_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.zeroshot import zeroshot_config
+    from nfeval.model_adapters.config import ScoringConfig
+    from nfeval.zeroshot.config import ZeroShotConfig
+
+    scoring = ScoringConfig(
+        device="cuda:1", dtype="bf16", batch_size="auto", max_batch_tokens=100, max_length=64,
+        hf_forward="transformers", progress=False,
+    )  # fmt: skip
+    cfg = ZeroShotConfig(
+        tasks=["piqa", "-odd task"], data_dir="-data dir", limit=5, output_path="od", log_samples=True,
+        use_cache=False, trust_checkpoint=True, tokenizer="tk", fairseq_dict="d.txt",
+        fairseq_head_scale_bug=True, scoring=scoring,
+    )  # fmt: skip
+    fairseq = ["--tokenizer=tk", "--fairseq-dict=d.txt", "--fairseq-head-scale-bug"]
+    tasks = {"tasks": lambda names: ["--tasks", *names]}
+    argv = ["zeroshot", "--ckpt", "c", *to_flags(cfg, tasks), *to_flags(scoring), *fairseq]
+    assert zeroshot_config(build_parser("zeroshot").parse_args(argv)) == cfg
+    default = zeroshot_config(build_parser("zeroshot").parse_args(["zeroshot", "--ckpt", "c"]))
+    assert default == ZeroShotConfig(output="results/zeroshot.json")
+    spellings = [
+        "--ckpt",
+        "c",
+        "--tasks",
+        "a,b",
+        "c",
+        "--output-path",
+        "od",
+        "--log-samples",
+        "--device",
+        "auto",
+    ]
+    spelled = zeroshot_config(build_parser("zeroshot").parse_args(["zeroshot", *spellings]))
+    assert (spelled.tasks, spelled.output, spelled.output_path, spelled.log_samples) == (
+        ["a", "b", "c"],
+        None,
+        "od",
+        True,
+    )
+    assert spelled.scoring.device is None  # auto: CUDA when available
+
+
+def test_nfeval_analyze_flags_round_trip_through_its_parsers():
+    from nfeval.analysis.runs import GainsOptions, GradsOptions, StabilityOptions
+    from nfeval.analysis.stability import StabilitySettings
+    from nfeval.cli import build_parser
+    from nfeval.commands.analyze import options
+    from nfeval.engine.training.train_config import set_item
+
+    def back(analysis: str, *flags: str):
+        return options(build_parser("analyze").parse_args(["analyze", analysis, *flags]))
+
+    grads = GradsOptions(
+        runs=["r1", "r2"], ckpt=["preset:prenorm-tiny", "-c dir"], kind="fc1", baseline="b", data="-d",
+        tokenizer="t", batch_size=3, seq_len=16, seed=4, batches=2, fairseq_dict="fd",
+        fairseq_head_scale_bug=True,
+    )  # fmt: skip
+    assert back("grads", "r1", "r2", *to_flags(grads)) == grads
+    assert back("grads") == GradsOptions()
+    gains = GainsOptions(targets=["t1"], fairseq_head_scale_bug=True)
+    assert back("gains", "t1", *to_flags(gains)) == gains
+    settings = StabilitySettings(
+        updates=20, lr_start=1e-4, lr_end=0.5, batch_size=2, seq_len=8, noise_updates=3, noise_multiple=2.5,
+        smoothing=2, autocast="bf16", device="cuda:1",
+    )  # fmt: skip
+    stability = StabilityOptions(
+        presets=["a", "b"], seeds=2, model={"qk_norm": True, "norm": "rmsnorm"}, settings=settings,
+        data="d", tokenizer="t", seed=3,
+    )  # fmt: skip
+    model = {"model": lambda overrides: [f"--set={set_item(k, v)}" for k, v in overrides.items()]}
+    assert back("stability", *to_flags(stability, model), *to_flags(settings)) == stability
+    assert back("stability", "--preset", "a") == StabilityOptions(presets=["a"])
+
+
+def test_nfeval_demo_flags_round_trip_through_its_parser():
+    from nfeval.cli import build_parser
+    from nfeval.commands.demo import demo_config
+    from nfeval.pipelines.demo import DemoConfig
+
+    def back(*flags: str) -> DemoConfig:
+        return demo_config(build_parser("demo").parse_args(["demo", *flags]))
+
+    cfg = DemoConfig(
+        out="-out dir", minutes=2.5, steps=7, size="small", data_dir="d", glue_dir="g",
+        glue_tasks=("stsb", "rte"), zeroshot_limit=5, jobs=2, device="cuda:1", seed=3, progress=False,
+    )  # fmt: skip
+    assert back(*to_flags(cfg)) == cfg
+    assert back() == DemoConfig()
+    everything = back("--glue-dir", "none", "--limit", "0")  # no GLUE stage; every zero-shot item
+    assert everything == DemoConfig(glue_dir=None, zeroshot_limit=None)

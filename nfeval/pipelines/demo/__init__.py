@@ -26,6 +26,8 @@ from typing import Any
 
 from ... import embedded
 from ...base.artifacts import atomic_write_json, atomic_write_text
+from ...base.cli_args import DEVICE_HELP, count_or_all, device_name, limit_help, positive_int, run_folder_help
+from ...base.config_flags import flag_field
 from ...base.errors import DataError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
@@ -46,24 +48,55 @@ from .training import (
 GLUE_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3)  # small CPU models want more than the base grid
 
 
+MINUTES = 7.0
+
+
 @dataclass
 class DemoConfig:
-    out: str = "demo_out"
-    minutes: float = 7.0  # the time target; training gets its share of it unless ``steps`` is given
-    steps: int | None = None  # Pre-LN's step budget (None: what the time target buys)
-    size: str = "tiny"
+    """A demo: its folder, budget, model, data and how it runs; each field that is a flag of ``nfeval demo``
+    declares it (``base.config_flags``)."""
+
+    out: str = flag_field("demo_out", run_folder_help("demo_out"))
+    minutes: float = flag_field(  # the time target; training gets its share of it unless ``steps`` is given
+        MINUTES,
+        f"time target for the whole demo (default {MINUTES:g}); sets Pre-LN's step budget from the step time "
+        "measured before training, unless --steps does",
+    )
+    steps: int | None = flag_field(  # Pre-LN's step budget (None: what the time target buys)
+        None,
+        "Pre-LN's step budget (NormFormer's: this ÷ the paired step-time ratio); default: what "
+        "--minutes buys",
+        type=positive_int,
+    )
+    size: str = flag_field("tiny", "model size preset", choices=("tiny", "small"))
     seq_len: int = 128
     batch_size: int = 16
     lr: float = 3e-3  # both runs, untuned
     vocab_size: int = 2048
     eval_samples: int = 128
-    data_dir: str | None = embedded.NAME  # zero-shot tasks: the shipped slices, or a folder of your own
-    glue_dir: str | None = embedded.NAME  # None: no GLUE stage
-    glue_tasks: tuple[str, ...] = embedded.GLUE_TASKS
+    data_dir: str | None = flag_field(  # zero-shot tasks: the shipped slices, or a folder of your own
+        embedded.NAME,
+        "zero-shot task files: 'embedded' (default: the 200-item slices shipped in the package) or a folder "
+        "in the layout of ../shared/data/zeroshot",
+    )
+    glue_dir: str | None = flag_field(  # None: no GLUE stage
+        embedded.NAME,
+        "GLUE TSVs: 'embedded' (default: the STS-B slice shipped in the package), a folder in the layout of "
+        "../shared/data/glue, or 'none' to skip the GLUE stage",
+    )
+    glue_tasks: tuple[str, ...] = flag_field(
+        embedded.GLUE_TASKS, f"comma-separated GLUE tasks (default {','.join(embedded.GLUE_TASKS)})"
+    )
     glue_epochs: int = 3
     glue_lrs: tuple[float, ...] = GLUE_LRS
     glue_limit: int | None = None  # train and dev rows of each GLUE task (None: all)
-    zeroshot_limit: int | None = 200  # items per public task (the shipped slices hold 200)
+    zeroshot_limit: int | None = flag_field(  # items per public task (the shipped slices hold 200)
+        200,
+        limit_help("zero-shot items of each public task", 200),
+        name="limit",
+        type=count_or_all,
+        metavar="N",
+    )
     cloze_items: int = 500
     ratio_pairs: int = 16
     ratio_burst: int = 3
@@ -71,10 +104,15 @@ class DemoConfig:
     # runs trained at a time. One by default: its step time, measured before training, predicts the
     # stage's time on a busy machine, where two processes slow each other more than the measurement shows
     # (2-core VM with other work on it: 2 × 262 steps took 238 s two at a time, 168 s would one by one)
-    jobs: int = 1
-    device: str = "auto"
-    seed: int = 1
-    progress: bool = True
+    jobs: int = flag_field(
+        1,
+        "training runs at a time, one CPU thread each (default 1; 2 is faster on an idle machine with two "
+        "cores, slower on a busy one)",
+        type=positive_int,
+    )
+    device: str = flag_field("auto", DEVICE_HELP, type=device_name)
+    seed: int = flag_field(1, None)
+    progress: bool = flag_field(True, "no progress bars", name="no-progress", action="store_false")
 
     def train_seconds(self) -> float:
         """Returns the seconds of the time target that go to training (the training stage's share)."""
