@@ -17,6 +17,7 @@ from ..base.config_flags import flag_field
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..base.sweep_lock import files_lock
+from ..engine.text.fairseq_tokenizer import HEAD_SCALE_BUG_HELP
 from .stability import StabilitySettings
 
 DATA_HELP = "text file or folder (default: the embedded corpus)"
@@ -25,7 +26,6 @@ TOKENIZER_HELP = (
     "required for one without; a preset's: a BPE trained on the data)"
 )
 SEED_HELP = "data order, dropout masks and preset initialisation"
-HEAD_SCALE_BUG_HELP = "fairseq files from before 2021-11-03"
 
 
 @dataclass(kw_only=True)

@@ -30,6 +30,11 @@ LONG_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def add_output_file(p: argparse.ArgumentParser, help: str, default: str | None = None, **kwargs) -> None:
     """Adds ``--output FILE`` (and the old spelling ``--out``, hidden) storing into ``args.output``."""
     p.add_argument("--output", default=default, help=help, **kwargs)
+    add_old_out_spelling(p)
+
+
+def add_old_out_spelling(p: argparse.ArgumentParser) -> None:
+    """Adds ``--out``, hidden, as the old spelling of a command's ``--output FILE``."""
     p.add_argument("--out", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 

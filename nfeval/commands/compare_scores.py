@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 
 from ..base.artifacts import atomic_write_json
-from ..base.cli_args import add_output_file
+from ..base.cli_args import add_old_out_spelling
+from ..base.config_flags import add_config_flags, config_from_args, flag_field
 from ..base.outputs import check_output_file
 from ..report import significance as sig
 from ..report.compare_scores import compare_scores, format_rows
 
 
+@dataclass(frozen=True)
+class CompareScoresOptions:
+    """``nfeval compare-scores``' flags (``base.config_flags``): the paired bootstrap's resamples, seed and
+    confidence, JSON output, and a file to write the JSON to."""
+
+    resamples: int = flag_field(sig.N_RESAMPLES, f"bootstrap resamples (default {sig.N_RESAMPLES})")
+    seed: int = flag_field(sig.SEED, f"bootstrap seed (default {sig.SEED})")
+    confidence: float = flag_field(sig.CONFIDENCE, f"default {sig.CONFIDENCE}")
+    json: bool = flag_field(False, "print JSON instead of the table", action="store_true")
+    output: str | None = flag_field(None, "also write the JSON to this file", metavar="FILE.json")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Adds ``nfeval compare-scores``' options."""
+    """Adds ``nfeval compare-scores``' two results files and CompareScoresOptions' flags."""
     p.add_argument(
         "a",
         metavar="A.json",
@@ -21,20 +35,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--output_path model folder) or GLUE summary",
     )
     p.add_argument("b", metavar="B.json", help="baseline, of the same kind")
-    p.add_argument(
-        "--resamples", type=int, default=sig.N_RESAMPLES, help="bootstrap resamples (default %(default)s)"
-    )
-    p.add_argument("--seed", type=int, default=sig.SEED, help="bootstrap seed (default %(default)s)")
-    p.add_argument("--confidence", type=float, default=sig.CONFIDENCE, help="default %(default)s")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    add_output_file(p, metavar="FILE.json", help="also write the JSON to this file")
+    add_config_flags(p, CompareScoresOptions)
+    add_old_out_spelling(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval compare-scores``."""
-    check_output_file(args.output, "--output")  # before any work
-    result = compare_scores(args.a, args.b, args.resamples, args.seed, args.confidence)
-    if args.output:
-        atomic_write_json(args.output, result)
-    print(json.dumps(result, indent=2) if args.json else format_rows(result))
+    opts = config_from_args(args, CompareScoresOptions)
+    check_output_file(opts.output, "--output")  # before any work
+    result = compare_scores(args.a, args.b, opts.resamples, opts.seed, opts.confidence)
+    if opts.output:
+        atomic_write_json(opts.output, result)
+    print(json.dumps(result, indent=2) if opts.json else format_rows(result))
     return 0

@@ -8,42 +8,51 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 
+from ..base.config_flags import add_config_flags, config_from_args, flag_field
 from ..base.outputs import check_output_dir
 from ..engine.interop.hf_export import export_hf
+from ..engine.text.fairseq_tokenizer import HEAD_SCALE_BUG_HELP
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """``nfeval export-hf``'s flags (``base.config_flags``): the folder to write, the tokenizer to put in it,
+    whether to replace a folder with files, the fairseq HeadScale fix, and JSON output."""
+
+    out: str = flag_field(help="the Hugging Face model directory to write", required=True, metavar="DIR")
+    tokenizer: str | None = flag_field(
+        None,
+        "tokenizer.json (or a folder with one) whose ids are the model's; default: the checkpoint's "
+        "(fairseq checkpoints carry none, and are exported without one)",
+        metavar="PATH",
+    )
+    overwrite: bool = flag_field(False, "replace DIR if it already holds files", action="store_true")
+    fairseq_head_scale_bug: bool = flag_field(False, HEAD_SCALE_BUG_HELP, action="store_true")
+    json: bool = flag_field(False, "print the summary as JSON instead of a table", action="store_true")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval export-hf``'s source and ExportOptions' flags."""
     p.add_argument(
         "source", metavar="RUN_OR_CKPT", help="nfeval run/checkpoint dir, or a fairseq checkpoint file"
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="the Hugging Face model directory to write")
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        metavar="PATH",
-        help="tokenizer.json (or a folder with one) whose ids are the model's; default: the checkpoint's "
-        "(fairseq checkpoints carry none, and are exported without one)",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace DIR if it already holds files")
-    p.add_argument(
-        "--fairseq-head-scale-bug",
-        action="store_true",
-        help="fairseq checkpoint trained before 2021-11-03: reproduce its HeadScale channel transposition",
-    )
-    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    add_config_flags(p, ExportOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_dir(args.out, "--out")  # before any work
+    """Runs ``nfeval export-hf``: writes the folder and prints its summary."""
+    opts = config_from_args(args, ExportOptions)
+    check_output_dir(opts.out, "--out")  # before any work
     summary = export_hf(
         args.source,
-        args.out,
-        tokenizer=args.tokenizer,
-        overwrite=args.overwrite,
-        fairseq_head_scale_bug=args.fairseq_head_scale_bug,
+        opts.out,
+        tokenizer=opts.tokenizer,
+        overwrite=opts.overwrite,
+        fairseq_head_scale_bug=opts.fairseq_head_scale_bug,
     )
-    if args.json:
+    if opts.json:
         print(json.dumps(summary, indent=2))
         return 0
     rows = {

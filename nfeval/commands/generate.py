@@ -15,22 +15,33 @@ alone, and only an HF model directory imports transformers (through ``model_adap
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..base.artifacts import atomic_write_text, provenance
-from ..base.cli_args import LONG_NAMES, add_device, add_dtype, positive_int
+from ..base.cli_args import (
+    DEVICE_HELP,
+    LONG_NAMES,
+    device_name,
+    device_or_none,
+    dtype_spellings,
+    dtype_type,
+    positive_int,
+)
+from ..base.config_flags import add_config_flags, config_from_args, flag_field
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.outputs import check_output_file
 from ..engine.checkpoints import loading
 from ..engine.inference.backend import Backend, nfeval_backend
 from ..engine.inference.generate import Sampling
 from ..engine.model.dtypes import torch_dtype
-from ..engine.text.fairseq_tokenizer import add_fairseq_arguments
+from ..engine.text.fairseq_tokenizer import FairseqReading
 from ..engine.training.parallel import resolve_device
 
 
@@ -118,76 +129,94 @@ def generate_texts(
     return records
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--ckpt", required=True, help="nfeval run/checkpoint dir, HF model dir or fairseq .pt file"
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """What ``nfeval generate`` does besides sampling (``Sampling``) and reading a fairseq file
+    (``FairseqReading``): the prompts (``prompt``, or a ``prompts`` file), how many new tokens, the stop
+    strings, the batch size, where the JSONL goes, and the device and dtype. Each field is a flag
+    (``base.config_flags``)."""
+
+    ckpt: str = flag_field(help="nfeval run/checkpoint dir, HF model dir or fairseq .pt file", required=True)
+    prompt: list[str] = flag_field(help="a prompt (repeatable)", factory=list, action="append")
+    prompts: str | None = flag_field(
+        None, "one prompt per line, or .jsonl with a 'prompt' field", metavar="FILE"
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", action="append", help="a prompt (repeatable)")
-    src.add_argument("--prompts", metavar="FILE", help="one prompt per line, or .jsonl with a 'prompt' field")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the K most likely tokens (0: off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
-    p.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--batch-size", type=positive_int, default=16)
-    p.add_argument("--output", metavar="FILE.jsonl", help="write the continuations as JSONL")
-    add_fairseq_arguments(p)
-    add_device(p)
-    add_dtype(p, ("fp32", "bf16", "fp16"), default="fp32")
+    max_new_tokens: int = flag_field(64, "new tokens per prompt (default 64)", type=positive_int)
+    stop: list[str] = flag_field(help="stop string (repeatable)", factory=list, action="append")
+    batch_size: int = flag_field(16, "prompts per batch (default 16)", type=positive_int)
+    output: str | None = flag_field(None, "write the continuations as JSONL", metavar="FILE.jsonl")
+    device: str = flag_field("auto", DEVICE_HELP, type=device_name)
+    dtype: str = flag_field(
+        "fp32", f"{dtype_spellings(DTYPES)} (default fp32)", type=dtype_type(DTYPES), metavar="DTYPE"
+    )
+
+
+# the flags in the order of the help; --prompt and --prompts are one required, exclusive choice
+FLAGS = (
+    (GenerateOptions, "max_new_tokens"),
+    (Sampling, None),
+    (GenerateOptions, "stop batch_size output"),
+    (FairseqReading, None),
+    (GenerateOptions, "device dtype"),
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval generate``'s flags: GenerateOptions', Sampling's and FairseqReading's."""
+    add_config_flags(p, GenerateOptions, names=["ckpt"])
+    add_config_flags(
+        p.add_mutually_exclusive_group(required=True), GenerateOptions, names=["prompt", "prompts"]
+    )
+    for cls, names in FLAGS:
+        add_config_flags(p, cls, names=names.split() if names else None)
+
+
+def options(args: argparse.Namespace) -> tuple[GenerateOptions, Sampling, FairseqReading]:
+    """Returns ``nfeval generate``'s parsed flags as its three configs."""
+    return tuple(config_from_args(args, cls) for cls in (GenerateOptions, Sampling, FairseqReading))
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval generate``: prints each continuation, writes ``--output`` if given."""
-    check_output_file(args.output, "--output")  # before any work
-    sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    if args.max_new_tokens < 1 or args.batch_size < 1:
-        raise ConfigError("--max-new-tokens and --batch-size: expected positive integers")
-    if args.output and not args.output.endswith(".jsonl"):
-        raise ConfigError(f"--output {args.output}: expected a .jsonl file name")
-    prompts = args.prompt if args.prompt else read_prompts(args.prompts)
-    device = resolve_device(args.device)
+    opts, sampling, reading = options(args)
+    check_output_file(opts.output, "--output")  # before any work
+    if opts.output and not opts.output.endswith(".jsonl"):
+        raise ConfigError(f"--output {opts.output}: expected a .jsonl file name")
+    prompts = opts.prompt if opts.prompt else read_prompts(opts.prompts)
+    device = resolve_device(device_or_none(opts.device))
     backend, model = load_backend(
-        args.ckpt,
-        device,
-        torch_dtype(args.dtype),
-        args.tokenizer,
-        args.fairseq_dict,
-        args.fairseq_head_scale_bug,
-    )
+        opts.ckpt, device, torch_dtype(opts.dtype), reading.tokenizer, reading.fairseq_dict,
+        reading.fairseq_head_scale_bug,
+    )  # fmt: skip
     if not sampling.greedy:
         sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts
     start = time.perf_counter()
     records = generate_texts(
-        backend,
-        prompts,
-        args.max_new_tokens,
-        sampling,
-        args.stop,
-        args.batch_size,
-        progress=len(prompts) > args.batch_size,
-    )
+        backend, prompts, opts.max_new_tokens, sampling, opts.stop, opts.batch_size,
+        progress=len(prompts) > opts.batch_size,
+    )  # fmt: skip
     seconds = time.perf_counter() - start
     for i, r in enumerate(records):
         print(f"[{i}] {r['prompt']}\n  -> {r['completion']!r}  ({r['new_tokens']} new tokens, {r['finish']})")
     n_new = sum(r["new_tokens"] for r in records)
     rate = n_new / max(seconds, 1e-9)
     print(f"{len(records)} prompt(s), {n_new} new tokens in {seconds:.2f} s ({rate:.1f} tokens/s)")
-    if args.output:
+    if opts.output:
         settings = {
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "top_k": args.top_k,
-            "top_p": args.top_p,
-            "seed": args.seed,
-            "stop": args.stop,
-            "batch_size": args.batch_size,
+            **{
+                k: v
+                for k, v in dataclasses.asdict(opts).items()
+                if k not in ("ckpt", "prompt", "prompts", "output")
+            },
+            **dataclasses.asdict(sampling),
             "device": str(device),
-            "dtype": LONG_NAMES[args.dtype],
+            "dtype": LONG_NAMES[opts.dtype],
         }
         header = {"kind": "header", "provenance": provenance(model=model, settings=settings)}
         lines = [header] + [{"kind": "generation", "index": i, **r} for i, r in enumerate(records)]
-        atomic_write_text(args.output, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
-        print(f"wrote {args.output}")
+        atomic_write_text(opts.output, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+        print(f"wrote {opts.output}")
     return 0

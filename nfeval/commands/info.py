@@ -6,12 +6,15 @@ import argparse
 import json
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
+from ..base.config_flags import add_config_flags, config_from_args, flag_field
 from ..engine.checkpoints import loading, torch_files
 from ..engine.checkpoints.fairseq_import import FairseqConfigWarning
 from ..engine.model.config import preset
 from ..engine.model.model import Transformer
+from ..engine.text.fairseq_tokenizer import HEAD_SCALE_BUG_HELP
 from ..engine.training.train_config import TrainConfig, training_recipe
 
 
@@ -84,26 +87,32 @@ def optimizer_recipe(train: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class InfoOptions:
+    """``nfeval info``'s flags (``base.config_flags``): JSON output, and how a checkpoint file is read."""
+
+    json: bool = flag_field(False, "print JSON instead of a table", action="store_true")
+    trust_checkpoint: bool = flag_field(False, torch_files.TRUST_HELP, action="store_true")
+    fairseq_head_scale_bug: bool = flag_field(False, HEAD_SCALE_BUG_HELP, action="store_true")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds ``nfeval info``'s target and InfoOptions' flags."""
     p.add_argument(
         "target", metavar="PATH_OR_PRESET", help="checkpoint/run dir, or preset such as normformer-125M"
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--trust-checkpoint", action="store_true", help=torch_files.TRUST_HELP)
-    p.add_argument(
-        "--fairseq-head-scale-bug",
-        action="store_true",
-        help="a fairseq checkpoint trained before 2021-11-03's HeadScale fix",
-    )
+    add_config_flags(p, InfoOptions)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``nfeval info``: prints what the target is."""
+    opts = config_from_args(args, InfoOptions)
     info = describe(
         args.target,
-        trust_checkpoint=args.trust_checkpoint,
-        fairseq_head_scale_bug=args.fairseq_head_scale_bug,
+        trust_checkpoint=opts.trust_checkpoint,
+        fairseq_head_scale_bug=opts.fairseq_head_scale_bug,
     )
-    if args.json:
+    if opts.json:
         print(json.dumps(info, indent=2))
         return 0
     width = max(map(len, info))

@@ -10,12 +10,13 @@ from ..base.cli_args import device_or_none
 from ..base.config_flags import add_config_flags, config_from_args
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_dir, check_output_file
+from ..engine.text.fairseq_tokenizer import FairseqReading
 from ..model_adapters.config import ScoringConfig
 from ..zeroshot.config import DEFAULT_OUTPUT, ZeroShotConfig
 from ..zeroshot.evaluate import evaluate, make_table
 
 # the flags in the order of the help: ZeroShotConfig's and its ScoringConfig's (base.config_flags), then
-# the fairseq checkpoint's (engine.text.fairseq_tokenizer, shared with nfeval generate)
+# the fairseq checkpoint's (engine.text.fairseq_tokenizer.FairseqReading, shared with generate)
 FLAGS = (
     (ZeroShotConfig, "tasks data_dir limit"),
     (ScoringConfig, "batch_size max_batch_tokens"),
@@ -26,14 +27,11 @@ FLAGS = (
     (ZeroShotConfig, "trust_checkpoint"),
     (ScoringConfig, "hf_forward"),
 )
-FAIRSEQ_FLAGS = ("tokenizer", "fairseq_dict", "fairseq_head_scale_bug")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds ``nfeval zeroshot``'s options: ``--ckpt``, ZeroShotConfig's and ScoringConfig's flags and the
     fairseq checkpoint's."""
-    from ..engine.text.fairseq_tokenizer import add_fairseq_arguments
-
     parser.add_argument(
         "--ckpt",
         required=True,
@@ -42,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for cls, names in FLAGS:
         add_config_flags(parser, cls, names=names.split())
-    add_fairseq_arguments(parser)
+    add_config_flags(parser, FairseqReading)
 
 
 def zeroshot_config(args: argparse.Namespace) -> ZeroShotConfig:
@@ -52,7 +50,7 @@ def zeroshot_config(args: argparse.Namespace) -> ZeroShotConfig:
     scoring = config_from_args(args, ScoringConfig)
     scoring = dataclasses.replace(scoring, device=device_or_none(scoring.device))
     cfg = config_from_args(
-        args, ZeroShotConfig, scoring=scoring, **{f: getattr(args, f) for f in FAIRSEQ_FLAGS}
+        args, ZeroShotConfig, scoring=scoring, **dataclasses.asdict(config_from_args(args, FairseqReading))
     )
     if cfg.tasks is not None:
         cfg = dataclasses.replace(cfg, tasks=[t for item in cfg.tasks for t in item.split(",") if t.strip()])

@@ -7,6 +7,7 @@ import dataclasses
 import re
 import shutil
 
+from ..base.config_flags import add_config_flags, config_from_args, flag_field, flag_fields
 from ..base.errors import ConfigError
 
 LAUNCHERS = ("local", "slurm")
@@ -39,56 +40,55 @@ class LaunchOptions:
         return self.launcher != "local"
 
 
-def add_launcher_arguments(p: argparse.ArgumentParser, kind: str = POINTS) -> None:
-    """Adds ``--launcher`` and the Slurm flags: per job for a command of independent ``POINTS``
-    (``--gpus-per-job``, ``--array-parallelism``), per node for one training ``RUN`` (``--nodes``,
-    ``--gpus-per-node``)."""
-    g = p.add_argument_group("launcher")
-    g.add_argument(
-        "--launcher",
-        default="local",
+@dataclasses.dataclass(frozen=True)
+class LauncherFlags:
+    """The launcher flags as given (``base.config_flags`` derives them): ``launch_options`` checks them into
+    a LaunchOptions. ``gpus_per_job`` and ``array_parallelism`` are flags of a command of independent
+    ``POINTS``; ``nodes`` and ``gpus_per_node`` of one training ``RUN``."""
+
+    launcher: str = flag_field(
+        "local",
+        "local (default): this machine; slurm: submit the work as Slurm jobs (submitit)",
         metavar="{local,slurm}",
-        help="local (default): this machine; slurm: submit the work as Slurm jobs (submitit)",
     )
-    g.add_argument("--slurm-partition", help="Slurm partition to submit to (needed with --launcher slurm)")
-    g.add_argument(
-        "--slurm-time",
-        default="4:00:00",
-        help="time limit per job: minutes or [D-]HH:MM[:SS] (default 4:00:00); a job that reaches it "
-        "is requeued and resumes from its checkpoint",
+    slurm_partition: str | None = flag_field(
+        None, "Slurm partition to submit to (needed with --launcher slurm)"
     )
-    if kind == POINTS:
-        g.add_argument("--gpus-per-job", type=int, default=1, help="GPUs per point's job (default 1)")
-        g.add_argument(
-            "--array-parallelism", type=int, help="most jobs of the array running at once (default: all)"
-        )
-    else:
-        g.add_argument("--nodes", type=int, default=1, help="nodes of the Slurm job (default 1)")
-        g.add_argument(
-            "--gpus-per-node", type=int, default=1, help="GPUs per node, one process each (default 1)"
-        )
-    g.add_argument("--cpus-per-job", type=int, help="CPU cores per job (per process for a run)")
-    g.add_argument(
-        "--slurm-max-requeues",
-        type=int,
-        default=3,
-        help="times a preempted or timed-out job is requeued (default 3)",
+    slurm_time: str = flag_field(
+        "4:00:00",
+        "time limit per job: minutes or [D-]HH:MM[:SS] (default 4:00:00); a job that reaches it is requeued "
+        "and resumes from its checkpoint",
     )
-    g.add_argument(
-        "--slurm-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
+    gpus_per_job: int = flag_field(1, "GPUs per point's job (default 1)")
+    array_parallelism: int | None = flag_field(None, "most jobs of the array running at once (default: all)")
+    nodes: int = flag_field(1, "nodes of the Slurm job (default 1)")
+    gpus_per_node: int = flag_field(1, "GPUs per node, one process each (default 1)")
+    cpus_per_job: int | None = flag_field(None, "CPU cores per job (per process for a run)")
+    slurm_max_requeues: int = flag_field(3, "times a preempted or timed-out job is requeued (default 3)")
+    slurm_option: list[str] = flag_field(
         help="any other sbatch option, e.g. account=myproj or qos=high (repeatable)",
+        factory=list,
+        action="append",
+        metavar="KEY=VALUE",
     )
-    g.add_argument(
-        "--no-wait", action="store_true", help="submit, print the job IDs and return; rerun to collect"
+    no_wait: bool = flag_field(
+        False, "submit, print the job IDs and return; rerun to collect", action="store_true"
     )
-    g.add_argument(
-        "--resubmit",
-        action="store_true",
-        help="resubmit unfinished points whose recorded job's state cannot be known",
+    resubmit: bool = flag_field(
+        False, "resubmit unfinished points whose recorded job's state cannot be known", action="store_true"
     )
+
+
+PER_KIND = {POINTS: ("gpus_per_job", "array_parallelism"), RUN: ("nodes", "gpus_per_node")}
+
+
+def add_launcher_arguments(p: argparse.ArgumentParser, kind: str = POINTS) -> None:
+    """Adds LauncherFlags' flags in a "launcher" group: ``--launcher`` and the Slurm flags, per job for a
+    command of independent ``POINTS`` (``--gpus-per-job``, ``--array-parallelism``), per node for one
+    training ``RUN`` (``--nodes``, ``--gpus-per-node``)."""
+    other = PER_KIND[RUN if kind == POINTS else POINTS]
+    names = [name for name in flag_fields(LauncherFlags) if name not in other]
+    add_config_flags(p.add_argument_group("launcher"), LauncherFlags, names=names)
 
 
 def parse_minutes(text: str) -> int:
@@ -123,15 +123,16 @@ def launch_options(args: argparse.Namespace) -> LaunchOptions:
     """Returns the checked launcher flags of ``args``. A ConfigError (before anything is built or
     submitted) for an unknown launcher, ``slurm`` without sbatch or srun on PATH or without a partition, and
     values out of range."""
+    args = config_from_args(args, LauncherFlags)
     launcher = str(args.launcher).strip().lower()
     if launcher not in LAUNCHERS:
         raise ConfigError(f"--launcher {args.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     counts = {
-        "--gpus-per-job": getattr(args, "gpus_per_job", 1),
-        "--nodes": getattr(args, "nodes", 1),
-        "--gpus-per-node": getattr(args, "gpus_per_node", 1),
+        "--gpus-per-job": args.gpus_per_job,
+        "--nodes": args.nodes,
+        "--gpus-per-node": args.gpus_per_node,
         "--cpus-per-job": args.cpus_per_job,
-        "--array-parallelism": getattr(args, "array_parallelism", None),
+        "--array-parallelism": args.array_parallelism,
     }
     bad = [f"{flag} {n}" for flag, n in counts.items() if n is not None and n < 1]
     if args.slurm_max_requeues < 0:
@@ -156,7 +157,7 @@ def launch_options(args: argparse.Namespace) -> LaunchOptions:
         time_min=parse_minutes(args.slurm_time),
         gpus_per_job=counts["--gpus-per-job"],
         cpus_per_job=args.cpus_per_job,
-        array_parallelism=getattr(args, "array_parallelism", None),
+        array_parallelism=args.array_parallelism,
         max_requeues=args.slurm_max_requeues,
         sbatch_options=_sbatch_options(args.slurm_option),
         wait=not args.no_wait,

@@ -2,7 +2,7 @@
 and where the results go; ``scoring`` is how the model scores (``model_adapters.config.ScoringConfig``).
 Each field that is a flag of ``nfeval zeroshot`` declares it (``base.config_flags`` derives the flags both
 ways); the fairseq flags (``--tokenizer``, ``--fairseq-dict``, ``--fairseq-head-scale-bug``) are
-``engine.text.fairseq_tokenizer``'s, shared with ``nfeval generate``."""
+``engine.text.fairseq_tokenizer.FairseqReading``'s, shared with ``nfeval generate``."""
 
 from __future__ import annotations
 

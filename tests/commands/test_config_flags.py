@@ -272,3 +272,88 @@ def test_nfeval_demo_flags_round_trip_through_its_parser():
     assert back() == DemoConfig()
     everything = back("--glue-dir", "none", "--limit", "0")  # no GLUE stage; every zero-shot item
     assert everything == DemoConfig(glue_dir=None, zeroshot_limit=None)
+
+
+def test_report_and_checkpoint_commands_flags_round_trip_through_their_parsers():
+    """generate, export-hf, info, compare, compare-scores and leaderboard: every flag of each config
+    changed from its default parses back to that config (and no flag gives the defaults)."""
+    from nfeval.base.config_flags import config_from_args as back
+    from nfeval.cli import build_parser
+    from nfeval.commands.compare import CompareOptions
+    from nfeval.commands.compare_scores import CompareScoresOptions
+    from nfeval.commands.export_hf import ExportOptions
+    from nfeval.commands.generate import GenerateOptions, options
+    from nfeval.commands.info import InfoOptions
+    from nfeval.commands.leaderboard import LeaderboardOptions
+    from nfeval.engine.inference.generate import Sampling
+    from nfeval.engine.text.fairseq_tokenizer import FairseqReading
+
+    gen = GenerateOptions(
+        ckpt="-c", prompt=["a b", "-x"], max_new_tokens=3, stop=["\n", "."], batch_size=2, output="o.jsonl",
+        device="cuda:1", dtype="bf16",
+    )  # fmt: skip
+    sampling, reading = Sampling(temperature=0.7, top_k=5, top_p=0.9, seed=4), FairseqReading("t", "d", True)
+    argv = ["generate", *to_flags(gen), *to_flags(sampling), *to_flags(reading)]
+    assert options(build_parser("generate").parse_args(argv)) == (gen, sampling, reading)
+    plain = options(build_parser("generate").parse_args(["generate", "--ckpt", "c", "--prompts", "p.txt"]))
+    assert plain == (GenerateOptions(ckpt="c", prompts="p.txt"), Sampling(), FairseqReading())
+    with pytest.raises(SystemExit):  # one of --prompt and --prompts, not both
+        build_parser("generate").parse_args(["generate", "--ckpt", "c", "--prompt", "x", "--prompts", "p"])
+
+    names = {"names": lambda v: ["--names", *v], "runs": lambda v: ["--runs", *v]}
+    export = ExportOptions(out="o", tokenizer="t", overwrite=True, fairseq_head_scale_bug=True, json=True)
+    info = InfoOptions(json=True, trust_checkpoint=True, fairseq_head_scale_bug=True)
+    compare = CompareOptions(
+        group=["a=r/*", "b=s/*"], baseline="b", names=["x", "y"], mixed_recipes=True, json=True,
+        output="o.json", plot="p.png",
+    )  # fmt: skip
+    scores = CompareScoresOptions(resamples=7, seed=3, confidence=0.9, json=True, output="o.json")
+    board = LeaderboardOptions(
+        output="b.md", format="csv", names=["n"], reference="gpt3", metric=["acc", "piqa=acc"],
+        group_by="flops", group_tolerance=0.2, runs=["r1", "r2"], title="T", baseline="n", resamples=9,
+        bootstrap_seed=2, analysis=["g.json"],
+    )  # fmt: skip
+    cases = {
+        "export-hf": (["src"], export, ExportOptions(out="o")),
+        "info": (["t"], info, InfoOptions()),
+        "compare": ([], compare, CompareOptions()),
+        "compare-scores": (["a.json", "b.json"], scores, CompareScoresOptions()),
+        "leaderboard": (["r.json"], board, LeaderboardOptions()),
+    }
+    for command, (positional, changed, default) in cases.items():
+        cls = type(changed)
+        required = ["--out=o"] if command == "export-hf" else []
+        parsed = build_parser(command).parse_args([command, *positional, *to_flags(changed, names)])
+        assert back(parsed, cls) == changed, command
+        assert back(build_parser(command).parse_args([command, *positional, *required]), cls) == default, (
+            command
+        )
+    old = build_parser("compare-scores").parse_args(["compare-scores", "a", "b", "--out", "o.json"])
+    assert back(old, CompareScoresOptions).output == "o.json"  # the old spelling of --output
+
+
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_launcher_flags_round_trip_through_each_kind_of_command(command):
+    """A run's launcher flags (train: --nodes, --gpus-per-node) and a sweep's (tune: --gpus-per-job,
+    --array-parallelism) parse back to the LauncherFlags they were written from."""
+    from nfeval.cli import build_parser
+    from nfeval.launch.options import PER_KIND, POINTS, RUN, LauncherFlags
+
+    own = (
+        {"nodes": 2, "gpus_per_node": 4}
+        if command == "train"
+        else {"gpus_per_job": 2, "array_parallelism": 3}
+    )
+    flags = LauncherFlags(
+        launcher="slurm", slurm_partition="gpu", slurm_time="1:00:00", cpus_per_job=8, slurm_max_requeues=0,
+        slurm_option=["account=me", "exclusive="], no_wait=True, resubmit=True, **own,
+    )  # fmt: skip
+    required = (
+        ["--out", "o", "--preset", "p"]
+        if command == "train"
+        else ["--preset", "p", "--budget", "steps=5", "--out", "o", "--lrs", "1e-3"]
+    )
+    parsed = build_parser(command).parse_args([command, *required, *to_flags(flags)])
+    assert config_from_args(parsed, LauncherFlags) == flags
+    other = PER_KIND[POINTS if command == "train" else RUN]
+    assert not any(hasattr(parsed, name) for name in other)  # the other kind's flags are not this command's

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...base.config_flags import flag_field
 from ...base.errors import ConfigError, DataError
 from ...base.progress import progress_bar
 from ..kernels.cpu_linear import packed_weights
@@ -35,10 +36,10 @@ from .greedy_head import greedy_head, screen_supported
 class Sampling:
     """How the next token is picked: greedy when ``temperature`` is 0, else sampled."""
 
-    temperature: float = 0.0
-    top_k: int = 0  # 0: no top-k filter
-    top_p: float = 1.0  # 1: no nucleus filter
-    seed: int = 0
+    temperature: float = flag_field(0.0, "0 (default): greedy")
+    top_k: int = flag_field(0, "sample from the K most likely tokens (0: off)")
+    top_p: float = flag_field(1.0, "nucleus sampling mass (1: off)")
+    seed: int = flag_field(0, "prompt i samples with seed + i")
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):

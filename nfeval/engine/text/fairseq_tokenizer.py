@@ -12,13 +12,13 @@ fairseq's LM task does.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
+from ...base.config_flags import flag_field
 from ...base.errors import ConfigError, DataError, MissingDataError
 from .tokenization import gpt2_bpe, load_tokenizer
 
@@ -159,22 +159,24 @@ def load_fairseq_tokenizer(dict_path: str, bpe_path: str | None, vocab_size: int
     return FairseqTokenizer(load_bpe(bpe_path), symbols)
 
 
-def add_fairseq_arguments(p: argparse.ArgumentParser, tokenizer: bool = True) -> None:
-    """Adds the options that read a fairseq checkpoint file: ``--tokenizer`` (unless the command has
-    its own), ``--fairseq-dict`` and ``--fairseq-head-scale-bug``."""
-    if tokenizer:
-        p.add_argument(
-            "--tokenizer",
-            help="tokenizer.json, or GPT-2's BPE folder (encoder.json + vocab.bpe) for a fairseq checkpoint "
-            "with a dict.txt (default: the checkpoint's tokenizer.json)",
-        )
-    p.add_argument(
-        "--fairseq-dict",
-        metavar="FILE",
-        help="fairseq dict.txt of a .pt checkpoint (default: dict.txt beside it)",
+HEAD_SCALE_BUG_HELP = (
+    "reproduce the HeadScale einsum of fairseq before 2021-11-03 (for checkpoints trained with it)"
+)
+
+
+@dataclass(frozen=True)
+class FairseqReading:
+    """How a fairseq checkpoint file is read: ``tokenizer`` (tokenizer.json, or GPT-2's BPE folder mapped
+    through ``fairseq_dict``, the dict.txt beside the file when None) and ``fairseq_head_scale_bug`` (the
+    HeadScale einsum of fairseq before 2021-11-03). Its fields are the flags of every command that reads
+    a checkpoint (``base.config_flags``)."""
+
+    tokenizer: str | None = flag_field(
+        None,
+        "tokenizer.json, or GPT-2's BPE folder (encoder.json + vocab.bpe) for a fairseq checkpoint with a "
+        "dict.txt (default: the checkpoint's tokenizer.json)",
     )
-    p.add_argument(
-        "--fairseq-head-scale-bug",
-        action="store_true",
-        help="reproduce the HeadScale einsum of fairseq before 2021-11-03 (for checkpoints trained with it)",
+    fairseq_dict: str | None = flag_field(
+        None, "fairseq dict.txt of a .pt checkpoint (default: dict.txt beside it)", metavar="FILE"
     )
+    fairseq_head_scale_bug: bool = flag_field(False, HEAD_SCALE_BUG_HELP, action="store_true")
