@@ -18,7 +18,7 @@ from nfeval.engine.training import recipe
 from nfeval.pipelines import realised_time, trained_gate
 from nfeval.pipelines.bakeoff import BakeoffConfig, make_context, run_bakeoff
 from nfeval.pipelines.bakeoff.candidates import Candidate, parse_candidate, parse_candidates
-from nfeval.pipelines.bakeoff.runs import EXTENSIONS, lr_past_edge, train_config
+from nfeval.pipelines.bakeoff.runs import EXTENSIONS, best_trained, lr_past_edge, train_config
 
 SMOKE_ARCHS = ("prenorm", "normformer", "sandwich")
 
@@ -209,11 +209,14 @@ def test_smoke_bakeoff_report(smoke):
     assert "fewer parameters" in md.splitlines()[2] and "**Recipe, shared by every run:** fairseq init" in md
     depth = {d["name"]: d for d in report["depth_ratios"]}
     assert set(depth) == set(SMOKE_ARCHS) and all(d["mean"] > 0 for d in depth.values())
-    # every best LR bracketed by a worse one, or the grid grown past its edge EXTENSIONS times
+    # every best LR bracketed by a worse one, or the grid grown past its edge EXTENSIONS times, or its
+    # best LR did not train (then the grid is not widened)
     for name in SMOKE_ARCHS:
         tuned = json.load(open(os.path.join(cfg.out, "tune", name, "tune.json")))
-        lrs, (best,) = tuned["grid"]["lrs"], [s["best_lr"] for s in tuned["presets"].values()]
-        assert min(lrs) < best < max(lrs) or len(lrs) == 2 + EXTENSIONS, (name, lrs, best)
+        (entry,) = tuned["presets"].values()
+        lrs, best = tuned["grid"]["lrs"], entry["best_lr"]
+        grown = len(lrs) == 2 + EXTENSIONS
+        assert min(lrs) < best < max(lrs) or grown or not best_trained(entry, header["unigram_ppl"]), name
         added = [lr for lr in lrs if lr not in cfg.lrs]
         assert header["widened"].get(name, []) == added and (not added or f"{name} +{added[0]:g}" in md)
     # the seed plan, decided from the first 2 seeds, is what was trained and tested
@@ -419,6 +422,14 @@ def test_a_best_lr_on_an_edge_grows_the_grid_by_the_edge_step():
     assert lr_past_edge(1e-3, grid) == 3.33e-4  # the bottom step is x3
     assert lr_past_edge(1e-2, grid) is None and lr_past_edge(None, grid) is None
     assert lr_past_edge(1e-3, [1e-3]) is None
+
+
+def test_a_grid_whose_best_lr_did_not_train_is_not_widened():
+    threshold = trained_gate.threshold(700.0)
+    assert best_trained({"best_val_ppl": threshold * 0.99}, 700.0)
+    assert not best_trained({"best_val_ppl": threshold * 1.01}, 700.0)  # HybridNorm at small: 745 everywhere
+    assert not best_trained({"best_val_ppl": None}, 700.0)  # no LR finished
+    assert best_trained({"best_val_ppl": 900.0}, None)  # no unigram PPL known: the edge rule alone
 
 
 def _marked(ppl_by_seed: list[float | None], unigram: float = 700.0) -> list[dict]:

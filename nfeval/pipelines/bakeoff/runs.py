@@ -100,7 +100,9 @@ def run_tunes(ctx: Context) -> None:
     candidate, since candidates sharing a preset differ in their overrides); resumes point by point.
 
     A best LR on an edge of the grid is not bracketed: that candidate's grid grows one LR past that edge
-    (``lr_past_edge``), up to ``EXTENSIONS`` times, so every best LR has a worse one on both sides."""
+    (``lr_past_edge``), up to ``EXTENSIONS`` times, so every best LR has a worse one on both sides. A
+    grid whose best LR did not train (``best_trained``) is not widened: its "best" is noise among runs
+    that all learned nothing, and the candidate is reported as training at no LR of the grid."""
     from ...tune.sweep import tune
 
     for c in ctx.candidates:
@@ -119,12 +121,19 @@ def run_tunes(ctx: Context) -> None:
                 progress=ctx.progress,
                 launch=ctx.launch,
             )
-            beyond = (
-                None if summary["missing"] else lr_past_edge(summary["presets"][base.preset]["best_lr"], lrs)
-            )
-            if beyond is None:
+            entry = summary["presets"][base.preset]
+            beyond = None if summary["missing"] else lr_past_edge(entry["best_lr"], lrs)
+            if beyond is None or not best_trained(entry, ctx.unigram_ppl):
                 break
             lrs = sorted([*lrs, beyond])
+
+
+def best_trained(entry: dict[str, Any], unigram: float | None) -> bool:
+    """Returns whether a tune's best LR trained: its mean final PPL (``entry``, a ``tune.summarize``
+    entry) lies below the trained-run gate of the corpus's unigram PPL (``trained_gate.threshold``);
+    True when the unigram PPL is not known."""
+    best = entry.get("best_val_ppl")
+    return unigram is None or (best is not None and best < trained_gate.threshold(unigram))
 
 
 def lr_past_edge(best: float | None, lrs: list[float]) -> float | None:
