@@ -63,11 +63,6 @@ def device_name(text: str) -> str:
 DEVICE_HELP = "auto, cpu, cuda or cuda:N (default: auto, cuda when available)"
 
 
-def add_device(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    """Adds ``--device``: auto, cpu, cuda or cuda:N (auto: cuda when available)."""
-    p.add_argument("--device", type=device_name, default=default, help=DEVICE_HELP)
-
-
 def positive_int(text: str) -> int:
     """Returns ``text`` as an integer of at least 1 (an argparse ``type``); raises
     argparse.ArgumentTypeError saying what was expected (argparse names the flag)."""
@@ -129,20 +124,6 @@ def dtype_type(choices: tuple[str, ...]) -> Callable[[str], str]:
         return short
 
     return parse
-
-
-def add_dtype(
-    p: argparse.ArgumentParser, choices: tuple[str, ...], default: str | None = None, help: str = ""
-) -> None:
-    """Adds ``--dtype`` taking ``choices`` (short names) in either spelling (fp32/float32, bf16/bfloat16,
-    fp16/float16); ``args.dtype`` is the short name."""
-    p.add_argument(
-        "--dtype",
-        type=dtype_type(choices),
-        default=default,
-        metavar="DTYPE",
-        help=f"{dtype_spellings(choices)}. {help}".strip(),
-    )
 
 
 def learning_rates(text: str) -> list[float]:

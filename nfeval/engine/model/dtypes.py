@@ -1,5 +1,5 @@
 """The one name → torch dtype table. Commands keep their own allowed ``--dtype`` choices
-(``base.cli_args.add_dtype``); every spelling they accept maps to a torch dtype here."""
+(``base.cli_args.dtype_type``); every spelling they accept maps to a torch dtype here."""
 
 from __future__ import annotations
 
