@@ -424,6 +424,22 @@ def test_a_best_lr_on_an_edge_grows_the_grid_by_the_edge_step():
     assert lr_past_edge(1e-3, [1e-3]) is None
 
 
+def test_a_grid_whose_best_lr_did_not_train_has_no_band_to_retrain(tmp_path):
+    """Nothing learned on the grid: every LR lies within noise of the "best", and no band LR is trained."""
+    from types import SimpleNamespace
+
+    from nfeval.pipelines.bakeoff import runs as bakeoff_runs
+
+    c = SimpleNamespace(name="flat", preset=lambda size: f"flat-{size}")
+    ctx = SimpleNamespace(out=str(tmp_path), scale=SimpleNamespace(size="small"), unigram_ppl=700.0)
+    path = bakeoff_runs.tune_file(ctx, c)
+    os.makedirs(os.path.dirname(path))
+    for best_ppl, band in ((745.3, []), (140.0, [3e-3, 1e-2])):
+        entry = {"best_lr": 6e-3, "best_val_ppl": best_ppl, "lr_band": [3e-3, 6e-3, 1e-2]}
+        json.dump({"presets": {"flat-small": entry}}, open(path, "w"))
+        assert bakeoff_runs.band_lrs(ctx, c) == band
+
+
 def test_a_grid_whose_best_lr_did_not_train_is_not_widened():
     threshold = trained_gate.threshold(700.0)
     assert best_trained({"best_val_ppl": threshold * 0.99}, 700.0)

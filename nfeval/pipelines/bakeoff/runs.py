@@ -57,7 +57,12 @@ def run_dir(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> s
 
 def band_lrs(ctx: Context, c: Candidate) -> list[float]:
     """Returns the LRs other than the best that ``c``'s tune cannot tell from its best
-    (``lr_band.band_of``): its runs also train at these, on the judged seeds."""
+    (``lr_band.band_of``): its runs also train at these, on the judged seeds. None when the tune's best
+    LR did not train (``best_trained``): on a grid where nothing learned, every LR is within noise of
+    the "best", and training them all would re-measure that noise five times over."""
+    entry = load_json(tune_file(ctx, c))["presets"][c.preset(ctx.scale.size)]
+    if not best_trained(entry, ctx.unigram_ppl):
+        return []
     return lr_band.band_of(tune_file(ctx, c), c.preset(ctx.scale.size))
 
 
