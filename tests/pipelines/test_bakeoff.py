@@ -440,7 +440,38 @@ def test_a_grid_whose_best_lr_did_not_train_has_no_band_to_retrain(tmp_path):
         assert bakeoff_runs.band_lrs(ctx, c) == band
 
 
-def test_a_grid_whose_best_lr_did_not_train_is_not_widened():
+def test_a_grid_where_nothing_trained_grows_downward(tmp_path, monkeypatch):
+    """A tune whose best LR did not train adds LRs below its bottom (up to EXTENSIONS), not past the noise
+    "best"; once one trains and is the best, the edge rule goes on from there."""
+    from types import SimpleNamespace
+
+    from nfeval.pipelines.bakeoff import runs as bakeoff_runs
+    from nfeval.tune import sweep
+
+    trains_below = 4e-4  # this scheme learns only below it
+    grids = []
+
+    def fake_tune(base, presets, lrs, *args, **kwargs):
+        grids.append(list(lrs))
+        ppl = {lr: (200.0 + 1e4 * lr if lr < trains_below else 745.0 - 1e3 * lr) for lr in lrs}
+        best = min(lrs, key=lambda lr: ppl[lr])
+        return {"missing": 0, "presets": {presets[0]: {"best_lr": best, "best_val_ppl": ppl[best]}}}
+
+    monkeypatch.setattr(sweep, "tune", fake_tune)
+    monkeypatch.setattr(bakeoff_runs, "train_config", lambda *a, **k: SimpleNamespace(preset="x-small"))
+    c = SimpleNamespace(name="x", preset=lambda size: f"x-{size}")
+    ctx = SimpleNamespace(
+        candidates=[c], lrs=[1e-3, 3e-3, 1e-2], out=str(tmp_path), scale=SimpleNamespace(size="small"),
+        unigram_ppl=700.0, tune_budget="steps=5", tune_seeds=[101], jobs=1, progress=False, launch=None,
+    )  # fmt: skip
+    bakeoff_runs.run_tunes(ctx)
+    # nothing trains at 1e-3 … 1e-2: 3.33e-4 below (trains, best, on the bottom edge), then 1.11e-4, and
+    # so on (lower is better in this fake) until EXTENSIONS LRs were added
+    assert grids[1] == [3.33e-4, 1e-3, 3e-3, 1e-2] and grids[2][0] == 1.11e-4
+    assert len(grids) == EXTENSIONS + 1 and len(grids[-1]) == 3 + EXTENSIONS
+
+
+def test_the_tunes_best_lr_trained_when_it_beats_the_gate():
     threshold = trained_gate.threshold(700.0)
     assert best_trained({"best_val_ppl": threshold * 0.99}, 700.0)
     assert not best_trained({"best_val_ppl": threshold * 1.01}, 700.0)  # HybridNorm at small: 745 everywhere

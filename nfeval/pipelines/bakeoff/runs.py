@@ -106,8 +106,9 @@ def run_tunes(ctx: Context) -> None:
 
     A best LR on an edge of the grid is not bracketed: that candidate's grid grows one LR past that edge
     (``lr_past_edge``), up to ``EXTENSIONS`` times, so every best LR has a worse one on both sides. A
-    grid whose best LR did not train (``best_trained``) is not widened: its "best" is noise among runs
-    that all learned nothing, and the candidate is reported as training at no LR of the grid."""
+    grid whose best LR did not train (``best_trained``) grows one LR below its bottom instead, within the
+    same ``EXTENSIONS``: its "best" is noise among runs that all learned nothing, and a scheme that trains
+    at no LR tried usually needs a lower one. One that trains at none of them is reported as such."""
     from ...tune.sweep import tune
 
     for c in ctx.candidates:
@@ -126,9 +127,13 @@ def run_tunes(ctx: Context) -> None:
                 progress=ctx.progress,
                 launch=ctx.launch,
             )
+            if summary["missing"]:
+                break
             entry = summary["presets"][base.preset]
-            beyond = None if summary["missing"] else lr_past_edge(entry["best_lr"], lrs)
-            if beyond is None or not best_trained(entry, ctx.unigram_ppl):
+            # nothing trained: look lower, where training is stabler (a "best" among untrained runs is noise)
+            edge = entry["best_lr"] if best_trained(entry, ctx.unigram_ppl) else min(lrs)
+            beyond = lr_past_edge(edge, lrs)
+            if beyond is None:
                 break
             lrs = sorted([*lrs, beyond])
 
