@@ -300,7 +300,8 @@ def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict
                 per_seed.append({"seed": seed, "flops": None, "time": None, "why": why})
                 continue
             try:
-                result = compare(dirs, names=[ctx.baseline.name, c.name])
+                # recipes checked once for the whole bakeoff (a scheme's own fields allowed and shown)
+                result = compare(dirs, names=[ctx.baseline.name, c.name], mixed_recipes=True)
             except (ValueError, FileNotFoundError) as e:
                 log(f"compute fraction {c.name} seed {seed}: {e}")
                 per_seed.append({"seed": seed, "flops": None, "time": None, "why": str(e)})
@@ -323,7 +324,7 @@ def curves(ctx: Context, records: dict[str, list[dict]]) -> dict[str, Any] | Non
     done = [c for c in ctx.candidates if records[c.name][0]["status"] == "finished"]
     if not done or done[0] is not ctx.baseline:
         return None
-    return compare([run_dir(ctx, c, seed) for c in done], names=[c.name for c in done])
+    return compare([run_dir(ctx, c, seed) for c in done], names=[c.name for c in done], mixed_recipes=True)
 
 
 def _fraction_summary(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
