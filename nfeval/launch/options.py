@@ -123,20 +123,20 @@ def launch_options(args: argparse.Namespace) -> LaunchOptions:
     """Returns the checked launcher flags of ``args``. A ConfigError (before anything is built or
     submitted) for an unknown launcher, ``slurm`` without sbatch or srun on PATH or without a partition, and
     values out of range."""
-    args = config_from_args(args, LauncherFlags)
-    launcher = str(args.launcher).strip().lower()
+    flags = config_from_args(args, LauncherFlags)
+    launcher = str(flags.launcher).strip().lower()
     if launcher not in LAUNCHERS:
-        raise ConfigError(f"--launcher {args.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+        raise ConfigError(f"--launcher {flags.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     counts = {
-        "--gpus-per-job": args.gpus_per_job,
-        "--nodes": args.nodes,
-        "--gpus-per-node": args.gpus_per_node,
-        "--cpus-per-job": args.cpus_per_job,
-        "--array-parallelism": args.array_parallelism,
+        "--gpus-per-job": flags.gpus_per_job,
+        "--nodes": flags.nodes,
+        "--gpus-per-node": flags.gpus_per_node,
+        "--cpus-per-job": flags.cpus_per_job,
+        "--array-parallelism": flags.array_parallelism,
     }
     bad = [f"{flag} {n}" for flag, n in counts.items() if n is not None and n < 1]
-    if args.slurm_max_requeues < 0:
-        bad.append(f"--slurm-max-requeues {args.slurm_max_requeues}")
+    if flags.slurm_max_requeues < 0:
+        bad.append(f"--slurm-max-requeues {flags.slurm_max_requeues}")
     if bad:
         raise ConfigError(f"{', '.join(bad)}: expected positive counts (requeues: 0 or more)")
     if launcher == "slurm":
@@ -149,19 +149,19 @@ def launch_options(args: argparse.Namespace) -> LaunchOptions:
                 "--launcher slurm: sbatch is on PATH but srun is not (each job's processes start with srun: "
                 "run on a Slurm login node, or use --launcher local)"
             )
-        if not args.slurm_partition:
+        if not flags.slurm_partition:
             raise ConfigError("--launcher slurm: needs --slurm-partition NAME, the partition to submit to")
     return LaunchOptions(
         launcher=launcher,
-        partition=args.slurm_partition,
-        time_min=parse_minutes(args.slurm_time),
+        partition=flags.slurm_partition,
+        time_min=parse_minutes(flags.slurm_time),
         gpus_per_job=counts["--gpus-per-job"],
-        cpus_per_job=args.cpus_per_job,
-        array_parallelism=args.array_parallelism,
-        max_requeues=args.slurm_max_requeues,
-        sbatch_options=_sbatch_options(args.slurm_option),
-        wait=not args.no_wait,
-        resubmit=args.resubmit,
+        cpus_per_job=flags.cpus_per_job,
+        array_parallelism=flags.array_parallelism,
+        max_requeues=flags.slurm_max_requeues,
+        sbatch_options=_sbatch_options(flags.slurm_option),
+        wait=not flags.no_wait,
+        resubmit=flags.resubmit,
         nodes=counts["--nodes"],
         gpus_per_node=counts["--gpus-per-node"],
     )

@@ -50,7 +50,12 @@ def check_seeds(eval_seeds: int, tune_seeds: int, flag: str = "--seeds") -> None
 def band_of(tune_json: str, preset: str) -> list[float]:
     """Returns the LRs of ``preset`` that its tune cannot tell from its best, the best excluded (a
     tune.json written before bands were recorded has none)."""
-    entry = load_json(tune_json)["presets"][preset]
+    return entry_band(load_json(tune_json)["presets"][preset])
+
+
+def entry_band(entry: dict[str, Any]) -> list[float]:
+    """Returns the band of one preset's tune (``entry``: tune.json's ``presets[preset]``), the best LR
+    excluded."""
     return [lr for lr in entry.get("lr_band") or () if lr != entry["best_lr"]]
 
 

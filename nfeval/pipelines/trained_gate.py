@@ -133,3 +133,10 @@ def failed_lrs(entry: dict[str, Any], unigram: float) -> list[float]:
     PPL did not end below the gate's threshold (a diverged or missing LR included), ascending."""
     rows = entry["per_lr"].values()
     return sorted(r["lr"] for r in rows if r.get("val_ppl") is None or not r["val_ppl"] < threshold(unigram))
+
+
+def best_trained(entry: dict[str, Any], unigram: float | None) -> bool:
+    """Returns whether a tune's best LR trained: its mean final PPL (``entry``: tune.json's
+    ``presets[preset]``) lies below ``threshold(unigram)``; True when the unigram PPL is not known."""
+    best = entry.get("best_val_ppl")
+    return unigram is None or (best is not None and best < threshold(unigram))

@@ -18,7 +18,7 @@ from nfeval.engine.training import recipe
 from nfeval.pipelines import realised_time, trained_gate
 from nfeval.pipelines.bakeoff import BakeoffConfig, make_context, run_bakeoff
 from nfeval.pipelines.bakeoff.candidates import Candidate, parse_candidate, parse_candidates
-from nfeval.pipelines.bakeoff.runs import EXTENSIONS, best_trained, lr_past_edge, train_config
+from nfeval.pipelines.bakeoff.runs import EXTENSIONS, lr_past_edge, train_config
 
 SMOKE_ARCHS = ("prenorm", "normformer", "sandwich")
 
@@ -216,7 +216,8 @@ def test_smoke_bakeoff_report(smoke):
         (entry,) = tuned["presets"].values()
         lrs, best = tuned["grid"]["lrs"], entry["best_lr"]
         grown = len(lrs) == 2 + EXTENSIONS
-        assert min(lrs) < best < max(lrs) or grown or not best_trained(entry, header["unigram_ppl"]), name
+        untrained = not trained_gate.best_trained(entry, header["unigram_ppl"])
+        assert min(lrs) < best < max(lrs) or grown or untrained, name
         added = [lr for lr in lrs if lr not in cfg.lrs]
         assert header["widened"].get(name, []) == added and (not added or f"{name} +{added[0]:g}" in md)
     # the seed plan, decided from the first 2 seeds, is what was trained and tested
@@ -473,10 +474,12 @@ def test_a_grid_where_nothing_trained_grows_downward(tmp_path, monkeypatch):
 
 def test_the_tunes_best_lr_trained_when_it_beats_the_gate():
     threshold = trained_gate.threshold(700.0)
-    assert best_trained({"best_val_ppl": threshold * 0.99}, 700.0)
-    assert not best_trained({"best_val_ppl": threshold * 1.01}, 700.0)  # HybridNorm at small: 745 everywhere
-    assert not best_trained({"best_val_ppl": None}, 700.0)  # no LR finished
-    assert best_trained({"best_val_ppl": 900.0}, None)  # no unigram PPL known: the edge rule alone
+    assert trained_gate.best_trained({"best_val_ppl": threshold * 0.99}, 700.0)
+    # HybridNorm at small: 745 everywhere
+    assert not trained_gate.best_trained({"best_val_ppl": threshold * 1.01}, 700.0)
+    assert not trained_gate.best_trained({"best_val_ppl": None}, 700.0)  # no LR finished
+    # no unigram PPL known: the edge rule alone
+    assert trained_gate.best_trained({"best_val_ppl": 900.0}, None)
 
 
 def _marked(ppl_by_seed: list[float | None], unigram: float = 700.0) -> list[dict]:

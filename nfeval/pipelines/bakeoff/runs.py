@@ -57,13 +57,11 @@ def run_dir(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> s
 
 def band_lrs(ctx: Context, c: Candidate) -> list[float]:
     """Returns the LRs other than the best that ``c``'s tune cannot tell from its best
-    (``lr_band.band_of``): its runs also train at these, on the judged seeds. None when the tune's best
-    LR did not train (``best_trained``): on a grid where nothing learned, every LR is within noise of
-    the "best", and training them all would re-measure that noise five times over."""
+    (``lr_band.entry_band``): its runs also train at these, on the judged seeds. None when the tune's
+    best LR did not train (``trained_gate.best_trained``): on a grid where nothing learned, every LR is
+    within noise of the "best", and training them all would re-measure that noise five times over."""
     entry = load_json(tune_file(ctx, c))["presets"][c.preset(ctx.scale.size)]
-    if not best_trained(entry, ctx.unigram_ppl):
-        return []
-    return lr_band.band_of(tune_file(ctx, c), c.preset(ctx.scale.size))
+    return lr_band.entry_band(entry) if trained_gate.best_trained(entry, ctx.unigram_ppl) else []
 
 
 def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
@@ -106,9 +104,10 @@ def run_tunes(ctx: Context) -> None:
 
     A best LR on an edge of the grid is not bracketed: that candidate's grid grows one LR past that edge
     (``lr_past_edge``), up to ``EXTENSIONS`` times, so every best LR has a worse one on both sides. A
-    grid whose best LR did not train (``best_trained``) grows one LR below its bottom instead, within the
-    same ``EXTENSIONS``: its "best" is noise among runs that all learned nothing, and a scheme that trains
-    at no LR tried usually needs a lower one. One that trains at none of them is reported as such."""
+    grid whose best LR did not train (``trained_gate.best_trained``) grows one LR below its bottom
+    instead, within the same ``EXTENSIONS``: its "best" is noise among runs that all learned nothing, and
+    a scheme that trains at no LR tried usually needs a lower one. One that trains at none of them is
+    reported as such."""
     from ...tune.sweep import tune
 
     for c in ctx.candidates:
@@ -131,19 +130,11 @@ def run_tunes(ctx: Context) -> None:
                 break
             entry = summary["presets"][base.preset]
             # nothing trained: look lower, where training is stabler (a "best" among untrained runs is noise)
-            edge = entry["best_lr"] if best_trained(entry, ctx.unigram_ppl) else min(lrs)
+            edge = entry["best_lr"] if trained_gate.best_trained(entry, ctx.unigram_ppl) else min(lrs)
             beyond = lr_past_edge(edge, lrs)
             if beyond is None:
                 break
             lrs = sorted([*lrs, beyond])
-
-
-def best_trained(entry: dict[str, Any], unigram: float | None) -> bool:
-    """Returns whether a tune's best LR trained: its mean final PPL (``entry``, a ``tune.summarize``
-    entry) lies below the trained-run gate of the corpus's unigram PPL (``trained_gate.threshold``);
-    True when the unigram PPL is not known."""
-    best = entry.get("best_val_ppl")
-    return unigram is None or (best is not None and best < trained_gate.threshold(unigram))
 
 
 def lr_past_edge(best: float | None, lrs: list[float]) -> float | None:
