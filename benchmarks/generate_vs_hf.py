@@ -206,10 +206,12 @@ def compare(
     bandwidth: float,
     make_prompts=prompts,
     hf_static: bool = False,
+    nfeval_eager: bool = False,
 ) -> dict:
     """Returns one table row: HF, nfeval fp32 and nfeval bf16 at ``batch``, timed interleaved, on
     ``make_prompts(n)``; with ``hf_static`` also HF with its static KV cache (which ``generate``
-    compiles on a GPU), its speed and its agreement with nfeval in ``hf_static_*`` fields."""
+    compiles on a GPU), its speed and its agreement with nfeval in ``hf_static_*`` fields; with
+    ``nfeval_eager`` also nfeval's eager steps (``static=False``: on a GPU, without its CUDA graph)."""
     ps = make_prompts(max(batch, 2))
     chunks = [ps[i : i + batch] for i in range(0, len(ps), batch)]
     sides = {
@@ -220,6 +222,10 @@ def compare(
         sides["hf_static"] = lambda: [
             r for c in chunks for r in hf_generate(hf, c, new_tokens, cache_implementation="static")
         ]
+    if nfeval_eager:
+        sides["nfeval_eager"] = lambda: generate(
+            ours, ps, max_new_tokens=new_tokens, batch_size=batch, static=False
+        )
     if ours_bf16 is not None:
         sides["bf16"] = lambda: generate(ours_bf16, ps, max_new_tokens=new_tokens, batch_size=batch)
     timed = interleaved(sides, rounds)
@@ -233,6 +239,9 @@ def compare(
     if hf_static:
         row["hf_static_speedup"] = timed["hf_static"][0] / timed["nfeval"][0]
         row["hf_static_identical"], _ = agreement(timed["nfeval"][1], timed["hf_static"][1])
+    if nfeval_eager:
+        row["eager_speedup"] = timed["nfeval_eager"][0] / timed["nfeval"][0]
+        row["eager_identical"], _ = agreement(timed["nfeval"][1], timed["nfeval_eager"][1])
     row["limit_fp32"] = bandwidth / bytes_per_token(ours, batch, context, 4)
     row["limit_int8_head"] = bandwidth / bytes_per_token(ours, batch, context, 1)
     if ours_bf16 is not None:

@@ -21,9 +21,11 @@ Checks (each reports its time and peak GPU memory; one failing does not stop the
 4. ``zeroshot_cuda_vs_cpu``: the lm-eval adapter scores the same multiple-choice items with the
    trained checkpoint on the GPU and on the CPU, both fp32; log-likelihoods must agree to 1e-3,
    differing choices, greedy flags and generations are counted.
-5. ``generate_vs_hf``: greedy generation of a random 125M-shaped GPT-2 on the device, nfeval against
-   HF ``generate`` with its dynamic and its static KV cache (which ``generate`` compiles on a GPU), at
-   batch 1 and 16 (``generate_vs_hf.py``): tokens/s, ratios, identical rows, the bandwidth limit.
+5. ``generate_vs_hf``: greedy generation of a random 125M-shaped GPT-2 on the device, nfeval (its
+   CUDA-graph steps and its eager ones) against HF ``generate`` with its dynamic and its static KV
+   cache (which ``generate`` compiles on a GPU), at batch 1 and 16 (``generate_vs_hf.py``): tokens/s,
+   ratios, identical rows, the bandwidth limit; and rows the graph steps generate as the eager ones
+   do, with early EOS and sampled.
 6. ``zeroshot_vs_hflm``: 2,000 loglikelihood requests of a random 125M-shaped HF GPT-2 directory, fp32,
    batch 32, lm-eval's ``HFLM`` against nfeval's adapter (the engine running the GPT-2 weights):
    seconds, ratio, largest log-likelihood difference (must be < 1e-3).

@@ -61,9 +61,10 @@ def zeroshot_cuda_vs_cpu(s: Setup) -> dict:
 
 
 def generate_vs_hf(s: Setup) -> dict:
-    """Times greedy generation of nfeval against HF ``generate`` (its dynamic and its static, compiled
-    KV cache) on the device, a 125M-shaped model, batch 1 and 16 (``benchmarks/generate_vs_hf.py``);
-    returns per batch tokens/s, ratios, identical rows and the device's bandwidth limit."""
+    """Times greedy generation of nfeval (its CUDA-graph steps, and its eager ones) against HF
+    ``generate`` (its dynamic and its static, compiled KV cache) on the device, a 125M-shaped model,
+    batch 1 and 16 (``benchmarks/generate_vs_hf.py``); returns per batch tokens/s, ratios, identical
+    rows and the device's bandwidth limit."""
     import generate_vs_hf as gen
 
     layers, d_model, new_tokens, rounds = (2, 64, 8, 1) if s.dry_run else (12, 768, 64, 3)
@@ -75,9 +76,44 @@ def generate_vs_hf(s: Setup) -> dict:
     out = {"shape": f"L={layers} d={d_model}", "prompts_from": "pydoc" if shared_tokenizer else "random ids"}
     out["bandwidth_gb_s"] = bandwidth / 1e9
     for batch in (1, 16):
-        row = gen.compare(ours, None, hf, batch, new_tokens, rounds, bandwidth, make_prompts, hf_static=True)
+        row = gen.compare(
+            ours,
+            None,
+            hf,
+            batch,
+            new_tokens,
+            rounds,
+            bandwidth,
+            make_prompts,
+            hf_static=True,
+            nfeval_eager=True,
+        )
         out |= {f"b{batch}_{k}": v for k, v in row.items() if k != "batch"}
-    return out
+    return out | graph_vs_eager(ours, make_prompts(16), new_tokens)
+
+
+def graph_vs_eager(model, prompts: list[list[int]], new_tokens: int) -> dict:
+    """Returns how many of ``prompts``' rows nfeval's static (on a GPU: CUDA-graph) steps generate as its
+    eager steps do, batch 4, when rows end early at an EOS id (one the eager rows reach mid-way) and
+    when sampled under a seed; a row that differs is a bug, not rounding, unless the logits tie."""
+    from nfeval.engine.inference.generate import Sampling, generate
+
+    def both(**kwargs):
+        runs = [
+            generate(model, prompts, max_new_tokens=new_tokens, batch_size=4, static=x, **kwargs)
+            for x in (False, True)
+        ]
+        return sum(a == b for a, b in zip(*runs)), runs[1]
+
+    eos = generate(model, prompts, max_new_tokens=new_tokens, batch_size=4, static=False)[0][new_tokens // 2]
+    same_eos, rows = both(eos_id=eos)
+    same_sampled, _ = both(sampling=Sampling(temperature=0.8, top_k=50, seed=0))
+    return {
+        "graph_vs_eager_rows": len(prompts),
+        "graph_vs_eager_eos_identical": same_eos,
+        "graph_vs_eager_eos_lengths": sorted({len(r) for r in rows}),
+        "graph_vs_eager_sampled_identical": same_sampled,
+    }
 
 
 def hf_gpt2_dir(s: Setup, path: Path) -> Path:

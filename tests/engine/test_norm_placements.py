@@ -369,8 +369,9 @@ def check_kv_cache_matches_recompute(
     cfg: ModelConfig, randomized: bool = True, dtype: torch.dtype = torch.float32
 ) -> None:
     """Token by token with the cache, the last logits equal a full forward; greedy batched generation
-    with the cache equals greedy recomputation. In float64 (``dtype``) the tolerance is 1e-9, so that
-    only a difference of computation, not float32 rounding of unnormalised activations, can fail."""
+    with the cache, eager and with static shapes, equals greedy recomputation. In float64 (``dtype``)
+    the tolerance is 1e-9, so that only a difference of computation, not float32 rounding of
+    unnormalised activations, can fail."""
     model = random_model(cfg, randomized=randomized).to(dtype)
     ids = torch.tensor([PROMPTS[0]])
     cache = KVCache(model.cfg, 1, 20, dtype=dtype)
@@ -382,8 +383,9 @@ def check_kv_cache_matches_recompute(
             token = logits.argmax(-1, keepdim=True)
             ids = torch.cat([ids, token], dim=1)
             logits = model(token, cache=cache)[:, -1]
-    got = generate(model, PROMPTS, max_new_tokens=8, batch_size=4)
-    assert got == [greedy_by_recompute(model, p, 8) for p in PROMPTS]
+    want = [greedy_by_recompute(model, p, 8) for p in PROMPTS]
+    assert generate(model, PROMPTS, max_new_tokens=8, batch_size=4) == want
+    assert generate(model, PROMPTS, max_new_tokens=8, batch_size=4, static=True) == want  # a GPU's steps
 
 
 def small_cfg(**flags) -> ModelConfig:

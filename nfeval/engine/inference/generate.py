@@ -5,6 +5,8 @@ same column. The padding is hidden by an attention mask (a pad query sees only i
 the softmax is empty), and positions count real tokens only, so a row generates exactly what it
 would generate alone. A row that ends (EOS, a stop string, ``max_new_tokens``) leaves the batch and
 its cache rows are dropped. Only the last position's hidden state reaches the output projection.
+On a GPU the steps after the prefill have static shapes instead and replay as a CUDA graph
+(``static_decode``): rows stay until their batch ends, and batches of one size share the graph.
 On a CPU the linear layers read oneDNN's blocked copies of their weights while a call decodes
 (``cpu_linear.packed_weights``).
 Greedy fp32 decoding on a CPU takes the argmax through ``greedy_head`` (an int8 screen of the
@@ -30,6 +32,7 @@ from ..kernels.cpu_linear import packed_weights
 from ..model.kv_cache import KVCache
 from ..model.model import Transformer
 from .greedy_head import greedy_head, screen_supported
+from .static_decode import StaticDecoder
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,26 @@ def prefill_mask(real: torch.Tensor, width: int) -> torch.Tensor:
     return ((causal & real[:, None, :width]) | eye)[:, None]
 
 
+def record(
+    new: list[list[int]],
+    rows: list[int],
+    picks: list[int],
+    eos_id: int | None,
+    stop: StopStrings | None,
+    max_new_tokens: int,
+) -> list[int]:
+    """Appends each row's pick (``picks[j]`` is prompt ``rows[j]``'s) to its new tokens; returns the
+    indices j of the rows that go on: not at EOS (not appended), a stop string or ``max_new_tokens``."""
+    keep = []
+    for j, (r, t) in enumerate(zip(rows, picks)):
+        if t == eos_id:
+            continue
+        new[r].append(t)
+        if len(new[r]) < max_new_tokens and not (stop and stop.hit(new[r])):
+            keep.append(j)
+    return keep
+
+
 @torch.no_grad()
 def generate_batch(
     model: Transformer,
@@ -139,29 +162,43 @@ def generate_batch(
     eos_id: int | None = None,
     stop: StopStrings | None = None,
     pad_id: int = 0,
+    decoder: StaticDecoder | None = None,
 ) -> list[list[int]]:
-    """Returns each prompt's new tokens (EOS excluded; the tokens that complete a stop string kept)."""
+    """Returns each prompt's new tokens (EOS excluded; the tokens that complete a stop string kept).
+    With ``decoder`` (sized for this batch) the steps after the prefill are its static ones."""
     device, dtype = model.tok_emb.weight.device, model.tok_emb.weight.dtype
     ids, real, positions = left_pad(prompts, pad_id, max_new_tokens, device)
     width = ids.shape[1]
     padded = not bool(real.all())
-    cache = KVCache(model.cfg, len(prompts), width + max_new_tokens, device, dtype)
+    if decoder is not None:
+        cache = decoder.start(real, positions, width)
+    else:
+        cache = KVCache(model.cfg, len(prompts), width + max_new_tokens, device, dtype)
     mask = prefill_mask(real, width) if padded else None
     hidden = model.encode(
         ids, position_ids=positions[:, :width] if padded else None, attn_mask=mask, cache=cache
     )
     pick = token_picker(model, sampling)
-    rows = list(range(len(prompts)))  # the prompts still in the batch, in batch order
+    tokens = pick(hidden[:, -1], generators)
+    rows = list(range(len(prompts)))  # the prompts still generating, in batch order
     new: list[list[int]] = [[] for _ in prompts]
+    if decoder is not None:  # every row stays in the batch: ``tokens`` holds one pick per prompt
+        warpers = None if sampling.greedy else sampling.warpers()
+        for _ in range(max_new_tokens):
+            picks = tokens.tolist()
+            keep = record(new, rows, [picks[r] for r in rows], eos_id, stop, max_new_tokens)
+            if not keep:
+                break
+            rows = [rows[j] for j in keep]
+            out = decoder.step(tokens)
+            if warpers is not None:
+                tokens = torch.zeros(len(prompts), dtype=torch.long, device=device)
+                tokens[rows] = next_tokens(out[rows], warpers, [generators[r] for r in rows])
+            else:
+                tokens = out
+        return new
     for _ in range(max_new_tokens):
-        tokens = pick(hidden[:, -1], [generators[r] for r in rows])
-        keep = []
-        for j, (r, t) in enumerate(zip(rows, tokens.tolist())):
-            if t == eos_id:
-                continue
-            new[r].append(t)
-            if len(new[r]) < max_new_tokens and not (stop and stop.hit(new[r])):
-                keep.append(j)
+        keep = record(new, rows, tokens.tolist(), eos_id, stop, max_new_tokens)
         if not keep:
             break
         if len(keep) < len(rows):  # finished rows stop costing compute
@@ -173,7 +210,30 @@ def generate_batch(
         step_mask = real[:, None, None, : n + 1] if padded else None
         step_pos = positions[:, n : n + 1] if padded else None
         hidden = model.encode(tokens[:, None], position_ids=step_pos, attn_mask=step_mask, cache=cache)
+        tokens = pick(hidden[:, -1], [generators[r] for r in rows])
     return new
+
+
+def check_request(
+    model: Transformer,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    batch_size: int,
+    undecodable_stop: bool,
+) -> None:
+    """Raises ConfigError/DataError, before any work, on a request ``generate`` cannot serve."""
+    if max_new_tokens < 1 or batch_size < 1:
+        raise ConfigError(f"max_new_tokens={max_new_tokens}, batch_size={batch_size}: expected >= 1 each")
+    if undecodable_stop:
+        raise ConfigError("stop strings need a decode function")
+    for i, p in enumerate(prompts):
+        if not p:
+            raise DataError(f"prompt {i} is empty: expected at least one token")
+        if len(p) + max_new_tokens > model.cfg.max_seq_len:
+            raise DataError(
+                f"prompt {i}: {len(p)} tokens + max_new_tokens {max_new_tokens} exceed the model's "
+                f"context window ({model.cfg.max_seq_len})"
+            )
 
 
 def generate(
@@ -188,24 +248,17 @@ def generate(
     batch_size: int = 16,
     pad_id: int = 0,
     progress: bool = False,
+    static: bool | None = None,
 ) -> list[list[int]]:
     """Returns the new tokens of each prompt (token-id lists), generated ``batch_size`` prompts at a time.
 
     A row ends at ``eos_id`` (not included), at a stop string (``decode`` turns tokens into text; the
     tokens that complete it are included, cut the text yourself) or after ``max_new_tokens``.
+    ``static``: decode with static shapes (``static_decode``: a CUDA graph per batch size on a GPU);
+    None (default) takes them on a CUDA device, where launches bound a step, and not on a CPU, where
+    dropping finished rows and the int8-screened head pay more.
     """
-    if max_new_tokens < 1 or batch_size < 1:
-        raise ConfigError(f"max_new_tokens={max_new_tokens}, batch_size={batch_size}: expected >= 1 each")
-    if stop and decode is None:
-        raise ConfigError("stop strings need a decode function")
-    for i, p in enumerate(prompts):
-        if not p:
-            raise DataError(f"prompt {i} is empty: expected at least one token")
-        if len(p) + max_new_tokens > model.cfg.max_seq_len:
-            raise DataError(
-                f"prompt {i}: {len(p)} tokens + max_new_tokens {max_new_tokens} exceed the model's "
-                f"context window ({model.cfg.max_seq_len})"
-            )
+    check_request(model, prompts, max_new_tokens, batch_size, bool(stop) and decode is None)
     device = model.tok_emb.weight.device
     generators = [
         None if sampling.greedy else torch.Generator(device).manual_seed(sampling.seed + i)
@@ -215,10 +268,16 @@ def generate(
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths share a batch
     results: list[list[int]] = [[] for _ in prompts]
     steps = -(-len(prompts) // batch_size) * max_new_tokens
+    if static is None:
+        static = device.type == "cuda"
+    capacity = max(len(p) for p in prompts) + max_new_tokens  # one size, so that batches share a graph
+    decoders: dict[int, StaticDecoder] = {}
     bar = progress_bar(total=len(prompts), desc="Generating", enabled=progress)
     with packed_weights(model, steps), bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
+            if static and len(chunk) not in decoders:
+                decoders[len(chunk)] = StaticDecoder(model, len(chunk), capacity, sampling.greedy)
             outs = generate_batch(
                 model,
                 [prompts[i] for i in chunk],
@@ -228,6 +287,7 @@ def generate(
                 eos_id,
                 stops,
                 pad_id,
+                decoders.get(len(chunk)),
             )
             for i, out in zip(chunk, outs):
                 results[i] = out
