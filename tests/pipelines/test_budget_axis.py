@@ -158,6 +158,29 @@ def test_a_landed_budget_is_read_not_rerun_without_its_run_folders(axis, tmp_pat
     assert again["report"] == os.path.join(landed, "report.md")
 
 
+def test_a_budget_linked_to_another_reports_figure_2_is_read_from_it_and_left_unchanged(
+    axis, tmp_path, monkeypatch
+):
+    """docs/budget_small's 512K budget is a link to docs/reproduce_small (one run, two reports)."""
+    import shutil
+
+    from nfeval.pipelines import runs
+
+    cfg, _ = axis
+    before = json.load(open(os.path.join(cfg.out, "report.json")))
+    linked = tmp_path / "linked"
+    shutil.copytree(cfg.out, linked)
+    os.rename(linked / "tokens=512", tmp_path / "other_report")
+    os.symlink(os.path.join("..", "other_report"), linked / "tokens=512")
+    files = {p: open(p, "rb").read() for p in glob.glob(str(tmp_path / "other_report" / "**"), recursive=True)
+             if os.path.isfile(p)}  # fmt: skip
+    monkeypatch.setattr(runs, "train", lambda *a, **k: pytest.fail("a linked budget was trained again"))
+    run_reproduce(ReproduceConfig(**{**vars(cfg), "out": str(linked)}))
+    after = json.load(open(linked / "report.json"))
+    assert after["budgets"] == before["budgets"] and after["fit"] == before["fit"]
+    assert all(open(p, "rb").read() == data for p, data in files.items())  # the other report is only read
+
+
 def test_a_budget_whose_run_was_trained_again_is_reported_from_the_new_run(axis, tmp_path, monkeypatch):
     """A budget is landed only while its Figure 2 section was computed from the run records in the
     folder: after a run is trained again (its record rewritten: here another final PPL), the budget's
