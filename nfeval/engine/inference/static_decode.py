@@ -86,7 +86,7 @@ class StaticDecoder:
     def capture(self) -> None:
         """Captures ``run`` as a CUDA graph. One eager run on a side stream first (as torch's
         ``torch.cuda.graph`` asks: libraries set up their workspaces outside the capture) computes the
-        step for real; the graph then recomputes it from the same slot, so no state moves twice."""
+        step for real; the slot is then put back, so the first replay recomputes it from the same slot."""
         slot, length = self.write_at.clone(), self.cache.length
         try:
             side = torch.cuda.Stream()
@@ -94,11 +94,10 @@ class StaticDecoder:
             with torch.cuda.stream(side):
                 self.run()
             torch.cuda.current_stream().wait_stream(side)
-            self.write_at.copy_(slot)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 out = self.run()
         finally:  # the step starts from the same slot whether or not its graph was made
             self.write_at.copy_(slot)
-            self.cache.length, self.cache.write_at = length, None
+            self.cache.length = length
         self.graph, self.out = graph, out
