@@ -10,9 +10,14 @@ runs both commands once, in alternating order) and each side's median wall time 
 (user + system: what a machine loaded by other work disturbs least) are kept. The completions of the
 two must be identical. ``--emulate-avx2`` caps both sides' kernels at AVX2 (torch's own, oneDNN's,
 fbgemm's and MKL's), as on a CPU without AVX-512 (a Zen 3 EPYC), where nfeval's ``auto`` kernel rule
-then chooses as it does there.
+then chooses as it does there. ``--nfeval-reads hf`` gives ``nfeval generate`` the HF directory the HF
+script reads (a GPT-2 the engine reproduces: read into the engine, ``model_adapters.gpt2_engine``)
+instead of the nfeval checkpoint it was exported from; ``--nfeval-reads hf-transformers`` the same
+directory with ``--hf-forward transformers`` (the HF model's own ``generate`` inside ``nfeval generate``,
+what it did with every HF directory before).
 
-    python benchmarks/generate_command_vs_hf.py [--layers 4 --d-model 256] [--settings 1x8 16x16]
+    python benchmarks/generate_command_vs_hf.py [--layers 4 --d-model 256] [--settings 1x8 16x16] \
+        [--nfeval-reads hf|hf-transformers]
     ... --results benchmarks/RESULTS.md   # replace this shape's block in the generation section
 """
 
@@ -37,6 +42,12 @@ from nfeval.engine.model.model import Transformer
 from nfeval.engine.text.tokenization import gpt2_tokenizer
 
 HERE = Path(__file__).resolve().parent
+# what --nfeval-reads gives nfeval generate, in the table's words
+READS = {
+    "checkpoint": "the nfeval checkpoint",
+    "hf": "the HF directory",
+    "hf-transformers": "the HF directory with --hf-forward transformers",
+}
 # each library's own cap on the instructions it runs, at AVX2: a CPU without AVX-512 (and without VNNI)
 AVX2_ONLY = {
     "ATEN_CPU_CAPABILITY": "avx2",
@@ -60,11 +71,12 @@ def build(work: Path, layers: int, d_model: int, n_prompts: int) -> tuple[str, s
     return ckpt, hf_dir, str(path)
 
 
-def commands(ckpt: str, hf_dir: str, prompts_file: str, new: int, batch: int, out: Path) -> dict:
-    """Returns each side's command line and the JSONL file it writes."""
+def commands(model: list[str], hf_dir: str, prompts_file: str, new: int, batch: int, out: Path) -> dict:
+    """Returns each side's command line (nfeval's ``model`` flags, HF reading ``hf_dir``) and the JSONL
+    file it writes."""
     nf_out, hf_out = str(out / "nfeval.jsonl"), str(out / "hf.jsonl")
     nfeval = [
-        sys.executable, "-m", "nfeval", "generate", "--ckpt", ckpt, "--prompts", prompts_file,
+        sys.executable, "-m", "nfeval", "generate", *model, "--prompts", prompts_file,
         "--max-new-tokens", str(new), "--batch-size", str(batch), "--device", "cpu", "--output", nf_out,
     ]  # fmt: skip
     hf = [
@@ -110,7 +122,12 @@ def measure(work: Path, ckpt: str, hf_dir: str, all_prompts: str, setting: str, 
     batch, n = (int(x) for x in setting.split("x"))
     file = work / f"prompts{n}.txt"
     file.write_text("\n".join(Path(all_prompts).read_text().splitlines()[:n]) + "\n")
-    sides = commands(ckpt, hf_dir, str(file), args.new_tokens, batch, work)
+    model = {
+        "checkpoint": ["--ckpt", ckpt],
+        "hf": ["--ckpt", hf_dir],
+        "hf-transformers": ["--ckpt", hf_dir, "--hf-forward", "transformers"],
+    }[args.nfeval_reads]
+    sides = commands(model, hf_dir, str(file), args.new_tokens, batch, work)
     (hf, hf_cpu), (ours, ours_cpu) = (run_interleaved(sides, args.rounds, env)[k] for k in ("hf", "nfeval"))
     got, want = completions(sides["nfeval"][1]), completions(sides["hf"][1])
     same = sum(a == b for a, b in zip(got, want))
@@ -128,6 +145,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--nfeval-reads", choices=("checkpoint", "hf", "hf-transformers"), default="checkpoint",
+        help="what nfeval generate reads: the nfeval checkpoint, or the HF directory the HF script reads "
+        "(in the engine, or with --hf-forward transformers)",
+    )  # fmt: skip
     parser.add_argument("--results", metavar="RESULTS.md", help="write the table into this file")
     parser.add_argument("--note", default="", help="a line above the table (e.g. the machine's state)")
     parser.add_argument(
@@ -145,7 +167,8 @@ def main() -> None:
     isa = ", kernels capped at AVX2 (`--emulate-avx2`)" if args.emulate_avx2 else ""
     lines = [
         f"Whole commands, Pre-LN L={args.layers} d={args.d_model} (random weights, GPT-2 tokenizer), "
-        f"{args.new_tokens} new tokens per prompt (EOS on), {args.threads} thread(s){isa}; {args.rounds} "
+        f"{args.new_tokens} new tokens per prompt (EOS on), {args.threads} thread(s){isa}, nfeval reading "
+        f"{READS[args.nfeval_reads]}; {args.rounds} "
         "interleaved rounds, median wall and CPU (user + system) time of the process.",
         "",
         "| batch | prompts | HF script s | `nfeval generate` s | nfeval / HF | HF CPU s | nfeval CPU s "

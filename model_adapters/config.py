@@ -56,7 +56,7 @@ class ScoringConfig:
     hf_forward: str = flag_field(
         "engine",
         "a Hugging Face GPT-2 directory: nfeval's engine when it reproduces the model (default), "
-        "or transformers' own forward (to cross-check; cached apart)",
+        "or transformers' own forward and generate (to cross-check; zero-shot caches it apart)",
         choices=("engine", "transformers"),
     )
     progress: bool = flag_field(True, "no progress bars", name="no-progress", action="store_false")

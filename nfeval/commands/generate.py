@@ -1,7 +1,9 @@
 """``nfeval generate``: continuations of prompts from a checkpoint, printed and written as JSONL.
 
-The model is an nfeval run or checkpoint directory, a Hugging Face causal-LM directory (generated
-with the HF model's own ``generate``) or a fairseq checkpoint file (``--tokenizer`` gives its
+The model is an nfeval run or checkpoint directory, a Hugging Face causal-LM directory (a GPT-2 the
+engine reproduces, weights, tokenizer and generation settings, generates in the engine
+(``model_adapters.gpt2_engine``); any other, or any with ``--hf-forward transformers``, with the HF
+model's own ``generate``) or a fairseq checkpoint file (``--tokenizer`` gives its
 tokenizer: GPT-2's BPE folder, mapped through the dict.txt beside it or ``--fairseq-dict``). Prompts
 get the same prefix as scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own
 special tokens for HF models). The JSONL file starts with a header line (provenance,
@@ -9,7 +11,8 @@ model fingerprint, settings), then one line per prompt. Weights are fp32 unless 
 otherwise. The path is read by ``engine.checkpoints.loading.identify``; an nfeval or fairseq checkpoint
 generates
 through ``engine.inference.backend.NFEvalBackend`` (the zero-shot scorer's backend) with torch and tokenizers
-alone, and only an HF model directory imports transformers (through ``model_adapters``).
+alone, and only an HF model directory the engine does not reproduce imports transformers (through
+``model_adapters``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ..engine.inference.generate import Sampling
 from ..engine.model.dtypes import torch_dtype
 from ..engine.text.fairseq_tokenizer import FairseqReading
 from ..engine.training.parallel import resolve_device
+from ..model_adapters.config import ScoringConfig
 
 
 def read_prompts(path: str) -> list[str]:
@@ -81,20 +85,23 @@ def load_backend(
     tokenizer: str | None = None,
     fairseq_dict: str | None = None,
     fairseq_head_scale_bug: bool = False,
+    hf_forward: str = "engine",
 ) -> tuple[Backend, dict[str, Any]]:
-    """Returns (backend, model block with path/kind/fingerprint) for any ``--ckpt`` nfeval accepts
-    (``loading.identify``; ``tokenizer``/``fairseq_dict``/``fairseq_head_scale_bug`` as it takes them)."""
+    """Returns (backend, model block with path/kind/fingerprint/forward_by) for any ``--ckpt`` nfeval
+    accepts (``loading.identify``; ``tokenizer``/``fairseq_dict``/``fairseq_head_scale_bug`` as it takes
+    them; ``hf_forward`` for a HF directory, as ``ScoringConfig.hf_forward``)."""
     identity = loading.identify(
         path, tokenizer=tokenizer, fairseq_dict=fairseq_dict, fairseq_head_scale_bug=fairseq_head_scale_bug
     )
-    if identity.loaded is None:  # a HF directory: transformers (its own generate, lm-eval's tokenizer set-up)
+    if identity.loaded is None:  # a HF directory: the engine where it reproduces it, else transformers
         from ..model_adapters.backends import open_backend
 
-        backend, kind = open_backend(identity, device, dtype, hf_forward="transformers"), "hf"
+        backend, kind = open_backend(identity, device, dtype, hf_forward=hf_forward), "hf"
     else:
         backend = nfeval_backend(identity.loaded, device, dtype)
         kind = identity.loaded.meta.get("source", "nfeval")
-    return backend, {"kind": kind, "path": identity.path, "fingerprint": identity.fingerprint}
+    block = {"kind": kind, "path": identity.path, "fingerprint": identity.fingerprint}
+    return backend, block | {"forward_by": backend.forward_by}
 
 
 def cut_at_stop(text: str, stop: list[str]) -> str:
@@ -161,6 +168,7 @@ FLAGS = (
     (GenerateOptions, "stop batch_size output"),
     (FairseqReading, None),
     (GenerateOptions, "device dtype"),
+    (ScoringConfig, "hf_forward"),
 )
 
 
@@ -174,14 +182,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         add_config_flags(p, cls, names=names.split() if names else None)
 
 
-def options(args: argparse.Namespace) -> tuple[GenerateOptions, Sampling, FairseqReading]:
-    """Returns ``nfeval generate``'s parsed flags as its three configs."""
-    return tuple(config_from_args(args, cls) for cls in (GenerateOptions, Sampling, FairseqReading))
+def options(args: argparse.Namespace) -> tuple[GenerateOptions, Sampling, FairseqReading, str]:
+    """Returns ``nfeval generate``'s parsed flags as its three configs and ``--hf-forward``."""
+    configs = tuple(config_from_args(args, cls) for cls in (GenerateOptions, Sampling, FairseqReading))
+    return (*configs, args.hf_forward)  # ScoringConfig's one flag here: its other fields are not generate's
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval generate``: prints each continuation, writes ``--output`` if given."""
-    opts, sampling, reading = options(args)
+    opts, sampling, reading, hf_forward = options(args)
     check_output_file(opts.output, "--output")  # before any work
     if opts.output and not opts.output.endswith(".jsonl"):
         raise ConfigError(f"--output {opts.output}: expected a .jsonl file name")
@@ -189,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(device_or_none(opts.device))
     backend, model = load_backend(
         opts.ckpt, device, torch_dtype(opts.dtype), reading.tokenizer, reading.fairseq_dict,
-        reading.fairseq_head_scale_bug,
+        reading.fairseq_head_scale_bug, hf_forward,
     )  # fmt: skip
     if not sampling.greedy:
         sampling.warpers()  # imports transformers' warpers (seconds) before the clock starts
@@ -212,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
                 if k not in ("ckpt", "prompt", "prompts", "output")
             },
             **dataclasses.asdict(sampling),
+            "hf_forward": hf_forward,
             "device": str(device),
             "dtype": LONG_NAMES[opts.dtype],
         }

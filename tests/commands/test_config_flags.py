@@ -293,10 +293,10 @@ def test_report_and_checkpoint_commands_flags_round_trip_through_their_parsers()
         device="cuda:1", dtype="bf16",
     )  # fmt: skip
     sampling, reading = Sampling(temperature=0.7, top_k=5, top_p=0.9, seed=4), FairseqReading("t", "d", True)
-    argv = ["generate", *to_flags(gen), *to_flags(sampling), *to_flags(reading)]
-    assert options(build_parser("generate").parse_args(argv)) == (gen, sampling, reading)
+    argv = ["generate", *to_flags(gen), *to_flags(sampling), *to_flags(reading), "--hf-forward=transformers"]
+    assert options(build_parser("generate").parse_args(argv)) == (gen, sampling, reading, "transformers")
     plain = options(build_parser("generate").parse_args(["generate", "--ckpt", "c", "--prompts", "p.txt"]))
-    assert plain == (GenerateOptions(ckpt="c", prompts="p.txt"), Sampling(), FairseqReading())
+    assert plain == (GenerateOptions(ckpt="c", prompts="p.txt"), Sampling(), FairseqReading(), "engine")
     with pytest.raises(SystemExit):  # one of --prompt and --prompts, not both
         build_parser("generate").parse_args(["generate", "--ckpt", "c", "--prompt", "x", "--prompts", "p"])
 

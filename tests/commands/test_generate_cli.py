@@ -164,3 +164,58 @@ def test_cli_generates_in_fp32_unless_bf16_is_asked_for(tiny_clm_ckpt, tmp_path)
     assert main([*base, "--dtype", "bf16", "--output", str(out)]) == 0
     header = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
     assert header["provenance"]["settings"]["dtype"] == "bfloat16"
+
+
+def generate_hf_dir(hf_dir, tmp_path, name, *flags):
+    """Runs ``nfeval generate`` on ``hf_dir`` (prompts of different lengths, batches of 3: left padding)
+    and returns (the header's model block, the generation rows)."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(c.replace("\n", " ") for c in CONTEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / f"{name}.jsonl"
+    argv = ["generate", "--ckpt", hf_dir, "--prompts", str(prompts), "--max-new-tokens", "12"]
+    assert main([*argv, "--batch-size", "3", "--output", str(out), *flags]) == 0
+    header, *rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    return header["provenance"]["model"], rows
+
+
+def test_cli_generates_a_hf_gpt2_in_the_engine_with_the_hf_models_own_text(tmp_path):
+    hf_dir = build_hf_gpt2(tmp_path / "hf")
+    engine, rows = generate_hf_dir(hf_dir, tmp_path, "engine")
+    stock, want = generate_hf_dir(hf_dir, tmp_path, "transformers", "--hf-forward", "transformers")
+    assert (engine["forward_by"], stock["forward_by"]) == ("nfeval engine (GPT-2 weights)", "transformers")
+    assert engine["kind"] == stock["kind"] == "hf"
+    assert [(r["completion"], r["new_tokens"], r["finish"]) for r in rows] == [
+        (r["completion"], r["new_tokens"], r["finish"]) for r in want
+    ]
+    assert any(r["new_tokens"] > 0 for r in rows)
+
+
+def test_a_hf_gpt2_samples_in_the_engine_reproducibly_under_hfs_default_top_k(tmp_path):
+    from nfeval.engine.inference.generate import Sampling
+    from nfeval.model_adapters.backends import open_backend
+    from nfeval.model_adapters.gpt2_engine import HF_TOP_K
+
+    backend = open_backend(build_hf_gpt2(tmp_path / "hf"), torch.device("cpu"), torch.float32)
+    assert backend.forward_by == "nfeval engine (GPT-2 weights)" and backend.ckpt.config.vocab_size > HF_TOP_K
+    prompts = [backend.encode(c, None) for c in CONTEXTS]
+
+    def sample(**how):
+        return backend.generate(prompts, 16, Sampling(temperature=1.5, seed=3, **how), [], 2)
+
+    unset = sample()
+    assert unset == sample()  # the same seed, the same text
+    assert unset == sample(top_k=HF_TOP_K)  # no --top-k: HF's own default, as its generate samples
+    assert unset != sample(top_k=backend.ckpt.config.vocab_size)  # the default is a real cut here
+
+
+@pytest.mark.parametrize(
+    "file,setting",
+    [("generation_config.json", {"repetition_penalty": 1.3}), ("generation_config.json", {"new_option": 1}),
+     ("config.json", {"no_repeat_ngram_size": 2})],
+)  # fmt: skip
+def test_a_hf_gpt2_whose_settings_change_hfs_generate_goes_to_transformers(tmp_path, file, setting):
+    hf_dir = build_hf_gpt2(tmp_path / "hf")
+    path = tmp_path / "hf" / file
+    path.write_text(json.dumps(json.loads(path.read_text()) | setting))
+    model, rows = generate_hf_dir(hf_dir, tmp_path, "out")
+    assert model["forward_by"] == "transformers" and len(rows) == len(CONTEXTS)

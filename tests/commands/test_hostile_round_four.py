@@ -239,6 +239,7 @@ HF_DAMAGE = {
     "tokenizer_empty": (
         lambda d: (d / "tokenizer.json").write_text(""),
         "transformers cannot load its tokenizer",
+        "tokenizer.json: not a valid tokenizer.json",  # the engine reads it first
     ),
     "model_type_unknown": (
         lambda d: _edit(d / "config.json", model_type="nosuchmodel"),
@@ -249,17 +250,21 @@ HF_DAMAGE = {
 }
 
 
+@pytest.mark.parametrize("hf_forward", ["engine", "transformers"])
 @pytest.mark.parametrize("damage", sorted(HF_DAMAGE))
 def test_a_hugging_face_folder_transformers_cannot_load_is_one_line_naming_it(
-    tmp_path, tiny_tokenizer, capsys, damage
+    tmp_path, tiny_tokenizer, capsys, damage, hf_forward
 ):
+    """The engine reads a GPT-2 folder first (a field it cannot read sends the folder on to transformers)."""
     folder = _gpt2_folder(tmp_path / "m", tiny_tokenizer)
-    damage_it, expected = HF_DAMAGE[damage]
+    damage_it, expected, *by_engine = HF_DAMAGE[damage]
     damage_it(tmp_path / "m")
     capsys.readouterr()  # transformers' bars while the folder was written
     error = refused(
-        "generate", "--ckpt", folder, "--prompt", "the cat", "--max-new-tokens", "2", "--device", "cpu"
-    )
+        "generate", "--ckpt", folder, "--prompt", "the cat", "--max-new-tokens", "2", "--device", "cpu",
+        "--hf-forward", hf_forward,
+    )  # fmt: skip
+    expected = by_engine[0] if by_engine and hf_forward == "engine" else expected
     assert folder in error and expected in error
 
 

@@ -111,3 +111,15 @@ def test_zeroshot_results_say_what_computed_the_forward_and_cache_it_apart(tmp_p
     assert stock["nfeval"]["scoring"]["forward_by"] == "transformers"
     assert stock["results"]["piqa"]["acc,none"] == engine["results"]["piqa"]["acc,none"]
     assert zeroshot.evaluate(path, run)["nfeval"]["scoring"] is None  # the default's own cache entry
+
+
+def test_every_generation_setting_of_transformers_is_sorted_into_kept_or_sent_to_transformers():
+    """A GenerationConfig field the engine has not been told about would be ignored in config.json: each
+    one is either harmless (``GENERATION_KEYS``) or sends the directory to transformers."""
+    from transformers import GenerationConfig
+
+    from nfeval.model_adapters.gpt2_engine import GENERATION_KEYS, GENERATION_PARAMS
+
+    fields = set(GenerationConfig().to_dict())
+    assert not GENERATION_KEYS & GENERATION_PARAMS
+    assert fields - GENERATION_KEYS - GENERATION_PARAMS == set()

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ...base.errors import CheckpointError
+from ...base.errors import CheckpointError, ConfigError
 from ...base.jsonio import load_json
 from ..checkpoints.checkpoint import Checkpoint
 from ..model.config import ModelConfig
@@ -134,18 +134,21 @@ def engine_config(hf: dict[str, Any]) -> tuple[ModelConfig | None, list[str]]:
     if reasons:
         return None, reasons
     d = hf.get("n_embd", 768)
-    cfg = ModelConfig(
-        vocab_size=hf.get("vocab_size", 50257),
-        n_layer=hf.get("n_layer", 12),
-        d_model=d,
-        n_head=hf.get("n_head", 12),
-        d_ffn=hf.get("n_inner") or 4 * d,
-        max_seq_len=hf.get("n_positions", 1024),
-        activation=activation,
-        layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
-        init="gpt2",
-        **GPT2_FIELDS,
-    )
+    try:
+        cfg = ModelConfig(
+            vocab_size=hf.get("vocab_size", 50257),
+            n_layer=hf.get("n_layer", 12),
+            d_model=d,
+            n_head=hf.get("n_head", 12),
+            d_ffn=hf.get("n_inner") or 4 * d,
+            max_seq_len=hf.get("n_positions", 1024),
+            activation=activation,
+            layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+            init="gpt2",
+            **GPT2_FIELDS,
+        )
+    except (ConfigError, TypeError, ValueError) as e:  # a mistyped field: transformers reads or refuses it
+        return None, [str(e)]
     return cfg, []
 
 
