@@ -8,7 +8,7 @@ import inspect
 import torch
 
 from ..engine.inference.backend import Backend, ModelShape, matmul_params
-from ..engine.inference.generate import left_pad
+from ..engine.inference.generate import check_request, left_pad
 from ..engine.inference.vocab_head import VocabProjection
 from ..engine.model.activations import tanh_gelu
 from .scorer import Row
@@ -133,6 +133,7 @@ class HFBackend(Backend):
 
     def generate(self, prompts, max_new_tokens, sampling, stop, batch_size, progress=False):
         """The HF model's own ``generate`` (left-padded batches, its KV cache and stop strings)."""
+        check_request(None, prompts, max_new_tokens, batch_size)  # the window is the HF model's to check
         out: list[list[int]] = []
         for start in range(0, len(prompts), batch_size):
             ids, real, _ = left_pad(prompts[start : start + batch_size], self.pad_id, 0, self.device)

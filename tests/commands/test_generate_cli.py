@@ -219,3 +219,13 @@ def test_a_hf_gpt2_whose_settings_change_hfs_generate_goes_to_transformers(tmp_p
     path.write_text(json.dumps(json.loads(path.read_text()) | setting))
     model, rows = generate_hf_dir(hf_dir, tmp_path, "out")
     assert model["forward_by"] == "transformers" and len(rows) == len(CONTEXTS)
+
+
+@pytest.mark.parametrize("hf_forward", ["engine", "transformers"])
+def test_an_empty_prompt_to_a_hf_directory_is_one_line_either_way(tmp_path, hf_forward, capsys):
+    hf_dir = build_hf_gpt2(tmp_path / "hf")
+    capsys.readouterr()
+    argv = ["generate", "--ckpt", hf_dir, "--prompt", "", "--max-new-tokens", "2", "--hf-forward", hf_forward]
+    assert main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # above it: transformers' loading bar, if any
+    assert last == "nfeval generate: error: prompt 0 is empty: expected at least one token"

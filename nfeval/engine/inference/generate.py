@@ -215,13 +215,14 @@ def generate_batch(
 
 
 def check_request(
-    model: Transformer,
+    context: int | None,
     prompts: Sequence[Sequence[int]],
     max_new_tokens: int,
     batch_size: int,
-    undecodable_stop: bool,
+    undecodable_stop: bool = False,
 ) -> None:
-    """Raises ConfigError/DataError, before any work, on a request ``generate`` cannot serve."""
+    """Raises ConfigError/DataError, before any work, on a request a generator cannot serve (``context``:
+    the model's context window, None: not checked here)."""
     if max_new_tokens < 1 or batch_size < 1:
         raise ConfigError(f"max_new_tokens={max_new_tokens}, batch_size={batch_size}: expected >= 1 each")
     if undecodable_stop:
@@ -229,10 +230,10 @@ def check_request(
     for i, p in enumerate(prompts):
         if not p:
             raise DataError(f"prompt {i} is empty: expected at least one token")
-        if len(p) + max_new_tokens > model.cfg.max_seq_len:
+        if context is not None and len(p) + max_new_tokens > context:
             raise DataError(
                 f"prompt {i}: {len(p)} tokens + max_new_tokens {max_new_tokens} exceed the model's "
-                f"context window ({model.cfg.max_seq_len})"
+                f"context window ({context})"
             )
 
 
@@ -258,7 +259,7 @@ def generate(
     None (default) takes them on a CUDA device, where launches bound a step, and not on a CPU, where
     dropping finished rows and the int8-screened head pay more.
     """
-    check_request(model, prompts, max_new_tokens, batch_size, bool(stop) and decode is None)
+    check_request(model.cfg.max_seq_len, prompts, max_new_tokens, batch_size, bool(stop) and decode is None)
     device = model.tok_emb.weight.device
     generators = [
         None if sampling.greedy else torch.Generator(device).manual_seed(sampling.seed + i)
