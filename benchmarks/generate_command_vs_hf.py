@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
-        "--nfeval-reads", choices=("checkpoint", "hf", "hf-transformers"), default="checkpoint",
+        "--nfeval-reads", choices=tuple(READS), default="checkpoint",
         help="what nfeval generate reads: the nfeval checkpoint, or the HF directory the HF script reads "
         "(in the engine, or with --hf-forward transformers)",
     )  # fmt: skip
