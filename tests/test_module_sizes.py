@@ -12,6 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 TREES = ("nfeval", "tasks", "model_adapters", "benchmarks")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60  # from its first decorator to its last line, docstring included
+# benchmarks/RESULTS.md holds each benchmark's newest figures; superseded ones move to HISTORY.md (issue 52)
+MAX_RESULTS_LINES = 400
 
 # Files other engineers are restructuring right now, left to them so that two branches do not split one
 # file two ways: each entry is removed when that work lands, and its files are then held to the limits
@@ -71,3 +73,12 @@ def test_no_function_is_over_the_limit():
         if n > MAX_FUNCTION_LINES
     ]
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines: {over}"
+
+
+def test_results_md_holds_only_the_newest_figures():
+    results = REPO / "benchmarks" / "RESULTS.md"
+    n = len(results.read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_RESULTS_LINES, (
+        f"benchmarks/RESULTS.md has {n} lines (at most {MAX_RESULTS_LINES}): "
+        "move superseded figures to HISTORY.md"
+    )

@@ -245,6 +245,29 @@ def test_packed_weights_give_the_plain_kernels_values(kernel_calls):
 
 
 @torch.no_grad()
+def test_weights_packed_for_one_row_give_the_plain_kernels_one_row_values(kernel_calls):
+    x, weight, bias = operands(rows=1, n_in=1024, n_out=1024)
+    layer = Linear(1024, 1024)
+    layer.weight.copy_(weight), layer.bias.copy_(bias)
+    plain = cpu_linear._product(x, weight, bias)
+    with packed_weights(layer, rows=1):
+        packed = layer(x)
+    assert kernel_calls[-1] == ((1, 1024), True)
+    assert torch.equal(packed, plain)  # the layout for one row is the GEMV's own: no sum changes
+
+
+def test_decoding_packs_for_its_batchs_rows(monkeypatch):
+    hints = []
+    pack = cpu_linear._pack
+    monkeypatch.setattr(cpu_linear, "_pack", lambda weight, rows: hints.append(rows) or pack(weight, rows))
+    m = model(seed=3)
+    for batch_size, prompts, want in ((1, 3, 1), (16, 3, 3), (2, 5, 2)):
+        hints.clear()
+        generate(m, [[5, 6, 7]] * prompts, max_new_tokens=40, batch_size=batch_size)
+        assert hints and set(hints) == {want}
+
+
+@torch.no_grad()
 def test_packed_copy_is_ignored_once_its_weight_changes(kernel_calls):
     m = model()
     ids = torch.randint(0, 512, (4, 8))

@@ -274,7 +274,7 @@ def generate(
     capacity = max(len(p) for p in prompts) + max_new_tokens  # one size, so that batches share a graph
     decoders: dict[int, StaticDecoder] = {}
     bar = progress_bar(total=len(prompts), desc="Generating", enabled=progress)
-    with packed_weights(model, steps), bar:
+    with packed_weights(model, steps, rows=min(batch_size, len(prompts))), bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             if static and len(chunk) not in decoders:
