@@ -256,12 +256,12 @@ def test_weights_packed_for_one_row_give_the_plain_kernels_one_row_values(kernel
     assert torch.equal(packed, plain)  # the layout for one row is the GEMV's own: no sum changes
 
 
-def test_decoding_packs_for_its_batchs_rows(monkeypatch):
+def test_decoding_one_row_at_a_time_packs_for_one_row(monkeypatch):
     hints = []
     pack = cpu_linear._pack
     monkeypatch.setattr(cpu_linear, "_pack", lambda weight, rows: hints.append(rows) or pack(weight, rows))
     m = model(seed=3)
-    for batch_size, prompts, want in ((1, 3, 1), (16, 3, 3), (2, 5, 2)):
+    for batch_size, prompts, want in ((1, 3, 1), (16, 1, 1), (16, 3, None), (2, 5, None)):
         hints.clear()
         generate(m, [[5, 6, 7]] * prompts, max_new_tokens=40, batch_size=batch_size)
         assert hints and set(hints) == {want}

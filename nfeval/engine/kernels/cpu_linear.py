@@ -278,10 +278,10 @@ def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS, rows: int | No
     ``MIN_PACK_STEPS`` forward passes (``steps``) to repay the copy; drops the copies on exit. Nested
     calls pack once.
 
-    ``rows``: how many rows most products will have (a decoding batch), for which oneDNN chooses the
-    layout. For one row that is the GEMV's own layout, bitwise the plain kernel's one-row results; the
-    layout chosen without a hint serves many rows and reads one-row products' weights ~10% slower (the
-    125M shape's 48 linear layers, cache-cold, one Zen 4 thread: 20.5 ms a step against 18.5)."""
+    ``rows``: how many rows most products will have (a decoding batch). For one row the copies take
+    oneDNN's GEMV layout, bitwise the plain kernel's one-row results; the many-row layout reads one-row
+    products' weights ~10% slower (the 125M shape's 48 linear layers, cache-cold, one Zen 4 thread: 20.5
+    ms a step against 18.5). For more rows the many-row layout stays: a row count there was no faster."""
     linears = [
         m
         for m in model.modules()
@@ -293,7 +293,7 @@ def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS, rows: int | No
         linears = []
     for m in linears:
         with torch.no_grad():
-            m.packed = (_pack(m.weight.detach(), rows), m.weight._version)
+            m.packed = (_pack(m.weight.detach(), 1 if rows == 1 else None), m.weight._version)
     try:
         yield
     finally:
