@@ -168,6 +168,35 @@ def test_on_intel_packed_weights_serve_from_four_rows(monkeypatch, kernel_calls)
     assert [(shape[0], packed) for shape, packed in kernel_calls] == [(4, True), (16, True)]
 
 
+@pytest.mark.parametrize(
+    ("vendor", "threads", "one_row"),
+    [("AuthenticAMD", 1, False), ("AuthenticAMD", 2, True), ("GenuineIntel", 2, False)],
+)
+def test_where_mkl_keeps_few_rows_one_row_is_packed_only_on_amd_with_threads(
+    monkeypatch, kernel_calls, vendor, threads, one_row
+):
+    """MKL's one-row product does not use a second thread on AMD; oneDNN's packed for one row does."""
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(cpu_linear, "cpu_has_avx512", lambda: False)
+    monkeypatch.setenv(cpu_linear.ENV, "auto")
+    cpu_linear.choice.cache_clear()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    assert cpu_linear.one_row_packing() is one_row
+    torch.manual_seed(0)
+    layer, x = Linear(768, 768), torch.randn(1, 768)
+    with torch.no_grad():
+        # packed for one row: oneDNN's own one-row sums (the GEMV layout); else MKL's, F.linear's
+        want = (cpu_linear._product if one_row else F.linear)(x, layer.weight, layer.bias)
+        with packed_weights(layer, rows=1):
+            assert (layer.packed is not None) is one_row  # no copy that no product would read
+            got = layer(x)
+            for rows in (2, 4):
+                layer(torch.randn(rows, 768))
+    assert torch.equal(got, want)
+    served = [(shape[0], packed) for shape, packed in kernel_calls[1:]] if one_row else kernel_calls
+    assert served == ([(1, True), (4, True)] if one_row else [])
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads Linux's /proc/cpuinfo")
 def test_cpu_vendor_reads_this_machine():
     vendor = cpu_linear.cpu_vendor()

@@ -29,7 +29,8 @@ CPU MKL runs AVX-512 code, as fast as oneDNN forward from 512 rows (one thread o
 faster forward + backward (oneDNN's backward pays two transposing copies: 0.83-0.89× MKL's speed), and
 its one- and two-row products beat packed oneDNN. On an AMD CPU without AVX-512 (a Zen 3 EPYC) both run
 AVX2 code and oneDNN forward + backward runs 0.80-0.96× MKL's speed. So there the default, ``auto``,
-keeps torch's kernel except for products with packed weights from ``PACKED_ROWS`` rows; on an AMD CPU
+keeps torch's kernel except for products with packed weights from ``PACKED_ROWS`` rows (and, on AMD
+with more than one thread, from one row: ``one_row_packing``); on an AMD CPU
 with AVX-512 (Zen 4, 5) ``auto`` takes oneDNN for every product. ``NFEVAL_CPU_LINEAR=onednn|torch``
 forces one (``torch``: torch's results bit for bit); ``choice()`` says what this machine does.
 """
@@ -160,17 +161,22 @@ def _plain(t: torch.Tensor) -> bool:
 
 
 def takes_onednn(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, packed: bool = False
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    packed: bool = False,
+    for_one_row: bool = False,
 ) -> bool:
     """Returns whether ``linear(x, weight, bias)`` runs on oneDNN (else on ``F.linear``); ``packed``:
-    whether a product with the weight's packed copy would (a lower size floor; ``choice().packed_rows``)."""
+    whether a product with the weight's packed copy would (a lower size floor; ``choice().packed_rows``),
+    ``for_one_row``: a copy laid out for one row (``packed_weights``)."""
     fp32 = torch.float32
     floor = MIN_PACKED_MACS if packed else MIN_MACS
     rows = x.numel() // max(1, x.shape[-1]) if x.dim() else 0
     # the size and this machine's rule first: they decide most calls (a decoding step's) in a few µs
     return (
         rows * weight.numel() >= floor
-        and _serves(rows, packed)
+        and _serves(rows, packed, for_one_row)
         and not torch.compiler.is_compiling()  # inductor lowers F.linear itself (it cannot lower this kernel)
         and x.device.type == "cpu"
         and x.dtype == fp32
@@ -185,11 +191,12 @@ def takes_onednn(
     )
 
 
-def _serves(rows: int, packed: bool) -> bool:
-    """Whether this machine's ``choice()`` sends a product of ``rows`` rows to oneDNN."""
+def _serves(rows: int, packed: bool, for_one_row: bool = False) -> bool:
+    """Whether this machine's ``choice()`` sends a product of ``rows`` rows to oneDNN (``for_one_row``: its
+    packed copy is laid out for one row, which ``packed_weights`` makes only where one row takes it)."""
     kernel, packed_rows = choice()
     if packed:
-        return packed_rows is not None and rows >= packed_rows
+        return packed_rows is not None and (rows >= packed_rows or (for_one_row and rows == 1))
     return kernel == "onednn"
 
 
@@ -238,7 +245,8 @@ class Linear(nn.Linear):
     ``packed_weights`` its weight's blocked copy serves products that need no gradient. ``convert``
     makes a model's ``nn.Linear`` modules these."""
 
-    packed: tuple[torch.Tensor, int] | None = None  # (oneDNN blocked weight, weight._version packed)
+    # (oneDNN blocked weight, weight._version packed, laid out for one row)
+    packed: tuple[torch.Tensor, int, bool] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self.packed
@@ -246,7 +254,7 @@ class Linear(nn.Linear):
             packed is not None
             and packed[1] == self.weight._version
             and not _needs_grad(x, self.weight, self.bias)
-            and takes_onednn(x, self.weight, self.bias, packed=True)
+            and takes_onednn(x, self.weight, self.bias, packed=True, for_one_row=packed[2])
         ):
             return _product(x, packed[0], self.bias)
         return linear(x, self.weight, self.bias)
@@ -281,7 +289,8 @@ def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS, rows: int | No
     ``rows``: how many rows most products will have (a decoding batch). For one row the copies take
     oneDNN's GEMV layout, bitwise the plain kernel's one-row results; the many-row layout reads one-row
     products' weights ~10% slower (the 125M shape's 48 linear layers, cache-cold, one Zen 4 thread: 20.5
-    ms a step against 18.5). For more rows the many-row layout stays: a row count there was no faster."""
+    ms a step against 18.5). Where one-row products keep MKL (``one_row_packing``), nothing is packed for
+    one row. For more rows the many-row layout stays: a row count there was no faster."""
     linears = [
         m
         for m in model.modules()
@@ -289,16 +298,31 @@ def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS, rows: int | No
         and m.weight.dtype == torch.float32
     ]  # fmt: skip
     fits = sum(m.weight.nbytes for m in linears) <= PACK_MAX_BYTES
-    if choice().packed_rows is None or not fits or steps < MIN_PACK_STEPS:
+    one_row = rows == 1
+    unread = one_row and not one_row_packing()  # one-row products here keep MKL: a copy would go unread
+    if choice().packed_rows is None or not fits or steps < MIN_PACK_STEPS or unread:
         linears = []
     for m in linears:
         with torch.no_grad():
-            m.packed = (_pack(m.weight.detach(), 1 if rows == 1 else None), m.weight._version)
+            m.packed = (_pack(m.weight.detach(), 1 if one_row else None), m.weight._version, one_row)
     try:
         yield
     finally:
         for m in linears:
             m.packed = None
+
+
+def one_row_packing() -> bool:
+    """Returns whether one-row products (decoding at batch 1) read weights packed for one row here: where
+    every product takes oneDNN, and on an AMD CPU whose rule keeps MKL for few rows when torch runs more
+    than one thread. MKL's one-row product runs on one thread whatever torch's count, oneDNN's on all of
+    them (the 125M shape's 48 one-row products on a Zen 4, one thread / two: MKL 23.8 / 24.0 ms, packed
+    for one row 20.1 / 14.3; capped at AVX2, 24.6 / 24.1 and 20.6 / 13.8). At one thread MKL stays: the
+    caps overstated oneDNN's one-row speed against a real Zen 3's before. Intel's MKL was not measured so."""
+    packed_rows = choice().packed_rows
+    if packed_rows is None:
+        return False
+    return packed_rows == 1 or (cpu_vendor() == "AuthenticAMD" and torch.get_num_threads() > 1)
 
 
 def _pack(weight: torch.Tensor, rows: int | None) -> torch.Tensor:
