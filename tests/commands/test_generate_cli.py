@@ -11,6 +11,7 @@ from test_zeroshot_adapter import build_hf_gpt2
 
 from nfeval.cli import main
 from nfeval.engine.checkpoints import checkpoint
+from nfeval.engine.kernels import cpu_linear
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
 
@@ -106,6 +107,7 @@ def test_cli_prints_and_writes_jsonl_with_provenance(tiny_clm_ckpt, tmp_path, ca
     assert header["kind"] == "header"
     assert header["provenance"]["model"]["fingerprint"] == checkpoint.load(tiny_clm_ckpt).fingerprint
     assert header["provenance"]["settings"]["seed"] == 3 and header["provenance"]["git_hash"] is not None
+    assert header["provenance"]["compute"]["cpu_linear_kernel"] == cpu_linear.describe(decoding_rows=1)
     assert [r["prompt"] for r in rows] == ["The cat", "A dog ran"]
     assert all(r["new_tokens"] <= 5 and r["completion"] in printed for r in rows)
     assert main(argv) == 0 and [json.loads(x) for x in out.read_text().splitlines()][1:] == rows  # seeded

@@ -182,6 +182,9 @@ def test_where_mkl_keeps_few_rows_one_row_is_packed_only_on_amd_with_threads(
     cpu_linear.choice.cache_clear()
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     assert cpu_linear.one_row_packing() is one_row
+    assert cpu_linear.describe(decoding_rows=1).endswith("rows and one row") is one_row
+    many_rows = "torch; packed: onednn from 4 rows"
+    assert cpu_linear.describe() == cpu_linear.describe(decoding_rows=2) == many_rows
     torch.manual_seed(0)
     layer, x = Linear(768, 768), torch.randn(1, 768)
     with torch.no_grad():

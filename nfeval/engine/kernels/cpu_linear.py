@@ -130,13 +130,15 @@ def kernel() -> str:
     return choice().kernel
 
 
-def describe() -> str:
+def describe(decoding_rows: int | None = None) -> str:
     """Returns the kernels in words, for run records: ``onednn``, ``torch``, or ``torch; packed: onednn
-    from N rows``."""
+    from N rows``, then `` and one row`` where decoding ``decoding_rows`` rows at a time reads weights
+    packed for one row (``one_row_packing``)."""
     plain, rows = choice()
     if plain == "onednn" or rows is None:
         return plain
-    return f"torch; packed: onednn from {rows} rows"
+    one_row = " and one row" if decoding_rows == 1 and one_row_packing() else ""
+    return f"torch; packed: onednn from {rows} rows{one_row}"
 
 
 def _linear_flops(x_shape, weight_shape, *args, **kwargs) -> int:
