@@ -156,11 +156,9 @@ def main() -> None:
         "--emulate-avx2", action="store_true", help="both sides' kernels capped at AVX2 (no AVX-512, no VNNI)"
     )
     args = parser.parse_args()
-    root = str(HERE.parent)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(args.threads),
-        "PYTHONPATH": root,
         "TOKENIZERS_PARALLELISM": "false",
         **(AVX2_ONLY if args.emulate_avx2 else {}),
     }
