@@ -35,7 +35,6 @@ from results_md import write_block
 SHARED = Path(os.environ.get("NFEVAL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TASKS = [t for t in ("piqa", "hellaswag", "winogrande", "openbookqa", "storycloze_2016")
          if (SHARED / "zeroshot" / t.split("_")[0]).is_dir()]  # fmt: skip
-ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("acc,none", "acc_norm,none")
 HEADING = "## Zero-shot fixed costs removed (issue 26, zero-shot half)"  # where --results adds its table
 
@@ -108,7 +107,7 @@ def hf_side(model_dir: str, out: str, args: argparse.Namespace) -> None:
 def timed(argv: list[str], env: dict[str, str]) -> float:
     """Returns the wall seconds of running ``argv`` as a process (its output discarded)."""
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
@@ -116,7 +115,6 @@ def run_side(side: str, model_dir: str, tmp: str, args: argparse.Namespace) -> t
     """Returns (wall s, results JSON) of one whole-process run of ``side`` ("hf" or "nfeval")."""
     out = os.path.join(tmp, f"{side}.json")
     env = dict(os.environ, NFEVAL_CACHE=tempfile.mkdtemp(prefix="cold-cache-", dir=tmp))
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     if side == "hf":
         argv = [sys.executable, __file__, "--hf-side", model_dir, out, "--limit", str(args.limit),
                 "--batch-size", str(args.batch_size), "--tasks", *args.tasks]  # fmt: skip
