@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 
-from nfeval.engine.inference.generate import Sampling, generate
+from nfeval.engine.inference.generate import Sampling, generate, left_pad, prefill_mask
 from nfeval.engine.model.config import ModelConfig
 from nfeval.engine.model.kv_cache import KVCache
 from nfeval.engine.model.model import Transformer
@@ -113,6 +114,28 @@ def test_chunked_prefill_after_cache_equals_full_forward():
         first = model(ids[:, :4], cache=cache)
         rest = model(ids[:, 4:], cache=cache)
         torch.testing.assert_close(torch.cat([first, rest], 1), model(ids), rtol=0, atol=1e-5)
+
+
+def test_a_float_step_mask_gives_the_bool_masks_hidden_states_bitwise():
+    """Decoding steps pass the padding mask as the 0 / -inf floats SDPA adds to the scores (made once
+    per batch): bitwise what SDPA makes of the bool mask at every call."""
+    model = make_model(seed=6)
+    ids, real, positions = left_pad(PROMPTS, 0, 3, "cpu")
+    width = ids.shape[1]
+    caches = [KVCache(model.cfg, len(PROMPTS), width + 3) for _ in range(2)]
+    with torch.no_grad():
+        for cache in caches:
+            model.encode(
+                ids, position_ids=positions[:, :width], attn_mask=prefill_mask(real, width), cache=cache
+            )
+        bias = torch.zeros(real.shape).masked_fill_(~real, -math.inf)
+        step = torch.tensor([[3], [1], [4], [1]])
+        masks = (real[:, None, None, : width + 1], bias[:, None, None, : width + 1])
+        got = [
+            model.encode(step, position_ids=positions[:, width : width + 1], attn_mask=m, cache=c)
+            for m, c in zip(masks, caches)
+        ]
+    assert torch.equal(got[0], got[1])
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 4])

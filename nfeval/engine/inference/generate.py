@@ -197,6 +197,9 @@ def generate_batch(
             else:
                 tokens = out
         return new
+    # the steps' mask as the float SDPA adds to the scores (0 at tokens, -inf at padding): what SDPA would
+    # make of a bool mask at every call of every layer, made once
+    bias = torch.zeros(real.shape, dtype=dtype, device=device).masked_fill_(~real, -math.inf)
     for _ in range(max_new_tokens):
         keep = record(new, rows, tokens.tolist(), eos_id, stop, max_new_tokens)
         if not keep:
@@ -204,10 +207,10 @@ def generate_batch(
         if len(keep) < len(rows):  # finished rows stop costing compute
             kept = torch.tensor(keep, device=device)
             rows, tokens = [rows[j] for j in keep], tokens[kept]
-            real, positions = real[kept], positions[kept]
+            bias, positions = bias[kept], positions[kept]
             cache.keep_rows(kept)
         n = cache.length
-        step_mask = real[:, None, None, : n + 1] if padded else None
+        step_mask = bias[:, None, None, : n + 1] if padded else None
         step_pos = positions[:, n : n + 1] if padded else None
         hidden = model.encode(tokens[:, None], position_ids=step_pos, attn_mask=step_mask, cache=cache)
         tokens = pick(hidden[:, -1], [generators[r] for r in rows])

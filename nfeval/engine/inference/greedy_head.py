@@ -73,9 +73,10 @@ class GreedyHead:
         self.max_l1, self.max_error = float(row_l1.max()), float(row_error.max())
         self.sqrt_d = math.sqrt(w.shape[1])
 
-    def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (screened logits (B, blocks, BLOCK), each row's threshold (B,)): every token whose fp32
-        logit may be its row's largest has a screened logit at or above the threshold."""
+    def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns (screened logits (B, blocks, BLOCK), each block's largest (B, blocks), each row's
+        threshold (B,)): every token whose fp32 logit may be its row's largest has a screened logit at or
+        above the threshold."""
         screened = torch.ops.quantized.linear_dynamic(hidden, self.packed, True)  # 7-bit activations
         half_step = float(hidden.max().clamp(min=0) - hidden.min().clamp(max=0)) / 254
         norm = hidden.norm(dim=1)
@@ -85,16 +86,17 @@ class GreedyHead:
             + ROUNDING_SLACK * hidden.abs().amax(1) * self.max_l1
         )
         blocks = screened.view(len(hidden), -1, BLOCK)
-        return blocks, blocks.amax(2).amax(1) - 2 * margin
+        block_max = blocks.amax(2)  # one pass over the (B, vocab) logits serves the threshold and the blocks
+        return blocks, block_max, block_max.amax(1) - 2 * margin
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden.float().contiguous()
         if not bool(torch.isfinite(hidden).all()):  # the quantizer needs a finite range
             return self.full_argmax(hidden)
-        blocks, threshold = self.screen(hidden)
+        blocks, block_max, threshold = self.screen(hidden)
         if len(hidden) == 1:
             return self.one_row(hidden, blocks.view(-1), threshold)
-        block_rows, block_ids = (blocks.amax(2) >= threshold[:, None]).nonzero(as_tuple=True)
+        block_rows, block_ids = (block_max >= threshold[:, None]).nonzero(as_tuple=True)
         if not len(block_rows):  # no block reaches the threshold: the screened logits are not finite
             return self.full_argmax(hidden)
         passed = blocks.flatten(0, 1).index_select(0, block_rows * blocks.shape[1] + block_ids)

@@ -58,7 +58,8 @@ Padding is expected on the right; for a causal model the causal mask already hid
 Inference (``nfeval.engine.inference.generate``) passes three optional arguments to ``encode``/``forward``:
 ``cache`` (a ``KVCache``: each layer's keys and values of the tokens seen so far; the new tokens sit
 after them), ``position_ids`` (per-row positions, e.g. for left-padded prompts) and ``attn_mask``
-(bool, True where a query may attend a key; it replaces the causal mask). Without them the training
+(True where a query may attend a key, or the 0 / -inf SDPA adds to the scores; it replaces the causal
+mask). Without them the training
 forward runs SDPA with ``is_causal``.
 
 The attention sub-layer (from ``qkv`` to HeadScale above) is ``attention.py``'s ``SelfAttention``. The
@@ -269,9 +270,10 @@ class Transformer(nn.Module):
 
         ``padding_mask`` (encoder only): True at real tokens. ``cache``: the tokens of ``idx`` follow the
         cached ones, whose keys/values are used and to which theirs are appended. ``position_ids`` (B, T):
-        0-based positions (default: ``cache.length`` onwards). ``attn_mask`` (bool, broadcastable to
-        (B, H, T, cache.length + T)): True where a query may attend a key; it replaces the causal mask,
-        and every query must be allowed at least one key.
+        0-based positions (default: ``cache.length`` onwards). ``attn_mask`` (broadcastable to
+        (B, H, T, cache.length + T)): True where a query may attend a key, or in the scores' dtype the
+        0 / -inf SDPA adds to them; it replaces the causal mask, and every query must be allowed at
+        least one key.
         """
         B, T = idx.shape
         if last_layer_positions is not None and (self.cfg.causal or cache is not None):
