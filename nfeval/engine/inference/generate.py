@@ -180,23 +180,10 @@ def generate_batch(
     )
     pick = token_picker(model, sampling)
     tokens = pick(hidden[:, -1], generators)
+    if decoder is not None:
+        return static_steps(decoder, tokens, sampling, generators, eos_id, stop, max_new_tokens)
     rows = list(range(len(prompts)))  # the prompts still generating, in batch order
     new: list[list[int]] = [[] for _ in prompts]
-    if decoder is not None:  # every row stays in the batch: ``tokens`` holds one pick per prompt
-        warpers = None if sampling.greedy else sampling.warpers()
-        for _ in range(max_new_tokens):
-            picks = tokens.tolist()
-            keep = record(new, rows, [picks[r] for r in rows], eos_id, stop, max_new_tokens)
-            if not keep:
-                break
-            rows = [rows[j] for j in keep]
-            out = decoder.step(tokens)
-            if warpers is not None:
-                tokens = torch.zeros(len(prompts), dtype=torch.long, device=device)
-                tokens[rows] = next_tokens(out[rows], warpers, [generators[r] for r in rows])
-            else:
-                tokens = out
-        return new
     # the steps' mask as the float SDPA adds to the scores (0 at tokens, -inf at padding): what SDPA would
     # make of a bool mask at every call of every layer, made once
     bias = torch.zeros(real.shape, dtype=dtype, device=device).masked_fill_(~real, -math.inf)
@@ -214,6 +201,35 @@ def generate_batch(
         step_pos = positions[:, n : n + 1] if padded else None
         hidden = model.encode(tokens[:, None], position_ids=step_pos, attn_mask=step_mask, cache=cache)
         tokens = pick(hidden[:, -1], [generators[r] for r in rows])
+    return new
+
+
+def static_steps(
+    decoder: StaticDecoder,
+    tokens: torch.Tensor,
+    sampling: Sampling,
+    generators: list[torch.Generator | None],
+    eos_id: int | None,
+    stop: StopStrings | None,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """Returns each row's new tokens from ``decoder``'s static steps after the prefill picked ``tokens``
+    (B,): every row stays in the batch, and a finished row's picks are ignored."""
+    rows = list(range(len(tokens)))  # the rows still generating, in batch order
+    new: list[list[int]] = [[] for _ in rows]
+    warpers = None if sampling.greedy else sampling.warpers()
+    for _ in range(max_new_tokens):
+        picks = tokens.tolist()
+        keep = record(new, rows, [picks[r] for r in rows], eos_id, stop, max_new_tokens)
+        if not keep:
+            break
+        rows = [rows[j] for j in keep]
+        out = decoder.step(tokens)
+        if warpers is not None:
+            tokens = torch.zeros(len(new), dtype=torch.long, device=out.device)
+            tokens[rows] = next_tokens(out[rows], warpers, [generators[r] for r in rows])
+        else:
+            tokens = out
     return new
 
 
