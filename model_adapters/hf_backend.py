@@ -57,6 +57,13 @@ class HFBackend(Backend):
         self.projection = VocabProjection.of(model.get_output_embeddings())  # None: not an nn.Linear
         self.tree = self.tree_probe()  # packed prefix trees (scorer.py), else one row per input
 
+    def linear_kernel(self, decoding_rows: int | None = None) -> str:
+        """Returns ``Backend.linear_kernel``'s words for what runs here: transformers' own ``generate``
+        when generating, else its forward with the engine's output projection (``VocabProjection``)."""
+        if decoding_rows is not None:
+            return "none: transformers generates"
+        return f"transformers' forward; output projection: {super().linear_kernel()}"
+
     def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
         kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
         return self.tokenizer.encode(text, **kwargs)

@@ -38,7 +38,7 @@ from ..engine.checkpoints.checkpoint import Checkpoint
 from ..engine.checkpoints.loading import ModelIdentity
 from ..engine.inference.backend import nfeval_backend
 from ..engine.inference.generate import Sampling
-from ..engine.kernels.cpu_linear import describe, packed_weights
+from ..engine.kernels.cpu_linear import packed_weights
 from ..engine.kernels.denormals import flushing
 from ..engine.model.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.training.budget import peak_flops
@@ -218,7 +218,7 @@ class NFEvalLM(TemplateLM):
         peak, source = peak_flops(SimpleNamespace(peak_flops=None, dtype=name), self._device)
         return {
             "forward_by": self.model_backend.forward_by,
-            "cpu_linear_kernel": describe(),
+            "cpu_linear_kernel": self.model_backend.linear_kernel(),
             "cpu_flush_denormals": flushing(),
             **self.scoring_stats.report(peak, source),
         }

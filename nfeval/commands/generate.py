@@ -7,7 +7,7 @@ model's own ``generate``) or a fairseq checkpoint file (``--tokenizer`` gives it
 folder, mapped through the dict.txt beside it or ``--fairseq-dict``). Prompts get the same prefix as
 scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own special tokens for HF models).
 The JSONL file starts with a header line (provenance, model fingerprint, settings, the CPU linear kernel:
-``cpu_linear.describe``), then one line per prompt. Weights are fp32 unless ``--dtype`` says otherwise.
+``Backend.linear_kernel``), then one line per prompt. Weights are fp32 unless ``--dtype`` says otherwise.
 The path is read by ``engine.checkpoints.loading.identify``; an nfeval or fairseq checkpoint generates
 through ``engine.inference.backend.NFEvalBackend`` (the zero-shot scorer's backend) with torch and
 tokenizers alone, and only an HF model directory the engine does not reproduce imports transformers
@@ -42,7 +42,6 @@ from ..base.outputs import check_output_file
 from ..engine.checkpoints import loading
 from ..engine.inference.backend import Backend, nfeval_backend
 from ..engine.inference.generate import Sampling
-from ..engine.kernels import cpu_linear
 from ..engine.model.dtypes import torch_dtype
 from ..engine.text.fairseq_tokenizer import FairseqReading
 from ..engine.training.parallel import resolve_device
@@ -226,8 +225,8 @@ def run(args: argparse.Namespace) -> int:
             "dtype": LONG_NAMES[opts.dtype],
         }
         # the kernels of this decoding batch: their rounding can part two machines' texts at a near-tie
-        kernel = cpu_linear.describe(decoding_rows=min(opts.batch_size, len(prompts)))
-        compute = {"cpu_linear_kernel": kernel}
+        rows = min(opts.batch_size, len(prompts))
+        compute = {"cpu_linear_kernel": backend.linear_kernel(decoding_rows=rows)}
         header = {"kind": "header", "provenance": provenance(model=model, settings=settings, compute=compute)}
         lines = [header] + [{"kind": "generation", "index": i, **r} for i, r in enumerate(records)]
         atomic_write_text(opts.output, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))

@@ -166,6 +166,7 @@ def test_cli_generates_in_fp32_unless_bf16_is_asked_for(tiny_clm_ckpt, tmp_path)
     assert main([*base, "--dtype", "bf16", "--output", str(out)]) == 0
     header = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
     assert header["provenance"]["settings"]["dtype"] == "bfloat16"
+    assert header["provenance"]["compute"]["cpu_linear_kernel"] == "torch: bfloat16 weights"  # not oneDNN's
 
 
 def generate_hf_dir(hf_dir, tmp_path, name, *flags):
@@ -177,7 +178,7 @@ def generate_hf_dir(hf_dir, tmp_path, name, *flags):
     argv = ["generate", "--ckpt", hf_dir, "--prompts", str(prompts), "--max-new-tokens", "12"]
     assert main([*argv, "--batch-size", "3", "--output", str(out), *flags]) == 0
     header, *rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    return header["provenance"]["model"], rows
+    return header["provenance"]["model"] | header["provenance"]["compute"], rows
 
 
 def test_cli_generates_a_hf_gpt2_in_the_engine_with_the_hf_models_own_text(tmp_path):
@@ -185,6 +186,8 @@ def test_cli_generates_a_hf_gpt2_in_the_engine_with_the_hf_models_own_text(tmp_p
     engine, rows = generate_hf_dir(hf_dir, tmp_path, "engine")
     stock, want = generate_hf_dir(hf_dir, tmp_path, "transformers", "--hf-forward", "transformers")
     assert (engine["forward_by"], stock["forward_by"]) == ("nfeval engine (GPT-2 weights)", "transformers")
+    kernels = (engine["cpu_linear_kernel"], stock["cpu_linear_kernel"])
+    assert kernels == (cpu_linear.describe(decoding_rows=3), "none: transformers generates")
     assert engine["kind"] == stock["kind"] == "hf"
     assert [(r["completion"], r["new_tokens"], r["finish"]) for r in rows] == [
         (r["completion"], r["new_tokens"], r["finish"]) for r in want

@@ -11,6 +11,7 @@ import pytest
 from test_zeroshot_adapter import build_hf_gpt2
 from test_zeroshot_cli import data_dir  # noqa: F401  (the fixture: tiny local task files)
 
+from nfeval.engine.kernels import cpu_linear
 from nfeval.engine.text.tokenization import GPT2_EOT
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
@@ -109,6 +110,11 @@ def test_zeroshot_results_say_what_computed_the_forward_and_cache_it_apart(tmp_p
     transformers = dataclasses.replace(run, scoring=ScoringConfig(device="cpu", hf_forward="transformers"))
     stock = zeroshot.evaluate(path, transformers)  # not answered from the cache
     assert stock["nfeval"]["scoring"]["forward_by"] == "transformers"
+    kernel = cpu_linear.describe()
+    assert engine["nfeval"]["scoring"]["cpu_linear_kernel"] == kernel
+    # transformers' own forward, then the engine's output projection
+    want = f"transformers' forward; output projection: {kernel}"
+    assert stock["nfeval"]["scoring"]["cpu_linear_kernel"] == want
     assert stock["results"]["piqa"]["acc,none"] == engine["results"]["piqa"]["acc,none"]
     assert zeroshot.evaluate(path, run)["nfeval"]["scoring"] is None  # the default's own cache entry
 

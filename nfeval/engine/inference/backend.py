@@ -101,6 +101,17 @@ class Backend:
         """Returns what the scorer counts model FLOPs from."""
         raise NotImplementedError
 
+    def linear_kernel(self, decoding_rows: int | None = None) -> str:
+        """Returns, for run records, the kernel of the engine's linear products (``cpu_linear.describe``;
+        ``decoding_rows``: when generating, rows a step), or why none of them runs it: another device,
+        or weights of another dtype (whose products are torch's)."""
+        dtype = next(self.model.parameters()).dtype
+        if self.device.type != "cpu":
+            return f"none: the forward runs on {self.device.type}"
+        if dtype != torch.float32:
+            return f"torch: {str(dtype).removeprefix('torch.')} weights"
+        return cpu_linear.describe(decoding_rows)
+
     def generate(
         self,
         prompts: list[list[int]],
