@@ -62,6 +62,8 @@ class HFBackend(Backend):
         when generating, else its forward with the engine's output projection (``VocabProjection``)."""
         if decoding_rows is not None:
             return "none: transformers generates"
+        if self.device.type != "cpu":
+            return super().linear_kernel()
         return f"transformers' forward; output projection: {super().linear_kernel()}"
 
     def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:

@@ -59,8 +59,7 @@ Inference (``nfeval.engine.inference.generate``) passes three optional arguments
 ``cache`` (a ``KVCache``: each layer's keys and values of the tokens seen so far; the new tokens sit
 after them), ``position_ids`` (per-row positions, e.g. for left-padded prompts) and ``attn_mask``
 (True where a query may attend a key, or the 0 / -inf SDPA adds to the scores; it replaces the causal
-mask). Without them the training
-forward runs SDPA with ``is_causal``.
+mask). Without them the training forward runs SDPA with ``is_causal``.
 
 The attention sub-layer (from ``qkv`` to HeadScale above) is ``attention.py``'s ``SelfAttention``. The
 model is plain torch (``nn.Linear``, ``F.linear``), as an export carries it; where nfeval trains or
