@@ -17,6 +17,7 @@ from ...base.errors import CheckpointError, MissingDataError
 from ..checkpoints import checkpoint
 from ..checkpoints.rundir import TOKENIZER
 from ..kernels import cpu_linear
+from ..model.dtypes import long_name
 from ..text.tokenization import special_ids
 from .generate import Sampling, generate
 from .vocab_head import VocabProjection
@@ -109,7 +110,7 @@ class Backend:
         if self.device.type != "cpu":
             return f"none: the forward runs on {self.device.type}"
         if dtype != torch.float32:
-            return f"torch: {str(dtype).removeprefix('torch.')} weights"
+            return f"torch: {long_name(dtype)} weights"
         return cpu_linear.describe(decoding_rows)
 
     def generate(
