@@ -2,19 +2,20 @@
 process (start-up, imports, model load and generation on both sides).
 
 The model is a random-weight Pre-LN GPT-2-shaped Transformer (default 4 layers, d=256) with GPT-2's
-tokenizer (``../shared/data/tokenizer/gpt2``), saved as an nfeval checkpoint and exported with
-``nfeval export-hf`` (a ``GPT2LMHeadModel`` directory), so both sides decode the same weights. The
-prompts are passages of CPython's documentation (as ``generate_vs_hf.py``), one per line. Both sides
-are greedy, stop at EOS, and run with ``OMP_NUM_THREADS`` threads; rounds are interleaved (each round
-runs both commands once, in alternating order) and each side's median wall time and median CPU time
-(user + system: what a machine loaded by other work disturbs least) are kept. The completions of the
-two must be identical. ``--emulate-avx2`` caps both sides' kernels at AVX2 (torch's own, oneDNN's,
-fbgemm's and MKL's), as on a CPU without AVX-512 (a Zen 3 EPYC), where nfeval's ``auto`` kernel rule
-then chooses as it does there. ``--nfeval-reads hf`` gives ``nfeval generate`` the HF directory the HF
-script reads (a GPT-2 the engine reproduces: read into the engine, ``model_adapters.gpt2_engine``)
-instead of the nfeval checkpoint it was exported from; ``--nfeval-reads hf-transformers`` the same
-directory with ``--hf-forward transformers`` (the HF model's own ``generate`` inside ``nfeval generate``,
-what it did with every HF directory before).
+tokenizer (``../shared/data/tokenizer/gpt2``), saved as an nfeval checkpoint and exported with ``nfeval
+export-hf`` (a ``GPT2LMHeadModel`` directory), so both sides decode the same weights. The prompts are
+passages of CPython's documentation (as ``generate_vs_hf.py``), one per line. Both sides are greedy, stop
+at EOS, and run with ``OMP_NUM_THREADS`` threads; rounds are interleaved (each round runs both commands
+once, in alternating order) and each side's median wall time and median CPU time (user + system: what a
+machine loaded by other work disturbs least) are kept, each side's fastest and slowest wall time beside
+them, and beside each ratio its spread (the lowest and highest ratio of one round's pair). The
+completions of the two must be identical. ``--emulate-avx2`` caps both sides' kernels at AVX2 (torch's
+own, oneDNN's, fbgemm's and MKL's), as on a CPU without AVX-512 (a Zen 3 EPYC), where nfeval's ``auto``
+kernel rule then chooses as it does there. ``--nfeval-reads hf`` gives ``nfeval generate`` the HF
+directory the HF script reads (a GPT-2 the engine reproduces: read into the engine,
+``model_adapters.gpt2_engine``) instead of the nfeval checkpoint it was exported from; ``--nfeval-reads
+hf-transformers`` the same directory with ``--hf-forward transformers`` (the HF model's own ``generate``
+inside ``nfeval generate``, what it did with every HF directory before).
 
     python benchmarks/generate_command_vs_hf.py [--layers 4 --d-model 256] [--settings 1x8 16x16] \
         [--nfeval-reads hf|hf-transformers]
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 import torch
-from generate_vs_hf import SHARED, gpt2_layout, prompts, write_results
+from generate_vs_hf import SHARED, gpt2_layout, prompts, ratio_spread, spread, write_results
 
 from nfeval.engine.checkpoints import checkpoint
 from nfeval.engine.interop.hf_export import export_hf
@@ -103,9 +104,9 @@ def cpu_seconds() -> float:
     return times.children_user + times.children_system
 
 
-def run_interleaved(sides: dict, rounds: int, env: dict) -> dict[str, tuple[float, float]]:
-    """Returns each side's median (wall, CPU) seconds over ``rounds`` interleaved runs (no warm-up:
-    start-up is part of what is measured; the first round also warms the file cache for both)."""
+def run_interleaved(sides: dict, rounds: int, env: dict) -> dict[str, list[tuple[float, float]]]:
+    """Returns each side's (wall, CPU) seconds of every one of ``rounds`` interleaved runs, in order (no
+    warm-up: start-up is part of what is measured; the first round also warms the file cache for both)."""
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for r in range(rounds):
         for name in list(sides)[:: 1 if r % 2 == 0 else -1]:
@@ -114,7 +115,7 @@ def run_interleaved(sides: dict, rounds: int, env: dict) -> dict[str, tuple[floa
             times[name].append((time.perf_counter() - t0, cpu_seconds() - cpu0))
             if done.returncode:
                 sys.exit(f"{name} side failed: {' '.join(sides[name][0])}\n{done.stderr[-3000:]}")
-    return {name: tuple(statistics.median(x) for x in zip(*t)) for name, t in times.items()}
+    return times
 
 
 def measure(work: Path, ckpt: str, hf_dir: str, all_prompts: str, setting: str, args, env: dict) -> str:
@@ -128,12 +129,18 @@ def measure(work: Path, ckpt: str, hf_dir: str, all_prompts: str, setting: str, 
         "hf-transformers": ["--ckpt", hf_dir, "--hf-forward", "transformers"],
     }[args.nfeval_reads]
     sides = commands(model, hf_dir, str(file), args.new_tokens, batch, work)
-    (hf, hf_cpu), (ours, ours_cpu) = (run_interleaved(sides, args.rounds, env)[k] for k in ("hf", "nfeval"))
+    times = run_interleaved(sides, args.rounds, env)
+    (hf_wall, hf_cpu), (ours_wall, ours_cpu) = (list(zip(*times[k])) for k in ("hf", "nfeval"))
+    hf, ours = statistics.median(hf_wall), statistics.median(ours_wall)
+    hf_c, ours_c = statistics.median(hf_cpu), statistics.median(ours_cpu)
     got, want = completions(sides["nfeval"][1]), completions(sides["hf"][1])
     same = sum(a == b for a, b in zip(got, want))
     return (
-        f"| {batch} | {n} | {hf:.2f} | {ours:.2f} | **{hf / ours:.2f}x** | {hf_cpu:.2f} | {ours_cpu:.2f} | "
-        f"**{hf_cpu / ours_cpu:.2f}x** | {same}/{n} |"
+        f"| {batch} | {n} | {hf:.2f} ({min(hf_wall):.2f}-{max(hf_wall):.2f}) | {ours:.2f} "
+        f"({min(ours_wall):.2f}-{max(ours_wall):.2f}) | **{hf / ours:.2f}x** | "
+        f"{spread(ratio_spread(hf_wall, ours_wall))} | {hf_c:.2f} | {ours_c:.2f} | "
+        f"**{hf_c / ours_c:.2f}x** | "
+        f"{spread(ratio_spread(hf_cpu, ours_cpu))} | {same}/{n} |"
     )
 
 
@@ -167,11 +174,12 @@ def main() -> None:
         f"Whole commands, Pre-LN L={args.layers} d={args.d_model} (random weights, GPT-2 tokenizer), "
         f"{args.new_tokens} new tokens per prompt (EOS on), {args.threads} thread(s){isa}, nfeval reading "
         f"{READS[args.nfeval_reads]}; {args.rounds} "
-        "interleaved rounds, median wall and CPU (user + system) time of the process.",
+        "interleaved rounds, median wall (fastest-slowest) and CPU (user + system) time of the process; "
+        "a ratio's spread is the lowest-highest of the rounds' pairs.",
         "",
-        "| batch | prompts | HF script s | `nfeval generate` s | nfeval / HF | HF CPU s | nfeval CPU s "
-        "| nfeval / HF, CPU | identical completions |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| batch | prompts | HF script s | `nfeval generate` s | nfeval / HF | spread | HF CPU s "
+        "| nfeval CPU s | nfeval / HF, CPU | spread | identical completions |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

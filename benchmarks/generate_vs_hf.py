@@ -6,7 +6,8 @@ GELU, eps 1e-5), so greedy decoding must give the same tokens on both sides. Pro
 of CPython's own documentation (``pydoc_data``), GPT-2-tokenized, 12 to 42 tokens long (ragged, so
 batches are left-padded); batch 1 runs two prompts one after the other. EOS is off: every row
 generates all its tokens; tokens/s counts new tokens. Rounds are interleaved (each round times both
-sides once, in alternating order, after one untimed warm-up each) and each side's median is kept.
+sides once, in alternating order, after one untimed warm-up each) and each side's median is kept;
+beside the ratio of the medians stands its spread, the lowest and highest ratio of one round's pair.
 
 Beside each rate stands the memory-bandwidth limit of decoding: the bytes one step reads (the
 weights, once per step, and the KV cache) per token, divided by the bandwidth of a 256 MB tensor
@@ -27,6 +28,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from results_md import write_block
@@ -176,9 +178,17 @@ def bytes_per_token(model, batch: int, context: float, head_bytes_per_weight: in
     return (4 * rest + head_bytes_per_weight * head) / batch + cache
 
 
-def interleaved(sides: dict, rounds: int) -> dict[str, tuple[float, list]]:
-    """Returns each side's (median wall seconds over ``rounds``, last result); each round runs every side
-    once, in an order that alternates from round to round, after one untimed warm-up each."""
+class Timing(NamedTuple):
+    """One side's times over interleaved rounds."""
+
+    seconds: float  # the median round
+    result: object  # the last round's result
+    rounds: list[float]  # every round's seconds, in order
+
+
+def interleaved(sides: dict, rounds: int) -> dict[str, Timing]:
+    """Returns each side's ``Timing``; each round runs every side once, in an order that alternates from
+    round to round, after one untimed warm-up each."""
     results = {name: fn() for name, fn in sides.items()}
     times: dict[str, list[float]] = {name: [] for name in sides}
     for r in range(rounds):
@@ -186,7 +196,19 @@ def interleaved(sides: dict, rounds: int) -> dict[str, tuple[float, list]]:
             t0 = time.perf_counter()
             results[name] = sides[name]()
             times[name].append(time.perf_counter() - t0)
-    return {name: (statistics.median(times[name]), results[name]) for name in sides}
+    return {name: Timing(statistics.median(times[name]), results[name], times[name]) for name in sides}
+
+
+def ratio_spread(slow: list[float], fast: list[float]) -> tuple[float, float]:
+    """Returns the lowest and highest ``slow[r] / fast[r]`` over the rounds r: the spread of a ratio whose
+    two sides ran back to back in each round, which a drift of the machine's speed moves least."""
+    ratios = [a / b for a, b in zip(slow, fast, strict=True)]
+    return min(ratios), max(ratios)
+
+
+def spread(low_high: tuple[float, float]) -> str:
+    """Returns a ratio's spread as the tables print it: ``0.97-1.08``."""
+    return f"{low_high[0]:.2f}-{low_high[1]:.2f}"
 
 
 def agreement(got: list[list[int]], want: list[list[int]]) -> tuple[int, float]:
@@ -232,20 +254,23 @@ def compare(
     tokens = len(ps) * new_tokens
     context = sum(map(len, ps)) / len(ps) + new_tokens / 2  # mean cached tokens over the decode
     row = {"batch": batch, "new_tokens": new_tokens, "prompts": len(ps)}
-    for name, (seconds, _) in timed.items():
-        row[f"{name}_tok_s"] = tokens / seconds
-    row["speedup"] = timed["hf"][0] / timed["nfeval"][0]
-    row["identical"], _ = agreement(timed["nfeval"][1], timed["hf"][1])
+    for name, timing in timed.items():
+        row[f"{name}_tok_s"] = tokens / timing.seconds
+    nf = timed["nfeval"]
+    ratios = {"hf": "speedup", "hf_static": "hf_static_speedup", "nfeval_eager": "eager_speedup"}
+    for name, key in ratios.items():
+        if name in timed:
+            row[key] = timed[name].seconds / nf.seconds
+            row[f"{key}_range"] = ratio_spread(timed[name].rounds, nf.rounds)
+    row["identical"], _ = agreement(nf.result, timed["hf"].result)
     if hf_static:
-        row["hf_static_speedup"] = timed["hf_static"][0] / timed["nfeval"][0]
-        row["hf_static_identical"], _ = agreement(timed["nfeval"][1], timed["hf_static"][1])
+        row["hf_static_identical"], _ = agreement(nf.result, timed["hf_static"].result)
     if nfeval_eager:
-        row["eager_speedup"] = timed["nfeval_eager"][0] / timed["nfeval"][0]
-        row["eager_identical"], _ = agreement(timed["nfeval"][1], timed["nfeval_eager"][1])
+        row["eager_identical"], _ = agreement(nf.result, timed["nfeval_eager"].result)
     row["limit_fp32"] = bandwidth / bytes_per_token(ours, batch, context, 4)
     row["limit_int8_head"] = bandwidth / bytes_per_token(ours, batch, context, 1)
     if ours_bf16 is not None:
-        row["bf16_identical"], row["bf16_token_agreement"] = agreement(timed["bf16"][1], timed["nfeval"][1])
+        row["bf16_identical"], row["bf16_token_agreement"] = agreement(timed["bf16"].result, nf.result)
     return row
 
 
@@ -255,14 +280,15 @@ def table(rows: list[dict], args, bandwidth: float) -> str:
     static = all("hf_static_tok_s" in r for r in rows)
     lines = [
         f"Model: Pre-LN L={args.layers} d={args.d_model} vocab 50257 (random), device {args.device}, "
-        f"{args.threads} torch thread(s); {args.rounds} interleaved rounds, median. "
+        f"{args.threads} torch thread(s); {args.rounds} interleaved rounds, median (the ratios' spread: "
+        "the lowest-highest of the rounds' pairs). "
         f"Memory bandwidth (256 MB copy, read + write): {bandwidth / 1e9:.1f} GB/s. "
         f"Load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} ({os.cpu_count()} cores).",
         "",
-        "| batch | new tokens | HF tok/s | nfeval tok/s | nfeval / HF | identical rows | "
+        "| batch | new tokens | HF tok/s | nfeval tok/s | nfeval / HF | spread | identical rows | "
         "bandwidth limit tok/s (fp32 / int8 head) | nfeval bf16 tok/s | bf16 = fp32 rows, tokens |"
         + (" HF static-cache tok/s | nfeval / HF static | identical rows |" if static else ""),
-        "|---:|---:|---:|---:|---:|---|---|---:|---|" + ("---:|---:|---|" if static else ""),
+        "|---:|---:|---:|---:|---:|---|---|---|---:|---|" + ("---:|---:|---|" if static else ""),
     ]
     for r in rows:
         bf16 = (
@@ -272,10 +298,11 @@ def table(rows: list[dict], args, bandwidth: float) -> str:
         )
         lines.append(
             f"| {r['batch']} | {r['new_tokens']} | {r['hf_tok_s']:.1f} | {r['nfeval_tok_s']:.1f} | "
-            f"**{r['speedup']:.2f}x** | {r['identical']}/{r['prompts']} | "
+            f"**{r['speedup']:.2f}x** | {spread(r['speedup_range'])} | {r['identical']}/{r['prompts']} | "
             f"{r['limit_fp32']:.0f} / {r['limit_int8_head']:.0f} | {bf16} |"
             + (
-                f" {r['hf_static_tok_s']:.1f} | **{r['hf_static_speedup']:.2f}x** | "
+                f" {r['hf_static_tok_s']:.1f} | **{r['hf_static_speedup']:.2f}x** "
+                f"({spread(r['hf_static_speedup_range'])}) | "
                 f"{r['hf_static_identical']}/{r['prompts']} |"
                 if static
                 else ""

@@ -171,8 +171,8 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
         {name: functools.partial(lm.loglikelihood, requests, disable_tqdm=True) for name, lm in lms.items()},
         rounds,
     )
-    median = {name: seconds for name, (seconds, _) in timed.items()}
-    results = {name: result for name, (_, result) in timed.items()}
+    median = {name: timing.seconds for name, timing in timed.items()}
+    results = {name: timing.result for name, timing in timed.items()}
     diff = max(abs(a[0] - b[0]) for a, b in zip(results["hflm"], results["nfeval"]))
     if diff > 1e-3:
         raise RuntimeError(f"HFLM and nfeval log-likelihoods differ by up to {diff}")
