@@ -42,12 +42,32 @@ def test_screened_logits_stay_within_the_bound():
     w = weights()
     head = GreedyHead(w)
     for h in hidden_states(w):
-        blocks, block_max, threshold = head.screen(h)
+        blocks, block_max, margin, _ = head.screen(h)
         assert torch.equal(block_max, blocks.amax(2))
         screened = blocks.flatten(1)[:, : len(w)].double()
         exact = h.double() @ w.double().t()
-        margin = (blocks.flatten(1).amax(1).double() - threshold.double()) / 2
-        assert bool(((screened - exact).abs().amax(1) <= margin).all())
+        assert bool(((screened - exact).abs().amax(1) <= margin.double()).all())
+
+
+def test_the_threshold_keeps_the_argmax_and_passes_fewer_tokens_than_twice_the_margin():
+    """The threshold is the screen's best token's fp32 logit less the margin (and the rounding slack),
+    never below the screened maximum less twice the margin: the fp32 argmax always passes it, and on
+    random weights (a near-flat distribution, the screen's worst case) far fewer tokens do than under
+    the screened maximum less twice the margin."""
+    w = weights(5000, 64)
+    head = GreedyHead(w)
+    for h in [*hidden_states(w), torch.randn(32, 64, generator=torch.Generator().manual_seed(3))]:
+        blocks, _, margin, threshold = head.screen(h)
+        screened = blocks.flatten(1)[:, : len(w)]
+        argmax = F.linear(h, w).argmax(-1)
+        assert bool((screened.gather(1, argmax[:, None])[:, 0] >= threshold).all())
+        assert bool((threshold >= screened.amax(1) - 2 * margin).all())
+    h = torch.randn(32, 64, generator=torch.Generator().manual_seed(4))
+    blocks, _, margin, threshold = head.screen(h)
+    screened = blocks.flatten(1)[:, : len(w)]
+    passing = int((screened >= threshold[:, None]).sum())
+    under_twice_the_margin = int((screened >= (screened.amax(1) - 2 * margin)[:, None]).sum())
+    assert passing < under_twice_the_margin / 2, (passing, under_twice_the_margin)
 
 
 @pytest.mark.parametrize("vocab", [1000, 64, 97, 5])
@@ -79,7 +99,7 @@ def test_a_near_tie_in_every_block_is_rescored_without_the_full_product(monkeypa
         raise AssertionError("the screen fell back to the full product")
 
     head = GreedyHead(w)
-    _, block_max, threshold = head.screen(h)
+    _, block_max, _, threshold = head.screen(h)
     assert bool((block_max >= threshold[:, None]).all())  # every block passes
     want = F.linear(h, w).argmax(-1)
     monkeypatch.setattr(GreedyHead, "full_argmax", no_fallback)

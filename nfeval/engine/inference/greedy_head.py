@@ -4,9 +4,10 @@ On a CPU, a small model's decoding step is dominated by the (vocab × d) output 
 reading its fp32 weights, at batch 16 its matrix product. The screen computes every logit with fbgemm's
 dynamically quantized linear (int8 weights, one scale per token; the hidden states quantized per
 tensor to 7 bits), bounds each screened logit's error, and re-scores in fp32 only the tokens whose
-upper bound reaches the best lower bound. The fp32 argmax is always among them, so greedy decoding
-picks the same tokens as the full fp32 product (up to fp32 rounding, as any two matrix-product
-kernels differ: the tokens of near-ties within ~1e-6 of each other).
+upper bound reaches a lower bound of the largest logit: the fp32 logit of the screen's best token (no
+lower than that token's screened logit less the bound). The fp32 argmax is always among them, so
+greedy decoding picks the same tokens as the full fp32 product (up to fp32 rounding, as any two
+matrix-product kernels differ: the tokens of near-ties within ~1e-6 of each other).
 
 The bound, for a hidden state h and the weight row w of a token, ĥ and ŵ their quantized values, s
 the activation step ((max(h, 0) − min(h, 0)) / 127: every element of h is rounded by at most s/2):
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 import weakref
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +32,7 @@ from ..kernels.cpu_linear import linear
 # two small selections instead of one over the whole (B, vocab) logits.
 BLOCK = 64
 # If the screen lets through more than this fraction of the tokens, the full product is cheaper. Count
-# tokens, not blocks: a near-flat distribution (random weights) passes half the blocks on ~1% of the tokens.
+# tokens, not blocks: a near-flat distribution (random weights) can pass half the blocks on ~1% of the tokens.
 MAX_TOKEN_FRACTION = 0.25
 # Room for fp32 rounding in the quantized kernel's rescaling and in the re-scoring dot products.
 ROUNDING_SLACK = 1e-4
@@ -41,6 +43,15 @@ def screen_supported(weight: torch.Tensor) -> bool:
     engine is ``x86`` or ``fbgemm`` (the engine the bound is tested under)."""
     engine = torch.backends.quantized.engine
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and engine in ("x86", "fbgemm")
+
+
+class Screen(NamedTuple):
+    """The int8 screen of a batch of hidden states (B rows)."""
+
+    blocks: torch.Tensor  # screened logits (B, blocks, BLOCK), the padding tokens' -1e30
+    block_max: torch.Tensor  # each block's largest (B, blocks)
+    margin: torch.Tensor  # each row's bound on |screened - fp32 logit| (B,)
+    threshold: torch.Tensor  # each row's: no token screened below it has the largest fp32 logit (B,)
 
 
 class GreedyHead:
@@ -73,27 +84,31 @@ class GreedyHead:
         self.max_l1, self.max_error = float(row_l1.max()), float(row_error.max())
         self.sqrt_d = math.sqrt(w.shape[1])
 
-    def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Returns (screened logits (B, blocks, BLOCK), each block's largest (B, blocks), each row's
-        threshold (B,)): every token whose fp32 logit may be its row's largest has a screened logit at or
-        above the threshold."""
+    def screen(self, hidden: torch.Tensor) -> Screen:
+        """Returns the screen of hidden states (B, d): every token whose fp32 logit may be its row's
+        largest has a screened logit at or above its row's threshold."""
         screened = torch.ops.quantized.linear_dynamic(hidden, self.packed, True)  # 7-bit activations
         half_step = float(hidden.max().clamp(min=0) - hidden.min().clamp(max=0)) / 254
         norm = hidden.norm(dim=1)
-        margin = (
-            half_step * self.max_l1
-            + (norm + self.sqrt_d * half_step) * self.max_error
-            + ROUNDING_SLACK * hidden.abs().amax(1) * self.max_l1
-        )
+        slack = ROUNDING_SLACK * hidden.abs().amax(1) * self.max_l1
+        margin = half_step * self.max_l1 + (norm + self.sqrt_d * half_step) * self.max_error + slack
         blocks = screened.view(len(hidden), -1, BLOCK)
         block_max = blocks.amax(2)  # one pass over the (B, vocab) logits serves the threshold and the blocks
-        return blocks, block_max, block_max.amax(1) - 2 * margin
+        # the screen's best token: its fp32 logit bounds the row's largest from below (the slack, twice,
+        # covers this sum's rounding and the re-scoring's), and no token screened more than the margin
+        # under it can reach it; never lower than the screened maximum less twice the margin
+        best_block = block_max.argmax(1)
+        rows = torch.arange(len(hidden))
+        best = best_block * BLOCK + blocks[rows, best_block].argmax(1)
+        known = (hidden * self.weight.index_select(0, best)).sum(1)
+        threshold = torch.maximum(block_max.amax(1) - 2 * margin, known - margin - 2 * slack)
+        return Screen(blocks, block_max, margin, threshold)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden.float().contiguous()
         if not bool(torch.isfinite(hidden).all()):  # the quantizer needs a finite range
             return self.full_argmax(hidden)
-        blocks, block_max, threshold = self.screen(hidden)
+        blocks, block_max, _, threshold = self.screen(hidden)
         if len(hidden) == 1:
             return self.one_row(hidden, blocks.view(-1), threshold)
         block_rows, block_ids = (block_max >= threshold[:, None]).nonzero(as_tuple=True)
