@@ -97,11 +97,10 @@ class GreedyHead:
         # the screen's best token: its fp32 logit bounds the row's largest from below (the slack, twice,
         # covers this sum's rounding and the re-scoring's), and no token screened more than the margin
         # under it can reach it; never lower than the screened maximum less twice the margin
-        best_block = block_max.argmax(1)
-        rows = torch.arange(len(hidden))
-        best = best_block * BLOCK + blocks[rows, best_block].argmax(1)
+        top, best_block = block_max.max(1)
+        best = best_block * BLOCK + blocks[torch.arange(len(hidden)), best_block].argmax(1)
         known = (hidden * self.weight.index_select(0, best)).sum(1)
-        threshold = torch.maximum(block_max.amax(1) - 2 * margin, known - margin - 2 * slack)
+        threshold = torch.maximum(top - 2 * margin, known - margin - 2 * slack)
         return Screen(blocks, block_max, margin, threshold)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
