@@ -169,36 +169,80 @@ def test_on_intel_packed_weights_serve_from_four_rows(monkeypatch, kernel_calls)
 
 
 @pytest.mark.parametrize(
-    ("vendor", "threads", "one_row"),
-    [("AuthenticAMD", 1, False), ("AuthenticAMD", 2, True), ("GenuineIntel", 2, False)],
+    ("vendor", "threads", "layout"),
+    [
+        ("AuthenticAMD", 1, "transposed"),
+        ("AuthenticAMD", 2, "one_row"),
+        ("GenuineIntel", 1, None),
+        ("GenuineIntel", 2, None),
+    ],
 )
-def test_where_mkl_keeps_few_rows_one_row_is_packed_only_on_amd_with_threads(
-    monkeypatch, kernel_calls, vendor, threads, one_row
+def test_where_mkl_keeps_few_rows_one_row_layout_follows_vendor_and_threads(
+    monkeypatch, kernel_calls, vendor, threads, layout
 ):
-    """MKL's one-row product does not use a second thread on AMD; oneDNN's packed for one row does."""
+    """On AMD one row reads a transposed copy through MKL at one thread and oneDNN's GEMV layout at
+    more (MKL's one-row product does not use a second thread there); on Intel the weight itself."""
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: vendor)
     monkeypatch.setattr(cpu_linear, "cpu_has_avx512", lambda: False)
     monkeypatch.setenv(cpu_linear.ENV, "auto")
     cpu_linear.choice.cache_clear()
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
-    assert cpu_linear.one_row_packing() is one_row
-    assert cpu_linear.describe(decoding_rows=1).endswith("rows and one row") is one_row
+    assert cpu_linear.one_row_layout() == layout
     many_rows = "torch; packed: onednn from 4 rows"
+    one_row = {"transposed": "; one row: torch on transposed weights", "one_row": " and one row", None: ""}
+    assert cpu_linear.describe(decoding_rows=1) == many_rows + one_row[layout]
     assert cpu_linear.describe() == cpu_linear.describe(decoding_rows=2) == many_rows
     torch.manual_seed(0)
     layer, x = Linear(768, 768), torch.randn(1, 768)
     with torch.no_grad():
-        # packed for one row: oneDNN's own one-row sums (the GEMV layout); else MKL's, F.linear's
-        want = (cpu_linear._product if one_row else F.linear)(x, layer.weight, layer.bias)
+        # oneDNN's own one-row sums (the GEMV layout), MKL's over the (in, out) copy, or F.linear's
+        want = {
+            "one_row": lambda: cpu_linear._product(x, layer.weight, layer.bias),
+            "transposed": lambda: torch.addmm(layer.bias, x, layer.weight.t().contiguous()),
+            None: lambda: F.linear(x, layer.weight, layer.bias),
+        }[layout]()
         kernel_calls.clear()
         with packed_weights(layer, rows=1):
-            assert (layer.packed is not None) is one_row  # no copy that no product would read
+            assert (layer.packed and layer.packed[2]) == layout  # no copy that no product would read
             got = layer(x)
             for rows in (2, 4):
                 layer(torch.randn(rows, 768))
     assert torch.equal(got, want)
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
     served = [(shape[0], packed) for shape, packed in kernel_calls]
-    assert served == ([(1, True), (4, True)] if one_row else [])
+    assert served == ([(1, True), (4, True)] if layout == "one_row" else [])
+
+
+@torch.no_grad()
+def test_a_transposed_copy_serves_only_one_fp32_row_without_gradient(monkeypatch):
+    """Rows, gradients, other dtypes and a changed weight fall back to ``linear`` on the weight itself."""
+    monkeypatch.setattr(cpu_linear, "one_row_layout", lambda: "transposed")
+    served = []
+    transposed = cpu_linear._transposed_product
+    monkeypatch.setattr(
+        cpu_linear, "_transposed_product", lambda *a: served.append(a[0].shape) or transposed(*a)
+    )
+    torch.manual_seed(0)
+    layer, no_bias = Linear(256, 512), Linear(256, 512, bias=False)
+    with packed_weights(layer, rows=1), packed_weights(no_bias, rows=1):
+        assert layer.packed[0].shape == (256, 512) and layer.packed[0].is_contiguous()
+        for x in (torch.randn(1, 256), torch.randn(1, 1, 256)):  # a decoding step's (B, T, d) too
+            for m in (layer, no_bias):
+                torch.testing.assert_close(m(x), F.linear(x, m.weight, m.bias), rtol=1e-5, atol=1e-5)
+                assert m(x).shape == (*x.shape[:-1], 512)
+        assert served == [(1, 256)] * 4 + [(1, 1, 256)] * 4
+        served.clear()
+        layer(torch.randn(2, 256))
+        layer(torch.randn(1, 0, 256))
+        with torch.enable_grad():
+            x = torch.randn(1, 256, requires_grad=True)
+            layer(x).sum().backward()
+            assert x.grad is not None
+        assert served == []
+        no_bias.weight.mul_(2)  # an in-place update: the copy is stale
+        x = torch.randn(1, 256)
+        torch.testing.assert_close(no_bias(x), F.linear(x, no_bias.weight), rtol=1e-5, atol=1e-5)
+        assert served == []
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads Linux's /proc/cpuinfo")
@@ -338,12 +382,20 @@ def test_packing_is_skipped(monkeypatch, setting):
         assert all(lin.packed is None for lin in m.modules() if isinstance(lin, Linear))
 
 
-def test_generation_with_packed_weights_equals_recomputation(kernel_calls):
+@pytest.mark.parametrize("layout", [None, "transposed"], ids=["batch16", "batch1-transposed"])
+def test_generation_with_packed_weights_equals_recomputation(monkeypatch, kernel_calls, layout):
+    batch_size = 16 if layout is None else 1
+    if layout is not None:
+        monkeypatch.setattr(cpu_linear, "one_row_layout", lambda: layout)
     m = model(seed=3)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, 512, (n,), generator=g).tolist() for n in range(3, 19)]
-    new = generate(m, prompts, max_new_tokens=40, batch_size=16)
-    assert any(is_packed for _, is_packed in kernel_calls)
+    copies = []
+    transposed = cpu_linear._transposed_product
+    monkeypatch.setattr(cpu_linear, "_transposed_product", lambda *a: copies.append(1) or transposed(*a))
+    new = generate(m, prompts[: 16 if layout is None else 4], max_new_tokens=40, batch_size=batch_size)
+    assert any(is_packed for _, is_packed in kernel_calls) == (layout is None)
+    assert bool(copies) == (layout == "transposed")
     for prompt, tokens in zip(prompts[:4], new[:4]):
         ids = list(prompt)
         with torch.no_grad():

@@ -22,7 +22,10 @@ torchtitan's model converters do, and registers the kernel with torch's FLOP cou
 Inference that runs many forward passes (decoding, zero-shot scoring) packs the weights first
 (``packed_weights``: oneDNN's blocked layout, which the kernel otherwise reorders into at every call):
 a decoding step of the 125M shape then reads its weights at ~31 GB/s with one row and ~15 with 16
-(plain oneDNN ~20 and ~11, MKL ~17 and ~6).
+(plain oneDNN ~20 and ~11, MKL ~17 and ~6). On AMD at one thread, one-row products instead read a
+contiguous transposed copy through torch's ``addmm`` (MKL's one-row product over an (in, out) weight,
+the layout of HF GPT-2's ``Conv1D``): a decoding step of the 125M shape 0.87-0.90× the time of
+oneDNN's one-row layout on a Zen 4, natively and capped at AVX2 (``one_row_layout``).
 
 Which is faster depends on the CPU: MKL picks its code by vendor, oneDNN by instruction set. On an Intel
 CPU MKL runs AVX-512 code, as fast as oneDNN forward from 512 rows (one thread of a Xeon with AMX) and
@@ -30,7 +33,7 @@ faster forward + backward (oneDNN's backward pays two transposing copies: 0.83-0
 its one- and two-row products beat packed oneDNN. On an AMD CPU without AVX-512 (a Zen 3 EPYC) both run
 AVX2 code and oneDNN forward + backward runs 0.80-0.96× MKL's speed. So there the default, ``auto``,
 keeps torch's kernel except for products with packed weights from ``PACKED_ROWS`` rows (and, on AMD
-with more than one thread, from one row: ``one_row_packing``); on an AMD CPU
+with more than one thread, from one row: ``one_row_layout``); on an AMD CPU
 with AVX-512 (Zen 4, 5) ``auto`` takes oneDNN for every product. ``NFEVAL_CPU_LINEAR=onednn|torch``
 forces one (``torch``: torch's results bit for bit); ``choice()`` says what this machine does.
 """
@@ -132,13 +135,15 @@ def kernel() -> str:
 
 def describe(decoding_rows: int | None = None) -> str:
     """Returns the kernels in words, for run records: ``onednn``, ``torch``, or ``torch; packed: onednn
-    from N rows``, then `` and one row`` where decoding ``decoding_rows`` rows at a time reads weights
-    packed for one row (``one_row_packing``)."""
+    from N rows``, then, where decoding ``decoding_rows`` rows at a time reads weights laid out for one
+    row (``one_row_layout``), `` and one row`` (oneDNN's layout) or ``; one row: torch on transposed
+    weights``."""
     plain, rows = choice()
-    if plain == "onednn" or rows is None:
-        return plain
-    one_row = " and one row" if decoding_rows == 1 and one_row_packing() else ""
-    return f"torch; packed: onednn from {rows} rows{one_row}"
+    text = plain if plain == "onednn" or rows is None else f"torch; packed: onednn from {rows} rows"
+    layout = one_row_layout() if decoding_rows == 1 else None
+    if layout == "transposed":
+        return f"{text}; one row: torch on transposed weights"
+    return f"{text} and one row" if layout == "one_row" and plain != "onednn" else text
 
 
 def _linear_flops(x_shape, weight_shape, *args, **kwargs) -> int:
@@ -244,11 +249,11 @@ def _needs_grad(*tensors: torch.Tensor | None) -> bool:
 
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters, init and state dict) whose product is ``linear``'s; inside
-    ``packed_weights`` its weight's blocked copy serves products that need no gradient. ``convert``
-    makes a model's ``nn.Linear`` modules these."""
+    ``packed_weights`` its weight's copy serves the products that need no gradient and that the copy's
+    layout is for. ``convert`` makes a model's ``nn.Linear`` modules these."""
 
-    # (oneDNN blocked weight, weight._version packed, laid out for one row)
-    packed: tuple[torch.Tensor, int, bool] | None = None
+    # (the copy, weight._version copied, its layout: "rows", "one_row" or "transposed")
+    packed: tuple[torch.Tensor, int, str] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self.packed
@@ -256,10 +261,35 @@ class Linear(nn.Linear):
             packed is not None
             and packed[1] == self.weight._version
             and not _needs_grad(x, self.weight, self.bias)
-            and takes_onednn(x, self.weight, self.bias, packed=True, for_one_row=packed[2])
         ):
-            return _product(x, packed[0], self.bias)
+            copy, _, layout = packed
+            if layout == "transposed" and _one_plain_fp32_row(x):
+                return _transposed_product(x, copy, self.bias)
+            if layout != "transposed" and takes_onednn(
+                x, self.weight, self.bias, packed=True, for_one_row=layout == "one_row"
+            ):
+                return _product(x, copy, self.bias)
         return linear(x, self.weight, self.bias)
+
+
+def _one_plain_fp32_row(x: torch.Tensor) -> bool:
+    """Whether ``x`` is one fp32 CPU row (any leading shape of ones) that a transposed copy may serve."""
+    return (
+        x.dim() >= 2
+        and x.numel() == x.shape[-1]
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and _plain(x)
+        and not torch.compiler.is_compiling()
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def _transposed_product(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Returns ``F.linear(x, weight_t.t(), bias)`` for one row ``x``, from the (in, out) copy ``weight_t``."""
+    row = x.reshape(1, -1)
+    out = row @ weight_t if bias is None else torch.addmm(bias, row, weight_t)
+    return out.view(*x.shape[:-1], weight_t.shape[1])
 
 
 def convert(model: nn.Module) -> nn.Module:
@@ -282,17 +312,17 @@ def convert(model: nn.Module) -> nn.Module:
 
 @contextlib.contextmanager
 def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS, rows: int | None = None) -> Iterator[None]:
-    """Yields with every fp32 CPU ``Linear`` of ``model`` holding oneDNN's blocked copy of its weight,
-    which inference products read instead (bitwise the plain kernel's results from two rows up). Packs
-    only when the kernel is oneDNN, the copies fit in ``PACK_MAX_BYTES`` and the caller expects at least
-    ``MIN_PACK_STEPS`` forward passes (``steps``) to repay the copy; drops the copies on exit. Nested
-    calls pack once.
+    """Yields with every fp32 CPU ``Linear`` of ``model`` holding a copy of its weight laid out for the
+    products to come, which inference products read instead. Copies only when the copies fit in
+    ``PACK_MAX_BYTES`` and the caller expects at least ``MIN_PACK_STEPS`` forward passes (``steps``) to
+    repay them; drops them on exit. Nested calls copy once.
 
-    ``rows``: how many rows most products will have (a decoding batch). For one row the copies take
-    oneDNN's GEMV layout, bitwise the plain kernel's one-row results; the many-row layout reads one-row
-    products' weights ~10% slower (the 125M shape's 48 linear layers, cache-cold, one Zen 4 thread: 20.5
-    ms a step against 18.5). Where one-row products keep MKL (``one_row_packing``), nothing is packed for
-    one row. For more rows the many-row layout stays: a row count there was no faster."""
+    ``rows``: how many rows most products will have (a decoding batch). For one row, the layout is
+    ``one_row_layout``'s: oneDNN's GEMV layout (bitwise the plain oneDNN kernel's one-row results; its
+    many-row layout read one-row products' weights ~10% slower: the 125M shape's 48 linear layers,
+    cache-cold, one Zen 4 thread, 20.5 ms a step against 18.5), a transposed copy, or none. For more
+    rows, where the kernel is oneDNN, its blocked layout (bitwise the plain kernel's results from two
+    rows up): a row count there was no faster."""
     linears = [
         m
         for m in model.modules()
@@ -300,13 +330,18 @@ def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS, rows: int | No
         and m.weight.dtype == torch.float32
     ]  # fmt: skip
     fits = sum(m.weight.nbytes for m in linears) <= PACK_MAX_BYTES
-    one_row = rows == 1
-    unread = one_row and not one_row_packing()  # one-row products here keep MKL: a copy would go unread
-    if choice().packed_rows is None or not fits or steps < MIN_PACK_STEPS or unread:
+    layout = one_row_layout() if rows == 1 else ("rows" if choice().packed_rows is not None else None)
+    if layout is None or not fits or steps < MIN_PACK_STEPS:
         linears = []
     for m in linears:
         with torch.no_grad():
-            m.packed = (_pack(m.weight.detach(), 1 if one_row else None), m.weight._version, one_row)
+            weight = m.weight.detach()
+            copy = (
+                weight.t().contiguous()
+                if layout == "transposed"
+                else _pack(weight, 1 if layout == "one_row" else None)
+            )
+            m.packed = (copy, m.weight._version, layout)
     try:
         yield
     finally:
@@ -314,17 +349,26 @@ def packed_weights(model: nn.Module, steps: int = MIN_PACK_STEPS, rows: int | No
             m.packed = None
 
 
-def one_row_packing() -> bool:
-    """Returns whether one-row products (decoding at batch 1) read weights packed for one row here: where
-    every product takes oneDNN, and on an AMD CPU whose rule keeps MKL for few rows when torch runs more
-    than one thread. MKL's one-row product runs on one thread whatever torch's count, oneDNN's on all of
-    them (the 125M shape's 48 one-row products on a Zen 4, one thread / two: MKL 23.8 / 24.0 ms, packed
-    for one row 20.1 / 14.3; capped at AVX2, 24.6 / 24.1 and 20.6 / 13.8). At one thread MKL stays: the
-    caps overstated oneDNN's one-row speed against a real Zen 3's before. Intel's MKL was not measured so."""
+def one_row_layout() -> str | None:
+    """Returns the layout of the weights one-row products (decoding at batch 1) read here: ``"transposed"``
+    (a contiguous (in, out) copy that torch's ``addmm``, MKL, reads), ``"one_row"`` (oneDNN's GEMV layout)
+    or None (the weight itself, through ``linear``).
+
+    Under ``auto`` on an AMD CPU at one thread, transposed: in a decoding loop of the 125M shape on a Zen
+    4, one thread, a step took 0.87-0.90× the time of oneDNN's GEMV layout natively and 0.87× capped at
+    AVX2 (whose rule read the weight itself through MKL's ``F.linear`` before), with the same tokens; alone,
+    outside the loop, the 48 products were no faster (1.01×). At more threads oneDNN's layout, wherever
+    oneDNN takes one-row products: where every product takes it, and on AMD, whose MKL runs a one-row
+    product on one thread whatever torch's count (the 48 products on a Zen 4, two threads: MKL 24.0 ms,
+    oneDNN's GEMV layout 14.3; capped at AVX2, 24.1 and 13.8). Intel's MKL was not measured so: there
+    one-row products read the weight itself."""
     packed_rows = choice().packed_rows
-    if packed_rows is None:
-        return False
-    return packed_rows == 1 or (cpu_vendor() == "AuthenticAMD" and torch.get_num_threads() > 1)
+    amd = cpu_vendor() == "AuthenticAMD"
+    if amd and switch(ENV) == "auto" and torch.get_num_threads() == 1:
+        return "transposed"
+    if packed_rows == 1 or (packed_rows is not None and amd and torch.get_num_threads() > 1):
+        return "one_row"
+    return None
 
 
 def _pack(weight: torch.Tensor, rows: int | None) -> torch.Tensor:
