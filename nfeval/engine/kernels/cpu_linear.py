@@ -356,13 +356,13 @@ def one_row_layout() -> str | None:
 
     Under ``auto`` on an AMD CPU at one thread, transposed: whole ``nfeval generate`` commands of the
     125M shape on a Zen 4 (8 prompts × 256 tokens, batch 1, one thread) took 0.957× the time of oneDNN's
-    GEMV layout and, capped at AVX2, 0.891× that of MKL on the weight itself (the rules before), with the
-    same tokens (``benchmarks/HISTORY.md``, 2026-12-06, fifth session); alone, outside the decoding loop,
-    the 48 products were no faster (1.01×), and the copies cost ~0.25 s a call. At more threads oneDNN's
-    layout, wherever oneDNN takes one-row products: where every product takes it, and on AMD, whose MKL
-    runs a one-row product on one thread whatever torch's count (the 48 products on a Zen 4, two threads:
-    MKL 24.0 ms, oneDNN's GEMV layout 14.3; capped at AVX2, 24.1 and 13.8). Intel's MKL was not measured
-    so: there one-row products read the weight itself."""
+    GEMV layout and, capped at AVX2, 0.891× that of MKL on the weight itself (the rules before; a real
+    Zen 3 was not measured), with the same tokens (``benchmarks/HISTORY.md``, 2026-12-06, fifth session);
+    alone, outside the decoding loop, the 48 products were no faster (1.01×), and the copies cost ~0.25 s
+    a call. At more threads oneDNN's layout, wherever oneDNN takes one-row products: where every product
+    takes it, and on AMD, whose MKL runs a one-row product on one thread whatever torch's count (the 48
+    products on a Zen 4, two threads: MKL 24.0 ms, oneDNN's GEMV layout 14.3; capped at AVX2, 24.1 and
+    13.8). Intel's MKL was not measured so: there one-row products read the weight itself."""
     packed_rows = choice().packed_rows
     amd = cpu_vendor() == "AuthenticAMD"
     if amd and switch(ENV) == "auto" and torch.get_num_threads() == 1:
