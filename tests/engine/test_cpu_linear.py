@@ -48,6 +48,20 @@ def kernel_calls(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def transposed_calls(monkeypatch):
+    """Records the input shape of every product a transposed copy serves."""
+    calls = []
+    product = cpu_linear._transposed_product
+
+    def counted(x, weight_t, bias):
+        calls.append(x.shape)
+        return product(x, weight_t, bias)
+
+    monkeypatch.setattr(cpu_linear, "_transposed_product", counted)
+    return calls
+
+
 def operands(rows=64, n_in=128, n_out=256, seed=0):
     """Returns (x, weight, bias) whose product is above the kernel's size floor."""
     g = torch.Generator().manual_seed(seed)
@@ -214,14 +228,10 @@ def test_where_mkl_keeps_few_rows_one_row_layout_follows_vendor_and_threads(
 
 
 @torch.no_grad()
-def test_a_transposed_copy_serves_only_one_fp32_row_without_gradient(monkeypatch):
+def test_a_transposed_copy_serves_only_one_fp32_row_without_gradient(monkeypatch, transposed_calls):
     """Rows, gradients, other dtypes and a changed weight fall back to ``linear`` on the weight itself."""
     monkeypatch.setattr(cpu_linear, "one_row_layout", lambda: "transposed")
-    served = []
-    transposed = cpu_linear._transposed_product
-    monkeypatch.setattr(
-        cpu_linear, "_transposed_product", lambda *a: served.append(a[0].shape) or transposed(*a)
-    )
+    served = transposed_calls
     torch.manual_seed(0)
     layer, no_bias = Linear(256, 512), Linear(256, 512, bias=False)
     with packed_weights(layer, rows=1), packed_weights(no_bias, rows=1):
@@ -383,19 +393,18 @@ def test_packing_is_skipped(monkeypatch, setting):
 
 
 @pytest.mark.parametrize("layout", [None, "transposed"], ids=["batch16", "batch1-transposed"])
-def test_generation_with_packed_weights_equals_recomputation(monkeypatch, kernel_calls, layout):
+def test_generation_with_packed_weights_equals_recomputation(
+    monkeypatch, kernel_calls, transposed_calls, layout
+):
     batch_size = 16 if layout is None else 1
     if layout is not None:
         monkeypatch.setattr(cpu_linear, "one_row_layout", lambda: layout)
     m = model(seed=3)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, 512, (n,), generator=g).tolist() for n in range(3, 19)]
-    copies = []
-    transposed = cpu_linear._transposed_product
-    monkeypatch.setattr(cpu_linear, "_transposed_product", lambda *a: copies.append(1) or transposed(*a))
     new = generate(m, prompts[: 16 if layout is None else 4], max_new_tokens=40, batch_size=batch_size)
     assert any(is_packed for _, is_packed in kernel_calls) == (layout is None)
-    assert bool(copies) == (layout == "transposed")
+    assert bool(transposed_calls) == (layout == "transposed")
     for prompt, tokens in zip(prompts[:4], new[:4]):
         ids = list(prompt)
         with torch.no_grad():

@@ -184,17 +184,26 @@ def takes_onednn(
     return (
         rows * weight.numel() >= floor
         and _serves(rows, packed, for_one_row)
-        and not torch.compiler.is_compiling()  # inductor lowers F.linear itself (it cannot lower this kernel)
-        and x.device.type == "cpu"
-        and x.dtype == fp32
+        and _fp32_cpu_input(x)
         and weight.dtype == fp32
         and weight.dim() == 2
-        and x.dim() >= 2
         and (bias is None or (bias.dtype == fp32 and _plain(bias)))
         and weight.is_contiguous()
+        and _plain(weight)
+    )
+
+
+def _fp32_cpu_input(x: torch.Tensor) -> bool:
+    """Whether ``x`` is an input nfeval's products may take from ``F.linear``: plain fp32 rows on a CPU,
+    outside autocast (which ``F.linear`` obeys) and ``torch.compile`` (inductor lowers ``F.linear``
+    itself and cannot lower these kernels)."""
+    return (
+        not torch.compiler.is_compiling()
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and x.dim() >= 2
         and not torch.is_autocast_enabled("cpu")
         and _plain(x)
-        and _plain(weight)
     )
 
 
@@ -263,26 +272,13 @@ class Linear(nn.Linear):
             and not _needs_grad(x, self.weight, self.bias)
         ):
             copy, _, layout = packed
-            if layout == "transposed" and _one_plain_fp32_row(x):
+            if layout == "transposed" and _fp32_cpu_input(x) and x.numel() == x.shape[-1]:  # one row
                 return _transposed_product(x, copy, self.bias)
             if layout != "transposed" and takes_onednn(
                 x, self.weight, self.bias, packed=True, for_one_row=layout == "one_row"
             ):
                 return _product(x, copy, self.bias)
         return linear(x, self.weight, self.bias)
-
-
-def _one_plain_fp32_row(x: torch.Tensor) -> bool:
-    """Whether ``x`` is one fp32 CPU row (any leading shape of ones) that a transposed copy may serve."""
-    return (
-        x.dim() >= 2
-        and x.numel() == x.shape[-1]
-        and x.dtype == torch.float32
-        and x.device.type == "cpu"
-        and _plain(x)
-        and not torch.compiler.is_compiling()
-        and not torch.is_autocast_enabled("cpu")
-    )
 
 
 def _transposed_product(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
