@@ -63,6 +63,36 @@ def test_non_utf8_names_file_and_line(tmp_path):
         data.load_text_corpus(str(bad))
 
 
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+def test_compressed_files_give_the_plain_files_corpus_and_tokens(tmp_path, cache, suffix):
+    import gzip
+    import lzma
+
+    opener = {".xz": lzma.open, ".gz": gzip.open}[suffix]
+    text = "\n\n".join(make_text(40))
+    plain = {name: tmp_path / f"{name}.txt" for name in ("train", "valid")}
+    packed = {name: tmp_path / f"{name}.txt{suffix}" for name in plain}
+    for name in plain:
+        body = text if name == "train" else "\n\n".join(make_text(6))
+        plain[name].write_text(body, encoding="utf-8")
+        with opener(packed[name], "wb") as f:
+            f.write(body.encode("utf-8"))
+    a = data.load_text_corpus(str(plain["train"]), str(plain["valid"]))
+    b = data.load_text_corpus(str(packed["train"]), str(packed["valid"]))
+    assert (a.train, a.valid, a.fingerprint) == (b.train, b.valid, b.fingerprint)
+    tok = train_bpe(a.train, 300)
+    shards_a, shards_b = data.token_shards(a, tok), data.token_shards(b, tok)
+    assert shards_a.path == shards_b.path  # one cache entry: keyed by the text, not the file
+    assert np.array_equal(shards_a.train, shards_b.train) and np.array_equal(shards_a.valid, shards_b.valid)
+
+
+def test_damaged_compressed_file_names_the_file(tmp_path):
+    bad = tmp_path / "corpus.txt.xz"
+    bad.write_bytes(b"not xz at all")
+    with pytest.raises(ValueError, match=r"corpus\.txt\.xz: not a readable \.xz file"):
+        data.load_text_corpus(str(bad))
+
+
 def test_empty_corpus_fails_clearly(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n \n", encoding="utf-8")

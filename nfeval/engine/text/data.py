@@ -1,7 +1,9 @@
 """Corpora, tokenizers, token shards and batches for pretraining.
 
 A corpus is a list of training documents and a list of validation documents. It comes from text
-files or folders (documents are separated by blank lines), a Hugging Face dataset, or the embedded
+files or folders (documents are separated by blank lines; a file ending in ``.xz`` or ``.gz`` is read
+decompressed, so a corpus is fingerprinted and cached by its text, not by its compression), a Hugging
+Face dataset, or the embedded
 default corpus: the English documentation every CPython install carries (``pydoc_data.topics`` and
 the standard library's docstrings), so that training works offline on a fresh machine. Without an
 explicit validation set the last 5% of documents are held out (a fixed split).
@@ -21,7 +23,9 @@ is split across processes.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import lzma
 import math
 import os
 from dataclasses import dataclass
@@ -96,16 +100,26 @@ def split_documents(docs: list[str], name: str) -> tuple[list[str], list[str]]:
     return docs[:-n_valid], docs[-n_valid:]
 
 
+# a file with one of these endings is read through its decompressor; any other file as it is
+DECOMPRESSORS = {".xz": lzma.open, ".gz": gzip.open}
+
+
 def read_text_file(path: str) -> str:
-    """Returns a file's text; non-UTF-8 bytes fail with the line and byte offset."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """Returns a file's text (decompressed when its name ends in ``.xz`` or ``.gz``); non-UTF-8 bytes fail
+    with the line and byte offset, a damaged compressed file with what its decompressor said."""
+    opener = DECOMPRESSORS.get(os.path.splitext(path)[1].lower(), open)
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (lzma.LZMAError, gzip.BadGzipFile, EOFError) as e:
+        raise DataError(f"{path}: not a readable {os.path.splitext(path)[1]} file ({e})") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
+        where = " (decompressed)" if opener is not open else ""
         raise DataError(
-            f"{path}: not UTF-8 text: invalid byte 0x{data[e.start]:02x} at line {line} (byte offset "
+            f"{path}: not UTF-8 text{where}: invalid byte 0x{data[e.start]:02x} at line {line} (byte offset "
             f"{e.start})"
         ) from None
 

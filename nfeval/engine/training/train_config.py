@@ -67,7 +67,11 @@ class TrainConfig:
         FIXED, None, "clm or mlm (default: the preset's)", choices=TRAIN_CHOICES["objective"]
     )
     # data: text files/folders, a Hugging Face dataset, or (neither) the embedded default corpus
-    train_data: str | None = setting(FIXED, None, "text file or folder (documents separated by blank lines)")
+    train_data: str | None = setting(
+        FIXED,
+        None,
+        "text file or folder (documents separated by blank lines; .xz and .gz files read decompressed)",
+    )
     valid_data: str | None = setting(
         FIXED, None, "validation text file or folder (default: last 5%% of the training documents)"
     )
