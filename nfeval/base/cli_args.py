@@ -172,6 +172,10 @@ def names(flag: str) -> Callable[[str], tuple[str, ...]]:
 
 # a pipeline's ``--jobs`` (``reproduce``, ``bakeoff``)
 PIPELINE_JOBS_HELP = "training runs and tune points at a time, each on its share of the cores (default 1)"
+REREAD_HELP = (
+    "train and judge nothing: read every tune point and run record the folder holds again under today's "
+    "rules and rewrite the report (what would need training is said so in it)"
+)
 
 
 def add_render_only(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from ..pipelines.scales import SCALES
 RANKED = "archs baseline size out train_data valid_data"
 BUDGET = "steps minutes"
 TUNE = "seeds close_seeds clip_grad lrs tune_budget tune_seeds jobs"
-WHERE = "data_dir device progress"
+WHERE = "data_dir device progress reread"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

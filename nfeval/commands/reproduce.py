@@ -19,7 +19,7 @@ from ..pipelines.scales import SCALES
 # the device
 RUNS = "out scale minutes seeds steps lrs token_budgets only train_data valid_data jobs"
 DATA = "data_dir glue_dir glue_tasks tune"
-DEVICE = "tune_seeds device progress"
+DEVICE = "tune_seeds device progress reread tune_only"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,5 +71,5 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(cfg.out, "--out")  # before any work
     use_threads(SCALES[cfg.scale].threads)  # this process's; the library leaves its caller's
     result = run_reproduce(cfg)
-    print(result.get("report") or result.get("commands") or result["pending"])
+    print(result.get("report") or result.get("commands") or result.get("tuned") or result["pending"])
     return 0

@@ -48,6 +48,7 @@ class RunContext:
     jobs: int = 1  # runs and tune points trained at a time here
     tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
     unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
+    reread: bool = False  # --reread: nothing trained or judged; every section read again from the records
 
     @classmethod
     def from_config(cls, cfg: Any, **fields: Any) -> Any:

@@ -5,15 +5,18 @@ Tune seeds. Every LR of a pipeline's tune trains ``tune_seeds`` seeds numbered f
 use seeds 1 … N. A tune point and a judged run therefore never share an initialisation or a data order:
 the LR is not picked on the noise it is then judged on.
 
-The band. The tune's seeds also measure its noise: ``tune.json`` lists, per preset, the LRs it cannot
-tell from the best (``tune.results.BAND_RULE``). Each primary verdict is re-read with one side moved to
-each other LR of its band (the other at its best), on the same judged seeds: ``sensitivity`` returns
-those unadjusted verdicts, and ``report.verdict.adjust`` turns a claim whose verdicts differ into
-"LR-sensitive".
+The band, fixed before the runs. Each preset's band is its best LR and the two neighbours at ×√2 and ÷√2
+(``tune.results.BAND_RULE``), tuned on the same tune seeds (``tune_band`` adds those points to the grid),
+a neighbour counting only where every tune seed trained (below the trained-run gate) and none diverged;
+a neighbour that failed is reported as unstable, never as near-best. Each primary verdict is re-read
+with one side moved to each other LR of its band (the other at its best), on the same judged seeds:
+``sensitivity`` returns those unadjusted verdicts, and ``report.verdict.adjust`` turns a claim whose
+verdicts differ into "LR-sensitive".
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,13 +24,16 @@ from ..base.errors import ConfigError
 from ..base.jsonio import load_json
 from ..report import verdict
 from ..tune import results
+from . import trained_gate
 
 TUNE_SEED_BASE = 101  # the first tune seed; judged seeds are 1 … N < TUNE_SEED_BASE
 DEFAULT_TUNE_SEEDS = 3
 RULE = (
-    "the verdict re-read (unadjusted) with each side at every other LR its tune cannot tell from its best, "
-    "the other side at its best, on the same judged seeds; LR-sensitive when these verdicts differ"
+    "the verdict re-read (unadjusted) with each side at the neighbours of its best LR (×√2, ÷√2; each where "
+    "every tune seed trained and none diverged), the other side at its best, on the same judged seeds; "
+    "LR-sensitive when these verdicts differ"
 )
+ROUNDS = 3  # times the band's neighbours are added to a tune whose best moved to a neighbour
 
 
 def tune_seed_values(count: int) -> list[int]:
@@ -47,16 +53,60 @@ def check_seeds(eval_seeds: int, tune_seeds: int, flag: str = "--seeds") -> None
         )
 
 
-def band_of(tune_json: str, preset: str) -> list[float]:
-    """Returns the LRs of ``preset`` that its tune cannot tell from its best, the best excluded (a
-    tune.json written before bands were recorded has none)."""
-    return entry_band(load_json(tune_json)["presets"][preset])
+def band_of(tune_json: str, preset: str, unigram: float | None = None) -> list[float]:
+    """Returns ``entry_band`` of ``preset``'s tune in ``tune_json``."""
+    return entry_band(load_json(tune_json)["presets"][preset], unigram)
 
 
-def entry_band(entry: dict[str, Any]) -> list[float]:
+def entry_band(entry: dict[str, Any], unigram: float | None = None) -> list[float]:
     """Returns the band of one preset's tune (``entry``: tune.json's ``presets[preset]``), the best LR
-    excluded."""
-    return [lr for lr in entry.get("lr_band") or () if lr != entry["best_lr"]]
+    excluded: its tuned neighbours whose every tune seed trained (a final loss below the trained-run
+    gate's, ``trained_gate.threshold(unigram)``; every finished seed when ``unigram`` is None)."""
+    return [
+        lr for lr in entry.get("lr_band") or () if lr != entry["best_lr"] and _trained(entry, lr, unigram)
+    ]
+
+
+def _trained(entry: dict[str, Any], lr: float, unigram: float | None) -> bool:
+    losses = (entry["per_lr"].get(results.lr_key(lr)) or {}).get("losses") or {}
+    limit = math.inf if unigram is None else math.log(trained_gate.threshold(unigram))
+    return bool(losses) and all(loss < limit for loss in losses.values())
+
+
+def failed_neighbours(entry: dict[str, Any], unigram: float | None = None) -> dict[float, str]:
+    """Returns {neighbour LR of the best: why it is not in the band} of one preset's tune: diverged on a
+    tune seed (unstable), a tune seed that did not train, or not tuned yet."""
+    out = {lr: "diverged on a tune seed: unstable" for lr in entry.get("band_unstable") or ()}
+    out |= {lr: "not tuned" for lr in entry.get("band_untuned") or ()}
+    for lr in entry.get("lr_band") or ():
+        if lr != entry["best_lr"] and not _trained(entry, lr, unigram):
+            out[lr] = "a tune seed did not train: unstable"
+    return dict(sorted(out.items()))
+
+
+def tune_band(
+    tune: Callable[[dict[str, list[float]]], dict[str, Any]], unigram: float | None = None
+) -> dict[str, Any]:
+    """Returns the summary of ``tune`` (a pipeline's tune call over its grid, given each preset's extra
+    LRs) once every preset's best LR has its band's neighbours tuned: they are added and tuned (on the
+    same tune seeds), and again when a neighbour became the best, up to ``ROUNDS`` times. A preset whose
+    best did not train (``trained_gate.best_trained``) gets none: its "best" is noise. Stops when the
+    tune leaves points missing (Slurm jobs not finished, or a tune that trains nothing)."""
+    extra: dict[str, list[float]] = {}
+    summary = tune(extra)
+    for _ in range(ROUNDS):
+        if summary["missing"]:
+            break
+        wanted = {
+            preset: entry["band_untuned"]
+            for preset, entry in summary["presets"].items()
+            if entry.get("band_untuned") and trained_gate.best_trained(entry, unigram)
+        }
+        if not wanted:
+            break
+        extra = {p: sorted({*extra.get(p, ()), *wanted.get(p, ())}) for p in {*extra, *wanted}}
+        summary = tune(extra)
+    return summary
 
 
 def sensitivity(
@@ -110,7 +160,8 @@ def tune_seed_lines(h: dict[str, Any]) -> list[str]:
     seeds = ", ".join(map(str, h["tune_seeds"]))
     return [
         f"Each LR was tuned on seeds {seeds}, the best chosen by their mean; no tune seed is among the "
-        f"judged seeds ({', '.join(map(str, h['eval_seeds']))}). ≈ marks an LR within the tune's noise of "
-        f"the best ({results.BAND_RULE}); the primary verdicts are re-read there ({h['lr_band_rule']}).",
+        f"judged seeds ({', '.join(map(str, h['eval_seeds']))}). ≈ marks the other LRs of the best's band "
+        f"({results.BAND_RULE}) and † a neighbour that diverged (unstable); the primary verdicts are re-read "
+        f"there ({h['lr_band_rule']}).",
         "",
     ]

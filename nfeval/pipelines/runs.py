@@ -33,6 +33,7 @@ from ..engine.training.train_config import TrainConfig, resolved_warmup
 from ..engine.training.trainer import TrainingDiverged
 from ..launch.jobs import LaunchPoint
 from ..launch.options import LaunchOptions
+from . import judging
 
 BASELINE_MODEL = {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "method": "the baseline's model: 1"}
 
@@ -58,10 +59,22 @@ def train_seconds(directory: str) -> float:
     return float((load_json(path).get("compute") or {}).get("wall_s") or 0.0) if os.path.isfile(path) else 0.0
 
 
-def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Callable[[str], None]) -> dict:
-    """Trains ``cfg`` into ``directory`` unless it is finished; returns its record: ``record`` (what the
-    caller names the run by) with dir, lr, lr_from, warmup, recipe, status (finished|diverged),
-    diverged_at, val_ppl and steps."""
+def ensure_run(
+    cfg: TrainConfig,
+    directory: str,
+    record: dict[str, Any],
+    log: Callable[[str], None],
+    train_now: bool = True,
+) -> dict:
+    """Trains ``cfg`` into ``directory`` unless it is finished, then reads it on the judging set
+    (``judging``); returns its record: ``record`` (what the caller names the run by) with dir, lr,
+    lr_from, warmup, recipe, status (finished|diverged), diverged_at, val_ppl (the run's own last
+    validation), steps and ``judge`` (the whole validation split, per sequence).
+
+    A finished run without a judging block is judged from its weights; one whose weights are gone (a
+    committed report folder keeps records and logs only) is trained again from scratch (training is
+    deterministic: the same run on the same compute path) and judged. With ``train_now`` False nothing is
+    trained or judged: the record is returned as it is (None when the run is not finished)."""
     done = finished(directory)
     if done is not None:
         stale = [
@@ -75,7 +88,18 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
                 f"({'; '.join(stale)}: a changed tune or step ratio); delete the run folder and its .json to "
                 "retrain it"
             )
-        return done
+        if not train_now or done.get("status") != "finished" or judging.judged(done) is not None:
+            return done
+        if os.path.isfile(os.path.join(directory, rundir.WEIGHTS)):
+            return _write_record(
+                directory, {**done, judging.JUDGE: judging.judge_run(directory, cfg, cfg.device)}
+            )
+        log(f"{directory}: finished before judging sets, its weights gone; training it again to judge it")
+        os.remove(rundir.record_path(directory))
+        with rundir.writing(directory):
+            _clear(directory, log, "its weights are not kept")
+    if not train_now:
+        return None
     log(f"training {cfg.preset} seed {cfg.seed} (lr {cfg.lr:g}) → {directory}")
     out = {**record, "dir": directory, "lr": cfg.lr, "lr_from": cfg.lr_from, "warmup": resolved_warmup(cfg)}
     with rundir.writing(directory):  # train() re-enters it: nobody trains here while it is cleared
@@ -89,8 +113,28 @@ def ensure_run(cfg: TrainConfig, directory: str, record: dict[str, Any], log: Ca
     config = os.path.join(directory, "config.json")
     out["recipe"] = recipe.of_config(load_json(config)) if os.path.isfile(config) else None
     out["compute_path"] = compute_path(directory)
-    atomic_write_json(rundir.record_path(directory), out)
-    return out
+    if out["status"] == "finished":
+        out[judging.JUDGE] = judging.judge_run(directory, cfg, cfg.device)
+    return _write_record(directory, out)
+
+
+def read_or_train(
+    cfg: TrainConfig, directory: str, record: dict[str, Any], log: Callable[[str], None], train_now: bool
+) -> dict[str, Any]:
+    """Returns ``ensure_run``'s record; with ``train_now`` False (``--reread``) the record the folder
+    holds, a ConfigError naming the run when it holds none."""
+    done = ensure_run(cfg, directory, record, log, train_now)
+    if done is None:
+        raise ConfigError(
+            f"{directory}: not finished; --reread trains nothing (rerun without it to train the missing runs)"
+        )
+    return done
+
+
+def _write_record(directory: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Writes the finished run's record (last: its presence marks the run finished); returns it."""
+    atomic_write_json(rundir.record_path(directory), record)
+    return record
 
 
 def clear_unresumable(directory: str, log: Callable[[str], None]) -> None:
@@ -99,14 +143,15 @@ def clear_unresumable(directory: str, log: Callable[[str], None]) -> None:
     carries them without the checkpoints; a run killed before its first checkpoint leaves them too).
     The run then starts from update 0, as it would anyway, under the inputs it is given now. Called
     under the folder's lock."""
-    if not os.path.isdir(directory) or rundir.newest_valid_checkpoint(directory)[0] is not None:
-        return
-    left = sorted(name for name in os.listdir(directory) if name != LOCK)
+    if os.path.isdir(directory) and rundir.newest_valid_checkpoint(directory)[0] is None:
+        _clear(directory, log, "no checkpoint to resume from")
+
+
+def _clear(directory: str, log: Callable[[str], None], why: str) -> None:
+    """Deletes everything in run folder ``directory`` but its lock, saying ``why``."""
+    left = sorted(name for name in os.listdir(directory) if name != LOCK) if os.path.isdir(directory) else []
     if left:
-        log(
-            f"{directory}: no checkpoint to resume from; deleting what its unfinished run left "
-            f"({', '.join(left)})"
-        )
+        log(f"{directory}: {why}; deleting what its run left ({', '.join(left)})")
     for name in left:
         path = os.path.join(directory, name)
         if os.path.isdir(path):

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..engine.training.train_config import TrainConfig
 from ..report import verdict
+from .perplexity import judged_ppl
 
 # A run must end below unigram ÷ FACTOR. A model that learned nothing past token frequencies sits at the
 # unigram PPL. On the committed small reports' corpus (the shared natural text, its 2048-token BPE) the
@@ -65,8 +66,8 @@ def threshold(unigram: float) -> float:
 
 def trained(record: dict[str, Any], unigram: float) -> bool:
     """Returns whether the run of ``record`` (``pipelines.runs.ensure_run``'s) trained: it finished and
-    its final validation PPL is below ``threshold(unigram)`` (a diverged run did not)."""
-    ppl = record.get("val_ppl")
+    its final PPL (``perplexity.judged_ppl``) is below ``threshold(unigram)`` (a diverged run did not)."""
+    ppl = judged_ppl(record)
     return record.get("status") == "finished" and ppl is not None and ppl < threshold(unigram)
 
 

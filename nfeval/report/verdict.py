@@ -33,8 +33,12 @@ Runs trained at one LR for every architecture (``--no-tune``) compare untuned ba
 then ends in " (untuned)".
 
 A claim read at tuned LRs may also carry ``lr_sensitivity`` (``pipelines.lr_band``): the same test
-re-run at every LR the tune could not tell from the best. When those unadjusted verdicts differ, the
-claim's verdict is **LR-sensitive**: which way it goes depends on an LR choice inside the tune's noise.
+re-run with each side at the neighbours of its best LR (×√2, ÷√2) where every tune seed trained. When
+those unadjusted verdicts differ, the claim's verdict is **LR-sensitive**: which way it goes depends on
+an LR choice next to the best.
+
+An equal-time claim whose runs' realised step-time ratios missed the plan as a whole carries
+``off_plan`` (``pipelines.realised_time``): its verdict ends in " (equal time off plan)".
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+# The version of the rules the pipelines read every verdict under (the band, the judging set, realised
+# time, the gate): a stored section read under other rules is recomputed from its run records.
+RULES = 2
 ALPHA = 0.05  # two-sided
 POWER = 0.8  # of the minimum detectable effect
 MAX_SEEDS = 1000
@@ -63,6 +70,7 @@ RULE = (
 
 
 UNTUNED = " (untuned)"
+OFF_PLAN = " (equal time off plan)"
 LR_SENSITIVE = "LR-sensitive"
 
 
@@ -194,6 +202,8 @@ def adjust(claims: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         c.setdefault("p_holm", None)
         if c.get("p") is not None and (c.get("lr_sensitivity") or {}).get("sensitive"):
             c["verdict"] = LR_SENSITIVE
+        if c.get("off_plan") and not c["verdict"].endswith(OFF_PLAN):
+            c["verdict"] += OFF_PLAN
         if c.get("untuned") and not c["verdict"].endswith(UNTUNED):
             c["verdict"] += UNTUNED
     return claims

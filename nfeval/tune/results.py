@@ -12,12 +12,13 @@ over seeds (the geometric mean of the seeds' perplexities); an LR with a diverge
 one with a missing seed is incomplete: neither can be best. The best LR has the lowest value, the
 smaller LR on ties.
 
-The band. A tune on several seeds also measures its own noise: ``lr_band`` holds the best LR and every
-LR whose mean validation loss lies within that noise of the best's (``BAND_RULE``: the seeds are paired,
-since seed s of every LR shares its initialisation and data order). A verdict read at the best LR is
-checked at every LR of the band (``pipelines.lr_band``): the tune cannot tell those LRs apart, so a
-verdict that changes among them is LR-sensitive, not a finding. With one seed there is no noise
-estimate and the band is the best LR alone.
+The band. ``lr_band`` holds the best LR and its two neighbours at ×√2 and ÷√2 (``neighbours``: three
+significant digits, as an LR is stored) where the tune trained them on every seed without a divergence
+(``BAND_RULE``). It is fixed by the grid and the best LR alone, never by the tune's noise: a band read
+from noise can hold an unstable LR far from the best and miss a stable one beside it. A verdict read at
+the best LR is checked at its neighbours (``pipelines.lr_band``, which also asks that every neighbour's
+seeds trained); a neighbour the grid lacks is listed in ``band_untuned`` (``pipelines.lr_band`` adds
+those points) and one that diverged or is incomplete in ``band_unstable``.
 """
 
 from __future__ import annotations
@@ -78,9 +79,14 @@ def mark_diverged(points: Sequence[dict]) -> list[dict]:
 
 
 BAND_RULE = (
-    "the best LR and every LR whose paired per-seed loss difference to it has a two-sided 95% Student-t "
-    "interval reaching 0 (the tune cannot tell them apart); one seed: the best LR alone"
+    "the best LR and its neighbours at ×√2 and ÷√2, each where every tune seed finished without diverging"
 )
+NEIGHBOUR = math.sqrt(2.0)
+
+
+def neighbours(lr: float) -> tuple[float, float]:
+    """Returns the band's neighbours of ``lr``: lr ÷ √2 and lr × √2, to three significant digits."""
+    return float(f"{lr / NEIGHBOUR:.3g}"), float(f"{lr * NEIGHBOUR:.3g}")
 
 
 def _lr_row(preset: str, lr: float, seeds: Sequence[int], by_point: dict) -> dict[str, Any]:
@@ -102,19 +108,28 @@ def _lr_row(preset: str, lr: float, seeds: Sequence[int], by_point: dict) -> dic
     }
 
 
+def _band_fields(band: dict[str, list[float]]) -> dict[str, list[float]]:
+    return {"lr_band": band["lrs"], "band_untuned": band["untuned"], "band_unstable": band["unstable"]}
+
+
 def summarize(
-    points: Sequence[dict], presets: Sequence[str], lrs: Sequence[float], seeds: Sequence[int]
+    points: Sequence[dict],
+    presets: Sequence[str],
+    lrs: Sequence[float],
+    seeds: Sequence[int],
+    extra: dict[str, Sequence[float]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Returns {preset: {"best_lr", "best_val_ppl", "per_lr", "stability"}} over presets × lrs × seeds.
+    """Returns {preset: {"best_lr", "best_val_ppl", "lr_band", "band_untuned", "band_unstable", "per_lr",
+    "stability"}} over presets × lrs × seeds, each preset's ``extra`` LRs added to its grid.
 
     ``points`` are point results (preset, lr, seed, status, val_loss); see the module docstring for the
     rule. ``best_lr`` is None when no LR finished without diverging. ``stability`` counts the LRs that
     diverged or are incomplete and gives the spread (max / min) of the finite perplexities.
     """
     by_point = {(p["preset"], lr_key(p["lr"]), p["seed"]): p for p in points}
-    grid = sorted(set(float(lr) for lr in lrs))
     out = {}
     for preset in presets:
+        grid = sorted(set(float(lr) for lr in [*lrs, *(extra or {}).get(preset, ())]))
         per_lr = {lr_key(lr): _lr_row(preset, lr, seeds, by_point) for lr in grid}
         ok = [row for row in per_lr.values() if row["status"] == OK]
         best = min(ok, key=lambda row: (row["val_ppl"], row["lr"]), default=None)
@@ -122,7 +137,7 @@ def summarize(
         out[preset] = {
             "best_lr": best["lr"] if best else None,
             "best_val_ppl": best["val_ppl"] if best else None,
-            "lr_band": lr_band(best, ok),
+            **_band_fields(lr_band(best, per_lr)),
             "band_rule": BAND_RULE,
             "per_lr": per_lr,
             "stability": {
@@ -137,23 +152,20 @@ def summarize(
     return out
 
 
-def lr_band(best: dict[str, Any] | None, rows: Sequence[dict[str, Any]]) -> list[float]:
-    """Returns the LRs of ``rows`` (finished per-LR rows with per-seed ``losses``) that ``BAND_RULE``
-    cannot tell from ``best``'s, ascending, ``best`` included; [] when there is no best LR."""
-    from scipy import stats
-
+def lr_band(best: dict[str, Any] | None, per_lr: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+    """Returns {"lrs": the band, ascending, ``best`` included; "untuned": neighbours the grid lacks or
+    has not finished on every seed; "unstable": neighbours with a diverged seed} (``BAND_RULE``); all empty
+    without a best."""
+    out: dict[str, list[float]] = {"lrs": [], "untuned": [], "unstable": []}
     if best is None:
-        return []
-    band = [best["lr"]]
-    for row in rows:
-        seeds = sorted(set(row["losses"]) & set(best["losses"]))
-        if row is best or len(seeds) < 2:
-            continue
-        diffs = [row["losses"][s] - best["losses"][s] for s in seeds]
-        half = float(stats.t(len(diffs) - 1).ppf(0.975)) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-        if statistics.fmean(diffs) - half <= 0:
-            band.append(row["lr"])
-    return sorted(band)
+        return out
+    out["lrs"].append(best["lr"])
+    for lr in neighbours(best["lr"]):
+        row = per_lr.get(lr_key(lr))
+        status = MISSING if row is None else row["status"]
+        where = {OK: "lrs", DIVERGED: "unstable", MISSING: "untuned"}[status]
+        out[where].append(lr)
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def warnings_for(presets: dict[str, dict[str, Any]]) -> list[str]:
@@ -174,12 +186,14 @@ def warnings_for(presets: dict[str, dict[str, Any]]) -> list[str]:
 
 def grid_cells(entry: dict[str, Any]) -> str:
     """Returns one preset's tune in a cell: "LR: final PPL" per LR of the grid, ascending, the best
-    marked * and the others of its band ≈ (``BAND_RULE``)."""
+    marked *, the other LRs of its band ≈ and an unstable neighbour † (``BAND_RULE``)."""
     band = entry.get("lr_band") or ()
     cells = []
     for row in sorted(entry["per_lr"].values(), key=lambda r: r["lr"]):
         ppl = row["status"] if row["val_ppl"] is None else f"{row['val_ppl']:.2f}"
+        unstable = entry.get("band_unstable") or ()
         mark = "*" if row["lr"] == entry["best_lr"] else "≈" if row["lr"] in band else ""
+        mark += "†" if row["lr"] in unstable else ""
         cells.append(f"{lr_key(row['lr'])}: {ppl}{mark}")
     return "; ".join(cells)
 
@@ -223,7 +237,7 @@ def format_table(summary: dict[str, Any]) -> str:
     for name, s in presets.items():
         if len(s.get("lr_band") or ()) > 1:
             band = ", ".join(lr_key(lr) for lr in s["lr_band"])
-            lines.append(text_cell(f"{name}: within the tune's noise of the best: {band}"))
+            lines.append(text_cell(f"{name}: the band (the best and its stable ×√2 neighbours): {band}"))
     lines += [
         text_cell(f"missing: {m['preset']} lr={lr_key(m['lr'])} seed={m['seed']}") for m in summary["missing"]
     ]

@@ -268,19 +268,23 @@ def tune(
     progress: bool = True,
     report_only: bool = False,
     launch: LaunchOptions | None = None,
+    extra: dict[str, Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """Trains every unfinished (preset, lr, seed) point of the grid for ``budget``, then writes and returns
     ``out_dir/tune.json``: provenance, grid, budget, per-point results, missing points, per-preset best LR
     and stability (``tune_results.summarize``), warnings; also draws ``out_dir/tune.png``.
 
     ``base`` supplies everything but preset, lr, seed and budget; seeds are base.seed … base.seed+seeds-1.
-    ``report_only`` runs nothing and summarises the finished points; ``launch``: see ``run_todo``.
+    ``report_only`` runs nothing and summarises the finished points; ``launch``: see ``run_todo``;
+    ``extra``: LRs one preset tries beside the grid ({preset: [lr, ...]}: the band's neighbours of its
+    best, ``pipelines.lr_band``).
     """
     presets, lrs = list(dict.fromkeys(presets)), sorted(set(float(x) for x in lrs))
     _check_inputs(base, presets, lrs, seeds, jobs)
     field = parse_budget(budget)
     seed_list = [base.seed + i for i in range(seeds)]
-    grid = [(p, lr, s) for p in presets for lr in lrs for s in seed_list]
+    extra = {p: sorted(set(map(float, v)) - set(lrs)) for p, v in (extra or {}).items() if p in presets}
+    grid = [(p, lr, s) for p in presets for lr in sorted([*lrs, *extra.get(p, ())]) for s in seed_list]
     configs = _point_configs(base, grid, field)
     dirs = [point_dir(out_dir, POINTS, p, lr, s) for p, lr, s in grid]
     inputs = input_fingerprints(base)  # every point reads the same files: read once
@@ -295,9 +299,8 @@ def tune(
         points += run_todo(
             *([seq[i] for i in todo] for seq in (configs, dirs, keys)), jobs, progress, launch, out_dir
         )
-    summary = _summary(
-        base, {"presets": presets, "lrs": lrs, "seeds": seed_list}, budget, grid, points, keys[0]
-    )
+    spec = {"presets": presets, "lrs": lrs, "seeds": seed_list, **({"extra_lrs": extra} if extra else {})}
+    summary = _summary(base, spec, budget, grid, points, keys[0])
     atomic_write_json(os.path.join(out_dir, "tune.json"), summary)
     if summary["points"]:
         tune_results.plot(summary, os.path.join(out_dir, "tune.png"))
@@ -319,7 +322,9 @@ def _summary(
     points = tune_results.mark_diverged(points)
     order = {(p, tune_results.lr_key(lr), s): i for i, (p, lr, s) in enumerate(grid)}
     points.sort(key=lambda r: order[r["preset"], tune_results.lr_key(r["lr"]), r["seed"]])
-    summary_presets = tune_results.summarize(points, spec["presets"], spec["lrs"], spec["seeds"])
+    summary_presets = tune_results.summarize(
+        points, spec["presets"], spec["lrs"], spec["seeds"], spec.get("extra_lrs")
+    )
     tuned_recipe, recipe_warnings = _recipe(base, points)
     return {
         "nfeval": {"provenance": provenance(), "command": "tune"},

@@ -435,8 +435,15 @@ def test_a_grid_whose_best_lr_did_not_train_has_no_band_to_retrain(tmp_path):
     ctx = SimpleNamespace(out=str(tmp_path), scale=SimpleNamespace(size="small"), unigram_ppl=700.0)
     path = bakeoff_runs.tune_file(ctx, c)
     os.makedirs(os.path.dirname(path))
-    for best_ppl, band in ((745.3, []), (140.0, [3e-3, 1e-2])):
-        entry = {"best_lr": 6e-3, "best_val_ppl": best_ppl, "lr_band": [3e-3, 6e-3, 1e-2]}
+    trained = {"losses": {"101": 5.0}}  # exp(5.0) = 148: below the gate's 466.7
+    per_lr = {"0.00424": trained, "0.006": trained, "0.00849": trained}
+    for best_ppl, band in ((745.3, []), (140.0, [4.24e-3, 8.49e-3])):
+        entry = {
+            "best_lr": 6e-3,
+            "best_val_ppl": best_ppl,
+            "lr_band": [4.24e-3, 6e-3, 8.49e-3],
+            "per_lr": per_lr,
+        }
         json.dump({"presets": {"flat-small": entry}}, open(path, "w"))
         assert bakeoff_runs.band_lrs(ctx, c) == band
 
@@ -464,6 +471,7 @@ def test_a_grid_where_nothing_trained_grows_downward(tmp_path, monkeypatch):
     ctx = SimpleNamespace(
         candidates=[c], lrs=[1e-3, 3e-3, 1e-2], out=str(tmp_path), scale=SimpleNamespace(size="small"),
         unigram_ppl=700.0, tune_budget="steps=5", tune_seeds=[101], jobs=1, progress=False, launch=None,
+        reread=False,
     )  # fmt: skip
     bakeoff_runs.run_tunes(ctx)
     # nothing trains at 1e-3 … 1e-2: 3.33e-4 below (trains, best, on the bottom edge), then 1.11e-4, and
@@ -539,7 +547,7 @@ def test_untrained_pairs_are_not_readable_whatever_their_realised_time(tmp_path)
     for seeds_outside in ({}, {1: (1.0, 1.3)}, {1: (1.0, 1.3), 2: (1.0, 0.7)}):
         times = {s: ((10.0, 100), (10.0 * seeds_outside.get(s, (1.0, 1.0))[1], 100)) for s in (1, 2)}
         check = realised_time.check(planned, times)
-        assert check["excluded"] == sorted(seeds_outside)
+        assert check["outside"] == sorted(seeds_outside)
         (test,) = results.ppl_tests(ctx, records, {"normformer": check})
         assert test["verdict"] == trained_gate.NOT_READABLE and "did not train" in test["why"]
 

@@ -108,9 +108,10 @@ def test_each_budget_is_its_own_tuned_figure_2_and_the_report_fits_the_gain(axis
         assert [s["name"] for s in sub["sections"] if s["status"] == "done"] == ["fig2-clm"]
         assert sub["header"]["tune_seeds"] == [101, 102, 103]
         assert os.path.isfile(os.path.join(folder, "tune", "clm", "tune.json"))  # re-tuned at this budget
+        assert row["judged"]  # every judged run read on the whole validation split
         for seed, gain in zip(row["seeds"], row["gains"]):
             ppl = {
-                k: json.load(open(os.path.join(folder, "runs", k, f"seed{seed}.json")))["val_ppl"]
+                k: json.load(open(os.path.join(folder, "runs", k, f"seed{seed}.json")))["judge"]["ppl"]
                 for k in row["ppl"]
             }
             assert gain == pytest.approx(math.log(ppl["clm-prenorm"] / ppl["clm-normformer"]))
@@ -118,6 +119,7 @@ def test_each_budget_is_its_own_tuned_figure_2_and_the_report_fits_the_gain(axis
     md = open(result["report"], encoding="utf-8").read()
     assert md == render(report) + "\n"
     assert "per doubling of the tokens" in md
+    assert "Final PPLs are read on the whole validation split (the judging set) at every budget." in md
     ends = report["fit"]["ends"]
     said = "does not change sign" if ends[0]["gain"] * ends[1]["gain"] > 0 else "changes sign"
     assert f"The fitted line {said} inside 128–512 tokens" in md

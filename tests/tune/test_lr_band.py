@@ -1,5 +1,6 @@
-"""Tuning that does not share noise with judging (issue 49): the tune's band of LRs it cannot tell from
-its best, the verdict re-read across it, and tune seeds disjoint from the judged ones."""
+"""Tuning that does not share noise with judging: the band (the best LR and its stable, trained ×√2
+neighbours, fixed before the runs), the points added to tune it, the verdict re-read across it, and tune
+seeds disjoint from the judged ones."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import math
 import statistics
 
 import pytest
-from scipy import stats
 
 from nfeval.base.errors import ConfigError
 from nfeval.pipelines import lr_band
@@ -23,33 +23,82 @@ def _points(losses: dict[float, list[float]], seeds=(101, 102, 103)) -> list[dic
     ]
 
 
-def test_the_band_holds_the_lrs_whose_paired_interval_reaches_the_best():
+def test_the_band_is_the_best_and_its_root_two_neighbours_whatever_the_noise():
     losses = {
-        1e-3: [3.30, 3.31, 3.29],  # clearly worse on every seed: out
-        3e-3: [3.10, 3.14, 3.08],  # the best mean
-        6e-3: [3.12, 3.13, 3.11],  # differences +0.02, -0.01, +0.03: the interval reaches 0
-        1e-2: [3.15, 3.19, 3.13],  # +0.05 on every seed: no spread, out
+        1.06e-3: [3.30, 3.31, 3.29],  # the best's lower neighbour (1.5e-3 ÷ √2): in, though clearly worse
+        1.5e-3: [3.10, 3.14, 3.08],  # the best mean
+        2.12e-3: [3.12, 3.13, 3.11],  # its upper neighbour (1.5e-3 × √2): in
+        6e-3: [3.11, 3.12, 3.10],  # within the old band's noise of the best, but no neighbour: out
     }
     s = tune_results.summarize(_points(losses), ["a"], list(losses), [101, 102, 103])["a"]
-    assert s["best_lr"] == 3e-3
-    assert s["lr_band"] == [3e-3, 6e-3]
-    # the rule by hand for 6e-3: mean 0.0133, half-width t(0.975, 2) * sd / sqrt(3)
-    d = [0.02, -0.01, 0.03]
-    half = stats.t(2).ppf(0.975) * statistics.stdev(d) / math.sqrt(3)
-    assert statistics.fmean(d) - half <= 0
+    assert s["best_lr"] == 1.5e-3
+    assert s["lr_band"] == [1.06e-3, 1.5e-3, 2.12e-3]
+    assert s["band_untuned"] == [] and s["band_unstable"] == []
+    assert tune_results.neighbours(1.5e-3) == (1.06e-3, 2.12e-3)
     table = {"presets": {"a": s}, "budget": {"spec": "steps=4"}, "grid": {"seeds": [101, 102, 103]}}
-    assert "a: within the tune's noise of the best: 0.003, 0.006" in tune_results.format_table(
-        table | {"missing": [], "warnings": []}
+    assert "a: the band (the best and its stable ×√2 neighbours): 0.00106, 0.0015, 0.00212" in (
+        tune_results.format_table(table | {"missing": [], "warnings": []})
     )
-    assert tune_results.grid_cells(s).split("; ")[1:3] == [
-        f"0.003: {math.exp(statistics.fmean(losses[3e-3])):.2f}*",
-        f"0.006: {math.exp(statistics.fmean(losses[6e-3])):.2f}≈",
-    ]
+    cells = tune_results.grid_cells(s).split("; ")
+    assert cells[1] == f"0.0015: {math.exp(statistics.fmean(losses[1.5e-3])):.2f}*"
+    assert cells[2].endswith("≈") and not cells[3].endswith("≈")
 
 
-def test_one_seed_gives_no_noise_estimate_and_a_band_of_the_best_alone():
-    s = tune_results.summarize(_points({1e-3: [3.2], 3e-3: [3.1]}, seeds=(101,)), ["a"], [1e-3, 3e-3], [101])
-    assert s["a"]["lr_band"] == [3e-3]
+def test_a_neighbour_the_grid_lacks_is_untuned_and_one_that_diverged_is_unstable():
+    points = _points({3e-3: [3.1, 3.1, 3.1], 4.24e-3: [3.2, 3.2, 3.2], 6e-3: [3.3, 3.3, 3.3]})
+    points[3]["status"] = "diverged"  # 4.24e-3 on seed 101
+    s = tune_results.summarize(points, ["a"], [3e-3, 6e-3], [101, 102, 103], {"a": [4.24e-3]})["a"]
+    assert s["best_lr"] == 3e-3 and s["lr_band"] == [3e-3]
+    assert s["band_unstable"] == [4.24e-3] and s["band_untuned"] == [2.12e-3]
+    assert "0.00424: diverged†" in tune_results.grid_cells(s)
+    assert lr_band.failed_neighbours(s) == {
+        2.12e-3: "not tuned",
+        4.24e-3: "diverged on a tune seed: unstable",
+    }
+
+
+def test_a_neighbour_counts_only_where_every_tune_seed_trained():
+    unigram = 600.0  # the gate's threshold: 400, log 5.99
+    losses = {2.12e-3: [5.0, 6.2, 5.0], 3e-3: [4.0, 4.1, 4.0], 4.24e-3: [4.5, 4.6, 4.4]}
+    s = tune_results.summarize(_points(losses), ["a"], list(losses), [101, 102, 103])["a"]
+    assert s["lr_band"] == [2.12e-3, 3e-3, 4.24e-3]  # every seed finished
+    assert lr_band.entry_band(s, unigram) == [4.24e-3]  # 2.12e-3's seed 102 ended above the gate
+    assert lr_band.entry_band(s) == [2.12e-3, 4.24e-3]
+    assert lr_band.failed_neighbours(s, unigram) == {2.12e-3: "a tune seed did not train: unstable"}
+
+
+def test_tune_band_adds_the_neighbours_and_follows_a_best_that_moved():
+    """The grid's best is 3e-3; its upper neighbour 4.24e-3 turns out better, so its own neighbours are
+    tuned too; then every best has its neighbours and the loop stops."""
+    truth = {1e-3: 3.5, 2.12e-3: 3.2, 3e-3: 3.1, 4.24e-3: 3.0, 6e-3: 3.05, 1e-2: 3.4}
+    calls = []
+
+    def tune(extra):
+        calls.append({p: list(v) for p, v in extra.items()})
+        lrs = [1e-3, 3e-3, 1e-2, *extra.get("a", ())]
+        points = _points({lr: [truth[lr]] * 3 for lr in lrs})
+        return {"presets": tune_results.summarize(points, ["a"], lrs, [101, 102, 103]), "missing": []}
+
+    summary = lr_band.tune_band(tune)
+    assert calls == [{}, {"a": [2.12e-3, 4.24e-3]}, {"a": [2.12e-3, 4.24e-3, 6e-3]}]
+    entry = summary["presets"]["a"]
+    assert entry["best_lr"] == 4.24e-3 and entry["lr_band"] == [3e-3, 4.24e-3, 6e-3]
+
+
+def test_tune_band_adds_nothing_where_the_best_did_not_train_or_points_are_missing():
+    def tune(extra, missing=()):
+        points = _points({1e-3: [6.7] * 3, 3e-3: [6.6] * 3})
+        return {
+            "presets": tune_results.summarize(points, ["a"], [1e-3, 3e-3], [101]),
+            "missing": list(missing),
+        }
+
+    calls = []
+    lr_band.tune_band(lambda extra: calls.append(extra) or tune(extra), unigram=700.0)  # exp(6.6) = 735
+    assert calls == [{}]
+    calls.clear()
+    lr_band.tune_band(lambda extra: calls.append(extra) or tune(extra, missing=[{"preset": "a"}]))
+    assert calls == [{}]
 
 
 def test_a_verdict_that_changes_inside_the_band_is_lr_sensitive():

@@ -11,6 +11,7 @@ from ... import embedded
 from ...base.cli_args import (
     DEVICE_HELP,
     PIPELINE_JOBS_HELP,
+    REREAD_HELP,
     ZEROSHOT_DATA_DIR_HELP,
     device_name,
     learning_rates,
@@ -89,6 +90,7 @@ class BakeoffConfig:
     data_dir: str | None = flag_field(None, ZEROSHOT_DATA_DIR_HELP, type=embedded.zeroshot_dir)
     device: str = flag_field("auto", DEVICE_HELP, type=device_name)
     progress: bool = flag_field(True, "no progress bars", name="no-progress", action="store_false")
+    reread: bool = flag_field(False, REREAD_HELP, action="store_true")
     command: str = "nfeval bakeoff"
     launch: LaunchOptions | None = None  # --launcher slurm: tunes, ratios and runs as Slurm jobs
 

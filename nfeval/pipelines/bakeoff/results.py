@@ -2,10 +2,10 @@
 
 - the ranking: final validation perplexity per candidate, mean with a Student-t interval over seeds;
 - perplexity significance: a seed-paired t-test on log PPL(baseline) − log PPL(candidate) (positive:
-  the candidate is better), with ``reproduce``'s verdict rule and minimum detectable effect, over the
-  seeds that trained at the planned equal time (``realised_time``: a seed whose realised step-time ratio
-  left the planned interval widened by the runs' own timing noise is left out; fewer than 2 left, or
-  the kept seeds drifted from the plan together: not readable);
+  the candidate is better) on the judging set (``judging``: the whole validation split, its sequences'
+  paired error as the per-measurement error), with ``reproduce``'s verdict rule and minimum detectable
+  effect, over every seed whose runs both trained; flagged off plan when the seeds' realised step-time
+  ratios miss the planned one as a whole (``realised_time``; no seed is left out for its time);
 - zero-shot significance: per seed, ``compare-scores``' paired bootstrap over items and McNemar's test
   (candidate − baseline); over seeds, the verdict rule on the per-seed differences with the items' mean
   standard error as the per-measurement error;
@@ -29,8 +29,8 @@ from ...base.jsonio import load_json
 from ...report import significance as sig
 from ...report import verdict
 from ...tasks import judged_metric
-from .. import lr_band, realised_time, trained_gate
-from ..perplexity import final_ppl, log_ratio
+from .. import judging, lr_band, realised_time, trained_gate
+from ..perplexity import final_ppl, judged_ppl, log_ratio
 from ..runs import finished
 from ..trained_gate import gated_decide, is_trained, recipe_words
 from .runs import Context, band_lrs, log, run_dir
@@ -115,35 +115,31 @@ def ppl_tests(
 ) -> list[dict[str, Any]]:
     """Returns, per candidate but the baseline, the seed-paired test of the log-PPL gain over the
     baseline: per-seed gains, t-interval, two-sided p, verdict and MDE (``verdict.decide``), over the
-    seeds ``realised`` (``realised_checks``) keeps where both runs trained (``trained_gate.gated_decide``:
-    not readable with fewer than two); not readable either when ``realised`` keeps fewer than 2."""
+    seeds where both runs trained (``trained_gate.gated_decide``: not readable with fewer than two);
+    flagged off plan when ``realised`` (``realised_checks``) says the seeds' realised time missed the plan
+    as a whole. No seed is left out for its time."""
     base = _by_seed(records[ctx.baseline.name])
     words = recipe_words(r for rs in records.values() for r in rs)
     rows = []
     for c in ctx.candidates[1:]:
         cand = _by_seed(records[c.name])
         check = (realised or {}).get(c.name)
-        out = [] if check is None else check["excluded"]
         pairs = {seed: (base[seed], cand[seed]) for seed in sorted(cand) if seed in base}
         trained = {seed: p for seed, p in pairs.items() if is_trained(p[0]) and is_trained(p[1])}
-        gains = {seed: log_ratio(b["val_ppl"], n["val_ppl"]) for seed, (b, n) in trained.items()}  # finite
-        tested = [g for seed, g in gains.items() if seed not in out]
-        # The gate reads first (as in reproduce): a pair with a run that did not train is left out for
-        # that, whatever its realised time, so an untrained claim never depends on wall-clock noise.
+        gains = {seed: log_ratio(judged_ppl(b), judged_ppl(n)) for seed, (b, n) in trained.items()}
         untrained = sum(seed not in trained for seed in pairs)
+        error = judging.measurement_se(list(trained.values()))
         row = {
             "name": c.name,
-            "gains": list(gains.values()),  # every seed where both trained, left-out ones too
-            "interval": _interval(tested),
-            **gated_decide(tested, untrained, words),
+            "gains": list(gains.values()),
+            "interval": _interval(list(gains.values())),
+            **gated_decide(list(gains.values()), untrained, words, measurement_se=error or 0.0),
             "family": verdict.PRIMARY,
+            "measurement_se": error,
         }
-        if out:
-            row["seeds_left_out"] = out
+        if check is not None:
+            row["off_plan"] = check["off_plan"]
             row["why"] += f"; {realised_time.summary_text(check)}"
-        if check is not None and not check["readable"] and row["verdict"] != trained_gate.NOT_READABLE:
-            row.update(dict.fromkeys(("p", "mean", "mde", "seeds_needed")), verdict=verdict.INCONCLUSIVE)
-            row["why"] = f"not readable: {realised_time.summary_text(check)}"
         rows.append(row)
     return rows
 
@@ -162,16 +158,12 @@ def add_lr_sensitivity(ctx: Context, records: dict[str, list[dict]], tests: list
     re-read across both tunes' LR bands, before ``settle`` takes the verdicts."""
     by_name = {c.name: c for c in ctx.candidates}
     for t in tests:
-        left_out = set(t.get("seeds_left_out", ()))  # as the test's own reading: realised time off plan
-        t["lr_sensitivity"] = _lr_sensitivity(ctx, records, by_name[t["name"]], left_out)
+        t["lr_sensitivity"] = _lr_sensitivity(ctx, records, by_name[t["name"]])
 
 
-def _lr_sensitivity(
-    ctx: Context, records: dict[str, list[dict]], c, left_out: set[int]
-) -> dict[str, Any] | None:
+def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str, Any] | None:
     """Returns ``lr_band.sensitivity`` of ``c``'s perplexity test (None when neither side's tune has a
-    band): the pairs' runs at a band LR are read from their folders (a missing one is left out), over
-    the seeds the test itself reads (``left_out``: those it leaves out)."""
+    band): the pairs' runs at a band LR are read from their folders (a missing one is left out)."""
     base = ctx.baseline
     bands = (band_lrs(ctx, base), band_lrs(ctx, c))
     if not any(bands):
@@ -185,8 +177,7 @@ def _lr_sensitivity(
         return _trained_ppl([trained_gate.mark(r, ctx.unigram_ppl) for r in done])
 
     def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
-        kept = {s: p for s, p in ppl_at(c, cand_lr).items() if s not in left_out}
-        gains = _gains(ppl_at(base, base_lr), kept)
+        gains = _gains(ppl_at(base, base_lr), ppl_at(c, cand_lr))
         return [g for g in gains if not math.isnan(g)]
 
     return lr_band.sensitivity(best, bands, diffs_at)
@@ -194,7 +185,7 @@ def _lr_sensitivity(
 
 def _trained_ppl(records: list[dict]) -> dict[int, float]:
     """Returns {seed: final PPL} of the runs of ``records`` that trained (the gate's pairs)."""
-    return {r["seed"]: r["val_ppl"] for r in records if is_trained(r)}
+    return {r["seed"]: judged_ppl(r) for r in records if is_trained(r)}
 
 
 def plan_seeds(ctx: Context, records: dict[str, list[dict]], close_seeds: int) -> dict[str, Any]:

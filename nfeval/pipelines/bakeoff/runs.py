@@ -56,12 +56,15 @@ def run_dir(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> s
 
 
 def band_lrs(ctx: Context, c: Candidate) -> list[float]:
-    """Returns the LRs other than the best that ``c``'s tune cannot tell from its best
-    (``lr_band.entry_band``): its runs also train at these, on the judged seeds. None when the tune's
-    best LR did not train (``trained_gate.best_trained``): on a grid where nothing learned, every LR is
-    within noise of the "best", and training them all would re-measure that noise five times over."""
+    """Returns the other LRs of ``c``'s band (``lr_band.entry_band``: the best's stable, trained
+    neighbours): its runs also train at these, on the judged seeds. None when the tune's best LR did not
+    train (``trained_gate.best_trained``): a "best" among runs that learned nothing is noise."""
     entry = load_json(tune_file(ctx, c))["presets"][c.preset(ctx.scale.size)]
-    return lr_band.entry_band(entry) if trained_gate.best_trained(entry, ctx.unigram_ppl) else []
+    return (
+        lr_band.entry_band(entry, ctx.unigram_ppl)
+        if trained_gate.best_trained(entry, ctx.unigram_ppl)
+        else []
+    )
 
 
 def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
@@ -107,7 +110,8 @@ def run_tunes(ctx: Context) -> None:
     grid whose best LR did not train (``trained_gate.best_trained``) grows one LR below its bottom
     instead, within the same ``EXTENSIONS``: its "best" is noise among runs that all learned nothing, and
     a scheme that trains at no LR tried usually needs a lower one. One that trains at none of them is
-    reported as such."""
+    reported as such. Each best LR's band neighbours are tuned too (``lr_band.tune_band``); under
+    ``--reread`` nothing is trained, the finished points are summarised."""
     from ...tune.sweep import tune
 
     for c in ctx.candidates:
@@ -115,16 +119,21 @@ def run_tunes(ctx: Context) -> None:
         lrs = list(ctx.lrs)
         for _ in range(EXTENSIONS + 1):
             log(f"tuning {c.name} ({c.preset(ctx.scale.size)}) over {lrs}, {ctx.tune_budget}")
-            summary = tune(
-                base,
-                [base.preset],
-                lrs,
-                ctx.tune_budget,
-                os.path.dirname(tune_file(ctx, c)),
-                seeds=ctx.tune_seeds,
-                jobs=ctx.jobs,
-                progress=ctx.progress,
-                launch=ctx.launch,
+            summary = lr_band.tune_band(
+                lambda extra, lrs=lrs, base=base, c=c: tune(
+                    base,
+                    [base.preset],
+                    lrs,
+                    ctx.tune_budget,
+                    os.path.dirname(tune_file(ctx, c)),
+                    seeds=ctx.tune_seeds,
+                    jobs=ctx.jobs,
+                    progress=ctx.progress,
+                    launch=ctx.launch,
+                    extra=extra,
+                    report_only=ctx.reread,
+                ),
+                ctx.unigram_ppl,
             )
             if summary["missing"]:
                 break
@@ -178,8 +187,10 @@ def ensure_run(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -
     known, ``trained``: the gate every verdict reads, applied here where every stage loads its runs)."""
     record = {"name": c.name, "seed": seed, "budget": run_budget(ctx, c)}
     cfg = train_config(ctx, c, seed, lr=lr)
-    done = trained_gate.mark(runs.ensure_run(cfg, run_dir(ctx, c, seed, lr), record, log), ctx.unigram_ppl)
-    if lr is None:
+    directory = run_dir(ctx, c, seed, lr)
+    done = runs.read_or_train(cfg, directory, record, log, not ctx.reread)
+    done = trained_gate.mark(done, ctx.unigram_ppl)
+    if lr is None and not ctx.reread:
         read_while_weights_exist(ctx, c, seed, done)
     return done
 
@@ -224,6 +235,8 @@ def train_all(ctx: Context) -> str | None:
     """Trains every candidate's unfinished seeds, at its tuned LR and at every other LR of its band:
     ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
     finished, else what to do."""
+    if ctx.reread:
+        return None
     variants = [
         (c.name, c, lr, s)
         for c in ctx.candidates

@@ -54,8 +54,9 @@ def settings(cfg: ReproduceConfig, budget: dict[str, float]) -> dict[str, Any]:
 @folder_locked(lambda cfg: cfg.out)  # one writer per output folder
 def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     """Runs (or resumes) the selected experiments into ``cfg.out`` and writes the report; returns
-    {"report": report.md, "sections": [...]}, {"commands": script} (a GPU scale, no GPUs here), or
-    {"pending": what to do} (``cfg.launch``'s Slurm jobs are not all finished)."""
+    {"report": report.md, "sections": [...]}, {"commands": script} (a GPU scale, no GPUs here),
+    {"tuned": what was tuned} (``--tune-only``), or {"pending": what to do} (``cfg.launch``'s Slurm jobs
+    are not all finished)."""
     import torch
 
     from ..stages import shared_tokenizer
@@ -92,6 +93,11 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     seed_history = record_seeds(cfg.out, ctx.seeds)
     ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(runner.train_config(ctx, "clm-prenorm", 1))
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
+    if cfg.tune_only:
+        from .tuning import run_tune
+
+        files = run_tune(ctx, keys, cfg.jobs)
+        return {"tuned": f"tuned ({', '.join(files.values())}); rerun without --tune-only to train the runs"}
     pending = _before_sections(cfg, ctx, keys)
     if pending:
         return {"pending": pending}

@@ -23,7 +23,8 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json, reading
-from .. import runs
+from ...report import verdict
+from .. import judging, runs
 from ..perplexity import final_ppl, log_ratio
 from ..scales import SCALES
 from ..trained_gate import is_trained, mark
@@ -79,7 +80,7 @@ def run_budget_axis(cfg) -> dict[str, Any]:
         steps = budget_steps(cfg.scale, tokens)
         folder = os.path.join(cfg.out, f"tokens={tokens}")
         folders[tokens] = folder
-        if landed(folder, steps):
+        if landed(folder, steps) and not cfg.reread:
             log(f"token budget {tokens_text(tokens)}: finished in {folder} (its report and run records)")
             continue
         log(f"token budget {tokens_text(tokens)}: {steps} updates for Pre-LN → {folder}")
@@ -87,6 +88,8 @@ def run_budget_axis(cfg) -> dict[str, Any]:
         result = run_reproduce(sub)
         if "pending" in result:
             return result
+    if cfg.tune_only:
+        return {"tuned": f"every budget's LR tune is finished in {cfg.out}; rerun without --tune-only"}
     report = assemble(cfg, folders, start)
     path = write(cfg.out, report)
     log(f"report: {path}")
@@ -111,16 +114,18 @@ def landed(folder: str, steps: int) -> bool:
     section = os.path.join(folder, "experiments", EXPERIMENT, "section.json")
     if not (done and bool(seeds) and all(len(_records(folder, k, seeds)) == len(seeds) for k in PAIR)):
         return False
-    # a run trained again since (its record changed) or a deleted section: the budget's report is redone
-    return os.path.isfile(section) and sections.read_from(
-        load_json(section), sections.run_records(folder, PAIR)
-    )
+    # a run trained again since (its record changed), a section read under older rules or a deleted
+    # section: the budget's report is redone
+    if not os.path.isfile(section) or load_json(section).get("rules") != verdict.RULES:
+        return False
+    return sections.read_from(load_json(section), sections.run_records(folder, PAIR))
 
 
 def budget_row(tokens: int, folder: str) -> dict[str, Any]:
-    """Returns one budget's row from its reproduce folder: steps, tuned LRs, per-seed PPLs and gains over
-    the seeds its primary claim reads (both runs trained, ``trained_gate``; the realised time equal,
-    ``realised_time``), the seeds left out and why, the claim's verdict (with its LR sensitivity)."""
+    """Returns one budget's row from its reproduce folder: steps, tuned LRs, per-seed PPLs (on the judging
+    set where the runs were read there) and gains over the seeds its primary claim reads (both runs
+    trained, ``trained_gate``), the seeds left out and why, the claim's verdict (with its LR sensitivity
+    and whether its realised time was off plan)."""
     path = os.path.join(folder, "report.json")
     report = load_json(path)
     with reading(path, LANDED):
@@ -128,23 +133,22 @@ def budget_row(tokens: int, folder: str) -> dict[str, Any]:
         (claim,) = [c for c in section["claims"] if c["id"] == CLAIM]
         eval_seeds = [int(s) for s in report["header"]["eval_seeds"]]
         unigram = report["header"].get("unigram_ppl")
-        left_out = [int(s) for s in (claim.get("realised") or {}).get("excluded") or []]  # realised_time
         verdict = {"verdict": claim["verdict"], "p_holm": claim.get("p_holm")}
+        verdict["off_plan"] = bool(claim.get("off_plan"))
+        verdict["measurement_se"] = claim.get("measurement_se")
         verdict["lr_sensitivity"] = claim.get("lr_sensitivity")
     records = {k: _records(folder, k, eval_seeds) for k in PAIR}
     trained = {k: {r["seed"] for r in rs if is_trained(mark(r, unigram))} for k, rs in records.items()}
     ppl = {k: dict(zip((r["seed"] for r in rs), final_ppl(rs))) for k, rs in records.items()}
-    seeds = sorted((trained[PAIR[0]] & trained[PAIR[1]]) - set(left_out))  # the claim's pairs
+    seeds = sorted(trained[PAIR[0]] & trained[PAIR[1]])  # the claim's pairs
     gains = [log_ratio(ppl[PAIR[0]][s], ppl[PAIR[1]][s]) for s in seeds]
     return {
         "tokens": tokens,
         "steps": {k: rs[0].get("steps") for k, rs in records.items() if rs},
         "lr": {k: rs[0]["lr"] for k, rs in records.items() if rs},
         "seeds": seeds,
-        "left_out": {
-            "realised time": sorted(left_out),
-            "did not train": sorted(set(eval_seeds) - (trained[PAIR[0]] & trained[PAIR[1]])),
-        },
+        "left_out": {"did not train": sorted(set(eval_seeds) - (trained[PAIR[0]] & trained[PAIR[1]]))},
+        "judged": all(judging.judged(r) for rs in records.values() for r in rs),
         "ppl": {k: [ppl[k][s] for s in seeds] for k in PAIR},
         "gains": gains,
         **verdict,

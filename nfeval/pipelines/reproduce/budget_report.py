@@ -76,6 +76,22 @@ def left_out_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def judging_lines(report: dict[str, Any]) -> list[str]:
+    """Returns the sentence on what each budget's final PPLs were read on: the whole validation split
+    (the judging set), or the runs' own last validation for budgets whose runs were not judged."""
+    budgets = report["budgets"]
+    judged = [tokens_text(b["tokens"]) for b in budgets if b.get("judged")]
+    not_judged = [tokens_text(b["tokens"]) for b in budgets if not b.get("judged")]
+    if not not_judged:
+        return ["Final PPLs are read on the whole validation split (the judging set) at every budget.", ""]
+    where = f"at {', '.join(judged)} on the whole validation split; " if judged else ""
+    return [
+        f"Final PPLs are read {where}at {', '.join(not_judged)} on the runs' own last validation (their "
+        "first 64 validation sequences), their runs not yet trained again to be judged on the whole split.",
+        "",
+    ]
+
+
 def fit_lines(report: dict[str, Any]) -> list[str]:
     """Returns the fit in sentences: slope per doubling, the fitted gain at both ends, the sign."""
     f, budgets = report["fit"], report["token_budgets"]
@@ -174,8 +190,10 @@ def render(report: dict[str, Any]) -> str:
         "at that budget, Pre-LN's updates from the tokens and NormFormer's from its paired step-time ratio "
         "(equal time), both on complete schedules. Gain = log PPL(Pre-LN) − log PPL(NormFormer) per judged "
         "seed (positive: NormFormer better), over the seeds that budget's primary claim reads (both runs "
-        "trained; realised time equal); each budget's verdict is its own report's primary claim.",
+        "trained; no seed is left out for its realised time); each budget's verdict is its own report's "
+        "primary claim.",
         "",
+        *judging_lines(report),
         *left_out_lines(report),
         "",
         *budget_table(report),
@@ -197,35 +215,49 @@ def render(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: str) -> str:
-    """Draws each seed's gain and each budget's mean against tokens (log axis) with the fitted line;
-    writes the PNG to ``path``."""
+    """Draws each seed's gain and each budget's mean with its 95% interval against tokens per parameter
+    (tokens when the parameters are unknown; log axis) with the fitted line and its interval, and the
+    paper's tokens per parameter marked beyond the right edge; writes the PNG to ``path``."""
     from matplotlib.figure import Figure
 
     from ...base.plots import save_png
+    from ...report import significance
 
-    fig = Figure(figsize=(6.2, 4.0), layout="constrained")
+    params = (report["header"].get("facts") or {}).get("parameters")
+    per = params or 1
+    fig = Figure(figsize=(6.6, 4.0), layout="constrained")
     ax = fig.subplots()
     for b in report["budgets"]:
+        x = b["tokens"] / per
         finite = [g for g in b["gains"] if math.isfinite(g)]
-        ax.plot([b["tokens"]] * len(finite), finite, "o", color="0.6", ms=4)
-        if finite:
-            ax.plot([b["tokens"]], [sum(finite) / len(finite)], "D", color="C0", ms=7)
+        ax.plot([x] * len(finite), finite, "o", color="0.6", ms=4)
+        if len(finite) > 1:
+            i = significance.t_interval(finite)
+            ax.errorbar([x], [i["mean"]], yerr=[[i["mean"] - i["low"]], [i["high"] - i["mean"]]], fmt="D",
+                        color="C0", ms=7, capsize=4)  # fmt: skip
+        elif finite:
+            ax.plot([x], finite, "D", color="C0", ms=7)
     f = report["fit"]
     if f.get("slope") is not None:
         curve = f["curve"]
-        xs = [2 ** e["log2_tokens"] for e in curve]
+        xs = [2 ** e["log2_tokens"] / per for e in curve]
         ax.plot(xs, [e["gain"] for e in curve], "-", color="C1", label="fit")
         ax.fill_between(xs, [e["low"] for e in curve], [e["high"] for e in curve], color="C1", alpha=0.15)
     ax.axhline(0, color="k", lw=0.8)
+    xs = [b["tokens"] / per for b in report["budgets"]]
+    ax.set_xlim(min(xs) / 1.5, max(xs) * 1.5)
     if not any(math.isfinite(g) for b in report["budgets"] for g in b["gains"]):
-        # nothing drawn (no seed pair trained at any budget): the budgets span the log axis on their own
-        tokens = [b["tokens"] for b in report["budgets"]]
-        ax.set_xlim(min(tokens) / 1.5, max(tokens) * 1.5)
         ax.text(0.5, 0.5, "no gains to draw (see the report)", transform=ax.transAxes, ha="center")
     ax.set_xscale("log")
-    ax.set_xlabel("training tokens of the Pre-LN run (log scale)")
+    if params:
+        paper = scale_facts.paper_facts()["tokens_per_parameter"]
+        ax.annotate(f"paper: {paper:,.0f} tokens/parameter →", xy=(1.0, 0.04), xycoords="axes fraction",
+                    ha="right", fontsize=8, color="C3")  # fmt: skip
+        ax.set_xlabel("training tokens per parameter of the Pre-LN run (log scale)")
+    else:
+        ax.set_xlabel("training tokens of the Pre-LN run (log scale)")
     ax.set_ylabel("log PPL(Pre-LN) − log PPL(NormFormer)")
-    ax.set_title("NormFormer's gain at equal time, by token budget (grey: seeds; blue: mean)", fontsize=9)
+    ax.set_title("NormFormer's gain at equal time (grey: seeds; blue: mean, 95% CI; orange: fit)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     return save_png(fig, path)
 

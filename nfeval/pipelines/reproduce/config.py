@@ -12,6 +12,7 @@ from ... import embedded
 from ...base.cli_args import (
     DEVICE_HELP,
     PIPELINE_JOBS_HELP,
+    REREAD_HELP,
     ZEROSHOT_DATA_DIR_HELP,
     device_name,
     learning_rates,
@@ -110,6 +111,13 @@ class ReproduceConfig:
     )
     device: str = flag_field("auto", DEVICE_HELP, type=device_name)
     progress: bool = flag_field(True, "no progress bars", name="no-progress", action="store_false")
+    reread: bool = flag_field(False, REREAD_HELP, action="store_true")
+    tune_only: bool = flag_field(  # tunes land first; the judged runs on a later invocation
+        False,
+        "run the LR tunes (each best LR's band neighbours included) and stop; a later invocation without it "
+        "measures the step-time ratios and trains the judged runs (with --token-budgets: every budget's tune)",
+        action="store_true",
+    )
     command: str = "nfeval reproduce"
     launch: LaunchOptions | None = None  # --launcher slurm: training runs and tune points as Slurm jobs
 
@@ -129,6 +137,8 @@ class ReproduceConfig:
             )
         if self.seeds is not None and self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
+        if self.tune_only and (not self.tune or self.reread):
+            raise ConfigError("--tune-only tunes and trains nothing else: drop --no-tune / --reread")
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
         lr_band.check_seeds(self.seeds or SCALES[self.scale].seeds, self.tune_seeds)

@@ -93,12 +93,13 @@ def train_config(ctx: Context, key: str, seed: int, lr: float | None = None) -> 
 
 
 def band_lrs(ctx: Context, key: str) -> list[float]:
-    """Returns the LRs other than the best that run ``key``'s tune cannot tell from its best, when ``key``
-    is a side of a claim checked across the band (``plan.LR_BAND_CLAIMS``); else []."""
+    """Returns the other LRs of run ``key``'s band (``lr_band.entry_band``: the best's stable, trained
+    neighbours), when ``key`` is a side of a claim checked across the band (``plan.LR_BAND_CLAIMS``);
+    else []."""
     spec = RUNS[key]
     if spec.objective not in ctx.tune_files or not any(key in pair for pair in LR_BAND_CLAIMS.values()):
         return []
-    return lr_band.band_of(ctx.tune_files[spec.objective], preset_name(ctx, key))
+    return lr_band.band_of(ctx.tune_files[spec.objective], preset_name(ctx, key), ctx.unigram_ppl)
 
 
 def table_section(
@@ -126,7 +127,7 @@ def ensure_run(ctx: Context, key: str, seed: int, lr: float | None = None) -> di
         "step_ratio": ctx.step_ratios.get(key),
     }
     cfg = train_config(ctx, key, seed, lr)
-    done = runs.ensure_run(cfg, run_dir(ctx, key, seed, lr), record, log)
+    done = runs.read_or_train(cfg, run_dir(ctx, key, seed, lr), record, log, not ctx.reread)
     return trained_gate.mark(done, ctx.unigram_ppl)
 
 
@@ -139,6 +140,8 @@ def train_all(ctx: Context, keys: list[str]) -> str | None:
     """Trains the unfinished runs of ``keys`` (every seed, and every LR of their band: ``band_lrs``):
     ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
     finished, else what to do."""
+    if ctx.reread:
+        return None
     variants = [(k, k, lr, s) for k in keys for lr in (None, *band_lrs(ctx, k)) for s in ctx.seed_values]
     points = runs.paired_points(ctx, variants, ensure_run, run_dir)
     desc, launch = "reproduce", ctx.launch

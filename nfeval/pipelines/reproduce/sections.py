@@ -1,7 +1,8 @@
 """One report section per experiment: run (or load) it, and stamp it with the paper's finding, seeds,
 budget and hardware. A section is finished when ``<out>/experiments/<name>/section.json`` exists (written
-last); a finished section made with other seeds, or from run records that have changed since (a run
-trained again), is recomputed, reusing every finished run."""
+last); a finished section made with other seeds, under other rules (``verdict.RULES``), or from run
+records that have changed since (a run trained again), is recomputed, reusing every finished run; under
+``--reread`` every section is."""
 
 from __future__ import annotations
 
@@ -79,6 +80,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
     if os.path.isfile(path):
         stored = load_json(path)
         fresh = stored.get("seeds") == ctx.seeds and stored["status"] == "done"  # else: retry (a newer build)
+        fresh = fresh and stored.get("rules") == verdict.RULES and not ctx.reread
         if fresh and read_from(stored, run_records(ctx.out, exp.runs)):
             return stored
     log(f"experiment {exp.name}: {exp.title}")
@@ -95,6 +97,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
         "protocol": exp.protocol,
         "status": parts.pop("status", "done"),
         "seeds": ctx.seeds,
+        "rules": verdict.RULES,
         "seed_values": ctx.seed_values,
         "budget": ctx.budget_text(),
         "scale": ctx.scale.name,

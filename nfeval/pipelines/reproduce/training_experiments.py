@@ -13,8 +13,8 @@ from ...base.plots import plot_bars, plot_curves
 from ...report import verdict
 from ...report.compare import MID_SCHEDULE, compare
 from ...report.compare_table import format_comparison
-from .. import lr_band, realised_time
-from ..perplexity import final_ppl, log_ratio
+from .. import judging, lr_band, realised_time
+from ..perplexity import final_ppl, judged_ppl, log_ratio
 from ..report_text import PAPER_OVERHEAD, ratio_text
 from ..runs import finished
 from ..trained_gate import NOT_READABLE, gated_decide, is_trained, mark, recipe_words
@@ -58,6 +58,7 @@ def _readings(ctx: Context, c: dict[str, Any], cand: str) -> dict[str, dict[str,
         out[axis] = {
             "base": b["at_equal"][axis]["val_ppl"],
             "cand": n["at_equal"][axis]["val_ppl"],
+            "mid_schedule": [b["at_equal"][axis]["mid_schedule"], n["at_equal"][axis]["mid_schedule"]],
             "matched": not (b["at_equal"][axis]["mid_schedule"] or n["at_equal"][axis]["mid_schedule"]),
             "fraction": n["to_target"]["fraction"][axis] if n["to_target"]["reached"] else None,
         }
@@ -68,6 +69,7 @@ def _readings(ctx: Context, c: dict[str, Any], cand: str) -> dict[str, dict[str,
         out["wall_s"] = {
             "base": b["final_val_ppl"],
             "cand": n["final_val_ppl"],
+            "mid_schedule": [False, False],
             "matched": True,
             "fraction": n["to_target"]["step"] * record["ratio"] / target_step if reached else None,
         }
@@ -92,9 +94,9 @@ def equal_compute(
 ) -> dict[str, Any]:
     """Figure 2: the candidate vs the baseline at equal time and at equal FLOPs, per seed (``records``:
     the runs', by key); returns the section parts. A reading that is not compute-matched is shown,
-    marked, and left out of the verdict; so is a seed where either run did not train (``trained_gate``),
-    and the equal-time reading of a seed whose realised step-time ratio left the planned interval
-    (widened by the runs' timing noise: ``realised_time``)."""
+    marked, and left out of the verdict; so is a seed where either run did not train (``trained_gate``).
+    Every other seed is read: the realised step-time ratios (``realised_time``) flag the equal-time claim
+    when they miss the plan as a whole, and drop no seed."""
     comparisons = {s: compare_seed(ctx, name, (base, cand), s) for s in ctx.seed_values}
     realised = realised_check(ctx, base, cand)
     pair = {k: records[k] for k in (base, cand)}
@@ -103,6 +105,7 @@ def equal_compute(
         "seed",
         f"{RUNS[base].label} PPL @ equal time",
         f"{RUNS[cand].label} PPL @ equal time",
+        f"{RUNS[base].label} PPL @ equal FLOPs",
         f"{RUNS[cand].label} PPL @ equal FLOPs",
         "compute fraction (time)",
         "compute fraction (FLOPs)",
@@ -116,8 +119,7 @@ def equal_compute(
     ]
     for claim in claims:
         if claim["id"] in LR_BAND_CLAIMS:
-            left_out = set(realised["excluded"]) if realised else set()  # as the claim's own reading
-            claim["lr_sensitivity"] = final_ppl_sensitivity(ctx, *LR_BAND_CLAIMS[claim["id"]], left_out)
+            claim["lr_sensitivity"] = final_ppl_sensitivity(ctx, *LR_BAND_CLAIMS[claim["id"]])
     claims = [
         with_realised(c, realised) if realised and a == "wall_s" and c["verdict"] != NOT_READABLE else c
         for a, c in zip(per_axis, claims)
@@ -144,42 +146,45 @@ def _per_seed(
     realised: dict[str, Any] | None,
 ) -> tuple[list[list[str]], dict[str, dict[str, Any]]]:
     """Returns (the per-seed table's rows, {axis: the readings each claim tests: diffs, fractions, and
-    counts of seeds not compute-matched and not trained}); a seed whose realised time left the plan gives
-    no equal-time reading. ``records``: the two runs', by key."""
+    counts of seeds not compute-matched and not trained}). ``records``: the two runs', by key."""
     untrained = {r["seed"] for rs in records.values() for r in rs if not is_trained(r)}
     by_seed = {r["seed"]: r for r in realised["seeds"]} if realised else {}
     rows = []
-    per_axis = {axis: {"diffs": [], "fractions": [], "unmatched": 0, "untrained": 0} for axis in AXIS_WORDS}
+    per_axis = {
+        axis: {"diffs": [], "fractions": [], "unmatched": 0, "untrained": 0, "pairs": []}
+        for axis in AXIS_WORDS
+    }
+    by_key = {key: {r["seed"]: r for r in rs} for key, rs in records.items()}
     for seed, c in comparisons.items():
         if seed in untrained:
             for acc in per_axis.values():
                 acc["untrained"] += 1
-            rows.append([str(seed), f"left out: a run did not train ({_outcomes(records, seed)})"] + [""] * 6)
+            rows.append([str(seed), f"left out: a run did not train ({_outcomes(records, seed)})"] + [""] * 7)
             continue
         if c is None:
-            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 6)
+            rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 7)
             continue
         readings = _readings(ctx, c, cand)
+        pair = tuple(by_key[key][seed] for key in records)
+        if readings["wall_s"]["matched"] and all(judging.judged(r) for r in pair):
+            # equal time reads both runs at their ends: on the judging set, the whole validation split
+            readings["wall_s"].update(base=judged_ppl(pair[0]), cand=judged_ppl(pair[1]), judged=True)
         for axis, acc in per_axis.items():
             r = readings[axis]
-            if axis == "wall_s" and realised and seed in realised["excluded"]:
-                continue  # not trained at the planned equal time: no equal-time evidence
             if r["matched"]:
                 acc["diffs"].append(log_ratio(r["base"], r["cand"]))
+                acc["pairs"].append(pair)
             acc["unmatched"] += not r["matched"]
             acc["fractions"].append(r["fraction"])
         rows.append(_seed_row(seed, c, readings, by_seed.get(seed)))
     return rows, per_axis
 
 
-def final_ppl_sensitivity(
-    ctx: Context, base: str, cand: str, left_out: set[int] = frozenset()
-) -> dict[str, Any] | None:
+def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] | None:
     """Returns ``lr_band.sensitivity`` of the final-PPL gain of run ``cand`` over ``base`` (the equal-time
     reading under paired step budgets) across both tunes' bands, or None when neither has one; a seed
-    whose runs are not both finished and trained is left out of its pair, and so is every seed of
-    ``left_out`` (those the equal-time claim itself leaves out: realised time outside the plan), so the
-    best LRs' row reads the claim's own seeds."""
+    whose runs are not both finished and trained is left out of its pair, as the claim itself leaves it
+    out, so the best LRs' row reads the claim's own seeds."""
     bands = (band_lrs(ctx, base), band_lrs(ctx, cand))
     first = {k: finished(run_dir(ctx, k, ctx.seed_values[0])) for k in (base, cand)}
     if not any(bands) or None in first.values():
@@ -189,11 +194,11 @@ def final_ppl_sensitivity(
     def ppl_at(key: str, lr: float) -> dict[int, float]:  # the runs that trained (``trained_gate``)
         band = None if lr == first[key]["lr"] else lr
         done = [r for r in (finished(run_dir(ctx, key, s, band)) for s in ctx.seed_values) if r]
-        return {r["seed"]: r["val_ppl"] for r in done if is_trained(mark(r, ctx.unigram_ppl))}
+        return {r["seed"]: judged_ppl(r) for r in done if is_trained(mark(r, ctx.unigram_ppl))}
 
     def diffs_at(base_lr: float, cand_lr: float) -> list[float]:
         a, b = ppl_at(base, base_lr), ppl_at(cand, cand_lr)
-        return [log_ratio(a[s], b[s]) for s in sorted(b) if s in a and s not in left_out]
+        return [log_ratio(a[s], b[s]) for s in sorted(b) if s in a]
 
     record = lr_band.sensitivity(best, bands, diffs_at, margin=LOG_PPL_MARGIN)
     return {**record, "names": [RUNS[base].label, RUNS[cand].label]}
@@ -201,10 +206,14 @@ def final_ppl_sensitivity(
 
 def _seed_row(seed: int, c: dict[str, Any], readings: dict[str, Any], realised: dict | None) -> list[str]:
     b, n = c["runs"]
+    flops = readings["flops"]
+    at_flops = [
+        _ppl(ppl) + (" (mid-schedule)" if mid else "")
+        for ppl, mid in zip((flops["base"], flops["cand"]), flops["mid_schedule"])
+    ]
     return (
-        [str(seed), _ppl(readings["wall_s"]["base"]), _ppl(readings["wall_s"]["cand"])]
-        + [_ppl(readings["flops"]["cand"]) + ("" if readings["flops"]["matched"] else " (mid-schedule)")]
-        + [_cell(readings["wall_s"]["fraction"], n), _cell(readings["flops"]["fraction"], n)]
+        [str(seed), _ppl(readings["wall_s"]["base"]), _ppl(readings["wall_s"]["cand"]), *at_flops]
+        + [_cell(readings["wall_s"]["fraction"], n), _cell(flops["fraction"], n)]
         + [f"{n['steps']} vs {b['steps']}", realised_time.seed_text(realised) if realised else "–"]
     )
 
@@ -239,7 +248,16 @@ def _equal_compute_claim(
         measured += f"; paired step-time ratio {ratio_text(record)}, paper overhead {PAPER_OVERHEAD}"
     if acc["unmatched"]:
         measured += f"; {acc['unmatched']} seed(s) {MID_SCHEDULE}, left out"
-    decided = gated_decide(_finite(acc["diffs"]), acc["untrained"], recipe_words, margin=LOG_PPL_MARGIN)
+    error = judging.measurement_se(acc["pairs"]) if axis == "wall_s" else None
+    if error is not None:
+        measured += f"; judged on the whole validation split, its sequences' paired error {error:.4f}"
+    decided = gated_decide(
+        _finite(acc["diffs"]),
+        acc["untrained"],
+        recipe_words,
+        margin=LOG_PPL_MARGIN,
+        measurement_se=error or 0.0,
+    )
     if not acc["diffs"] and acc["unmatched"] and not acc["untrained"]:
         decided["why"] = f"{MID_SCHEDULE} in every seed"
     return {
@@ -249,20 +267,17 @@ def _equal_compute_claim(
         f"paper {paper_fraction:.0%})",
         "measured": measured,
         **decided,
+        "measurement_se": error,
     }
 
 
 def with_realised(claim: dict[str, Any], realised: dict[str, Any]) -> dict[str, Any]:
-    """Returns the equal-time ``claim`` stating the seeds left out by the realised-ratio check, and not
-    readable (inconclusive, no p) when fewer than ``realised_time.MIN_SEEDS`` seeds remain."""
-    out = {**claim, "realised": realised}
-    if realised["excluded"]:
-        out["measured"] += f"; seed(s) {', '.join(map(str, realised['excluded']))} left out (realised "
-        out["measured"] += "step-time ratio outside the planned interval widened by the runs' timing noise)"
-    if not realised["readable"]:
-        none = dict.fromkeys(("p", "mean", "std", "se", "mde", "seeds_needed", "p_equivalence"))
-        why = f"not readable: {realised_time.summary_text(realised)}"
-        out.update(none, verdict=verdict.INCONCLUSIVE, why=why, readable=False)
+    """Returns the equal-time ``claim`` with its realised-time check (``realised_time.check``): every
+    seed stays in it; a claim whose seeds' mean realised ratio misses the plan is flagged ``off_plan``
+    (its verdict says so, ``verdict.adjust``)."""
+    out = {**claim, "realised": realised, "off_plan": realised["off_plan"]}
+    if realised["off_plan"]:
+        out["measured"] += f"; realised time off plan: {realised_time.summary_text(realised)}"
     return out
 
 

@@ -17,15 +17,16 @@ from typing import Any
 
 from ...base.jsonio import load_json
 from ...tune.results import grid_cells, lr_key, warnings_for
-from .. import trained_gate
+from .. import lr_band, trained_gate
 from ..lr_band import TUNE_SEED_BASE, tune_seed_values
 from .plan import RUNS
 from .runner import Context, log, preset_name, train_config
 
 
 def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
-    """Tunes the LR of every preset the runs ``keys`` train, ``jobs`` points at a time; returns
-    {objective: tune.json path}."""
+    """Tunes the LR of every preset the runs ``keys`` train over the grid and each best LR's band
+    neighbours (``lr_band.tune_band``), ``jobs`` points at a time (none under ``--reread``: the finished
+    points are summarised); returns {objective: tune.json path}."""
     from ...tune.sweep import tune
 
     files = {}
@@ -44,16 +45,21 @@ def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
             f"tuning {', '.join(presets)} ({objective}) over {ctx.scale.tune_lrs}, {ctx.scale.tune_budget}, "
             f"{ctx.tune_seeds} seed(s)"
         )
-        tune(
-            base,
-            presets,
-            list(ctx.scale.tune_lrs),
-            ctx.scale.tune_budget,
-            out,
-            seeds=ctx.tune_seeds,
-            jobs=jobs,
-            progress=ctx.progress,
-            launch=ctx.launch,
+        lr_band.tune_band(
+            lambda extra, presets=presets, base=base, out=out: tune(
+                base,
+                presets,
+                list(ctx.scale.tune_lrs),
+                ctx.scale.tune_budget,
+                out,
+                seeds=ctx.tune_seeds,
+                jobs=jobs,
+                progress=ctx.progress,
+                launch=ctx.launch,
+                extra=extra,
+                report_only=ctx.reread,
+            ),
+            ctx.unigram_ppl,
         )
         files[objective] = os.path.join(out, "tune.json")
     return files
