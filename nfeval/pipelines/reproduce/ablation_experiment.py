@@ -17,18 +17,39 @@ from ...engine.checkpoints.checkpoint import read_config
 from ...report import verdict
 from ..perplexity import final_ppl, log_ratio
 from ..trained_gate import gated_decide, is_trained, recipe_words
-from .plan import ABLATIONS, CONTROLS, LOG_PPL_MARGIN, RUNS, TABLE4, TABLE5, TABLE5_SETTINGS, at_equal_updates
-from .run_overrides import parameter_count
-from .runner import Context, run_dir, table_section
+from .plan import (
+    ABLATIONS,
+    CONTROLS,
+    LOG_PPL_MARGIN,
+    PAPER_WIDTH_CONTROL,
+    RUNS,
+    TABLE4,
+    TABLE5,
+    TABLE5_SETTINGS,
+    WIDTH_CONTROLS,
+    at_equal_updates,
+)
+from .run_overrides import paper_widening, paper_width_control, parameter_count, run_model_config
+from .runner import BASELINES, Context, run_dir, table_section
 
 FULL = "clm-normformer"
 
 
-def _params(ctx: Context, key: str) -> str:
+def _params(ctx: Context, key: str) -> int | None:
+    """Returns the parameter count of run ``key``'s first seed, from its config.json (None before it)."""
     directory = run_dir(ctx, key, ctx.seed_values[0])
     if not os.path.isfile(os.path.join(directory, "config.json")):
-        return "–"
-    return f"{parameter_count(read_config(directory)[0]) / 1e6:.3f}M"
+        return None
+    return parameter_count(read_config(directory)[0])
+
+
+def _params_cells(ctx: Context, key: str) -> list[str]:
+    """Returns run ``key``'s parameter count and its excess over the Pre-LN baseline's, as table cells."""
+    count, base = _params(ctx, key), _params(ctx, BASELINES["clm"])
+    if count is None:
+        return ["–", "–"]
+    share = "" if key == BASELINES["clm"] or base is None else f"{(count - base) / base:+.2%}"
+    return [f"{count / 1e6:.3f}M", share]
 
 
 class Finals:
@@ -89,7 +110,8 @@ def table4(ctx: Context, records: dict[str, list[dict[str, Any]]]) -> dict[str, 
             "validation PPL",
         )
     ]
-    columns = ["variant", "parameters", "PPL, equal updates", "log-PPL change vs NormFormer, equal updates"]
+    columns = ["variant", "parameters", "parameters vs Pre-LN", "PPL, equal updates"]
+    columns += ["log-PPL change vs NormFormer, equal updates"]
     columns += ["PPL, equal time (untested)", "log-PPL change, equal time (untested)"]
     rows, claims = _table4_rows(ctx, runs), _table4_claims(runs)
     return table_section("variants", columns, rows, claims, figures, _table4_notes(ctx), {"records": records})
@@ -106,7 +128,7 @@ def _table4_rows(ctx: Context, runs: Finals) -> list[list[str]]:
         rows.append(
             [
                 RUNS[k].label,
-                _params(ctx, k),
+                *_params_cells(ctx, k),
                 verdict.fmt_mean_std(ppl[u], 2, "diverged"),
                 "" if k == FULL else verdict.fmt_mean_std(change, 4, "no evidence"),
                 verdict.fmt_mean_std(ppl[k], 2, "diverged"),
@@ -144,6 +166,8 @@ def _table4_claims(runs: Finals) -> list[dict[str, Any]]:
         )
         for k in CONTROLS
     ]
+    wider = "the baseline with its hidden size widened as the paper's width control stays behind NormFormer"
+    claims.append(behind(at_equal_updates("clm-prenorm-wider"), wider, "table4/wider"))
     wide = "the baseline with its FFN widened to NormFormer's parameter count stays behind NormFormer"
     claims.append(behind(at_equal_updates("clm-prenorm-wide"), wide, "table4/wide"))
     claims.append(behind("clm-prenorm", "Pre-LN baseline has higher PPL than NormFormer", "table4/baseline"))
@@ -158,8 +182,27 @@ def _table4_notes(ctx: Context) -> list[str]:
         "NormFormer's HeadScale follows fairseq (after out_proj, where the next LayerNorm cancels the "
         "gains' common scale); the paper's formula scales before out_proj (its own row).",
         "+ ResScale is listed for reference; the paper's ablation claim concerns the removals.",
-        "The width control: the Pre-LN model with its FFN widened to the smallest width whose parameters "
-        "reach NormFormer's (the parameters column).",
+        *width_notes(ctx),
+    ]
+
+
+def width_notes(ctx: Context) -> list[str]:
+    """Returns the notes that state the width rules of Table 4's controls with the widths they give at
+    ``ctx``'s scale (from the plan; the parameters column counts each run's own model)."""
+    base = run_model_config(ctx.scale, BASELINES["clm"])
+    wider, wide, glu = (run_model_config(ctx.scale, k) for k in (*WIDTH_CONTROLS, "clm-ffn-glu-matched"))
+    paper, paper_wide = paper_width_control()
+    return [
+        f"{RUNS[WIDTH_CONTROLS[0]].label}: the paper widened its {PAPER_WIDTH_CONTROL['scale']} baseline's "
+        f"hidden size {paper.d_model} → {paper_wide.d_model} (its FFN taken to widen with it, "
+        f"{paper.d_ffn} → {paper_wide.d_ffn}), {float(paper_widening()):+.2%} parameters by nfeval's count "
+        "(embeddings included); here the "
+        f"smallest d_model above {base.d_model} that its {base.n_head} heads divide and that adds at least "
+        f"as large a share: d_model {base.d_model} → {wider.d_model}, FFN {base.d_ffn} → {wider.d_ffn}.",
+        f"{RUNS[WIDTH_CONTROLS[1]].label}: the FFN widened to the smallest width whose parameters reach "
+        f"NormFormer's, {base.d_ffn} → {wide.d_ffn}.",
+        f"{RUNS['clm-ffn-glu-matched'].label}: GeGLU's fc1 has two halves, so its FFN is narrowed to the "
+        f"width whose parameters come nearest the Pre-LN baseline's, {base.d_ffn} → {glu.d_ffn}.",
     ]
 
 
