@@ -87,6 +87,21 @@ def expected_stats(cfg: ModelConfig) -> dict[str, tuple[float, float | None]]:
             "mlm_dense": uniform(1 / math.sqrt(d)),
             "mlm_dense_bias": uniform(1 / math.sqrt(d)),
         }
+    if cfg.init == "megatron":  # N(0, σ²) truncated at ±3σ, σ = sqrt(2/(5d)); residual σ/sqrt(2L)
+        cut = math.exp(-4.5) / math.sqrt(2 * math.pi) / math.erf(3 / math.sqrt(2))
+        shrink = math.sqrt(1 - 6 * cut)  # the std of a unit normal truncated at ±3
+
+        def truncated(std: float) -> tuple[float, float]:
+            return shrink * std, 3 * std
+
+        std = math.sqrt(2 / (5 * d))
+        return {
+            **dict.fromkeys(("q", "k", "v", "fc1", "mlm_dense", "tok_emb", "pos_emb"), truncated(std)),
+            **dict.fromkeys(("out_proj", "fc2"), truncated(std / math.sqrt(2 * L))),
+            **dict.fromkeys(
+                ("qkv_bias", "out_proj_bias", "fc1_bias", "fc2_bias", "mlm_dense_bias"), (0.0, None)
+            ),
+        }
     residual = 0.02 / math.sqrt(2 * L) if cfg.init == "gpt2" else 0.02
     return {
         **dict.fromkeys(("q", "k", "v", "fc1", "mlm_dense"), (0.02, None)),
@@ -119,6 +134,8 @@ def assert_stats(name: str, t: torch.Tensor, std: float, bound: float | None) ->
         ("gpt2", {}),
         ("gpt2", {"scale_embedding": True}),
         ("bert", {"objective": "mlm"}),
+        ("megatron", {}),
+        ("megatron", {"objective": "mlm", "scale_embedding": True}),
     ],
 )
 def test_init_statistics_equal_the_analytic_values(shape, init, overrides):
@@ -129,7 +146,8 @@ def test_init_statistics_equal_the_analytic_values(shape, init, overrides):
     for name, t in weight_kinds(model).items():
         assert_stats(name, t, *expected[name])
     pad_row = model.tok_emb.weight[cfg.pad_token_id]
-    assert (torch.count_nonzero(pad_row) == 0) == (init != "gpt2")  # fairseq's Embedding zeroes padding
+    # fairseq's Embedding zeroes padding; GPT-2 and OLMo have no padding row
+    assert (torch.count_nonzero(pad_row) == 0) == (init not in ("gpt2", "megatron"))
     for name, p in model.named_parameters():  # norms, HeadScale/ResScale gains, the MLM bias
         if p.ndim == 1 and not name.endswith(
             ("qkv.bias", "out_proj.bias", "fc1.bias", "fc2.bias", "dense.bias")

@@ -31,10 +31,10 @@ SCHEMES = ("derf", "gatedattn", "gatedattnhead", "hybridnorm", "hybridnormstar")
 
 
 def reference_attention(attn, x: torch.Tensor, cfg) -> torch.Tensor:
-    """Causal multi-head attention with an explicit softmax, HybridNorm's QKV-Norm (q, k and v each
-    normalised over d_model before the heads are split), the per-head q/k norms, and gated attention's
-    Y' = Y ⊙ σ(X W_θ + b) on the heads' concatenated output Y before the output projection, X the input
-    (one gate value per head, or one per channel)."""
+    """Causal multi-head attention with an explicit softmax, Table 4's q, k and v norms over d_model, the
+    per-head q/k and v norms (HybridNorm's QKV-Norm: each head's q, k and v over head_dim), and gated
+    attention's Y' = Y ⊙ σ(X W_θ + b) on the heads' concatenated output Y before the output projection, X
+    the input (one gate value per head, or one per channel)."""
     B, T, C = x.shape
     H, hd = cfg.n_head, cfg.head_dim
     q, k, v = (F.linear(x, w, b) for w, b in zip(attn.qkv.weight.split(C), attn.qkv.bias.split(C)))
@@ -43,6 +43,8 @@ def reference_attention(attn, x: torch.Tensor, cfg) -> torch.Tensor:
     q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
     if cfg.qk_norm:
         q, k = norm_ref(attn.q_head_norm, q), norm_ref(attn.k_head_norm, k)
+    if cfg.v_norm:
+        v = norm_ref(attn.v_head_norm, v)
     scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
     scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
     y = (scores.softmax(-1) @ v).transpose(1, 2)  # B, T, H, hd
@@ -291,8 +293,9 @@ def test_hybridnorm_matches_the_papers_equation(name, overrides):
 
 
 def test_hybridnorm_blocks_hold_the_papers_norms():
-    """HybridNorm: no norm before attention, q/k/v norms over d_model, the FFN's input norm whose output
-    is the residual; HybridNorm*'s first block Pre-LN with its q/k/v norms; both end in a final norm."""
+    """HybridNorm: no norm before attention, each head's q, k and v normalised over head_dim (its authors'
+    q_norm, k_norm, v_norm of size d_model // n_heads), the FFN's input norm whose output is the residual;
+    HybridNorm*'s first block Pre-LN with its q/k/v norms; both end in a final norm."""
     for name, first_pre in (("hybridnorm", False), ("hybridnormstar", True)):
         model = Transformer(preset(f"{name}-small"))
         assert model.final_norm is not None
@@ -300,14 +303,16 @@ def test_hybridnorm_blocks_hold_the_papers_norms():
             pre = first_pre and i == 0
             assert (block.attn_norm is not None, block.ffn_residual_after_norm) == (pre, not pre), (name, i)
             assert block.ffn_norm is not None and block.attn_out_norm is None and block.attn_post_norm is None
-            assert [m.normalized_shape for m in (block.attn.query_norm, block.attn.key_norm)] == [(128,)] * 2
-            assert block.attn.value_norm is not None and block.attn.q_head_norm is None
+            head_norms = (block.attn.q_head_norm, block.attn.k_head_norm, block.attn.v_head_norm)
+            assert [m.normalized_shape for m in head_norms] == [(128 // 4,)] * 3
+            assert block.attn.query_norm is block.attn.value_norm is None
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
 def test_hybridnorm_parameters_and_flops(norm):
-    """Against Pre-LN: per block three d-wide norms (q, k, v) in, the attention input norm out; HybridNorm*
-    keeps one attention input norm (its first block's). FLOPs: those norms' elements."""
+    """Against Pre-LN: per block three head_dim-wide norms (q, k, v; one gain shared by the heads) in, the
+    attention input norm out; HybridNorm* keeps one attention input norm (its first block's). FLOPs: those
+    norms' elements (each head's: d per token for each of q, k and v)."""
     pre = preset("prenorm-small", norm=norm)
     d, L, per_norm = pre.d_model, pre.n_layer, pre.norm_param_count(pre.d_model)
     cost = FLOPS_PER_ELEMENT["layer_norm" if norm == "layernorm" else "rms_norm"]
@@ -316,7 +321,7 @@ def test_hybridnorm_parameters_and_flops(norm):
         cfg = preset(f"{name}-small", norm=norm)
         with torch.device("meta"):
             added = Transformer(cfg).num_params() - Transformer(pre).num_params()
-        assert added == per_norm * (2 * L + first_pre)
+        assert added == L * (3 * pre.norm_param_count(pre.head_dim) - per_norm) + first_pre * per_norm
         flops = training_flops_breakdown(cfg, 512)
         extra = {k: flops[k] - base[k] for k in base if flops[k] != base[k]}
         assert extra == {"layer_norms": TRAINING_PASSES * cost * d * (2 * L + first_pre)}
@@ -329,6 +334,8 @@ def test_hybridnorm_parameters_and_flops(norm):
         (dict(first_block_prenorm=True, norm_position="post"), "HybridNorm model"),
         (dict(ln_scaling=True, norm_position="hybrid"), "ln_scaling=True with norm_position='hybrid'"),
         (dict(norm_position="hybrid", qkv_norm=True, qk_norm=True), "both normalise the queries and keys"),
+        (dict(norm_position="hybrid", qkv_norm=True, v_norm=True), "both normalise the values"),
+        (dict(norm_position="ngpt", v_norm=True), "v_norm=True with norm_position='ngpt'"),
     ],
 )
 def test_refused_combinations_name_the_fields(fields, message):
@@ -355,7 +362,7 @@ def test_presets_name_their_architecture():
         for size in ("tiny", "small", "125M"):
             assert preset(f"{name}-{size}").architecture == name
     assert preset("prenorm-tiny", norm_position="hybrid").architecture == "hybridorder"  # no QKV-Norm
-    assert preset("hybridnorm-tiny", norm="rmsnorm").architecture == "hybridorder+qkv_norm+norm=rmsnorm"
+    assert preset("hybridnorm-tiny", norm="rmsnorm").architecture == "hybridorder+qk_norm+v_norm+norm=rmsnorm"
 
 
 # --- every scheme: KV cache, training, saving and loading ------------------------------------------------

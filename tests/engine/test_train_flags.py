@@ -9,6 +9,7 @@ import pytest
 
 from nfeval.cli import build_parser
 from nfeval.commands.train import add_arguments
+from nfeval.engine.training.own_recipes import own_recipe
 from nfeval.engine.training.train_config import TrainConfig, parse_set, set_item
 from nfeval.engine.training.train_flags import FIELDS, config_from_args, flag_name, to_flags, value_type
 
@@ -75,6 +76,7 @@ SAMPLES = [
         grad_stats="950:1000",
         device="cpu",
     ),
+    own_recipe(TrainConfig(preset="hybridnorm-tiny", max_steps=3)),  # --own-recipe and the fields it sets
 ]
 
 
@@ -107,6 +109,8 @@ def test_every_field_round_trips_alone():
             one = dataclasses.replace(base, **{f.name: getattr(cfg, f.name)})
             if one.valid_data and not one.train_data:
                 one = dataclasses.replace(one, train_data="t.txt")
+            if one.own_recipe:  # a run that names an own recipe follows it (TrainConfig.validate)
+                one = own_recipe(dataclasses.replace(one, preset=cfg.preset))
             assert parsed(to_flags(one)) == one, f.name
 
 

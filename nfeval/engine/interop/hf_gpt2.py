@@ -30,6 +30,7 @@ GPT2_FIELDS = {
     "norm": "layernorm",
     "norm_affine": True,
     "qk_norm": False,
+    "v_norm": False,
     "ln_scaling": False,
     "mix_ln_fraction": 0.0,
     "first_block_prenorm": False,

@@ -1,10 +1,9 @@
-"""The attention sub-layer of ``model.py``'s block: the q/k/v projection and its optional norms
-(Table 4's ``qkv_norm``, ``qk_norm``; nGPT's normalised and scaled q and k, ``qk_scale``), causal or
-masked SDPA over the KV cache (nGPT's softmax scale √head_dim), the attention gate (``attn_gate``, Qiu et
-al. 2025), the output projection and NormFormer's HeadScale (fairseq's ``c_attn``, after or before
-``out_proj``, with early fairseq's head/dim transposition bug on request), which inference folds into
-``out_proj``. Each optional op is a module that is ``None`` when off, in the
-op order of ``model.py``'s docstring."""
+"""The attention sub-layer of ``model.py``'s block: the q/k/v projection and its optional norms (Table 4's
+``qkv_norm``, ``qk_norm``, ``v_norm``; nGPT's normalised and scaled q and k, ``qk_scale``), causal or masked
+SDPA over the KV cache (nGPT's softmax scale √head_dim), the attention gate (``attn_gate``, Qiu et al. 2025),
+the output projection and NormFormer's HeadScale (fairseq's ``c_attn``, after or before ``out_proj``, with
+early fairseq's head/dim transposition bug on request), which inference folds into ``out_proj``. Each optional
+op is a module that is ``None`` when off, in the op order of ``model.py``'s docstring."""
 
 from __future__ import annotations
 
@@ -42,6 +41,7 @@ class SelfAttention(nn.Module):
         self.q_head_norm, self.k_head_norm = (
             (make_norm(cfg, cfg.head_dim, attention=True) for _ in range(2)) if cfg.qk_norm else (None, None)
         )
+        self.v_head_norm = make_norm(cfg, cfg.head_dim, attention=True) if cfg.v_norm else None
         # nGPT: Norm(q)·s_qk and Norm(k)·s_qk per head, under softmax scale √head_dim (ngpt.QKScale)
         self.qk_scale = QKScale(cfg.d_model, cfg.n_head) if cfg.ngpt else None
         self.softmax_scale = cfg.head_dim**0.5 if cfg.ngpt else None  # None: SDPA's 1/√head_dim
@@ -65,6 +65,8 @@ class SelfAttention(nn.Module):
         q, k, v = (t.view(B, t.shape[1], cfg.n_head, cfg.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.q_head_norm is not None:
             q, k = self.q_head_norm(q), self.k_head_norm(k)
+        if self.v_head_norm is not None:
+            v = self.v_head_norm(v)
         if self.qk_scale is not None:
             q, k = self.qk_scale(q), self.qk_scale(k)
         return q, k, v

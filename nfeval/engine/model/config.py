@@ -35,8 +35,9 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu_squared", "silu")
 POSITION_TYPES = ("learned", "sinusoidal")
 OBJECTIVES = ("clm", "mlm")
 # How the weights are drawn (nfeval.engine.model.model.init_weights): fairseq's transformer_lm, GPT-2's
-# (nfeval's only init before the field existed) or fairseq's init_bert_params (RoBERTa).
-INIT_SCHEMES = ("fairseq", "gpt2", "bert")
+# (nfeval's only init before the field existed), fairseq's init_bert_params (RoBERTa) or OLMo's
+# full_megatron (HybridNorm's).
+INIT_SCHEMES = ("fairseq", "gpt2", "bert", "megatron")
 MODEL_CHOICES = {
     "norm_position": NORM_POSITIONS,
     "norm": NORMS,
@@ -70,6 +71,10 @@ class ModelConfig:
     norm: str = "layernorm"
     norm_affine: bool = True  # learned gain (and, for LayerNorm and DyT, bias) on every norm
     qk_norm: bool = False  # norm of each head's queries and keys over head_dim, before the KV cache
+    # norm of each head's values over head_dim, before the KV cache: with qk_norm, HybridNorm's QKV-Norm as
+    # its authors' OLMo code has it (q_norm, k_norm and v_norm of size d_model // n_heads, one gain shared by
+    # the heads: dense_model/olmo/model.py, OLMoBlock.__init__ and .attention)
+    v_norm: bool = False
     # α0 of the point-wise norms (POINTWISE_NORMS: DyT, Zhu et al. 2025; Derf, Chen et al. 2025): the
     # attention sub-layer's norms, the others. Both papers' default is 0.5; DyT's LLaMA recipe gives
     # attention more, and less to wider models.
@@ -269,13 +274,14 @@ SIZES: dict[str, dict[str, int]] = {
 # The boolean block flags; an architecture preset fixes each of them and the norm fields.
 BLOCK_FLAGS = (
     "scale_attn", "scale_fc", "scale_heads", "scale_resids", "qk_norm", "ffn_glu", "scale_resids_attn",
-    "resid_scale_scalar", "qkv_norm", "ln_scaling", "first_block_prenorm",
+    "resid_scale_scalar", "qkv_norm", "ln_scaling", "first_block_prenorm", "v_norm",
 )  # fmt: skip
 PRE_LN = dict(
     norm_position="pre", norm="layernorm", norm_affine=True, normformer_norm=None, mix_ln_fraction=0.0,
     attn_gate=None, **dict.fromkeys(BLOCK_FLAGS, False), **dict.fromkeys(DYT_ALPHAS, DYT_ALPHA_DEFAULT),
 )  # fmt: skip
 NORMFORMER_OPS = dict(scale_attn=True, scale_fc=True, scale_heads=True)
+HYBRID_QKV_NORM = dict(qk_norm=True, v_norm=True)  # HybridNorm's QKV-Norm: each head's q, k and v
 
 # The paper's two recipes, each applied to every preset of its objective (explicit overrides win):
 # fairseq's transformer_lm_gpt for causal LMs (the NormFormer paper's models) and fairseq's
@@ -325,11 +331,12 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     # gate per channel (the paper's best, "elementwise") or per head (its cheapest, "headwise")
     "gatedattn": {**PRE_LN, "attn_gate": "elementwise"},
     "gatedattnhead": {**PRE_LN, "attn_gate": "headwise"},
-    # HybridNorm (Zhuo et al. 2025): x + attn(x) with q, k and v each normalised over d_model (QKV-Norm,
-    # ``qkv_norm``) and no norm before attention; then y = N(x), y + FFN(y); Pre-LN's final norm
-    "hybridnorm": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True},
+    # HybridNorm (Zhuo et al. 2025): x + attn(x) with each head's q, k and v normalised over head_dim
+    # (QKV-Norm: ``qk_norm`` and ``v_norm``, as the authors' code) and no norm before attention; then
+    # y = N(x), y + FFN(y); a final norm (OLMo's ln_f)
+    "hybridnorm": {**PRE_LN, **HYBRID_QKV_NORM, "norm_position": "hybrid"},
     # HybridNorm*: the same with the first block Pre-LN (QKV-Norm kept)
-    "hybridnormstar": {**PRE_LN, "norm_position": "hybrid", "qkv_norm": True, "first_block_prenorm": True},
+    "hybridnormstar": {**PRE_LN, **HYBRID_QKV_NORM, "norm_position": "hybrid", "first_block_prenorm": True},
     # nGPT (Loshchilov et al. 2025): no norm layers, hidden states and weights on the unit hypersphere,
     # h <- Norm(h + |α|·(Norm(f(h)) - h)) with its learned scalings (ngpt.py); the recipe's FFN (the paper's
     # SwiGLU u and ν: ``ffn_glu``); trains without weight decay or warm-up (``recipe_overrides``)

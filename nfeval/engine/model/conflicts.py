@@ -10,7 +10,7 @@ from .placements import DYT_ALPHA_DEFAULT, DYT_ALPHAS, POINTWISE_NORMS
 # The fields that add a norm, a gain or a gate that nGPT's normalised Transformer has no place for
 NGPT_REFUSED = (
     "scale_attn", "scale_fc", "scale_heads", "scale_resids", "scale_resids_attn", "qk_norm", "qkv_norm",
-    "attn_gate", "embedding_norm", "final_norm",
+    "v_norm", "attn_gate", "embedding_norm", "final_norm",
 )  # fmt: skip
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ def conflicting_flags(cfg: ModelConfig) -> str | None:
         return "resid_scale_scalar=True needs scale_resids=True or scale_resids_attn=True"
     if cfg.qkv_norm and cfg.qk_norm:
         return "qkv_norm=True with qk_norm=True: both normalise the queries and keys"
+    if cfg.qkv_norm and cfg.v_norm:
+        return "qkv_norm=True with v_norm=True: both normalise the values"
     if cfg.normformer_norm is not None and not (cfg.scale_attn or cfg.scale_fc or cfg.qkv_norm):
         return (
             f"normformer_norm={cfg.normformer_norm!r} without scale_attn, scale_fc or qkv_norm: "

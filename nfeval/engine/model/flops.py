@@ -30,8 +30,8 @@ TRAINING_PASSES = 3  # forward + backward
 # What the FLOP count (and so every "equal FLOPs" reading) counts, for tables to state.
 FLOPS_COUNTED = (
     "FLOPs = forward + backward (3x forward) of the weight and attention matmuls and of every "
-    "elementwise op: norms (NormFormer's, sandwich, QK-norm, DyT, Derf included), HeadScale, ResScale, "
-    "LayerNorm Scaling, activation, GeGLU gate, attention gate, softmax, "
+    "elementwise op: norms (NormFormer's, sandwich, QK-norm, V-norm, DyT, Derf included), HeadScale, "
+    "ResScale, LayerNorm Scaling, activation, GeGLU gate, attention gate, softmax, "
     "embedding scale, residual/bias adds, nGPT's L2 norms, steps and scalings, loss "
     "(nfeval.engine.model.flops.training_flops_breakdown)"
 )
@@ -65,7 +65,7 @@ def training_flops_breakdown(
     norm_elements = (
         d * sum(p.norms_per_block for p in blocks)  # the placement's norms of both sub-layers
         + L * (d * cfg.scale_attn + f * cfg.scale_fc)  # NormFormer's two
-        + L * (2 * d * cfg.qk_norm + 3 * d * cfg.qkv_norm)  # QK-norm per head; the q, k, v norms
+        + L * d * (2 * cfg.qk_norm + cfg.v_norm + 3 * cfg.qkv_norm)  # per head: q, k; v; over d: q, k, v
         + d * bool(cfg.final_norm)
         + d * cfg.embedding_norm
         + head * d * mlm  # the MLM head's LayerNorm

@@ -20,6 +20,12 @@ from .norms import deepnorm_init_
 #   q's, nn.Linear's default. gpt2 and bert draw it as every Linear.
 # bert (fairseq's init_bert_params): every Linear N(0, 0.02), bias 0; every Embedding N(0, 0.02),
 #   padding row 0.
+# megatron (OLMo's full_megatron, the init of HybridNorm's configs: its dense_model/olmo/model.py
+#   reset_parameters and initialization.init_normal; init_std 0.013975… = sqrt(2/(5·2048)) in
+#   configs/exps/1.2B-dense-HybriedNorm.yaml, i.e. sqrt(2/(5d))): every Linear weight N(0, σ²) truncated
+#   at ±3σ, σ = sqrt(2/(5·d_model)); the residual projections (out_proj, fc2) σ/sqrt(2L), truncated at 3 of
+#   their own σ; token and learned position embeddings N(0, σ²) truncated at ±3σ; biases 0 (OLMo has none);
+#   the padding row kept as drawn (OLMo has none either).
 # All: LayerNorms weight 1, bias 0; HeadScale and ResScale gains 1; the MLM output bias 0.
 # nGPT (``ngpt.py``): the scheme's draws (biasless), then the embedding and every block matrix normalised
 #   along the embedding dimension (the direction of each drawn row or column is kept); its scalings at
@@ -28,7 +34,7 @@ from .norms import deepnorm_init_
 
 def init_weights(model: nn.Module) -> None:
     """Draws ``model``'s weights as its config's ``init`` scheme does (see above); returns nothing."""
-    schemes = {"gpt2": _init_gpt2, "fairseq": _init_fairseq, "bert": _init_bert}
+    schemes = {"gpt2": _init_gpt2, "fairseq": _init_fairseq, "bert": _init_bert, "megatron": _init_megatron}
     with torch.no_grad():
         schemes[model.cfg.init](model)
     if model.cfg.norm_position == "deepnorm":  # DeepNet's beta on top of the scheme
@@ -78,3 +84,23 @@ def _init_fairseq(model: nn.Module) -> None:
 def _init_bert(model: nn.Module) -> None:
     model.apply(_normal_linear_and_embedding)
     _zero_padding_row(model)
+
+
+def megatron_std(d_model: int) -> float:
+    """Returns the σ of ``init="megatron"``: sqrt(2/(5·d_model)), HybridNorm's init_std at its d_model."""
+    return math.sqrt(2 / (5 * d_model))
+
+
+def _truncated_normal(p: torch.Tensor, std: float) -> None:
+    nn.init.trunc_normal_(p, mean=0.0, std=std, a=-3 * std, b=3 * std)
+
+
+def _init_megatron(model: nn.Module) -> None:
+    cfg = model.cfg
+    std = megatron_std(cfg.d_model)
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            residual = name.endswith(("out_proj", "fc2"))
+            _truncated_normal(module.weight, std / math.sqrt(2 * cfg.n_layer) if residual else std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)

@@ -12,6 +12,7 @@ LayerNorm, an RMSNorm, a DyT or a Derf as ``cfg.norm`` says; NormFormer's extra 
     q, k, v = split(qkv(x))
     q, k, v = query_norm(q), key_norm(k), value_norm(v)   if qkv_norm  (Table 4: "three more LayerNorms")
     q, k = q_head_norm(q), k_head_norm(k) (each head, over head_dim)   if qk_norm
+    v = v_head_norm(v) (each head, over head_dim)   if v_norm   (with qk_norm: HybridNorm's QKV-Norm)
     (the KV cache stores k and v from here on)
     y = attention(q, k, v)
     y = y * σ(gate(x))                   if attn_gate        (Qiu et al. 2025; x this sub-layer's input)
@@ -42,16 +43,16 @@ each head's q and k are Norm(q)·s_qk, Norm(k)·s_qk (``qk_scale``, before the K
 scale √head_dim, its Linears have no bias, and its logits are scaled by s_z; ``normalize_weights`` keeps
 its embedding and matrices on the hypersphere after each optimizer step.
 
-So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2; Peri-LN, Kim et al. 2025)
-x + LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with
-β-scaled init (``norms.deepnorm_init_``); LayerNorm Scaling (Sun et al. 2025) x + f(LN(x)/sqrt(ℓ));
-Mix-LN (Li et al. 2024) Post-LN blocks then Pre-LN ones; HybridNorm (Zhuo et al. 2025) x + f(x) with
-q, k, v normalised inside attention (``qkv_norm``), then y + f(y) with y = N(x), and HybridNorm* its
-first block Pre-LN (``first_block_prenorm``). DyT (Zhu et al. 2025) is a norm kind: every norm of that
-kind is γ·tanh(α·x) + β (``norms.DynamicTanh``); so is Derf (Chen et al. 2025), γ·erf(α·x + s) + β
-(``norms.DynamicErf``). A λresid gain is one per channel, or one scalar with ``resid_scale_scalar``.
-The final norm (after the last block) is on by default for pre / sandwich / olmo2 / hybrid (Mix-LN and
-HybridNorm* included) and off for post / deepnorm, whose blocks already end with a norm.
+So Pre-LN is x + f(LN(x)); Post-LN LN(x + f(x)); sandwich (Gemma 2; Peri-LN, Kim et al. 2025) x +
+LN(f(LN(x))); olmo2 (OLMo 2) x + LN(f(x)); DeepNorm (DeepNet, Wang et al. 2022) LN(α·x + f(x)) with β-scaled
+init (``norms.deepnorm_init_``); LayerNorm Scaling (Sun et al. 2025) x + f(LN(x)/sqrt(ℓ)); Mix-LN (Li et al.
+2024) Post-LN blocks then Pre-LN ones; HybridNorm (Zhuo et al. 2025) x + f(x) with each head's q, k, v
+normalised inside attention (``qk_norm``, ``v_norm``), then y + f(y) with y = N(x), and HybridNorm* its first
+block Pre-LN (``first_block_prenorm``). DyT (Zhu et al. 2025) is a norm kind: every norm of that kind is
+γ·tanh(α·x) + β (``norms.DynamicTanh``); so is Derf (Chen et al. 2025), γ·erf(α·x + s) + β
+(``norms.DynamicErf``). A λresid gain is one per channel, or one scalar with ``resid_scale_scalar``. The final
+norm (after the last block) is on by default for pre / sandwich / olmo2 / hybrid (Mix-LN and HybridNorm*
+included) and off for post / deepnorm, whose blocks already end with a norm.
 
 Padding is expected on the right; for a causal model the causal mask already hides it.
 

@@ -24,8 +24,9 @@ MODEL_FIELDS = ("init", "positions", "scale_embedding", "embedding_norm", "dropo
 def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any]) -> dict[str, Any]:
     """Returns the recipe of a run from its model config (a dict), its TrainConfig (a dict) and the
     optimizer values it resolved (``train_config.training_recipe``): a JSON-able dict. The fields the
-    model's scheme set (nGPT's no weight decay and no warm-up) are also listed under "scheme"."""
-    scheme = resolved.get("scheme")
+    model's scheme set (nGPT's no weight decay and no warm-up) are also listed under "scheme"; a run under
+    its scheme's own recipe (``own_recipes.own_recipe``) names that scheme under "own_recipe"."""
+    scheme, own = resolved.get("scheme"), train.get("own_recipe")
     return {
         **{name: model[name] for name in MODEL_FIELDS},
         "optimizer": {
@@ -43,6 +44,7 @@ def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any
         },
         "precision": train["dtype"],
         **({"scheme": scheme} if scheme else {}),
+        **({"own_recipe": own} if own else {}),
     }
 
 
@@ -118,6 +120,7 @@ def describe(recipe: dict[str, Any]) -> str:
         f"dropout {recipe['dropout']:g}/{recipe['attn_dropout']:g}",
         recipe["precision"],
         *([scheme_text(recipe)] if recipe.get("scheme") else []),
+        *([f"{recipe['own_recipe']}'s own recipe"] if recipe.get("own_recipe") else []),
     ]
     return ", ".join(parts)
 

@@ -23,6 +23,7 @@ from ..model.config import (
     preset,
 )
 from ..text.tokenization import MIN_BPE_VOCAB
+from .own_recipes import own_recipe_mismatch
 
 DTYPES = ("fp32", "bf16")
 TRAIN_CHOICES = {"objective": ("clm", "mlm"), "dtype": DTYPES}
@@ -115,6 +116,14 @@ class TrainConfig:
     eps: float | None = setting(OVERRIDABLE, None, "Adam epsilon (default: the objective's recipe)")
     weight_decay: float | None = setting(OVERRIDABLE, None, "weight decay (default: the objective's recipe)")
     clip_grad: float = setting(OVERRIDABLE, 0.0, "gradient norm clipping (default 0: none)")
+    # the scheme whose own recipe (own_recipes.OWN_RECIPES: its paper's init, warm-up, clipping, optimizer)
+    # the run's fields follow, as own_recipes.own_recipe set them; validate checks that they do
+    own_recipe: str | None = setting(
+        OVERRIDABLE,
+        None,
+        "the scheme whose own recipe the run's fields follow (e.g. hybridnorm); checked against its record",
+        metavar="SCHEME",
+    )
     # precision and speed
     dtype: str = setting(
         FIXED, "fp32", f"{dtype_spellings(DTYPES)} (default fp32)", type=dtype_type(DTYPES), metavar="DTYPE"
@@ -207,6 +216,11 @@ class TrainConfig:
                 "vocab_size", f"at least {MIN_BPE_VOCAB} (256 bytes + {MIN_BPE_VOCAB - 256} special tokens)"
             )
         self._check_optimizer(bad)
+        if self.own_recipe is not None:
+            mismatch = own_recipe_mismatch(self, preset_model(self).to_dict())
+            if mismatch:
+                where = sources.get("own_recipe", "config")
+                raise ConfigError(f"{where}: own_recipe={self.own_recipe!r} but {mismatch}")
         if self.grad_stats is not None:
             parse_grad_stats(self.grad_stats)
         if self.tensorboard is not None:
