@@ -49,6 +49,7 @@ class RunContext:
     tune_seeds: int = lr_band.DEFAULT_TUNE_SEEDS  # seeds per tune point, disjoint from ``seed_values``
     unigram_ppl: float | None = None  # the corpus's (trained_gate): records are marked trained or not
     reread: bool = False  # --reread: nothing trained or judged; every section read again from the records
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)  # init_sensitivity's, per distinct model
 
     @classmethod
     def from_config(cls, cfg: Any, **fields: Any) -> Any:

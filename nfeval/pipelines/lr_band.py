@@ -84,6 +84,22 @@ def failed_neighbours(entry: dict[str, Any], unigram: float | None = None) -> di
     return dict(sorted(out.items()))
 
 
+def restate(tune_json: str) -> dict[str, Any]:
+    """Rewrites a stored ``tune.json`` whose points are not kept (an older committed report kept only its
+    summary) under today's band rule, from its per-LR rows; returns it. Its best LRs are unchanged; a
+    neighbour its grid lacks is untuned (``--reread`` trains nothing)."""
+    from ..base.artifacts import atomic_write_json
+
+    summary = load_json(tune_json)
+    for entry in summary["presets"].values():
+        best = entry["per_lr"].get(results.lr_key(entry["best_lr"])) if entry["best_lr"] is not None else None
+        band = results.lr_band(best, entry["per_lr"])
+        entry.update(lr_band=band["lrs"], band_untuned=band["untuned"], band_unstable=band["unstable"])
+        entry["band_rule"] = results.BAND_RULE
+    atomic_write_json(tune_json, summary)
+    return summary
+
+
 def tune_band(
     tune: Callable[[dict[str, list[float]]], dict[str, Any]], unigram: float | None = None
 ) -> dict[str, Any]:

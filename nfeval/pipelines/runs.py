@@ -118,14 +118,18 @@ def ensure_run(
     return _write_record(directory, out)
 
 
+class NotTrained(ConfigError):
+    """A run that ``--reread`` would need and the folder does not hold (it trains nothing)."""
+
+
 def read_or_train(
     cfg: TrainConfig, directory: str, record: dict[str, Any], log: Callable[[str], None], train_now: bool
 ) -> dict[str, Any]:
     """Returns ``ensure_run``'s record; with ``train_now`` False (``--reread``) the record the folder
-    holds, a ConfigError naming the run when it holds none."""
+    holds, NotTrained naming the run when it holds none."""
     done = ensure_run(cfg, directory, record, log, train_now)
     if done is None:
-        raise ConfigError(
+        raise NotTrained(
             f"{directory}: not finished; --reread trains nothing (rerun without it to train the missing runs)"
         )
     return done
@@ -217,16 +221,20 @@ def measure_ratios(
     configs: Callable[[str, str], tuple[TrainConfig, TrainConfig]],
     timing: dict[str, int],
     log: Callable[[str], None],
+    measure: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Returns {name: its paired step-time ratio record to ``baseline_of(name)``} for ``names``,
     measuring what the JSON file ``path`` does not hold yet (stored after each measurement).
 
     Runs whose model (``model_of``: a key of everything that shapes a step) is their baseline's have ratio
     1; runs sharing a model share one measurement (``shared_with``). ``configs(name, base)`` gives the
-    (baseline, candidate) TrainConfigs to time; ``timing`` holds ``pairs``, ``burst`` and ``warmup``."""
+    (baseline, candidate) TrainConfigs to time; ``timing`` holds ``pairs``, ``burst`` and ``warmup``.
+    Without ``measure`` (``--reread``) nothing is timed: the runs without a stored ratio are left out."""
     stored: dict[str, dict[str, Any]] = load_json(path) if os.path.isfile(path) else {}
     for name in names:
         if name in stored:
+            continue
+        if not measure:
             continue
         base = baseline_of(name)
         model = model_of(name)
@@ -248,7 +256,7 @@ def measure_ratios(
             }
         stored[name] = {**record, "baseline": base}
         atomic_write_json(path, stored)
-    return {name: stored[name] for name in names}
+    return {name: stored[name] for name in names if name in stored}
 
 
 def _model_or_none(model_of: Callable[[str], str], name: str) -> str | None:

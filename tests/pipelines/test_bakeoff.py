@@ -593,3 +593,34 @@ def test_the_report_states_the_recipe_fields_a_scheme_carries(smoke):
     stored["header"]["schemes"] = {"ngpt": {"weight_decay": 0.0, "warmup": 0.0}}
     line = "a scheme carries** (every other field is the shared recipe's): ngpt: the scheme's weight_decay 0"
     assert line + ", warmup 0." in render(stored)
+
+
+def test_a_scheme_that_trains_at_no_lr_is_tried_again_under_its_own_recipe(tmp_path):
+    """HybridNorm fails the gate at every LR of its grid: it is added as hybridnorm+own, trained under
+    its paper's recipe (its init, warm-up, clipping and optimizer); a scheme without an own recipe, or
+    one that trained somewhere, is not."""
+    from nfeval.engine.training.own_recipes import OWN_RECIPES
+    from nfeval.pipelines.bakeoff import runs as bakeoff_runs
+
+    ctx = make_context(BakeoffConfig(archs=("prenorm", "hybridnorm", "dyt"), size="small", out=str(tmp_path)))
+    ctx.unigram_ppl = 700.0
+    ppl = {"prenorm": 150.0, "hybridnorm": 745.0, "dyt": 760.0}  # dyt fails too, but has no own recipe
+    for c in ctx.candidates:
+        path = bakeoff_runs.tune_file(ctx, c)
+        os.makedirs(os.path.dirname(path))
+        per_lr = {
+            "0.001": {"lr": 1e-3, "val_ppl": ppl[c.name]},
+            "0.003": {"lr": 3e-3, "val_ppl": ppl[c.name]},
+        }
+        entry = {"best_lr": 1e-3, "best_val_ppl": ppl[c.name], "per_lr": per_lr}
+        json.dump({"grid": {"lrs": [1e-3, 3e-3]}, "presets": {c.preset("small"): entry}}, open(path, "w"))
+    added = bakeoff_runs.add_own_recipes(ctx)
+    assert [c.name for c in added] == ["hybridnorm+own"] and ctx.candidates[-1] is added[0]
+    assert bakeoff_runs.add_own_recipes(ctx) == []  # once
+    own = train_config(ctx, added[0], 1, tuned=False)
+    recipe_fields = OWN_RECIPES["hybridnorm"]
+    assert own.own_recipe == "hybridnorm" and own.model["init"] == recipe_fields.model["init"]
+    assert (own.clip_grad, own.beta2, own.weight_decay) == (1.0, 0.95, 0.1)
+    shared = train_config(ctx, ctx.candidates[1], 1, tuned=False)
+    assert shared.own_recipe is None and shared.clip_grad == 0.0
+    assert bakeoff_runs.tune_file(ctx, added[0]).endswith(os.path.join("hybridnorm+own", "tune.json"))

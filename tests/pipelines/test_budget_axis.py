@@ -283,3 +283,47 @@ def test_an_axis_where_no_seed_pair_trained_still_writes_its_report(axis, tmp_pa
     assert all(row["gains"] == [] for row in report["budgets"]) and report["fit"]["slope"] is None
     assert "No fit: fewer than 3 finite gains" in (out / "report.md").read_text(encoding="utf-8")
     assert os.path.getsize(out / "budget_gain.png") > 1000
+
+
+def test_reread_trains_nothing_and_reads_every_budget_again_under_todays_rules(axis, tmp_path, monkeypatch):
+    """--reread recomputes every budget's section from the records the folder holds (a section stored
+    under older rules included) and trains, judges, tunes and times nothing."""
+    import shutil
+
+    from nfeval.pipelines import runs
+    from nfeval.report import verdict
+    from nfeval.tune import sweep as tune_sweep
+
+    cfg, _ = axis
+    copy = str(tmp_path / "reread")
+    shutil.copytree(cfg.out, copy)
+    section = os.path.join(copy, "tokens=128", "experiments", "fig2-clm", "section.json")
+    json.dump(json.load(open(section)) | {"rules": verdict.RULES - 1}, open(section, "w"))
+    for name in ("train", "measure_step_ratio"):
+        monkeypatch.setattr(runs, name, lambda *a, **k: pytest.fail("--reread trained or timed"))
+    monkeypatch.setattr(tune_sweep, "train", lambda *a, **k: pytest.fail("--reread tuned"))
+    monkeypatch.setattr(runs.judging, "judge_run", lambda *a, **k: pytest.fail("--reread judged"))
+    before = json.load(open(os.path.join(cfg.out, "report.json")))
+    run_reproduce(ReproduceConfig(**{**vars(cfg), "out": copy, "reread": True}))
+    assert json.load(open(section))["rules"] == verdict.RULES
+    after = json.load(open(os.path.join(copy, "report.json")))
+    assert [b["gains"] for b in after["budgets"]] == [b["gains"] for b in before["budgets"]]
+
+
+def test_tune_only_tunes_every_budget_and_trains_no_run(tmp_path, monkeypatch):
+    from nfeval.pipelines import runs
+
+    monkeypatch.setattr(runs, "train", lambda *a, **k: pytest.fail("--tune-only trained a run"))
+    monkeypatch.setattr(runs, "measure_step_ratio", lambda *a, **k: pytest.fail("--tune-only timed"))
+    out = str(tmp_path / "o")
+    cfg = ReproduceConfig(out=out, scale="smoke", seeds=2, token_budgets=(64, 128), tune_only=True,
+                          tune_seeds=1, progress=False, device="cpu")  # fmt: skip
+    result = run_reproduce(cfg)
+    assert "rerun without --tune-only" in result["tuned"]
+    for tokens in (64, 128):
+        tune = json.load(open(os.path.join(out, f"tokens={tokens}", "tune", "clm", "tune.json")))
+        assert set(tune["presets"]) == {"prenorm-tiny", "normformer-tiny"} and not tune["missing"]
+        assert not os.path.isdir(os.path.join(out, f"tokens={tokens}", "runs"))
+    assert not os.path.isfile(os.path.join(out, "report.json"))
+    with pytest.raises(ConfigError, match="--tune-only"):
+        ReproduceConfig(out=out, scale="smoke", tune_only=True, reread=True).validate()

@@ -22,10 +22,11 @@ from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
-from .. import context, lr_band, trained_gate
+from ...engine.training.own_recipes import OWN_RECIPES
+from .. import context, init_sensitivity, lr_band, trained_gate
 from ..scales import SCALES
 from . import results
-from .candidates import parse_candidates
+from .candidates import OWN, parse_candidates
 from .config import RECIPES, BakeoffConfig
 from .runs import Context, log
 
@@ -89,11 +90,15 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)
     context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
     ctx.unigram_ppl = corpus_unigram_ppl(runs.train_config(ctx, ctx.baseline, 1, tuned=False))
+    models = {c.name: runs.train_config(ctx, c, 1, tuned=False) for c in ctx.candidates}
+    ctx.sensitivity = init_sensitivity.measure(cfg.out, models, log)
     ctx.zeroshot = zeroshot_data(cfg.out, cfg.data_dir, ctx.scale.cloze_items, 1, log)  # scored per run
     pending = runs.run_on_cluster(ctx) if on_cluster else None
     if pending:
         return {"pending": pending}
     runs.run_tunes(ctx)
+    if runs.add_own_recipes(ctx):
+        runs.run_tunes(ctx)  # the finished tunes are read, the schemes tried again are tuned
     ctx.step_ratios = runs.measure_ratios(ctx)
     runs.train_all(ctx)
     plan = seed_plan(cfg, ctx)
@@ -136,6 +141,11 @@ def seed_plan(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
     return plan
 
 
+def _sources(name: str) -> dict[str, str]:
+    """Returns where each field of an own-recipe candidate's recipe comes from (``OWN_RECIPES``)."""
+    return OWN_RECIPES[name.removesuffix(OWN)].sources
+
+
 def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[str, Any]:
     """Returns report.json's content: the header, the ranking, every test and the tables' data."""
     from ...engine.training import recipe
@@ -143,9 +153,18 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
     from .runs import run_budget
 
     every = [r for rs in records.values() for r in rs]
-    recipes = {f"{r['name']}/seed{r['seed']}": r.get("recipe") for r in every}
+    own = {c.name for c in ctx.candidates if c.own_recipe}  # tried again under their scheme's own recipe
+    recipes = {f"{r['name']}/seed{r['seed']}": r.get("recipe") for r in every if r["name"] not in own}
     shared = recipe.check_same(recipes, cfg.out, schemes_may_differ=True)  # nGPT carries its own fields
     header = _header(cfg, ctx, every, shared, tasks, plan, start)
+    header["own_recipes"] = {
+        name: {
+            "recipe": records[name][0].get("recipe"),
+            "sources": OWN_RECIPES[name.removesuffix(OWN)].sources,
+        }
+        for name in sorted(own)
+        if records.get(name)
+    }
     header["schemes"] = {
         r["name"]: r["recipe"]["scheme"] for r in every if (r.get("recipe") or {}).get("scheme")
     }
@@ -214,6 +233,7 @@ def _header(cfg, ctx, every, shared, tasks, plan, start) -> dict[str, Any]:
         "load_average": round(os.getloadavg()[0], 1),
         "wall_min": (time.time() - start) / 60,
         "unigram_ppl": ctx.unigram_ppl,
+        "token_sensitivity": ctx.sensitivity,
         "trained_factor": trained_gate.FACTOR,
     }
 

@@ -16,13 +16,23 @@ from ...engine.training.train_config import parse_set
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a name is a folder name too
 
 
+OWN = "+own"  # what a candidate tried again under its scheme's own recipe adds to its name
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One architecture of the bakeoff: its report name, preset architecture and field overrides."""
+    """One architecture of the bakeoff: its report name, preset architecture and field overrides, and
+    whether it trains under its scheme's own recipe (``engine.training.own_recipes``) instead of the
+    bakeoff's."""
 
     name: str
     arch: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    own_recipe: bool = False
+
+    def under_own_recipe(self) -> Candidate:
+        """Returns this candidate tried again under its scheme's own recipe (named ``<name>+own``)."""
+        return Candidate(self.name + OWN, self.arch, self.overrides, own_recipe=True)
 
     def preset(self, size: str) -> str:
         """Returns the preset name at ``size``, e.g. ``olmo2norm-tiny``."""

@@ -11,11 +11,11 @@ from .. import trained_gate
 from .runs import Context, tune_file
 
 
-def failed_lrs(ctx: Context, unigram: float) -> dict[str, list[float]]:
+def failed_lrs(ctx: Context, unigram: float, candidates: list | None = None) -> dict[str, list[float]]:
     """Returns {name: the LRs of its tune grid whose point did not end below the gate's threshold (a
-    diverged or missing point included)}, for every candidate."""
+    diverged or missing point included)}, for every candidate (of ``candidates`` when given)."""
     out = {}
-    for c in ctx.candidates:
+    for c in ctx.candidates if candidates is None else candidates:
         entries = load_json(tune_file(ctx, c))["presets"].values()
         out[c.name] = sorted(lr for entry in entries for lr in trained_gate.failed_lrs(entry, unigram))
     return out
@@ -24,7 +24,7 @@ def failed_lrs(ctx: Context, unigram: float) -> dict[str, list[float]]:
 def untrainable(ctx: Context, failed: dict[str, list[float]]) -> frozenset[str]:
     """Returns the candidates for which every point of the tune grid failed the gate (``failed``:
     ``failed_lrs``'s answer): they did not train at any LR of their grid under this recipe."""
-    grids = {c.name: load_json(tune_file(ctx, c))["grid"]["lrs"] for c in ctx.candidates}
+    grids = {c.name: load_json(tune_file(ctx, c))["grid"]["lrs"] for c in ctx.candidates if c.name in failed}
     return frozenset(name for name, lrs in failed.items() if len(lrs) >= len(grids[name]))
 
 

@@ -13,7 +13,7 @@ from ...base.artifacts import atomic_write_json, atomic_write_text
 from ...base.jsonio import load_json, reading
 from ...engine.training import recipe
 from ...report import verdict
-from .. import realised_time, scale_facts, trained_gate
+from .. import init_sensitivity, realised_time, scale_facts, trained_gate
 from ..lr_band import tune_seed_lines
 from ..report_text import compute_path_lines, markdown_table, ratio_text
 
@@ -246,6 +246,7 @@ def _header_lines(r: dict[str, Any]) -> list[str]:
             else []
         ),
         *_scheme_lines(h),
+        *_own_recipe_lines(h),
         *_gate_lines(r),
         *_scale_lines(h),
     ]
@@ -307,12 +308,32 @@ def _scheme_lines(h: dict[str, Any]) -> list[str]:
     return [f"**Recipe fields a scheme carries** (every other field is the shared recipe's): {parts}.", ""]
 
 
+def _own_recipe_lines(h: dict[str, Any]) -> list[str]:
+    """Returns the header's lines on the candidates tried again under their scheme's own recipe (none in a
+    report where every scheme trained under the shared one)."""
+    own = h.get("own_recipes") or {}
+    if not own:
+        return []
+    lines = [
+        "**Under their own recipe** (a scheme that trained at no LR of its grid under the shared recipe is "
+        "tuned and trained again under its paper's; its rows, named `+own`, are read against the baseline "
+        "under the shared recipe, so they compare recipes as well as placements):",
+        "",
+    ]
+    for name, entry in own.items():
+        text = recipe.describe(entry["recipe"]) if entry.get("recipe") else "recipe not recorded"
+        where = "; ".join(f"{field}: {source}" for field, source in entry["sources"].items())
+        lines.append(f"- {name}: {text} (sources: {where})")
+    return [*lines, ""]
+
+
 def _gate_lines(r: dict[str, Any]) -> list[str]:
     """Returns the header's trained-run gate sentence (none for a report made before the gate)."""
     h = r["header"]
     if h.get("unigram_ppl") is None:
         return []
-    return [trained_gate.gate_text(h["unigram_ppl"], h["trained_factor"]), ""]
+    gate = [trained_gate.gate_text(h["unigram_ppl"], h["trained_factor"]), ""]
+    return gate + init_sensitivity.lines(h.get("token_sensitivity"))
 
 
 def _untrainable_lines(r: dict[str, Any]) -> list[str]:

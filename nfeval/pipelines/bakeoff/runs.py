@@ -17,9 +17,10 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json
 from ...base.jsonio import load_json
+from ...engine.training.own_recipes import OWN_RECIPES, own_recipe
 from ...engine.training.train_config import TrainConfig, leave_to_scheme
 from .. import context, lr_band, runs, trained_gate
-from .candidates import Candidate
+from .candidates import OWN, Candidate
 
 log = functools.partial(context.log, "bakeoff")
 
@@ -91,6 +92,8 @@ def train_config(
         clip_grad=ctx.clip_grad,
     )
     cfg = leave_to_scheme(cfg)  # a scheme's own recipe fields (nGPT: no weight decay, no warm-up)
+    if c.own_recipe:  # its paper's init, warm-up, clipping and optimizer (engine.training.own_recipes)
+        cfg = own_recipe(cfg)
     if not tuned:
         return cfg
     from ...tune.results import with_tuned_lr
@@ -146,6 +149,28 @@ def run_tunes(ctx: Context) -> None:
             lrs = sorted([*lrs, beyond])
 
 
+def add_own_recipes(ctx: Context) -> list[Candidate]:
+    """Adds to ``ctx.candidates`` each candidate that trained at no LR of its grid (``collapse``) and
+    whose scheme has an own recipe (``engine.training.own_recipes``), under that recipe
+    (``Candidate.under_own_recipe``), to be tuned, trained and ranked beside it with that qualifier;
+    returns those added. A scheme is tried under its own paper's recipe before a report lists it as
+    failing."""
+    from .collapse import failed_lrs, untrainable
+
+    if ctx.unigram_ppl is None:
+        return []
+    names = {c.name for c in ctx.candidates}
+    tried = [
+        c for c in ctx.candidates if not c.own_recipe and c.arch in OWN_RECIPES and c.name + OWN not in names
+    ]
+    failing = untrainable(ctx, failed_lrs(ctx, ctx.unigram_ppl, tried))
+    added = [c.under_own_recipe() for c in tried if c.name in failing]
+    for c in added:
+        log(f"{c.name.removesuffix(OWN)} trained at no LR of its grid: tuning it again under its own recipe")
+    ctx.candidates.extend(added)
+    return added
+
+
 def lr_past_edge(best: float | None, lrs: list[float]) -> float | None:
     """Returns the LR one step past the grid's edge that ``best`` lies on (the step: the ratio of the
     two LRs at that edge), or None when ``best`` is inside the grid, missing, or the grid has one LR."""
@@ -178,6 +203,7 @@ def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
         ),
         timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup},
         log=log,
+        measure=not ctx.reread,
     )
 
 
@@ -262,6 +288,10 @@ def run_on_cluster(ctx: Context) -> str | None:
     run_tunes(ctx)
     if any(load_json(tune_file(ctx, c))["missing"] for c in ctx.candidates):
         return "the LR tunes' jobs are not all finished: rerun the same command to collect them"
+    if add_own_recipes(ctx):
+        run_tunes(ctx)
+        if any(load_json(tune_file(ctx, c))["missing"] for c in ctx.candidates):
+            return "the own-recipe tunes' jobs are not all finished: rerun the same command to collect them"
     path = os.path.join(ctx.out, "step_ratios.json")
     if not all(c.name in (load_json(path) if os.path.isfile(path) else {}) for c in ctx.candidates):
         job = LaunchPoint("step-ratios", measure_ratios, (dataclasses.replace(ctx, launch=None),), ctx.out)

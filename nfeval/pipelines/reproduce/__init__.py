@@ -24,7 +24,8 @@ from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
-from .. import context, lr_band, runs, trained_gate
+from ...engine.training.train_config import TrainConfig
+from .. import context, init_sensitivity, lr_band, runs, trained_gate
 from ..scales import SCALES, Scale
 from . import runner
 from .config import ReproduceConfig
@@ -93,6 +94,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     seed_history = record_seeds(cfg.out, ctx.seeds)
     ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(runner.train_config(ctx, "clm-prenorm", 1))
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
+    ctx.sensitivity = init_sensitivity.measure(cfg.out, _distinct_models(ctx, keys), log)
     if cfg.tune_only:
         from .tuning import run_tune
 
@@ -110,6 +112,18 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         path = report.write(cfg.out, _header(cfg, ctx, start, seed_history), done + pending)
     log(f"report: {path}")
     return {"report": path, "sections": report.adjusted(done)}
+
+
+def _distinct_models(ctx: Context, keys: list[str]) -> dict[str, TrainConfig]:
+    """Returns {run key: its TrainConfig} of the first run of each distinct model among ``keys`` (a row
+    that changes only the recipe draws the same model at initialisation)."""
+    from .equal_time import _model_key
+
+    out: dict[str, TrainConfig] = {}
+    for key in keys:
+        if _model_key(ctx, key) not in {_model_key(ctx, k) for k in out}:
+            out[key] = runner.train_config(ctx, key, 1)
+    return out
 
 
 def effective_scale(cfg: ReproduceConfig) -> Scale:
@@ -217,6 +231,7 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
         "step_ratios": ctx.step_ratios,
         "warnings": tune_warnings,
         "unigram_ppl": ctx.unigram_ppl,
+        "token_sensitivity": ctx.sensitivity,
         "trained_factor": trained_gate.FACTOR,
         "trained": {f"{r['key']}/seed{r['seed']}": trained_gate.is_trained(r) for r in finished},
     }

@@ -220,7 +220,8 @@ def assemble(cfg, folders: dict[int, str], start: float) -> dict[str, Any]:
             "git": git_hash(),
             "command": cfg.command,
             "scale": cfg.scale,
-            "facts": first.get("facts"),
+            # the first budget whose run folders are kept states the shape (an older one keeps records only)
+            "facts": next((h["facts"] for h in headers if h.get("facts")), None),
             "recipes": first.get("recipes"),
             "seeds": first.get("seeds"),
             "eval_seeds": first.get("eval_seeds"),

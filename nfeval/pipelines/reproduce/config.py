@@ -114,8 +114,9 @@ class ReproduceConfig:
     reread: bool = flag_field(False, REREAD_HELP, action="store_true")
     tune_only: bool = flag_field(  # tunes land first; the judged runs on a later invocation
         False,
-        "run the LR tunes (each best LR's band neighbours included) and stop; a later invocation without it "
-        "measures the step-time ratios and trains the judged runs (with --token-budgets: every budget's tune)",
+        "run the LR tunes (each best LR's band neighbours included) and stop; a later invocation without "
+        "it measures the step-time ratios and trains the judged runs (with --token-budgets: every budget's "
+        "tune)",
         action="store_true",
     )
     command: str = "nfeval reproduce"

@@ -46,6 +46,7 @@ def measure_ratios(ctx: Context, keys: list[str]) -> dict[str, dict[str, Any]]:
         configs=lambda key, base: (train_config(ctx, base, 1), train_config(ctx, key, 1)),
         timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup},
         log=log,
+        measure=not ctx.reread,
     )
 
 

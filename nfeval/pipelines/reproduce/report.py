@@ -13,7 +13,7 @@ from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.jsonio import load_json, reading
 from ...engine.training import recipe as recipes
 from ...report import verdict
-from .. import scale_facts, trained_gate
+from .. import init_sensitivity, scale_facts, trained_gate
 from ..lr_band import describe, tune_seed_lines
 from ..report_text import compute_path_lines, markdown_table
 
@@ -148,6 +148,7 @@ def render(report: dict[str, Any]) -> str:
         lines += [f"**Recipe ({objective}), shared by every run of the report:** {recipes.describe(r)}.", ""]
     if h.get("unigram_ppl") is not None:  # a report made before the trained-run gate has none
         lines += [trained_gate.gate_text(h["unigram_ppl"], h["trained_factor"]), ""]
+    lines += init_sensitivity.lines(h.get("token_sensitivity"))
     lines += _scale_lines(h)
     lines += _seed_note(h)
     lines += [

@@ -13,6 +13,7 @@ from typing import Any
 from ...base.artifacts import atomic_write_json, hardware, hardware_key
 from ...base.jsonio import file_sha256, load_json
 from ...report import verdict
+from ..runs import NotTrained
 from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments
 from .plan import PRIMARY_CLAIMS, Experiment
 from .runner import Context, ensure_runs, log
@@ -84,7 +85,12 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
         if fresh and read_from(stored, run_records(ctx.out, exp.runs)):
             return stored
     log(f"experiment {exp.name}: {exp.title}")
-    parts = measure(ctx, exp)
+    try:
+        parts = measure(ctx, exp)
+    except NotTrained as e:
+        if not ctx.reread:
+            raise
+        return stub(exp, f"{NOT_READ} ({e})")
     claims = [
         {**c, "id": c.get("id") or f"{exp.name}/{i}"} | {"family": _family(c.get("id") or "")}
         for i, c in enumerate(parts.get("claims", []), 1)
@@ -117,6 +123,7 @@ def run_section(ctx: Context, exp: Experiment) -> dict[str, Any]:
 
 
 LEFT_OUT = "not run (left out by --only)"
+NOT_READ = "not read again: a run it needs is not trained yet"
 PENDING = "pending (the invocation writing this report has not reached it yet)"
 
 

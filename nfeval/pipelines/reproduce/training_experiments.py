@@ -151,7 +151,7 @@ def _per_seed(
     by_seed = {r["seed"]: r for r in realised["seeds"]} if realised else {}
     rows = []
     per_axis = {
-        axis: {"diffs": [], "fractions": [], "unmatched": 0, "untrained": 0, "pairs": []}
+        axis: {"diffs": [], "fractions": [], "unmatched": 0, "untrained": 0, "no_logs": 0, "pairs": []}
         for axis in AXIS_WORDS
     }
     by_key = {key: {r["seed"]: r for r in rs} for key, rs in records.items()}
@@ -161,23 +161,63 @@ def _per_seed(
                 acc["untrained"] += 1
             rows.append([str(seed), f"left out: a run did not train ({_outcomes(records, seed)})"] + [""] * 7)
             continue
-        if c is None:
+        pair = tuple(by_key[key][seed] for key in records)
+        if c is None and not _logs_gone(ctx, pair):
             rows.append([str(seed), "no comparison (a run diverged)"] + [""] * 7)
             continue
-        readings = _readings(ctx, c, cand)
-        pair = tuple(by_key[key][seed] for key in records)
+        readings = _readings(ctx, c, cand) if c is not None else _record_readings(pair)
         if readings["wall_s"]["matched"] and all(judging.judged(r) for r in pair):
             # equal time reads both runs at their ends: on the judging set, the whole validation split
             readings["wall_s"].update(base=judged_ppl(pair[0]), cand=judged_ppl(pair[1]), judged=True)
         for axis, acc in per_axis.items():
             r = readings[axis]
+            if r.get("no_logs"):
+                acc["no_logs"] += 1
+                continue
             if r["matched"]:
                 acc["diffs"].append(log_ratio(r["base"], r["cand"]))
                 acc["pairs"].append(pair)
             acc["unmatched"] += not r["matched"]
             acc["fractions"].append(r["fraction"])
-        rows.append(_seed_row(seed, c, readings, by_seed.get(seed)))
+        rows.append(
+            _seed_row(seed, c, readings, by_seed.get(seed)) if c else _record_row(seed, pair, readings)
+        )
     return rows, per_axis
+
+
+def _logs_gone(ctx: Context, pair: tuple[dict, ...]) -> bool:
+    """Returns whether both runs of a seed finished but their logs are not in the folder (an older
+    committed report kept only each run's record): the equal-time reading then comes from the records."""
+    return ctx.reread and all(r["status"] == "finished" and not os.path.isfile(
+        os.path.join(r["dir"], "metrics.jsonl")) for r in pair)  # fmt: skip
+
+
+def _record_readings(pair: tuple[dict, ...]) -> dict[str, dict[str, Any]]:
+    """Returns the readings of a seed whose runs' logs are gone: equal time from the records' final PPLs
+    (both runs ended their own schedules), equal FLOPs not readable (it needs the curves)."""
+    ppl = [judged_ppl(r) for r in pair]
+    return {
+        "wall_s": {
+            "base": ppl[0],
+            "cand": ppl[1],
+            "mid_schedule": [False, False],
+            "matched": True,
+            "fraction": None,
+        },
+        "flops": {
+            "base": None,
+            "cand": None,
+            "mid_schedule": [False, False],
+            "matched": False,
+            "fraction": None,
+        },
+    }
+
+
+def _record_row(seed: int, pair: tuple[dict, ...], readings: dict[str, Any]) -> list[str]:
+    wall = readings["wall_s"]
+    steps = f"{pair[1].get('steps')} vs {pair[0].get('steps')}"
+    return [str(seed), _ppl(wall["base"]), _ppl(wall["cand"]), "run logs not kept", "–", "–", "–", steps, "–"]
 
 
 def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] | None:
@@ -248,6 +288,8 @@ def _equal_compute_claim(
         measured += f"; paired step-time ratio {ratio_text(record)}, paper overhead {PAPER_OVERHEAD}"
     if acc["unmatched"]:
         measured += f"; {acc['unmatched']} seed(s) {MID_SCHEDULE}, left out"
+    if acc["no_logs"]:
+        measured += f"; {acc['no_logs']} seed(s) without their runs' logs (not kept), left out"
     error = judging.measurement_se(acc["pairs"]) if axis == "wall_s" else None
     if error is not None:
         measured += f"; judged on the whole validation split, its sequences' paired error {error:.4f}"
@@ -260,6 +302,8 @@ def _equal_compute_claim(
     )
     if not acc["diffs"] and acc["unmatched"] and not acc["untrained"]:
         decided["why"] = f"{MID_SCHEDULE} in every seed"
+    if not acc["diffs"] and acc["no_logs"]:
+        decided["why"] = "the runs' logs were not kept: equal FLOPs cannot be read again"
     return {
         "id": f"{name}/{'equal-time' if axis == 'wall_s' else 'equal-flops'}",
         "claim": f"{RUNS[cand].label} has lower validation PPL than {RUNS[base].label} at "

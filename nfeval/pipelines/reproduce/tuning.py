@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from ...base.jsonio import load_json
+from ...tune.points import POINTS
 from ...tune.results import grid_cells, lr_key, warnings_for
 from .. import lr_band, trained_gate
 from ..lr_band import TUNE_SEED_BASE, tune_seed_values
@@ -45,6 +46,10 @@ def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
             f"tuning {', '.join(presets)} ({objective}) over {ctx.scale.tune_lrs}, {ctx.scale.tune_budget}, "
             f"{ctx.tune_seeds} seed(s)"
         )
+        files[objective] = os.path.join(out, "tune.json")
+        if ctx.reread and not os.path.isdir(os.path.join(out, POINTS)) and os.path.isfile(files[objective]):
+            lr_band.restate(files[objective])  # a summary kept without its points: read as it stands
+            continue
         lr_band.tune_band(
             lambda extra, presets=presets, base=base, out=out: tune(
                 base,
@@ -61,7 +66,6 @@ def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
             ),
             ctx.unigram_ppl,
         )
-        files[objective] = os.path.join(out, "tune.json")
     return files
 
 
