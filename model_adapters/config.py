@@ -23,6 +23,7 @@ from ..base.errors import ConfigError
 
 TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
 DTYPES = ("fp32", "bf16", "fp16")
+TOO_LONG_CHOICES = ("refuse", "truncate")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class ScoringConfig:
     None: True for nfeval checkpoints (fairseq prepends ``</s>``), the tokenizer's own behaviour for HF
     models (as HFLM). ``pack=False`` scores each distinct input as a row of its own (what a model that
     fails the tree probe gets). ``hf_forward``: for a HF GPT-2 directory, "engine" (nfeval's forward,
-    when it reproduces the model) or "transformers".
+    when it reproduces the model) or "transformers". ``too_long``: what a continuation longer than the
+    context window gets: "refuse" (a UserError naming the task and document) or "truncate" (lm-eval's
+    window, its last ``max_length`` tokens; the documents are recorded).
     """
 
     device: str | None = flag_field(None, DEVICE_HELP, type=device_name)  # None or auto: CUDA when available
@@ -58,6 +61,13 @@ class ScoringConfig:
         "a Hugging Face GPT-2 directory: nfeval's engine when it reproduces the model (default), "
         "or transformers' own forward and generate (to cross-check; zero-shot caches it apart)",
         choices=("engine", "transformers"),
+    )
+    too_long: str = flag_field(
+        "refuse",
+        "a document whose answer is longer than the context window: refuse (one line naming the task and "
+        "document; default) or truncate (score it as lm-eval does, on the window's last tokens; counted in "
+        "the results' nfeval.truncated)",
+        choices=TOO_LONG_CHOICES,
     )
     progress: bool = flag_field(True, "no progress bars", name="no-progress", action="store_false")
     add_bos_token: bool | None = None

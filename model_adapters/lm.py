@@ -43,8 +43,9 @@ from ..engine.kernels.denormals import flushing
 from ..engine.model.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.training.budget import peak_flops
 from ..engine.training.parallel import join_process_group, resolve_device
+from . import context_window
 from .backends import open_backend
-from .config import ScoringConfig
+from .config import TOO_LONG_CHOICES, ScoringConfig
 from .hf_backend import HFBackend
 from .scorer import DEFAULT_BATCH_TOKENS, ScoringStats, score
 
@@ -98,6 +99,11 @@ class NFEvalLM(TemplateLM):
         )
         self.custom_prefix_token_id = config.prefix_token_id
         self.progress = config.progress
+        if config.too_long not in TOO_LONG_CHOICES:
+            raise ConfigError(f"too_long={config.too_long!r}: expected one of {', '.join(TOO_LONG_CHOICES)}")
+        self.too_long = config.too_long
+        self._truncated: dict[str, list[int]] = {}  # task -> documents scored truncated
+        self._instances: list | None = None  # within loglikelihood: lm-eval's requests, in order
         self.tokenizer = getattr(self.model_backend, "tokenizer", None)
         self._encoded: dict[tuple[str, bool | None], list[int]] | None = None  # see loglikelihood
         self._scoring_bar: bool | None = None  # within loglikelihood: whether its caller wants bars
@@ -173,19 +179,20 @@ class NFEvalLM(TemplateLM):
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """lm-eval's, with each distinct text tokenized once per call: the choices of a document share
         its context, which lm-eval tokenizes once per choice."""
-        self._encoded, self._scoring_bar = {}, not disable_tqdm
+        self._encoded, self._scoring_bar, self._instances = {}, not disable_tqdm, list(requests)
         # lm-eval's own "Tokenizing inputs" bar: on a terminal only (in a log it writes \r lines);
         # ours (the scoring bar) prints plain lines there, so it follows the caller's disable_tqdm
         quiet = disable_tqdm or not library_bars_shown(self.progress and self.rank == 0)
         try:
             return super().loglikelihood(requests, disable_tqdm=quiet)
         finally:
-            self._encoded, self._scoring_bar = None, None
+            self._encoded, self._scoring_bar, self._instances = None, None, None
 
     def _loglikelihood_tokens(
         self, requests, disable_tqdm: bool = False, **kwargs
     ) -> list[tuple[float, bool]]:
-        pairs = [(ctx, cont) for _, ctx, cont in requests]
+        # a continuation past the context window: refused, naming its document, or truncated as asked
+        pairs = context_window.fit(requests, self._instances, self.max_length, self.too_long, self._truncated)
         # through loglikelihood, disable_tqdm is the one it gave lm-eval; the caller's is _scoring_bar
         wanted = not disable_tqdm if self._scoring_bar is None else self._scoring_bar
         # engine models read oneDNN's blocked weights meanwhile (requests: a bound on the batches)
@@ -210,6 +217,14 @@ class NFEvalLM(TemplateLM):
             stats=self.scoring_stats,
             progress=self.progress and self.rank == 0 and progress,
         )
+
+    def too_long_record(self) -> dict[str, dict[str, Any]]:
+        """Returns {task: {"doc_ids", "max_length"}} of the documents scored truncated so far (``too_long``
+        "truncate"; ``context_window``)."""
+        return {
+            task: {"doc_ids": sorted(ids, key=str), "max_length": self.max_length}
+            for task, ids in self._truncated.items()
+        }
 
     def scoring_report(self) -> dict[str, Any]:
         """Returns this model's scoring work so far: wall time, model FLOPs, achieved FLOP/s and its

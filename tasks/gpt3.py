@@ -5,7 +5,9 @@ plus, per the task YAML's ``metadata``:
 
 - ``acc_per_token``: argmax of the mean log-prob per continuation token (GPT-3's default). It needs the
   continuation's token count, which a model adapter attaches to the log-likelihood it returns as
-  ``n_tokens`` (nfeval's adapter does; lm-eval's stock models do not, and then the metric is omitted).
+  ``n_tokens``. nfeval's adapter does; lm-eval's stock models (``hf``, ``vllm``, …) do not, and lm-eval
+  gives a task no tokenizer to count them with, so under those the metric is left out of the results, and
+  a warning says so once per task (``nfeval leaderboard`` notes why the cell is empty).
 - ``acc_uncond`` (``metadata.uncond_context``, e.g. ``"Answer:"``): argmax of
   ``logP(c|ctx) - logP(c|uncond_context)``, GPT-3's normalisation for OpenBookQA. The extra
   unconditional requests come after the task's own, so the task's own requests are unchanged.
@@ -20,6 +22,8 @@ own CLI) the task is lm-eval's.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import metric_registry, register_metric
@@ -27,6 +31,9 @@ from lm_eval.api.task import ConfigurableTask
 
 from ..base.jsonio import sha256_json
 from . import task_build
+
+log = logging.getLogger(__name__)
+_SAID: set[str] = set()  # the tasks whose missing token counts were reported in this process
 
 # Bump when a metric's definition changes: it is part of every zero-shot cache key.
 METRICS_VERSION = 1
@@ -192,6 +199,18 @@ class GPT3Task(ConfigurableTask):
         ]
         return requests + extra
 
+    def _say_no_token_counts(self) -> None:
+        """Warns once per task that ``acc_per_token`` is left out: the model gave no token counts."""
+        name = self.config.task or type(self).__name__
+        if name not in _SAID:
+            _SAID.add(name)
+            log.warning(
+                "%s: acc_per_token (GPT-3's per-token accuracy) left out of the results: this model gives no "
+                "token counts with its log-likelihoods (lm-eval's stock models do not); nfeval's model "
+                "(nfeval zeroshot, nfeval lm-eval --model nfeval) computes it, also for Hugging Face folders",
+                name,
+            )
+
     def gold_index(self, doc) -> int:
         """Returns the index of the correct choice, as lm-eval's process_results finds it."""
         choices = self.doc_to_choice(doc)
@@ -210,6 +229,8 @@ class GPT3Task(ConfigurableTask):
             counts = [getattr(ll, "n_tokens", None) for ll, _ in own]
             if all(c for c in counts):
                 out["acc_per_token"] = float(np.argmax(lls / np.array(counts, dtype=np.float64)) == gold)
+            else:
+                self._say_no_token_counts()
         if self.uncond_context is not None and len(uncond) == n:
             lls_u = np.array([ll for ll, _ in uncond], dtype=np.float64)
             out["acc_uncond"] = float(np.argmax(lls - lls_u) == gold)

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 
 from .errors import OutputError
+from .home import nfeval_cache_root
 
 
 def cache_dir(*parts: str) -> str:
-    """Returns nfeval's cache folder (``$NFEVAL_CACHE``, default ``~/.cache/nfeval``) joined with
-    ``parts``."""
-    root = os.environ.get("NFEVAL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nfeval")
-    return os.path.join(root, *parts)
+    """Returns nfeval's cache folder (``$NFEVAL_CACHE``, default ``~/.cache/nfeval``; a temporary one for
+    the run when that cannot be written: ``home.nfeval_cache_root``) joined with ``parts``."""
+    return os.path.join(nfeval_cache_root(), *parts)
 
 
 def atomic_write_with(path: str, write: Callable[[str], Any]) -> None:

@@ -5,7 +5,9 @@ matplotlib then makes a temp folder of its own and says so in two warnings on ev
 (``leaderboard``, ``compare --plot``, ``analyze``); ``matplotlib_dirs_elsewhere`` gives it that temp folder
 first, through the variable it reads (``MPLCONFIGDIR``), so nothing is said. A Hugging Face cache that a
 command needs (transformers' module cache, where ``export-hf`` loads its remote code) is named in one
-line with the variable that moves it (``hf_cache_error``).
+line with the variable that moves it (``hf_cache_error``). nfeval's own cache (``~/.cache/nfeval``: token
+streams, tokenizers, zero-shot answers) moves to a temporary folder for the run, said in one line
+(``nfeval_cache_root``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,41 @@ def matplotlib_dirs_elsewhere() -> str | None:
         return None
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     os.environ["MPLCONFIGDIR"] = folder
+    return folder
+
+
+CACHE_VARIABLE = "NFEVAL_CACHE"
+
+
+def default_cache() -> str:
+    """Returns nfeval's cache folder when ``NFEVAL_CACHE`` is unset: ``~/.cache/nfeval``."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "nfeval")
+
+
+def nfeval_cache_root() -> str:
+    """Returns nfeval's cache folder: ``$NFEVAL_CACHE`` when set (used as given, so a folder the user named
+    that cannot be written is refused where it is needed); else ``~/.cache/nfeval``, or, when that cannot
+    be made or written (a read-only home), a temporary folder removed when the process exits. That folder
+    is said once, in one line on stderr, and passed on to the processes this one starts (through
+    ``NFEVAL_CACHE``), so a run goes on with its caches kept for its own length."""
+    given = os.environ.get(CACHE_VARIABLE)
+    if given:
+        return given
+    default = default_cache()
+    if _can_hold(Path(default)):
+        return default
+    try:
+        folder = tempfile.mkdtemp(prefix="nfeval-cache-")
+    except OSError:  # no temp folder either: the cache's users say what failed
+        return default
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ[CACHE_VARIABLE] = folder
+    print(
+        f"nfeval: {default} cannot be written; caching in {folder} for this run (removed at its end; set "
+        f"{CACHE_VARIABLE} to a writable folder to keep the cache)",
+        file=sys.stderr,
+        flush=True,
+    )
     return folder
 
 

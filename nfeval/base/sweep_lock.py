@@ -1,6 +1,7 @@
 """The one lock of nfeval's folders: a ``.lock`` file in the folder, ``flock``-ed while a process writes
-there, holding the holder's pid, host and command line. ``flock`` locks die with their process: a killed
-writer never leaves a stale lock behind.
+there, holding the holder's pid, host and command line, and removed by the holder as it lets go (while
+still holding it), so a finished folder holds no lock file naming a process long gone. ``flock`` locks die
+with their process: a killed writer never leaves a live lock behind (the file it leaves is taken over).
 
 Sweeps (GLUE, tune) claim each point with ``point_lock``, so concurrent sweeps into one folder compute
 each point once. A folder with one writer (a training run, a reproduce or bakeoff folder) is held for
@@ -59,8 +60,9 @@ def _open_locked(path: str, wait: bool) -> int | None:
 @contextlib.contextmanager
 def point_lock(directory: str, wait: bool = False) -> Iterator[bool]:
     """Holds the folder's lock file while the block runs; yields False when another process (or another
-    ``point_lock`` of this one) holds it (``wait`` blocks until it is free instead)."""
-    with _lock_file(os.path.join(directory, LOCK), wait) as held:
+    ``point_lock`` of this one) holds it (``wait`` blocks until it is free instead). The lock file is
+    removed at the end."""
+    with _lock_file(os.path.join(directory, LOCK), wait, remove=True) as held:
         yield held
 
 
@@ -82,8 +84,8 @@ def _lock_file(path: str, wait: bool = False, remove: bool = False) -> Iterator[
         yield True
     finally:
         _HELD.discard(key)
-        if remove:
-            with contextlib.suppress(FileNotFoundError):
+        if remove:  # gone already (its folder renamed or removed), or a folder that cannot be written
+            with contextlib.suppress(OSError):
                 os.unlink(path)
         os.close(fd)  # closing releases the lock
 

@@ -7,6 +7,12 @@ task metadata) or lm-eval's ``--metadata '{"data_dir": DIR}'``, which wins::
 
     nfeval lm-eval --model nfeval --model_args pretrained=RUN_DIR --tasks piqa_local --data-dir
     ../shared/data/zeroshot
+
+Plain ``lm_eval --model nfeval`` cannot work: lm-eval 0.4 has no plugin entry points, so a model is
+registered only by importing its module, which this command does. Without ``--device`` it scores on
+``cuda:0`` where CUDA is available and on the CPU elsewhere (lm-eval's own default, ``cuda:0``, would warn
+on a CPU-only machine). An existing ``F.json`` as ``--output_path`` is refused: lm-eval takes a ``.json``
+path as a file-name prefix (``F_<date>.json``, the samples beside it), never as the file to write.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..base.errors import ConfigError, UserError
     from ..cli import one_line
     from ..model_adapters import lm  # noqa: F401  (registers the "nfeval" model)
+    from ..zeroshot import lm_eval_layout
     from ..zeroshot.lm_eval_git import quiet_git_hash
 
     argv, data_dir = split_data_dir(list(sys.argv[1:] if argv is None else argv))
@@ -57,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             args.include_path = [tasks.TASKS_DIR] + ([args.include_path] if args.include_path else [])
         if hasattr(args, "metadata"):  # the evaluating subcommand's: what the local tasks' loaders read
             args.metadata = with_data_dir(args.metadata, data_dir)
+            lm_eval_layout.check_output_path(getattr(args, "output_path", None))
+            if getattr(args, "device", None) is None and not getattr(args, "config", None):
+                args.device = default_device()  # lm-eval's own default is cuda:0, even without CUDA
         with quiet_git_hash():
             try:
                 cli.execute(args)
@@ -75,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sys.argv = old_argv
     return 0
+
+
+def default_device() -> str:
+    """Returns the device ``nfeval lm-eval`` scores on when ``--device`` is not given: lm-eval's default,
+    ``cuda:0``, where CUDA is available, else the CPU (lm-eval's default there only warns and falls back)."""
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
 def with_data_dir(metadata: dict[str, Any] | None, data_dir: str | None) -> dict[str, Any] | None:

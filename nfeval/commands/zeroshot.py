@@ -21,7 +21,7 @@ FLAGS = (
     (ZeroShotConfig, "tasks data_dir limit"),
     (ScoringConfig, "batch_size max_batch_tokens"),
     (ZeroShotConfig, "output output_path log_samples"),
-    (ScoringConfig, "device dtype max_length"),
+    (ScoringConfig, "device dtype max_length too_long"),
     (ZeroShotConfig, "use_cache"),
     (ScoringConfig, "progress"),
     (ZeroShotConfig, "trust_checkpoint"),

@@ -72,6 +72,13 @@ def glue_average(tasks: Mapping[str, Mapping[str, Any]]) -> float | None:
     return None if None in scores.values() else glue_metrics.glue_average(scores)
 
 
+# What the "*" beside a cell of the table means (the rule of ``summarize_task``)
+BEST_MARK_NOTE = (
+    "*: the best learning rate, the one whose dev score (the task's metric shown, mean over seeds) is "
+    "highest; a tie goes to the smaller learning rate"
+)
+
+
 def _cell(row: Mapping | None, metric: str, best: bool) -> str:
     if row is None:
         return f"{'-':>10}"
@@ -118,6 +125,8 @@ def format_table(summary: Mapping[str, Any]) -> str:
             notes.append(f"{task}: --limit {limit}: the first {limit} train rows and dev rows only")
     if any(row.get("diverged") for t in tasks.values() for row in t["per_lr"].values()):
         notes.insert(0, f"{DIVERGED}: a point's training loss became non-finite there; never chosen as best")
+    if any(t["best_lr"] is not None for t in tasks.values()):
+        notes.insert(0, BEST_MARK_NOTE)
     notes.append("majority: the most frequent training label (STS-B: the mean score) on every dev row")
     lines += notes
     average = summary["glue_average"]

@@ -35,6 +35,7 @@ from ..base.jsonio import load_json
 from ..engine.checkpoints import rundir
 from ..glue.data import TASKS as GLUE_TASKS
 from ..tune.results import describe_lr
+from .absent import absent_cells, absent_reason
 from .leaderboard_read import (
     EXTRA_ZEROSHOT_TASKS,
     GLUE_SCORE_METRICS,
@@ -66,6 +67,8 @@ from .yardsticks import (
 
 
 def _default_name(info: dict[str, Any]) -> str:
+    if info.get("label"):  # a model stock lm-eval scored: its name as lm-eval records it
+        return info["label"]
     if not info["path"]:
         return info["fingerprint"][:12]
     path = os.path.normpath(info["path"])
@@ -73,6 +76,14 @@ def _default_name(info: dict[str, Any]) -> str:
     if re.fullmatch(r"step_\d+", base) and os.path.basename(parent) == rundir.CHECKPOINTS:
         return f"{os.path.basename(os.path.dirname(parent))}@{base}"
     return base
+
+
+def _distinct(label: str, info: dict[str, Any]) -> str:
+    """Returns the label of a row that shares its name with another: with its fingerprint's start, or for
+    a model stock lm-eval scored (no fingerprint), the lm-eval model that scored it."""
+    if info["fingerprint"]:
+        return f"{label} ({info['fingerprint'][:8]})"
+    return f"{label} (lm-eval {info.get('lm_eval_model') or 'stock'})"
 
 
 def _run_lr(checkpoint_path: str | None) -> dict[str, Any] | None:
@@ -94,7 +105,7 @@ def _collect(paths: list[str], warnings: list[str]) -> list[dict[str, Any]]:
     models: dict[str, dict[str, Any]] = {}
     for path in results_paths(paths):
         kind, info, tasks = read_results(path, warnings)
-        key = info["fingerprint"] or info["path"]
+        key = info["fingerprint"] or info["path"] or f"lm-eval:{info['model_name']}"
         model = models.setdefault(key, {**info, "zeroshot": {}, "glue": {}, "sources": []})
         for field in ("path", "architecture", "parameters", "tokens", "flops", "device_hours"):
             if model[field] is None:
@@ -119,7 +130,7 @@ def _zeroshot_cell(entry: dict | None, metric: str, warnings: list[str]) -> dict
         have = sorted(k.split(",")[0] for k in entry["metrics"] if "stderr" not in k)
         warnings.append(
             f"{entry['source']}: key 'results.{entry['task']}.{key}' is missing (has {have}); shown as "
-            f"{MISSING}"
+            f"{MISSING}: {absent_reason(entry, metric)}"
         )
         return None
     value = fraction(
@@ -222,6 +233,8 @@ def _row(model: dict[str, Any], name: str) -> dict[str, Any]:
         "flops": model.get("flops"),
         "device_hours": model.get("device_hours"),
         "lr": model.get("lr"),
+        "lm_eval_model": None if model.get("fingerprint") else model.get("lm_eval_model"),
+        "model_name": model.get("model_name"),
         "group": None,
         "reference": None,
         "sources": model.get("sources", []),
@@ -245,10 +258,7 @@ def build(
             f"--names: {len(names)} names for {len(models)} models (rows are joined by fingerprint)"
         )
     labels = names or [_default_name(m) for m in models]
-    labels = [
-        f"{label} ({m['fingerprint'][:8]})" if labels.count(label) > 1 and m["fingerprint"] else label
-        for label, m in zip(labels, models)
-    ]
+    labels = [_distinct(label, m) if labels.count(label) > 1 else label for label, m in zip(labels, models)]
     metrics = _metrics(metric)
     measure = None if group_by == "none" else GROUP_MEASURES[group_by]
     board: dict[str, Any] = {
@@ -310,6 +320,7 @@ def _zeroshot_table(
         row["average"] = _average(row["scores"], ZEROSHOT_TASKS)
         rows.append(row)
     table = {"columns": [{"task": t, "title": TITLES[t], "metric": metrics[t]} for t in tasks], "rows": rows}
+    table["absent"] = absent_cells(table, models)
     others = tuple(t for t in ZEROSHOT_TASKS if t not in USER_SUPPLIED_TASKS)
     if any(r["average"] is None and _average(r["scores"], others) is not None for r in rows):
         # rows lacking only the user-supplied StoryCloze: an average over the other four, for every row

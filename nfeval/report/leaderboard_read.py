@@ -84,7 +84,12 @@ def fraction(data: Any, keys: list[str], path: str, low: float = 0.0) -> float:
     return float(value)
 
 
-def _model_block(data: dict, path: str) -> dict[str, Any]:
+def _model_block(data: dict, path: str, kind: str) -> dict[str, Any]:
+    """Returns the model a results file scored: nfeval's ``nfeval.model`` block, or for a zero-shot file
+    that stock lm-eval wrote (no nfeval block) the model lm-eval names (``stock_model``)."""
+    block = data.get("nfeval") if isinstance(data.get("nfeval"), dict) else {}
+    if kind == "zeroshot" and block.get("model") is None:
+        return stock_model(data, path)
     _get(data, ["nfeval", "model"], path, dict, "the model block (checkpoint.summary)")
     base = ["nfeval", "model"]
     info = {
@@ -101,7 +106,41 @@ def _model_block(data: dict, path: str) -> dict[str, Any]:
     _get(data, base + ["compute"], path, dict, "an object", required=False)
     for key in ("tokens", "flops", "device_hours"):
         info[key] = _get(data, base + ["compute", key], path, (int, float), "a number", required=False)
-    return info
+    return {**info, "lm_eval_model": "nfeval", "label": None}
+
+
+def stock_model(data: dict, path: str) -> dict[str, Any]:
+    """Returns the model of a zero-shot results file without nfeval's block (stock ``lm_eval``, or
+    ``nfeval lm-eval``, wrote it): named by lm-eval's ``model_name`` (its ``pretrained=`` value as given),
+    else the ``pretrained=`` of ``config.model_args``; the parameter count from ``config.
+    model_num_parameters`` where lm-eval's model reports it; nothing else is known."""
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    name = data.get("model_name") if isinstance(data.get("model_name"), str) else None
+    args = config.get("model_args")
+    if not name and isinstance(args, str):
+        found = [a.split("=", 1)[1] for a in args.split(",") if a.strip().startswith("pretrained=")]
+        name = found[0].strip() if found else None
+    if not name:
+        raise DataError(
+            f"{path}: key 'nfeval.model' is missing, and so are lm-eval's 'model_name' and the pretrained= "
+            "of 'config.model_args'; expected nfeval's model block or the model lm-eval scored"
+        )
+    parameters = config.get("model_num_parameters")
+    typed = isinstance(parameters, int) and not isinstance(parameters, bool) and parameters > 0
+    path_like = name.startswith(("/", ".", "~")) or os.path.isdir(name)
+    model = config.get("model") if isinstance(config.get("model"), str) else None
+    return {
+        "fingerprint": None,
+        "path": None,
+        "architecture": None,
+        "parameters": parameters if typed else None,
+        "tokens": None,
+        "flops": None,
+        "device_hours": None,
+        "lm_eval_model": model,
+        "label": os.path.basename(os.path.normpath(name)) if path_like else name,
+        "model_name": name,
+    }
 
 
 def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[str, Any]]:
@@ -120,6 +159,8 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
     block = data.get("nfeval") if isinstance(data.get("nfeval"), dict) else {}
     task_data = block.get("task_data") if isinstance(block.get("task_data"), dict) else {}
     tasks: dict[str, dict[str, Any]] = {}
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    model_kind = config.get("model") if isinstance(config.get("model"), str) else None
     for name in results:
         canonical = aliases.get(name) or nf_tasks.canonical_name(name)  # older files: piqa_local
         if canonical not in canonical_names:
@@ -136,10 +177,13 @@ def read_zeroshot(data: dict, path: str, warnings: list[str]) -> dict[str, dict[
             subset = counts["effective"] < counts["original"]
         else:
             subset = limit is not None
-        source = task_data.get(canonical) if isinstance(task_data.get(canonical), dict) else {}
+        source = task_data.get(name, task_data.get(canonical))  # older files: keyed by the column
+        source = source if isinstance(source, dict) else {}
         subset = subset or bool(source.get("embedded"))  # a slice shipped in the package (nfeval.embedded)
         n = counts.get("effective") if isinstance(counts.get("effective"), int) else None
         tasks[canonical] = {"task": name, "metrics": metrics, "subset": subset, "source": path, "n": n}
+        tasks[canonical]["model"] = model_kind
+        tasks[canonical]["listed"] = listed_metrics(data, name)
     return tasks
 
 
@@ -186,7 +230,16 @@ def read_results(path: str, warnings: list[str]) -> tuple[str, dict[str, Any], d
         kind, tasks = "glue", read_glue(data, path, warnings)
     else:
         raise DataError(f"{path}: key 'results' (zero-shot results) or 'tasks' (GLUE summary) is missing")
-    return kind, _model_block(data, path), tasks
+    return kind, _model_block(data, path, kind), tasks
+
+
+def listed_metrics(data: dict, task: str) -> list[str]:
+    """Returns the metrics the task's config in a results file lists (``configs.<task>.metric_list``):
+    those it was asked to compute; [] when the file does not say."""
+    configs = data.get("configs") if isinstance(data.get("configs"), dict) else {}
+    config = configs.get(task) if isinstance(configs.get(task), dict) else {}
+    listed = config.get("metric_list") if isinstance(config.get("metric_list"), list) else []
+    return [m["metric"] for m in listed if isinstance(m, dict) and isinstance(m.get("metric"), str)]
 
 
 def reference_files() -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
 from . import paired
+from .absent import absent_notes
 from .leaderboard_read import (
     GROUP_UNITS,
     MISSING,
@@ -141,7 +142,7 @@ def _zeroshot_notes(board: dict[str, Any]) -> list[str]:
             "*: evaluated on a subset of the task: lm-eval's --limit, or a slice shipped in nfeval "
             "(--data-dir embedded: 200 items of each task, nfeval/embedded/*/SOURCE.md says which)."
         )
-    notes += _counts_note(table, "items")
+    notes += _counts_note(table, "items") + absent_notes(table, TITLES, MISSING)
     user_supplied = [
         TITLES[c["task"]]
         for c in table["columns"]
@@ -209,6 +210,14 @@ def _relative(path: str, base_dir: str | None) -> str:
     return os.path.relpath(os.path.abspath(path), os.path.abspath(base_dir or os.curdir))
 
 
+def _stock_source(row: dict[str, Any]) -> str:
+    """Returns how a row without a fingerprint was scored: by stock lm-eval's model, on the model it names."""
+    if not row.get("model_name"):
+        return "no fingerprint"
+    shown = text_cell(row["model_name"]).replace("`", "'")
+    return f"no fingerprint, scored by lm-eval's {row.get('lm_eval_model') or 'stock'} model on `{shown}`"
+
+
 def _sources(board: dict[str, Any], base_dir: str | None) -> list[str]:
     lines, seen = [], set()
     for table in (board.get("zeroshot"), board.get("glue")):
@@ -218,7 +227,7 @@ def _sources(board: dict[str, Any], base_dir: str | None) -> list[str]:
             seen.add(row["name"])
             # a code span ends only at a backtick: the fingerprint's are replaced
             shown = text_cell(row["fingerprint"][:16]).replace("`", "'") if row["fingerprint"] else None
-            fingerprint = f"fingerprint `{shown}`" if shown else "no fingerprint"
+            fingerprint = f"fingerprint `{shown}`" if shown else _stock_source(row)
             lr = f"{row['lr']['label']}; " if row.get("lr") else ""
             files = ", ".join(_relative(path, base_dir) for path in row["sources"])
             detail = markdown_text(f"{lr}{files}")
@@ -272,6 +281,8 @@ def render_markdown(
     return "\n".join(lines) + "\n"
 
 
+# The CSV column of the markdown's "Avg w/o StoryCloze" (rows lacking the user-supplied task)
+PARTIAL_AVERAGE_CSV = "zeroshot_average_without_storycloze"
 # A CSV row's model columns, after its name.
 CSV_MODEL_FIELDS = (
     "reference",
@@ -292,6 +303,7 @@ def render_csv(board: dict[str, Any]) -> str:
     header = ["model", *CSV_MODEL_FIELDS]
     for name, table in tables:
         header += [f"{c['task']}/{c['metric']}" for c in table["columns"]] + [f"{name}_average"]
+        header += [PARTIAL_AVERAGE_CSV] if table.get("partial_average") else []
         header += [f"{c['task']}/{c['metric']}/n" for c in table["columns"]]
         if board.get("paired"):
             header += [
@@ -311,6 +323,8 @@ def render_csv(board: dict[str, Any]) -> str:
                 out[f"{c['task']}/{c['metric']}/n"] = None if cell is None else cell.get("n")
                 out.update(paired.csv_fields(f"{c['task']}/{c['metric']}", cell))
             out[f"{name}_average"] = row["average"]
+            if table.get("partial_average"):
+                out[PARTIAL_AVERAGE_CSV] = row.get("partial_average")
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
     writer.writerow({k: csv_text(k) for k in header})

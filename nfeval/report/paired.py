@@ -134,7 +134,10 @@ def _outcome_row(task: str, metric: str, a: np.ndarray, b: np.ndarray, options: 
 
 def compare_zeroshot(path: str, base: str, metrics: dict[str, str] | None = None, **options) -> list[dict]:
     """Returns one row per task and metric present in both files (only ``metrics[task]`` when given): the
-    candidate's and baseline's scores, the difference, its interval and McNemar's p for 0/1 outcomes."""
+    candidate's and baseline's scores, the difference, its interval and McNemar's p for 0/1 outcomes.
+    Tasks are matched by the column they fill (``piqa_local``, ``piqa_hub`` and lm-eval's ``piqa`` are
+    ``piqa``), in the files and in ``metrics``."""
+    metrics = None if metrics is None else {canonical_name(t): m for t, m in metrics.items()}
     cand, ref = zeroshot_items_by_task(path), zeroshot_items_by_task(base)
     rows = []
     for task in [t for t in cand if t in ref]:

@@ -19,7 +19,10 @@ from . import items as zeroshot_items
 
 # ScoringConfig fields besides dtype, max_length and hf_forward that change a model's answers (or, for
 # fold_head_scale and pack, how they are computed, as hf_forward does)
-ANSWER_SETTINGS = ("add_bos_token", "prefix_token_id", "fold_head_scale", "pack")
+ANSWER_SETTINGS = ("add_bos_token", "prefix_token_id", "fold_head_scale", "pack", "too_long")
+# nfeval's per-task record of the documents scored truncated (``NFEvalLM.too_long_record``), cached with
+# the task's results and moved into the results' ``nfeval.truncated``
+TOO_LONG = "nfeval_truncated"
 PER_TASK_KEYS = (
     "results",
     "configs",
@@ -28,6 +31,7 @@ PER_TASK_KEYS = (
     "higher_is_better",
     "n-samples",
     "group_subtasks",
+    TOO_LONG,
 )
 
 

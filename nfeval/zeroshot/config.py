@@ -18,7 +18,7 @@ from ..base.config_flags import flag_field
 from ..base.errors import ConfigError, MissingDataError
 from ..engine.checkpoints.torch_files import TRUST_HELP
 from ..model_adapters.config import ScoringConfig
-from . import task_names
+from . import lm_eval_layout, task_names
 
 DEFAULT_OUTPUT = "results/zeroshot.json"
 DATA_DIR_HELP = (
@@ -99,5 +99,6 @@ class ZeroShotConfig:
             )
         if self.log_samples and not self.output_path:
             raise ConfigError("--log_samples: lm-eval's samples files go under --output_path DIR; pass it")
+        lm_eval_layout.check_output_path(self.output_path)
         task_names.check(self.tasks)
         return dataclasses.replace(self, data_dir=os.path.abspath(data_dir) if data_dir else None)

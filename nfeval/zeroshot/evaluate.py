@@ -4,7 +4,8 @@ Tasks come from ``tasks/`` (``<task>_local`` with ``--data-dir``, else ``<task>_
 ``model_adapters.NFEvalLM``. Each task's results are cached under the model fingerprint, the scoring
 settings and a hash of the task (config, hook source, documents, limit, metric version), so a rerun
 is free and two models never share answers. The cache lives in ``$NFEVAL_CACHE`` (default
-``~/.cache/nfeval``).
+``~/.cache/nfeval``). Results are keyed by the lm-eval task that ran (``piqa_local``), as stock lm-eval
+keys them; ``zeroshot.records`` writes what nfeval adds.
 """
 
 from __future__ import annotations
@@ -16,13 +17,11 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from .. import embedded
 from .. import tasks as nf_tasks
 from ..base import env, hub
-from ..base.artifacts import atomic_write_json, provenance
+from ..base.artifacts import atomic_write_json
 from ..base.errors import ConfigError, MissingDataError, UserError, hub_unreachable
 from ..base.escape import text_cell
 from ..base.jsonio import file_sha256
@@ -32,17 +31,12 @@ from ..engine.inference.backend import no_tokenizer_message
 from ..engine.model.dtypes import long_name, torch_dtype
 from ..tasks import task_build
 from . import items as zeroshot_items
-from . import lm_eval_layout, task_names
-from .cache import PER_TASK_KEYS, cache_keys, read_cache, write_entry
+from . import lm_eval_layout, records, task_names
+from .cache import PER_TASK_KEYS, TOO_LONG, cache_keys, read_cache, write_entry
 from .config import ZeroShotConfig
 from .lm_eval_git import quiet_git_hash
 
 HUB_INSTEAD = "pass --data-dir embedded (the 200-item slices in the package) or --data-dir DIR (local files)"
-
-
-def eval_split(task) -> str:
-    """Returns the split a task is scored on."""
-    return task.config.test_split if task.has_test_docs() else task.config.validation_split
 
 
 def task_manager(data_dir: str | None, names: list[str] | None = None):
@@ -151,6 +145,7 @@ def _score(
         if getattr(t, "original_doc_count", None) is not None:  # the split before --limit cut it
             fresh["n-samples"][name]["original"] = t.original_doc_count
     fresh = json.loads(json.dumps(fresh, default=handle_non_serializable))
+    fresh[TOO_LONG] = lm.too_long_record()  # documents scored truncated (--too-long truncate)
     for name in keys:
         if name in cached:
             continue
@@ -159,71 +154,6 @@ def _score(
         if cfg.use_cache:
             write_entry(keys[name], entry, items[name], logged.get(name))
     return {k: v for k, v in fresh.items() if k not in PER_TASK_KEYS and k != "samples"}
-
-
-def _nfeval_block(model: dict, loaded: dict, skipped: dict, todo: list, **settings) -> dict[str, Any]:
-    """Returns the ``nfeval`` block of a results file: provenance, model, settings and per-task notes."""
-    import lm_eval
-
-    from ..tasks.gpt3 import METRIC_DESCRIPTIONS
-
-    scored = {t.task_name for t in todo}
-    key = nf_tasks.canonical_name
-    return {
-        "provenance": provenance(
-            lm_eval_version=lm_eval.__version__,
-            transformers_version=_version("transformers"),
-            datasets_version=_version("datasets"),
-        ),
-        "model": model,
-        **settings,
-        "task_data": {key(name): task_data(name, t, settings.get("data_dir")) for name, t in loaded.items()},
-        "eval_split": {key(name): eval_split(t) for name, t in loaded.items()},
-        "skipped": {key(name): why for name, why in skipped.items()},
-        "cached_tasks": sorted(key(n) for n in loaded if n not in scored),
-        "metrics": METRIC_DESCRIPTIONS,
-        "gpt3_metric": {key(name): nf_tasks.GPT3_METRIC.get(key(name)) for name in loaded},
-    }
-
-
-def task_data(name: str, task, data_dir: str | None) -> dict[str, Any]:
-    """Returns where a task's documents came from: the lm-eval task that read them (``piqa_local``) and
-    its source, ``local`` files under ``data_dir`` or the ``hub`` dataset lm-eval names; ``embedded`` when
-    the files are a slice shipped in the package (its rows, and the rows of the split it was taken from)."""
-    if name.endswith("_local"):
-        out = {"lm_eval_task": name, "source": "local", "data_dir": data_dir}
-        task = nf_tasks.record(name)
-        shipped = embedded.slice_of(data_dir, task.folder) if task else None
-        if shipped is not None:  # part of the task: the leaderboard marks it as a subset
-            (rows,), (of,) = shipped.files.values(), shipped.full_rows.values()
-            out["embedded"] = {"slice": f"nfeval/embedded/{shipped.folder}", "rows": rows, "of": of}
-        return out
-    return {"lm_eval_task": name, "source": "hub", "dataset": task.config.dataset_path}
-
-
-def keyed_by_task(out: dict[str, Any], loaded: dict) -> dict[str, Any]:
-    """Returns ``out`` with its per-task results keyed by lm-eval's task name (``piqa``, not the variant
-    ``piqa_local`` that read the documents; ``nfeval.task_data`` records which)."""
-    names = {name: nf_tasks.canonical_name(name) for name in loaded}
-    for k in PER_TASK_KEYS:
-        if isinstance(out.get(k), dict):
-            out[k] = {names.get(t, t): v for t, v in out[k].items()}
-    return out
-
-
-def lm_eval_config(ckpt_path: str, **settings: Any) -> dict[str, Any]:
-    """Returns the results' ``config`` block with the values this run used (lm-eval leaves model_args,
-    batch_size and device empty for a model passed as an object): ``model_args`` as ``lm-eval --model
-    nfeval --model_args`` takes them."""
-    args = {"pretrained": os.path.abspath(ckpt_path), "dtype": settings["dtype"]}
-    args |= {k: settings[k] for k in ("max_length", "max_batch_tokens") if settings.get(k) is not None}
-    return {
-        "model": "nfeval",
-        "model_args": ",".join(f"{k}={v}" for k, v in args.items()),
-        "batch_size": settings["batch_size"],
-        "device": settings["device"],
-        "limit": settings.get("limit"),
-    }
 
 
 def evaluate(
@@ -272,46 +202,57 @@ def _evaluate(ckpt_path: str, cfg: ZeroShotConfig, log, started: float) -> dict[
             if run_keys is None:
                 return None
             scoring_report = lm.scoring_report()
-    out = keyed_by_task(_merge(run_keys, cached, loaded), loaded)
+    out = _merge(run_keys, cached, loaded)
+    too_long = {name: record for name, record in out.pop(TOO_LONG, {}).items() if record}
     if scoring_report is not None:
         scoring_report = with_command(scoring_report, time.perf_counter() - started)
     settings = {"batch_size": scoring.batch_size, "max_batch_tokens": scoring.max_batch_tokens}
     device = str(lm.device) if lm is not None else None  # the one that scored: None when all was cached
     settings.update(dtype=dtype_name, device=device, data_dir=cfg.data_dir, limit=cfg.limit)
-    settings["scoring"] = scoring_report
+    settings.update(scoring=scoring_report, too_long=scoring.too_long, truncated=too_long)
     model = _add_records(out, identity, ckpt_path, scoring.max_length, loaded, skipped, todo, settings)
     if cfg.output:
         _write(cfg.output, out, items, loaded, model)
     if cfg.output_path:
-        per_task = (
-            {nf_tasks.canonical_name(name): samples[name] for name in loaded} if cfg.log_samples else None
-        )
-        log(f"results: {lm_eval_layout.write(cfg.output_path, out, per_task, started)}")
+        per_task = {name: samples[name] for name in loaded} if cfg.log_samples else None
+        written = lm_eval_layout.write(cfg.output_path, out, per_task, started)
+        log(f"results: {written}{lm_eval_layout.json_prefix_note(cfg.output_path)}")
+    for name, record in too_long.items():
+        log(truncated_line(name, record))
     return out
+
+
+def truncated_line(name: str, record: dict[str, Any]) -> str:
+    """Returns the line saying how many of a task's documents were scored truncated."""
+    count = len(record["doc_ids"])
+    return (
+        f"{name}: {count} document(s) longer than the context window ({record['max_length']} tokens) "
+        "scored truncated as lm-eval does (--too-long truncate; recorded in nfeval.truncated)"
+    )
 
 
 def _add_records(out, identity, ckpt_path, max_length, loaded, skipped, todo, settings) -> dict[str, Any]:
     """Fills ``out``'s lm-eval ``config`` block with the real settings and adds the ``nfeval`` block
     (model, tasks, scoring); returns the model record."""
     model = dict(identity.summary, fingerprint=identity.fingerprint)
-    config = lm_eval_config(ckpt_path, max_length=max_length, **settings)
+    config = records.lm_eval_config(ckpt_path, max_length=max_length, **settings)
     out["config"] = {**out.get("config", {}), **config}
-    out["nfeval"] = _nfeval_block(model, loaded, skipped, todo, **settings)
+    out["nfeval"] = records.nfeval_block(model, loaded, skipped, todo, **settings)
     return model
 
 
 def _write(output: str, out: dict[str, Any], items: dict, loaded: dict, model: dict[str, Any]) -> None:
-    """Writes the results JSON and its per-item sidecar (``F.items.json``), keyed by lm-eval's task names;
-    the sidecar records the results file's sha256, so a pair from two runs (one killed between the two
-    writes) is told."""
+    """Writes the results JSON and its per-item sidecar (``F.items.json``), keyed by the lm-eval tasks
+    that ran; the sidecar records the results file's sha256, so a pair from two runs (one killed between
+    the two writes) is told."""
     atomic_write_json(output, out)
-    per_task = {nf_tasks.canonical_name(name): items[name] for name in loaded}
+    per_task = {name: items[name] for name in loaded}
     zeroshot_items.write_sidecar(output, per_task, model, results_sha256=file_sha256(output))
 
 
 def _check_one_variant(loaded: dict) -> None:
     """Raises ConfigError when two variants of one task were asked for (piqa_local and piqa_hub): their
-    results would share the key ``piqa``."""
+    results would fill the one column ``piqa``."""
     seen: dict[str, str] = {}
     for name in loaded:
         key = nf_tasks.canonical_name(name)
@@ -377,10 +318,3 @@ def _identify(ckpt_path: str, cfg: ZeroShotConfig) -> loading.ModelIdentity:
     if identity.loaded is not None and identity.loaded.tokenizer is None and os.path.isfile(ckpt_path):
         raise MissingDataError(no_tokenizer_message(ckpt_path))
     return identity
-
-
-def _version(package: str) -> str | None:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None

@@ -22,13 +22,43 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..base import sweep_lock
-from ..base.errors import DataError, MissingDataError, OutputError
+from ..base.errors import ConfigError, DataError, MissingDataError, OutputError
 from ..base.jsonio import read_jsonl
 from . import items as zeroshot_items
 
 TRACKER_LOGGER = "lm_eval.loggers.evaluation_tracker"
 STAGING = ".tmp-lm-eval-"  # the prefix of a writer's staging folder inside the output folder
 DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(\.\d+)?")  # lm-eval's date_id in its file names
+
+
+def check_output_path(output_path: str | None, flag: str = "--output_path") -> None:
+    """Raises ConfigError when ``output_path`` ends in ``.json`` and exists: lm-eval takes such a path as a
+    file-name prefix (``F_<date>.json``, the samples files beside it), never as the file to write, so an
+    existing one is another run's results file or a folder, not what the user meant."""
+    if output_path and output_path.endswith(".json") and os.path.exists(output_path):
+        what = "a folder" if os.path.isdir(output_path) else "an existing file"
+        raise ConfigError(
+            f"{flag} {output_path}: {what}; lm-eval takes a .json {flag} as a file-name prefix (it writes "
+            f"{_prefixed(output_path)} and samples_<task>_<date>.jsonl beside it), never the file itself: "
+            "pass a folder (nfeval zeroshot: or --output F.json for one results file)"
+        )
+
+
+def _prefixed(output_path: str) -> str:
+    """Returns the results file name lm-eval makes of a .json ``output_path``: ``F_<date>.json``."""
+    return f"{os.path.basename(output_path).removesuffix('.json')}_<date>.json"
+
+
+def json_prefix_note(output_path: str) -> str:
+    """Returns what a .json ``output_path`` means (lm-eval's rule), to follow the path written; "" for a
+    folder."""
+    if not output_path.endswith(".json"):
+        return ""
+    folder = os.path.dirname(os.path.abspath(output_path))
+    return (
+        f" (a .json --output_path is lm-eval's file-name prefix: {_prefixed(output_path)}, with the "
+        f"samples files beside it in {folder})"
+    )
 
 
 def write(output_path: str, results: dict[str, Any], samples: dict[str, list] | None, started: float) -> str:

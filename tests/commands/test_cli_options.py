@@ -166,5 +166,27 @@ def test_a_zeroshot_log_holds_no_carriage_returns(tiny_clm_ckpt, tmp_path):
             done = subprocess.run([*argv, *extra], stdout=log, stderr=log, env=env, timeout=300)
         logs[name] = (tmp_path / f"{name}.txt").read_bytes().decode()  # read_text would turn \r into \n
         assert done.returncode == 0, logs[name][-2000:]
-    assert "\r" not in logs["default"] and "Scoring loglikelihood requests" in logs["default"], logs
+    # no carriage returns; and a bar that ends within progress.LOG_INTERVAL_S prints no line at all
+    assert "\r" not in logs["default"] and "Scoring loglikelihood requests" not in logs["default"], logs
+    assert "piqa_local" in logs["default"]
     assert "it/s" not in logs["quiet"] and "piqa" in logs["quiet"], logs["quiet"]  # the table, no bars
+
+
+def test_progress_in_a_log_is_at_most_one_line_per_interval_for_all_bars(monkeypatch):
+    log = io.StringIO()  # not a terminal
+    monkeypatch.setattr(progress.sys, "stderr", log)
+    monkeypatch.setattr(progress._Lines, "last", None)
+    clock = iter([0.0, 10.0, 29.9, 30.0, 45.0, 61.0])
+    monkeypatch.setattr(progress, "_clock", lambda: next(clock))
+    first, second = progress._Lines(log), progress._Lines(log)  # two bars' files share the interval
+    for i in range(6):
+        (first if i % 2 else second).write(f"\rbar {i}")
+    assert log.getvalue().splitlines() == ["bar 0", "bar 3", "bar 5"]
+    monkeypatch.setattr(progress, "_clock", lambda: 1000.0)
+    log.seek(0)
+    log.truncate()
+    bar = progress.progress_bar(total=3, desc="short")  # ends within the interval: no line at all
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    assert log.getvalue() == ""

@@ -89,7 +89,7 @@ def test_zeroshot_records_the_device_that_scored_and_none_when_all_was_cached(
     assert results["config"]["device"] == results["nfeval"]["device"] == "cpu"
     assert cli.main(argv) == 0  # every answer from the cache: no device ran
     results = json.loads(out.read_text())
-    assert results["nfeval"]["cached_tasks"] == ["piqa"]
+    assert results["nfeval"]["cached_tasks"] == ["piqa_local"]
     assert results["config"]["device"] is None and results["nfeval"]["device"] is None
 
 

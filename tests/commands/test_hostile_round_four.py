@@ -342,7 +342,7 @@ def test_a_landed_token_budget_of_another_shape_is_one_line(tmp_path):
     argv = ["reproduce", "--out", str(tmp_path / "axis"), "--scale", "smoke", "--token-budgets", "128,512"]
     error = refused(*argv, "--no-progress")
     assert f"{budget / 'report.json'}: key 'sections' is missing" in error
-    assert sorted(os.listdir(tmp_path / "axis")) == [".lock", "tokens=128"]  # the folder's lock alone
+    assert sorted(os.listdir(tmp_path / "axis")) == ["tokens=128"]  # nothing written, no lock file left
 
 
 # ---------------------------------------------------------------- a failed start records nothing

@@ -243,7 +243,7 @@ def test_fairseq_cli_zeroshot_generate_info(tmp_path, bpe_dir, monkeypatch, caps
     with pytest.warns(FairseqConfigWarning):
         assert main(argv) == 0
     results = json.loads(out.read_text())
-    assert results["nfeval"]["model"]["warnings"] and "piqa" in results["results"]
+    assert results["nfeval"]["model"]["warnings"] and "piqa_local" in results["results"]
     argv = ["generate", "--ckpt", path, "--tokenizer", bpe_dir, "--prompt", "The cat sat",
             "--max-new-tokens", "4", "--device", "cpu", "--output", str(tmp_path / "g.jsonl")]  # fmt: skip
     with pytest.warns(FairseqConfigWarning):

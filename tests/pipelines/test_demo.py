@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import time
 
@@ -118,14 +119,17 @@ def test_demo_reads_every_slice_with_its_rows_and_licence(demo):
     for arch in ARCHES:
         results = json.load(open(os.path.join(cfg.out, "zeroshot", f"{arch}.json")))
         for s in zeroshot_slices:  # lm-eval read the whole slice, then scored the first items
-            assert results["n-samples"][s.task]["original"] == sum(s.files.values())
-            assert results["n-samples"][s.task]["effective"] == cfg.zeroshot_limit
-            assert results["nfeval"]["task_data"][s.task]["embedded"]["rows"] == sum(s.files.values())
-        assert "storycloze_2016" not in results["results"]
-    # one progress line per stage, each with an estimate of what is left
+            name = f"{s.task}_local"  # keyed by the task that ran, as stock lm-eval keys it
+            assert results["n-samples"][name]["original"] == sum(s.files.values())
+            assert results["n-samples"][name]["effective"] == cfg.zeroshot_limit
+            assert results["nfeval"]["task_data"][name]["embedded"]["rows"] == sum(s.files.values())
+        assert "storycloze_2016_local" not in results["results"]
+    # one progress line per stage, each once, with an estimate of what is left
     stages = re.findall(r"stage (\d)/8 .*\[.* so far, about .* left\]", printed)
-    assert stages == [str(i) for i in range(1, 9)]
+    assert stages == [str(i) for i in range(1, 9)] and printed.count("stage 8/8 leaderboard") == 1
     assert "nfeval demo finished" in printed
+    # no lock file left behind: the demo's folder, the runs', the GLUE points'
+    assert [p for p in pathlib.Path(cfg.out).rglob(".lock")] == []
 
 
 def test_demo_resumes_without_retraining(demo, monkeypatch, capsys):

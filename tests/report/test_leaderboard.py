@@ -307,9 +307,16 @@ def test_embedded_slices_are_subsets_and_storycloze_says_user_supplied(tmp_path)
     assert chance["partial_average"] == pytest.approx((0.25 + 0.5 + 0.5 + 0.25) / 4)
     gpt3 = [r for r in board["zeroshot"]["rows"] if r["reference"] == "GPT-3"]
     assert gpt3 and all(r["partial_average"] is not None for r in gpt3)
+    # the CSV carries the same column
+    rows = list(csv.DictReader(io.StringIO(render_csv(board))))
+    tiny = next(r for r in rows if r["model"] == "tiny")
+    assert float(tiny["zeroshot_average_without_storycloze"]) == pytest.approx(
+        (0.3125 + 0.625 + 0.51 + 0.35) / 4
+    )
     # a full row: no extra column
     full = zeroshot_file(tmp_path / "f.json", "f" * 64, "full", 1_000_000, FULL)
     assert "Avg w/o StoryCloze" not in render_markdown(build([full]))
+    assert "zeroshot_average_without_storycloze" not in render_csv(build([full]))
 
 
 @pytest.mark.parametrize(

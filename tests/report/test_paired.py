@@ -132,7 +132,7 @@ def test_real_zeroshot_runs_pair_and_limits_refuse(tiny_clm_ckpt, tmp_path, monk
             ),
         )
     rows = paired.compare_files(outs["a"], outs["b"], n_resamples=500)
-    res = {n: json.loads(open(outs[n]).read())["results"]["piqa"] for n in "ab"}
+    res = {n: json.loads(open(outs[n]).read())["results"]["piqa_local"] for n in "ab"}
     assert {r["metric"] for r in rows} == {"acc", "acc_norm", "acc_per_token"}
     for r in rows:
         assert r["difference"] == pytest.approx(

@@ -149,7 +149,9 @@ def test_crafted_task_and_metric_names_give_one_line_per_task_in_glue_s_table():
     assert not any(line.startswith(("mnli", "| forged", "uracy")) for line in lines)
     notes = [line for line in lines[5:] if "forged row" in line]
     assert len(notes) == 2 and all(line.startswith(text_cell(CRAFTED)) for line in notes)
-    assert len(lines) == 9  # header, rule, two lines of the crafted task, rte, two notes, majority, average
+    assert (
+        len(lines) == 10
+    )  # header, rule, two lines of the crafted task, rte, *, two notes, majority, average
 
 
 def test_the_reproduce_and_bakeoff_markdown_tables_escape_names():

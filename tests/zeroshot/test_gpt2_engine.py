@@ -115,7 +115,7 @@ def test_zeroshot_results_say_what_computed_the_forward_and_cache_it_apart(tmp_p
     # transformers' own forward, then the engine's output projection
     want = f"transformers' forward; output projection: {kernel}"
     assert stock["nfeval"]["scoring"]["cpu_linear_kernel"] == want
-    assert stock["results"]["piqa"]["acc,none"] == engine["results"]["piqa"]["acc,none"]
+    assert stock["results"]["piqa_local"]["acc,none"] == engine["results"]["piqa_local"]["acc,none"]
     assert zeroshot.evaluate(path, run)["nfeval"]["scoring"] is None  # the default's own cache entry
 
 

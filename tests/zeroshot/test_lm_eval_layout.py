@@ -34,6 +34,7 @@ from nfeval.report.leaderboard import build
 from nfeval.zeroshot import lm_eval_layout
 
 TASKS = ("piqa", "openbookqa")  # two and four choices; OpenBookQA adds unconditional requests
+LOCAL = tuple(f"{t}_local" for t in TASKS)  # what ran, and what results and samples are keyed by
 LIMIT = 10
 SAMPLE_FIELDS = {
     "doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
@@ -114,16 +115,15 @@ def test_lm_evals_finders_and_make_table_read_what_zeroshot_wrote(written, tiny_
     results = json.loads(pathlib.Path(latest).read_text())
     folder = pathlib.Path(latest).parent
     assert folder.parent == written["nf"]
-    assert (
-        folder.name == results["model_name_sanitized"] == sanitize_model_name(os.path.abspath(tiny_clm_ckpt))
-    )
+    assert folder.name == results["model_name_sanitized"] == sanitize_model_name(tiny_clm_ckpt)
     date = get_file_datetime(os.path.basename(latest)).removesuffix(".json")
     ours = [f for f in get_sample_results_filenames(files) if get_file_datetime(os.path.basename(f)) == date]
     assert {get_file_task_name(os.path.basename(f)): os.path.dirname(f) for f in ours} == dict.fromkeys(
-        TASKS, str(folder)
+        LOCAL, str(folder)
     )
     table = make_table(results)
-    assert all(t in table for t in TASKS) and "acc_per_token" in table and "acc_uncond" in table
+    assert all(t in table for t in LOCAL) and "acc_per_token" in table and "acc_uncond" in table
+    assert set(results["results"]) == set(LOCAL) and results["nfeval"]["tasks"] == dict(zip(LOCAL, TASKS))
     nf = results["nfeval"]  # nfeval's block, kept inside lm-eval's results file
     assert nf["provenance"]["lm_eval_version"] == lm_eval.__version__ and nf["model"]["fingerprint"]
     assert results["model_source"] == "nfeval" and results["config"]["model"] == "nfeval"
@@ -204,7 +204,7 @@ def test_results_without_their_samples_do_not_pair(written, tiny_clm_ckpt, tmp_p
     assert zeroshot(tiny_clm_ckpt, "--output_path", str(tmp_path / "bare"))[0] == 0
     (results,) = get_results_filenames(every_file(tmp_path / "bare"))  # --output_path alone: no samples
     code, err = one_line_error(["compare-scores", results, str(written["nf"])])
-    assert code == 2 and "no samples_piqa_<date>.jsonl of the same run beside it" in err, err
+    assert code == 2 and "no samples_piqa_local_<date>.jsonl of the same run beside it" in err, err
     # a run's files with the last line of each samples file lost, in a folder named as lm-eval's results
     # files are (lm-eval's finders match '/results_' anywhere in a path; nfeval's look at file names)
     cut = tmp_path / "results_cut"
@@ -270,7 +270,7 @@ def test_a_rerun_clears_what_a_write_killed_between_its_moves_left(
         TASKS
     )
     latest = get_file_datetime(get_latest_filename(get_results_filenames(files))).removesuffix(".json")
-    for task in TASKS:  # lm-eval's pick of each task's samples is the latest results' run
+    for task in LOCAL:  # lm-eval's pick of each task's samples is the latest results' run
         mine = [
             f for f in get_sample_results_filenames(files) if get_file_task_name(os.path.basename(f)) == task
         ]
@@ -304,16 +304,16 @@ def test_a_samples_line_of_another_shape_is_one_line_naming_file_and_line(
     written, tmp_path, change, expected
 ):
     files = _latest_run_copy(written, tmp_path / "run")
-    lines = sample_lines(files["piqa"])
-    files["piqa"].write_text("".join(json.dumps(change(x)) + "\n" for x in lines))
+    lines = sample_lines(files["piqa_local"])
+    files["piqa_local"].write_text("".join(json.dumps(change(x)) + "\n" for x in lines))
     code, err = one_line_error(["compare-scores", str(tmp_path / "run"), str(written["nf"])])
-    assert code == 2 and f"{files['piqa']}{expected}" in err, err
+    assert code == 2 and f"{files['piqa_local']}{expected}" in err, err
 
 
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (lambda r: r["results"].update(piqa="x"), "key 'results.piqa' is 'x'"),
+        (lambda r: r["results"].update(piqa_local="x"), "key 'results.piqa_local' is 'x'"),
         (lambda r: r.update(results=[]), "key 'results' is []"),
         (lambda r: r.update(configs=[]), "key 'configs' is []"),
     ],

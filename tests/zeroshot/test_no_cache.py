@@ -19,7 +19,7 @@ def test_no_cache_scores_with_a_cache_folder_that_cannot_be_written(tiny_clm_ckp
     argv = ["zeroshot", "--ckpt", tiny_clm_ckpt, "--data-dir", str(tmp_path / "data"), "--tasks", "piqa"]
     out = tmp_path / "zs.json"
     assert main([*argv, "--no-cache", "--device", "cpu", "--output", str(out)]) == 0
-    assert "acc,none" in json.loads(out.read_text())["results"]["piqa"]
+    assert "acc,none" in json.loads(out.read_text())["results"]["piqa_local"]
 
 
 def test_a_damaged_peak_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch):

@@ -57,7 +57,7 @@ def test_zeroshot_cache_miss_reads_and_hashes_the_weights_once(
         tiny_clm_ckpt,
         ZeroShotConfig(tasks=["piqa"], data_dir=data_dir, limit=2, scoring=ScoringConfig(device="cpu")),
     )
-    assert again["nfeval"]["cached_tasks"] == ["piqa"] and counted["read"] == 2
+    assert again["nfeval"]["cached_tasks"] == ["piqa_local"] and counted["read"] == 2
 
 
 def test_generate_info_and_analyze_go_through_the_one_loader(tiny_clm_ckpt, counted, capsys):

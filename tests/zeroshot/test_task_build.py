@@ -186,7 +186,7 @@ def test_zeroshot_keeps_the_full_document_count_and_times_the_command(tiny_clm_c
         tiny_clm_ckpt,
         ZeroShotConfig(tasks=["piqa"], data_dir=str(data_dir), limit=2, scoring=ScoringConfig(device="cpu")),
     )
-    assert out["n-samples"]["piqa"] == {"original": N_DOCS, "effective": 2}
+    assert out["n-samples"]["piqa_local"] == {"original": N_DOCS, "effective": 2}
     scoring = out["nfeval"]["scoring"]
     assert scoring["command_wall_s"] > scoring["wall_s"] > 0
     assert scoring["command_flop_per_s"] == pytest.approx(scoring["flops"] / scoring["command_wall_s"])

@@ -13,8 +13,9 @@ from nfeval.model_adapters import NFEvalLM, TokenLogLik
 from nfeval.model_adapters.config import ScoringConfig
 
 
-def build_hf_gpt2(path, seed: int = 0) -> str:
-    """Saves a tiny random GPT2LMHeadModel with a locally trained BPE tokenizer to ``path``."""
+def build_hf_gpt2(path, seed: int = 0, n_positions: int = 64) -> str:
+    """Saves a tiny random GPT2LMHeadModel (a context window of ``n_positions`` tokens) with a locally
+    trained BPE tokenizer to ``path``."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     tok = train_bpe(make_text(300, seed=1), vocab_size=280)
@@ -24,7 +25,7 @@ def build_hf_gpt2(path, seed: int = 0) -> str:
     torch.manual_seed(seed)
     cfg = GPT2Config(
         vocab_size=tok.get_vocab_size(),
-        n_positions=64,
+        n_positions=n_positions,
         n_embd=32,
         n_layer=2,
         n_head=2,

@@ -47,37 +47,37 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
     assert rc == 0
     printed = capsys.readouterr()
     assert (
-        "piqa " in printed.out
-        and "piqa_local" not in printed.out
+        "piqa_local " in printed.out  # the task that ran, as stock lm-eval names it
         and "acc_per_token" in printed.out
         and "stderr" in printed.out
     )
     # skipped, with where to put the files
     assert "storycloze" in printed.err and "storycloze/" in printed.err
     res = json.loads(out.read_text())
-    assert set(res["results"]) == {"piqa", "openbookqa", "winogrande"}
+    assert set(res["results"]) == {"piqa_local", "openbookqa_local", "winogrande_local"}
     for key in ("acc,none", "acc_norm,none", "acc_per_token,none"):
-        assert 0.0 <= res["results"]["piqa"][key] <= 1.0
-    assert "acc_uncond,none" in res["results"]["openbookqa"]
+        assert 0.0 <= res["results"]["piqa_local"][key] <= 1.0
+    assert "acc_uncond,none" in res["results"]["openbookqa_local"]
     nf = res["nfeval"]
-    assert nf["task_data"]["openbookqa"] == {
+    assert nf["task_data"]["openbookqa_local"] == {
         "lm_eval_task": "openbookqa_local",
         "source": "local",
         "data_dir": data_dir,
     }
-    assert nf["eval_split"]["openbookqa"] == "test" and "tasks" not in nf
+    assert nf["eval_split"]["openbookqa_local"] == "test"
+    assert nf["tasks"] == {t: t.removesuffix("_local") for t in res["results"]}  # the column each fills
     config = res["config"]  # lm-eval's block, with the values this run used
     assert config["model"] == "nfeval" and config["batch_size"] == 16 and config["device"] == "cpu"
-    assert config["model_args"] == f"pretrained={os.path.abspath(tiny_clm_ckpt)},dtype=float32"
+    assert config["model_args"] == f"pretrained={tiny_clm_ckpt},dtype=float32"  # as given (lm-eval's rule)
     assert nf["model"]["fingerprint"] and nf["model"]["compute"]["tokens"] == 1000
     assert nf["provenance"]["lm_eval_version"] == lm_eval.__version__ and nf["dtype"] == "float32"
     assert nf["gpt3_metric"] == {
-        "piqa": "acc_per_token",
-        "openbookqa": "acc_uncond",
-        "winogrande": "acc",
+        "piqa_local": "acc_per_token",
+        "openbookqa_local": "acc_uncond",
+        "winogrande_local": "acc",
     }
-    assert "storycloze_2016" in nf["skipped"] and nf["cached_tasks"] == []
-    assert res["n-samples"]["piqa"]["effective"] == 6
+    assert "storycloze_2016_local" in nf["skipped"] and nf["cached_tasks"] == []
+    assert res["n-samples"]["piqa_local"]["effective"] == 6
     scoring = nf["scoring"]  # the FLOP/s report, also printed under the table
     assert (
         scoring["requests"] > 0 and 0 < scoring["tokens"] <= scoring["input_tokens"] and scoring["flops"] > 0
@@ -92,7 +92,7 @@ def test_zeroshot_writes_results_and_caches(tiny_clm_ckpt, data_dir, tmp_path, c
             tasks=["piqa", "openbookqa", "winogrande"], data_dir=data_dir, scoring=ScoringConfig(device="cpu")
         ),
     )
-    assert sorted(again["nfeval"]["cached_tasks"]) == ["openbookqa", "piqa", "winogrande"]
+    assert sorted(again["nfeval"]["cached_tasks"]) == ["openbookqa_local", "piqa_local", "winogrande_local"]
     assert again["results"] == res["results"] and again["nfeval"]["scoring"] is None
 
 
@@ -205,7 +205,7 @@ def test_torchrun_two_ranks_equal_one(tiny_clm_ckpt, data_dir, tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = json.loads(out.read_text())
-    for task in ("piqa", "openbookqa"):
+    for task in ("piqa_local", "openbookqa_local"):
         assert two["n-samples"][task]["effective"] == one["n-samples"][task]["effective"]
         for key, value in one["results"][task].items():
             if isinstance(value, float):

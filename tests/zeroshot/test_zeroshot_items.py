@@ -42,8 +42,8 @@ def test_sidecar_written_and_kept_by_a_cached_rerun(tiny_clm_ckpt, data_dir, tmp
     items = json.loads((tmp_path / "a.items.json").read_text())
     assert items["nfeval"]["model"]["fingerprint"] == res["nfeval"]["model"]["fingerprint"]
     tasks = items["tasks"]
-    assert tasks["piqa"]["doc_id"] == list(range(6)) and len(tasks["piqa"]["doc_hash"]) == 6
-    assert set(tasks["openbookqa"]["metrics"]) == {
+    assert tasks["piqa_local"]["doc_id"] == list(range(6)) and len(tasks["piqa_local"]["doc_hash"]) == 6
+    assert set(tasks["openbookqa_local"]["metrics"]) == {
         "acc,none",
         "acc_norm,none",
         "acc_per_token,none",

@@ -315,7 +315,7 @@ def write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_file
 
 def make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_path) -> dict[str, Any]:
     """Returns the demo's headline numbers and where each artifact is."""
-    from ...tasks import LEADERBOARD_METRIC
+    from ...tasks import LEADERBOARD_METRIC, canonical_name
 
     rows = {row["name"]: row for row in comparison["runs"]}
     out: dict[str, Any] = {
@@ -340,7 +340,11 @@ def make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_pat
             "val_points": len(row["val"]),
             "metrics": dict(LEADERBOARD_METRIC),
         }
-        results = {t: r for f in zeroshot_files.get(arch, []) for t, r in load_json(f)["results"].items()}
+        results = {  # keyed by the column each lm-eval task fills (piqa_local: piqa)
+            canonical_name(t): r
+            for f in zeroshot_files.get(arch, [])
+            for t, r in load_json(f)["results"].items()
+        }
         model["zeroshot"] = {
             t: {m.split(",")[0]: v for m, v in r.items() if m.endswith(",none") and "stderr" not in m}
             for t, r in results.items()
