@@ -130,11 +130,14 @@ def sensitivity(
     bands: tuple[Sequence[float], Sequence[float]],
     diffs_at: Callable[[float, float], list[float]],
     margin: float | None = None,
+    outside: tuple[dict[float, str], dict[float, str]] = ({}, {}),
 ) -> dict[str, Any]:
-    """Returns {"rule", "rows", "sensitive"}: one row (base_lr, cand_lr, n, mean, p, verdict) for the
-    best pair and for each side moved over its ``bands`` LR (the other at its best); ``diffs_at(base_lr,
-    cand_lr)`` gives that pair's per-seed differences in the claim's direction (an empty list: a pair
-    not trained yet, left out). ``sensitive``: the rows' unadjusted verdicts are not all one."""
+    """Returns {"rule", "rows", "sensitive", "outside"}: one row (base_lr, cand_lr, n, mean, p, verdict)
+    for the best pair and for each side moved over its ``bands`` LR (the other at its best);
+    ``diffs_at(base_lr, cand_lr)`` gives that pair's per-seed differences in the claim's direction (an
+    empty list: a pair not trained yet, left out). ``sensitive``: the rows' unadjusted verdicts are not
+    all one. ``outside``: each side's neighbours of its best that are not in its band, and why
+    (``failed_neighbours``): the verdict is not checked there."""
     base_best, cand_best = best
     pairs = [best, *((lr, cand_best) for lr in bands[0]), *((base_best, lr) for lr in bands[1])]
     rows = []
@@ -147,18 +150,27 @@ def sensitivity(
             {"base_lr": base_lr, "cand_lr": cand_lr, "n": d["n"], "mean": d["mean"], "p": d["p"]}
             | {"verdict": d["verdict"]}
         )
-    return {"rule": RULE, "rows": rows, "sensitive": len({r["verdict"] for r in rows}) > 1}
+    out = [{str(lr): why for lr, why in side.items()} for side in outside]
+    return {"rule": RULE, "rows": rows, "sensitive": len({r["verdict"] for r in rows}) > 1, "outside": out}
 
 
 def describe(
     record: dict[str, Any] | None, names: Sequence[str] | None = None, words: dict[str, str] | None = None
 ) -> str | None:
-    """Returns the LR-sensitivity line of a claim in words (None: no other LR was in either band);
-    ``names`` of the two sides (default: the record's), ``words`` renames verdicts (the bakeoff says
-    "better" for "agrees")."""
-    if not record or len(record["rows"]) < 2:
+    """Returns the LR-sensitivity line of a claim in words (None: no neighbour was in either band and none
+    is said to be missing); ``names`` of the two sides (default: the record's), ``words`` renames verdicts
+    (the bakeoff says "better" for "agrees")."""
+    if not record:
         return None
     names = names or record.get("names") or ("baseline", "candidate")
+    missing = [
+        f"{name} {float(lr):g} ({why})"
+        for name, side in zip(names, record.get("outside") or ())
+        for lr, why in side.items()
+    ]
+    tail = f" Not checked at: {'; '.join(missing)}." if missing else ""
+    if len(record["rows"]) < 2:
+        return f"LR sensitivity: not checked at any neighbour of the best LRs.{tail}" if missing else None
     cells = []
     for r in record["rows"]:
         mean = "–" if r["mean"] is None else f"{r['mean']:+.3f}"
@@ -166,7 +178,7 @@ def describe(
         said = (words or {}).get(r["verdict"], r["verdict"])
         cells.append(f"{names[0]} {r['base_lr']:g} / {names[1]} {r['cand_lr']:g}: {said} ({mean}, p {p})")
     head = "**LR-sensitive**" if record["sensitive"] else "the same verdict at every LR of both bands"
-    return f"LR sensitivity ({head}; unadjusted): " + "; ".join(cells)
+    return f"LR sensitivity ({head}; unadjusted): " + "; ".join(cells) + ("." + tail if tail else "")
 
 
 def tune_seed_lines(h: dict[str, Any]) -> list[str]:

@@ -172,7 +172,7 @@ def warnings_for(presets: dict[str, dict[str, Any]]) -> list[str]:
     """Returns warnings about a summary: no usable LR, or a best LR on the edge of the grid."""
     out = []
     for preset, s in presets.items():
-        lrs = [row["lr"] for row in s["per_lr"].values()]
+        lrs = [row["lr"] for row in s["per_lr"].values() if row["status"] != MISSING]  # tuned ones
         if s["best_lr"] is None:
             out.append(f"{preset}: no learning rate finished without diverging; no best LR")
         elif len(lrs) > 1 and s["best_lr"] in (min(lrs), max(lrs)):

@@ -477,7 +477,8 @@ def test_a_grid_where_nothing_trained_grows_downward(tmp_path, monkeypatch):
     # nothing trains at 1e-3 … 1e-2: 3.33e-4 below (trains, best, on the bottom edge), then 1.11e-4, and
     # so on (lower is better in this fake) until EXTENSIONS LRs were added
     assert grids[1] == [3.33e-4, 1e-3, 3e-3, 1e-2] and grids[2][0] == 1.11e-4
-    assert len(grids) == EXTENSIONS + 1 and len(grids[-1]) == 3 + EXTENSIONS
+    # then the band's neighbours of the best, over the grid it ended with (none here: a fake tune)
+    assert len(grids) == EXTENSIONS + 2 and len(grids[-1]) == 3 + EXTENSIONS and grids[-1] == grids[-2]
 
 
 def test_the_tunes_best_lr_trained_when_it_beats_the_gate():

@@ -18,7 +18,7 @@ from nfeval.engine.model.model import Transformer
 from nfeval.engine.training import recipe
 from nfeval.engine.training.budget import lr_at
 from nfeval.engine.training.run_inputs import model_config
-from nfeval.pipelines import runs, trained_gate
+from nfeval.pipelines import lr_band, runs, trained_gate
 from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
 from nfeval.pipelines.reproduce.plan import (
     EXPERIMENTS,
@@ -237,8 +237,12 @@ def test_the_lr_sensitivity_line_reads_the_judging_set_on_every_seed(monkeypatch
     ctx = SimpleNamespace(out=str(tmp_path), seed_values=[1, 2, 3, 4, 5], unigram_ppl=677.0)
     monkeypatch.setattr(te, "finished", finished)
     monkeypatch.setattr(te, "band_lrs", lambda ctx, key: [0.01] if key == "clm-prenorm" else [])
+    untuned = {0.00849: "not tuned"}
+    monkeypatch.setattr(te, "band_outside", lambda ctx, key: untuned if key == "clm-normformer" else {})
     every = te.final_ppl_sensitivity(ctx, "clm-prenorm", "clm-normformer")
     assert [r["n"] for r in every["rows"]] == [5, 5] and every["rows"][0]["verdict"] == "disagrees"
+    line = lr_band.describe(every)
+    assert "the same verdict at every LR" in line and "Not checked at: NormFormer 0.00849 (not tuned)" in line
     assert every["rows"][0]["mean"] == pytest.approx(
         sum(math.log(a / b) for a, b in zip(ppl["clm-prenorm", None], ppl["clm-normformer", None])) / 5
     )

@@ -170,6 +170,12 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
     }
     failed = collapse.failed_lrs(ctx, ctx.unigram_ppl)
     untrainable = collapse.untrainable(ctx, failed)
+    names = {c.name for c in ctx.candidates}
+    header["own_recipe_pending"] = [  # --reread: schemes whose own recipe this folder has not tried yet
+        c.name
+        for c in ctx.candidates
+        if c.name in untrainable and c.arch in OWN_RECIPES and not c.own_recipe and c.name + OWN not in names
+    ]
     realised = results.realised_checks(ctx, records)
     ppl, zeroshot = results.ppl_tests(ctx, records, realised), results.zeroshot_tests(ctx, files)
     stable = results.stability_tests(ctx, stability)

@@ -311,9 +311,20 @@ def _scheme_lines(h: dict[str, Any]) -> list[str]:
 def _own_recipe_lines(h: dict[str, Any]) -> list[str]:
     """Returns the header's lines on the candidates tried again under their scheme's own recipe (none in a
     report where every scheme trained under the shared one)."""
-    own = h.get("own_recipes") or {}
+    own, pending = h.get("own_recipes") or {}, h.get("own_recipe_pending") or []
+    waiting = (
+        [
+            f"**Not yet tried under their own recipe:** {', '.join(pending)} trained at no LR of the grid "
+            "under the shared recipe, and this folder has not tuned them under their paper's recipe yet (it "
+            "was read again without training); until it has, they are listed as failing under this recipe "
+            "only.",
+            "",
+        ]
+        if pending
+        else []
+    )
     if not own:
-        return []
+        return waiting
     lines = [
         "**Under their own recipe** (a scheme that trained at no LR of its grid under the shared recipe is "
         "tuned and trained again under its paper's; its rows, named `+own`, are read against the baseline "
@@ -324,7 +335,7 @@ def _own_recipe_lines(h: dict[str, Any]) -> list[str]:
         text = recipe.describe(entry["recipe"]) if entry.get("recipe") else "recipe not recorded"
         where = "; ".join(f"{field}: {source}" for field, source in entry["sources"].items())
         lines.append(f"- {name}: {text} (sources: {where})")
-    return [*lines, ""]
+    return [*lines, "", *waiting]
 
 
 def _gate_lines(r: dict[str, Any]) -> list[str]:

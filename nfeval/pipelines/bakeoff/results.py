@@ -33,7 +33,7 @@ from .. import judging, lr_band, realised_time, trained_gate
 from ..perplexity import final_ppl, judged_ppl, log_ratio
 from ..runs import finished
 from ..trained_gate import gated_decide, is_trained, recipe_words
-from .runs import Context, band_lrs, log, run_dir
+from .runs import Context, band_lrs, band_outside, log, run_dir
 
 NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
 
@@ -166,7 +166,8 @@ def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str
     band): the pairs' runs at a band LR are read from their folders (a missing one is left out)."""
     base = ctx.baseline
     bands = (band_lrs(ctx, base), band_lrs(ctx, c))
-    if not any(bands):
+    outside = (band_outside(ctx, base), band_outside(ctx, c))
+    if not (any(bands) or any(outside)):
         return None
     best = (records[base.name][0]["lr"], records[c.name][0]["lr"])
 
@@ -180,7 +181,7 @@ def _lr_sensitivity(ctx: Context, records: dict[str, list[dict]], c) -> dict[str
         gains = _gains(ppl_at(base, base_lr), ppl_at(c, cand_lr))
         return [g for g in gains if not math.isnan(g)]
 
-    return lr_band.sensitivity(best, bands, diffs_at)
+    return lr_band.sensitivity(best, bands, diffs_at, outside=outside)
 
 
 def _trained_ppl(records: list[dict]) -> dict[int, float]:

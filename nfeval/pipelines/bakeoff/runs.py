@@ -68,6 +68,15 @@ def band_lrs(ctx: Context, c: Candidate) -> list[float]:
     )
 
 
+def band_outside(ctx: Context, c: Candidate) -> dict[float, str]:
+    """Returns the neighbours of ``c``'s best LR not in its band, and why (``lr_band.failed_neighbours``);
+    {} when its best LR did not train (it has no band to check)."""
+    entry = load_json(tune_file(ctx, c))["presets"][c.preset(ctx.scale.size)]
+    if not trained_gate.best_trained(entry, ctx.unigram_ppl):
+        return {}
+    return lr_band.failed_neighbours(entry, ctx.unigram_ppl)
+
+
 def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
     """Returns the candidate's budget: the baseline's S steps ÷ its paired step-time ratio once measured
     (equal time, each on its complete schedule), else the folder's budget as it is."""
@@ -119,25 +128,26 @@ def run_tunes(ctx: Context) -> None:
 
     for c in ctx.candidates:
         base = train_config(ctx, c, seed=lr_band.TUNE_SEED_BASE, tuned=False)  # seeds 101 …: never judged
+
+        def tune_at(lrs: list[float], extra: dict[str, list[float]], base=base, c=c) -> dict[str, Any]:
+            return tune(
+                base,
+                [base.preset],
+                lrs,
+                ctx.tune_budget,
+                os.path.dirname(tune_file(ctx, c)),
+                seeds=ctx.tune_seeds,
+                jobs=ctx.jobs,
+                progress=ctx.progress,
+                launch=ctx.launch,
+                extra=extra,
+                report_only=ctx.reread,
+            )
+
         lrs = list(ctx.lrs)
         for _ in range(EXTENSIONS + 1):
             log(f"tuning {c.name} ({c.preset(ctx.scale.size)}) over {lrs}, {ctx.tune_budget}")
-            summary = lr_band.tune_band(
-                lambda extra, lrs=lrs, base=base, c=c: tune(
-                    base,
-                    [base.preset],
-                    lrs,
-                    ctx.tune_budget,
-                    os.path.dirname(tune_file(ctx, c)),
-                    seeds=ctx.tune_seeds,
-                    jobs=ctx.jobs,
-                    progress=ctx.progress,
-                    launch=ctx.launch,
-                    extra=extra,
-                    report_only=ctx.reread,
-                ),
-                ctx.unigram_ppl,
-            )
+            summary = tune_at(lrs, {})
             if summary["missing"]:
                 break
             entry = summary["presets"][base.preset]
@@ -147,6 +157,7 @@ def run_tunes(ctx: Context) -> None:
             if beyond is None:
                 break
             lrs = sorted([*lrs, beyond])
+        lr_band.tune_band(lambda extra, lrs=lrs, tune_at=tune_at: tune_at(lrs, extra), ctx.unigram_ppl)
 
 
 def add_own_recipes(ctx: Context) -> list[Candidate]:
@@ -157,7 +168,7 @@ def add_own_recipes(ctx: Context) -> list[Candidate]:
     failing."""
     from .collapse import failed_lrs, untrainable
 
-    if ctx.unigram_ppl is None:
+    if ctx.unigram_ppl is None or ctx.reread:  # --reread trains nothing: the report says who waits
         return []
     names = {c.name for c in ctx.candidates}
     tried = [

@@ -9,6 +9,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...base.jsonio import load_json
 from ...engine.training.train_config import TrainConfig
 from ...tune.results import with_tuned_lr
 from .. import context, lr_band, runs, trained_gate
@@ -100,6 +101,16 @@ def band_lrs(ctx: Context, key: str) -> list[float]:
     if spec.objective not in ctx.tune_files or not any(key in pair for pair in LR_BAND_CLAIMS.values()):
         return []
     return lr_band.band_of(ctx.tune_files[spec.objective], preset_name(ctx, key), ctx.unigram_ppl)
+
+
+def band_outside(ctx: Context, key: str) -> dict[float, str]:
+    """Returns the neighbours of run ``key``'s best LR that are not in its band, and why
+    (``lr_band.failed_neighbours``), when ``key`` is a side of a claim checked across the band; else {}."""
+    spec = RUNS[key]
+    if spec.objective not in ctx.tune_files or not any(key in pair for pair in LR_BAND_CLAIMS.values()):
+        return {}
+    entry = load_json(ctx.tune_files[spec.objective])["presets"][preset_name(ctx, key)]
+    return lr_band.failed_neighbours(entry, ctx.unigram_ppl)
 
 
 def table_section(

@@ -19,7 +19,7 @@ from ..report_text import PAPER_OVERHEAD, ratio_text
 from ..runs import finished
 from ..trained_gate import NOT_READABLE, gated_decide, is_trained, mark, recipe_words
 from .plan import LOG_PPL_MARGIN, LR_BAND_CLAIMS, RUNS
-from .runner import Context, band_lrs, log, run_budget, run_dir, table_section
+from .runner import Context, band_lrs, band_outside, log, run_budget, run_dir, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
@@ -226,8 +226,9 @@ def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] 
     whose runs are not both finished and trained is left out of its pair, as the claim itself leaves it
     out, so the best LRs' row reads the claim's own seeds."""
     bands = (band_lrs(ctx, base), band_lrs(ctx, cand))
+    outside = (band_outside(ctx, base), band_outside(ctx, cand))
     first = {k: finished(run_dir(ctx, k, ctx.seed_values[0])) for k in (base, cand)}
-    if not any(bands) or None in first.values():
+    if not (any(bands) or any(outside)) or None in first.values():
         return None
     best = (first[base]["lr"], first[cand]["lr"])
 
@@ -240,7 +241,7 @@ def final_ppl_sensitivity(ctx: Context, base: str, cand: str) -> dict[str, Any] 
         a, b = ppl_at(base, base_lr), ppl_at(cand, cand_lr)
         return [log_ratio(a[s], b[s]) for s in sorted(b) if s in a]
 
-    record = lr_band.sensitivity(best, bands, diffs_at, margin=LOG_PPL_MARGIN)
+    record = lr_band.sensitivity(best, bands, diffs_at, margin=LOG_PPL_MARGIN, outside=outside)
     return {**record, "names": [RUNS[base].label, RUNS[cand].label]}
 
 

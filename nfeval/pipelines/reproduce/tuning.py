@@ -103,6 +103,7 @@ def tuning_rows(ctx: Context) -> tuple[list[list[str]], list[str]]:
                 f"LR tune ({objective}): {preset} did not train at any LR of its grid under this recipe "
                 f"(every mean final PPL at or above the gate's {trained_gate.threshold(ctx.unigram_ppl):.1f})"
                 for preset, s in summary["presets"].items()
-                if len(trained_gate.failed_lrs(s, ctx.unigram_ppl)) == len(s["per_lr"])
+                if len(trained_gate.failed_lrs(s, ctx.unigram_ppl))
+                == sum(r["status"] != "missing" for r in s["per_lr"].values())
             ]
     return rows, warnings
