@@ -112,26 +112,33 @@ def judged(record: dict[str, Any]) -> dict[str, Any] | None:
     return record.get(JUDGE)
 
 
-def per_sequence_mean(block: dict[str, Any]) -> np.ndarray:
-    """Returns each sequence's mean loss of a judging block."""
+def _sums_and_counts(block: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     sums = np.asarray(block["sequence_loss_sums"], dtype=np.float64)
-    return sums / np.asarray(block["sequence_tokens"], dtype=np.float64)
+    return sums, np.broadcast_to(np.asarray(block["sequence_tokens"], dtype=np.float64), sums.shape)
 
 
 def measurement_se(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> float | None:
     """Returns the per-measurement error of a claim on log PPL(first) − log PPL(second) over the seeds'
     record ``pairs`` (see the module docstring), or None when a record has no judging block or the pairs
-    did not read the same sequences."""
+    did not read the same sequences.
+
+    Sequence j's difference is pooled over the seeds, D_j = Σ_s (a_sj − b_sj) ÷ Σ_s n_sj (a, b: its summed
+    losses, n: its targets, the same for both runs of a seed), weighted by w_j = Σ_s n_sj (a masked LM's
+    sequences differ in targets; a causal LM's all hold seq_len); the error is the standard error of that
+    weighted mean (a ratio estimator), over the sequences with a target."""
     blocks = [(judged(a), judged(b)) for a, b in pairs]
     if not blocks or any(a is None or b is None for a, b in blocks):
         return None
-    if len({(a["sequences"], b["sequences"]) for a, b in blocks}) != 1 or blocks[0][0]["sequences"] < 2:
+    if len({(a["sequences"], b["sequences"]) for a, b in blocks}) != 1:
         return None
-    diffs = np.mean([per_sequence_mean(a) - per_sequence_mean(b) for a, b in blocks], axis=0)
-    weights = np.broadcast_to(np.asarray(blocks[0][0]["sequence_tokens"], dtype=np.float64), diffs.shape)
-    w = weights / weights.sum()
-    mean = float((w * diffs).sum())
-    # the token-weighted mean's standard error (a ratio estimator; equal weights: std / √J)
-    n = len(diffs)
-    variance = float((w**2 * (diffs - mean) ** 2).sum()) * n / (n - 1)
-    return math.sqrt(variance)
+    diff, weight = 0.0, 0.0
+    for a, b in blocks:
+        (sum_a, count), (sum_b, _) = _sums_and_counts(a), _sums_and_counts(b)
+        diff, weight = diff + (sum_a - sum_b), weight + count
+    keep = weight > 0
+    if keep.sum() < 2:
+        return None
+    d, w = diff[keep] / weight[keep], weight[keep] / weight[keep].sum()
+    mean = float((w * d).sum())
+    n = len(d)
+    return math.sqrt(float((w**2 * (d - mean) ** 2).sum()) * n / (n - 1))

@@ -181,15 +181,33 @@ def describe(
     return f"LR sensitivity ({head}; unadjusted): " + "; ".join(cells) + ("." + tail if tail else "")
 
 
+# The band's rule before it was the best and its ×√2 neighbours: what a report made then states.
+NOISE_BAND_RULE = (
+    "the best LR and every LR whose paired per-seed loss difference to it has a two-sided 95% Student-t "
+    "interval reaching 0 (the tune cannot tell them apart); one seed: the best LR alone"
+)
+
+
 def tune_seed_lines(h: dict[str, Any]) -> list[str]:
-    """Returns the sentence on the tune's seeds and band (a report written before them has none)."""
+    """Returns the sentence on the tune's seeds and band, under the band rule the report was read with
+    (``band_rule`` in its header; a report made before the neighbour band has none); none for a report
+    made before tune seeds."""
     if not h.get("tune_seeds"):
         return []
     seeds = ", ".join(map(str, h["tune_seeds"]))
-    return [
+    judged = ", ".join(map(str, h["eval_seeds"]))
+    head = (
         f"Each LR was tuned on seeds {seeds}, the best chosen by their mean; no tune seed is among the "
-        f"judged seeds ({', '.join(map(str, h['eval_seeds']))}). ≈ marks the other LRs of the best's band "
-        f"({results.BAND_RULE}) and † a neighbour that diverged (unstable); the primary verdicts are re-read "
-        f"there ({h['lr_band_rule']}).",
-        "",
-    ]
+        f"judged seeds ({judged})."
+    )
+    if h.get("band_rule"):
+        marks = (
+            f"≈ marks the other LRs of the best's band ({h['band_rule']}) and † a neighbour that diverged "
+            f"(unstable); the primary verdicts are re-read there ({h['lr_band_rule']})."
+        )
+    else:
+        marks = (
+            f"≈ marks an LR within the tune's noise of the best ({NOISE_BAND_RULE}); the primary verdicts "
+            f"are re-read there ({h['lr_band_rule']})."
+        )
+    return [f"{head} {marks}", ""]

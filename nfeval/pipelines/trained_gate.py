@@ -131,9 +131,11 @@ def gate_claim(decided: dict[str, Any], dropped: int, recipe_words: str) -> dict
 
 def failed_lrs(entry: dict[str, Any], unigram: float) -> list[float]:
     """Returns the LRs of one preset's tune (``entry``: tune.json's ``presets[preset]``) whose mean final
-    PPL did not end below the gate's threshold (a diverged LR included; one not tuned on every seed yet,
-    such as a band neighbour still to train, is not a failure), ascending."""
-    rows = [r for r in entry["per_lr"].values() if r.get("status") != "missing"]
+    PPL did not end below the gate's threshold (a diverged or incomplete LR included; one that ran on no
+    seed yet, such as a band neighbour still to train, is not a failure), ascending."""
+    from ..tune.results import tried
+
+    rows = [r for r in entry["per_lr"].values() if "status" not in r or tried(r)]
     return sorted(r["lr"] for r in rows if r.get("val_ppl") is None or not r["val_ppl"] < threshold(unigram))
 
 

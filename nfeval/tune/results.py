@@ -168,11 +168,16 @@ def lr_band(best: dict[str, Any] | None, per_lr: dict[str, dict[str, Any]]) -> d
     return {k: sorted(v) for k, v in out.items()}
 
 
+def tried(row: dict[str, Any]) -> bool:
+    """Returns whether a per-LR row of a tune ran on any seed (a band neighbour not trained yet has not)."""
+    return row["status"] != MISSING or row["seeds_ok"] + row["seeds_diverged"] > 0
+
+
 def warnings_for(presets: dict[str, dict[str, Any]]) -> list[str]:
     """Returns warnings about a summary: no usable LR, or a best LR on the edge of the grid."""
     out = []
     for preset, s in presets.items():
-        lrs = [row["lr"] for row in s["per_lr"].values() if row["status"] != MISSING]  # tuned ones
+        lrs = [row["lr"] for row in s["per_lr"].values() if tried(row)]
         if s["best_lr"] is None:
             out.append(f"{preset}: no learning rate finished without diverging; no best LR")
         elif len(lrs) > 1 and s["best_lr"] in (min(lrs), max(lrs)):

@@ -50,7 +50,10 @@ def test_stability_diverges_with_a_huge_final_lr():
     assert "survived all 25" not in "\n".join(stability_table(result))
 
 
-def test_stability_prints_no_bar_when_progress_is_off(capsys):
+def test_stability_prints_no_bar_when_progress_is_off(capsys, monkeypatch):
+    from nfeval.base import progress
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL_S", 0.0)  # a log's lines at once (capsys is no terminal)
     settings = StabilitySettings(updates=3, lr_start=1e-8, lr_end=1e-7, batch_size=2, seq_len=16)
     configs = {"prenorm": tiny_configs()["prenorm"]}
     quiet = stability_test(configs, [1], random_batches(), settings, progress=False)

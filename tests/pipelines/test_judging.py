@@ -115,3 +115,19 @@ def test_ensure_run_judges_a_run_rejudges_it_from_its_weights_and_retrains_it_wh
     assert retrained["judge"] == judge
 
     assert runs.ensure_run(cfg, str(tmp_path / "runs" / "b" / "seed1"), {}, print, train_now=False) is None
+
+
+def test_a_masked_lms_sequences_are_weighted_by_their_targets_and_empty_ones_left_out():
+    def block(sums, counts):
+        return {"sequences": len(sums), "sequence_loss_sums": sums, "sequence_tokens": counts}
+
+    # seed 1 masks (2, 0, 4) targets, seed 2 (1, 3, 0); each sequence's difference pooled over the seeds
+    pairs = [
+        ({"judge": block([2.0, 0.0, 8.0], [2, 0, 4])}, {"judge": block([1.0, 0.0, 4.0], [2, 0, 4])}),
+        ({"judge": block([1.0, 6.0, 0.0], [1, 3, 0])}, {"judge": block([1.0, 3.0, 0.0], [1, 3, 0])}),
+    ]
+    d, w = np.array([1.0 / 3, 1.0, 1.0]), np.array([3.0, 3.0, 4.0])
+    w = w / w.sum()
+    mean = (w * d).sum()
+    expected = math.sqrt((w**2 * (d - mean) ** 2).sum() * 3 / 2)
+    assert judging.measurement_se(pairs) == pytest.approx(expected) and math.isfinite(expected)

@@ -34,6 +34,7 @@ from nfeval.report.verdict import (
     AGREES,
     DISAGREES,
     INCONCLUSIVE,
+    LR_SENSITIVE,
     OFF_PLAN,
     critical_value,
     decide,
@@ -383,7 +384,7 @@ def test_smoke_writes_every_section_with_numbers_and_verdicts(smoke):
         assert s["claims"] or exp.name == "fig6"  # Figure 6 is described, not tested, by the paper
         assert all(
             c["verdict"].removesuffix(OFF_PLAN).split(" within")[0]
-            in (AGREES, DISAGREES, INCONCLUSIVE, "equivalent")
+            in (AGREES, DISAGREES, INCONCLUSIVE, LR_SENSITIVE, "equivalent")
             for c in s["claims"]
         )
         assert all(
@@ -516,9 +517,15 @@ def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
         assert tuned["grid"]["lrs"] == list(SCALES["smoke"].tune_lrs)
         for preset, s in tuned["presets"].items():
             grid = rows[objective, preset][2]
-            # the grid and the best LR's band neighbours (×√2, ÷√2), tuned on the same seeds
+            # the grid and the best LR's band neighbours (×√2, ÷√2), tuned on the same seeds; a best that
+            # moved to a neighbour brings its own, up to lr_band.ROUNDS times (here the smoke's 8-step runs
+            # may keep preferring a larger LR: a neighbour left untuned then is said so)
             assert grid.count(":") == len(s["per_lr"]) and f"{s['best_lr']!r}: " in grid
-            assert s["band_untuned"] == [] and len(s["per_lr"]) > len(SCALES["smoke"].tune_lrs)
+            assert len(s["per_lr"]) > len(SCALES["smoke"].tune_lrs)
+            assert (
+                not s["band_untuned"]
+                or len(s["per_lr"]) >= len(SCALES["smoke"].tune_lrs) + 1 + lr_band.ROUNDS
+            )
             assert rows[objective, preset][3] == repr(s["best_lr"]) and f"{preset} {s['best_lr']:g}" in text
             tried = [row["lr"] for row in s["per_lr"].values()]
             edge = s["best_lr"] in (min(tried), max(tried))

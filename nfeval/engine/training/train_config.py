@@ -196,19 +196,8 @@ class TrainConfig:
             raise ConfigError("give either train_data or hf_dataset, not both")
         if self.valid_data and not self.train_data:
             raise ConfigError("valid_data needs train_data")
-        for name in ("batch_size", "grad_accum", "calibration_steps", "eval_samples"):
-            if getattr(self, name) < 1:
-                raise bad(name, "a positive integer")
-        for name in ("log_interval", "eval_interval", "ckpt_interval"):
-            if getattr(self, name) < 0:
-                raise bad(name, "an integer >= 0")
-        budgets = ("max_steps", "max_tokens", "max_flops", "max_seconds")
-        if require_budget and all(getattr(self, k) is None for k in budgets):
-            raise ConfigError("no budget: give at least one of max_steps, max_tokens, max_flops, max_seconds")
-        for name in budgets:
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                where = sources.get(name, "config")
-                raise ConfigError(f"{where}: impossible budget: {name}={getattr(self, name)!r}, expected > 0")
+        self._check_counts(bad)
+        self._check_budget(sources, require_budget)
         if self.seq_len is not None and self.seq_len < 2:
             raise bad("seq_len", "at least 2")
         if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB:
@@ -227,6 +216,25 @@ class TrainConfig:
             from .tensorboard import check_available
 
             check_available(sources.get("tensorboard", "tensorboard"))
+
+    def _check_counts(self, bad: Callable[[str, str], ConfigError]) -> None:
+        """Raises ``bad(field, expectation)`` for a batch, sample or interval count out of range."""
+        for name in ("batch_size", "grad_accum", "calibration_steps", "eval_samples"):
+            if getattr(self, name) < 1:
+                raise bad(name, "a positive integer")
+        for name in ("log_interval", "eval_interval", "ckpt_interval"):
+            if getattr(self, name) < 0:
+                raise bad(name, "an integer >= 0")
+
+    def _check_budget(self, sources: Mapping[str, str], require_budget: bool) -> None:
+        """Raises ConfigError for no budget (when one is required) or a budget that is not > 0."""
+        budgets = ("max_steps", "max_tokens", "max_flops", "max_seconds")
+        if require_budget and all(getattr(self, k) is None for k in budgets):
+            raise ConfigError("no budget: give at least one of max_steps, max_tokens, max_flops, max_seconds")
+        for name in budgets:
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                where = sources.get(name, "config")
+                raise ConfigError(f"{where}: impossible budget: {name}={getattr(self, name)!r}, expected > 0")
 
     def _check_optimizer(self, bad: Callable[[str, str], ConfigError]) -> None:
         """Raises ``bad(field, expectation)`` for an out-of-range optimizer or schedule number."""

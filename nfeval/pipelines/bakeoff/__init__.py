@@ -23,6 +23,7 @@ from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...engine.training.own_recipes import OWN_RECIPES
+from ...tune import results as tune_results
 from .. import context, init_sensitivity, lr_band, trained_gate
 from ..scales import SCALES
 from . import results
@@ -231,6 +232,7 @@ def _header(cfg, ctx, every, shared, tasks, plan, start) -> dict[str, Any]:
         "tune_seeds": lr_band.tune_seed_values(ctx.tune_seeds),
         "eval_seeds": sorted({s for c in ctx.candidates for s in ctx.seeds_of(c)}),
         "lr_band_rule": lr_band.RULE,
+        "band_rule": tune_results.BAND_RULE,
         "corpus": f"{cfg.train_data} / {cfg.valid_data or '5% split'}"
         if cfg.train_data
         else "the embedded default corpus",

@@ -144,10 +144,10 @@ def run_tunes(ctx: Context) -> None:
                 report_only=ctx.reread,
             )
 
-        lrs = list(ctx.lrs)
+        lrs, tuned = list(ctx.lrs), []
         for _ in range(EXTENSIONS + 1):
             log(f"tuning {c.name} ({c.preset(ctx.scale.size)}) over {lrs}, {ctx.tune_budget}")
-            summary = tune_at(lrs, {})
+            summary, tuned = tune_at(lrs, {}), lrs
             if summary["missing"]:
                 break
             entry = summary["presets"][base.preset]
@@ -157,7 +157,7 @@ def run_tunes(ctx: Context) -> None:
             if beyond is None:
                 break
             lrs = sorted([*lrs, beyond])
-        lr_band.tune_band(lambda extra, lrs=lrs, tune_at=tune_at: tune_at(lrs, extra), ctx.unigram_ppl)
+        lr_band.tune_band(lambda extra, lrs=tuned, tune_at=tune_at: tune_at(lrs, extra), ctx.unigram_ppl)
 
 
 def add_own_recipes(ctx: Context) -> list[Candidate]:

@@ -25,6 +25,7 @@ from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...engine.training.train_config import TrainConfig
+from ...tune import results as tune_results
 from .. import context, init_sensitivity, lr_band, runs, trained_gate
 from ..scales import SCALES, Scale
 from . import runner
@@ -206,7 +207,7 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
         "git": git_hash(),
         "command": cfg.command,
         "scale": ctx.scale.name,
-        "facts": scale_facts.facts(base) if base else None,
+        "facts": scale_facts.facts(base) if base else _stored_facts(ctx.out),
         "paper_facts": scale_facts.paper_facts(),
         "recipes": recipes(ctx, finished),
         "train_hours": sum(runs.train_seconds(r["dir"]) for r in finished) / 3600,
@@ -215,6 +216,7 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
         "eval_seeds": ctx.seed_values,
         "tune_seeds": lr_band.tune_seed_values(ctx.tune_seeds) if ctx.tune_files else [],
         "lr_band_rule": lr_band.RULE,
+        "band_rule": tune_results.BAND_RULE,
         "seed_history": seed_history,
         "primary_claims": list(PRIMARY_CLAIMS),
         "budget": ctx.budget_text(),
@@ -235,6 +237,13 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
         "trained_factor": trained_gate.FACTOR,
         "trained": {f"{r['key']}/seed{r['seed']}": trained_gate.is_trained(r) for r in finished},
     }
+
+
+def _stored_facts(out: str) -> dict[str, Any] | None:
+    """Returns the scale facts the folder's report stated when its run folders were there (an older
+    committed report keeps each run's record only), or None."""
+    path = os.path.join(out, "report.json")
+    return (load_json(path).get("header") or {}).get("facts") if os.path.isfile(path) else None
 
 
 def recipes(ctx: Context, finished: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

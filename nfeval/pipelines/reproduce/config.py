@@ -122,6 +122,15 @@ class ReproduceConfig:
     command: str = "nfeval reproduce"
     launch: LaunchOptions | None = None  # --launcher slurm: training runs and tune points as Slurm jobs
 
+    def _check_counts(self) -> None:
+        """Raises ConfigError for a seed or job count out of range, or --tune-only with what it excludes."""
+        if self.seeds is not None and self.seeds < 1:
+            raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
+        if self.tune_only and (not self.tune or self.reread):
+            raise ConfigError("--tune-only tunes and trains nothing else: drop --no-tune / --reread")
+        if self.jobs < 1:
+            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
+
     def validate(self) -> None:
         """Raises a UserError naming the first bad option; checks everything before any work."""
         if self.scale not in SCALES:
@@ -136,12 +145,7 @@ class ReproduceConfig:
             raise ConfigError(
                 f"--lrs {','.join(map(str, self.lrs))}: expected finite positive learning rates"
             )
-        if self.seeds is not None and self.seeds < 1:
-            raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
-        if self.tune_only and (not self.tune or self.reread):
-            raise ConfigError("--tune-only tunes and trains nothing else: drop --no-tune / --reread")
-        if self.jobs < 1:
-            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
+        self._check_counts()
         lr_band.check_seeds(self.seeds or SCALES[self.scale].seeds, self.tune_seeds)
         check_corpus(self.train_data, self.valid_data)
         unknown = sorted(set(self.only or ()) - set(EXPERIMENT_NAMES))

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...base.jsonio import load_json
 from ...tune.points import POINTS
-from ...tune.results import grid_cells, lr_key, warnings_for
+from ...tune.results import grid_cells, lr_key, tried, warnings_for
 from .. import lr_band, trained_gate
 from ..lr_band import TUNE_SEED_BASE, tune_seed_values
 from .plan import RUNS
@@ -103,7 +103,6 @@ def tuning_rows(ctx: Context) -> tuple[list[list[str]], list[str]]:
                 f"LR tune ({objective}): {preset} did not train at any LR of its grid under this recipe "
                 f"(every mean final PPL at or above the gate's {trained_gate.threshold(ctx.unigram_ppl):.1f})"
                 for preset, s in summary["presets"].items()
-                if len(trained_gate.failed_lrs(s, ctx.unigram_ppl))
-                == sum(r["status"] != "missing" for r in s["per_lr"].values())
+                if len(trained_gate.failed_lrs(s, ctx.unigram_ppl)) == sum(map(tried, s["per_lr"].values()))
             ]
     return rows, warnings
