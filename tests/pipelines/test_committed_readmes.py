@@ -27,7 +27,7 @@ SCALE = {"K": 1e3, "M": 1e6, "B": 1e9, "%": 0.01, "": 1.0, "×": 1.0}
 def said_section(text: str) -> str:
     """Returns the README's "What it says" section (up to the next "## " heading), without inline code and
     link targets (commands and paths are not findings)."""
-    match = re.search(r"^## What it says\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    match = re.search(r"^## What it says[^\n]*\n(.*?)(?=^## |\Z)", text, re.S | re.M)
     body = match.group(1) if match else ""
     return re.sub(r"`[^`]*`|\]\([^)]*\)", " ", body)
 
@@ -63,12 +63,10 @@ def found(text: str, suffix: str, known: list[float]) -> bool:
     precision it is written with (its last digit; a K/M/B or % suffix scales it)."""
     value = _value(text) * SCALE[suffix]
     half = 0.5 * 10 ** -_decimals(text) * SCALE[suffix] * (1 + 1e-9)
-    if "e" in text.lower():
-        half = (
-            abs(value)
-            * 0.5
-            * 10 ** -len(text.lower().split("e")[0].replace("-", "").replace(".", "").lstrip("0"))
-        )
+    if "e" in text.lower():  # half a unit in the mantissa's last place: 3.0e-04 ± 5e-06
+        mantissa, exponent = text.lower().replace("−", "-").split("e")
+        digits = len(mantissa.lstrip("+-").replace(".", "").lstrip("0")) or 1
+        half = 0.5 * 10 ** (int(exponent) - digits + 1) * (1 + 1e-9)
     return any(abs(k - value) <= half or abs(abs(k) - abs(value)) <= half for k in known if math.isfinite(k))
 
 
