@@ -170,7 +170,42 @@ SCALES: dict[str, Scale] = {
         fig3_window=(1, 1000),  # the paper's run: 750 warm-up updates of 572k
     ),
 }
-PUBLIC_SCALES = ("tiny", "small", "125M")
+
+
+def _gpu_axis(name: str, size: str, model: dict[str, Any]) -> Scale:
+    """Returns a CPU shape at the batch a GPU runs efficiently: 64 sequences of 256 tokens (16,384 tokens
+    an update), bf16 autocast, the paper's recipe; several runs share one device (``--jobs``), since a
+    model this small leaves most of a GPU idle. Its token budgets come from ``--token-budgets``."""
+    return Scale(
+        name,
+        size,
+        budget={"max_steps": 1250},  # 20M tokens: 15 tokens per parameter at 24 × 64
+        seeds=5,
+        seq_len=256,
+        batch_size=64,
+        eval_interval=100,
+        eval_samples=64,
+        ckpt_interval=250,
+        calibration_steps=5,
+        # a larger batch than the CPU recipe's 4 × 128 wants a larger LR; the band's neighbours (×√2)
+        # follow a best on an edge
+        tune_lrs=(1.5e-3, 3e-3, 6e-3),
+        tune_budget="steps=1250",  # every tune point trains a whole run (the axis sets the steps)
+        model={"max_seq_len": 1024, **model},
+        dtype="bf16",
+        stability_updates=100,
+        stability_batch=(16, 256),
+        grad_stats=None,  # the axis reads final perplexities; per-layer gradients would cost time and space
+        fig7_after_warmup=(1, 51),
+    )
+
+
+# The budget axis on a GPU (issue 72): 24 × 64, the cheapest shape the committed gradient-mismatch table
+# puts at the top (Pre-LN's layer-0 ÷ last fc2 ratio 2.18; about 1.35M parameters with its 2,048-token
+# BPE), and 12 × 128 beside it
+SCALES["24x64-gpu"] = _gpu_axis("24x64-gpu", "tiny", {"n_layer": 24})
+SCALES["12x128-gpu"] = _gpu_axis("12x128-gpu", "small", {})
+PUBLIC_SCALES = ("tiny", "small", "125M", "24x64-gpu", "12x128-gpu")
 
 # the Scale fields a run's TrainConfig takes as they are
 SCALE_TRAIN_FIELDS = ("batch_size", "seq_len", "grad_accum", "lr", "log_interval", "eval_interval")

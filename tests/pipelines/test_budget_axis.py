@@ -209,14 +209,14 @@ def test_a_budget_whose_run_was_trained_again_is_reported_from_the_new_run(axis,
 
 
 def test_a_budget_committed_mid_run_trains_only_the_runs_without_a_record(axis, tmp_path, monkeypatch):
-    """What docs/budget_tiny/.gitignore keeps (reports, tune points, each run's record, config.json and
-    metrics.jsonl; no weights, checkpoints or gradient records) is enough to go on from: a commit made
-    while a run trained carries that run's logs without its record, and a fresh clone clears them and
-    trains that run alone, to the same final PPL; every finished run is read from what was kept."""
+    """What a committed budget keeps (its reports, figures and records archive, under the folder's
+    .gitignore: no weights, checkpoints or loose records) is enough to go on from: a commit made while a
+    run trained carries that run's logs in the archive without its record, and a fresh clone clears them
+    and trains that run alone, to the same final PPL; every finished run is read from the archive."""
     import shutil
     import subprocess
 
-    from nfeval.pipelines import runs
+    from nfeval.pipelines import archive, runs
     from nfeval.tune import sweep as tune_sweep
 
     cfg, _ = axis
@@ -225,23 +225,28 @@ def test_a_budget_committed_mid_run_trains_only_the_runs_without_a_record(axis, 
     shutil.copy(
         os.path.join(os.path.dirname(__file__), "..", "..", "docs", "budget_tiny", ".gitignore"), repo
     )
+    victim = repo / "tokens=512" / "runs" / "clm-normformer" / "seed2"
+    committed = json.load(open(str(victim) + ".json"))
+    os.remove(str(victim) + ".json")  # it was still training when the commit was made
+    archive.pack(str(repo / "tokens=512"))
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     kept = subprocess.run(
         ["git", "-C", str(repo), "ls-files", "--others", "--exclude-standard"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert not [p for p in kept if p.endswith(".safetensors") or "/checkpoints/" in p or "grad_stats" in p]
+    records = [p for p in kept if not p.endswith((".png", ".md", ".gitignore"))]  # figures and pages stay
+    assert not [
+        p for p in records if p.endswith((".safetensors", ".jsonl")) or "/runs/" in p or "/tune/" in p
+    ]
+    assert "tokens=512/records.tar.xz" in kept and "tokens=512/report.json" in kept
     fresh = tmp_path / "fresh"
     for path in kept:
         (fresh / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(repo / path, fresh / path)
-    victim = fresh / "tokens=512" / "runs" / "clm-normformer" / "seed2"
-    assert sorted(os.listdir(victim)) == ["complete.json", "config.json", "metrics.jsonl"]
-    committed = json.load(open(str(victim) + ".json"))
-    os.remove(str(victim) + ".json")  # it was still training when the commit was made
     for stale in ("report.json", "report.md", "tokens=512/report.json", "tokens=512/report.md"):
         os.remove(fresh / stale)
     trained, tuned = [], []
+    real_train = runs.train
     monkeypatch.setattr(
         runs, "train", lambda c, d, resume=False: trained.append(d) or real_train(c, d, resume)
     )
@@ -252,37 +257,13 @@ def test_a_budget_committed_mid_run_trains_only_the_runs_without_a_record(axis, 
 
     run_reproduce(ReproduceConfig(**{**vars(cfg), "out": str(fresh)}))
 
+    victim = fresh / "tokens=512" / "runs" / "clm-normformer" / "seed2"
     assert trained == [str(victim)] and tuned == []
     # the same run trained again: the same PPL up to float reassociation (a loaded machine's thread
     # timing; 2.4e-7 relative seen in a full suite run)
     assert json.load(open(str(victim) + ".json"))["val_ppl"] == pytest.approx(committed["val_ppl"], rel=1e-5)
     report = json.load(open(fresh / "report.json"))
     assert report["token_budgets"] == [128, 512] and len(report["budgets"]) == 2
-
-
-def real_train(cfg, directory, resume):
-    from nfeval.engine.training.train import train
-
-    return train(cfg, directory, resume=resume)
-
-
-def test_an_axis_where_no_seed_pair_trained_still_writes_its_report(axis, tmp_path, monkeypatch, capsys):
-    """With the trained-run gate closed (its default), the smoke's runs did not train at any budget: no
-    gain to draw. The log axis of the gain plot had no positive data and matplotlib raised (a traceback
-    after the whole axis had trained, report.md never written); the budgets now span the axis and the
-    report says there is no fit (issue 55, round four)."""
-    import shutil
-
-    cfg, _ = axis
-    out = tmp_path / "axis"
-    shutil.copytree(cfg.out, out)
-    monkeypatch.setattr(trained_gate, "FACTOR", 1.5)  # the gate's own value: no smoke run trained
-    argv = ["reproduce", "--out", str(out), "--scale", "smoke", "--seeds", "2", "--token-budgets", "128,512"]
-    assert main([*argv, "--no-progress"]) == 0, capsys.readouterr().err[-3000:]
-    report = json.load(open(out / "report.json"))
-    assert all(row["gains"] == [] for row in report["budgets"]) and report["fit"]["slope"] is None
-    assert "No fit: fewer than 3 finite gains" in (out / "report.md").read_text(encoding="utf-8")
-    assert os.path.getsize(out / "budget_gain.png") > 1000
 
 
 def test_reread_trains_nothing_and_reads_every_budget_again_under_todays_rules(axis, tmp_path, monkeypatch):
@@ -327,3 +308,31 @@ def test_tune_only_tunes_every_budget_and_trains_no_run(tmp_path, monkeypatch):
     assert not os.path.isfile(os.path.join(out, "report.json"))
     with pytest.raises(ConfigError, match="--tune-only"):
         ReproduceConfig(out=out, scale="smoke", tune_only=True, reread=True).validate()
+
+
+def test_an_archived_axis_is_read_from_its_archives_and_trains_nothing(axis, tmp_path, monkeypatch):
+    """Each budget packs its records into records.tar.xz when it writes its report; a clone that holds
+    only the archives and the reports (what a committed folder keeps) is read from them: the same report,
+    nothing trained, tuned or timed."""
+    import shutil
+
+    from nfeval.pipelines import archive, runs
+    from nfeval.tune import sweep as tune_sweep
+
+    cfg, _ = axis
+    clone = str(tmp_path / "clone")
+    shutil.copytree(cfg.out, clone)
+    for folder in sorted(glob.glob(os.path.join(clone, "tokens=*"))):
+        assert os.path.isfile(os.path.join(folder, archive.ARCHIVE))
+        for rel in archive.members(folder):
+            os.remove(os.path.join(folder, rel))
+        os.remove(os.path.join(folder, archive.UNPACKED))
+        for path in glob.glob(os.path.join(folder, "**", "*.safetensors"), recursive=True):
+            os.remove(path)  # no weights either
+    for name in ("train", "measure_step_ratio"):
+        monkeypatch.setattr(runs, name, lambda *a, **k: pytest.fail("an archived budget was trained"))
+    monkeypatch.setattr(tune_sweep, "train", lambda *a, **k: pytest.fail("an archived budget was tuned"))
+    before = json.load(open(os.path.join(cfg.out, "report.json")))
+    run_reproduce(ReproduceConfig(**{**vars(cfg), "out": clone}))
+    after = json.load(open(os.path.join(clone, "report.json")))
+    assert after["budgets"] == before["budgets"] and after["fit"] == before["fit"]

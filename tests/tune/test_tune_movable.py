@@ -147,28 +147,22 @@ def test_an_older_key_of_paths_matches_in_place_and_is_rewritten(finished, tmp_p
 
 
 def test_a_committed_tune_of_point_files_alone_reuses_every_point(finished, tmp_path, monkeypatch):
-    """What a committed report folder keeps of its tune (its .gitignore: each point's point.json, not
+    """What a committed report folder keeps of its tune (its records archive: each point's point.json, not
     its run folder) is a finished tune: a long tune lands in pieces, and a fresh clone goes on from them."""
-    import subprocess
+    from nfeval.pipelines import archive
 
     root, first = finished
     repo = tmp_path / "clone"
     shutil.copytree(root / "a" / "tune", repo / "tune" / "clm")  # as reproduce lays it out
-    kept_by = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "reproduce_small", ".gitignore")
-    shutil.copy(kept_by, repo / ".gitignore")
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    listed = subprocess.run(
-        ["git", "-C", str(repo), "ls-files", "--others", "--exclude-standard"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    points = sorted(p for p in listed if p.startswith("tune/clm/points/"))
+    archive.pack(str(repo))
+    points = sorted(p for p in archive.members(str(repo)) if p.startswith("tune/clm/points/"))
     assert points == [
         f"tune/clm/points/prenorm-tiny/{lr}/seed=1/point.json" for lr in ("lr=0.001", "lr=0.01")
     ]
     committed = tmp_path / "fresh"
-    for path in points:
-        (committed / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(repo / path, committed / path)
+    committed.mkdir()
+    shutil.copy(repo / archive.ARCHIVE, committed / archive.ARCHIVE)  # the archive alone
+    assert sorted(p for p in archive.unpack(str(committed)) if p.startswith("tune/clm/points/")) == points
     monkeypatch.setattr(tune, "train", no_training)
 
     again = tune.tune(config(*[str(root / "data" / n) for n in ("train.txt", "tokenizer.json")]), *GRID,

@@ -24,7 +24,7 @@ from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...engine.training.own_recipes import OWN_RECIPES
 from ...tune import results as tune_results
-from .. import context, init_sensitivity, lr_band, trained_gate
+from .. import archive, context, init_sensitivity, lr_band, trained_gate
 from ..scales import SCALES
 from . import results
 from .candidates import OWN, parse_candidates
@@ -32,6 +32,9 @@ from .config import RECIPES, BakeoffConfig
 from .runs import Context, log
 
 SETTINGS = "bakeoff.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
+# the records its archive leaves out: the gradient records, which each run summarises as it finishes
+# (fc2_depth.json, the gradient ratio by depth the report reads)
+ARCHIVE_SKIP = ("runs/*/grad_stats.jsonl",)  # fnmatch's * crosses folders: every run's
 ADVICE = "use a new --out"  # what a rerun refused for other settings is told
 
 
@@ -85,6 +88,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     if ctx.scale.needs_gpu and not torch.cuda.is_available() and not on_cluster:
         raise ConfigError(f"--size {cfg.size}: needs a GPU and none is present; use tiny or small on a CPU")
     os.makedirs(cfg.out, exist_ok=True)
+    archive.unpack(cfg.out)  # a committed folder keeps its records in records.tar.xz
     current = settings(cfg, ctx)
     context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
@@ -122,6 +126,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     from .report import write
 
     report = write(cfg.out, report)
+    archive.pack(cfg.out, ARCHIVE_SKIP)
     log(f"report: {report['path']}")
     return report
 

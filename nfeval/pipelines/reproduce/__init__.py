@@ -26,7 +26,7 @@ from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
 from ...engine.training.train_config import TrainConfig
 from ...tune import results as tune_results
-from .. import context, init_sensitivity, lr_band, runs, trained_gate
+from .. import archive, context, init_sensitivity, lr_band, runs, trained_gate
 from ..scales import SCALES, Scale
 from . import runner
 from .config import ReproduceConfig
@@ -34,6 +34,17 @@ from .plan import EXPERIMENTS, RUNS
 from .runner import Context, log, train_all
 
 SETTINGS = "reproduce.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
+# the records its archive leaves out: the band's runs' gradient records (Figures 3 and 7 read the runs at
+# the tuned LRs only), and every gradient record where Figures 3-7 are not run (a token-budget axis)
+ARCHIVE_SKIP = ("runs/*/lr=*/*/grad_stats.jsonl",)
+NO_GRADIENTS = ("runs/*/grad_stats.jsonl",)
+
+
+def archive_skip(only: set[str] | None) -> tuple[str, ...]:
+    """Returns the records the folder's archive leaves out, by the experiments it runs (``--only``)."""
+    return ARCHIVE_SKIP if only is None or "fig3-5" in only else NO_GRADIENTS
+
+
 # what a rerun refused for other settings is told
 ADVICE = "rerun with the same --scale and --minutes, or use a new --out"
 
@@ -72,6 +83,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     scale = effective_scale(cfg)
     budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
     os.makedirs(cfg.out, exist_ok=True)
+    archive.unpack(cfg.out)  # a committed folder keeps its records in records.tar.xz
     current = settings(cfg, budget)
     context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
@@ -100,6 +112,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         from .tuning import run_tune
 
         files = run_tune(ctx, keys, cfg.jobs)
+        archive.pack(cfg.out, archive_skip(only))
         return {"tuned": f"tuned ({', '.join(files.values())}); rerun without --tune-only to train the runs"}
     pending = _before_sections(cfg, ctx, keys)
     if pending:
@@ -111,6 +124,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         done.append(sections.section(ctx, exp, only))
         pending = [sections.stub(e, sections.PENDING) for e in EXPERIMENTS[len(done) :]]
         path = report.write(cfg.out, _header(cfg, ctx, start, seed_history), done + pending)
+    archive.pack(cfg.out, archive_skip(only))
     log(f"report: {path}")
     return {"report": path, "sections": report.adjusted(done)}
 

@@ -24,7 +24,7 @@ from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json, reading
 from ...report import verdict
-from .. import judging, runs
+from .. import archive, judging, runs
 from ..perplexity import final_ppl, log_ratio
 from ..scales import SCALES
 from ..trained_gate import is_trained, mark
@@ -80,6 +80,8 @@ def run_budget_axis(cfg) -> dict[str, Any]:
         steps = budget_steps(cfg.scale, tokens)
         folder = os.path.join(cfg.out, f"tokens={tokens}")
         folders[tokens] = folder
+        if os.path.isdir(folder):
+            archive.unpack(folder)  # a committed budget keeps its records in records.tar.xz
         if landed(folder, steps) and not cfg.reread:
             log(f"token budget {tokens_text(tokens)}: finished in {folder} (its report and run records)")
             continue

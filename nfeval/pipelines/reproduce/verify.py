@@ -10,6 +10,7 @@ from typing import Any
 
 from ...base.errors import ConfigError, DataError, MissingDataError
 from ...base.jsonio import load_json, reading
+from .. import archive
 from ..scales import SCALES
 from ..stages import shared_tokenizer
 from ..verify import verify_run
@@ -25,6 +26,7 @@ def verify_committed(
     LR and tokenizer; the corpus its settings name, or ``train_data``/``valid_data``) and returns
     ``verify_run``'s result with the run's key and seed. What the folder keeps is read before any work:
     a file without what it should hold is a one-line DataError naming it (``jsonio.reading``)."""
+    archive.unpack(out)  # a committed folder keeps its records in records.tar.xz
     settings_path, data_path = (
         os.path.join(out, f) for f in ("reproduce.json", "experiments/fig2-clm/data.json")
     )
