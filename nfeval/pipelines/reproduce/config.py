@@ -52,9 +52,11 @@ class ReproduceConfig:
         "tiny",
         "tiny: 6 layers × d 64, minutes per run on a CPU core; small: 12 layers × d 128, where Pre-LN's "
         "early gradient mismatch is larger than tiny's (`--only fig2-clm,fig3-5` at 5 seeds: about 1.5 h "
-        "on 2 cores with --jobs 2); 125M: GPUs (writes the torchrun commands when none is present)",
+        "on 2 cores with --jobs 2); 125M: GPUs (writes the torchrun commands when none is present); "
+        "24x64-gpu and 12x128-gpu: those shapes at 64 × 256 tokens an update in bf16, for --token-budgets on "
+        "one GPU, several runs sharing it (--jobs)",
         choices=PUBLIC_SCALES + ("smoke",),
-        metavar="{tiny,small,125M}",
+        metavar="{" + ",".join(PUBLIC_SCALES) + "}",
     )
     minutes: float | None = flag_field(  # per-run training budget; default: the scale's
         None,
