@@ -1,5 +1,5 @@
 """The GPU budget axis as one device call: Figure 2's primary comparison at several token budgets on
-``../shared/data/wiki`` (issue 72), as much of it as fits in ``--minutes``, landing what finished.
+``../shared/data/wiki``, as much of it as fits in ``--minutes``, landing what finished.
 
     python benchmarks/gpu_budget_axis.py --data .data/wiki --out docs/budget_gpu --minutes 8.5
     python benchmarks/gpu_budget_axis.py --dry-run --out /tmp/axis   # the same path on the CPU, tiny

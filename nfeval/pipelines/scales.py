@@ -200,7 +200,7 @@ def _gpu_axis(name: str, size: str, model: dict[str, Any]) -> Scale:
     )
 
 
-# The budget axis on a GPU (issue 72): 24 × 64, the cheapest shape the committed gradient-mismatch table
+# The budget axis on a GPU: 24 × 64, the cheapest shape the committed gradient-mismatch table
 # puts at the top (Pre-LN's layer-0 ÷ last fc2 ratio 2.18; about 1.35M parameters with its 2,048-token
 # BPE), and 12 × 128 beside it
 SCALES["24x64-gpu"] = _gpu_axis("24x64-gpu", "tiny", {"n_layer": 24})
