@@ -7,10 +7,11 @@
 One call:
 
 1. unpacks the records earlier calls landed (each budget's ``records.tar.xz``, carried with the tree);
-2. runs ``nfeval reproduce --scale 24x64-gpu --token-budgets … --jobs J`` (J runs share the device, from
-   its free memory) in a child process, and stops it with SIGTERM at the deadline: a tune point or run
-   that finished keeps its record, one in flight resumes from its checkpoint on the next call (its
-   checkpoints stay on that machine, so it starts again there);
+2. runs ``nfeval reproduce --scale 24x64-gpu --token-budgets … --jobs J`` (J runs share the device: what
+   its free memory holds, ``--runs-per-gpu auto``'s count, at most ``--max-jobs``) in a child process,
+   and stops it with SIGTERM at the deadline: a tune point or run that finished keeps its record, one in
+   flight resumes from its checkpoint on the next call (its checkpoints stay on that machine, so it
+   starts again there);
 3. packs each budget's records (``nfeval.pipelines.archive``) and writes ``OUT_DIR/budget_gpu.tar`` (the
    reports, figures and archives of every budget, what a commit keeps) and ``OUT_DIR/call.json`` (device,
    driver, torch, J, minutes, finished tune points and runs per budget, their combined tokens per second
@@ -37,18 +38,17 @@ from nfeval.base.artifacts import atomic_write_json
 from nfeval.pipelines import archive
 
 TOKEN_BUDGETS = "1.25M,2.5M,5M,10M,20M"  # 16×; 20M is 15 tokens per parameter at 24 × 64
-MEMORY_PER_RUN = 3 * 2**30  # bytes a 24 × 64 run at 64 × 256 tokens takes with its CUDA context, rounded up
 
 
-def runs_per_device(limit: int) -> int:
-    """Returns how many runs share the device: what its free memory holds at ``MEMORY_PER_RUN`` each, at
-    most ``limit`` (and the CPU cores, one launching thread a run); 1 on the CPU."""
+def runs_at_once(scale: str, limit: int) -> int:
+    """Returns how many runs share the device: what its free memory holds at the scale's estimated memory
+    a run (``nfeval.pipelines.context.gpu_jobs``), at most ``limit``; 1 on the CPU."""
     import torch
 
-    if not torch.cuda.is_available():
-        return 1
-    free, _ = torch.cuda.mem_get_info()
-    return max(1, min(limit, os.cpu_count() or 1, free // MEMORY_PER_RUN))
+    from nfeval.pipelines.context import gpu_jobs
+    from nfeval.pipelines.scales import SCALES
+
+    return min(limit, gpu_jobs(SCALES[scale], 0)) if torch.cuda.is_available() else 1
 
 
 def command(args: argparse.Namespace, jobs: int) -> list[str]:
@@ -160,7 +160,7 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     for folder in budget_folders(args.out):
         archive.unpack(folder)
-    jobs = runs_per_device(args.max_jobs)
+    jobs = runs_at_once(args.scale, args.max_jobs)
     status = run_until(command(args, jobs), start + 60 * args.minutes, os.path.join(args.dest, "call.log"))
     landed = land(args.out, args.dest)
     record = {

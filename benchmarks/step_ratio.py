@@ -18,7 +18,7 @@ import torch
 
 from nfeval.base.artifacts import hardware, hardware_key
 from nfeval.engine.training.step_ratio import measure_step_ratio
-from nfeval.pipelines.reproduce.runner import Context, train_config
+from nfeval.pipelines.reproduce.run_specs import Context, train_config
 from nfeval.pipelines.scales import SCALES
 from nfeval.pipelines.stages import shared_tokenizer
 

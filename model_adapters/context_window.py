@@ -36,7 +36,7 @@ def fit(
     max_length: int,
     policy: str,
     truncated: dict[str, list[int]],
-) -> list[tuple[list[int], list[int]]]:
+) -> list[tuple[Sequence[int], Sequence[int]]]:
     """Returns the (context tokens, continuation tokens) pairs of lm-eval's tokenized ``requests``, each
     continuation within ``max_length``: a longer one is a DataError naming its task and document
     (``instances``: the Instances the requests came from, in order) under ``policy`` "refuse"; under
@@ -44,7 +44,6 @@ def fit(
     ``truncated[task]``."""
     pairs = []
     for i, (_, context, continuation) in enumerate(requests):
-        context, continuation = list(context), list(continuation)
         if len(continuation) > max_length:
             task, doc_id = where(instances, i)
             if policy != "truncate":
@@ -54,7 +53,7 @@ def fit(
                     f"window ({max_length} tokens), so its score would be another text's; {FIX}"
                 )
             cut = len(continuation) - max_length
-            context, continuation = context + continuation[:cut], continuation[cut:]
+            context, continuation = [*context, *continuation[:cut]], list(continuation[cut:])
             ids = truncated.setdefault(str(task), [])
             if doc_id not in ids:
                 ids.append(doc_id)

@@ -14,6 +14,8 @@ import shlex
 import sys
 from collections.abc import Callable
 
+from .errors import ConfigError
+
 # Every command accepts both spellings of a dtype; the value a command sees is the short one.
 DTYPE_SPELLINGS = {
     "fp32": "fp32",
@@ -172,6 +174,34 @@ def names(flag: str) -> Callable[[str], tuple[str, ...]]:
 
 # a pipeline's ``--jobs`` (``reproduce``, ``bakeoff``)
 PIPELINE_JOBS_HELP = "training runs and tune points at a time, each on its share of the cores (default 1)"
+RUNS_PER_GPU_HELP = (
+    "training runs and tune points sharing each visible GPU at a time (sets --jobs): N, or auto for as many "
+    "as its free memory holds at the scale's estimated memory a run"
+)
+
+
+def check_jobs(jobs: int, runs_per_gpu: int | None) -> None:
+    """Raises ConfigError for a pipeline's ``--jobs`` below 1, or given beside ``--runs-per-gpu``."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: expected at least 1")
+    if runs_per_gpu is not None and jobs != 1:
+        raise ConfigError("--jobs and --runs-per-gpu both say how many runs at a time: give one")
+
+
+def runs_per_gpu(text: str) -> int:
+    """Returns ``--runs-per-gpu``'s value: a positive count, 0 for ``auto``; argparse.ArgumentTypeError
+    for anything else."""
+    if text.strip().lower() == "auto":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--runs-per-gpu {text!r}: expected a positive count or auto")
+    return value
+
+
 REREAD_HELP = (
     "train and judge nothing: read every tune point and run record the folder holds again under today's "
     "rules and rewrite the report (what would need training is said so in it)"

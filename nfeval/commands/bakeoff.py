@@ -16,7 +16,7 @@ from ..pipelines.scales import SCALES
 # the seeds, recipe and tune, then (after --render-only) the zero-shot data and the device
 RANKED = "archs baseline size out train_data valid_data"
 BUDGET = "steps minutes"
-TUNE = "seeds close_seeds clip_grad lrs tune_budget tune_seeds jobs"
+TUNE = "seeds close_seeds clip_grad lrs tune_budget tune_seeds jobs runs_per_gpu"
 WHERE = "data_dir device progress reread"
 
 

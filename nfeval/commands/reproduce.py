@@ -17,7 +17,7 @@ from ..pipelines.scales import SCALES
 # ReproduceConfig's flags in the order of the help: the folder, the scale and what overrides its runs,
 # the experiments and data; (after --verify and --render-only) the zero-shot and GLUE data, the tune and
 # the device
-RUNS = "out scale minutes seeds steps lrs token_budgets only train_data valid_data jobs"
+RUNS = "out scale minutes seeds steps lrs token_budgets only train_data valid_data jobs runs_per_gpu"
 DATA = "data_dir glue_dir glue_tasks tune"
 DEVICE = "tune_seeds device progress reread tune_only"
 

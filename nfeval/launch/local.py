@@ -33,6 +33,27 @@ def job_devices(device: str, jobs: int) -> list[str]:
     return [f"cuda:{i % n}" for i in range(jobs)] if n else [device] * jobs
 
 
+def gpu_jobs(runs_per_gpu: int, per_run_bytes: int) -> int:
+    """Returns how many runs train at a time on the visible GPUs: ``runs_per_gpu`` on each, or with 0 as
+    many as the GPU with the least free memory holds at ``per_run_bytes`` a run
+    (``engine.training.memory.training_bytes``), at least one; at most the CPU cores either way (each
+    run's process drives its GPU from one). ConfigError when no GPU is visible: the runs of a CPU share
+    its cores (``--jobs``)."""
+    import torch
+
+    from ..base.errors import ConfigError
+
+    gpus = torch.cuda.device_count()
+    if not gpus:
+        raise ConfigError(
+            "--runs-per-gpu: no GPU is visible here; on the CPU, --jobs says how many runs at a time"
+        )
+    if runs_per_gpu == 0:
+        free = min(torch.cuda.mem_get_info(i)[0] for i in range(gpus))
+        runs_per_gpu = max(1, free // per_run_bytes)
+    return max(1, min(gpus * runs_per_gpu, os.cpu_count() or 1))
+
+
 def init_worker(devices: Any, threads: int) -> None:
     """Binds this worker process to the next device of the ``devices`` queue and ``threads`` CPU threads,
     flushing denormals, and makes it ignore Ctrl-C (a terminal sends it to the whole process group; the

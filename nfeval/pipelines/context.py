@@ -12,7 +12,7 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..base.artifacts import atomic_write_json
 from ..base.errors import ConfigError
@@ -33,6 +33,7 @@ def log(pipeline: str, message: str) -> None:
 class RunContext:
     """Everything the stages of one output folder share: where, how big, how long, which data."""
 
+    pipeline: ClassVar[str] = "runs"  # the pipeline's name in its progress lines and Slurm job names
     out: str
     scale: Scale
     budget: dict[str, float]  # the baseline's TrainConfig budget (max_steps, max_seconds, ...)
@@ -59,10 +60,42 @@ class RunContext:
         names = [f.name for f in dataclasses.fields(cls) if f.init and hasattr(cfg, f.name)]
         return cls(**{**{name: getattr(cfg, name) for name in names}, **fields})
 
+    def with_jobs_here(self, runs_per_gpu: int | None) -> RunContext:
+        """Sets ``jobs`` to ``gpu_jobs(self.scale, runs_per_gpu)`` when ``runs_per_gpu`` is given
+        (``--runs-per-gpu``); returns this context."""
+        if runs_per_gpu is not None:
+            self.jobs = gpu_jobs(self.scale, runs_per_gpu)
+        return self
+
     @property
     def seed_values(self) -> list[int]:
         """Returns the judged seeds, 1 … ``seeds`` (the tune's are ``lr_band.tune_seed_values``)."""
         return list(range(1, self.seeds + 1))
+
+
+def gpu_jobs(scale: Scale, runs_per_gpu: int) -> int:
+    """Returns how many runs of ``scale`` train at a time on this machine's GPUs (``launch.local.gpu_jobs``):
+    ``runs_per_gpu`` on each, 0 for as many as free memory holds at the scale's estimated memory a run
+    (``engine.training.memory``, Pre-LN's model at the scale's batch, sequence length and precision)."""
+    from ..engine.model.config import preset
+    from ..engine.training.memory import training_bytes
+    from ..launch import local
+
+    model = preset(f"prenorm-{scale.size}", **{**scale.model, "vocab_size": scale.vocab_size})
+    return local.gpu_jobs(runs_per_gpu, training_bytes(model, scale.batch_size, scale.seq_len, scale.dtype))
+
+
+def sharing(ctx: RunContext) -> int:
+    """Returns how many other runs train beside each run on its GPU here (``ctx.jobs`` spread over the
+    visible GPUs, less itself): the paired step-time ratio is measured under as many neighbours
+    (``engine.training.step_ratio.busy_neighbours``). 0 on the CPU, where each run keeps its own cores,
+    and for Slurm jobs, one run a job."""
+    import torch
+
+    gpus = torch.cuda.device_count() if ctx.device in ("auto", "cuda") or ctx.device.startswith("cuda") else 0
+    if not gpus or (ctx.launch is not None and ctx.launch.on_cluster):
+        return 0
+    return max(0, -(-ctx.jobs // gpus) - 1)
 
 
 def check_settings(path: str, current: dict[str, Any], advice: str) -> None:

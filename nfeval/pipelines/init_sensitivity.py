@@ -34,12 +34,17 @@ def measure(out: str, configs: dict[str, TrainConfig], log: Callable[[str], None
 
     path = os.path.join(out, FILE)
     stored: dict[str, Any] = load_json(path) if os.path.isfile(path) else {}
+    inputs: dict[tuple, tuple] = {}  # a report's models share their corpus: it is read once
     for name, cfg in configs.items():
         if name in stored:
             continue
-        _, tok_json, folder = build_inputs(cfg)
-        tok = Tokenizer.from_str(tok_json)
-        data = open_token_shards(folder, special_ids(tok))
+        trained_bpe = None if cfg.tokenizer else cfg.vocab_size or cfg.preset  # a BPE trained per vocabulary
+        key = (cfg.train_data, cfg.valid_data, cfg.hf_dataset, cfg.tokenizer, trained_bpe)
+        if key not in inputs:
+            _, tok_json, folder = build_inputs(cfg)
+            tok = Tokenizer.from_str(tok_json)
+            inputs[key] = (tok, open_token_shards(folder, special_ids(tok)))
+        tok, data = inputs[key]
         mcfg = model_config(cfg, tok.get_vocab_size(), data.specials.pad)
         seq_len = min(SEQ_LEN, mcfg.max_seq_len)
         idx = token_batch(data.train, BATCH, seq_len, seed=SEED)

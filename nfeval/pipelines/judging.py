@@ -4,17 +4,16 @@ moves it.
 
 A run's mid-run evaluations read its first ``eval_samples`` validation sequences (64 × 128 tokens at
 the CPU scales: 8,192 tokens), enough to draw a curve and to tune on, not to judge a difference of
-±0.02 log-PPL. A judged run (``pipelines.runs.ensure_run`` with ``judge``) is therefore read once more
+±0.02 log-PPL. Every run a report judges (``pipelines.runs.ensure_run``) is therefore read once more
 when it has trained: every causal-LM block of the validation stream (``seq_len`` targets each, the
 trainer's own blocks in order, no shuffling; a masked LM's masks drawn from the run's seed as its own
 validation draws them), each block's summed loss kept in the run record's ``judge`` block.
 
 The per-measurement error. Every judged run of a comparison reads the same sequences, so the
 validation text's sampling error is shared by all seeds and does not average out over them: the
-verdict adds it to the seeds' spread (``report.verdict``'s e). For a claim on log PPL(A) − log PPL(B)
-over seeds s, with per-sequence mean losses a_sj and b_sj, e is the standard error of the mean over
-sequences j of d_j = mean_s(a_sj − b_sj) (token-weighted when sequences differ in length): how far the
-claim's mean would move on another validation split of the same size from the same text.
+verdict adds it to the seeds' spread (``report.verdict``'s e): the standard error, over sequences, of
+each sequence's loss difference pooled over the seeds (``measurement_se``), how far the claim's mean
+would move on another validation split of the same size from the same text.
 """
 
 from __future__ import annotations
@@ -62,19 +61,33 @@ def sequence_losses(
     return np.concatenate(losses), np.concatenate(counts).astype(np.int64)
 
 
-def validation_blocks(cfg: TrainConfig, seq_len: int, objective: str) -> tuple[torch.Tensor, torch.Tensor]:
+def validation_blocks(
+    cfg: TrainConfig,
+    seq_len: int,
+    objective: str,
+    recorded: dict[str, Any] | None = None,
+    tokenizer: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (inputs, targets) of every validation block of ``cfg``'s corpus and tokenizer, in stream
-    order (the token shards built into the cache when they are not there)."""
+    order: from the token shards the run recorded (``recorded``: config.json's ``train.data.tokens``, with
+    the run's ``tokenizer``) while the cache holds them with that fingerprint, which reads no corpus text;
+    else built from ``cfg``'s inputs (read and tokenized into the cache when they are not there)."""
     from tokenizers import Tokenizer
 
     from ..engine.text.data import Batches, open_token_shards
     from ..engine.text.tokenization import special_ids
     from ..engine.training.run_inputs import build_inputs
 
-    _, tok_json, folder = build_inputs(cfg)
-    tok = Tokenizer.from_str(tok_json)
-    data = open_token_shards(folder, special_ids(tok))
-    batches = Batches(data.valid, seq_len, objective, data.specials, tok.get_vocab_size(), cfg.seed, False)
+    folder, data = (recorded or {}).get("path"), None
+    if folder and tokenizer is not None and os.path.isfile(os.path.join(folder, "meta.json")):
+        data = open_token_shards(folder, special_ids(tokenizer))
+        data = data if data.fingerprint == recorded.get("fingerprint") else None
+    if data is None:
+        _, tok_json, folder = build_inputs(cfg)
+        tokenizer = Tokenizer.from_str(tok_json)
+        data = open_token_shards(folder, special_ids(tokenizer))
+    vocab = tokenizer.get_vocab_size()
+    batches = Batches(data.valid, seq_len, objective, data.specials, vocab, cfg.seed, False)
     return batches.get(0, batches.blocks.n_blocks, mask_seed=cfg.seed)
 
 
@@ -89,8 +102,11 @@ def judge_run(directory: str, cfg: TrainConfig, device: str = "auto") -> dict[st
     where = resolve_device(None if device == "auto" else device, cpu_fallback=True)
     ckpt = checkpoint.materialize(checkpoint.read(directory), device=where)
     model = ckpt.model
-    seq_len = int(load_json(os.path.join(directory, "config.json"))["train"]["seq_len"])
-    inputs, targets = validation_blocks(cfg, seq_len, model.cfg.objective)
+    train = load_json(os.path.join(directory, "config.json"))["train"]
+    recorded = (train.get("data") or {}).get("tokens")
+    inputs, targets = validation_blocks(
+        cfg, int(train["seq_len"]), model.cfg.objective, recorded, ckpt.tokenizer
+    )
     losses, counts = sequence_losses(model, inputs, targets, where)
     rounded = [float(f"{v:.6g}") for v in losses]
     total, n = float(sum(rounded)), int(counts.sum())

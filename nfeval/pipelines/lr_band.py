@@ -53,15 +53,14 @@ def check_seeds(eval_seeds: int, tune_seeds: int, flag: str = "--seeds") -> None
         )
 
 
-def band_of(tune_json: str, preset: str, unigram: float | None = None) -> list[float]:
-    """Returns ``entry_band`` of ``preset``'s tune in ``tune_json``."""
-    return entry_band(load_json(tune_json)["presets"][preset], unigram)
-
-
 def entry_band(entry: dict[str, Any], unigram: float | None = None) -> list[float]:
     """Returns the band of one preset's tune (``entry``: tune.json's ``presets[preset]``), the best LR
     excluded: its tuned neighbours whose every tune seed trained (a final loss below the trained-run
-    gate's, ``trained_gate.threshold(unigram)``; every finished seed when ``unigram`` is None)."""
+    gate's, ``trained_gate.threshold(unigram)``; every finished seed when ``unigram`` is None). None
+    when the best LR itself did not train (``trained_gate.best_trained``): a "best" among runs that
+    learned nothing is noise, and has no band."""
+    if not trained_gate.best_trained(entry, unigram):
+        return []
     return [
         lr for lr in entry.get("lr_band") or () if lr != entry["best_lr"] and _trained(entry, lr, unigram)
     ]
@@ -75,7 +74,10 @@ def _trained(entry: dict[str, Any], lr: float, unigram: float | None) -> bool:
 
 def failed_neighbours(entry: dict[str, Any], unigram: float | None = None) -> dict[float, str]:
     """Returns {neighbour LR of the best: why it is not in the band} of one preset's tune: diverged on a
-    tune seed (unstable), a tune seed that did not train, or not tuned yet."""
+    tune seed (unstable), a tune seed that did not train, or not tuned yet; {} when the best LR itself did
+    not train (it has no band to check)."""
+    if not trained_gate.best_trained(entry, unigram):
+        return {}
     out = {lr: "diverged on a tune seed: unstable" for lr in entry.get("band_unstable") or ()}
     out |= {lr: "not tuned" for lr in entry.get("band_untuned") or ()}
     for lr in entry.get("lr_band") or ():
@@ -93,9 +95,7 @@ def restate(tune_json: str) -> dict[str, Any]:
     summary = load_json(tune_json)
     for entry in summary["presets"].values():
         best = entry["per_lr"].get(results.lr_key(entry["best_lr"])) if entry["best_lr"] is not None else None
-        band = results.lr_band(best, entry["per_lr"])
-        entry.update(lr_band=band["lrs"], band_untuned=band["untuned"], band_unstable=band["unstable"])
-        entry["band_rule"] = results.BAND_RULE
+        entry.update(results.band_fields(best, entry["per_lr"]))
     atomic_write_json(tune_json, summary)
     return summary
 

@@ -1,5 +1,6 @@
-"""The one run mechanism of ``reproduce`` and ``bakeoff``: equal-time step budgets, the paired step-time
-ratios that fix them, training a run resumably, and training many runs here (``--jobs``) or as Slurm jobs.
+"""One run of a pipeline: equal-time step budgets, the paired step-time ratios that fix them, training a
+run resumably and reading its record (``pipelines.runner`` trains many: here, several on a GPU, or as
+Slurm jobs).
 
 A run lives in a folder ``D`` (an ``nfeval train`` run dir) and is finished when ``D.json`` exists:
 that record is written last, after training returned or diverged, so a rerun skips the run without
@@ -31,8 +32,6 @@ from ..engine.training.step_ratio import equal_time_steps, measure_step_ratio
 from ..engine.training.train import train
 from ..engine.training.train_config import TrainConfig, resolved_warmup
 from ..engine.training.trainer import TrainingDiverged
-from ..launch.jobs import LaunchPoint
-from ..launch.options import LaunchOptions
 from . import judging
 
 BASELINE_MODEL = {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "method": "the baseline's model: 1"}
@@ -228,13 +227,12 @@ def measure_ratios(
 
     Runs whose model (``model_of``: a key of everything that shapes a step) is their baseline's have ratio
     1; runs sharing a model share one measurement (``shared_with``). ``configs(name, base)`` gives the
-    (baseline, candidate) TrainConfigs to time; ``timing`` holds ``pairs``, ``burst`` and ``warmup``.
+    (baseline, candidate) TrainConfigs to time; ``timing`` holds ``pairs``, ``burst``, ``warmup`` and
+    optionally ``sharing`` (``engine.training.step_ratio.measure_step_ratio``).
     Without ``measure`` (``--reread``) nothing is timed: the runs without a stored ratio are left out."""
     stored: dict[str, dict[str, Any]] = load_json(path) if os.path.isfile(path) else {}
     for name in names:
-        if name in stored:
-            continue
-        if not measure:
+        if name in stored or not measure:
             continue
         base = baseline_of(name)
         model = model_of(name)
@@ -246,6 +244,8 @@ def measure_ratios(
             record = {**stored[shared], "shared_with": shared}
         else:
             pairs = f"{timing['pairs']} pairs of {timing['burst']}-step bursts"
+            if timing.get("sharing"):
+                pairs += f", {timing['sharing']} neighbour run(s) training on the device as the runs will"
             log(f"timing {name} against {base}, paired ({pairs})")
             result = measure_step_ratio(*configs(name, base), **timing)
             record = {
@@ -264,54 +264,3 @@ def _model_or_none(model_of: Callable[[str], str], name: str) -> str | None:
         return model_of(name)
     except KeyError:  # a measurement of a run this version no longer plans
         return None
-
-
-def paired_points(
-    ctx: Any, runs: Sequence[tuple[str, Any, float | None, int]], ensure: Callable, run_dir: Callable
-) -> list[LaunchPoint]:
-    """Returns a point per run of ``runs`` ((name, run, lr or None for the tuned one, seed)) computing
-    ``ensure(ctx, run, seed, lr)`` in ``run_dir(ctx, run, seed, lr)``: seed by seed, so with ``--jobs 2``
-    the runs a test pairs train side by side under the same machine load (equal time is then checked on
-    realised ratios that load did not skew), the band's runs after them."""
-    from ..tune.results import lr_key
-
-    order = sorted(runs, key=lambda r: (r[2] is not None, r[3]))
-    return [
-        LaunchPoint(
-            f"{name}/{'' if lr is None else f'lr={lr_key(lr)}/'}seed{seed}",
-            ensure,
-            (ctx, run, seed, lr),
-            run_dir(ctx, run, seed, lr),
-        )
-        for name, run, lr, seed in order
-    ]
-
-
-def train_points(
-    points: Sequence[LaunchPoint],
-    out: str,
-    launch: LaunchOptions | None,
-    jobs: int,
-    desc: str,
-    progress: bool,
-    threads: int | None = None,
-    device: str = "auto",
-) -> str | None:
-    """Trains the unfinished ``points`` (each an ``ensure_run`` whose ``directory`` is its run folder):
-    ``jobs`` at a time here, or as Slurm jobs with ``launch``; returns None once every point is finished,
-    else what to do (a job not finished with ``--no-wait``, or failed: a rerun submits what is missing)."""
-    todo = [p for p in points if finished(p.directory) is None]
-    if not todo:
-        return None
-    if launch is not None and launch.on_cluster:
-        from ..launch import cluster
-
-        cluster.run_points(todo, out, launch, desc, progress)
-    else:
-        from ..launch import local
-
-        local.run_points(todo, jobs=jobs, threads=threads, device=device)
-    missing = [p.name for p in todo if finished(p.directory) is None]
-    if not missing:
-        return None
-    return f"{len(missing)} training run(s) not finished yet: rerun the same command to collect them"

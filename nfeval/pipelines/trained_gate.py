@@ -22,6 +22,7 @@ import numpy as np
 
 from ..engine.training.train_config import TrainConfig
 from ..report import verdict
+from ..tune.results import tried
 from .perplexity import judged_ppl
 
 # A run must end below unigram ÷ FACTOR. A model that learned nothing past token frequencies sits at the
@@ -133,8 +134,6 @@ def failed_lrs(entry: dict[str, Any], unigram: float) -> list[float]:
     """Returns the LRs of one preset's tune (``entry``: tune.json's ``presets[preset]``) whose mean final
     PPL did not end below the gate's threshold (a diverged or incomplete LR included; one that ran on no
     seed yet, such as a band neighbour still to train, is not a failure), ascending."""
-    from ..tune.results import tried
-
     rows = [r for r in entry["per_lr"].values() if "status" not in r or tried(r)]
     return sorted(r["lr"] for r in rows if r.get("val_ppl") is None or not r["val_ppl"] < threshold(unigram))
 

@@ -108,8 +108,16 @@ def _lr_row(preset: str, lr: float, seeds: Sequence[int], by_point: dict) -> dic
     }
 
 
-def _band_fields(band: dict[str, list[float]]) -> dict[str, list[float]]:
-    return {"lr_band": band["lrs"], "band_untuned": band["untuned"], "band_unstable": band["unstable"]}
+def band_fields(best: dict[str, Any] | None, per_lr: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Returns one preset's band fields of tune.json (``lr_band``, ``band_untuned``, ``band_unstable``,
+    ``band_rule``) for its best per-LR row and its rows (``lr_band``)."""
+    band = lr_band(best, per_lr)
+    return {
+        "lr_band": band["lrs"],
+        "band_untuned": band["untuned"],
+        "band_unstable": band["unstable"],
+        "band_rule": BAND_RULE,
+    }
 
 
 def summarize(
@@ -137,8 +145,7 @@ def summarize(
         out[preset] = {
             "best_lr": best["lr"] if best else None,
             "best_val_ppl": best["val_ppl"] if best else None,
-            **_band_fields(lr_band(best, per_lr)),
-            "band_rule": BAND_RULE,
+            **band_fields(best, per_lr),
             "per_lr": per_lr,
             "stability": {
                 "lrs": len(grid),

@@ -280,7 +280,7 @@ def test_run_config_states_its_recipe(tmp_path, capsys):
 
 def test_every_reproduce_run_takes_its_objectives_recipe():
     from nfeval.pipelines.reproduce.plan import RUNS
-    from nfeval.pipelines.reproduce.runner import Context, train_config
+    from nfeval.pipelines.reproduce.run_specs import Context, train_config
     from nfeval.pipelines.scales import SCALES
 
     for scale in SCALES.values():

@@ -17,9 +17,9 @@ from nfeval.engine.model.config import ARCHITECTURES, INIT_SCHEMES, ModelConfig,
 from nfeval.engine.model.initialisation import megatron_std
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.training import recipe
-from nfeval.engine.training.own_recipes import OWN_RECIPES, own_recipe, own_recipe_for
+from nfeval.engine.training.own_recipes import OWN_RECIPES, own_recipe_for
 from nfeval.engine.training.train import train
-from nfeval.engine.training.train_config import RECIPE_TRAIN_FIELDS, TrainConfig
+from nfeval.engine.training.train_config import RECIPE_TRAIN_FIELDS, TrainConfig, own_recipe
 
 
 @pytest.mark.parametrize("name", OWN_RECIPES)

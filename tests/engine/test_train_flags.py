@@ -9,8 +9,7 @@ import pytest
 
 from nfeval.cli import build_parser
 from nfeval.commands.train import add_arguments
-from nfeval.engine.training.own_recipes import own_recipe
-from nfeval.engine.training.train_config import TrainConfig, parse_set, set_item
+from nfeval.engine.training.train_config import TrainConfig, own_recipe, parse_set, set_item
 from nfeval.engine.training.train_flags import FIELDS, config_from_args, flag_name, to_flags, value_type
 
 RECORD = {"file": "/t/tune.json", "sha256": "a" * 64, "lr": 0.003, "grid": [0.001, 0.003], "points": 4}

@@ -23,7 +23,7 @@ from nfeval.glue.config import GlueConfig
 from nfeval.launch import cluster, records
 from nfeval.launch.jobs import LaunchPoint
 from nfeval.launch.options import LaunchOptions, add_launcher_arguments, launch_options, parse_minutes
-from nfeval.pipelines.reproduce import runner
+from nfeval.pipelines.reproduce import run_specs
 from nfeval.pipelines.scales import SCALES
 from nfeval.tune.sweep import tune
 
@@ -227,13 +227,13 @@ def test_a_job_of_unknown_state_is_resubmitted_only_when_asked(tmp_path, fake_sl
 
 
 def test_reproduce_submits_its_unfinished_runs_as_one_array(tmp_path, fake_slurm):
-    ctx = runner.Context(
+    ctx = run_specs.Context(
         out=str(tmp_path), scale=SCALES["tiny"], budget={"max_steps": 2}, seeds=2, tokenizer="t.json"
     )
     ctx.launch = slurm_options("--no-wait")
-    Path(runner.run_dir(ctx, "clm-prenorm", 1) + ".json").parent.mkdir(parents=True)
-    Path(runner.run_dir(ctx, "clm-prenorm", 1) + ".json").write_text("{}")  # finished: not submitted
-    pending = runner.train_all(ctx, ["clm-prenorm", "clm-normformer"])
+    Path(run_specs.run_dir(ctx, "clm-prenorm", 1) + ".json").parent.mkdir(parents=True)
+    Path(run_specs.run_dir(ctx, "clm-prenorm", 1) + ".json").write_text("{}")  # finished: not submitted
+    pending = run_specs.train_all(ctx, ["clm-prenorm", "clm-normformer"])
     assert pending.startswith("3 training run(s) not finished yet")
     jobs = json.loads((tmp_path / records.RECORD).read_text())["jobs"]
     assert sorted(jobs) == ["clm-normformer/seed1", "clm-normformer/seed2", "clm-prenorm/seed2"]

@@ -132,7 +132,7 @@ def test_the_sibling_rule_sees_every_spelling_of_an_import():
     crossing = [
         "from ..reproduce.plan import SCALES",
         "from .. import demo, runs",
-        "from ...pipelines.reproduce import runner",
+        "from ...pipelines.reproduce import run_specs",
         "from nfeval.pipelines.reproduce.report import markdown_table",
         "from nfeval.pipelines import reproduce",
         "import nfeval.pipelines.demo.report",

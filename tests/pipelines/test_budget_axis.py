@@ -285,10 +285,15 @@ def test_reread_trains_nothing_and_reads_every_budget_again_under_todays_rules(a
     monkeypatch.setattr(tune_sweep, "train", lambda *a, **k: pytest.fail("--reread tuned"))
     monkeypatch.setattr(runs.judging, "judge_run", lambda *a, **k: pytest.fail("--reread judged"))
     before = json.load(open(os.path.join(cfg.out, "report.json")))
+    for log in glob.glob(os.path.join(copy, "tokens=128", "runs", "**", "metrics.jsonl"), recursive=True):
+        os.remove(log)  # an older committed budget kept its run records only
     run_reproduce(ReproduceConfig(**{**vars(cfg), "out": copy, "reread": True}))
     assert json.load(open(section))["rules"] == verdict.RULES
     after = json.load(open(os.path.join(copy, "report.json")))
     assert [b["gains"] for b in after["budgets"]] == [b["gains"] for b in before["budgets"]]
+    flops = [c for c in json.load(open(section))["claims"] if c["id"].endswith("equal-flops")][0]
+    assert flops["why"] == "the runs' logs were not kept: equal FLOPs cannot be read again", flops["why"]
+    assert "mid-schedule" not in flops["measured"]
 
 
 def test_tune_only_tunes_every_budget_and_trains_no_run(tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ from nfeval.engine.training import recipe
 from nfeval.engine.training.budget import lr_at
 from nfeval.engine.training.run_inputs import model_config
 from nfeval.pipelines import lr_band, runs, trained_gate
-from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, runner
+from nfeval.pipelines.reproduce import ReproduceConfig, run_reproduce, run_specs
 from nfeval.pipelines.reproduce.plan import (
     EXPERIMENTS,
     PRIMARY_CLAIMS,
@@ -69,15 +69,15 @@ def write_rte(root) -> str:
     return str(root)
 
 
-def ctx(**kw) -> runner.Context:
+def ctx(**kw) -> run_specs.Context:
     """Returns a tiny-scale reproduce Context with a 100-step budget."""
-    return runner.Context(
+    return run_specs.Context(
         out="o", scale=SCALES["tiny"], budget={"max_steps": 100}, seeds=1, tokenizer="t", **kw
     )
 
 
 # the recipe every tiny-scale CLM run trains under
-RECIPE = recipe.of_train_config(runner.train_config(ctx(), "clm-prenorm", 1))
+RECIPE = recipe.of_train_config(run_specs.train_config(ctx(), "clm-prenorm", 1))
 
 
 # ------------------------------------------------------------------------------------ decision rule
@@ -124,7 +124,7 @@ PER_OP = {  # the per-layer terms of ModelConfig.normformer_param_count
 
 
 def _model(key: str) -> ModelConfig:
-    return model_config(runner.train_config(ctx(), key, 1), tok_vocab=500, pad_id=1)
+    return model_config(run_specs.train_config(ctx(), key, 1), tok_vocab=500, pad_id=1)
 
 
 def _params(cfg: ModelConfig) -> int:
@@ -179,11 +179,11 @@ def test_table4_is_read_at_equal_updates_with_equal_time_beside_it():
     for key in TABLE4:
         twin = at_equal_updates(key)
         assert twin in table4.runs and key in table4.runs
-        assert runner.run_budget(ctx(), twin) == {"max_steps": 100}  # the baseline's steps, never a ratio
+        assert run_specs.run_budget(ctx(), twin) == {"max_steps": 100}  # the baseline's steps, never a ratio
     record = {"ratio": 1.25}
     c = ctx(step_ratios={"clm-normformer": record, "clm-normformer@updates": record})
-    assert runner.run_budget(c, "clm-normformer") == {"max_steps": 80}  # equal time: 100 / 1.25
-    assert runner.run_budget(c, "clm-normformer@updates") == {"max_steps": 100}
+    assert run_specs.run_budget(c, "clm-normformer") == {"max_steps": 80}  # equal time: 100 / 1.25
+    assert run_specs.run_budget(c, "clm-normformer@updates") == {"max_steps": 100}
     assert _model("clm-no-headscale@updates") == _model("clm-no-headscale")
 
 
@@ -254,22 +254,22 @@ def test_primary_claims_are_declared_in_the_plan():
 
 
 def test_table5_settings_change_both_architectures_alike():
-    base = runner.train_config(ctx(), "clm-prenorm", 1)
+    base = run_specs.train_config(ctx(), "clm-prenorm", 1)
     assert set(TABLE5) == {"warmup4x", "gpt3", "clip1"}  # the three kinds the paper names
     for pre_key, nf_key in TABLE5.values():
-        pre, nf = runner.train_config(ctx(), pre_key, 1), runner.train_config(ctx(), nf_key, 1)
+        pre, nf = run_specs.train_config(ctx(), pre_key, 1), run_specs.train_config(ctx(), nf_key, 1)
         fields = ("lr", "warmup", "beta2", "clip_grad", "weight_decay")
         assert [getattr(pre, f) for f in fields] == [getattr(nf, f) for f in fields]
         assert (pre.preset, nf.preset) == ("prenorm-tiny", "normformer-tiny")
-    gpt3 = runner.train_config(ctx(), TABLE5["gpt3"][0], 1)
+    gpt3 = run_specs.train_config(ctx(), TABLE5["gpt3"][0], 1)
     assert (gpt3.lr, gpt3.beta2, gpt3.clip_grad, gpt3.weight_decay) == (
         pytest.approx(base.lr / 5),
         0.95,
         1.0,
         0.1,
     )
-    assert runner.train_config(ctx(), TABLE5["warmup4x"][0], 1).warmup == 4 * base.warmup
-    assert runner.train_config(ctx(), "clm-normformer", 1).grad_stats == SCALES["tiny"].grad_stats
+    assert run_specs.train_config(ctx(), TABLE5["warmup4x"][0], 1).warmup == 4 * base.warmup
+    assert run_specs.train_config(ctx(), "clm-normformer", 1).grad_stats == SCALES["tiny"].grad_stats
 
 
 def test_run_presets_are_the_intended_architectures():
@@ -280,13 +280,13 @@ def test_run_presets_are_the_intended_architectures():
 
 
 def test_warmup_switch_changes_the_schedule():
-    off = runner.train_config(ctx(), "clm-postnorm-no-warmup", 1)
-    on = runner.train_config(ctx(), "clm-postnorm", 1)
+    off = run_specs.train_config(ctx(), "clm-postnorm-no-warmup", 1)
+    on = run_specs.train_config(ctx(), "clm-postnorm", 1)
     assert off.warmup == 0 and on.warmup == SCALES["tiny"].warmup
     assert lr_at(off, 0, 100) == off.lr  # the first update already runs at the peak LR
     assert lr_at(on, 0, 100) < on.lr / 4  # 5 warm-up steps: lr/5 at the first
     assert lr_at(on, 5, 100) == pytest.approx(on.lr)
-    assert runner.train_config(ctx(), "clm-prenorm-no-warmup", 1).warmup == 0
+    assert run_specs.train_config(ctx(), "clm-prenorm-no-warmup", 1).warmup == 0
 
 
 def test_tuned_lr_is_used_per_preset(tmp_path):
@@ -296,11 +296,11 @@ def test_tuned_lr_is_used_per_preset(tmp_path):
     }
     tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}, "recipe": RECIPE}))
     c = ctx(tune_files={"clm": str(tune_json)})
-    pre, nf = runner.train_config(c, "clm-prenorm", 1), runner.train_config(c, "clm-no-headscale", 1)
+    pre, nf = run_specs.train_config(c, "clm-prenorm", 1), run_specs.train_config(c, "clm-no-headscale", 1)
     assert (pre.lr, nf.lr) == (1e-3, 6e-3) and pre.lr_from["file"] == str(tune_json)
-    assert runner.train_config(c, "mlm-prenorm", 1).lr == SCALES["tiny"].lr  # no MLM tune given
+    assert run_specs.train_config(c, "mlm-prenorm", 1).lr == SCALES["tiny"].lr  # no MLM tune given
     with pytest.raises(ConfigError, match="postnorm-tiny"):
-        runner.train_config(c, "clm-postnorm", 1)
+        run_specs.train_config(c, "clm-postnorm", 1)
 
 
 def test_table5_lr_factor_scales_the_tuned_lr(tmp_path):
@@ -308,8 +308,8 @@ def test_table5_lr_factor_scales_the_tuned_lr(tmp_path):
     presets = {p: {"best_lr": 1e-3, "per_lr": {}} for p in ("prenorm-tiny", "normformer-tiny")}
     tune_json.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}, "recipe": RECIPE}))
     c = ctx(tune_files={"clm": str(tune_json)})
-    assert runner.train_config(c, "clm-normformer-gpt3", 1).lr == pytest.approx(2e-4)
-    assert runner.train_config(c, "clm-prenorm-no-warmup", 1).lr == 1e-3  # a declared deviation
+    assert run_specs.train_config(c, "clm-normformer-gpt3", 1).lr == pytest.approx(2e-4)
+    assert run_specs.train_config(c, "clm-prenorm-no-warmup", 1).lr == 1e-3  # a declared deviation
 
 
 def test_a_tune_of_another_or_unknown_recipe_is_refused(tmp_path):
@@ -321,7 +321,7 @@ def test_a_tune_of_another_or_unknown_recipe_is_refused(tmp_path):
         path = tmp_path / name
         path.write_text(json.dumps({"presets": presets, "budget": {"spec": "steps=300"}, **content}))
         with pytest.raises(ConfigError, match=match):
-            runner.train_config(ctx(tune_files={"clm": str(path)}), "clm-prenorm", 1)
+            run_specs.train_config(ctx(tune_files={"clm": str(path)}), "clm-prenorm", 1)
 
 
 def test_tune_then_train_at_the_tuned_lr(tmp_path):
@@ -588,7 +588,7 @@ def test_smoke_fixes_equal_time_budgets_before_training(smoke):
     assert ratios["clm-normformer"]["pairs"] == SCALES["smoke"].ratio_pairs
     for key, r in ratios.items():
         record = json.load(open(os.path.join(cfg.out, "runs", key, "seed1.json")))
-        assert record["step_ratio"]["ratio"] == r["ratio"] and r["baseline"] == runner.BASELINES[key[:3]]
+        assert record["step_ratio"]["ratio"] == r["ratio"] and r["baseline"] == run_specs.BASELINES[key[:3]]
         assert record["budget"]["max_steps"] == max(1, round(8 / r["ratio"]))
         if record["status"] == "finished":
             assert record["steps"] == record["budget"]["max_steps"]
@@ -606,7 +606,8 @@ def untuned_slow(tmp_path_factory):
     from nfeval.engine.training.step_ratio import StepRatio
     from nfeval.pipelines import runs
 
-    def twice_as_slow(base, cand, pairs, burst, warmup):
+    def twice_as_slow(base, cand, pairs, burst, warmup, sharing):
+        assert sharing == 0  # on the CPU each run keeps its own cores: timed alone
         return StepRatio(2.0, 1.9, 2.1, 0.95, pairs, burst, warmup, (2.0,) * pairs, 0.01, 0.02)
 
     out = str(tmp_path_factory.mktemp("untuned") / "o")
@@ -816,7 +817,7 @@ def test_a_finished_run_whose_tuned_lr_changed_is_refused_not_reused(tmp_path):
     from nfeval.pipelines import runs
 
     folder = str(tmp_path / "run")
-    cfg = runner.train_config(ctx(), "clm-prenorm", 1)
+    cfg = run_specs.train_config(ctx(), "clm-prenorm", 1)
     json.dump(
         {"key": "clm-prenorm", "lr": cfg.lr * 2, "budget": {"max_steps": 100}}, open(folder + ".json", "w")
     )
@@ -827,14 +828,13 @@ def test_a_finished_run_whose_tuned_lr_changed_is_refused_not_reused(tmp_path):
 
 
 def test_judged_pairs_train_side_by_side_seed_by_seed(tmp_path, monkeypatch):
-    from nfeval.pipelines.reproduce import runner
+    from nfeval.launch import local
+    from nfeval.pipelines.reproduce import run_specs
 
-    ctx = runner.Context(
+    ctx = run_specs.Context(
         out=str(tmp_path), scale=SCALES["smoke"], budget={"max_steps": 8}, seeds=3, tokenizer=""
     )
     seen = []
-    monkeypatch.setattr(
-        runner.runs, "train_points", lambda points, *a, **k: seen.extend(p.name for p in points)
-    )
-    runner.train_all(ctx, ["clm-prenorm", "clm-normformer"])
+    monkeypatch.setattr(local, "run_points", lambda points, *a, **k: seen.extend(p.name for p in points))
+    run_specs.train_all(ctx, ["clm-prenorm", "clm-normformer"])
     assert seen == [f"{k}/seed{s}" for s in (1, 2, 3) for k in ("clm-prenorm", "clm-normformer")]

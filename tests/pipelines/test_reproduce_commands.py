@@ -9,7 +9,7 @@ from nfeval.cli import build_parser
 from nfeval.engine.training.train_flags import config_from_args
 from nfeval.pipelines.reproduce import commands
 from nfeval.pipelines.reproduce.plan import EXPERIMENTS
-from nfeval.pipelines.reproduce.runner import Context, run_dir, train_config
+from nfeval.pipelines.reproduce.run_specs import Context, run_dir, train_config
 from nfeval.pipelines.scales import SCALES
 
 # torchrun as a shell function that records its arguments, one file per call

@@ -9,7 +9,7 @@ import shutil
 from types import SimpleNamespace
 
 from nfeval.pipelines import runs
-from nfeval.pipelines.reproduce import ReproduceConfig, analysis_experiment, run_reproduce, runner
+from nfeval.pipelines.reproduce import ReproduceConfig, analysis_experiment, run_reproduce, run_specs
 from nfeval.tune import sweep as tune_sweep
 
 
@@ -55,7 +55,7 @@ def test_analysis_links_hold_in_a_moved_folder_and_old_absolute_ones_are_redone(
     links = analysis_experiment._named_links(ctx, ("clm-prenorm", "clm-normformer"), 1)
     stale = links[1]
     os.remove(stale)
-    os.symlink(os.path.abspath(runner.run_dir(ctx, "clm-normformer", 1)), stale)  # an older nfeval's link
+    os.symlink(os.path.abspath(run_specs.run_dir(ctx, "clm-normformer", 1)), stale)  # an older nfeval's link
     shutil.move(tmp_path / "a", tmp_path / "b")
     moved = SimpleNamespace(out=str(tmp_path / "b"))
 

@@ -11,7 +11,7 @@ from fractions import Fraction
 import pytest
 
 from nfeval.pipelines import runs
-from nfeval.pipelines.reproduce import ablation_experiment, equal_time, runner
+from nfeval.pipelines.reproduce import ablation_experiment, equal_time, run_specs
 from nfeval.pipelines.reproduce.plan import (
     CONTROLS,
     EXPERIMENTS,
@@ -94,15 +94,15 @@ def test_table4_rows_hold_both_width_controls_and_the_matched_geglu():
     assert run_model(SCALES["tiny"], at_equal_updates(WIDER)) == run_model(SCALES["tiny"], WIDER)
 
 
-def _ctx(out: str = "o", **kw) -> runner.Context:
+def _ctx(out: str = "o", **kw) -> run_specs.Context:
     budget = {"max_steps": 100}
-    return runner.Context(out=out, scale=SCALES["tiny"], budget=budget, seeds=1, tokenizer="t", **kw)
+    return run_specs.Context(out=out, scale=SCALES["tiny"], budget=budget, seeds=1, tokenizer="t", **kw)
 
 
 def test_equal_time_times_the_wider_model_as_its_own(tmp_path, monkeypatch):
     """The wider model changes the step time: it is neither the baseline's model nor the FFN-widened one,
     so its step-time ratio is measured, not set to 1 or shared."""
-    keys = {k: equal_time._model_key(_ctx(), k) for k in ("clm-prenorm", WIDER, WIDE, GLU, "clm-normformer")}
+    keys = {k: equal_time.model_key(_ctx(), k) for k in ("clm-prenorm", WIDER, WIDE, GLU, "clm-normformer")}
     assert len(set(keys.values())) == len(keys)
 
     class Timed:
@@ -125,7 +125,7 @@ def test_equal_time_times_the_wider_model_as_its_own(tmp_path, monkeypatch):
 def test_table4_section_states_the_rule_and_each_runs_parameter_excess(tmp_path):
     ctx = _ctx(str(tmp_path))
     for key in ("clm-prenorm", WIDER, GLU):
-        folder = runner.run_dir(ctx, key, 1)
+        folder = run_specs.run_dir(ctx, key, 1)
         os.makedirs(folder)
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump({"model": run_model_config(ctx.scale, key).to_dict()}, f)

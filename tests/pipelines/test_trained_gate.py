@@ -73,7 +73,7 @@ def test_a_reproduce_whose_runs_did_not_train_reads_no_claim_from_them(tmp_path)
 def test_a_preset_that_trains_at_no_lr_of_its_tune_is_said_so_in_reproduce(tmp_path):
     import json
 
-    from nfeval.pipelines.reproduce.runner import Context
+    from nfeval.pipelines.reproduce.run_specs import Context
     from nfeval.pipelines.reproduce.tuning import tuning_rows
     from nfeval.pipelines.scales import SCALES
 

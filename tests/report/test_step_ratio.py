@@ -3,6 +3,7 @@ times fewer steps, while another process loads the machine on and off."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ import torch
 from conftest import make_text, tiny_train_config
 
 from nfeval.engine.training.step_ratio import (
+    busy_neighbours,
     equal_time_steps,
     measure_step_ratio,
     median_interval,
@@ -88,3 +90,17 @@ def test_same_config_measures_a_ratio_near_one(corpus):
     assert 0.75 < r.ratio < 1.33 and r.base_step_s > 0 and r.cand_step_s > 0
     assert r.clock == "process_cpu"  # one torch thread on a CPU
     assert r.to_dict()["method"].startswith("paired")
+
+
+def test_neighbours_train_on_the_device_while_the_ratio_is_timed(corpus):
+    cfg = tiny_train_config(corpus, batch_size=2)
+    with busy_neighbours(cfg, 2) as steps:
+        first = [s.value for s in steps]
+        r = measure_step_ratio(cfg, cfg, pairs=2, burst=1, warmup=0)
+        during = [s.value for s in steps]
+    assert all(n >= 1 for n in first)  # each stepped before the block began
+    assert all(b > a for a, b in zip(first, during))  # and kept training while it ran
+    assert r.sharing == 0 and r.to_dict()["sharing"] == 0
+    shared = measure_step_ratio(cfg, cfg, pairs=2, burst=1, warmup=0, sharing=1)
+    assert shared.sharing == 1 and shared.ratio > 0
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]  # every neighbour joined

@@ -1,7 +1,7 @@
 """Each scheme's own recipe, as its paper or its authors' code trains it: the initialisation, warm-up,
 clipping and optimizer a scheme is tried under before a report lists it as failing under the common
-recipe. One record per scheme, each value with where it comes from; ``own_recipe`` applies one to a
-TrainConfig, and the run's recipe record names it (``recipe.record``: "own_recipe").
+recipe. One record per scheme, each value with where it comes from; ``train_config.own_recipe`` applies
+one to a TrainConfig, and the run's recipe record names it (``recipe.record``: "own_recipe").
 
 What a record leaves out it cannot carry here: a learning rate (each run tunes its own), a schedule
 shape nfeval lacks (HybridNorm's cosine decay to 0.1 of the peak; nfeval decays polynomially to
@@ -11,15 +11,11 @@ biasless Linears), which a comparison's shared model recipe fixes for every cand
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...base.errors import ConfigError
-from ..model.config import parse_preset
-
-if TYPE_CHECKING:
-    from .train_config import TrainConfig
 
 HYBRIDNORM_CONFIG = "BryceZhuo/HybridNorm dense_model/configs/exps/1.2B-dense-HybriedNorm.yaml"
 
@@ -78,9 +74,10 @@ OWN_RECIPES: dict[str, OwnRecipe] = {
         sources={
             "init": "GPT-2's (Radford et al. 2019, §2.3: N(0, 0.02), residual projections scaled by "
             "1/sqrt(N) for N residual layers): nfeval's init='gpt2'",
-            "warmup": "Xiong et al. 2020, 'On Layer Normalization in the Transformer Architecture', §3.2: "
-            "Post-LN needs a learning-rate warm-up, 4,000 updates on IWSLT14 De-En (500 were too few); "
-            "a run of fewer updates stays in its warm-up",
+            "warmup": "Vaswani et al. 2017, 'Attention Is All You Need', §5.3: warmup_steps = 4000 for the "
+            "Post-LN Transformer; Xiong et al. 2020, 'On Layer Normalization in the Transformer "
+            "Architecture', §3.2: Post-LN needs that warm-up (shorter ones train worse); a run of fewer "
+            "updates stays in its warm-up",
         },
     ),
 }
@@ -95,23 +92,16 @@ def own_recipe_for(architecture: str) -> OwnRecipe:
     return OWN_RECIPES[architecture]
 
 
-def own_recipe(cfg: TrainConfig) -> TrainConfig:
-    """Returns ``cfg`` under the own recipe of its preset's scheme (``hybridnorm-small``: HybridNorm's):
-    the record's TrainConfig fields and model fields set (replacing the run's), and ``own_recipe`` naming
-    the scheme, so the run's recipe record says which recipe it trained under."""
-    recipe = own_recipe_for(parse_preset(cfg.preset)[0])
-    return dataclasses.replace(
-        cfg, **recipe.train, model={**cfg.model, **recipe.model}, own_recipe=recipe.scheme
-    )
-
-
-def own_recipe_mismatch(cfg: TrainConfig, model_fields: dict[str, Any]) -> str | None:
-    """Returns the first field where a run that names an own recipe (``cfg.own_recipe``) departs from it,
-    as "FIELD=VALUE, its own recipe's VALUE", or None; ``model_fields``: the run's ModelConfig fields."""
-    recipe = own_recipe_for(cfg.own_recipe)
+def own_recipe_mismatch(
+    scheme: str, train_fields: Mapping[str, Any], model_fields: Mapping[str, Any]
+) -> str | None:
+    """Returns the first field where a run that names ``scheme``'s own recipe departs from it, as
+    "FIELD=VALUE, its own recipe's VALUE", or None; ``train_fields`` and ``model_fields``: the run's
+    TrainConfig and ModelConfig fields."""
+    recipe = own_recipe_for(scheme)
     for name, value in recipe.train.items():
-        if getattr(cfg, name) != value:
-            return f"{name}={getattr(cfg, name)!r}, its own recipe's {value!r}"
+        if train_fields.get(name) != value:
+            return f"{name}={train_fields.get(name)!r}, its own recipe's {value!r}"
     for name, value in recipe.model.items():
         if model_fields.get(name) != value:
             return f"model {name}={model_fields.get(name)!r}, its own recipe's {value!r}"

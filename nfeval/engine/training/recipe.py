@@ -25,7 +25,7 @@ def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any
     """Returns the recipe of a run from its model config (a dict), its TrainConfig (a dict) and the
     optimizer values it resolved (``train_config.training_recipe``): a JSON-able dict. The fields the
     model's scheme set (nGPT's no weight decay and no warm-up) are also listed under "scheme"; a run under
-    its scheme's own recipe (``own_recipes.own_recipe``) names that scheme under "own_recipe"."""
+    its scheme's own recipe (``train_config.own_recipe``) names that scheme under "own_recipe"."""
     scheme, own = resolved.get("scheme"), train.get("own_recipe")
     return {
         **{name: model[name] for name in MODEL_FIELDS},

@@ -16,6 +16,12 @@ a single-threaded step that is the wall time the step takes on an idle core, wit
 hands to other processes, which on a shared machine is the largest error of a short burst's wall time.
 Pairing still cancels what changes the work rate itself (clock frequency, caches shared with others).
 
+Under sharing. Runs that share one GPU (``--runs-per-gpu``) each train while the others do, and a small
+model's step time there is set by the contention as much as by the model. ``sharing`` N measures the
+ratio while N neighbour processes train the baseline config on the same device (``busy_neighbours``),
+as the runs it plans will. A CPU run keeps its own cores (and one thread is timed on its process clock),
+so there the pipelines measure alone.
+
 The steps run at learning rate 0 on throwaway Trainers (nothing is written to a run dir), so they
 time exactly what training runs: data, forward, backward, optimizer. ``equal_time_steps`` turns a
 ratio into the candidate's step budget: the baseline gets S steps, the candidate S ÷ ratio, so each
@@ -24,11 +30,14 @@ completes its own LR schedule in the same time.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
+import multiprocessing as mp
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,6 +69,7 @@ class StepRatio:
     base_step_s: float  # median seconds per baseline step over the bursts (for reference)
     cand_step_s: float
     clock: str = "wall"  # a CLOCKS key
+    sharing: int = 0  # neighbour processes training the baseline on the same device while it was timed
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the measurement as a JSON-safe dict, with the method in words."""
@@ -143,20 +153,68 @@ def measure_step_ratio(
     burst: int = 3,
     warmup: int = 3,
     clock: str | None = None,
+    sharing: int = 0,
 ) -> StepRatio:
     """Returns the paired step-time ratio of training ``cand`` to training ``base``: both Trainers
     built here (same process, same device), their real training steps timed in interleaved bursts on
-    ``clock`` (default: ``step_clock``'s for the device). The caller's RNG state is left as it was."""
+    ``clock`` (default: ``step_clock``'s for the device), while ``sharing`` neighbour processes train
+    ``base`` on the same device (``busy_neighbours``). The caller's RNG state is left as it was."""
     from .budget import synchronize
     from .trainer import Trainer
 
-    with tempfile.TemporaryDirectory(prefix="nfeval-step-ratio-") as scratch, torch.random.fork_rng():
+    with (
+        tempfile.TemporaryDirectory(prefix="nfeval-step-ratio-") as scratch,
+        torch.random.fork_rng(),
+        busy_neighbours(base, sharing),
+    ):
         trainers = [Trainer(cfg, scratch) for cfg in (base, cand)]
         device = trainers[0].par.device
         a, b = (lambda i, t=t: t.train_step(i, lr=0.0) for t in trainers)
         sync = lambda: synchronize(device)  # noqa: E731
         clock = clock or step_clock(device)
-        return paired_ratio(a, b, pairs, burst, warmup, synchronize=sync, clock=clock)
+        ratio = paired_ratio(a, b, pairs, burst, warmup, synchronize=sync, clock=clock)
+    return dataclasses.replace(ratio, sharing=sharing)
+
+
+def _neighbour(cfg: TrainConfig, ready: Any, stop: Any, steps: Any) -> None:
+    """Trains ``cfg`` at LR 0 (nothing written) until ``stop`` is set, counting its steps in ``steps``;
+    sets ``ready`` after its first step: a ``busy_neighbours`` process."""
+    from .trainer import Trainer
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="nfeval-neighbour-") as scratch:
+        trainer = Trainer(cfg, scratch)
+        while not stop.is_set():
+            trainer.train_step(steps.value, lr=0.0)
+            steps.value += 1
+            ready.set()
+
+
+@contextlib.contextmanager
+def busy_neighbours(cfg: TrainConfig, count: int) -> Iterator[list[Any]]:
+    """Runs ``count`` spawned processes training ``cfg`` on its device while the block runs (the block
+    starts once each has stepped); yields their step counters (``multiprocessing.Value``); stops and
+    joins them on exit. ``count`` 0: nothing runs."""
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    workers = []
+    for _ in range(count):
+        ready, steps = ctx.Event(), ctx.Value("l", 0)
+        process = ctx.Process(target=_neighbour, args=(cfg, ready, stop, steps), daemon=True)
+        process.start()
+        workers.append((process, ready, steps))
+    try:
+        for process, ready, _ in workers:
+            while not ready.wait(1.0):
+                if not process.is_alive():
+                    raise RuntimeError(f"a neighbour training {cfg.preset} exited ({process.exitcode})")
+        yield [steps for _, _, steps in workers]
+    finally:
+        stop.set()
+        for process, _, _ in workers:
+            process.join(timeout=60)
+            if process.is_alive():
+                process.terminate()
 
 
 def equal_time_steps(base_steps: int, ratio: float) -> int:

@@ -23,7 +23,7 @@ from ..model.config import (
     preset,
 )
 from ..text.tokenization import MIN_BPE_VOCAB
-from .own_recipes import own_recipe_mismatch
+from .own_recipes import own_recipe_for, own_recipe_mismatch
 
 DTYPES = ("fp32", "bf16")
 TRAIN_CHOICES = {"objective": ("clm", "mlm"), "dtype": DTYPES}
@@ -117,7 +117,7 @@ class TrainConfig:
     weight_decay: float | None = setting(OVERRIDABLE, None, "weight decay (default: the objective's recipe)")
     clip_grad: float = setting(OVERRIDABLE, 0.0, "gradient norm clipping (default 0: none)")
     # the scheme whose own recipe (own_recipes.OWN_RECIPES: its paper's init, warm-up, clipping, optimizer)
-    # the run's fields follow, as own_recipes.own_recipe set them; validate checks that they do
+    # the run's fields follow, as own_recipe (below) sets them; validate checks that they do
     own_recipe: str | None = setting(
         OVERRIDABLE,
         None,
@@ -206,7 +206,7 @@ class TrainConfig:
             )
         self._check_optimizer(bad)
         if self.own_recipe is not None:
-            mismatch = own_recipe_mismatch(self, preset_model(self).to_dict())
+            mismatch = own_recipe_mismatch(self.own_recipe, vars(self), preset_model(self).to_dict())
             if mismatch:
                 where = sources.get("own_recipe", "config")
                 raise ConfigError(f"{where}: own_recipe={self.own_recipe!r} but {mismatch}")
@@ -325,6 +325,17 @@ def preset_model(cfg: TrainConfig) -> ModelConfig:
     """Returns the ModelConfig of ``cfg``'s preset, objective and model overrides (before a tokenizer sets
     the vocabulary)."""
     return preset(cfg.preset, **({"objective": cfg.objective} if cfg.objective else {}), **cfg.model)
+
+
+def own_recipe(cfg: TrainConfig) -> TrainConfig:
+    """Returns ``cfg`` under the own recipe of its preset's scheme (``hybridnorm-small``: HybridNorm's,
+    ``own_recipes.OWN_RECIPES``): the record's TrainConfig fields and model fields set (replacing the
+    run's), and ``own_recipe`` naming the scheme, so the run's recipe record says which recipe it trained
+    under."""
+    recipe = own_recipe_for(parse_preset(cfg.preset)[0])
+    return dataclasses.replace(
+        cfg, **recipe.train, model={**cfg.model, **recipe.model}, own_recipe=recipe.scheme
+    )
 
 
 def leave_to_scheme(cfg: TrainConfig) -> TrainConfig:

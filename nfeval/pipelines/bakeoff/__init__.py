@@ -70,7 +70,7 @@ def make_context(cfg: BakeoffConfig) -> Context:
         lrs=tuple(cfg.lrs or scale.tune_lrs),
         tune_budget=cfg.tune_budget or scale.tune_budget,
         tokenizer="",
-    )
+    ).with_jobs_here(cfg.runs_per_gpu)
 
 
 @folder_locked(lambda cfg: cfg.out)  # one writer per output folder
@@ -147,15 +147,10 @@ def seed_plan(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
     return plan
 
 
-def _sources(name: str) -> dict[str, str]:
-    """Returns where each field of an own-recipe candidate's recipe comes from (``OWN_RECIPES``)."""
-    return OWN_RECIPES[name.removesuffix(OWN)].sources
-
-
 def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[str, Any]:
     """Returns report.json's content: the header, the ranking, every test and the tables' data."""
     from ...engine.training import recipe
-    from . import collapse
+    from . import collapse, runs
     from .runs import run_budget
 
     every = [r for rs in records.values() for r in rs]
@@ -174,8 +169,8 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
     header["schemes"] = {
         r["name"]: r["recipe"]["scheme"] for r in every if (r.get("recipe") or {}).get("scheme")
     }
-    failed = collapse.failed_lrs(ctx, ctx.unigram_ppl)
-    untrainable = collapse.untrainable(ctx, failed)
+    failed = runs.failed_lrs(ctx, ctx.unigram_ppl)
+    untrainable = runs.untrainable(ctx, failed)
     names = {c.name for c in ctx.candidates}
     header["own_recipe_pending"] = [  # --reread: schemes whose own recipe this folder has not tried yet
         c.name

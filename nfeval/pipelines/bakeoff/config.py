@@ -12,11 +12,14 @@ from ...base.cli_args import (
     DEVICE_HELP,
     PIPELINE_JOBS_HELP,
     REREAD_HELP,
+    RUNS_PER_GPU_HELP,
     ZEROSHOT_DATA_DIR_HELP,
+    check_jobs,
     device_name,
     learning_rates,
     positive_int,
     run_folder_help,
+    runs_per_gpu,
     tune_seeds_help,
 )
 from ...base.config_flags import flag_field
@@ -87,6 +90,9 @@ class BakeoffConfig:
         lr_band.DEFAULT_TUNE_SEEDS, tune_seeds_help(lr_band.DEFAULT_TUNE_SEEDS), type=positive_int
     )
     jobs: int = flag_field(1, PIPELINE_JOBS_HELP)  # runs and tune points trained at a time here
+    runs_per_gpu: int | None = flag_field(  # 0: auto
+        None, RUNS_PER_GPU_HELP, type=runs_per_gpu, metavar="N|auto"
+    )
     data_dir: str | None = flag_field(None, ZEROSHOT_DATA_DIR_HELP, type=embedded.zeroshot_dir)
     device: str = flag_field("auto", DEVICE_HELP, type=device_name)
     progress: bool = flag_field(True, "no progress bars", name="no-progress", action="store_false")
@@ -105,8 +111,7 @@ class BakeoffConfig:
         if self.close_seeds < 1:
             raise ConfigError(f"--close-seeds {self.close_seeds}: expected at least 1")
         lr_band.check_seeds(max(self.seeds, self.close_seeds), self.tune_seeds)
-        if self.jobs < 1:
-            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
+        check_jobs(self.jobs, self.runs_per_gpu)
         if not 0 <= self.clip_grad < math.inf:  # nan and inf too: a tune point would refuse it later
             raise ConfigError(
                 f"--clip-grad {self.clip_grad}: expected a finite gradient norm >= 0 (0: no clipping)"

@@ -17,9 +17,9 @@ from typing import Any
 
 from ...base.artifacts import atomic_write_json
 from ...base.jsonio import load_json
-from ...engine.training.own_recipes import OWN_RECIPES, own_recipe
-from ...engine.training.train_config import TrainConfig, leave_to_scheme
-from .. import context, lr_band, runs, trained_gate
+from ...engine.training.own_recipes import OWN_RECIPES
+from ...engine.training.train_config import TrainConfig, leave_to_scheme, own_recipe
+from .. import context, lr_band, runner, runs, trained_gate
 from .candidates import OWN, Candidate
 
 log = functools.partial(context.log, "bakeoff")
@@ -56,25 +56,20 @@ def run_dir(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> s
     return context.run_dir(ctx.out, c.name, seed, lr)
 
 
+def tune_entry(ctx: Context, c: Candidate) -> dict[str, Any]:
+    """Returns ``c``'s tune (tune.json's entry of its preset)."""
+    return load_json(tune_file(ctx, c))["presets"][c.preset(ctx.scale.size)]
+
+
 def band_lrs(ctx: Context, c: Candidate) -> list[float]:
-    """Returns the other LRs of ``c``'s band (``lr_band.entry_band``: the best's stable, trained
-    neighbours): its runs also train at these, on the judged seeds. None when the tune's best LR did not
-    train (``trained_gate.best_trained``): a "best" among runs that learned nothing is noise."""
-    entry = load_json(tune_file(ctx, c))["presets"][c.preset(ctx.scale.size)]
-    return (
-        lr_band.entry_band(entry, ctx.unigram_ppl)
-        if trained_gate.best_trained(entry, ctx.unigram_ppl)
-        else []
-    )
+    """Returns the other LRs of ``c``'s band (``lr_band.entry_band``): its runs also train at these, on
+    the judged seeds."""
+    return lr_band.entry_band(tune_entry(ctx, c), ctx.unigram_ppl)
 
 
 def band_outside(ctx: Context, c: Candidate) -> dict[float, str]:
-    """Returns the neighbours of ``c``'s best LR not in its band, and why (``lr_band.failed_neighbours``);
-    {} when its best LR did not train (it has no band to check)."""
-    entry = load_json(tune_file(ctx, c))["presets"][c.preset(ctx.scale.size)]
-    if not trained_gate.best_trained(entry, ctx.unigram_ppl):
-        return {}
-    return lr_band.failed_neighbours(entry, ctx.unigram_ppl)
+    """Returns the neighbours of ``c``'s best LR not in its band, and why (``lr_band.failed_neighbours``)."""
+    return lr_band.failed_neighbours(tune_entry(ctx, c), ctx.unigram_ppl)
 
 
 def run_budget(ctx: Context, c: Candidate) -> dict[str, float]:
@@ -160,14 +155,29 @@ def run_tunes(ctx: Context) -> None:
         lr_band.tune_band(lambda extra, lrs=tuned, tune_at=tune_at: tune_at(lrs, extra), ctx.unigram_ppl)
 
 
+def failed_lrs(ctx: Context, unigram: float, candidates: list | None = None) -> dict[str, list[float]]:
+    """Returns {name: the LRs of its tune grid whose point did not end below the gate's threshold (a
+    diverged or missing point included)}, for every candidate (of ``candidates`` when given)."""
+    out = {}
+    for c in ctx.candidates if candidates is None else candidates:
+        entries = load_json(tune_file(ctx, c))["presets"].values()
+        out[c.name] = sorted(lr for entry in entries for lr in trained_gate.failed_lrs(entry, unigram))
+    return out
+
+
+def untrainable(ctx: Context, failed: dict[str, list[float]]) -> frozenset[str]:
+    """Returns the candidates for which every point of the tune grid failed the gate (``failed``:
+    ``failed_lrs``'s answer): they did not train at any LR of their grid under this recipe."""
+    grids = {c.name: load_json(tune_file(ctx, c))["grid"]["lrs"] for c in ctx.candidates if c.name in failed}
+    return frozenset(name for name, lrs in failed.items() if len(lrs) >= len(grids[name]))
+
+
 def add_own_recipes(ctx: Context) -> list[Candidate]:
-    """Adds to ``ctx.candidates`` each candidate that trained at no LR of its grid (``collapse``) and
+    """Adds to ``ctx.candidates`` each candidate that trained at no LR of its grid (``untrainable``) and
     whose scheme has an own recipe (``engine.training.own_recipes``), under that recipe
     (``Candidate.under_own_recipe``), to be tuned, trained and ranked beside it with that qualifier;
     returns those added. A scheme is tried under its own paper's recipe before a report lists it as
     failing."""
-    from .collapse import failed_lrs, untrainable
-
     if ctx.unigram_ppl is None or ctx.reread:  # --reread trains nothing: the report says who waits
         return []
     names = {c.name for c in ctx.candidates}
@@ -212,24 +222,41 @@ def measure_ratios(ctx: Context) -> dict[str, dict[str, Any]]:
             train_config(ctx, by_name[base], 1, tuned=False),
             train_config(ctx, by_name[name], 1, tuned=False),
         ),
-        timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup},
+        timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup}
+        | {"sharing": context.sharing(ctx)},
         log=log,
         measure=not ctx.reread,
     )
 
 
-def ensure_run(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> dict[str, Any]:
-    """Trains ``c`` at ``seed`` (at ``lr`` of its band, or its tuned LR) unless it is finished; returns
-    its record (``runs.ensure_run``'s, with name, seed, budget and, once the corpus's unigram PPL is
-    known, ``trained``: the gate every verdict reads, applied here where every stage loads its runs)."""
-    record = {"name": c.name, "seed": seed, "budget": run_budget(ctx, c)}
-    cfg = train_config(ctx, c, seed, lr=lr)
-    directory = run_dir(ctx, c, seed, lr)
-    done = runs.read_or_train(cfg, directory, record, log, not ctx.reread)
-    done = trained_gate.mark(done, ctx.unigram_ppl)
-    if lr is None and not ctx.reread:
-        read_while_weights_exist(ctx, c, seed, done)
+def run_spec(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> runner.RunSpec:
+    """Returns the spec of ``c``'s run at ``seed`` (at ``lr`` of its band, or its tuned LR): its
+    TrainConfig (``train_config``), folder, and the record's name, seed and budget."""
+    return runner.RunSpec(
+        name=c.name,
+        seed=seed,
+        config=train_config(ctx, c, seed, lr=lr),
+        directory=run_dir(ctx, c, seed, lr),
+        record={"name": c.name, "seed": seed, "budget": run_budget(ctx, c)},
+        role=runner.JUDGED if lr is None else runner.BAND,
+        lr=lr,
+    )
+
+
+def ensure_spec(ctx: Context, spec: runner.RunSpec) -> dict[str, Any]:
+    """Returns the record of ``spec``'s run (``runner.ensure_in``: trained first unless finished); a
+    judged run that trained is then read while its weights exist (``read_while_weights_exist``)."""
+    done = runner.ensure_in(ctx, spec)
+    if spec.role == runner.JUDGED and not ctx.reread:
+        c = next(c for c in ctx.candidates if c.name == spec.name)
+        read_while_weights_exist(ctx, c, spec.seed, done)
     return done
+
+
+def ensure_run(ctx: Context, c: Candidate, seed: int, lr: float | None = None) -> dict[str, Any]:
+    """Returns ``ensure_spec``'s record of ``c``'s run at ``seed`` (at ``lr`` of its band, or its tuned
+    LR)."""
+    return ensure_spec(ctx, run_spec(ctx, c, seed, lr))
 
 
 def read_while_weights_exist(ctx: Context, c: Candidate, seed: int, record: dict[str, Any]) -> None:
@@ -269,22 +296,16 @@ def depth_ratio(ctx: Context, c: Candidate, seed: int) -> float | None:
 
 
 def train_all(ctx: Context) -> str | None:
-    """Trains every candidate's unfinished seeds, at its tuned LR and at every other LR of its band:
-    ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
-    finished, else what to do."""
-    if ctx.reread:
-        return None
-    variants = [
-        (c.name, c, lr, s)
+    """Trains every candidate's unfinished seeds, at its tuned LR and at every other LR of its band,
+    through the one runner (``runner.train_in``); returns None once every run is finished, else what to
+    do."""
+    specs = [
+        run_spec(ctx, c, s, lr)
         for c in ctx.candidates
         for lr in (None, *band_lrs(ctx, c))
         for s in ctx.seeds_of(c)
     ]
-    points = runs.paired_points(ctx, variants, ensure_run, run_dir)
-    s = ctx.scale
-    return runs.train_points(
-        points, ctx.out, ctx.launch, ctx.jobs, "bakeoff", ctx.progress, s.threads, ctx.device
-    )
+    return runner.train_in(ctx, specs, functools.partial(ensure_spec, ctx))
 
 
 def run_on_cluster(ctx: Context) -> str | None:

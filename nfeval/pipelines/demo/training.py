@@ -2,7 +2,7 @@
 (``pipelines.runs``): the paired step-time ratio of NormFormer to Pre-LN measured before training
 (``runs.measure_ratios``), Pre-LN's step budget fixed and NormFormer's derived from it
 (``runs.equal_time_budget``: S ÷ ratio), each run completing its own LR schedule (``runs.ensure_run``,
-trained here or two at a time by ``runs.train_points``).
+trained here or two at a time by ``runner.train``).
 
 Pre-LN's S is ``--steps`` when given; else it is what the time target buys: the training share of
 ``--minutes`` over the step time the paired measurement saw (corrected for the machine's load then, the
@@ -20,7 +20,7 @@ from typing import Any
 from ...base.artifacts import atomic_write_json
 from ...base.jsonio import load_json
 from ...engine.training.train_config import TrainConfig
-from .. import runs
+from .. import runner, runs
 
 ARCHES = ("prenorm", "normformer")  # the baseline first: compare and the leaderboard take it as such
 BASELINE = ARCHES[0]
@@ -127,20 +127,32 @@ def log_line(message: str) -> None:
 
 
 def train_runs(cfg, tokenizer: str, base_steps: int, ratio: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Trains both runs to the end of their schedules (resuming; two at a time with ``cfg.jobs`` 2);
-    returns {arch: its run record}."""
-    from ...launch.jobs import LaunchPoint
+    """Trains both runs to the end of their schedules through the one runner (``pipelines.runner``;
+    resuming; two at a time with ``cfg.jobs`` 2); returns {arch: its run record}."""
+    import functools
 
     per_run = budgets(base_steps, ratio)
     every = eval_interval(per_run)
-    points = []
-    for arch in ARCHES:
-        tcfg = train_config(cfg, tokenizer, arch, int(per_run[arch]["max_steps"]), every)
-        record = {"name": arch, "budget": per_run[arch], "step_ratio": None if arch == BASELINE else ratio}
-        folder = run_dir(cfg.out, arch)
-        points.append(LaunchPoint(arch, runs.ensure_run, (tcfg, folder, record, log_line), folder))
-    left = runs.train_points(
-        points, cfg.out, None, cfg.jobs, "demo", cfg.progress, threads=1, device=cfg.device
+    specs = [
+        runner.RunSpec(
+            name=arch,
+            seed=cfg.seed,
+            config=train_config(cfg, tokenizer, arch, int(per_run[arch]["max_steps"]), every),
+            directory=run_dir(cfg.out, arch),
+            record={"name": arch, "budget": per_run[arch], "step_ratio": None if arch == BASELINE else ratio},
+        )
+        for arch in ARCHES
+    ]
+    ensure = functools.partial(runner.ensure, log=log_line)
+    left = runner.train(
+        specs,
+        ensure,
+        cfg.out,
+        jobs=cfg.jobs,
+        threads=1,
+        device=cfg.device,
+        desc="demo",
+        progress=cfg.progress,
     )
     if left is not None:
         raise RuntimeError(f"demo: {left}")

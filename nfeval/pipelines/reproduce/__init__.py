@@ -4,13 +4,13 @@ hardware allows, into ``--out``: ``report.md`` + ``report.json`` + PNGs, one sec
 Before any comparison run: the LR of every architecture is tuned (``tuning``; ``--no-tune``: one LR,
 every verdict marked untuned) and every run's paired step-time ratio to its baseline fixes its equal-time
 step budget (``equal_time``). Built from the library functions behind ``nfeval tune``, ``train``,
-``compare``, ``zeroshot`` and ``glue``
-(``plan`` lists the experiments and runs as data; ``runner`` trains; ``training_experiments`` and
-``eval_experiments`` measure; ``verdict`` holds the one decision rule; ``report`` renders). Resumable:
-every run and every section has a record written last, so a rerun with the same ``--out`` skips what
-finished and a killed invocation resumes inside the run it was training. The folder may be moved or
-copied (to another path or machine) and resumed there: nothing in it is keyed by where it lies (its
-tune points and runs compare the tokenizer it holds by content; its links are relative).
+``compare``, ``zeroshot`` and ``glue`` (``plan`` lists the experiments and runs as data; ``run_specs``
+declares the runs, ``pipelines.runner`` trains them; ``training_experiments`` and ``eval_experiments``
+measure; ``verdict`` holds the one decision rule; ``report`` renders). Resumable: every run and every
+section has a record written last, so a rerun with the same ``--out`` skips what finished and a killed
+invocation resumes inside the run it was training. The folder may be moved or copied (to another path or
+machine) and resumed there: nothing in it is keyed by where it lies (its tune points and runs compare the
+tokenizer it holds by content; its links are relative).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from ...engine.training.train_config import TrainConfig
 from ...tune import results as tune_results
 from .. import archive, context, init_sensitivity, lr_band, runs, trained_gate
 from ..scales import SCALES, Scale
-from . import runner
+from . import run_specs
 from .config import ReproduceConfig
 from .plan import EXPERIMENTS, RUNS
-from .runner import Context, log, train_all
+from .run_specs import Context, log, train_all
 
 SETTINGS = "reproduce.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
 # the records its archive leaves out: the band's runs' gradient records (Figures 3 and 7 read the runs at
@@ -102,16 +102,17 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
         script = commands.write_commands(ctx, only)
         log(f"--scale {scale.name} needs GPUs and none is present: the training commands are in {script}")
         return {"commands": script}
+    ctx.with_jobs_here(cfg.runs_per_gpu)
     ctx.tokenizer = shared_tokenizer(cfg.out, scale.vocab_size, cfg.train_data, cfg.valid_data)
     context.keep_settings(os.path.join(cfg.out, SETTINGS), current)
     seed_history = record_seeds(cfg.out, ctx.seeds)
-    ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(runner.train_config(ctx, "clm-prenorm", 1))
+    ctx.unigram_ppl = trained_gate.corpus_unigram_ppl(run_specs.train_config(ctx, "clm-prenorm", 1))
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
     ctx.sensitivity = init_sensitivity.measure(cfg.out, _distinct_models(ctx, keys), log)
     if cfg.tune_only:
         from .tuning import run_tune
 
-        files = run_tune(ctx, keys, cfg.jobs)
+        files = run_tune(ctx, keys, ctx.jobs)
         archive.pack(cfg.out, archive_skip(only))
         return {"tuned": f"tuned ({', '.join(files.values())}); rerun without --tune-only to train the runs"}
     pending = _before_sections(cfg, ctx, keys)
@@ -132,13 +133,12 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
 def _distinct_models(ctx: Context, keys: list[str]) -> dict[str, TrainConfig]:
     """Returns {run key: its TrainConfig} of the first run of each distinct model among ``keys`` (a row
     that changes only the recipe draws the same model at initialisation)."""
-    from .equal_time import _model_key
+    from .equal_time import model_key
 
-    out: dict[str, TrainConfig] = {}
+    first: dict[str, str] = {}
     for key in keys:
-        if _model_key(ctx, key) not in {_model_key(ctx, k) for k in out}:
-            out[key] = runner.train_config(ctx, key, 1)
-    return out
+        first.setdefault(model_key(ctx, key), key)
+    return {key: run_specs.train_config(ctx, key, 1) for key in first.values()}
 
 
 def effective_scale(cfg: ReproduceConfig) -> Scale:
@@ -160,7 +160,7 @@ def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str
     if cfg.tune:
         from .tuning import run_tune
 
-        ctx.tune_files = run_tune(ctx, keys, cfg.jobs)
+        ctx.tune_files = run_tune(ctx, keys, ctx.jobs)
         if on_cluster and any(load_json(f)["missing"] for f in ctx.tune_files.values()):
             return "the LR tune's jobs are not all finished: rerun the same command to collect them"
     if "max_steps" in ctx.budget:
@@ -210,7 +210,7 @@ def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list
     tune_rows, tune_warnings = tuning_rows(ctx)
     finished = [
         trained_gate.mark(r, ctx.unigram_ppl)
-        for r in (runs.finished(runner.run_dir(ctx, k, s)) for k in RUNS for s in ctx.seed_values)
+        for r in (runs.finished(run_specs.run_dir(ctx, k, s)) for k in RUNS for s in ctx.seed_values)
         if r
     ]
     base = scale_facts.baseline_dir(ctx.out, "runs", "clm-prenorm") or scale_facts.baseline_dir(
@@ -267,7 +267,7 @@ def recipes(ctx: Context, finished: list[dict[str, Any]]) -> dict[str, dict[str,
     from ...engine.training import recipe
 
     out: dict[str, dict[str, Any]] = {}
-    for objective, base in runner.BASELINES.items():
+    for objective, base in run_specs.BASELINES.items():
         mine = [r for r in finished if RUNS[r["key"]].objective == objective]
         reference = next((r for r in mine if r["key"] == base), None)
         if reference is None:
@@ -279,7 +279,7 @@ def recipes(ctx: Context, finished: list[dict[str, Any]]) -> dict[str, dict[str,
                 "recorded recipes): delete those run folders and rerun, so one recipe holds for the report"
             )
         for r in mine:
-            allowed = runner.recipe_deviations(ctx, r["key"])
+            allowed = run_specs.recipe_deviations(ctx, r["key"])
             differ = [
                 d
                 for d in recipe.differences(reference["recipe"], r["recipe"])

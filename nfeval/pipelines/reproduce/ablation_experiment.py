@@ -30,7 +30,7 @@ from .plan import (
     at_equal_updates,
 )
 from .run_overrides import paper_widening, paper_width_control, parameter_count, run_model_config
-from .runner import BASELINES, Context, run_dir, table_section
+from .run_specs import BASELINES, Context, run_dir, table_section
 
 FULL = "clm-normformer"
 

@@ -17,7 +17,7 @@ from ...report import verdict
 from .. import analyses
 from ..runs import finished
 from .gradient_experiment import gradient_parts
-from .runner import Context, log, run_dir
+from .run_specs import Context, log, run_dir
 
 STABILITY_ARCHS = ("prenorm", "normformer", "normformer-resscale", "postnorm")
 

@@ -30,7 +30,7 @@ from ..scales import SCALES
 from ..trained_gate import is_trained, mark
 from . import sections
 from .budget_report import PAIR, plot, render, tokens_text
-from .runner import log
+from .run_specs import log
 
 EXPERIMENT = "fig2-clm"
 CLAIM = "fig2-clm/equal-time"
@@ -230,7 +230,7 @@ def assemble(cfg, folders: dict[int, str], start: float) -> dict[str, Any]:
             "tune_seeds": first.get("tune_seeds"),
             "hardware": hardware_key(hardware()),
             "cpu_count": os.cpu_count(),
-            "jobs": cfg.jobs,
+            "jobs": first.get("jobs", cfg.jobs),  # --runs-per-gpu resolved
             "compute_paths": sorted({p for h in headers for p in h.get("compute_paths") or []}),
             "train_hours": sum(h.get("train_hours", 0) for h in headers),
             "wall_min": (time.time() - start) / 60,

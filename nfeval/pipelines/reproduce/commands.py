@@ -11,7 +11,7 @@ from ...base.artifacts import atomic_write_text
 from ...engine.training.train_config import TrainConfig
 from ...engine.training.train_flags import flag_name, to_flags
 from .plan import EXPERIMENTS, RUNS
-from .runner import Context, run_dir, train_config
+from .run_specs import Context, run_dir, train_config
 
 
 def train_command(cfg: TrainConfig, out_dir: str, gpus: int = 8) -> str:

@@ -13,12 +13,15 @@ from ...base.cli_args import (
     DEVICE_HELP,
     PIPELINE_JOBS_HELP,
     REREAD_HELP,
+    RUNS_PER_GPU_HELP,
     ZEROSHOT_DATA_DIR_HELP,
+    check_jobs,
     device_name,
     learning_rates,
     names,
     positive_int,
     run_folder_help,
+    runs_per_gpu,
     tune_seeds_help,
 )
 from ...base.config_flags import flag_field
@@ -88,6 +91,9 @@ class ReproduceConfig:
         None, "validation text (default: the last 5%% of the training documents)"
     )
     jobs: int = flag_field(1, PIPELINE_JOBS_HELP)  # at a time here, each on its share of the cores
+    runs_per_gpu: int | None = flag_field(  # 0: auto
+        None, RUNS_PER_GPU_HELP, type=runs_per_gpu, metavar="N|auto"
+    )
     data_dir: str | None = flag_field(None, ZEROSHOT_DATA_DIR_HELP, type=embedded.zeroshot_dir)
     glue_dir: str | None = flag_field(
         None,
@@ -130,8 +136,7 @@ class ReproduceConfig:
             raise ConfigError(f"--seeds {self.seeds}: expected at least 1")
         if self.tune_only and (not self.tune or self.reread):
             raise ConfigError("--tune-only tunes and trains nothing else: drop --no-tune / --reread")
-        if self.jobs < 1:
-            raise ConfigError(f"--jobs {self.jobs}: expected at least 1")
+        check_jobs(self.jobs, self.runs_per_gpu)
 
     def validate(self) -> None:
         """Raises a UserError naming the first bad option; checks everything before any work."""

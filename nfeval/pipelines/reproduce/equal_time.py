@@ -16,16 +16,18 @@ import os
 from typing import Any
 
 from ...base.jsonio import load_json
-from .. import runs
+from .. import context, runs
 from ..report_text import PAPER_OVERHEAD, ratio_text
 from .plan import EQUAL_TIME, RUNS
 from .run_overrides import run_model
-from .runner import BASELINES, Context, log, preset_name, run_budget, train_config
+from .run_specs import BASELINES, Context, log, preset_name, run_budget, train_config
 
 FILE = "step_ratios.json"
 
 
-def _model_key(ctx: Context, key: str) -> str:
+def model_key(ctx: Context, key: str) -> str:
+    """Returns what shapes run ``key``'s step (objective, preset, model overrides), as a JSON key: runs
+    with one key are the same model."""
     return json.dumps([RUNS[key].objective, preset_name(ctx, key), run_model(ctx.scale, key)], sort_keys=True)
 
 
@@ -42,9 +44,10 @@ def measure_ratios(ctx: Context, keys: list[str]) -> dict[str, dict[str, Any]]:
         os.path.join(ctx.out, FILE),
         timed(keys),
         baseline_of=lambda key: BASELINES[RUNS[key].objective],
-        model_of=lambda key: _model_key(ctx, key),
+        model_of=lambda key: model_key(ctx, key),
         configs=lambda key, base: (train_config(ctx, base, 1), train_config(ctx, key, 1)),
-        timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup},
+        timing={"pairs": s.ratio_pairs, "burst": s.ratio_burst, "warmup": s.ratio_warmup}
+        | {"sharing": context.sharing(ctx)},
         log=log,
         measure=not ctx.reread,
     )

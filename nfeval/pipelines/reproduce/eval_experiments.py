@@ -15,7 +15,7 @@ from ...report import verdict
 from ...tasks import judged_metric
 from ..stages import zeroshot_data
 from .plan import RUNS
-from .runner import Context, log, run_dir, table_section
+from .run_specs import Context, log, run_dir, table_section
 
 # Small CPU models want larger fine-tuning learning rates than the base-model default grid.
 SMALL_MODEL_GLUE_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3)

@@ -38,7 +38,7 @@ from ..runs import grad_stats_path
 from ..trained_gate import gate_claim, is_trained, recipe_words
 from .fig7_window import Schedule, fig7_window, run_schedule, window_text
 from .plan import RUNS
-from .runner import Context, ensure_run, run_dir
+from .run_specs import Context, ensure_run, run_dir
 
 FIG3_KIND = "fc2"
 ATTENTION_KINDS = ("q", "k", "v", "out_proj")

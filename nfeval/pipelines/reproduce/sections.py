@@ -16,7 +16,7 @@ from ...report import verdict
 from ..runs import NotTrained
 from . import ablation_experiment, analysis_experiment, eval_experiments, training_experiments
 from .plan import PRIMARY_CLAIMS, Experiment
-from .runner import Context, ensure_runs, log
+from .run_specs import Context, ensure_runs, log
 
 
 def measure(ctx: Context, exp: Experiment) -> dict[str, Any]:

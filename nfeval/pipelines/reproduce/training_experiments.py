@@ -19,7 +19,7 @@ from ..report_text import PAPER_OVERHEAD, ratio_text
 from ..runs import finished
 from ..trained_gate import NOT_READABLE, gated_decide, is_trained, mark, recipe_words
 from .plan import LOG_PPL_MARGIN, LR_BAND_CLAIMS, RUNS
-from .runner import Context, band_lrs, band_outside, log, run_budget, run_dir, table_section
+from .run_specs import Context, band_lrs, band_outside, log, run_budget, run_dir, table_section
 
 AXIS_WORDS = {"wall_s": "equal wall-clock", "flops": "equal FLOPs"}
 
@@ -171,7 +171,7 @@ def _per_seed(
             readings["wall_s"].update(base=judged_ppl(pair[0]), cand=judged_ppl(pair[1]), judged=True)
         for axis, acc in per_axis.items():
             r = readings[axis]
-            if r.get("no_logs"):
+            if r is None:  # the runs' logs are not kept: nothing to read at equal FLOPs
                 acc["no_logs"] += 1
                 continue
             if r["matched"]:
@@ -192,26 +192,12 @@ def _logs_gone(ctx: Context, pair: tuple[dict, ...]) -> bool:
         os.path.join(r["dir"], "metrics.jsonl")) for r in pair)  # fmt: skip
 
 
-def _record_readings(pair: tuple[dict, ...]) -> dict[str, dict[str, Any]]:
+def _record_readings(pair: tuple[dict, ...]) -> dict[str, dict[str, Any] | None]:
     """Returns the readings of a seed whose runs' logs are gone: equal time from the records' final PPLs
-    (both runs ended their own schedules), equal FLOPs not readable (it needs the curves)."""
+    (both runs ended their own schedules), equal FLOPs None (it needs the curves)."""
     ppl = [judged_ppl(r) for r in pair]
-    return {
-        "wall_s": {
-            "base": ppl[0],
-            "cand": ppl[1],
-            "mid_schedule": [False, False],
-            "matched": True,
-            "fraction": None,
-        },
-        "flops": {
-            "base": None,
-            "cand": None,
-            "mid_schedule": [False, False],
-            "matched": False,
-            "fraction": None,
-        },
-    }
+    wall = {"base": ppl[0], "cand": ppl[1], "mid_schedule": [False, False], "matched": True, "fraction": None}
+    return {"wall_s": wall, "flops": None}
 
 
 def _record_row(seed: int, pair: tuple[dict, ...], readings: dict[str, Any]) -> list[str]:

@@ -21,7 +21,7 @@ from ...tune.results import grid_cells, lr_key, tried, warnings_for
 from .. import lr_band, trained_gate
 from ..lr_band import TUNE_SEED_BASE, tune_seed_values
 from .plan import RUNS
-from .runner import Context, log, preset_name, train_config
+from .run_specs import Context, log, preset_name, train_config
 
 
 def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:

@@ -14,7 +14,7 @@ from .. import archive
 from ..scales import SCALES
 from ..stages import shared_tokenizer
 from ..verify import verify_run
-from . import runner
+from . import run_specs
 
 KEY = "clm-prenorm"  # the baseline of Figure 2: every report that ran Figure 2 has it
 
@@ -51,7 +51,7 @@ def verify_committed(
             raise MissingDataError(
                 f"{path}: the corpus {settings_path} names is not here; give --train-data and --valid-data"
             )
-    ctx = runner.Context(
+    ctx = run_specs.Context(
         out=out,
         scale=scale,
         budget=scale.budget,
@@ -68,7 +68,7 @@ def verify_committed(
         ctx.tune_files = {"clm": tune}
         with reading(tune, "the tune.json that nfeval tune writes"):
             inputs = (load_json(tune).get("base_config") or {}).get("inputs")
-    cfg = runner.train_config(ctx, KEY, seed)
+    cfg = run_specs.train_config(ctx, KEY, seed)
     return {"key": KEY, "seed": seed, **verify_run(cfg, committed, inputs)}
 
 

@@ -1,6 +1,6 @@
-"""Training the runs of ``nfeval reproduce``, resumably, through the pipelines' one run mechanism
-(``pipelines.runs``): each run lives in ``<out>/runs/<key>/seed<k>/`` and is finished when
-``<out>/runs/<key>/seed<k>.json`` exists.
+"""The runs of ``nfeval reproduce`` as run specs (``pipelines.runner.RunSpec``), which the pipelines' one
+runner trains: each run lives in ``<out>/runs/<key>/seed<k>/`` (a band LR's in
+``<out>/runs/<key>/lr=<lr>/seed<k>/``) and is finished when that folder's ``.json`` record exists.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...engine.training.train_config import TrainConfig
 from ...tune.results import with_tuned_lr
-from .. import context, lr_band, runs, trained_gate
+from .. import context, lr_band, runner, runs
 from .plan import EQUAL_UPDATES, LR_BAND_CLAIMS, RUNS, TABLE5_SETTINGS
 from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
@@ -23,6 +23,7 @@ log = functools.partial(context.log, "reproduce")
 class Context(context.RunContext):
     """The run context (``context.RunContext``), with the GLUE tasks and the tunes by objective."""
 
+    pipeline = "reproduce"
     glue_dir: str | None = None
     glue_tasks: tuple[str, ...] = ("rte",)
     tune_files: dict[str, str] = field(default_factory=dict)  # objective -> tune.json of `nfeval tune`
@@ -93,24 +94,27 @@ def train_config(ctx: Context, key: str, seed: int, lr: float | None = None) -> 
     return apply_setting(context.at_band_lr(cfg, lr), key, s)
 
 
-def band_lrs(ctx: Context, key: str) -> list[float]:
-    """Returns the other LRs of run ``key``'s band (``lr_band.entry_band``: the best's stable, trained
-    neighbours), when ``key`` is a side of a claim checked across the band (``plan.LR_BAND_CLAIMS``);
-    else []."""
+def _band_entry(ctx: Context, key: str) -> dict | None:
+    """Returns the tune entry of run ``key``'s preset when ``key`` is a side of a claim checked across
+    the LR band (``plan.LR_BAND_CLAIMS``) and its objective was tuned; else None."""
     spec = RUNS[key]
     if spec.objective not in ctx.tune_files or not any(key in pair for pair in LR_BAND_CLAIMS.values()):
-        return []
-    return lr_band.band_of(ctx.tune_files[spec.objective], preset_name(ctx, key), ctx.unigram_ppl)
+        return None
+    return load_json(ctx.tune_files[spec.objective])["presets"][preset_name(ctx, key)]
+
+
+def band_lrs(ctx: Context, key: str) -> list[float]:
+    """Returns the other LRs of run ``key``'s band (``lr_band.entry_band``), when ``key`` is a side of a
+    claim checked across the band; else []."""
+    entry = _band_entry(ctx, key)
+    return [] if entry is None else lr_band.entry_band(entry, ctx.unigram_ppl)
 
 
 def band_outside(ctx: Context, key: str) -> dict[float, str]:
     """Returns the neighbours of run ``key``'s best LR that are not in its band, and why
     (``lr_band.failed_neighbours``), when ``key`` is a side of a claim checked across the band; else {}."""
-    spec = RUNS[key]
-    if spec.objective not in ctx.tune_files or not any(key in pair for pair in LR_BAND_CLAIMS.values()):
-        return {}
-    entry = load_json(ctx.tune_files[spec.objective])["presets"][preset_name(ctx, key)]
-    return lr_band.failed_neighbours(entry, ctx.unigram_ppl)
+    entry = _band_entry(ctx, key)
+    return {} if entry is None else lr_band.failed_neighbours(entry, ctx.unigram_ppl)
 
 
 def table_section(
@@ -126,20 +130,39 @@ def run_dir(ctx: Context, key: str, seed: int, lr: float | None = None) -> str:
     return context.run_dir(ctx.out, key, seed, lr)
 
 
-def ensure_run(ctx: Context, key: str, seed: int, lr: float | None = None) -> dict[str, Any]:
-    """Trains run ``key`` at ``seed`` (at ``lr`` of its band, or its tuned LR) unless it is finished;
-    returns its record (``runs.ensure_run``'s, with key, seed, budget, the equal-time record
-    ``step_ratio`` its budget came from and, once the corpus's unigram PPL is known, ``trained``: the
-    gate every verdict reads, applied here where every experiment loads its runs)."""
+def run_spec(ctx: Context, key: str, seed: int, lr: float | None = None) -> runner.RunSpec:
+    """Returns the spec of run ``key`` at ``seed`` (at ``lr`` of its band, or its tuned LR): its
+    TrainConfig (``train_config``), folder, and the record's key, seed, budget and the equal-time record
+    ``step_ratio`` its budget came from."""
     record = {
         "key": key,
         "seed": seed,
         "budget": run_budget(ctx, key),
         "step_ratio": ctx.step_ratios.get(key),
     }
-    cfg = train_config(ctx, key, seed, lr)
-    done = runs.read_or_train(cfg, run_dir(ctx, key, seed, lr), record, log, not ctx.reread)
-    return trained_gate.mark(done, ctx.unigram_ppl)
+    return runner.RunSpec(
+        name=key,
+        seed=seed,
+        config=train_config(ctx, key, seed, lr),
+        directory=run_dir(ctx, key, seed, lr),
+        record=record,
+        role=runner.JUDGED if lr is None else runner.BAND,
+        lr=lr,
+    )
+
+
+def run_specs(ctx: Context, keys: list[str]) -> list[runner.RunSpec]:
+    """Returns the specs of every seed of ``keys``, at the tuned LR and at every other LR of its band
+    (``band_lrs``)."""
+    return [
+        run_spec(ctx, k, s, lr) for k in keys for lr in (None, *band_lrs(ctx, k)) for s in ctx.seed_values
+    ]
+
+
+def ensure_run(ctx: Context, key: str, seed: int, lr: float | None = None) -> dict[str, Any]:
+    """Returns the record of run ``key`` at ``seed`` (``runner.ensure_in``), trained first unless it is
+    finished (nothing is trained under ``--reread``)."""
+    return runner.ensure_in(ctx, run_spec(ctx, key, seed, lr))
 
 
 def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
@@ -148,14 +171,6 @@ def ensure_runs(ctx: Context, keys: tuple[str, ...]) -> dict[str, list[dict[str,
 
 
 def train_all(ctx: Context, keys: list[str]) -> str | None:
-    """Trains the unfinished runs of ``keys`` (every seed, and every LR of their band: ``band_lrs``):
-    ``ctx.jobs`` at a time here, or as Slurm jobs (``ctx.launch``); returns None once every run is
-    finished, else what to do."""
-    if ctx.reread:
-        return None
-    variants = [(k, k, lr, s) for k in keys for lr in (None, *band_lrs(ctx, k)) for s in ctx.seed_values]
-    points = runs.paired_points(ctx, variants, ensure_run, run_dir)
-    desc, launch = "reproduce", ctx.launch
-    return runs.train_points(
-        points, ctx.out, launch, ctx.jobs, desc, ctx.progress, ctx.scale.threads, ctx.device
-    )
+    """Trains the unfinished runs of ``keys`` (``run_specs``) through the one runner
+    (``runner.train_in``); returns None once every run is finished, else what to do."""
+    return runner.train_in(ctx, run_specs(ctx, keys))
