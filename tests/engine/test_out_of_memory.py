@@ -1,4 +1,4 @@
-"""A batch that does not fit on the device (nfeval.engine.training.memory): one line naming the batch and
+"""A batch that does not fit on the device (nfeval.engine.training.out_of_memory): one line naming the batch and
 the largest that fits, exit status 2, and a run folder a rerun with a smaller batch starts cleanly in.
 The device's memory is simulated: the model's forward raises torch.OutOfMemoryError above k sequences."""
 

@@ -42,7 +42,7 @@ from ...base.jsonio import load_json
 from ..checkpoints import rundir
 from . import train_config
 from .input_fingerprints import INPUT_PATH_FIELDS, unchanged_inputs
-from .memory import run_within_memory
+from .out_of_memory import run_within_memory
 from .parallel import launched_rank
 from .train_config import TrainConfig, fields_with
 from .trainer import Trainer
