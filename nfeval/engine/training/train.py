@@ -70,7 +70,7 @@ def train(
 
     The run folder's one writer (rank 0) holds its lock throughout (``rundir.writing``): a second process
     training into it is refused at once. A batch that does not fit on the device is a DeviceMemoryError
-    naming the largest that does (``memory``)."""
+    naming the largest that does (``out_of_memory``)."""
     writer = launched_rank() == 0
     with rundir.writing(out_dir, writer):
         if not resume:
