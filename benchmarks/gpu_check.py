@@ -5,11 +5,11 @@ checked and timed.
     python benchmarks/gpu_check.py --checks generate_vs_hf,zeroshot_vs_hflm,glue_vs_trainer
     python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check   # the same code on CPU, tiny shapes
 
-Checks 1-4 were sized for ≤ 8 minutes on one H100/H200 and 5-7 for a few more, none measured yet: when
+Checks 1-5 were sized for ≤ 8 minutes on one H100/H200 and 6-8 for a few more, none measured yet: when
 one device call (10 minutes at most) may not hold them all, run them as two ``--checks`` calls.
 
 Checks (each reports its time and peak GPU memory; one failing does not stop the others; 1-3 are in
-``gpu_check_engine.py``, 4-7 in ``gpu_check_scoring.py``):
+``gpu_check_engine.py``, 4 in ``gpu_check_kill.py``, 5-8 in ``gpu_check_scoring.py``):
 
 1. ``train_step_eager`` / ``train_step_compiled``: a normformer-125M bf16 training step (forward,
    summed cross-entropy, backward, fused AdamW) on a random batch, eager and ``torch.compile``;
@@ -18,18 +18,21 @@ Checks (each reports its time and peak GPU memory; one failing does not stop the
    allowed (fails if the model's attention cannot use it), and flash vs math attention outputs.
 3. ``ddp_checkpoint_resume``: ``nfeval``'s Trainer under a 1-process DDP strategy (NCCL on GPU):
    6 steps with a checkpoint at step 3, then a resume from it; losses and weights compared.
-4. ``zeroshot_cuda_vs_cpu``: the lm-eval adapter scores the same multiple-choice items with the
+4. ``killed_run_resumes``: ``nfeval train`` (a tiny bf16 run, 40 steps, dropout on) as a child process,
+   SIGKILLed once its first checkpoint is on disk and resumed by the same command with ``--resume``;
+   its losses and final weights must equal the uninterrupted run's bit for bit (seconds, on a GPU).
+5. ``zeroshot_cuda_vs_cpu``: the lm-eval adapter scores the same multiple-choice items with the
    trained checkpoint on the GPU and on the CPU, both fp32; log-likelihoods must agree to 1e-3,
    differing choices, greedy flags and generations are counted.
-5. ``generate_vs_hf``: greedy generation of a random 125M-shaped GPT-2 on the device, nfeval (its
+6. ``generate_vs_hf``: greedy generation of a random 125M-shaped GPT-2 on the device, nfeval (its
    CUDA-graph steps and its eager ones) against HF ``generate`` with its dynamic and its static KV
    cache (which ``generate`` compiles on a GPU), at batch 1 and 16 (``generate_vs_hf.py``): tokens/s,
    ratios, identical rows, the bandwidth limit; and rows the graph steps generate as the eager ones
    do, with early EOS and sampled.
-6. ``zeroshot_vs_hflm``: 2,000 loglikelihood requests of a random 125M-shaped HF GPT-2 directory, fp32,
+7. ``zeroshot_vs_hflm``: 2,000 loglikelihood requests of a random 125M-shaped HF GPT-2 directory, fp32,
    batch 32, lm-eval's ``HFLM`` against nfeval's adapter (the engine running the GPT-2 weights):
    seconds, ratio, largest log-likelihood difference (must be < 1e-3).
-7. ``glue_vs_trainer``: the seven-learning-rate SST-2 sweep (``glue_sweep.py`` defaults, bf16): nfeval
+8. ``glue_vs_trainer``: the seven-learning-rate SST-2 sweep (``glue_sweep.py`` defaults, bf16): nfeval
    one point at a time against HF ``Trainer`` in ``group_by_length`` and in random order; seconds,
    ratios, best dev accuracy per side. Real SST-2 when ../shared/data is beside the checkout, else a
    synthetic one (``glue_sweep.synthetic_sst2``).
@@ -55,6 +58,7 @@ from pathlib import Path
 
 import torch
 from gpu_check_engine import Setup, ddp_checkpoint_resume, flash_attention, train_step
+from gpu_check_kill import killed_run_resumes
 from gpu_check_scoring import generate_vs_hf, glue_vs_trainer, zeroshot_cuda_vs_cpu, zeroshot_vs_hflm
 
 from nfeval.base.artifacts import atomic_write_json, atomic_write_text, provenance
@@ -122,6 +126,7 @@ CHECKS: dict[str, Callable[[Setup], dict]] = {
     "train_step_compiled": functools.partial(train_step, compiled=True),
     "flash_attention": flash_attention,
     "ddp_checkpoint_resume": ddp_checkpoint_resume,
+    "killed_run_resumes": killed_run_resumes,
     "zeroshot_cuda_vs_cpu": zeroshot_cuda_vs_cpu,
     "generate_vs_hf": generate_vs_hf,
     "zeroshot_vs_hflm": zeroshot_vs_hflm,

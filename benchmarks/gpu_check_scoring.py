@@ -1,4 +1,4 @@
-"""``gpu_check.py``'s checks of scoring, generation and GLUE on the device (checks 4-7 of its docstring):
+"""``gpu_check.py``'s checks of scoring, generation and GLUE on the device (checks 5-8 of its docstring):
 the lm-eval adapter on the device against the CPU, and nfeval against Hugging Face ``generate``, lm-eval's
 ``HFLM`` and ``Trainer`` (``generate_vs_hf.py``, ``glue_sweep.py``)."""
 

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..base.device_memory import free_cached, halving_search
+from ..base.errors import DeviceMemoryError
 from ..base.progress import progress_bar
 from ..engine.inference.backend import ModelShape
 from ..engine.inference.vocab_head import VocabProjection, target_log_probs
@@ -214,7 +216,14 @@ def score(
     pbar = progress_bar(total=len(requests), desc="Scoring loglikelihood requests", enabled=progress)
     for batch in plan_batches([len(r.tokens) for r in rows], max_batch_tokens, max_rows):
         picked = [rows[r] for r in batch]
-        for i, (total, greedy) in _score_batch(features_at, picked, requests, device, pad_id, packed, run):
+        try:
+            scored = _score_batch(features_at, picked, requests, device, pad_id, packed, run)
+        except torch.OutOfMemoryError:
+            scored = None  # probed below, outside the handler: its traceback holds the batch's tensors
+        if scored is None:
+            pbar.close()
+            raise _did_not_fit(features_at, picked, requests, device, pad_id, packed)
+        for i, (total, greedy) in scored:
             results[i] = (TokenLogLik(total, len(requests[i][1])), greedy)
         pbar.update(sum(len(row.paths) for row in picked))
     pbar.close()
@@ -224,6 +233,29 @@ def score(
     if stats is not None:
         stats.add(run)
     return results  # type: ignore[return-value]
+
+
+def _did_not_fit(features_at, rows, requests, device, pad_id, packed) -> DeviceMemoryError:
+    """Returns the one-line error for a batch of ``rows`` that ran out of ``device``'s memory, naming the
+    most of its rows that one forward scores (tried at halving sizes) as a ``--max-batch-tokens``."""
+    width = len(rows[0].tokens)
+    said = (
+        f"a scoring batch of {len(rows)} × {width} tokens (rows × padded width) does not fit in the memory "
+        f"of {device}"
+    )
+    fits = halving_search(
+        lambda n: _score_batch(features_at, rows[:n], requests, device, pad_id, packed, ScoringStats()),
+        len(rows),
+        lambda: free_cached(device),
+    )
+    if fits == 0:
+        return DeviceMemoryError(
+            f"{said}, nor does one row: score with a shorter --max-length or more memory"
+        )
+    return DeviceMemoryError(
+        f"{said}; the largest that fits is {fits} × {width} (forward tried at halving sizes): rerun with "
+        f"--max-batch-tokens {fits * width}"
+    )
 
 
 def _score_batch(features_at, rows, requests, device, pad_id, packed, run):

@@ -43,6 +43,11 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint is corrupt, truncated, untrusted or does not match its recorded fingerprint."""
 
 
+class DeviceMemoryError(UserError, MemoryError):
+    """A batch (or the model) does not fit in the device's memory; the message names the batch, the
+    device and the largest batch that fits."""
+
+
 def environment_error(error: OSError) -> OutputError | None:
     """Returns the one-line OutputError for an OSError the filesystem raised about a user's path (its
     errno in ENVIRONMENT_ERRNOS), naming the path when the error carries one; None for any other."""

@@ -28,6 +28,7 @@ def test_gpu_check_dry_run(tmp_path):
         "train_step_compiled",
         "flash_attention",
         "ddp_checkpoint_resume",
+        "killed_run_resumes",
         "zeroshot_cuda_vs_cpu",
         "generate_vs_hf",
         "zeroshot_vs_hflm",
@@ -36,6 +37,10 @@ def test_gpu_check_dry_run(tmp_path):
     assert all(c["status"] == "ok" for c in checks.values()), checks
     assert (
         checks["train_step_eager"]["tokens_per_s"] > 0 and checks["ddp_checkpoint_resume"]["losses_bitwise"]
+    )
+    killed = checks["killed_run_resumes"]
+    assert (
+        killed["losses_bitwise"] and killed["weights_bitwise"] and 0 < killed["killed_after_checkpoint"] < 40
     )
     zeroshot = checks["zeroshot_cuda_vs_cpu"]  # CPU against CPU in the dry run: identical
     assert zeroshot["max_abs_loglik_diff"] == 0.0 and zeroshot["choices_differing"] == 0
@@ -65,3 +70,19 @@ def test_gpu_check_refuses_an_unknown_check_and_a_check_without_its_input(tmp_pa
             timeout=120,
         )
         assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+
+
+def test_killed_run_resumes_bit_for_bit_in_the_dry_run(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    script = str(REPO / "benchmarks" / "gpu_check.py")
+    done = subprocess.run(
+        [sys.executable, script, "--dry-run", "--checks", "killed_run_resumes", "--out", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    killed = json.loads((tmp_path / "gpu_check.json").read_text())["checks"]["killed_run_resumes"]
+    assert killed["status"] == "ok" and killed["losses_bitwise"] and killed["weights_bitwise"]
+    assert 0 < killed["killed_after_checkpoint"] < killed["steps"]  # killed mid-run, after a checkpoint

@@ -210,6 +210,25 @@ def clean_temp_files(run_dir: str) -> list[str]:
     return stale
 
 
+def discard_unstarted(run_dir: str, also: tuple[str, ...] = ()) -> list[str]:
+    """Deletes what a run that saved no valid checkpoint wrote (config, tokenizer, metrics, temp files
+    and the files named in ``also``), so the folder reads as holding no run and the same command starts
+    afresh, under new settings too; returns what was deleted. A run with a checkpoint is left as it is."""
+    if newest_valid_checkpoint(run_dir)[0] is not None:
+        return []
+    deleted = clean_temp_files(run_dir)
+    for name in (CONFIG, TOKENIZER, METRICS, *also):
+        path = os.path.join(run_dir, name)
+        if os.path.isfile(path):
+            os.remove(path)
+            deleted.append(path)
+    folder = os.path.join(run_dir, CHECKPOINTS)
+    if os.path.isdir(folder) and not os.listdir(folder):
+        os.rmdir(folder)
+        deleted.append(folder)
+    return deleted
+
+
 def metric_records(path: str) -> tuple[list[tuple[int, Any]], list[str]]:
     """Returns ((line number, parsed JSON) for each non-empty line of a metrics file, warnings).
 

@@ -42,6 +42,7 @@ from ...base.jsonio import load_json
 from ..checkpoints import rundir
 from . import train_config
 from .input_fingerprints import INPUT_PATH_FIELDS, unchanged_inputs
+from .out_of_memory import run_within_memory
 from .parallel import launched_rank
 from .train_config import TrainConfig, fields_with
 from .trainer import Trainer
@@ -68,16 +69,18 @@ def train(
     differ from TrainConfig's defaults); changed OVERRIDABLE fields need ``override_resume``.
 
     The run folder's one writer (rank 0) holds its lock throughout (``rundir.writing``): a second process
-    training into it is refused at once."""
+    training into it is refused at once. A batch that does not fit on the device is a DeviceMemoryError
+    naming the largest that does (``out_of_memory``)."""
     writer = launched_rank() == 0
     with rundir.writing(out_dir, writer):
         if not resume:
             refuse_existing_run(out_dir)
-            return Trainer(cfg, out_dir).run()
+            return run_within_memory(cfg, out_dir, lambda: Trainer(cfg, out_dir))
         cfg = resumed_config(cfg, out_dir, override_resume, given)  # a finished run is checked too
         summary = finished_summary(out_dir)
         if summary is None:
-            return Trainer.resume(cfg, out_dir).run()  # deletes what killed writers left, then trains
+            # deletes what killed writers left, then trains
+            return run_within_memory(cfg, out_dir, lambda: Trainer.resume(cfg, out_dir))
         if writer:
             rundir.clean_temp_files(out_dir)  # what a rerun killed at its start left
         return summary
