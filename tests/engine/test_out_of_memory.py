@@ -1,5 +1,6 @@
-"""A batch that does not fit on the device (nfeval.engine.training.out_of_memory): one line naming the batch and
-the largest that fits, exit status 2, and a run folder a rerun with a smaller batch starts cleanly in.
+"""A batch that does not fit on the device (nfeval.engine.training.out_of_memory): one line naming the
+batch and the largest that fits, exit status 2, and a run folder a rerun with a smaller batch starts
+cleanly in.
 The device's memory is simulated: the model's forward raises torch.OutOfMemoryError above k sequences."""
 
 from __future__ import annotations
