@@ -289,8 +289,9 @@ def _equal_compute_claim(
     )
     if not acc["diffs"] and acc["unmatched"] and not acc["untrained"]:
         decided["why"] = f"{MID_SCHEDULE} in every seed"
-    if not acc["diffs"] and acc["no_logs"]:
-        decided["why"] = "the runs' logs were not kept: equal FLOPs cannot be read again"
+    if not acc["diffs"] and acc["no_logs"]:  # beside the seeds that did not train, if any
+        logs = "the runs' logs were not kept: equal FLOPs cannot be read again"
+        decided["why"] = f"{decided['why']}; {logs}" if acc["untrained"] and decided.get("why") else logs
     return {
         "id": f"{name}/{'equal-time' if axis == 'wall_s' else 'equal-flops'}",
         "claim": f"{RUNS[cand].label} has lower validation PPL than {RUNS[base].label} at "
