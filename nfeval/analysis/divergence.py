@@ -68,15 +68,3 @@ class DivergenceDetector:
                 f"{noise['std']:.3f} (the first {self.noise_updates} updates' mean + the batch noise)"
             )
         return None
-
-
-def first_divergence(
-    losses: list[float], grad_norms: list[float], noise_updates: int, noise_multiple: float, smoothing: int
-) -> tuple[int, str] | None:
-    """Returns (1-based update, reason) of the first divergence in a recorded sequence, or None."""
-    detector = DivergenceDetector(noise_updates, noise_multiple, smoothing)
-    for update, (loss, norm) in enumerate(zip(losses, grad_norms), start=1):
-        reason = detector.check(loss, norm)
-        if reason:
-            return update, reason
-    return None

@@ -144,3 +144,7 @@ def plot_fig7(
     axes[0].set_ylabel("÷ Pre-LN's mean over layers")
     axes[0].legend(fontsize=7)
     return save_png(fig, path)
+
+
+# the figure of each analysis of ``nfeval analyze`` (``analysis.runs.ANALYSES`` names them)
+PLOTS = {"grads": plot_grads, "gains": plot_gains, "stability": plot_stability}

@@ -108,7 +108,7 @@ def analyze(options: Options, png: str) -> dict[str, Any]:
         from ..base.plots import write_json_and_png  # matplotlib, once there is something to draw
         from . import figures
 
-        write_json_and_png(json_path(png), result, png, getattr(figures, f"plot_{name}"))
+        write_json_and_png(json_path(png), result, png, figures.PLOTS[name])
     return result
 
 

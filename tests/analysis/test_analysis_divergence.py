@@ -8,8 +8,21 @@ import random
 
 from test_analysis_cli import random_batches, tiny_configs
 
-from nfeval.analysis.divergence import first_divergence
+from nfeval.analysis.divergence import DivergenceDetector
 from nfeval.analysis.stability import StabilitySettings, stability_test
+
+
+def first_divergence(
+    losses: list[float], grad_norms: list[float], noise_updates: int, noise_multiple: float, smoothing: int
+) -> tuple[int, str] | None:
+    """Returns (1-based update, reason) of the first divergence in a recorded sequence, or None."""
+    detector = DivergenceDetector(noise_updates, noise_multiple, smoothing)
+    for update, (loss, norm) in enumerate(zip(losses, grad_norms), start=1):
+        reason = detector.check(loss, norm)
+        if reason:
+            return update, reason
+    return None
+
 
 RULE = {"noise_updates": 10, "noise_multiple": 5.0, "smoothing": 5}
 

