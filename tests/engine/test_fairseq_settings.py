@@ -17,7 +17,7 @@ from test_fairseq_import import fairseq_config, to_fairseq
 from nfeval.analysis.grads import grad_norms
 from nfeval.cli import main
 from nfeval.engine.checkpoints import checkpoint
-from nfeval.engine.checkpoints.fairseq_config import REQUIRED
+from nfeval.engine.checkpoints.fairseq_import import REQUIRED
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.model import Transformer
 
