@@ -9,7 +9,8 @@ import glob
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from ..base import sweep_lock
 from ..base.errors import DataError
@@ -20,7 +21,8 @@ RESULT = "result.json"
 SWEEP = "glue"  # the sweep's folder in OUT: OUT/glue/<task>/lr=<lr>/seed=<s> (``base.sweep_points``)
 
 
-class Point(NamedTuple):
+@dataclass(frozen=True)
+class Point:
     """One (task, lr, seed) point to run: its resolved recipe, folder and resume key."""
 
     task: str

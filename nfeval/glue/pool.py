@@ -65,15 +65,17 @@ def _worker_point(
     """Returns (result, None) of one piece of work on ``device`` (None: this pool worker's), or (None, its
     point) when another sweep holds the point; (None, None) for the first epochs of a point (or when
     another sweep holds it then: the point's last epochs wait for that sweep)."""
-    task, lr, seed, recipe, directory, key = work.point
+    p = work.point
     ckpt = _worker_ckpt(ckpt_path, trust_checkpoint)
-    limit = key["data"].get("limit")  # --limit is part of the data's fingerprint
-    enc = _worker_task(ckpt_path, trust_checkpoint, glue_dir, task, recipe.max_len, limit)
-    if ckpt.fingerprint != key["checkpoint"] or enc.fingerprint != key["data"]:
-        raise DataError(f"{ckpt_path} or the {task} data changed while the sweep was running")
+    limit = p.key["data"].get("limit")  # --limit is part of the data's fingerprint
+    enc = _worker_task(ckpt_path, trust_checkpoint, glue_dir, p.task, p.recipe.max_len, limit)
+    if ckpt.fingerprint != p.key["checkpoint"] or enc.fingerprint != p.key["data"]:
+        raise DataError(f"{ckpt_path} or the {p.task} data changed while the sweep was running")
     device = device or local.worker_device()
-    run = functools.partial(run_point, ckpt, enc, lr, seed, recipe, directory, key, device, False, work.until)
-    result = claim_and_run(directory, key, wait=work.wait, run=run)
+    run = functools.partial(
+        run_point, ckpt, enc, p.lr, p.seed, p.recipe, p.directory, p.key, device, False, work.until
+    )
+    result = claim_and_run(p.directory, p.key, wait=work.wait, run=run)
     if work.until is not None:
         return None, None
     return (None, work.point) if result is None else (result, None)

@@ -146,14 +146,15 @@ def _run_here(ckpt, encoded, points, results, *, device, progress, bar, wait: bo
     """Runs ``points`` in this process, appending to ``results``; returns the points another sweep holds."""
     deferred = []
     for point in points:
-        task, lr, seed, r, directory, key = point
-        enc = encoded[task, r.max_len]
-        run = functools.partial(run_point, ckpt, enc, lr, seed, r, directory, key, device, progress)
-        result = claim_and_run(directory, key, wait, run)
+        p = point
+        enc = encoded[p.task, p.recipe.max_len]
+        args = (p.lr, p.seed, p.recipe, p.directory, p.key, device, progress)
+        run = functools.partial(run_point, ckpt, enc, *args)
+        result = claim_and_run(p.directory, p.key, wait, run)
         if result is None:
             deferred.append(point)
             continue
-        results[task].append(result)
+        results[p.task].append(result)
         bar.update(1)
     return deferred
 

@@ -15,14 +15,14 @@ cannot (norm placement, embedding scale, activation, dropout) and must agree wit
 trained before fairseq's 2021-11-03 fix scaled heads with ``einsum('tbhd,h->tbdh')``; pass
 ``head_scale_transpose_bug=True`` to reproduce their forward exactly.
 
-The saved config. A fairseq checkpoint keeps its model's hyper-parameters beside the tensors (``cfg["model"]`` since
-fairseq 0.10, ``args`` before). Some of them change what the decoder computes and leave no trace in the
-tensors: Pre- or Post-LN, the √d embedding scale, the activation, dropout. fairseq fills a missing one
-with its own default, which need not be what trained the weights, so the importer requires each of them
-(``REQUIRED``) and refuses a file without it. The settings the tensors do show (learned positions, the
-final LayerNorm, the embedding LayerNorm, the output projection, the sizes) are checked against the
-tensors wherever the config states them; options that change the decoder and that nfeval's model lacks
-(``UNSUPPORTED``) are refused when on, never dropped.
+The saved config. A fairseq checkpoint keeps its model's hyper-parameters beside the tensors
+(``cfg["model"]`` since fairseq 0.10, ``args`` before). Some of them change what the decoder computes and
+leave no trace in the tensors: Pre- or Post-LN, the √d embedding scale, the activation, dropout. fairseq
+fills a missing one with its own default, which need not be what trained the weights, so the importer
+requires each of them (``REQUIRED``) and refuses a file without it. The settings the tensors do show
+(learned positions, the final LayerNorm, the embedding LayerNorm, the output projection, the sizes) are
+checked against the tensors wherever the config states them; options that change the decoder and that
+nfeval's model lacks (``UNSUPPORTED``) are refused when on, never dropped.
 
 fairseq's ``transformer_lm`` build sets ``decoder_normalize_before=True`` whatever was asked
 (``base_lm_architecture``), so its own files say True; a file that says False (a fairseq copy of an
