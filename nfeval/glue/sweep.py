@@ -145,14 +145,13 @@ def encode_tasks(ckpt, data, points) -> dict[tuple[str, int], EncodedTask]:
 def _run_here(ckpt, encoded, points, results, *, device, progress, bar, wait: bool) -> list[Point]:
     """Runs ``points`` in this process, appending to ``results``; returns the points another sweep holds."""
     deferred = []
-    for point in points:
-        p = point
+    for p in points:
         enc = encoded[p.task, p.recipe.max_len]
         args = (p.lr, p.seed, p.recipe, p.directory, p.key, device, progress)
         run = functools.partial(run_point, ckpt, enc, *args)
         result = claim_and_run(p.directory, p.key, wait, run)
         if result is None:
-            deferred.append(point)
+            deferred.append(p)
             continue
         results[p.task].append(result)
         bar.update(1)
