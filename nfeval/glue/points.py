@@ -15,6 +15,7 @@ from typing import Any
 from ..base import sweep_lock
 from ..base.errors import DataError
 from ..base.jsonio import load_json
+from ..base.sweep_points import lr_key
 from .recipe import ResolvedRecipe
 
 RESULT = "result.json"
@@ -31,6 +32,11 @@ class Point:
     recipe: ResolvedRecipe
     directory: str
     key: dict
+
+    @property
+    def name(self) -> str:
+        """Returns the point's name in progress lines and Slurm records: task/lr=…/seed=…."""
+        return f"{self.task}/lr={lr_key(self.lr)}/seed={self.seed}"
 
 
 def same(a: Any, b: Any) -> bool:

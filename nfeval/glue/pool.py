@@ -3,14 +3,14 @@ its checkpoint and encoded tasks across the points it runs; or one Slurm job per
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import dataclasses
 import functools
 from typing import NamedTuple
 
 from ..base.errors import DataError
-from ..base.sweep_points import lr_key
 from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..launch import local
+from ..launch.jobs import LaunchPoint
 from . import data as glue_data
 from .config import GlueConfig
 from .finetune import EncodedTask, encode_task, run_point
@@ -81,21 +81,37 @@ def _worker_point(
     return (None, work.point) if result is None else (result, None)
 
 
-def run_in_pool(ckpt, points, results, cfg: GlueConfig, bar) -> list[Point]:
-    """Runs ``points`` in ``cfg.jobs`` processes (one device each: ``launch.local.worker_pool``), appending
-    to ``results``; returns the points another sweep holds."""
-    deferred = []
-    with local.worker_pool(cfg.device, cfg.jobs) as pool:
-        args = (ckpt.path, cfg.glue_dir, cfg.trust_checkpoint, None)
-        futures = [pool.submit(_worker_point, *args, work) for work in plan_work(points, cfg.jobs)]
-        for fut in cf.as_completed(futures):
-            result, held = fut.result()
-            if held is not None:
-                deferred.append(held)
-            if result is not None:
-                results[result["task"]].append(result)
-                bar.update(1)
-    return deferred
+def say_waiting(held: list) -> None:
+    """Prints that the sweep waits for the ``held`` points another sweep is running."""
+    print(f"nfeval glue: waiting for {len(held)} point(s) another sweep is running", flush=True)
+
+
+def run_in_pool(ckpt, points: list[Point], cfg: GlueConfig, on_done) -> None:
+    """Runs ``points`` in ``cfg.jobs`` processes (one device each: ``launch.local.worker_pool``), as
+    ``plan_work`` hands them out, calling ``on_done(_, result)`` with each point's result; a point another
+    sweep holds is waited for here at the end (``launch.local.run_deferring``)."""
+    args = (ckpt.path, cfg.glue_dir, cfg.trust_checkpoint)
+    pieces = [
+        LaunchPoint(w.point.name, _worker_point, (*args, None, w), w.point.directory)
+        for w in plan_work(points, cfg.jobs)
+    ]
+
+    def waiting(piece: LaunchPoint) -> LaunchPoint:
+        return dataclasses.replace(piece, args=(*args, cfg.device, Work(piece.args[-1].point, wait=True)))
+
+    def done(piece: LaunchPoint, outcome: tuple[dict | None, Point | None]) -> None:
+        if outcome[0] is not None:  # None: a point's first epochs
+            on_done(piece, outcome[0])
+
+    local.run_deferring(
+        pieces,
+        waiting,
+        done,
+        jobs=cfg.jobs,
+        device=cfg.device,
+        held=lambda outcome: outcome[1] is not None,
+        before_waiting=say_waiting,
+    )
 
 
 def job_point(ckpt_path: str, glue_dir: str | None, device: str, trust_checkpoint: bool, point: Point):
@@ -108,11 +124,9 @@ def run_as_jobs(ckpt_path: str, points: list[Point], cfg: GlueConfig) -> None:
     """Runs ``points`` as one Slurm job array (``cfg.launch``), a point per job on ``cfg.device``. Each
     result lands in its point's folder, where the sweep reads it."""
     from ..launch import cluster
-    from ..launch.jobs import LaunchPoint
 
     jobs = []
     for p in points:
-        name = f"{p.task}/lr={lr_key(p.lr)}/seed={p.seed}"
         args = (ckpt_path, cfg.glue_dir, cfg.device, cfg.trust_checkpoint, p)
-        jobs.append(LaunchPoint(name, job_point, args, p.directory))
+        jobs.append(LaunchPoint(p.name, job_point, args, p.directory))
     cluster.run_points(jobs, cfg.out_dir, cfg.launch, "glue", cfg.progress)

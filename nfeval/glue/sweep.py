@@ -49,13 +49,15 @@ from ..base.jsonio import load_json
 from ..base.progress import progress_bar
 from ..base.sweep_points import point_dir
 from ..engine.checkpoints import checkpoint as ckpt_lib
+from ..launch import local
+from ..launch.jobs import LaunchPoint
 from ..launch.options import LaunchOptions
 from . import data as glue_data
 from . import metrics as glue_metrics
 from .config import DEFAULT_LRS, GlueConfig
 from .finetune import EncodedTask, encode_task, run_point
 from .points import SWEEP, Point, claim_and_run, finished_on_disk, finished_result
-from .pool import run_as_jobs, run_in_pool
+from .pool import run_as_jobs, run_in_pool, say_waiting
 from .recipe import Recipe, ResolvedRecipe
 from .summary import glue_average, summarize_task
 
@@ -142,36 +144,36 @@ def encode_tasks(ckpt, data, points) -> dict[tuple[str, int], EncodedTask]:
     return encoded
 
 
-def _run_here(ckpt, encoded, points, results, *, device, progress, bar, wait: bool) -> list[Point]:
-    """Runs ``points`` in this process, appending to ``results``; returns the points another sweep holds."""
-    deferred = []
-    for p in points:
-        enc = encoded[p.task, p.recipe.max_len]
-        args = (p.lr, p.seed, p.recipe, p.directory, p.key, device, progress)
-        run = functools.partial(run_point, ckpt, enc, *args)
-        result = claim_and_run(p.directory, p.key, wait, run)
-        if result is None:
-            deferred.append(p)
-            continue
-        results[p.task].append(result)
-        bar.update(1)
-    return deferred
+def _point_here(ckpt, encoded, device, progress: bool, point: Point, wait: bool) -> dict | None:
+    """Returns the result of ``point`` run in this process on ``encoded`` ((task, max_len) -> its encoded
+    task); None when another sweep holds the point and ``wait`` is False."""
+    enc = encoded[point.task, point.recipe.max_len]
+    args = (point.lr, point.seed, point.recipe, point.directory, point.key, device, progress)
+    return claim_and_run(point.directory, point.key, wait, functools.partial(run_point, ckpt, enc, *args))
 
 
-def run_points(ckpt, data, points, results, cfg: GlueConfig) -> None:
+def run_here(ckpt, data, points, results, cfg: GlueConfig) -> None:
     """Runs ``points`` (in ``cfg.jobs`` processes when more than one) on ``cfg.device``, appending each
-    result to ``results``; points another sweep holds are waited for at the end. Returns None."""
+    result to ``results``; points another sweep holds are waited for at the end
+    (``launch.local.run_deferring``). Returns None."""
     if not points:  # all finished: nothing to encode
         return
     bar = progress_bar(total=len(points), enabled=cfg.progress, desc="glue sweep", unit="point")
-    here = functools.partial(_run_here, ckpt, device=cfg.device, progress=cfg.progress, bar=bar)
+
+    def done(_, result: dict) -> None:
+        results[result["task"]].append(result)
+        bar.update(1)
+
     if cfg.jobs == 1 or len(points) == 1:
-        deferred = here(encode_tasks(ckpt, data, points), points, results, wait=False)
+        encoded = encode_tasks(ckpt, data, points)
+        here = [
+            LaunchPoint(p.name, _point_here, (ckpt, encoded, cfg.device, cfg.progress, p, False), p.directory)
+            for p in points
+        ]
+        waiting = lambda lp: dataclasses.replace(lp, args=(*lp.args[:5], True))  # noqa: E731
+        local.run_deferring(here, waiting, done, before_waiting=say_waiting)
     else:  # each worker encodes the tasks it trains
-        deferred = run_in_pool(ckpt, points, results, cfg, bar)
-    if deferred:
-        print(f"nfeval glue: waiting for {len(deferred)} point(s) another sweep is running", flush=True)
-        here(encode_tasks(ckpt, data, deferred), deferred, results, wait=True)
+        run_in_pool(ckpt, points, cfg, done)
     bar.close()
 
 
@@ -247,7 +249,7 @@ def sweep(ckpt: str | ckpt_lib.Checkpoint, cfg: GlueConfig) -> dict[str, Any] | 
     if launch is not None and launch.on_cluster:
         run_as_jobs(ckpt.path, points, cfg)
     else:
-        run_points(ckpt, data, points, results, cfg)
+        run_here(ckpt, data, points, results, cfg)
     for t in tasks:  # points finished by concurrent sweeps (or Slurm jobs) into the same folder count too
         same_run = {
             "checkpoint": ckpt.fingerprint,

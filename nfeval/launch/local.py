@@ -119,6 +119,37 @@ def run_points(
     return [results[i] for i in range(len(points))]
 
 
+def run_deferring(
+    points: Sequence[LaunchPoint],
+    waiting: Callable[[LaunchPoint], LaunchPoint],
+    on_done: Callable[[LaunchPoint, Any], None],
+    jobs: int = 1,
+    threads: int | None = None,
+    device: str = "auto",
+    held: Callable[[Any], bool] = lambda result: result is None,
+    before_waiting: Callable[[list[LaunchPoint]], None] | None = None,
+) -> None:
+    """Runs the points of a sweep ``jobs`` at a time (``run_points``), handing each result to ``on_done``.
+    A point another process is computing (it holds the point's lock: ``held(result)``) is set aside and,
+    once the others are done, run here as ``waiting(point)``, in the order the points were given: that
+    waits for the other process and reads its result, or computes the point when that process died.
+    ``before_waiting(set aside)`` is called first when there are any (to say so)."""
+    order = {id(p): i for i, p in enumerate(points)}
+    set_aside: list[LaunchPoint] = []
+
+    def done(point: LaunchPoint, result: Any) -> None:
+        if held(result):
+            set_aside.append(point)
+        else:
+            on_done(point, result)
+
+    run_points(points, jobs=jobs, threads=threads, device=device, on_done=done)
+    if set_aside and before_waiting is not None:
+        before_waiting(set_aside)
+    for point in sorted(set_aside, key=lambda p: order[id(p)]):
+        on_done(point, _call(waiting(point)))
+
+
 @contextlib.contextmanager
 def worker_pool(device: str, jobs: int, threads: int | None = None) -> Iterator[cf.ProcessPoolExecutor]:
     """Yields a pool of ``jobs`` spawned worker processes, each bound by ``init_worker`` to a device of

@@ -39,7 +39,6 @@ per point: step counts then vary with machine load (tune.json records each point
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import dataclasses
 import math
@@ -59,6 +58,7 @@ from ..engine.training.train import train
 from ..engine.training.train_config import TrainConfig
 from ..engine.training.trainer import TrainingDiverged
 from ..launch import local
+from ..launch.jobs import LaunchPoint
 from ..launch.options import LaunchOptions
 from . import results as tune_results
 from .points import POINT, POINTS, finished_point, point_config, point_key
@@ -147,36 +147,32 @@ def build_data_caches(configs: Sequence[TrainConfig]) -> None:
             built.add(key)
 
 
-def run_points(
+def point_name(cfg: TrainConfig) -> str:
+    """Returns a point's name in progress lines and Slurm records: preset/lr=…/seed=…."""
+    return f"{cfg.preset}/lr={tune_results.lr_key(cfg.lr)}/seed={cfg.seed}"
+
+
+def run_here(
     todo: Sequence[TrainConfig], dirs: Sequence[str], keys: Sequence[dict], jobs: int, progress: bool
 ) -> list[dict]:
     """Runs the unfinished points (their configs, dirs and keys), ``jobs`` at a time; returns their
-    results in completion order.
-
-    A point another tune is training (its lock held) is skipped at first and waited for at the end."""
+    results in completion order. A point another tune is training (its lock held) is set aside and
+    waited for at the end (``launch.local.run_deferring``)."""
     bar = progress_bar(total=len(todo), enabled=progress and bool(todo), desc="tune", unit="point")
-    results, held = [], []
+    results = []
 
-    def done(i: int, result: dict | None) -> None:
-        if result is None:
-            held.append(i)
-            return
+    def done(point: LaunchPoint, result: dict) -> None:
         results.append(result)
         ppl = result["status"] if result["val_ppl"] is None else f"val ppl {result['val_ppl']:.2f}"
         bar.write(f"{result['preset']} lr={tune_results.lr_key(result['lr'])} seed={result['seed']}: {ppl}")
         bar.update(1)
 
-    if jobs == 1 or len(todo) == 1:
-        for i in range(len(todo)):
-            done(i, run_point(todo[i], dirs[i], keys[i], wait=False))
-    elif todo:
+    if jobs > 1 and len(todo) > 1:
         build_data_caches(todo)
-        with local.worker_pool(todo[0].device, jobs) as pool:
-            futures = {pool.submit(run_point, todo[i], dirs[i], keys[i], False): i for i in range(len(todo))}
-            for fut in cf.as_completed(futures):
-                done(futures[fut], fut.result())
-    for i in sorted(held):  # points other tunes were training: their result, or ours if they died
-        done(i, run_point(todo[i], dirs[i], keys[i], wait=True))
+    points = [LaunchPoint(point_name(c), run_point, (c, d, k, False), d) for c, d, k in zip(todo, dirs, keys)]
+    waiting = lambda p: dataclasses.replace(p, args=(*p.args[:3], True))  # noqa: E731
+    device = todo[0].device if todo else "auto"
+    local.run_deferring(points, waiting, done, jobs=jobs, device=device)
     bar.close()
     return results
 
@@ -184,18 +180,14 @@ def run_points(
 def run_todo(
     todo, dirs, keys, jobs: int, progress: bool, launch: LaunchOptions | None, out_dir: str
 ) -> list[dict]:
-    """Returns the results of the unfinished points, run here ``jobs`` at a time (``run_points``) or, with
+    """Returns the results of the unfinished points, run here ``jobs`` at a time (``run_here``) or, with
     ``--launcher slurm``, as one job array of a job per point running ``run_point`` (the jobs that
     finished; none with ``--no-wait``: a rerun collects them)."""
     if launch is None or not launch.on_cluster:
-        return run_points(todo, dirs, keys, jobs, progress)
+        return run_here(todo, dirs, keys, jobs, progress)
     from ..launch import cluster
-    from ..launch.jobs import LaunchPoint
 
-    named = [
-        LaunchPoint(f"{c.preset}/lr={tune_results.lr_key(c.lr)}/seed={c.seed}", run_point, (c, d, k), d)
-        for c, d, k in zip(todo, dirs, keys)
-    ]
+    named = [LaunchPoint(point_name(c), run_point, (c, d, k), d) for c, d, k in zip(todo, dirs, keys)]
     return cluster.run_points(named, out_dir, launch, "tune", progress) or []
 
 
