@@ -98,13 +98,52 @@ def sharing(ctx: RunContext) -> int:
     return max(0, -(-ctx.jobs // gpus) - 1)
 
 
+CORPUS_KEYS = ("corpus", "corpus_fingerprint")  # where the corpus lies, and what it holds
+
+
+def with_corpus_fingerprint(settings: dict[str, Any]) -> dict[str, Any]:
+    """Returns an output folder's ``settings`` with the fingerprint of the corpus their ``corpus`` names
+    (``engine.training.input_fingerprints.corpus_fingerprint``: of what the files hold); as they are for
+    the embedded corpus."""
+    from ..engine.training.input_fingerprints import corpus_fingerprint
+
+    train, valid = settings.get("corpus") or (None, None)
+    if not train:
+        return settings
+    return {**settings, "corpus_fingerprint": corpus_fingerprint(train, valid)}
+
+
+def same_settings(stored: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Returns whether a rerun's ``current`` settings are the folder's ``stored`` ones: equal but for where
+    the corpus lies, which is compared by what it holds where the folder recorded its fingerprint, and
+    otherwise (a folder made before) by the files its paths reach from here."""
+    rest = [{k: v for k, v in d.items() if k not in CORPUS_KEYS} for d in (stored, current)]
+    if rest[0] != rest[1]:
+        return False
+    if "corpus_fingerprint" in stored:
+        return stored["corpus_fingerprint"] == current.get("corpus_fingerprint")
+    return _same_files(stored.get("corpus"), current.get("corpus"))
+
+
+def _same_files(stored: list | None, given: list | None) -> bool:
+    """Returns whether each stored path is the given one, or reaches the same file from here."""
+    if stored == given:
+        return True
+    if not stored or not given or len(stored) != len(given):
+        return False
+    return all(
+        a == b or (bool(a and b) and os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b))
+        for a, b in zip(stored, given)
+    )
+
+
 def check_settings(path: str, current: dict[str, Any], advice: str) -> None:
     """Raises ConfigError (ending in ``advice``, what to do) when an output folder's stored settings file
-    ``path`` differs from a rerun's ``current``; stores nothing (``keep_settings`` does, once the corpus
-    they name was read)."""
+    ``path`` differs from a rerun's ``current`` (``same_settings``: the corpus by what it holds); stores
+    nothing (``keep_settings`` does, once the corpus they name was read)."""
     if os.path.isfile(path):
         stored = load_json(path)
-        if stored != current:
+        if not same_settings(stored, current):
             raise ConfigError(f"{path}: this folder was made with {stored}, not {current}; {advice}")
 
 

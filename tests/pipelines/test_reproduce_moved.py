@@ -85,3 +85,36 @@ def test_a_finished_run_without_its_gradient_record_is_named_not_dropped(tmp_pat
         runs.grad_stats_path(str(recorded))
     (recorded / "grad_stats.jsonl").write_text("")
     assert runs.grad_stats_path(str(recorded)) == str(recorded / "grad_stats.jsonl")
+
+
+def test_a_folder_knows_its_corpus_by_what_it_holds_not_where_it_lies(tmp_path, monkeypatch):
+    import pytest
+    from conftest import make_corpus
+
+    from nfeval.base.errors import ConfigError
+    from nfeval.pipelines import context
+
+    text = make_corpus(50)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "train.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "b" / "train.txt").write_text(text, encoding="utf-8")  # the same corpus, elsewhere
+    (tmp_path / "other.txt").write_text(make_corpus(50, seed=1), encoding="utf-8")
+    path = str(tmp_path / "settings.json")
+
+    def settings(train: str) -> dict:
+        return context.with_corpus_fingerprint({"scale": "tiny", "corpus": [train, None]})
+
+    context.keep_settings(path, settings(str(tmp_path / "a" / "train.txt")))
+    context.check_settings(path, settings(str(tmp_path / "b" / "train.txt")), "advice")  # moved: the same
+    with pytest.raises(ConfigError, match="this folder was made with .*; advice"):
+        context.check_settings(path, settings(str(tmp_path / "other.txt")), "advice")
+    with pytest.raises(ConfigError):  # another setting still differs
+        context.check_settings(path, {**settings(str(tmp_path / "b" / "train.txt")), "scale": "small"}, "a")
+    # a folder made before corpus fingerprints: the same file reached by another spelling of its path
+    old = str(tmp_path / "old.json")
+    json.dump({"scale": "tiny", "corpus": ["a/train.txt", None]}, open(old, "w"))
+    monkeypatch.chdir(tmp_path)
+    context.check_settings(old, settings(str(tmp_path / "a" / "train.txt")), "advice")
+    with pytest.raises(ConfigError):
+        context.check_settings(old, settings(str(tmp_path / "b" / "train.txt")), "advice")

@@ -89,7 +89,7 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
         raise ConfigError(f"--size {cfg.size}: needs a GPU and none is present; use tiny or small on a CPU")
     os.makedirs(cfg.out, exist_ok=True)
     archive.unpack(cfg.out)  # a committed folder keeps its records in records.tar.xz
-    current = settings(cfg, ctx)
+    current = context.with_corpus_fingerprint(settings(cfg, ctx))
     context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
     ctx.tokenizer = shared_tokenizer(cfg.out, ctx.scale.vocab_size, cfg.train_data, cfg.valid_data)

@@ -10,7 +10,7 @@ measure; ``verdict`` holds the one decision rule; ``report`` renders). Resumable
 section has a record written last, so a rerun with the same ``--out`` skips what finished and a killed
 invocation resumes inside the run it was training. The folder may be moved or copied (to another path or
 machine) and resumed there: nothing in it is keyed by where it lies (its tune points and runs compare the
-tokenizer it holds by content; its links are relative).
+tokenizer it holds by content, its settings the corpus by what it holds; its links are relative).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
     os.makedirs(cfg.out, exist_ok=True)
     archive.unpack(cfg.out)  # a committed folder keeps its records in records.tar.xz
-    current = settings(cfg, budget)
+    current = context.with_corpus_fingerprint(settings(cfg, budget))
     context.check_settings(os.path.join(cfg.out, SETTINGS), current, ADVICE)
     start = time.time()
     only = set(cfg.only) if cfg.only else None
