@@ -38,7 +38,8 @@ those unadjusted verdicts differ, the claim's verdict is **LR-sensitive**: which
 an LR choice next to the best.
 
 An equal-time claim whose runs' realised step-time ratios missed the plan as a whole carries
-``off_plan`` (``pipelines.realised_time``): its verdict ends in " (equal time off plan)".
+``off_plan`` (``pipelines.realised_time``): its verdict, when the runs gave one (a p), ends in
+" (equal time off plan)".
 """
 
 from __future__ import annotations
@@ -202,7 +203,8 @@ def adjust(claims: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         c.setdefault("p_holm", None)
         if c.get("p") is not None and (c.get("lr_sensitivity") or {}).get("sensitive"):
             c["verdict"] = LR_SENSITIVE
-        if c.get("off_plan") and not c["verdict"].endswith(OFF_PLAN):
+        # a verdict read from the runs only: one that could read none (not trained) has no plan to miss
+        if c.get("off_plan") and c.get("p") is not None and not c["verdict"].endswith(OFF_PLAN):
             c["verdict"] += OFF_PLAN
         if c.get("untuned") and not c["verdict"].endswith(UNTUNED):
             c["verdict"] += UNTUNED

@@ -137,3 +137,9 @@ def test_bakeoff_tests_perplexity_on_every_seed_and_flags_a_claim_off_plan():
     realised["normformer"] = realised_time.check(PLANNED, _times({1: 1.2, 2: 1.2, 3: 1.21, 4: 1.19}))
     flagged = ppl_tests(ctx, records, realised)[0]
     assert flagged["off_plan"] and flagged["p"] == pytest.approx(everything["p"])
+
+
+def test_a_claim_that_reads_nothing_is_not_flagged_off_plan():
+    unread = {"verdict": "not readable: did not train", "p": None, "off_plan": True}
+    (adjusted,) = verdict.adjust([unread])
+    assert adjusted["verdict"] == "not readable: did not train"
