@@ -86,16 +86,18 @@ def gpu_jobs(scale: Scale, runs_per_gpu: int) -> int:
 
 
 def sharing(ctx: RunContext) -> int:
-    """Returns how many other runs train beside each run on its GPU here (``ctx.jobs`` spread over the
-    visible GPUs, less itself): the paired step-time ratio is measured under as many neighbours
-    (``engine.training.step_ratio.busy_neighbours``). 0 on the CPU, where each run keeps its own cores,
-    and for Slurm jobs, one run a job."""
-    import torch
+    """Returns how many other runs train beside each run on its GPU here (the most ``ctx.jobs`` workers
+    that ``launch.local.job_devices`` binds to one GPU, less itself): the paired step-time ratio is
+    measured under as many neighbours (``engine.training.step_ratio.busy_neighbours``). 0 on the CPU,
+    where each run keeps its own cores, and for Slurm jobs, one run a job."""
+    from collections import Counter
 
-    gpus = torch.cuda.device_count() if ctx.device in ("auto", "cuda") or ctx.device.startswith("cuda") else 0
-    if not gpus or (ctx.launch is not None and ctx.launch.on_cluster):
+    from ..launch.local import job_devices
+
+    devices = job_devices(ctx.device, ctx.jobs)
+    if not devices[0].startswith("cuda") or (ctx.launch is not None and ctx.launch.on_cluster):
         return 0
-    return max(0, -(-ctx.jobs // gpus) - 1)
+    return max(Counter(devices).values()) - 1
 
 
 CORPUS_KEYS = ("corpus", "corpus_fingerprint")  # where the corpus lies, and what it holds

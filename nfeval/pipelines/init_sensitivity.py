@@ -30,7 +30,7 @@ def measure(out: str, configs: dict[str, TrainConfig], log: Callable[[str], None
     from ..analysis.token_sensitivity import sensitivity_at_init, token_batch
     from ..engine.text.data import open_token_shards
     from ..engine.text.tokenization import special_ids
-    from ..engine.training.run_inputs import build_inputs, model_config
+    from ..engine.training.run_inputs import build_inputs, inputs_key, model_config
 
     path = os.path.join(out, FILE)
     stored: dict[str, Any] = load_json(path) if os.path.isfile(path) else {}
@@ -38,8 +38,7 @@ def measure(out: str, configs: dict[str, TrainConfig], log: Callable[[str], None
     for name, cfg in configs.items():
         if name in stored:
             continue
-        trained_bpe = None if cfg.tokenizer else cfg.vocab_size or cfg.preset  # a BPE trained per vocabulary
-        key = (cfg.train_data, cfg.valid_data, cfg.hf_dataset, cfg.tokenizer, trained_bpe)
+        key = inputs_key(cfg)
         if key not in inputs:
             _, tok_json, folder = build_inputs(cfg)
             tok = Tokenizer.from_str(tok_json)

@@ -56,7 +56,7 @@ def check_seeds(eval_seeds: int, tune_seeds: int, flag: str = "--seeds") -> None
 def entry_band(entry: dict[str, Any], unigram: float | None = None) -> list[float]:
     """Returns the band of one preset's tune (``entry``: tune.json's ``presets[preset]``), the best LR
     excluded: its tuned neighbours whose every tune seed trained (a final loss below the trained-run
-    gate's, ``trained_gate.threshold(unigram)``; every finished seed when ``unigram`` is None). None
+    gate's, ``trained_gate.threshold(unigram)``; every finished seed when ``unigram`` is None). Empty
     when the best LR itself did not train (``trained_gate.best_trained``): a "best" among runs that
     learned nothing is noise, and has no band."""
     if not trained_gate.best_trained(entry, unigram):

@@ -136,15 +136,13 @@ def train_point(cfg: TrainConfig, directory: str, key: dict[str, Any]) -> dict[s
 def build_data_caches(configs: Sequence[TrainConfig]) -> None:
     """Builds each distinct corpus' tokenizer and token shards of ``configs`` here, once, so that
     parallel workers only read them."""
-    from ..engine.training.run_inputs import build_inputs
+    from ..engine.training.run_inputs import build_inputs, inputs_key
 
-    fields = ("train_data", "valid_data", "hf_dataset", "hf_config", "text_column", "tokenizer")
     built = set()
     for cfg in configs:
-        key = (*(getattr(cfg, f) for f in fields), cfg.vocab_size or cfg.preset)
-        if key not in built:
+        if inputs_key(cfg) not in built:
             build_inputs(cfg)
-            built.add(key)
+            built.add(inputs_key(cfg))
 
 
 def point_name(cfg: TrainConfig) -> str:

@@ -28,6 +28,13 @@ def build_inputs(cfg: TrainConfig) -> tuple[dict, str, str]:
     return corpus.describe(), tok.to_str(), token_shards(corpus, tok).path
 
 
+def inputs_key(cfg: TrainConfig) -> tuple:
+    """Returns what ``build_inputs`` reads and builds from: configs with one key share a corpus, a
+    tokenizer and token shards."""
+    fields = (cfg.train_data, cfg.valid_data, cfg.hf_dataset, cfg.hf_config, cfg.text_column, cfg.tokenizer)
+    return (*fields, cfg.vocab_size or preset(cfg.preset).vocab_size)
+
+
 def load_data(cfg: TrainConfig, par: Strategy) -> tuple[dict, Any, Tokenizer]:
     """Returns (corpus description, token shards, tokenizer). Rank 0 reads the corpus and builds the
     tokenizer and shards; every process then opens the shards, so none keeps the corpus text."""

@@ -22,8 +22,6 @@ from ...engine.training.train_config import TrainConfig, leave_to_scheme, own_re
 from .. import context, lr_band, runner, runs, trained_gate
 from .candidates import OWN, Candidate
 
-log = functools.partial(context.log, "bakeoff")
-
 
 @dataclass(kw_only=True)
 class Context(context.RunContext):
@@ -45,6 +43,9 @@ class Context(context.RunContext):
     def seeds_of(self, c: Candidate) -> list[int]:
         """Returns the seeds ``c`` trains: ``seed_values``, or more where the seed plan gave it more."""
         return list(range(1, max(self.seeds, self.seed_counts.get(c.name, 0)) + 1))
+
+
+log = functools.partial(context.log, Context.pipeline)
 
 
 def tune_file(ctx: Context, c: Candidate) -> str:

@@ -16,8 +16,6 @@ from .. import context, lr_band, runner, runs
 from .plan import EQUAL_UPDATES, LR_BAND_CLAIMS, RUNS, TABLE5_SETTINGS
 from .run_overrides import apply_setting, run_model  # Table 4's width control, Table 5's settings
 
-log = functools.partial(context.log, "reproduce")
-
 
 @dataclass(kw_only=True)
 class Context(context.RunContext):
@@ -37,6 +35,9 @@ class Context(context.RunContext):
         if self.step_ratios and "max_steps" in self.budget:
             return text + " for each baseline, the other runs the same time (paired step-time ratio)"
         return text + " per run"
+
+
+log = functools.partial(context.log, Context.pipeline)
 
 
 def preset_name(ctx: Context, key: str) -> str:
