@@ -1,4 +1,4 @@
-"""fp32 linear products on this CPU: torch's ``F.linear`` (MKL) against ``nfeval.engine.kernels.cpu_linear``
+"""fp32 linear products on this CPU: torch's ``F.linear`` (MKL) against ``nfeval.engine.fast.cpu_linear``
 (oneDNN, with plain and with packed weights), forward at each row count and forward + backward.
 
 Each weight shape of a decoder layer (default the 125M shape: q/k/v, out_proj, fc1, fc2) is held as
@@ -21,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from nfeval.engine.kernels import cpu_linear
+from nfeval.engine.fast import cpu_linear
 
 
 def fastest(fn, repeats: int) -> float:

@@ -13,7 +13,7 @@ completions of the two must be identical. ``--emulate-avx2`` caps both sides' ke
 own, oneDNN's, fbgemm's and MKL's), as on a CPU without AVX-512 (a Zen 3 EPYC), where nfeval's ``auto``
 kernel rule then chooses as it does there. ``--nfeval-reads hf`` gives ``nfeval generate`` the HF
 directory the HF script reads (a GPT-2 the engine reproduces: read into the engine,
-``model_adapters.gpt2_engine``) instead of the nfeval checkpoint it was exported from; ``--nfeval-reads
+``engine.fast.hf_gpt2_backend``) instead of the nfeval checkpoint it was exported from; ``--nfeval-reads
 hf-transformers`` the same directory with ``--hf-forward transformers`` (the HF model's own ``generate``
 inside ``nfeval generate``, what it did with every HF directory before).
 

@@ -12,7 +12,7 @@ beside the ratio of the medians stands its spread, the lowest and highest ratio 
 Beside each rate stands the memory-bandwidth limit of decoding: the bytes one step reads (the
 weights, once per step, and the KV cache) per token, divided by the bandwidth of a 256 MB tensor
 copy measured in the same run. nfeval's greedy head reads an int8 copy of the output projection
-(``nfeval.engine.inference.greedy_head``), HF's reads fp32. The bf16 row is nfeval with ``--dtype bf16``
+(``nfeval.engine.fast.greedy_head``), HF's reads fp32. The bf16 row is nfeval with ``--dtype bf16``
 weights, an opt-in: its tokens are compared with fp32's.
 
     python benchmarks/generate_vs_hf.py [--layers 4 --d-model 256] [--batches 1 16] [--new-tokens 64]
@@ -33,8 +33,9 @@ from typing import NamedTuple
 import torch
 from results_md import write_block
 
+from nfeval.engine.fast.cpu_linear import convert
+from nfeval.engine.fast.speed import Fast
 from nfeval.engine.inference.generate import generate
-from nfeval.engine.kernels.cpu_linear import convert
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.training.budget import synchronize
@@ -233,12 +234,13 @@ def compare(
     """Returns one table row: HF, nfeval fp32 and nfeval bf16 at ``batch``, timed interleaved, on
     ``make_prompts(n)``; with ``hf_static`` also HF with its static KV cache (which ``generate``
     compiles on a GPU), its speed and its agreement with nfeval in ``hf_static_*`` fields; with
-    ``nfeval_eager`` also nfeval's eager steps (``static=False``: on a GPU, without its CUDA graph)."""
+    ``nfeval_eager`` also nfeval's eager steps (``Fast(static=False)``: on a GPU, without its CUDA
+    graph)."""
     ps = make_prompts(max(batch, 2))
     chunks = [ps[i : i + batch] for i in range(0, len(ps), batch)]
     sides = {
         "hf": lambda: [r for c in chunks for r in hf_generate(hf, c, new_tokens)],
-        "nfeval": lambda: generate(ours, ps, max_new_tokens=new_tokens, batch_size=batch),
+        "nfeval": lambda: generate(ours, ps, max_new_tokens=new_tokens, batch_size=batch, speed=Fast()),
     }
     if hf_static:
         sides["hf_static"] = lambda: [
@@ -246,10 +248,12 @@ def compare(
         ]
     if nfeval_eager:
         sides["nfeval_eager"] = lambda: generate(
-            ours, ps, max_new_tokens=new_tokens, batch_size=batch, static=False
+            ours, ps, max_new_tokens=new_tokens, batch_size=batch, speed=Fast(static=False)
         )
     if ours_bf16 is not None:
-        sides["bf16"] = lambda: generate(ours_bf16, ps, max_new_tokens=new_tokens, batch_size=batch)
+        sides["bf16"] = lambda: generate(
+            ours_bf16, ps, max_new_tokens=new_tokens, batch_size=batch, speed=Fast()
+        )
     timed = interleaved(sides, rounds)
     tokens = len(ps) * new_tokens
     context = sum(map(len, ps)) / len(ps) + new_tokens / 2  # mean cached tokens over the decode

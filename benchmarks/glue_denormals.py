@@ -2,7 +2,7 @@
 
 At a learning rate near divergence a point's attention saturates; its softmax rows and the last layer's
 key and value gradients fall below fp32's smallest normal (1.2e-38), where x86 cores compute through
-microcode assists. The nfeval executable and its ``--jobs`` workers flush them (``engine.kernels.denormals``).
+microcode assists. The nfeval executable and its ``--jobs`` workers flush them (``engine.fast.denormals``).
 This times the same point (``glue_sweep.py``'s RTE subset, model and recipe; one thread; in process) in
 ABBA order, flushing on and off, and reports each time, the ratio and the dev scores.
 

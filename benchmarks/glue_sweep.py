@@ -42,7 +42,7 @@ from glue_trainer import run_trainer
 
 from nfeval.base.sweep_points import point_dir
 from nfeval.engine.checkpoints import checkpoint
-from nfeval.engine.kernels import denormals
+from nfeval.engine.fast import denormals
 from nfeval.engine.model.config import ModelConfig
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.text.tokenization import train_bpe

@@ -96,16 +96,18 @@ def graph_vs_eager(model, prompts: list[list[int]], new_tokens: int) -> dict:
     """Returns how many of ``prompts``' rows nfeval's static (on a GPU: CUDA-graph) steps generate as its
     eager steps do, batch 4, when rows end early at an EOS id (one the eager rows reach mid-way) and
     when sampled under a seed; a row that differs is a bug, not rounding, unless the logits tie."""
+    from nfeval.engine.fast.speed import Fast
     from nfeval.engine.inference.generate import Sampling, generate
 
     def both(**kwargs):
         runs = [
-            generate(model, prompts, max_new_tokens=new_tokens, batch_size=4, static=x, **kwargs)
+            generate(model, prompts, max_new_tokens=new_tokens, batch_size=4, speed=Fast(static=x), **kwargs)
             for x in (False, True)
         ]
         return sum(a == b for a, b in zip(*runs)), runs[1]
 
-    eos = generate(model, prompts, max_new_tokens=new_tokens, batch_size=4, static=False)[0][new_tokens // 2]
+    eager = generate(model, prompts, max_new_tokens=new_tokens, batch_size=4, speed=Fast(static=False))
+    eos = eager[0][new_tokens // 2]
     same_eos, rows = both(eos_id=eos)
     same_sampled, _ = both(sampling=Sampling(temperature=0.8, top_k=50, seed=0))
     return {

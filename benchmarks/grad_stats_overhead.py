@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from nfeval.engine.kernels.cpu_linear import convert
+from nfeval.engine.fast.cpu_linear import convert
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.model import Transformer
 from nfeval.engine.training.grad_stats import GradStatsRecorder

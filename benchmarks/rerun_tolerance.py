@@ -3,7 +3,7 @@
 Trains one short config (default: Pre-LN 12 × 128, the ``small`` reproduce scale's recipe and batches,
 a 300-update schedule, seed 1) as separate ``nfeval train`` processes, one after another, each under
 one CPU linear kernel (``NFEVAL_CPU_LINEAR``: ``torch`` is torch's own ``F.linear``, MKL's sgemm;
-``onednn`` is oneDNN's, ``engine.kernels.cpu_linear``) and ``--threads`` threads. Prints each run's
+``onednn`` is oneDNN's, ``engine.fast.cpu_linear``) and ``--threads`` threads. Prints each run's
 final validation perplexity and weight fingerprint, whether the runs under one kernel are bit-identical
 (same weights, same final losses), and |Δ log PPL| between the kernels.
 

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
 from nfeval.base.artifacts import hardware, hardware_key
+from nfeval.engine.fast import cpu_linear
 from nfeval.engine.interop.hf_gpt2 import gpt2_config
-from nfeval.engine.kernels import cpu_linear
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.flops import training_flops_per_token
 from nfeval.engine.model.model import Transformer

@@ -20,8 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from nfeval.engine.fast.cpu_linear import linear
 from nfeval.engine.inference import vocab_head
-from nfeval.engine.kernels.cpu_linear import linear
 
 VOCAB = 50_259
 

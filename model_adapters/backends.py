@@ -1,7 +1,8 @@
 """The backend for any model path nfeval scores: an nfeval checkpoint
 (``engine.inference.backend.NFEvalBackend``)
 or a Hugging Face causal-LM directory: a GPT-2 the engine reproduces in the engine
-(``gpt2_engine.GPT2EngineBackend``), anything else loaded through transformers (``hf_backend.HFBackend``).
+(``engine.fast.hf_gpt2_backend``), anything else loaded through transformers (``hf_backend.HFBackend``),
+each with the speed layer (``engine.fast.accelerate``).
 
 The path is identified, read and hashed once (``engine.checkpoints.loading.identify``); ``open_backend``
 builds the
@@ -20,8 +21,9 @@ import torch
 from ..base.errors import CheckpointError, ConfigError, DataError, UserError
 from ..engine.checkpoints import checkpoint
 from ..engine.checkpoints.loading import ModelIdentity, identify
+from ..engine.fast.hf_gpt2_backend import hf_gpt2_backend
+from ..engine.fast.speed import accelerate
 from ..engine.inference.backend import Backend, nfeval_backend
-from .gpt2_engine import gpt2_engine_backend
 from .hf_backend import HFBackend
 
 HF_FORWARDS = ("engine", "transformers")  # engine: GPT-2 directories the engine reproduces
@@ -44,24 +46,23 @@ def open_backend(
     transformers (``tokenizer``: a transformers tokenizer to use instead of the directory's)."""
     if hf_forward not in HF_FORWARDS:
         raise ConfigError(f"hf_forward={hf_forward!r}: expected one of {HF_FORWARDS}")
+    if isinstance(model, str) and checkpoint.is_hf_dir(model):
+        return accelerate(_hf_backend(model, device, dtype, max_length, tokenizer, hf_forward))
     if isinstance(model, str):
-        if not checkpoint.is_hf_dir(model):
-            model = identify(model, trust_checkpoint=trust_checkpoint)
-        else:
-            return _hf_backend(model, device, dtype, max_length, tokenizer, hf_forward)
+        model = identify(model, trust_checkpoint=trust_checkpoint)
     if model.loaded is not None:
-        return nfeval_backend(model.loaded, device, dtype, fold_head_scale, max_length)
-    return _hf_backend(model.path, device, dtype, max_length, tokenizer, hf_forward)
+        return accelerate(nfeval_backend(model.loaded, device, dtype, fold_head_scale, max_length))
+    return accelerate(_hf_backend(model.path, device, dtype, max_length, tokenizer, hf_forward))
 
 
 def _hf_backend(path: str, device: torch.device, dtype: torch.dtype, max_length: int | None,
                 tokenizer: Any, hf_forward: str) -> Backend:  # fmt: skip
-    """Returns the HF causal-LM directory ``path`` in the engine (see ``gpt2_engine``) or loaded by
+    """Returns the HF causal-LM directory ``path`` in the engine (see ``hf_gpt2_backend``) or loaded by
     transformers. A folder that asks to run its own code, or whose weights are a pickle holding more than
     tensors, is refused in one line (``checkpoint.refuse_hf_code``), never half-loaded."""
     checkpoint.refuse_hf_code(path)
     if tokenizer is None and hf_forward == "engine":
-        backend = gpt2_engine_backend(path, device, dtype, max_length)
+        backend = hf_gpt2_backend(path, device, dtype, max_length)
         if backend is not None:
             return backend
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -54,8 +54,12 @@ class HFBackend(Backend):
         self.max_length = max_length or resolve_max_length(model.config, self.tokenizer, default=2048)
         self.add_bos_default = None
         self.slices_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.projection = VocabProjection.of(model.get_output_embeddings())  # None: not an nn.Linear
         self.tree = self.tree_probe()  # packed prefix trees (scorer.py), else one row per input
+
+    @property
+    def projection(self) -> VocabProjection | None:
+        """The output projection under this backend's speed (None: not an ``nn.Linear``)."""
+        return VocabProjection.of(self.model.get_output_embeddings(), self.speed)
 
     def linear_kernel(self, decoding_rows: int | None = None) -> str:
         """Returns ``Backend.linear_kernel``'s words for what runs here: transformers' own ``generate``

@@ -36,10 +36,10 @@ from ..base.errors import ConfigError
 from ..base.progress import library_bars_shown
 from ..engine.checkpoints.checkpoint import Checkpoint
 from ..engine.checkpoints.loading import ModelIdentity
+from ..engine.fast.denormals import flushing
+from ..engine.fast.speed import accelerate
 from ..engine.inference.backend import nfeval_backend
 from ..engine.inference.generate import Sampling
-from ..engine.kernels.cpu_linear import packed_weights
-from ..engine.kernels.denormals import flushing
 from ..engine.model.dtypes import SHORT_NAMES, torch_dtype
 from ..engine.training.budget import peak_flops
 from ..engine.training.parallel import join_process_group, resolve_device
@@ -82,11 +82,14 @@ class NFEvalLM(TemplateLM):
                 pretrained, self._device, self.dtype, fold, max_length, tokenizer, hf_forward=hf
             )
         elif isinstance(pretrained, Checkpoint):  # read (``checkpoint.read``) or loaded
-            self.model_backend = nfeval_backend(pretrained, self._device, self.dtype, fold, max_length)
+            self.model_backend = accelerate(
+                nfeval_backend(pretrained, self._device, self.dtype, fold, max_length)
+            )
         else:  # a loaded transformers model
             if tokenizer is None:
                 raise ValueError("NFEvalLM: a transformers model needs its tokenizer (tokenizer=...)")
-            self.model_backend = HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
+            loaded = HFBackend(pretrained.to(self._device), tokenizer, self._device, max_length)
+            self.model_backend = accelerate(loaded)
         # "auto": batches bounded by tokens only; a number also bounds the rows (packed rows) per batch
         auto = str(config.batch_size).startswith("auto")
         self.batch_size = int(config.max_batch_size or 64) if auto else int(config.batch_size)
@@ -196,7 +199,7 @@ class NFEvalLM(TemplateLM):
         # through loglikelihood, disable_tqdm is the one it gave lm-eval; the caller's is _scoring_bar
         wanted = not disable_tqdm if self._scoring_bar is None else self._scoring_bar
         # engine models read oneDNN's blocked weights meanwhile (requests: a bound on the batches)
-        with packed_weights(self.model_backend.model, steps=len(pairs)):
+        with self.model_backend.speed.holding_weights(self.model_backend.model, steps=len(pairs)):
             results = self._score(pairs, wanted)
         for (request, _, _), answer in zip(requests, results):
             if request is not None:

@@ -72,7 +72,7 @@ def console() -> int:
     """The ``nfeval`` executable: ``main`` in a process of its own; returns the exit status. Only here
     are other libraries' bars turned off in logs (``quiet_library_bars``, before they are imported),
     matplotlib given a temp folder when the home cannot be written (``home.matplotlib_dirs_elsewhere``,
-    so it does not warn) and does a command's CPU arithmetic flush denormals (``engine.kernels.denormals``)
+    so it does not warn) and does a command's CPU arithmetic flush denormals (``engine.fast.denormals``)
     and SIGTERM stop it as Ctrl-C does (``base.interrupts``): ``main`` called from another program leaves
     that program's settings alone."""
     quiet_library_bars()
@@ -116,7 +116,7 @@ def run_command(argv: list[str], own_process: bool = False) -> int:
                 parser.print_help()
                 return 2
         if own_process and (lm_eval or "torch" in sys.modules):  # lm-eval imports it; --help does not
-            from .engine.kernels import denormals
+            from .engine.fast import denormals
 
             denormals.flush_in_this_process()
         if lm_eval:

@@ -107,7 +107,7 @@ def one_thread():
 
 @pytest.fixture(autouse=True)
 def ieee_denormals():
-    """nfeval flushes denormals only in processes it owns (``engine.kernels.denormals``); a test that turns
+    """nfeval flushes denormals only in processes it owns (``engine.fast.denormals``); a test that turns
     flushing on in this one must turn it off again, or the tests after it would compute differently."""
     yield
     tiny = torch.full((1 << 20,), 1 << 20, dtype=torch.int32).view(torch.float32)  # 2^20 denormals

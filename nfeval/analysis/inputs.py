@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from ..base.errors import ConfigError, MissingDataError
 from ..base.fingerprint import fingerprint_model
 from ..engine.checkpoints import checkpoint, loading
-from ..engine.kernels import cpu_linear
+from ..engine.fast import cpu_linear
 from ..engine.model.config import parse_preset, preset
 from ..engine.model.model import Transformer
 from ..engine.text.builtin_corpus import default_corpus

@@ -35,7 +35,7 @@ from ..base.config_flags import flag_field
 from ..base.errors import ConfigError
 from ..base.fingerprint import fingerprint_model
 from ..base.progress import progress_bar
-from ..engine.kernels import cpu_linear
+from ..engine.fast import cpu_linear
 from ..engine.model.config import RECIPES, ModelConfig
 from ..engine.model.dtypes import TORCH_DTYPES
 from ..engine.model.model import Transformer

@@ -147,7 +147,7 @@ def hardware_key(hw: dict[str, Any]) -> str:
 def libraries() -> dict[str, str | None]:
     """Returns the versions of the libraries that can move a run's numbers besides torch: numpy,
     tokenizers, and the CPU math libraries torch was built with (MKL, oneDNN: the two CPU linear kernels
-    of ``engine.kernels.cpu_linear``) and the instruction set torch's own CPU kernels use. Cheap: read
+    of ``engine.fast.cpu_linear``) and the instruction set torch's own CPU kernels use. Cheap: read
     from torch's build summary once per process (None: not in this build)."""
     import numpy
     import tokenizers

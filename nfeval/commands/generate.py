@@ -2,7 +2,7 @@
 
 The model is an nfeval run or checkpoint directory, a Hugging Face causal-LM directory (a GPT-2 the
 engine reproduces, weights, tokenizer and generation settings, generates in the engine
-(``model_adapters.gpt2_engine``); any other, or any with ``--hf-forward transformers``, with the HF
+(``engine.fast.hf_gpt2_backend``); any other, or any with ``--hf-forward transformers``, with the HF
 model's own ``generate``) or a fairseq checkpoint file (``--tokenizer`` gives its tokenizer: GPT-2's BPE
 folder, mapped through the dict.txt beside it or ``--fairseq-dict``). Prompts get the same prefix as
 scored texts (``</s>`` for nfeval and fairseq models, the tokenizer's own special tokens for HF models).
@@ -40,6 +40,7 @@ from ..base.config_flags import add_config_flags, config_from_args, flag_field
 from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.outputs import check_output_file
 from ..engine.checkpoints import loading
+from ..engine.fast.speed import accelerate
 from ..engine.inference.backend import Backend, nfeval_backend
 from ..engine.inference.generate import Sampling
 from ..engine.model.dtypes import torch_dtype
@@ -97,7 +98,7 @@ def load_backend(
 
         backend, kind = open_backend(identity, device, dtype, hf_forward=hf_forward), "hf"
     else:
-        backend = nfeval_backend(identity.loaded, device, dtype)
+        backend = accelerate(nfeval_backend(identity.loaded, device, dtype))
         kind = identity.loaded.meta.get("source", "nfeval")
     block = {"kind": kind, "path": identity.path, "fingerprint": identity.fingerprint}
     return backend, block | {"forward_by": backend.forward_by}

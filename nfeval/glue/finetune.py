@@ -20,7 +20,7 @@ from ..base.progress import progress_bar
 from ..base.sweep_points import lr_key
 from ..engine.checkpoints import checkpoint as ckpt_lib
 from ..engine.checkpoints import torch_files
-from ..engine.kernels import cpu_linear, denormals
+from ..engine.fast import cpu_linear, denormals
 from ..engine.model.model import SequenceClassifier, Transformer
 from ..engine.text.tokenization import special_ids
 from . import data as glue_data

@@ -62,7 +62,7 @@ class PointJob(submitit.helpers.Checkpointable):
         self.point, self.outcome = point, outcome
 
     def __call__(self) -> Any:
-        from ..engine.kernels import denormals  # torch, which every job's work needs anyway
+        from ..engine.fast import denormals  # torch, which every job's work needs anyway
 
         print(f"nfeval: point {self.point.name} in {self.point.directory}", flush=True)
         denormals.flush_in_this_process()  # a job's process is nfeval's
@@ -82,7 +82,7 @@ class RunJob(submitit.helpers.Checkpointable):
         # keeps seeing all its node's GPUs (parallel.resolve_device takes cuda:LOCAL_RANK)
         env = submitit.helpers.TorchDistributedEnvironment()
         env.export(set_cuda_visible_devices=False, overwrite=True)
-        from ..engine.kernels import denormals
+        from ..engine.fast import denormals
 
         denormals.flush_in_this_process()  # a job's process is nfeval's
         if env.rank != 0:

@@ -2,7 +2,7 @@
 
 Each job is a spawned process bound to one device (the visible GPUs in turn, else the requested
 device) and its share of the CPU cores, flushing denormals as every process nfeval owns does
-(``engine.kernels.denormals``), set up before torch starts its threads. A point is a ``LaunchPoint``: it
+(``engine.fast.denormals``), set up before torch starts its threads. A point is a ``LaunchPoint``: it
 resumes from and marks itself finished in its own folder, so a killed pool loses no finished point.
 With one job the points run in this process, in order. ``worker_pool`` is the one process pool of
 nfeval (these points', GLUE's, tune's): a stopped command takes its workers down with it.
@@ -62,7 +62,7 @@ def init_worker(devices: Any, threads: int) -> None:
     import torch
 
     from ..base.progress import bars_lock_of_this_process
-    from ..engine.kernels import denormals
+    from ..engine.fast import denormals
 
     bars_lock_of_this_process()
     device = devices.get()

@@ -8,7 +8,7 @@ import pytest
 from nfeval.base import env
 from nfeval.base.errors import ConfigError
 from nfeval.cli import main
-from nfeval.engine.kernels import denormals
+from nfeval.engine.fast import denormals
 from nfeval.engine.training import parallel
 
 

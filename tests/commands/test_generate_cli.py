@@ -11,7 +11,7 @@ from test_zeroshot_adapter import build_hf_gpt2
 
 from nfeval.cli import main
 from nfeval.engine.checkpoints import checkpoint
-from nfeval.engine.kernels import cpu_linear
+from nfeval.engine.fast import cpu_linear
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
 
@@ -196,9 +196,9 @@ def test_cli_generates_a_hf_gpt2_in_the_engine_with_the_hf_models_own_text(tmp_p
 
 
 def test_a_hf_gpt2_samples_in_the_engine_reproducibly_under_hfs_default_top_k(tmp_path):
+    from nfeval.engine.fast.hf_gpt2_backend import HF_TOP_K
     from nfeval.engine.inference.generate import Sampling
     from nfeval.model_adapters.backends import open_backend
-    from nfeval.model_adapters.gpt2_engine import HF_TOP_K
 
     backend = open_backend(build_hf_gpt2(tmp_path / "hf"), torch.device("cpu"), torch.float32)
     assert backend.forward_by == "nfeval engine (GPT-2 weights)" and backend.ckpt.config.vocab_size > HF_TOP_K

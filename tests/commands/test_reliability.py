@@ -461,7 +461,7 @@ def test_a_pool_worker_binds_its_device_and_thread_share(monkeypatch):
 
     from tqdm import tqdm
 
-    from nfeval.engine.kernels import denormals
+    from nfeval.engine.fast import denormals
     from nfeval.launch import local
 
     chosen = []

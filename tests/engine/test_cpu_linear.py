@@ -13,9 +13,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from nfeval.base.errors import ConfigError
+from nfeval.engine.fast import cpu_linear
+from nfeval.engine.fast.cpu_linear import Linear, linear, packed_weights, takes_onednn
+from nfeval.engine.fast.speed import Fast
 from nfeval.engine.inference.generate import generate
-from nfeval.engine.kernels import cpu_linear
-from nfeval.engine.kernels.cpu_linear import Linear, linear, packed_weights, takes_onednn
 from nfeval.engine.model.config import ModelConfig
 from nfeval.engine.model.model import SequenceClassifier, Transformer
 
@@ -269,7 +270,7 @@ def test_cpu_vendor_reads_this_machine():
 def test_aten_cpu_capability_avx2_chooses_as_a_cpu_without_avx512():
     """Capping torch's kernels at AVX2 (how ``generate_command_vs_hf.py --emulate-avx2`` stands in for a
     Zen 3) makes ``auto`` choose as on a CPU without AVX-512, whatever the machine."""
-    code = "from nfeval.engine.kernels import cpu_linear; print(cpu_linear.cpu_has_avx512())"
+    code = "from nfeval.engine.fast import cpu_linear; print(cpu_linear.cpu_has_avx512())"
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
@@ -350,7 +351,7 @@ def test_decoding_one_row_at_a_time_packs_for_one_row(monkeypatch):
     m = model(seed=3)
     for batch_size, prompts, want in ((1, 3, 1), (16, 1, 1), (16, 3, None), (2, 5, None)):
         hints.clear()
-        generate(m, [[5, 6, 7]] * prompts, max_new_tokens=40, batch_size=batch_size)
+        generate(m, [[5, 6, 7]] * prompts, max_new_tokens=40, batch_size=batch_size, speed=Fast())
         assert hints and set(hints) == {want}
 
 
@@ -402,7 +403,9 @@ def test_generation_with_packed_weights_equals_recomputation(
     m = model(seed=3)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, 512, (n,), generator=g).tolist() for n in range(3, 19)]
-    new = generate(m, prompts[: 16 if layout is None else 4], max_new_tokens=40, batch_size=batch_size)
+    new = generate(
+        m, prompts[: 16 if layout is None else 4], max_new_tokens=40, batch_size=batch_size, speed=Fast()
+    )
     assert any(is_packed for _, is_packed in kernel_calls) == (layout is None)
     assert bool(transposed_calls) == (layout == "transposed")
     for prompt, tokens in zip(prompts[:4], new[:4]):

@@ -1,5 +1,5 @@
 """Denormals flushed to zero in the processes nfeval owns, in every thread or none
-(``engine.kernels.denormals``)."""
+(``engine.fast.denormals``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from conftest import tiny_train_args
 
 from nfeval import cli
-from nfeval.engine.kernels import denormals
+from nfeval.engine.fast import denormals
 
 REPO = Path(__file__).resolve().parents[2]
 DAZ = torch.set_flush_denormal(False)  # whether this CPU can flush at all (x86 with SSE3's DAZ)
@@ -25,7 +25,7 @@ needs_daz = pytest.mark.skipif(not DAZ, reason="this CPU cannot flush denormals 
 PROBE = """
 import sys, torch
 torch.set_num_threads(2)
-from nfeval.engine.kernels import denormals
+from nfeval.engine.fast import denormals
 if sys.argv[1] == "late":
     torch.randn(1 << 20).mul_(2)  # torch's threads start before the switch
 returned = denormals.flush_in_this_process()

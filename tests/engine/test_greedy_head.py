@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 from test_generate import PROMPTS, greedy_by_recompute, make_model
 
+from nfeval.engine.fast.greedy_head import GreedyHead, greedy_head, screen_supported
+from nfeval.engine.fast.speed import Fast
 from nfeval.engine.inference.generate import generate
-from nfeval.engine.inference.greedy_head import GreedyHead, greedy_head, screen_supported
 from nfeval.engine.model.config import ModelConfig
 from nfeval.engine.model.model import Transformer
 
@@ -125,6 +126,6 @@ def test_generation_through_the_screen_equals_recompute(monkeypatch):
         raise AssertionError("the screen fell back to the full product")
 
     monkeypatch.setattr(GreedyHead, "full_argmax", no_fallback)
-    got = generate(model, PROMPTS, max_new_tokens=10, batch_size=4)
+    got = generate(model, PROMPTS, max_new_tokens=10, batch_size=4, speed=Fast())
     monkeypatch.undo()
     assert got == [greedy_by_recompute(model, p, 10) for p in PROMPTS]

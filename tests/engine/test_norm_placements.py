@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from test_generate import PROMPTS, greedy_by_recompute
 from torch import nn
 
+from nfeval.engine.fast.speed import Fast
 from nfeval.engine.inference.generate import generate
 from nfeval.engine.model.config import ARCHITECTURES, NORM_POSITIONS, NORMS, PLACEMENTS, ModelConfig, preset
 from nfeval.engine.model.kv_cache import KVCache
@@ -385,7 +386,9 @@ def check_kv_cache_matches_recompute(
             logits = model(token, cache=cache)[:, -1]
     want = [greedy_by_recompute(model, p, 8) for p in PROMPTS]
     assert generate(model, PROMPTS, max_new_tokens=8, batch_size=4) == want
-    assert generate(model, PROMPTS, max_new_tokens=8, batch_size=4, static=True) == want  # a GPU's steps
+    assert (
+        generate(model, PROMPTS, max_new_tokens=8, batch_size=4, speed=Fast(static=True)) == want
+    )  # a GPU's steps
 
 
 def small_cfg(**flags) -> ModelConfig:

@@ -11,16 +11,19 @@ import pytest
 import torch
 from test_generate import ARCH_COMBOS, PROMPTS, default_init_model, make_model
 
-from nfeval.engine.inference import generate as generate_module
+from nfeval.engine.fast.speed import Fast
+from nfeval.engine.fast.static_decode import StaticDecoder
 from nfeval.engine.inference.generate import Sampling, generate
-from nfeval.engine.inference.static_decode import StaticDecoder
 
 RAGGED = PROMPTS * 2 + [[3, 1, 4, 1, 5, 9, 2, 6, 5]]
 
 
 def both(model, prompts, **kwargs):
     """Returns (eager, static) generations of the same request."""
-    return (generate(model, prompts, static=False, **kwargs), generate(model, prompts, static=True, **kwargs))
+    return (
+        generate(model, prompts, speed=Fast(static=False), **kwargs),
+        generate(model, prompts, speed=Fast(static=True), **kwargs),
+    )
 
 
 @pytest.mark.parametrize("norm,normformer,heads,resids,positions", ARCH_COMBOS)
@@ -33,7 +36,7 @@ def test_static_steps_generate_what_the_eager_loop_does(norm, normformer, heads,
 
 def test_rows_end_at_eos_and_stop_strings_as_in_the_eager_loop():
     model = default_init_model()
-    eager = generate(model, RAGGED, max_new_tokens=16, batch_size=4, static=False)
+    eager = generate(model, RAGGED, max_new_tokens=16, batch_size=4, speed=Fast(static=False))
     eos = eager[0][5]  # a token some row reaches mid-way: rows end at different steps
     eager, static = both(model, RAGGED, max_new_tokens=16, batch_size=4, eos_id=eos)
     assert static == eager
@@ -50,19 +53,21 @@ def test_sampling_with_static_steps_draws_the_eager_loops_samples():
     sampling = Sampling(temperature=0.9, top_k=30, top_p=0.95, seed=11)
     eager, static = both(model, RAGGED, max_new_tokens=12, batch_size=4, sampling=sampling, eos_id=7)
     assert static == eager
-    assert static != generate(model, RAGGED, max_new_tokens=12, batch_size=4, static=True)  # it sampled
+    assert static != generate(
+        model, RAGGED, max_new_tokens=12, batch_size=4, speed=Fast(static=True)
+    )  # it sampled
 
 
 def test_batches_of_one_size_share_a_decoder(monkeypatch):
     made = []
-    real_init = generate_module.StaticDecoder.__init__
+    real_init = StaticDecoder.__init__
 
     def counting_init(self, model, batch_size, capacity, greedy):
         made.append((batch_size, capacity))
         real_init(self, model, batch_size, capacity, greedy)
 
-    monkeypatch.setattr(generate_module.StaticDecoder, "__init__", counting_init)
-    generate(default_init_model(), RAGGED, max_new_tokens=6, batch_size=2, static=True)
+    monkeypatch.setattr(StaticDecoder, "__init__", counting_init)
+    generate(default_init_model(), RAGGED, max_new_tokens=6, batch_size=2, speed=Fast(static=True))
     longest = max(map(len, RAGGED))
     assert made == [(2, longest + 6), (1, longest + 6)]  # 9 prompts: four batches of 2 share one
 
@@ -93,20 +98,20 @@ def test_a_failed_graph_capture_decodes_eagerly_with_a_warning(monkeypatch):
         yield
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    real_init = generate_module.StaticDecoder.__init__
+    real_init = StaticDecoder.__init__
 
     def graphed_init(self, *args):
         real_init(self, *args)
         self.graphed = True  # as on a GPU
 
     model = default_init_model()
-    want = generate(model, RAGGED, max_new_tokens=8, batch_size=4, static=False)
-    monkeypatch.setattr(generate_module.StaticDecoder, "__init__", graphed_init)
+    want = generate(model, RAGGED, max_new_tokens=8, batch_size=4, speed=Fast(static=False))
+    monkeypatch.setattr(StaticDecoder, "__init__", graphed_init)
     monkeypatch.setattr(torch.cuda, "Stream", Stream)
     monkeypatch.setattr(torch.cuda, "current_stream", Stream)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "CUDAGraph", object)
     monkeypatch.setattr(torch.cuda, "graph", failing_graph)
     with pytest.warns(RuntimeWarning, match="capture failed"):
-        got = generate(model, RAGGED, max_new_tokens=8, batch_size=4, static=True)
+        got = generate(model, RAGGED, max_new_tokens=8, batch_size=4, speed=Fast(static=True))
     assert got == want

@@ -44,8 +44,9 @@ def test_a_backend_without_lm_eval_imports_no_lm_eval():
     assert out.strip() == "False"
 
 
-# The engine's rooms, each importing only rooms to its left (the model is plain torch at the bottom).
-ENGINE_ORDER = ("model", "kernels", "text", "checkpoints", "interop", "inference", "training")
+# The engine's rooms, each importing only rooms to its left (the model is plain torch at the bottom; the
+# speed layer, ``fast``, above the plain scoring and decoding it speeds up, so that they never see it).
+ENGINE_ORDER = ("model", "text", "checkpoints", "interop", "inference", "fast", "training")
 
 
 def _engine_imports(room: str) -> dict[str, set[str]]:

@@ -3,7 +3,8 @@
 A ``Backend`` gives the zero-shot scorer and ``nfeval generate`` what they need: tokenization, special
 ids, the context window, ``features_at`` (what the LM head turns into logits, only where they are
 scored) and ``generate``. It lives in the engine, without lm-eval, so that ``nfeval generate`` starts
-with torch and tokenizers alone; the Hugging Face backend is ``model_adapters.hf_backend``.
+with torch and tokenizers alone; the Hugging Face backend is ``model_adapters.hf_backend``. A backend
+is built plain; ``engine.fast.accelerate`` gives it the speed layer (its ``speed``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import torch
 from ...base.errors import CheckpointError, MissingDataError
 from ..checkpoints import checkpoint
 from ..checkpoints.rundir import TOKENIZER
-from ..kernels import cpu_linear
 from ..model.dtypes import long_name
 from ..text.tokenization import special_ids
 from .generate import Sampling, generate
+from .speed import PLAIN, Speed
 from .vocab_head import VocabProjection
 
 
@@ -75,6 +76,7 @@ class Backend:
     prefix_id: int
     pad_id: int
     add_bos_default: bool | None
+    speed: Speed = PLAIN  # the speed layer's, once ``engine.fast.accelerate`` applied it
 
     def encode(self, text: str, add_special_tokens: bool | None) -> list[int]:
         raise NotImplementedError
@@ -103,7 +105,7 @@ class Backend:
         raise NotImplementedError
 
     def linear_kernel(self, decoding_rows: int | None = None) -> str:
-        """Returns, for run records, the kernel of the engine's linear products (``cpu_linear.describe``;
+        """Returns, for run records, the kernel of the engine's fp32 CPU linear products (``speed``'s;
         ``decoding_rows``: when generating, rows a step), or why none of them runs it: another device,
         or weights of another dtype (whose products are torch's)."""
         dtype = next(self.model.parameters()).dtype
@@ -111,7 +113,7 @@ class Backend:
             return f"none: the forward runs on {self.device.type}"
         if dtype != torch.float32:
             return f"torch: {long_name(dtype)} weights"
-        return cpu_linear.describe(decoding_rows)
+        return self.speed.linear_kernel(decoding_rows)
 
     def generate(
         self,
@@ -160,7 +162,7 @@ class NFEvalBackend(Backend):
     def features_at(self, idx, keep, position_ids=None, attn_mask=None):
         # without a mask, causal: right padding never reaches a real position
         hidden = self.model.encode(idx, position_ids=position_ids, attn_mask=attn_mask)
-        return hidden[keep], VocabProjection(self.model.output_weight())  # causal: ``lm_logits`` unbiased
+        return hidden[keep], VocabProjection(self.model.output_weight(), speed=self.speed)  # causal: unbiased
 
     def shape(self) -> ModelShape:
         cfg = self.ckpt.config
@@ -170,6 +172,7 @@ class NFEvalBackend(Backend):
         return generate(
             self.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=self.eot_id,
             stop=stop, decode=self.decode, batch_size=batch_size, pad_id=self.pad_id, progress=progress,
+            speed=self.speed,
         )  # fmt: skip
 
 
@@ -181,10 +184,9 @@ def nfeval_backend(
     max_length: int | None = None,
 ) -> NFEvalBackend:
     """Returns the backend of a read checkpoint (``checkpoint.read``), built on ``device`` in ``dtype``
-    (HeadScale folded when asked) with the CPU kernel (``cpu_linear.convert``), its context window capped
-    at ``max_length`` when given."""
+    (HeadScale folded when asked), its context window capped at ``max_length`` when given; plain
+    (``engine.fast.accelerate`` gives it the speed layer)."""
     ckpt = checkpoint.materialize(ckpt, device, dtype, fold_head_scale)
-    cpu_linear.convert(ckpt.model)
     backend = NFEvalBackend(ckpt, device)
     if max_length:
         backend.max_length = min(max_length, backend.max_length)

@@ -5,16 +5,14 @@ same column. The padding is hidden by an attention mask (a pad query sees only i
 the softmax is empty), and positions count real tokens only, so a row generates exactly what it
 would generate alone. A row that ends (EOS, a stop string, ``max_new_tokens``) leaves the batch and
 its cache rows are dropped. Only the last position's hidden state reaches the output projection.
-On a GPU the steps after the prefill have static shapes instead and replay as a CUDA graph
-(``static_decode``): rows stay until their batch ends, and batches of one size share the graph.
-On a CPU the linear layers read oneDNN's blocked copies of their weights while a call decodes
-(``cpu_linear.packed_weights``).
-Greedy fp32 decoding on a CPU takes the argmax through ``greedy_head`` (an int8 screen of the
-projection, the candidates re-scored in fp32: the fp32 argmax, from a quarter of the bytes); other
-dtypes, devices and sampling compute the full logits. Sampling uses transformers' logits warpers
-(temperature, top-k, top-p) and one ``torch.Generator`` per prompt seeded ``seed + prompt index``, so
-a sample does not depend on the batch size or on which prompts share its batch. The weights keep the
-dtype they come with: bf16 decoding happens only when the caller loads bf16 weights.
+Sampling uses transformers' logits warpers (temperature, top-k, top-p) and one ``torch.Generator``
+per prompt seeded ``seed + prompt index``, so a sample does not depend on the batch size or on which
+prompts share its batch. The weights keep the dtype they come with: bf16 decoding happens only when
+the caller loads bf16 weights.
+
+``speed`` (``inference.speed``) is where the speed layer enters: ``engine.fast`` gives a call packed
+CPU weights, an int8-screened greedy head and, on a GPU, steps replayed as a CUDA graph; the plain
+default computes the full logits with torch's kernels.
 """
 
 from __future__ import annotations
@@ -28,11 +26,9 @@ import torch
 from ...base.config_flags import flag_field
 from ...base.errors import ConfigError, DataError
 from ...base.progress import progress_bar
-from ..kernels.cpu_linear import packed_weights
 from ..model.kv_cache import KVCache
 from ..model.model import Transformer
-from .greedy_head import greedy_head, screen_supported
-from .static_decode import StaticDecoder
+from .speed import PLAIN, Speed
 
 
 @dataclass(frozen=True)
@@ -102,12 +98,13 @@ def next_tokens(logits: torch.Tensor, warpers, generators: list[torch.Generator 
     return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators)])
 
 
-def token_picker(model: Transformer, sampling: Sampling) -> Callable[[torch.Tensor, list], torch.Tensor]:
-    """Returns pick(hidden (B, d), generators) -> next tokens (B,): the int8-screened exact argmax for
-    greedy fp32 decoding on a CPU (``greedy_head``), else the full logits through ``next_tokens``."""
-    tied = model.cfg.objective == "clm" and model.logit_scale is None  # the head is tok_emb's weight alone
-    if sampling.greedy and tied and screen_supported(model.tok_emb.weight):
-        head = greedy_head(model)
+def token_picker(
+    model: Transformer, sampling: Sampling, speed: Speed = PLAIN
+) -> Callable[[torch.Tensor, list], torch.Tensor]:
+    """Returns pick(hidden (B, d), generators) -> next tokens (B,): ``speed``'s greedy picker where it
+    has one, else the full logits through ``next_tokens``."""
+    head = speed.greedy_picker(model) if sampling.greedy else None
+    if head is not None:
         return lambda hidden, generators: head(hidden)
     warpers = None if sampling.greedy else sampling.warpers()
     return lambda hidden, generators: next_tokens(model.lm_logits(hidden), warpers, generators)
@@ -162,10 +159,12 @@ def generate_batch(
     eos_id: int | None = None,
     stop: StopStrings | None = None,
     pad_id: int = 0,
-    decoder: StaticDecoder | None = None,
+    decoder=None,
+    speed: Speed = PLAIN,
 ) -> list[list[int]]:
     """Returns each prompt's new tokens (EOS excluded; the tokens that complete a stop string kept).
-    With ``decoder`` (sized for this batch) the steps after the prefill are its static ones."""
+    With ``decoder`` (``Speed.batch_decoder``'s, sized for this batch) the steps after the prefill are
+    its own."""
     device, dtype = model.tok_emb.weight.device, model.tok_emb.weight.dtype
     ids, real, positions = left_pad(prompts, pad_id, max_new_tokens, device)
     width = ids.shape[1]
@@ -178,10 +177,10 @@ def generate_batch(
     hidden = model.encode(
         ids, position_ids=positions[:, :width] if padded else None, attn_mask=mask, cache=cache
     )
-    pick = token_picker(model, sampling)
+    pick = token_picker(model, sampling, speed)
     tokens = pick(hidden[:, -1], generators)
     if decoder is not None:
-        return static_steps(decoder, tokens, sampling, generators, eos_id, stop, max_new_tokens)
+        return decoder.steps(tokens, sampling, generators, eos_id, stop, max_new_tokens)
     rows = list(range(len(prompts)))  # the prompts still generating, in batch order
     new: list[list[int]] = [[] for _ in prompts]
     # the steps' mask as the float SDPA adds to the scores (0 at tokens, -inf at padding): what SDPA would
@@ -201,35 +200,6 @@ def generate_batch(
         step_pos = positions[:, n : n + 1] if padded else None
         hidden = model.encode(tokens[:, None], position_ids=step_pos, attn_mask=step_mask, cache=cache)
         tokens = pick(hidden[:, -1], [generators[r] for r in rows])
-    return new
-
-
-def static_steps(
-    decoder: StaticDecoder,
-    tokens: torch.Tensor,
-    sampling: Sampling,
-    generators: list[torch.Generator | None],
-    eos_id: int | None,
-    stop: StopStrings | None,
-    max_new_tokens: int,
-) -> list[list[int]]:
-    """Returns each row's new tokens from ``decoder``'s static steps after the prefill picked ``tokens``
-    (B,): every row stays in the batch, and a finished row's picks are ignored."""
-    rows = list(range(len(tokens)))  # the rows still generating, in batch order
-    new: list[list[int]] = [[] for _ in rows]
-    warpers = None if sampling.greedy else sampling.warpers()
-    for _ in range(max_new_tokens):
-        picks = tokens.tolist()
-        keep = record(new, rows, [picks[r] for r in rows], eos_id, stop, max_new_tokens)
-        if not keep:
-            break
-        rows = [rows[j] for j in keep]
-        out = decoder.step(tokens)
-        if warpers is not None:
-            tokens = torch.zeros(len(new), dtype=torch.long, device=out.device)
-            tokens[rows] = next_tokens(out[rows], warpers, [generators[r] for r in rows])
-        else:
-            tokens = out
     return new
 
 
@@ -268,15 +238,13 @@ def generate(
     batch_size: int = 16,
     pad_id: int = 0,
     progress: bool = False,
-    static: bool | None = None,
+    speed: Speed = PLAIN,
 ) -> list[list[int]]:
     """Returns the new tokens of each prompt (token-id lists), generated ``batch_size`` prompts at a time.
 
     A row ends at ``eos_id`` (not included), at a stop string (``decode`` turns tokens into text; the
     tokens that complete it are included, cut the text yourself) or after ``max_new_tokens``.
-    ``static``: decode with static shapes (``static_decode``: a CUDA graph per batch size on a GPU);
-    None (default) takes them on a CUDA device, where launches bound a step, and not on a CPU, where
-    dropping finished rows and the int8-screened head pay more.
+    ``speed``: the speed layer's answers (``inference.speed``; ``engine.fast.Fast`` for the fast path).
     """
     check_request(model.cfg.max_seq_len, prompts, max_new_tokens, batch_size, bool(stop) and decode is None)
     device = model.tok_emb.weight.device
@@ -288,16 +256,14 @@ def generate(
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths share a batch
     results: list[list[int]] = [[] for _ in prompts]
     steps = -(-len(prompts) // batch_size) * max_new_tokens
-    if static is None:
-        static = device.type == "cuda"
-    capacity = max(len(p) for p in prompts) + max_new_tokens  # one size, so that batches share a graph
-    decoders: dict[int, StaticDecoder] = {}
+    capacity = max(len(p) for p in prompts) + max_new_tokens  # one size, so that batches share a decoder
+    decoders: dict[int, object] = {}
     bar = progress_bar(total=len(prompts), desc="Generating", enabled=progress)
-    with packed_weights(model, steps, rows=min(batch_size, len(prompts))), bar:
+    with speed.holding_weights(model, steps, rows=min(batch_size, len(prompts))), bar:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            if static and len(chunk) not in decoders:
-                decoders[len(chunk)] = StaticDecoder(model, len(chunk), capacity, sampling.greedy)
+            if len(chunk) not in decoders:
+                decoders[len(chunk)] = speed.batch_decoder(model, len(chunk), capacity, sampling.greedy)
             outs = generate_batch(
                 model,
                 [prompts[i] for i in chunk],
@@ -307,7 +273,8 @@ def generate(
                 eos_id,
                 stops,
                 pad_id,
-                decoders.get(len(chunk)),
+                decoders[len(chunk)],
+                speed,
             )
             for i, out in zip(chunk, outs):
                 results[i] = out

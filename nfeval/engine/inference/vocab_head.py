@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kernels.cpu_linear import linear, takes_onednn
+from .speed import PLAIN, Speed
 
 ROW_CHUNK = 1024  # positions per projection tile (measured on 1 thread, d=256: 1024 × 256 fastest)
 VOCAB_TILE = 256  # tokens per tile on a CPU; elsewhere one tile spans the vocabulary
@@ -32,15 +32,19 @@ class VocabProjection:
 
     weight: torch.Tensor | None
     bias: torch.Tensor | None = None
+    speed: Speed = PLAIN  # whose kernel computes a tile, where it offers one
 
     @classmethod
-    def of(cls, module: torch.nn.Module | None) -> VocabProjection | None:
+    def of(cls, module: torch.nn.Module | None, speed: Speed = PLAIN) -> VocabProjection | None:
         """Returns the projection of an ``nn.Linear`` output layer (None for anything else)."""
-        return cls(module.weight, module.bias) if isinstance(module, torch.nn.Linear) else None
+        return cls(module.weight, module.bias, speed) if isinstance(module, torch.nn.Linear) else None
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
         """Returns the logits of ``features`` (all of them at once: for checks, not for scoring)."""
-        return features if self.weight is None else linear(features, self.weight, self.bias)
+        if self.weight is None:
+            return features
+        fast = self.speed.tile_product(features, self.weight, self.bias)
+        return torch.nn.functional.linear(features, self.weight, self.bias) if fast is None else fast
 
     def vocab_size(self, features: torch.Tensor) -> int:
         """Returns the number of logits per feature row."""
@@ -48,13 +52,14 @@ class VocabProjection:
 
     def tile(self, rows: torch.Tensor, start: int, end: int, out: torch.Tensor) -> torch.Tensor:
         """Returns the logits of ``rows`` for tokens ``start:end`` in fp32, written into ``out``
-        (features' dtype for a projection, fp32 when the features are logits) unless oneDNN computes
-        them (``cpu_linear``: a new tensor)."""
+        (features' dtype for a projection, fp32 when the features are logits) unless the speed layer
+        computes them (a new tensor)."""
         if self.weight is None:
             return out.copy_(rows[:, start:end])
         weight, bias = self.weight[start:end], None if self.bias is None else self.bias[start:end]
-        if takes_onednn(rows, weight, bias):
-            return linear(rows, weight, bias)
+        fast = self.speed.tile_product(rows, weight, bias)
+        if fast is not None:
+            return fast
         if bias is None:
             return torch.mm(rows, weight.T, out=out).float()
         return torch.addmm(bias, rows, weight.T, out=out).float()

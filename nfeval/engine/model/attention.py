@@ -19,7 +19,7 @@ from .norms import make_norm
 
 class SelfAttention(nn.Module):
     # the product of a part of ``qkv``'s weight (``project_heads`` at some queries only); a CPU kernel
-    # converter may set another (``engine.kernels.cpu_linear.convert``)
+    # converter may set another (``engine.fast.cpu_linear.convert``)
     linear = staticmethod(F.linear)
 
     def __init__(self, cfg: ModelConfig):

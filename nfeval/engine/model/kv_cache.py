@@ -32,7 +32,7 @@ class KVCache:
 
     ``Transformer.encode`` appends the new tokens to every layer, then advances ``length``. While
     ``write_at`` (a one-element LongTensor) is set, one new token goes to slot ``write_at`` instead and
-    attention reads every slot (``inference.static_decode``, which zeroes the buffers first, so that an
+    attention reads every slot (``fast.static_decode``, which zeroes the buffers first, so that an
     unfilled slot holds no NaN for the mask to multiply).
     """
 

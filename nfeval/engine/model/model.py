@@ -64,7 +64,7 @@ mask). Without them the training forward runs SDPA with ``is_causal``.
 
 The attention sub-layer (from ``qkv`` to HeadScale above) is ``attention.py``'s ``SelfAttention``. The
 model is plain torch (``nn.Linear``, ``F.linear``), as an export carries it; where nfeval trains or
-scores it, ``engine.kernels.cpu_linear.convert`` swaps its CPU kernel in after the model is built.
+scores it, ``engine.fast.cpu_linear.convert`` swaps its CPU kernel in after the model is built.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class Transformer(nn.Module):
     """Token embedding, blocks, and the language-model head (tied; RoBERTa-style head for MLM)."""
 
     # the product of the tied output projection (the embedding's weight); a CPU kernel converter may
-    # set another (``engine.kernels.cpu_linear.convert``)
+    # set another (``engine.fast.cpu_linear.convert``)
     linear = staticmethod(F.linear)
 
     def __init__(self, cfg: ModelConfig):

@@ -23,7 +23,7 @@ import torch
 from ...base.artifacts import atomic_write_json, cache_dir, hardware, hardware_key
 from ...base.errors import ConfigError, DataError, MissingDataError, OutputError
 from ...base.jsonio import load_json
-from ..kernels.cpu_linear import linear
+from ..fast.cpu_linear import linear
 from .train_config import TrainConfig, resolved_warmup
 
 CALIBRATION_WARMUP = 2  # untimed steps before timing: allocation, autotuning, torch.compile's first graphs

@@ -12,7 +12,7 @@ import torch
 
 from ...base.artifacts import atomic_write_json, atomic_write_text, hardware, provenance
 from ..checkpoints import checkpoint, rundir
-from ..kernels import cpu_linear, denormals
+from ..fast import cpu_linear, denormals
 from ..model.config import ModelConfig
 from ..model.model import Transformer
 from . import budget, recipe

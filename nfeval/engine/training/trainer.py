@@ -22,7 +22,7 @@ from ...base.errors import ConfigError
 from ...base.jsonio import append_jsonl
 from ...base.progress import progress_bar
 from ..checkpoints import checkpoint, rundir, torch_files
-from ..kernels import cpu_linear
+from ..fast import cpu_linear
 from ..model.flops import training_flops_per_token
 from ..model.model import Transformer
 from ..text.data import Batches

@@ -11,7 +11,7 @@ import pytest
 from test_zeroshot_adapter import build_hf_gpt2
 from test_zeroshot_cli import data_dir  # noqa: F401  (the fixture: tiny local task files)
 
-from nfeval.engine.kernels import cpu_linear
+from nfeval.engine.fast import cpu_linear
 from nfeval.engine.text.tokenization import GPT2_EOT
 from nfeval.model_adapters import NFEvalLM
 from nfeval.model_adapters.config import ScoringConfig
@@ -83,7 +83,7 @@ def test_a_tokenizer_config_the_engine_does_not_reproduce_goes_to_transformers(t
     cfg = json.loads(open(cfg_file).read())
     open(cfg_file, "w").write(json.dumps(cfg | change))
     if change.get("tokenizer_class") == "LlamaTokenizer":  # transformers would not load it: just the choice
-        from nfeval.model_adapters.gpt2_engine import tokenizer_special_tokens
+        from nfeval.engine.fast.hf_gpt2_backend import tokenizer_special_tokens
 
         assert tokenizer_special_tokens(path) is None
         return
@@ -93,7 +93,7 @@ def test_a_tokenizer_config_the_engine_does_not_reproduce_goes_to_transformers(t
 
 
 def test_special_tokens_map_disagreeing_with_the_config_goes_to_transformers(tmp_path):
-    from nfeval.model_adapters.gpt2_engine import tokenizer_special_tokens
+    from nfeval.engine.fast.hf_gpt2_backend import tokenizer_special_tokens
 
     path = build_hf_gpt2(tmp_path / "hf")
     assert tokenizer_special_tokens(path)["bos_token"] == "<s>"
@@ -124,7 +124,7 @@ def test_every_generation_setting_of_transformers_is_sorted_into_kept_or_sent_to
     one is either harmless (``GENERATION_KEYS``) or sends the directory to transformers."""
     from transformers import GenerationConfig
 
-    from nfeval.model_adapters.gpt2_engine import GENERATION_KEYS, GENERATION_PARAMS
+    from nfeval.engine.fast.hf_gpt2_backend import GENERATION_KEYS, GENERATION_PARAMS
 
     fields = set(GenerationConfig().to_dict())
     assert not GENERATION_KEYS & GENERATION_PARAMS

@@ -7,7 +7,7 @@ launch. The shapes stay fixed because every row stays in the batch until the bat
 row's picks are ignored), the new token's keys and values go to cache slot ``write_at`` (a tensor the
 step advances) and attention reads every slot under a mask of the slots filled so far (``KVCache``).
 On a CPU the same step runs eagerly, which is how the tests check it against ``generate_batch``'s
-eager loop; ``generate`` takes it on CUDA devices only. Should a capture fail, the step runs eagerly
+eager loop; ``Fast`` takes it on CUDA devices only. Should a capture fail, the step runs eagerly
 (with a warning): slower, never different.
 """
 
@@ -17,6 +17,7 @@ import warnings
 
 import torch
 
+from ..inference.generate import Sampling, StopStrings, next_tokens, record
 from ..model.kv_cache import KVCache
 from ..model.model import Transformer
 
@@ -82,6 +83,34 @@ class StaticDecoder:
         logits = self.model.lm_logits(hidden[:, -1])
         self.write_at.add_(1)
         return logits.argmax(-1) if self.greedy else logits
+
+    def steps(
+        self,
+        tokens: torch.Tensor,
+        sampling: Sampling,
+        generators: list[torch.Generator | None],
+        eos_id: int | None,
+        stop: StopStrings | None,
+        max_new_tokens: int,
+    ) -> list[list[int]]:
+        """Returns each row's new tokens from the steps after the prefill picked ``tokens`` (B,): every
+        row stays in the batch, and a finished row's picks are ignored."""
+        rows = list(range(len(tokens)))  # the rows still generating, in batch order
+        new: list[list[int]] = [[] for _ in rows]
+        warpers = None if sampling.greedy else sampling.warpers()
+        for _ in range(max_new_tokens):
+            picks = tokens.tolist()
+            keep = record(new, rows, [picks[r] for r in rows], eos_id, stop, max_new_tokens)
+            if not keep:
+                break
+            rows = [rows[j] for j in keep]
+            out = self.step(tokens)
+            if warpers is not None:
+                tokens = torch.zeros(len(new), dtype=torch.long, device=out.device)
+                tokens[rows] = next_tokens(out[rows], warpers, [generators[r] for r in rows])
+            else:
+                tokens = out
+        return new
 
     def capture(self) -> None:
         """Captures ``run`` as a CUDA graph. One eager run on a side stream first (as torch's

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..kernels.cpu_linear import linear
+from .cpu_linear import linear
 
 # The screen keeps blocks of BLOCK tokens whose best screened logit passes, then the tokens within them:
 # two small selections instead of one over the whole (B, vocab) logits.

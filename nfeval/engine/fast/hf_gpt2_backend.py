@@ -24,12 +24,11 @@ from typing import Any
 
 import torch
 
-from ..base.jsonio import load_json
-from ..engine.checkpoints import checkpoint
-from ..engine.inference.backend import NFEvalBackend
-from ..engine.interop import hf_gpt2
-from ..engine.kernels import cpu_linear
-from ..engine.text.tokenization import load_tokenizer
+from ...base.jsonio import load_json
+from ..checkpoints import checkpoint
+from ..inference.backend import NFEvalBackend
+from ..interop import hf_gpt2
+from ..text.tokenization import load_tokenizer
 
 # tokenizer classes whose transformers tokenizer runs tokenizer.json as it is, and the special tokens
 # each class gives a config that names none (GPT2Tokenizer's defaults)
@@ -111,7 +110,7 @@ class GPT2EngineBackend(NFEvalBackend):
         return super().generate(prompts, max_new_tokens, sampling, stop, batch_size, progress)
 
 
-def gpt2_engine_backend(
+def hf_gpt2_backend(
     path: str, device: torch.device, dtype: torch.dtype, max_length: int | None
 ) -> GPT2EngineBackend | None:
     """Returns the engine backend of the HF directory ``path`` in ``dtype`` on ``device``, or None when
@@ -132,7 +131,6 @@ def gpt2_engine_backend(
         return None
     ckpt.tokenizer = tok
     ckpt = checkpoint.materialize(ckpt, device, dtype)
-    cpu_linear.convert(ckpt.model)
     backend = GPT2EngineBackend(ckpt, device, ids)
     if max_length:
         backend.max_length = min(max_length, backend.max_length)
