@@ -1,7 +1,10 @@
-"""``gpu_check.py``'s checks of the training engine on the device (checks 1-3 of its docstring): what
-every check is given (``Setup``), a bf16 training step eager and compiled with its MFU, the model under
-flash attention only, and the Trainer's DDP checkpoint and resume; and the small corpus the checks train
-and score on."""
+"""``gpu_check.py``'s checks of the training engine on the device: what every check is given
+(``Setup``), a bf16 training step eager and compiled with its MFU, NormFormer's and Pre-LN's compiled
+steps at the batch the device wants (``train_mfu``), the model under flash attention only, and the
+Trainer's DDP checkpoint and resume; and the small corpus the checks train and score on.
+
+Compiling NormFormer's extra norms needs no converter: ``torch._dynamo.explain`` finds one graph and no
+graph break in the NormFormer and the Pre-LN objectives (checked on the CPU)."""
 
 from __future__ import annotations
 
@@ -10,13 +13,17 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from gpu_check_data import default_data_dir
 
+from nfeval.base.device_memory import free_cached
 from nfeval.engine.checkpoints import rundir
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.flops import training_flops_per_token
@@ -36,6 +43,29 @@ class Setup:
     seq: int
     steps: int
     work: Path  # scratch folder (corpus, runs, caches)
+    data_dir: Path = field(default_factory=default_data_dir)  # real data in ../shared/data's layout
+    rounds: int = 3  # interleaved rounds of the side-by-side checks
+    mfu_batches: tuple[int, ...] = (16, 32)  # train_mfu's candidate batches
+    deadline: float | None = None  # time.perf_counter() after which no round or check starts
+
+    def time_for(self, seconds: float) -> bool:
+        """Returns whether ``seconds`` more end before the deadline (always, without one)."""
+        return self.deadline is None or time.perf_counter() + seconds < self.deadline
+
+
+class Skipped(Exception):
+    """A check that cannot run here (its data is absent): recorded as skipped with the reason, not failed."""
+
+
+def rounds_within(s: Setup, run_round: Callable[[int], None]) -> int:
+    """Runs ``run_round(r)`` for r = 0, 1, … up to ``s.rounds`` times, the first always and each further one
+    only while one more round as long as the longest so far ends before the deadline; returns the rounds."""
+    longest, r = 0.0, 0
+    while r < s.rounds and (r == 0 or s.time_for(longest)):
+        t0 = time.perf_counter()
+        run_round(r)
+        longest, r = max(longest, time.perf_counter() - t0), r + 1
+    return r
 
 
 def peak_bf16(device: torch.device) -> tuple[float, str]:
@@ -48,16 +78,19 @@ def peak_bf16(device: torch.device) -> tuple[float, str]:
     return measure_matmul_flops(device, torch.bfloat16, seconds=0.2), "measured 1024² bf16 matmul"
 
 
-def train_step(s: Setup, compiled: bool) -> dict:
-    """Times a bf16 training step of the preset model; returns tokens/s, MFU and the last loss."""
+def make_step(s: Setup, name: str, batch: int, compiled: bool) -> tuple[Callable[[], torch.Tensor], dict]:
+    """Returns (one bf16 training step of preset ``name`` on a random batch of ``batch`` × ``s.seq``
+    tokens: forward, summed cross-entropy, backward, fused AdamW on a GPU; the step's facts: preset,
+    parameters, batch, sequence length, model FLOPs per token)."""
     torch.manual_seed(0)
-    cfg = preset(s.model, max_seq_len=max(s.seq, preset(s.model).max_seq_len))
+    cfg = preset(name, max_seq_len=max(s.seq, preset(name).max_seq_len))
     model = Transformer(cfg).to(s.device)
     obj = Objective(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=s.device.type == "cuda")
-    step_fn = torch.compile(obj, backend="aot_eager" if s.dry_run else "inductor") if compiled else obj
-    x = torch.randint(0, cfg.vocab_size, (s.batch, s.seq), device=s.device)
-    y = torch.randint(0, cfg.vocab_size, (s.batch, s.seq), device=s.device)
+    backend = "aot_eager" if s.dry_run else "inductor"
+    step_fn = torch.compile(obj, backend=backend, dynamic=False) if compiled else obj
+    x = torch.randint(0, cfg.vocab_size, (batch, s.seq), device=s.device)
+    y = torch.randint(0, cfg.vocab_size, (batch, s.seq), device=s.device)
 
     def step() -> torch.Tensor:
         with torch.autocast(s.device.type, dtype=torch.bfloat16):
@@ -67,35 +100,109 @@ def train_step(s: Setup, compiled: bool) -> dict:
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
+    facts = {"preset": name, "parameters": model.num_params(), "batch": batch, "seq_len": s.seq}
+    return step, facts | {"flops_per_token": training_flops_per_token(cfg, s.seq)}
+
+
+def seconds_per_step(step: Callable[[], torch.Tensor], device: torch.device, steps: int) -> float:
+    """Returns the mean seconds of ``steps`` calls of ``step``, the device's queue drained before and after;
+    raises RuntimeError when the last loss is not finite."""
+    synchronize(device)
     t0 = time.perf_counter()
-    step()
-    synchronize(s.device)
-    first_s = time.perf_counter() - t0
-    step()
-    synchronize(s.device)
-    t0 = time.perf_counter()
-    for _ in range(s.steps):
+    for _ in range(steps):
         loss = step()
-    synchronize(s.device)
-    step_s = (time.perf_counter() - t0) / s.steps
+    synchronize(device)
+    seconds = (time.perf_counter() - t0) / steps
     if not torch.isfinite(loss):
         raise RuntimeError(f"non-finite loss {float(loss)}")
+    return seconds
+
+
+def first_steps(step: Callable[[], torch.Tensor], device: torch.device) -> float:
+    """Runs ``step`` twice (compiling, when compiled, and warming up); returns the first one's seconds."""
+    t0 = time.perf_counter()
+    step()
+    synchronize(device)
+    first = time.perf_counter() - t0
+    step()
+    return first
+
+
+def train_step(s: Setup, compiled: bool) -> dict:
+    """Times a bf16 training step of the preset model; returns tokens/s, MFU and the last loss."""
+    step, facts = make_step(s, s.model, s.batch, compiled)
+    first_s = first_steps(step, s.device)
+    step_s = seconds_per_step(step, s.device, s.steps)
     tps = s.batch * s.seq / step_s
     peak, source = peak_bf16(s.device)
-    flops = training_flops_per_token(cfg, s.seq)
-    return {
-        "preset": s.model,
-        "parameters": model.num_params(),
-        "batch": s.batch,
-        "seq_len": s.seq,
+    facts["mfu"] = tps * facts.pop("flops_per_token") / peak
+    return facts | {
         "first_step_s": first_s,
         "step_ms": step_s * 1e3,
         "tokens_per_s": tps,
-        "mfu": tps * flops / peak,
         "peak_flops": peak,
         "peak_source": source,
-        "loss": float(loss),
+        "loss": float(step()),
     }
+
+
+def best_batch(s: Setup, name: str) -> tuple[Callable[[], torch.Tensor], dict, dict[str, float | str]]:
+    """Compiles preset ``name``'s bf16 step (flash attention only) at each of ``s.mfu_batches``; returns
+    (the step of the batch with the most tokens/s, its facts, {batch: tokens/s, or "out of memory"})."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    tried: dict[str, float | str] = {}
+    best = None
+    for batch in s.mfu_batches:
+        try:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                step, facts = make_step(s, name, batch, compiled=True)
+                first_steps(step, s.device)
+                tried[str(batch)] = batch * s.seq / seconds_per_step(step, s.device, s.steps)
+        except torch.OutOfMemoryError:
+            tried[str(batch)] = "out of memory"
+            step = facts = None
+            free_cached(s.device)
+            continue
+        if best is None or tried[str(batch)] > tried[str(best[1]["batch"])]:
+            best = (step, facts)
+        step = facts = None
+        free_cached(s.device)
+    if best is None:
+        raise RuntimeError(f"{name}: no batch of {s.mfu_batches} fits")
+    return best[0], best[1], tried
+
+
+def train_mfu(s: Setup) -> dict:
+    """Times NormFormer's and Pre-LN's compiled bf16 steps (fused AdamW, flash attention only) at the size
+    of ``s.model``, each at its best batch of ``s.mfu_batches``, in interleaved rounds; returns per
+    architecture the batches tried, the chosen batch, tokens/s (median of the rounds) and MFU against the
+    device's dense bf16 peak, and NormFormer's step time over Pre-LN's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    size = s.model.split("-", 1)[1]
+    names = {arch: f"{arch}-{size}" for arch in ("normformer", "prenorm")}
+    chosen = {arch: best_batch(s, name) for arch, name in names.items()}
+    times: dict[str, list[float]] = {arch: [] for arch in names}
+
+    def one_round(r: int) -> None:
+        for arch in list(names)[:: 1 if r % 2 == 0 else -1]:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                times[arch].append(seconds_per_step(chosen[arch][0], s.device, s.steps))
+
+    rounds = rounds_within(s, one_round)
+    peak, source = peak_bf16(s.device)
+    out: dict = {"rounds": rounds, "seq_len": s.seq, "peak_flops": peak, "peak_source": source}
+    for arch, (_, facts, tried) in chosen.items():
+        step_s = statistics.median(times[arch])
+        tps = facts["batch"] * s.seq / step_s
+        out |= {f"{arch}_preset": facts["preset"], f"{arch}_parameters": facts["parameters"]}
+        out |= {f"{arch}_batches_tried": tried, f"{arch}_batch": facts["batch"]}
+        out |= {f"{arch}_step_ms": step_s * 1e3, f"{arch}_tokens_per_s": tps}
+        out[f"{arch}_mfu"] = tps * facts["flops_per_token"] / peak
+    ratios = [a / b for a, b in zip(times["normformer"], times["prenorm"])]
+    out["normformer_over_prenorm_step_time"] = statistics.median(ratios)
+    return out
 
 
 def flash_attention(s: Setup) -> dict:

@@ -1,4 +1,4 @@
-"""``gpu_check.py``'s checks of scoring, generation and GLUE on the device (checks 5-8 of its docstring):
+"""``gpu_check.py``'s checks of scoring, generation and GLUE on the device:
 the lm-eval adapter on the device against the CPU, and nfeval against Hugging Face ``generate``, lm-eval's
 ``HFLM`` and ``Trainer`` (``generate_vs_hf.py``, ``glue_sweep.py``)."""
 
@@ -189,24 +189,33 @@ def zeroshot_vs_hflm(s: Setup) -> dict:
     }
 
 
+GLUE_TRAIN_ROWS = 8000  # SST-2's training rows the sweep fine-tunes on (a random subset of its 67,349)
+
+
 def glue_vs_trainer(s: Setup) -> dict:
-    """Times the seven-learning-rate SST-2 sweep on the device (``benchmarks/glue_sweep.py``): nfeval one
-    point at a time and HF ``Trainer`` in ``group_by_length`` and random order, bf16; SST-2 from
-    ../shared/data when present, else synthetic. Returns each side's seconds, the Trainer / nfeval ratios
-    and each side's best dev accuracy."""
+    """Times the seven-learning-rate SST-2 sweep on the device (``benchmarks/glue_sweep.py``, bf16): nfeval
+    one point at a time against HF ``Trainer`` in its strongest configuration (dynamic padding and
+    ``group_by_length``), on ``GLUE_TRAIN_ROWS`` of SST-2's training rows and its whole dev set from the
+    data folder (``DATA/glue/SST-2``), else on a synthetic SST-2. Returns the data, the rows, each side's
+    seconds and best dev accuracy, and the Trainer / nfeval ratio."""
     import glue_sweep
 
-    real = glue_sweep.DEFAULT_GLUE / "SST-2"
+    real = s.data_dir / "glue" / "SST-2"
     glue_dir = str(real.parent) if real.is_dir() else glue_sweep.synthetic_sst2(s.work / "glue-synthetic")
-    argv = ["--glue-dir", glue_dir, "--tasks", "sst2", "--device", str(s.device),
-            "--trainer-order", "group_by_length,random"]  # fmt: skip
+    rows = 64 if s.dry_run else GLUE_TRAIN_ROWS
+    argv = ["--glue-dir", glue_dir, "--tasks", "sst2", "--device", str(s.device), "--train", str(rows),
+            "--trainer-order", "group_by_length"]  # fmt: skip
     if s.dry_run:
-        argv += ["--train", "64", "--layers", "1", "--d-model", "32", "--heads", "2", "--epochs", "1",
+        argv += ["--layers", "1", "--d-model", "32", "--heads", "2", "--epochs", "1",
                  "--lrs", "1e-3,2e-3", "--vocab", "300"]  # fmt: skip
     args = glue_sweep.parse_args(argv)
-    times, scores = glue_sweep.interleaved(glue_sweep.sides_of("sst2", args, str(s.work / "glue-bench")), 1)
+    sides = glue_sweep.sides_of("sst2", args, str(s.work / "glue-bench"))
+    train = s.work / "glue-bench" / "sst2" / "glue" / "SST-2" / "train.tsv"
+    times, scores = glue_sweep.interleaved(sides, 1)
     seconds = {side: t[0] for side, t in times.items()}
-    out = {"data": "SST-2" if real.is_dir() else "synthetic SST-2", "lrs": len(args.lrs)}
+    out = {"data": str(real) if real.is_dir() else "synthetic SST-2", "lrs": len(args.lrs)}
+    out["train_rows"] = len(train.read_text(encoding="utf-8").splitlines()) - 1  # less the header
+    out["epochs"] = args.epochs
     for side, t in seconds.items():
         out[f"{side} s"] = t
         out[f"{side} best dev"] = max(best for best, _ in scores[side].values())

@@ -39,13 +39,14 @@ METRICS = ("acc,none", "acc_norm,none")
 HEADING = "## Zero-shot fixed costs removed (issue 26, zero-shot half)"  # where --results adds its table
 
 
-def build_model(path: str, d_model: int, layers: int) -> str:
-    """Saves a random GPT2LMHeadModel with GPT-2's tokenizer to ``path``; returns ``path``."""
+def build_model(path: str, d_model: int, layers: int, tokenizer_dir: str | None = None) -> str:
+    """Saves a random GPT2LMHeadModel with GPT-2's tokenizer (from ``tokenizer_dir``, default
+    ``../shared/data/tokenizer/gpt2``) to ``path``; returns ``path``."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     from nfeval.engine.text.tokenization import GPT2_EOT, gpt2_tokenizer
 
-    bpe = gpt2_tokenizer(str(SHARED / "tokenizer" / "gpt2"))
+    bpe = gpt2_tokenizer(tokenizer_dir or str(SHARED / "tokenizer" / "gpt2"))
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe, bos_token=GPT2_EOT, eos_token=GPT2_EOT, pad_token="<pad>"
     )
