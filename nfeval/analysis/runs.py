@@ -17,7 +17,21 @@ from ..base.config_flags import flag_field
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..base.sweep_lock import files_lock
+from ..engine.model.config import MODEL_CHOICES, ModelConfig, check_fields, parse_preset, preset
 from ..engine.text.fairseq_tokenizer import HEAD_SCALE_BUG_HELP
+from ..engine.training.grad_stats import GAIN_KINDS, WEIGHT_KINDS
+from .gains import read_gains
+from .grads import grads_at, grads_result
+from .inputs import (
+    PRESET_PREFIX,
+    batches,
+    check_data_args,
+    check_model_spec,
+    check_vocab,
+    load_target,
+    token_data,
+)
+from .recorder import check_run, read_run
 from .stability import StabilitySettings
 
 DATA_HELP = "text file or folder (default: the embedded corpus)"
@@ -120,11 +134,6 @@ def json_path(png: str) -> str:
 def grads(options: GradsOptions) -> dict[str, Any]:
     """Returns the gradient-norm analysis ``options`` describe (``grads.grads_result`` with its settings
     and provenance)."""
-    from ..engine.training.grad_stats import GAIN_KINDS, WEIGHT_KINDS
-    from .grads import grads_at, grads_result
-    from .inputs import check_data_args, check_model_spec
-    from .recorder import check_run, read_run
-
     if not options.runs and not options.ckpt:
         raise ConfigError("analyze grads: give RUN dirs (trained with --grad-stats) and/or --ckpt PATH")
     for run_dir in options.runs:
@@ -157,8 +166,6 @@ def _target_and_batches(spec: str, options: GradsOptions) -> tuple[Any, Any, str
     """Returns (target, its batches, data fingerprint) for a --ckpt spec; raises ConfigError for a
     checkpoint that carries no tokenizer when ``--tokenizer`` names none (its token ids would be a
     stranger's)."""
-    from .inputs import PRESET_PREFIX, batches, check_vocab, load_target, token_data
-
     target = load_target(
         spec, options.seed, options.fairseq_head_scale_bug, options.tokenizer, options.fairseq_dict
     )
@@ -177,9 +184,6 @@ def _target_and_batches(spec: str, options: GradsOptions) -> tuple[Any, Any, str
 
 def gains(options: GainsOptions) -> dict[str, Any]:
     """Returns the learned gains of ``options.targets``: {"analysis", "models", "provenance"}."""
-    from .gains import read_gains
-    from .inputs import check_model_spec, load_target
-
     for spec in options.targets:
         check_model_spec(spec)
     models = []
@@ -192,9 +196,7 @@ def gains(options: GainsOptions) -> dict[str, Any]:
 def stability(options: StabilityOptions) -> dict[str, Any]:
     """Returns the stability test ``options`` describe (``stability.stability_test``'s result with its data,
     model overrides and provenance)."""
-    from ..engine.model.config import MODEL_CHOICES, ModelConfig, check_fields, parse_preset, preset
-    from .inputs import batches, check_data_args, token_data
-    from .stability import stability_test
+    from .stability import stability_test  # this function's own name shadows the module
 
     for name in options.presets:
         try:

@@ -11,6 +11,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ..analysis import runs as analysis_runs
 from ..analysis.stability import StabilitySettings, lowest_precision
 from ..base.jsonio import load_json
@@ -38,8 +40,6 @@ def _other_criterion(options: analysis_runs.Options, path: str) -> bool:
 def stability_settings(scale: Scale, device: str) -> StabilitySettings:
     """Returns the rising-LR stability test's settings at ``scale`` on ``device`` ("auto": CUDA when
     present), in that device's lowest autocast precision (``settings.autocast``)."""
-    import torch
-
     device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     batch, seq = scale.stability_batch
     return StabilitySettings(

@@ -11,13 +11,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..base.artifacts import atomic_write_json
 from ..base.errors import ConfigError
 from ..base.jsonio import load_json
+from ..engine.model.config import preset
+from ..engine.training.input_fingerprints import corpus_fingerprint
+from ..engine.training.memory import training_bytes
 from ..engine.training.train_config import TrainConfig
+from ..launch import local
+from ..launch.local import job_devices
 from ..launch.options import LaunchOptions
 from ..tune.results import lr_key
 from . import lr_band
@@ -77,10 +83,6 @@ def gpu_jobs(scale: Scale, runs_per_gpu: int) -> int:
     """Returns how many runs of ``scale`` train at a time on this machine's GPUs (``launch.local.gpu_jobs``):
     ``runs_per_gpu`` on each, 0 for as many as free memory holds at the scale's estimated memory a run
     (``engine.training.memory``, Pre-LN's model at the scale's batch, sequence length and precision)."""
-    from ..engine.model.config import preset
-    from ..engine.training.memory import training_bytes
-    from ..launch import local
-
     model = preset(f"prenorm-{scale.size}", **{**scale.model, "vocab_size": scale.vocab_size})
     return local.gpu_jobs(runs_per_gpu, training_bytes(model, scale.batch_size, scale.seq_len, scale.dtype))
 
@@ -90,10 +92,6 @@ def sharing(ctx: RunContext) -> int:
     that ``launch.local.job_devices`` binds to one GPU, less itself): the paired step-time ratio is
     measured under as many neighbours (``engine.training.step_ratio.busy_neighbours``). 0 on the CPU,
     where each run keeps its own cores, and for Slurm jobs, one run a job."""
-    from collections import Counter
-
-    from ..launch.local import job_devices
-
     devices = job_devices(ctx.device, ctx.jobs)
     if not devices[0].startswith("cuda") or (ctx.launch is not None and ctx.launch.on_cluster):
         return 0
@@ -107,8 +105,6 @@ def with_corpus_fingerprint(settings: dict[str, Any]) -> dict[str, Any]:
     """Returns an output folder's ``settings`` with the fingerprint of the corpus their ``corpus`` names
     (``engine.training.input_fingerprints.corpus_fingerprint``: of what the files hold); as they are for
     the embedded corpus."""
-    from ..engine.training.input_fingerprints import corpus_fingerprint
-
     train, valid = settings.get("corpus") or (None, None)
     if not train:
         return settings

@@ -13,8 +13,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..analysis.token_sensitivity import CHANGE_LIMIT, COSINE_LIMIT, sensitivity_at_init, token_batch
 from ..base.artifacts import atomic_write_json
 from ..base.jsonio import load_json
+from ..engine.text.data import open_token_shards
+from ..engine.text.tokenization import special_ids
+from ..engine.training.run_inputs import build_inputs, inputs_key, model_config
 from ..engine.training.train_config import TrainConfig
 
 FILE = "token_sensitivity.json"
@@ -26,11 +30,6 @@ def measure(out: str, configs: dict[str, TrainConfig], log: Callable[[str], None
     it trains under}: its model, init and seed-0 draw), on one batch of its training corpus; stored in
     ``out/token_sensitivity.json`` and read from there on a rerun."""
     from tokenizers import Tokenizer
-
-    from ..analysis.token_sensitivity import sensitivity_at_init, token_batch
-    from ..engine.text.data import open_token_shards
-    from ..engine.text.tokenization import special_ids
-    from ..engine.training.run_inputs import build_inputs, inputs_key, model_config
 
     path = os.path.join(out, FILE)
     stored: dict[str, Any] = load_json(path) if os.path.isfile(path) else {}
@@ -59,7 +58,6 @@ def lines(records: list[dict[str, Any]] | None) -> list[str]:
     before it was measured."""
     if not records:
         return []
-    from ..analysis.token_sensitivity import CHANGE_LIMIT, COSINE_LIMIT
 
     cells = []
     for r in records:

@@ -26,6 +26,11 @@ import numpy as np
 import torch
 
 from ..base.jsonio import load_json
+from ..engine.checkpoints import checkpoint
+from ..engine.text.data import Batches, open_token_shards
+from ..engine.text.tokenization import special_ids
+from ..engine.training.parallel import resolve_device
+from ..engine.training.run_inputs import build_inputs
 from ..engine.training.train_config import TrainConfig
 
 JUDGE = "judge"  # the run record's block
@@ -74,10 +79,6 @@ def validation_blocks(
     else built from ``cfg``'s inputs (read and tokenized into the cache when they are not there)."""
     from tokenizers import Tokenizer
 
-    from ..engine.text.data import Batches, open_token_shards
-    from ..engine.text.tokenization import special_ids
-    from ..engine.training.run_inputs import build_inputs
-
     folder, data = (recorded or {}).get("path"), None
     if folder and tokenizer is not None and os.path.isfile(os.path.join(folder, "meta.json")):
         data = open_token_shards(folder, special_ids(tokenizer))
@@ -96,9 +97,6 @@ def judge_run(directory: str, cfg: TrainConfig, device: str = "auto") -> dict[st
     perplexity and mean loss on the whole validation split, the number of sequences and targets, and each
     sequence's summed loss and target count (rounded to 6 significant digits, so a record stays small and
     its numbers are what every verdict reads)."""
-    from ..engine.checkpoints import checkpoint
-    from ..engine.training.parallel import resolve_device
-
     where = resolve_device(None if device == "auto" else device, cpu_fallback=True)
     ckpt = checkpoint.materialize(checkpoint.read(directory), device=where)
     model = ckpt.model

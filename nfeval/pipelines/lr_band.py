@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..base.artifacts import atomic_write_json
 from ..base.errors import ConfigError
 from ..base.jsonio import load_json
 from ..report import verdict
@@ -90,8 +91,6 @@ def restate(tune_json: str) -> dict[str, Any]:
     """Rewrites a stored ``tune.json`` whose points are not kept (an older committed report kept only its
     summary) under today's band rule, from its per-LR rows; returns it. Its best LRs are unchanged; a
     neighbour its grid lacks is untuned (``--reread`` trains nothing)."""
-    from ..base.artifacts import atomic_write_json
-
     summary = load_json(tune_json)
     for entry in summary["presets"].values():
         best = entry["per_lr"].get(results.lr_key(entry["best_lr"])) if entry["best_lr"] is not None else None

@@ -11,7 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..engine.model.config import ModelConfig
+import torch
+
+from ..engine.checkpoints.checkpoint import read_config
+from ..engine.model.config import ModelConfig, preset
+from ..engine.model.model import Transformer
 
 PAPER_UPDATES = 572_204  # --max-update of train_lm.sh
 PAPER_TOKENS_PER_UPDATE = 16 * 2 * 8 * 2048  # --batch-size × --update-freq × GPUs × --tokens-per-sample
@@ -21,10 +25,6 @@ PAPER_SOURCE = "fairseq examples/normformer/train_lm.sh (train_125M)"
 def parameters(cfg: ModelConfig) -> tuple[int, int]:
     """Returns (total, non-embedding) parameters of a model of ``cfg``; the tied token embedding and
     learned positions are the embedding."""
-    import torch
-
-    from ..engine.model.model import Transformer
-
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(cfg).parameters())
     embedding = cfg.vocab_size * cfg.d_model + (
@@ -49,8 +49,6 @@ def _shape(cfg: ModelConfig) -> dict[str, Any]:
 def facts(run_dir: str) -> dict[str, Any]:
     """Returns the scale facts of the finished run in ``run_dir``: its shape and parameters, tokens
     trained, tokens per parameter, corpus (name and training tokens) and training seconds."""
-    from ..engine.checkpoints.checkpoint import read_config
-
     cfg, meta = read_config(run_dir)
     compute, data = meta.get("compute") or {}, (meta.get("train") or {}).get("data") or {}
     tokens = int(compute.get("tokens") or 0)
@@ -75,8 +73,6 @@ def _corpus_name(name: str | None) -> str:
 
 def paper_facts() -> dict[str, Any]:
     """Returns the same facts for the paper's 125M causal LM (as nfeval's ``prenorm-125M`` builds it)."""
-    from ..engine.model.config import preset
-
     out = _shape(preset("prenorm-125M"))
     tokens = PAPER_UPDATES * PAPER_TOKENS_PER_UPDATE
     return {

@@ -12,7 +12,10 @@ from collections.abc import Callable
 
 from ..base.artifacts import atomic_write_text
 from ..base.errors import ConfigError, MissingDataError
+from ..engine.text.builtin_corpus import default_corpus
+from ..engine.text.data import get_tokenizer, load_text_corpus
 from ..tasks.registry import BY_NAME, DEFAULT_TASKS
+from ..zeroshot.cloze import build_docs, write_jsonl
 
 CLOZE_TASK = "corpus_cloze"
 CLOZE_CHOICES = BY_NAME[CLOZE_TASK].choices  # its record's: the chance rate the leaderboard draws
@@ -33,9 +36,6 @@ def shared_tokenizer(
 ) -> str:
     """Trains (once) a BPE of ``vocab_size`` on the training corpus (``train_data``/``valid_data``, text
     files or folders; neither: the embedded default corpus) into ``out/tokenizer.json``; returns that path."""
-    from ..engine.text.builtin_corpus import default_corpus
-    from ..engine.text.data import get_tokenizer, load_text_corpus
-
     path = os.path.join(out, "tokenizer.json")
     if not os.path.isfile(path):
         corpus = load_text_corpus(train_data, valid_data) if train_data else default_corpus()
@@ -52,9 +52,6 @@ def zeroshot_data(
 
     Returns (data dir, tasks to score), the corpus cloze task first.
     """
-    from ..engine.text.builtin_corpus import default_corpus
-    from ..zeroshot.cloze import build_docs, write_jsonl
-
     folder = os.path.join(out, "zeroshot_data")
     cloze = os.path.join(folder, BY_NAME[CLOZE_TASK].folder, "validation.jsonl")
     if not os.path.isfile(cloze):

@@ -20,6 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.text.data import open_token_shards
+from ..engine.text.tokenization import special_ids
+from ..engine.training import recipe
+from ..engine.training.run_inputs import build_inputs
 from ..engine.training.train_config import TrainConfig
 from ..report import verdict
 from ..tune.results import tried
@@ -49,10 +53,6 @@ def corpus_unigram_ppl(cfg: TrainConfig) -> float:
     """Returns the unigram perplexity of the corpus and tokenizer of ``cfg`` (a run's TrainConfig), read
     from its token shards (built into the cache first if they are not there)."""
     from tokenizers import Tokenizer
-
-    from ..engine.text.data import open_token_shards
-    from ..engine.text.tokenization import special_ids
-    from ..engine.training.run_inputs import build_inputs
 
     _, tok_json, folder = build_inputs(cfg)
     tok = Tokenizer.from_str(tok_json)
@@ -86,8 +86,6 @@ def is_trained(record: dict[str, Any]) -> bool:
 def recipe_words(records: Iterable[dict[str, Any]]) -> str:
     """Returns the clipping and warm-up of the first of ``records`` that records its recipe, in words
     (``recipe.stability_text``: what a verdict on a run that did not train is read under); "" if none."""
-    from ..engine.training import recipe
-
     known = [r["recipe"] for r in records if r.get("recipe")]
     return recipe.stability_text(known[0]) if known else ""
 

@@ -24,8 +24,9 @@ Inference that runs many forward passes (decoding, zero-shot scoring) packs the 
 a decoding step of the 125M shape then reads its weights at ~31 GB/s with one row and ~15 with 16
 (plain oneDNN ~20 and ~11, MKL ~17 and ~6). On AMD at one thread, one-row products instead read a
 contiguous transposed copy through torch's ``addmm`` (MKL's one-row product over an (in, out) weight,
-the layout of HF GPT-2's ``Conv1D``): ``nfeval generate`` at batch 1 took 0.96× the time of the
-previous rule on a Zen 4 at the 125M shape, 0.89× capped at AVX2 (``one_row_layout``).
+the layout of HF GPT-2's ``Conv1D``): ``nfeval generate`` at batch 1 took 0.96× the time of oneDNN's
+GEMV layout on a Zen 4 at the 125M shape, 0.89× that of MKL on the weight itself capped at AVX2
+(``one_row_layout``).
 
 Which is faster depends on the CPU: MKL picks its code by vendor, oneDNN by instruction set. On an Intel
 CPU MKL runs AVX-512 code, as fast as oneDNN forward from 512 rows (one thread of a Xeon with AMX) and
@@ -352,8 +353,8 @@ def one_row_layout() -> str | None:
 
     Under ``auto`` on an AMD CPU at one thread, transposed: whole ``nfeval generate`` commands of the
     125M shape on a Zen 4 (8 prompts × 256 tokens, batch 1, one thread) took 0.957× the time of oneDNN's
-    GEMV layout and, capped at AVX2, 0.891× that of MKL on the weight itself (the rules before; a real
-    Zen 3 was not measured), with the same tokens (``benchmarks/HISTORY.md``, 2026-12-06, fifth session);
+    GEMV layout and, capped at AVX2, 0.891× that of MKL on the weight itself (a real Zen 3 was not
+    measured), with the same tokens (``benchmarks/HISTORY.md``, 2026-12-06);
     alone, outside the decoding loop, the 48 products were no faster (1.01×), and the copies cost ~0.25 s
     a call. At more threads oneDNN's layout, wherever oneDNN takes one-row products: where every product
     takes it, and on AMD, whose MKL runs a one-row product on one thread whatever torch's count (the 48

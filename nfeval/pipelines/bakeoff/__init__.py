@@ -18,18 +18,27 @@ import os
 import time
 from typing import Any
 
-from ...base.artifacts import atomic_write_json, hardware, hardware_key
+import torch
+
+from ... import __version__
+from ...base.artifacts import atomic_write_json, git_hash, hardware, hardware_key
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
+from ...engine.training import recipe
 from ...engine.training.own_recipes import OWN_RECIPES
 from ...tune import results as tune_results
-from .. import archive, context, init_sensitivity, lr_band, trained_gate
+from ...tune.results import grid_cells, lr_key, warnings_for
+from .. import archive, context, init_sensitivity, lr_band, scale_facts, trained_gate
+from ..runs import compute_paths, train_seconds
 from ..scales import SCALES
-from . import results
+from ..stages import shared_tokenizer, zeroshot_data
+from ..trained_gate import corpus_unigram_ppl
+from . import collapse, results, runs
 from .candidates import OWN, parse_candidates
 from .config import RECIPES, BakeoffConfig
-from .runs import Context, log
+from .report import write
+from .runs import Context, log, run_budget, run_dir, tune_file
 
 SETTINGS = "bakeoff.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
 # the records its archive leaves out: the gradient records, which each run summarises as it finishes
@@ -77,12 +86,6 @@ def make_context(cfg: BakeoffConfig) -> Context:
 def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     """Runs (or resumes) the bakeoff into ``cfg.out``; returns the report dict with its ``path``, or
     {"pending": what to do} while ``--launcher slurm``'s jobs are not all finished."""
-    import torch
-
-    from ..stages import shared_tokenizer, zeroshot_data
-    from ..trained_gate import corpus_unigram_ppl
-    from . import runs
-
     ctx = make_context(cfg)
     on_cluster = ctx.launch is not None and ctx.launch.on_cluster
     if ctx.scale.needs_gpu and not torch.cuda.is_available() and not on_cluster:
@@ -123,7 +126,6 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
     }
     stability = {c.name: runs.stability(ctx, c) for c in ctx.candidates}
     report = _assemble(cfg, ctx, records, files, stability, tasks, plan, start)
-    from .report import write
 
     report = write(cfg.out, report)
     archive.pack(cfg.out, ARCHIVE_SKIP)
@@ -134,8 +136,6 @@ def run_bakeoff(cfg: BakeoffConfig) -> dict[str, Any]:
 def seed_plan(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
     """Returns ``<out>/seed_plan.json``, deciding it first (``results.plan_seeds``) from every
     candidate's finished first ``--seeds`` runs: decided once, so a rerun never changes who gets more."""
-    from . import runs
-
     path = os.path.join(cfg.out, "seed_plan.json")
     if os.path.isfile(path):
         return load_json(path)
@@ -149,10 +149,6 @@ def seed_plan(cfg: BakeoffConfig, ctx: Context) -> dict[str, Any]:
 
 def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[str, Any]:
     """Returns report.json's content: the header, the ranking, every test and the tables' data."""
-    from ...engine.training import recipe
-    from . import collapse, runs
-    from .runs import run_budget
-
     every = [r for rs in records.values() for r in rs]
     own = {c.name for c in ctx.candidates if c.own_recipe}  # tried again under their scheme's own recipe
     recipes = {f"{r['name']}/seed{r['seed']}": r.get("recipe") for r in every if r["name"] not in own}
@@ -205,12 +201,6 @@ def _assemble(cfg, ctx, records, files, stability, tasks, plan, start) -> dict[s
 
 def _header(cfg, ctx, every, shared, tasks, plan, start) -> dict[str, Any]:
     """Returns the report header: provenance, scale, recipe, seeds, grids, corpus, machine and the gate."""
-    from ... import __version__
-    from ...base.artifacts import git_hash
-    from .. import scale_facts
-    from ..runs import compute_paths, train_seconds
-    from .runs import run_dir
-
     return {
         "version": __version__,
         "git": git_hash(),
@@ -247,8 +237,6 @@ def _header(cfg, ctx, every, shared, tasks, plan, start) -> dict[str, Any]:
 
 
 def _gate_note(shared: dict[str, Any]) -> str:
-    from ...engine.training import recipe
-
     return (
         "Trained-run gate (see the header): a run that did not train is marked ✗ beside its PPL, its seed's "
         "pairs are left out of every test, and a test left with fewer than two pairs is not readable; a "
@@ -267,8 +255,6 @@ def _budget_text(ctx: Context) -> str:
 
 def _widened(ctx: Context) -> dict[str, list[float]]:
     """Returns {name: the LRs its tune added past an edge of ``ctx.lrs``} for the candidates it widened."""
-    from .runs import tune_file
-
     grids = {c.name: load_json(tune_file(ctx, c))["grid"]["lrs"] for c in ctx.candidates}
     added = {name: [lr for lr in lrs if lr not in ctx.lrs] for name, lrs in grids.items()}
     return {name: lrs for name, lrs in added.items() if lrs}
@@ -276,9 +262,6 @@ def _widened(ctx: Context) -> dict[str, list[float]]:
 
 def _tuning_rows(ctx: Context) -> list[list[str]]:
     """Returns one row per candidate: final PPL per LR of the grid (best *), best LR, budget, warnings."""
-    from ...tune.results import grid_cells, lr_key, warnings_for
-    from .runs import tune_file
-
     rows = []
     for c in ctx.candidates:
         summary = load_json(tune_file(ctx, c))

@@ -14,8 +14,10 @@ from ...base.jsonio import load_json, reading
 from ...engine.training import recipe
 from ...report import verdict
 from .. import init_sensitivity, realised_time, scale_facts, trained_gate
-from ..lr_band import tune_seed_lines
+from ..lr_band import describe, tune_seed_lines
 from ..report_text import compute_path_lines, markdown_table, ratio_text
+from .plots import plots
+from .results import VERDICTS
 
 
 def _ci(interval: dict[str, Any] | None, digits: int = 2) -> str:
@@ -186,9 +188,6 @@ def _widened_text(h: dict[str, Any]) -> str:
 
 def _sensitivity_lines(r: dict[str, Any]) -> list[str]:
     """Returns each perplexity test re-read across both tunes' LR bands (``lr_band``), when any was."""
-    from ..lr_band import describe
-    from .results import VERDICTS
-
     lines = [
         f"- {t['name']}: {text}"
         for t in r["ppl_tests"]
@@ -375,8 +374,6 @@ def rerender(out: str) -> str:
 def write(out: str, r: dict[str, Any]) -> dict[str, Any]:
     """Writes report.json and report.md (and the PNGs) into ``out``; returns the report with its
     ``figures`` (PNG names) and ``path`` (report.md's)."""
-    from .plots import plots
-
     r = {**r, "figures": plots(out, r)}
     atomic_write_json(os.path.join(out, "report.json"), r)
     path = os.path.join(out, "report.md")

@@ -28,12 +28,14 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...report import significance as sig
 from ...report import verdict
+from ...report.compare import compare
+from ...report.paired import compare_zeroshot
 from ...tasks import judged_metric
 from .. import judging, lr_band, realised_time, trained_gate
 from ..perplexity import final_ppl, judged_ppl, log_ratio
 from ..runs import finished
 from ..trained_gate import gated_decide, is_trained, recipe_words
-from .runs import Context, band_lrs, band_outside, log, run_dir
+from .runs import Context, band_lrs, band_outside, depth_ratio, log, run_dir
 
 NORMAL_Z = 1.959964  # the 95% normal quantile: a bootstrap half-width ÷ it estimates the item SE
 
@@ -227,8 +229,6 @@ def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
     """Returns, per candidate, fc2's mean |gradient| of layer 0 ÷ the last layer's over the scale's
     Figure 3 window (the beginning of training), per seed and as mean ± std: the gradient mismatch by
     depth that NormFormer targets (None: the run recorded no gradients; ``runs.depth_ratio``)."""
-    from .runs import depth_ratio
-
     out = []
     for c in ctx.candidates:
         per_seed = [depth_ratio(ctx, c, seed) for seed in ctx.seeds_of(c)]
@@ -240,8 +240,6 @@ def depth_ratios(ctx: Context) -> list[dict[str, Any]]:
 def zeroshot_tests(ctx: Context, files: dict[str, dict[int, list[str]]]) -> list[dict[str, Any]]:
     """Returns, per candidate and task, the per-seed paired item tests against the baseline's same seed
     (``report.paired.compare_zeroshot``) and the verdict over seeds (percentage points)."""
-    from ...report.paired import compare_zeroshot
-
     out = []
     base = files.get(ctx.baseline.name, {})
     for c in ctx.candidates[1:]:
@@ -269,7 +267,6 @@ def zeroshot_tests(ctx: Context, files: dict[str, dict[int, list[str]]]) -> list
 
 
 def _tasks_in(path: str) -> list[str]:
-
     return list(load_json(path).get("results", {}))
 
 
@@ -277,8 +274,6 @@ def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict
     """Returns, per candidate but the baseline and per seed, the fraction of the baseline's compute the
     candidate needs to reach the baseline's best validation PPL (None: not reached), in FLOPs and in time
     (the step it reaches it × its paired step-time ratio ÷ the baseline's step there)."""
-    from ...report.compare import compare
-
     out = []
     for c in ctx.candidates[1:]:
         ratio = (ctx.step_ratios.get(c.name) or {}).get("ratio")
@@ -310,8 +305,6 @@ def compute_fractions(ctx: Context, records: dict[str, list[dict]]) -> list[dict
 def curves(ctx: Context, records: dict[str, list[dict]]) -> dict[str, Any] | None:
     """Returns ``nfeval compare`` over the first seed's finished runs of every candidate (the baseline
     first), for the perplexity-vs-compute plot; None when the baseline's first seed did not finish."""
-    from ...report.compare import compare
-
     seed = ctx.seed_values[0]
     done = [c for c in ctx.candidates if records[c.name][0]["status"] == "finished"]
     if not done or done[0] is not ctx.baseline:

@@ -9,17 +9,30 @@ killed run resumes from its newest checkpoint), ``zeroshot/<name>-seed<k>*.json`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...analysis.runs import StabilityOptions
 from ...base.artifacts import atomic_write_json
 from ...base.jsonio import load_json
+from ...engine.model.config import preset
+from ...engine.training.grad_stats import average_rows, read_grad_stats
 from ...engine.training.own_recipes import OWN_RECIPES
-from ...engine.training.train_config import TrainConfig, leave_to_scheme, own_recipe
+from ...engine.training.train_config import TrainConfig, clip_window, leave_to_scheme, own_recipe
+from ...launch import cluster
+from ...launch.jobs import LaunchPoint
+from ...model_adapters.config import ScoringConfig
+from ...tune import sweep
+from ...tune.results import with_tuned_lr
+from ...zeroshot import evaluate as zeroshot
+from ...zeroshot.config import ZeroShotConfig
+from ...zeroshot.items import scored
 from .. import context, lr_band, runner, runs, trained_gate
+from ..analyses import analyze, stability_settings
 from .candidates import OWN, Candidate
 
 
@@ -101,7 +114,6 @@ def train_config(
         cfg = own_recipe(cfg)
     if not tuned:
         return cfg
-    from ...tune.results import with_tuned_lr
 
     return context.at_band_lr(with_tuned_lr(cfg, tune_file(ctx, c)), lr)
 
@@ -120,13 +132,11 @@ def run_tunes(ctx: Context) -> None:
     a scheme that trains at no LR tried usually needs a lower one. One that trains at none of them is
     reported as such. Each best LR's band neighbours are tuned too (``lr_band.tune_band``); under
     ``--reread`` nothing is trained, the finished points are summarised."""
-    from ...tune.sweep import tune
-
     for c in ctx.candidates:
         base = train_config(ctx, c, seed=lr_band.TUNE_SEED_BASE, tuned=False)  # seeds 101 …: never judged
 
         def tune_at(lrs: list[float], extra: dict[str, list[float]], base=base, c=c) -> dict[str, Any]:
-            return tune(
+            return sweep.tune(
                 base,
                 [base.preset],
                 lrs,
@@ -278,9 +288,6 @@ def depth_ratio(ctx: Context, c: Candidate, seed: int) -> float | None:
     """Returns fc2's mean |gradient| of layer 0 ÷ the last layer's over the scale's Figure 3 window (the
     beginning of training) of ``c``'s run at ``seed``: from its ``DEPTH_FILE``, else computed from its
     gradient record and stored there; None when the run recorded no gradients."""
-    from ...engine.training.grad_stats import average_rows, read_grad_stats
-    from ...engine.training.train_config import clip_window
-
     directory = run_dir(ctx, c, seed)
     stored = os.path.join(directory, DEPTH_FILE)
     if os.path.isfile(stored):
@@ -313,11 +320,6 @@ def run_on_cluster(ctx: Context) -> str | None:
     """With ``--launcher slurm``: the tunes, one job measuring the step-time ratios (on the jobs'
     hardware) and the training runs, as Slurm jobs in turn; returns what to do while some are not
     finished (``--no-wait``, a failed job), else None (the later stages then read their results)."""
-    import dataclasses
-
-    from ...launch import cluster
-    from ...launch.jobs import LaunchPoint
-
     run_tunes(ctx)
     if any(load_json(tune_file(ctx, c))["missing"] for c in ctx.candidates):
         return "the LR tunes' jobs are not all finished: rerun the same command to collect them"
@@ -339,11 +341,6 @@ def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data
     """Scores one finished run zero-shot (the corpus cloze task in full, the public tasks up to the
     recipe's limit), unless scored (a results file without its per-item sidecar, left by a kill between
     the two writes, is scored again); returns its results files (each with its per-item sidecar)."""
-    from ...model_adapters.config import ScoringConfig
-    from ...zeroshot.config import ZeroShotConfig
-    from ...zeroshot.evaluate import evaluate
-    from ...zeroshot.items import scored
-
     stem = os.path.join(ctx.out, "zeroshot", f"{c.name}-seed{seed}")
     device = None if ctx.device == "auto" else ctx.device
     parts = [(f"{stem}_cloze.json", tasks[:1], None)]
@@ -353,16 +350,12 @@ def zeroshot_files(ctx: Context, c: Candidate, seed: int, tasks: list[str], data
         if not scored(path):
             scoring = ScoringConfig(device=device, progress=ctx.progress)
             cfg = ZeroShotConfig(tasks=names, data_dir=data, limit=limit, output=path, scoring=scoring)
-            evaluate(run_dir(ctx, c, seed), cfg)
+            zeroshot.evaluate(run_dir(ctx, c, seed), cfg)
     return [p for p, _, _ in parts]
 
 
 def _with_scheme(settings: Any, c: Candidate, size: str) -> Any:
     """Returns the stability test's ``settings`` with the weight decay ``c``'s scheme carries (nGPT: 0)."""
-    import dataclasses
-
-    from ...engine.model.config import preset
-
     decay = preset(c.preset(size), **c.overrides).recipe_overrides.get("weight_decay")
     return settings if decay is None else dataclasses.replace(settings, weight_decay=decay)
 
@@ -371,9 +364,6 @@ def stability(ctx: Context, c: Candidate) -> dict[str, Any]:
     """Runs the rising-LR stability test (``nfeval analyze stability``) on ``c``'s initialisation at the
     runs' model config and tokenizer, in the device's lowest autocast precision, ``ctx.seeds`` seeds;
     returns its JSON (not redone once its PNG exists)."""
-    from ...analysis.runs import StabilityOptions
-    from ..analyses import analyze, stability_settings
-
     s = ctx.scale
     options = StabilityOptions(
         presets=[c.preset(s.size)],

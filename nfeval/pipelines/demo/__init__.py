@@ -31,6 +31,20 @@ from ...base.config_flags import flag_field
 from ...base.errors import DataError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
+from ...engine.checkpoints.checkpoint import read_config
+from ...engine.model.config import SIZES
+from ...glue.config import GlueConfig
+from ...glue.recipe import Recipe
+from ...glue.sweep import sweep
+from ...model_adapters.config import ScoringConfig
+from ...report.compare import compare
+from ...report.leaderboard import build
+from ...report.leaderboard_page import write
+from ...report.leaderboard_read import CHANCE, TITLES, ZEROSHOT_TASKS
+from ...report.leaderboard_render import format_compute
+from ...tasks import LEADERBOARD_METRIC, canonical_name
+from ...zeroshot.config import ZeroShotConfig
+from ...zeroshot.evaluate import evaluate
 from ..stages import shared_tokenizer, zeroshot_data
 from . import report
 from .progress import STAGES, StagePlan, minutes
@@ -166,10 +180,6 @@ def check_data(cfg: DemoConfig) -> dict[str, dict[str, Any]]:
 def run_zeroshot(cfg: DemoConfig, data_dir: str, tasks: list[str]) -> dict[str, list[str]]:
     """Scores each run zero-shot (cached by model fingerprint); returns {arch: results files}: the corpus
     cloze task whole, the public tasks up to ``cfg.zeroshot_limit`` items."""
-    from ...model_adapters.config import ScoringConfig
-    from ...zeroshot.config import ZeroShotConfig
-    from ...zeroshot.evaluate import evaluate
-
     device = None if cfg.device == "auto" else cfg.device
     files: dict[str, list[str]] = {}
     for arch in ARCHES:
@@ -185,11 +195,6 @@ def run_zeroshot(cfg: DemoConfig, data_dir: str, tasks: list[str]) -> dict[str, 
 
 def run_glue(cfg: DemoConfig) -> dict[str, str]:
     """Sweeps ``cfg.glue_lrs`` on ``cfg.glue_tasks`` for each run (resumable); returns {arch: glue.json}."""
-    from ...engine.checkpoints.checkpoint import read_config
-    from ...glue.config import GlueConfig
-    from ...glue.recipe import Recipe
-    from ...glue.sweep import sweep
-
     files = {}
     for arch in ARCHES:
         folder = run_dir(cfg.out, arch)
@@ -217,8 +222,6 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Runs every stage into ``cfg.out`` (on the caller's torch threads: ``nfeval demo`` sets one on a
     CPU); returns the summary (also written to ``summary.json``). A second demo into the same
     ``cfg.out`` is refused at once (``sweep_lock.folder_lock``), naming the holder."""
-    from ...report.compare import compare
-
     start = time.time()
     os.makedirs(cfg.out, exist_ok=True)
     plan = StagePlan(cfg.minutes * 60, log_line)
@@ -271,12 +274,6 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 def write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_files, text) -> tuple[str, dict]:
     """Writes ``leaderboard.md`` (and its plots); returns its path and the facts its paragraphs state
     (``report.about``)."""
-    from ...engine.model.config import SIZES
-    from ...report.leaderboard import build
-    from ...report.leaderboard_page import write
-    from ...report.leaderboard_read import CHANCE, TITLES, ZEROSHOT_TASKS
-    from ...report.leaderboard_render import format_compute
-
     path = os.path.join(cfg.out, "leaderboard.md")
     files = [f for fs in zeroshot_files.values() for f in fs]
     board = build(files + list(glue_files.values()), reference="gpt3")
@@ -315,8 +312,6 @@ def write_board(cfg, comparison, ratio, budget, steps, zeroshot_files, glue_file
 
 def make_summary(cfg, records, comparison, zeroshot_files, glue_files, board_path) -> dict[str, Any]:
     """Returns the demo's headline numbers and where each artifact is."""
-    from ...tasks import LEADERBOARD_METRIC, canonical_name
-
     rows = {row["name"]: row for row in comparison["runs"]}
     out: dict[str, Any] = {
         "artifacts": {

@@ -13,6 +13,7 @@ the same folder resumes the same runs and never re-times them.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -129,8 +130,6 @@ def log_line(message: str) -> None:
 def train_runs(cfg, tokenizer: str, base_steps: int, ratio: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Trains both runs to the end of their schedules through the one runner (``pipelines.runner``;
     resuming; two at a time with ``cfg.jobs`` 2); returns {arch: its run record}."""
-    import functools
-
     per_run = budgets(base_steps, ratio)
     every = eval_interval(per_run)
     specs = [

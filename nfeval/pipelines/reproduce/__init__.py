@@ -20,18 +20,26 @@ import os
 import time
 from typing import Any
 
-from ...base.artifacts import atomic_write_json, hardware, hardware_key
+import torch
+
+from ... import __version__
+from ...base.artifacts import atomic_write_json, git_hash, hardware, hardware_key
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json
 from ...base.sweep_lock import folder_locked
+from ...engine.training import recipe
 from ...engine.training.train_config import TrainConfig
 from ...tune import results as tune_results
-from .. import archive, context, init_sensitivity, lr_band, runs, trained_gate
+from .. import archive, context, init_sensitivity, lr_band, runs, scale_facts, trained_gate
 from ..scales import SCALES, Scale
-from . import run_specs
+from ..stages import shared_tokenizer
+from . import commands, report, run_specs, sections
 from .config import ReproduceConfig
-from .plan import EXPERIMENTS, RUNS
+from .equal_time import equal_time_rows, model_key
+from .glue_halves import present_tasks
+from .plan import EXPERIMENTS, PRIMARY_CLAIMS, RUNS
 from .run_specs import Context, log, train_all
+from .tuning import tuning_rows
 
 SETTINGS = "reproduce.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
 # the records its archive leaves out: the band's runs' gradient records (Figures 3 and 7 read the runs at
@@ -70,11 +78,6 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     {"report": report.md, "sections": [...]}, {"commands": script} (a GPU scale, no GPUs here),
     {"tuned": what was tuned} (``--tune-only``), or {"pending": what to do} (``cfg.launch``'s Slurm jobs
     are not all finished)."""
-    import torch
-
-    from ..stages import shared_tokenizer
-    from . import commands, report, sections
-
     cfg.validate()
     if cfg.token_budgets:
         from .budget_axis import run_budget_axis
@@ -133,8 +136,6 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
 def _distinct_models(ctx: Context, keys: list[str]) -> dict[str, TrainConfig]:
     """Returns {run key: its TrainConfig} of the first run of each distinct model among ``keys`` (a row
     that changes only the recipe draws the same model at initialisation)."""
-    from .equal_time import model_key
-
     first: dict[str, str] = {}
     for key in keys:
         first.setdefault(model_key(ctx, key), key)
@@ -178,8 +179,6 @@ def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str
 
 def _glue_tasks(cfg: ReproduceConfig) -> tuple[str, ...]:
     """Returns the GLUE tasks to run: the given ones, else every task whose files are in --glue-dir."""
-    from .glue_halves import present_tasks
-
     return cfg.glue_tasks or (present_tasks(cfg.glue_dir) if cfg.glue_dir else ())
 
 
@@ -200,13 +199,6 @@ def record_seeds(out: str, seeds: int) -> list[dict[str, Any]]:
 
 
 def _header(cfg: ReproduceConfig, ctx: Context, start: float, seed_history: list[dict]) -> dict[str, Any]:
-    from ... import __version__
-    from ...base.artifacts import git_hash
-    from .. import scale_facts
-    from .equal_time import equal_time_rows
-    from .plan import PRIMARY_CLAIMS
-    from .tuning import tuning_rows
-
     tune_rows, tune_warnings = tuning_rows(ctx)
     finished = [
         trained_gate.mark(r, ctx.unigram_ppl)
@@ -264,8 +256,6 @@ def recipes(ctx: Context, finished: list[dict[str, Any]]) -> dict[str, dict[str,
     """Returns {objective: the recipe its runs share}, checking every finished run's recorded recipe
     against its objective's baseline's, except the fields its row changes on purpose; raises
     ConfigError naming the run and field that differ, or the runs whose recipe cannot be told."""
-    from ...engine.training import recipe
-
     out: dict[str, dict[str, Any]] = {}
     for objective, base in run_specs.BASELINES.items():
         mine = [r for r in finished if RUNS[r["key"]].objective == objective]

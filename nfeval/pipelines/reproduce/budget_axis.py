@@ -20,7 +20,15 @@ import re
 import time
 from typing import Any
 
-from ...base.artifacts import atomic_write_json, atomic_write_text, provenance
+from ... import __version__
+from ...base.artifacts import (
+    atomic_write_json,
+    atomic_write_text,
+    git_hash,
+    hardware,
+    hardware_key,
+    provenance,
+)
 from ...base.errors import ConfigError
 from ...base.jsonio import load_json, reading
 from ...report import verdict
@@ -68,7 +76,7 @@ def budget_steps(scale_name: str, tokens: int) -> int:
 def run_budget_axis(cfg) -> dict[str, Any]:
     """Runs (or resumes) Figure 2 at each of ``cfg.token_budgets`` into ``cfg.out/tokens=<T>/`` and writes
     ``cfg.out/report.{json,md}`` with the fit; returns {"report": path, ...} or {"pending": ...}."""
-    from . import run_reproduce
+    from . import run_reproduce  # the package's entry point, which imports this module
 
     if cfg.only not in (None, (EXPERIMENT,)) or cfg.minutes is not None or cfg.steps is not None:
         raise ConfigError(
@@ -209,9 +217,6 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def assemble(cfg, folders: dict[int, str], start: float) -> dict[str, Any]:
     """Returns report.json's content: the header, one row per budget and the fit."""
-    from ... import __version__
-    from ...base.artifacts import git_hash, hardware, hardware_key
-
     rows = [budget_row(t, f) for t, f in folders.items()]
     headers = [load_json(os.path.join(f, "report.json"))["header"] for f in folders.values()]
     first = headers[0]

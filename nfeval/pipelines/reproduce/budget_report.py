@@ -7,9 +7,11 @@ import math
 import os
 from typing import Any
 
+from ...base.artifacts import atomic_write_text
 from ...base.jsonio import load_json, reading
+from ...base.plots import save_png
 from ...engine.training import recipe as recipes
-from ...report import verdict
+from ...report import significance, verdict
 from .. import scale_facts
 from ..lr_band import describe
 from ..report_text import compute_path_lines, markdown_table
@@ -29,7 +31,6 @@ def _ci(values: list[float]) -> str:
     finite = [v for v in values if math.isfinite(v)]
     if len(finite) < 2:
         return "–" if not finite else f"{finite[0]:+.3f}"
-    from ...report import significance
 
     i = significance.t_interval(finite)
     return f"{i['mean']:+.3f} [{i['low']:+.3f}, {i['high']:+.3f}]"
@@ -220,9 +221,6 @@ def plot(report: dict[str, Any], path: str) -> str:
     paper's tokens per parameter marked beyond the right edge; writes the PNG to ``path``."""
     from matplotlib.figure import Figure
 
-    from ...base.plots import save_png
-    from ...report import significance
-
     params = (report["header"].get("facts") or {}).get("parameters")
     per = params or 1
     fig = Figure(figsize=(6.6, 4.0), layout="constrained")
@@ -264,8 +262,6 @@ def plot(report: dict[str, Any], path: str) -> str:
 
 def rerender(out: str) -> str:
     """Rewrites ``out/report.md`` from ``out/report.json``; returns its path."""
-    from ...base.artifacts import atomic_write_text
-
     path, stored = os.path.join(out, "report.md"), os.path.join(out, "report.json")
     with reading(
         stored, "the report.json that nfeval reproduce --token-budgets writes (rerun it to rewrite the file)"

@@ -16,6 +16,8 @@ import os
 from typing import Any
 
 from ...base.jsonio import load_json
+from ...launch import cluster
+from ...launch.jobs import LaunchPoint
 from .. import context, runs
 from ..report_text import PAPER_OVERHEAD, ratio_text
 from .plan import EQUAL_TIME, RUNS
@@ -57,9 +59,6 @@ def measure_ratios_as_job(ctx: Context, keys: list[str]) -> bool:
     """Measures the ratios ``<out>/step_ratios.json`` does not hold yet in one Slurm job
     (``ctx.launch``), so they are timed on the hardware the runs train on, not the submitting machine;
     returns whether every ratio of ``keys`` is stored now."""
-    from ...launch import cluster
-    from ...launch.jobs import LaunchPoint
-
     path = os.path.join(ctx.out, FILE)
     wanted = timed(keys)
     if not all(k in (load_json(path) if os.path.isfile(path) else {}) for k in wanted):

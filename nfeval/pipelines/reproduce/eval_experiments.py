@@ -10,10 +10,22 @@ import statistics
 from typing import Any
 
 from ...base.plots import plot_bars
+from ...base.sweep_points import point_dir
 from ...engine.checkpoints.checkpoint import read_config
+from ...glue import predictions as glue_predictions
+from ...glue.config import DEFAULT_LRS, GlueConfig
+from ...glue.metrics import MAIN_METRIC
+from ...glue.points import SWEEP
+from ...glue.recipe import Recipe
+from ...glue.sweep import sweep
+from ...model_adapters.config import ScoringConfig
 from ...report import verdict
-from ...tasks import judged_metric
+from ...report.leaderboard import load_reference
+from ...tasks import canonical_name, judged_metric
+from ...zeroshot.config import ZeroShotConfig
+from ...zeroshot.evaluate import evaluate
 from ..stages import zeroshot_data
+from . import glue_halves
 from .plan import RUNS
 from .run_specs import Context, log, run_dir, table_section
 
@@ -23,10 +35,6 @@ SMALL_MODEL_GLUE_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3)
 
 def zeroshot_scores(ctx: Context, key: str, seed: int, data_dir: str, tasks: list[str]) -> dict[str, Any]:
     """Scores one run zero-shot (cached by model fingerprint); returns {task: (value, stderr)}."""
-    from ...model_adapters.config import ScoringConfig
-    from ...zeroshot.config import ZeroShotConfig
-    from ...zeroshot.evaluate import evaluate
-
     folder = os.path.join(ctx.out, "experiments", "table2")
     device = None if ctx.device == "auto" else ctx.device
     common = {"data_dir": data_dir, "scoring": ScoringConfig(device=device, progress=ctx.progress)}
@@ -46,9 +54,6 @@ def zeroshot_scores(ctx: Context, key: str, seed: int, data_dir: str, tasks: lis
 
 def zeroshot(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     """Table 2: each model's zero-shot accuracy (mean ± std over seeds) and the GPT-3 reference rows."""
-    from ...report.leaderboard import load_reference
-    from ...tasks import canonical_name
-
     data_dir, tasks = zeroshot_data(ctx.out, ctx.data_dir, ctx.scale.cloze_items, 1, log)
     scores = {k: [zeroshot_scores(ctx, k, s, data_dir, tasks) for s in ctx.seed_values] for k in keys}
     names = sorted(scores[keys[0]][0], key=lambda t: tasks.index(t) if t in tasks else len(tasks))
@@ -109,9 +114,6 @@ def glue(ctx: Context, keys: tuple[str, ...]) -> dict[str, Any]:
     """Table 3: each masked LM (pre-training seed 1) fine-tuned on every task of ``ctx.glue_tasks`` at
     every LR of the grid and ``Scale.glue_seeds`` fine-tuning seeds; the LR chosen on one half of dev,
     scores reported on the other (``glue_halves``); returns the section parts."""
-    from ...glue.config import DEFAULT_LRS
-    from ...glue.metrics import MAIN_METRIC
-
     if not ctx.glue_dir:
         return {"notes": ["GLUE skipped: no --glue-dir (pass the GLUE TSV folder, e.g. ../shared/data/glue)"]}
     s = ctx.scale
@@ -182,14 +184,6 @@ def _sweep_halves(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """Runs (or resumes) run ``key``'s GLUE sweep; returns ({task: glue_halves.choose(...)}, {task:
     report-half size})."""
-    from ...base.sweep_points import point_dir
-    from ...glue import predictions as glue_predictions
-    from ...glue.config import GlueConfig
-    from ...glue.points import SWEEP
-    from ...glue.recipe import Recipe
-    from ...glue.sweep import sweep
-    from . import glue_halves
-
     s = ctx.scale
     directory = run_dir(ctx, key, ctx.seed_values[0])
     fingerprint = read_config(directory)[1]["fingerprint"]

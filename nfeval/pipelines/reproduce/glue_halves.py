@@ -15,6 +15,7 @@ import statistics
 from typing import Any
 
 from ...base.sweep_points import point_dir
+from ...glue import data as glue_data
 from ...glue import metrics as glue_metrics
 from ...glue import predictions as glue_predictions
 from ...glue.points import SWEEP
@@ -24,8 +25,6 @@ HALVES = ("select", "report")
 
 def present_tasks(glue_dir: str) -> tuple[str, ...]:
     """Returns the GLUE tasks whose train and dev files are in ``glue_dir``, in GLUE's order."""
-    from ...glue import data as glue_data
-
     found = []
     for task in glue_data.TASKS:
         s = glue_data.spec(task)

@@ -29,6 +29,7 @@ import os
 import statistics
 from typing import Any
 
+from ...analysis.figures import plot_fig3_curves, plot_fig7
 from ...analysis.grads import relative_by_kind
 from ...base.jsonio import load_json
 from ...engine.training.grad_stats import average_rows, read_grad_stats
@@ -253,8 +254,6 @@ def gradient_parts(ctx: Context, keys: tuple[str, ...], folder: str) -> dict[str
 def _measured(ctx: Context, keys: tuple[str, ...], seeds: list[int], folder: str | None) -> dict[str, Any]:
     """Figures 3 and 7 over ``seeds``: {tables, claims (not gated), figures (none without ``folder``),
     notes, data}."""
-    from ...analysis.figures import plot_fig3_curves
-
     rows = recorded(ctx, keys, seeds)
     fig3 = ctx.scale.fig3_window
     init = {k: [window_values(r, (1, 1)).get(FIG3_KIND, []) for r, _ in seeds] for k, seeds in rows.items()}
@@ -299,8 +298,6 @@ def fig7_part(
     """Figure 7: returns {tables, claims, figures, note, data} over one window (``fig7_window``) shared
     by every seed (of ``seeds``, ``recorded``'s) of the baseline and NormFormer; nothing but the note
     and data when it cannot be read."""
-    from ...analysis.figures import plot_fig7
-
     cand = "clm-normformer"
     out: dict[str, Any] = {"tables": [], "claims": [], "figures": [], "data": {}}
     if not (rows.get(BASELINE) and rows.get(cand)):

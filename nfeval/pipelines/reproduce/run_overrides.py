@@ -33,7 +33,10 @@ import functools
 from fractions import Fraction
 from typing import Any
 
+import torch
+
 from ...engine.model.config import ARCHITECTURES, ModelConfig, preset
+from ...engine.model.model import Transformer
 from ...engine.training.train_config import TrainConfig
 from ..scales import SCALES
 from .plan import PAPER_WIDTH_CONTROL, RUNS, TABLE5_SETTINGS, RunSpec, Scale
@@ -41,10 +44,6 @@ from .plan import PAPER_WIDTH_CONTROL, RUNS, TABLE5_SETTINGS, RunSpec, Scale
 
 def parameter_count(cfg: ModelConfig) -> int:
     """Returns the number of parameters of a model of ``cfg`` (built on the meta device: no memory)."""
-    import torch
-
-    from ...engine.model.model import Transformer
-
     with torch.device("meta"):
         return sum(p.numel() for p in Transformer(cfg).parameters())
 

@@ -18,6 +18,7 @@ from typing import Any
 from ...base.jsonio import load_json
 from ...tune.points import POINTS
 from ...tune.results import grid_cells, lr_key, tried, warnings_for
+from ...tune.sweep import tune
 from .. import lr_band, trained_gate
 from ..lr_band import TUNE_SEED_BASE, tune_seed_values
 from .plan import RUNS
@@ -28,8 +29,6 @@ def run_tune(ctx: Context, keys: list[str], jobs: int = 1) -> dict[str, str]:
     """Tunes the LR of every preset the runs ``keys`` train over the grid and each best LR's band
     neighbours (``lr_band.tune_band``), ``jobs`` points at a time (none under ``--reread``: the finished
     points are summarised); returns {objective: tune.json path}."""
-    from ...tune.sweep import tune
-
     files = {}
     for objective in dict.fromkeys(RUNS[k].objective for k in keys):
         runs = [k for k in keys if RUNS[k].objective == objective]
