@@ -192,7 +192,7 @@ def summary(args: argparse.Namespace, rounds: list) -> dict:
     for _, runs in rounds:
         hf, nf = runs["hf"][1]["results"], runs["nfeval"][1]["results"]
         for task in names:
-            ours = nf[task.removesuffix("_local")]  # nfeval keys results by lm-eval's task name
+            ours = nf[task]  # both key results by the lm-eval task that ran (piqa_local)
             pairs = {m: {"hf": hf[task][m], "nfeval": ours[m]} for m in METRICS if m in hf[task]}
             match = match and all(v["hf"] == v["nfeval"] for v in pairs.values())
             accuracy[task] = pairs
