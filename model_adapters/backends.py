@@ -46,13 +46,15 @@ def open_backend(
     transformers (``tokenizer``: a transformers tokenizer to use instead of the directory's)."""
     if hf_forward not in HF_FORWARDS:
         raise ConfigError(f"hf_forward={hf_forward!r}: expected one of {HF_FORWARDS}")
-    if isinstance(model, str) and checkpoint.is_hf_dir(model):
-        return accelerate(_hf_backend(model, device, dtype, max_length, tokenizer, hf_forward))
-    if isinstance(model, str):
+    if isinstance(model, str) and not checkpoint.is_hf_dir(model):
         model = identify(model, trust_checkpoint=trust_checkpoint)
-    if model.loaded is not None:
-        return accelerate(nfeval_backend(model.loaded, device, dtype, fold_head_scale, max_length))
-    return accelerate(_hf_backend(model.path, device, dtype, max_length, tokenizer, hf_forward))
+    if isinstance(model, str):
+        backend = _hf_backend(model, device, dtype, max_length, tokenizer, hf_forward)
+    elif model.loaded is not None:
+        backend = nfeval_backend(model.loaded, device, dtype, fold_head_scale, max_length)
+    else:
+        backend = _hf_backend(model.path, device, dtype, max_length, tokenizer, hf_forward)
+    return accelerate(backend)
 
 
 def _hf_backend(path: str, device: torch.device, dtype: torch.dtype, max_length: int | None,
