@@ -341,3 +341,24 @@ def test_an_archived_axis_is_read_from_its_archives_and_trains_nothing(axis, tmp
     run_reproduce(ReproduceConfig(**{**vars(cfg), "out": clone}))
     after = json.load(open(os.path.join(clone, "report.json")))
     assert after["budgets"] == before["budgets"] and after["fit"] == before["fit"]
+
+
+def test_the_gain_figure_labels_its_log_axis_with_plain_numbers_that_do_not_overlap(monkeypatch, tmp_path):
+    from nfeval.pipelines.reproduce import budget_report
+
+    gains = {100_000: [-0.05, -0.04], 400_000: [-0.03, -0.06, -0.04], 1_600_000: [-0.02, -0.03, -0.05]}
+    report = {"header": {"facts": {"parameters": 431_000}}, "budgets": _rows(gains), "fit": fit(_rows(gains))}
+    figures = []
+    monkeypatch.setattr(budget_report, "save_png", lambda fig, path: figures.append(fig) or path)
+    budget_report.plot(report, str(tmp_path / "gain.png"))
+    (fig,) = figures
+    ax = fig.axes[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # the tick labels as they land on the page (0.23 to 3.7 tokens per parameter)
+    shown = [t for t in ax.xaxis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
+    texts = [t.get_text() for t in shown]
+    assert len(texts) >= 3 and all("^" not in t and "times" not in t for t in texts), texts
+    boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+    assert all(left.x1 <= right.x0 for left, right in zip(boxes, boxes[1:])), texts

@@ -220,6 +220,7 @@ def plot(report: dict[str, Any], path: str) -> str:
     (tokens when the parameters are unknown; log axis) with the fitted line and its interval, and the
     paper's tokens per parameter marked beyond the right edge; writes the PNG to ``path``."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     params = (report["header"].get("facts") or {}).get("parameters")
     per = params or 1
@@ -247,6 +248,10 @@ def plot(report: dict[str, Any], path: str) -> str:
     if not any(math.isfinite(g) for b in report["budgets"] for g in b["gains"]):
         ax.text(0.5, 0.5, "no gains to draw (see the report)", transform=ax.transAxes, ha="center")
     ax.set_xscale("log")
+    # labels at 1, 2 and 5 of each decade only: a range under one decade otherwise labels every minor tick
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     if params:
         paper = scale_facts.paper_facts()["tokens_per_parameter"]
         ax.annotate(f"paper: {paper:,.0f} tokens/parameter →", xy=(1.0, 0.04), xycoords="axes fraction",
