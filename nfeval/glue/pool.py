@@ -96,7 +96,7 @@ def run_in_pool(ckpt, points: list[Point], cfg: GlueConfig, on_done) -> None:
         for w in plan_work(points, cfg.jobs)
     ]
 
-    def waiting(piece: LaunchPoint) -> LaunchPoint:
+    def waiting(piece: LaunchPoint) -> LaunchPoint:  # in this process, not a worker: on the sweep's device
         return dataclasses.replace(piece, args=(*args, cfg.device, Work(piece.args[-1].point, wait=True)))
 
     def done(piece: LaunchPoint, outcome: tuple[dict | None, Point | None]) -> None:
@@ -105,12 +105,12 @@ def run_in_pool(ckpt, points: list[Point], cfg: GlueConfig, on_done) -> None:
 
     local.run_deferring(
         pieces,
-        waiting,
         done,
         jobs=cfg.jobs,
         device=cfg.device,
         held=lambda outcome: outcome[1] is not None,
         before_waiting=say_waiting,
+        waiting=waiting,
     )
 
 

@@ -144,7 +144,7 @@ def encode_tasks(ckpt, data, points) -> dict[tuple[str, int], EncodedTask]:
     return encoded
 
 
-def _point_here(ckpt, encoded, device, progress: bool, point: Point, wait: bool) -> dict | None:
+def _point_here(ckpt, encoded, device, progress: bool, point: Point, wait: bool = True) -> dict | None:
     """Returns the result of ``point`` run in this process on ``encoded`` ((task, max_len) -> its encoded
     task); None when another sweep holds the point and ``wait`` is False."""
     enc = encoded[point.task, point.recipe.max_len]
@@ -166,12 +166,9 @@ def run_here(ckpt, data, points, results, cfg: GlueConfig) -> None:
 
     if cfg.jobs == 1 or len(points) == 1:
         encoded = encode_tasks(ckpt, data, points)
-        here = [
-            LaunchPoint(p.name, _point_here, (ckpt, encoded, cfg.device, cfg.progress, p, False), p.directory)
-            for p in points
-        ]
-        waiting = lambda lp: dataclasses.replace(lp, args=(*lp.args[:5], True))  # noqa: E731
-        local.run_deferring(here, waiting, done, before_waiting=say_waiting)
+        args = (ckpt, encoded, cfg.device, cfg.progress)
+        here = [LaunchPoint(p.name, _point_here, (*args, p), p.directory, {"wait": False}) for p in points]
+        local.run_deferring(here, done, before_waiting=say_waiting)
     else:  # each worker encodes the tasks it trains
         run_in_pool(ckpt, points, cfg, done)
     bar.close()

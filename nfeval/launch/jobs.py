@@ -45,13 +45,18 @@ def run_and_record(fn: Callable[[], Any], outcome: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class LaunchPoint:
-    """One independent point: its name (unique in the folder), ``fn(*args)`` computes it (picklable,
-    resumable from ``directory``, where it checkpoints and marks itself finished)."""
+    """One independent point: its name (unique in the folder), ``fn(*args, **kwargs)`` computes it
+    (picklable, resumable from ``directory``, where it checkpoints and marks itself finished)."""
 
     name: str
     fn: Callable[..., Any]
     args: tuple
     directory: str
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __call__(self) -> Any:
+        """Computes the point: ``fn(*args, **kwargs)``."""
+        return self.fn(*self.args, **self.kwargs)
 
 
 class PointJob(submitit.helpers.Checkpointable):
@@ -66,7 +71,7 @@ class PointJob(submitit.helpers.Checkpointable):
 
         print(f"nfeval: point {self.point.name} in {self.point.directory}", flush=True)
         denormals.flush_in_this_process()  # a job's process is nfeval's
-        return run_and_record(lambda: self.point.fn(*self.point.args), self.outcome)
+        return run_and_record(self.point, self.outcome)
 
 
 class RunJob(submitit.helpers.Checkpointable):

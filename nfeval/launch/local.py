@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -88,7 +89,7 @@ def worker_device() -> str | None:
 
 
 def _call(point: LaunchPoint) -> Any:
-    return point.fn(*point.args)
+    return point()
 
 
 def run_points(
@@ -119,21 +120,27 @@ def run_points(
     return [results[i] for i in range(len(points))]
 
 
+def waited(point: LaunchPoint) -> LaunchPoint:
+    """Returns ``point`` called with ``wait=True``: it waits for the process that holds its lock."""
+    return dataclasses.replace(point, kwargs={**point.kwargs, "wait": True})
+
+
 def run_deferring(
     points: Sequence[LaunchPoint],
-    waiting: Callable[[LaunchPoint], LaunchPoint],
     on_done: Callable[[LaunchPoint, Any], None],
     jobs: int = 1,
     threads: int | None = None,
     device: str = "auto",
     held: Callable[[Any], bool] = lambda result: result is None,
     before_waiting: Callable[[list[LaunchPoint]], None] | None = None,
+    waiting: Callable[[LaunchPoint], LaunchPoint] = waited,
 ) -> None:
     """Runs the points of a sweep ``jobs`` at a time (``run_points``), handing each result to ``on_done``.
     A point another process is computing (it holds the point's lock: ``held(result)``) is set aside and,
-    once the others are done, run here as ``waiting(point)``, in the order the points were given: that
-    waits for the other process and reads its result, or computes the point when that process died.
-    ``before_waiting(set aside)`` is called first when there are any (to say so)."""
+    once the others are done, run here as ``waiting(point)`` (by default with ``wait=True``), in the order
+    the points were given: that waits for the other process and reads its result, or computes the point
+    when that process died. ``before_waiting(set aside)`` is called first when there are any (to say
+    so)."""
     order = {id(p): i for i, p in enumerate(points)}
     set_aside: list[LaunchPoint] = []
 

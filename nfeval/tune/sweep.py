@@ -167,10 +167,12 @@ def run_here(
 
     if jobs > 1 and len(todo) > 1:
         build_data_caches(todo)
-    points = [LaunchPoint(point_name(c), run_point, (c, d, k, False), d) for c, d, k in zip(todo, dirs, keys)]
-    waiting = lambda p: dataclasses.replace(p, args=(*p.args[:3], True))  # noqa: E731
+    points = [
+        LaunchPoint(point_name(c), run_point, (c, d, k), d, kwargs={"wait": False})
+        for c, d, k in zip(todo, dirs, keys)
+    ]
     device = todo[0].device if todo else "auto"
-    local.run_deferring(points, waiting, done, jobs=jobs, device=device)
+    local.run_deferring(points, done, jobs=jobs, device=device)
     bar.close()
     return results
 
