@@ -88,10 +88,6 @@ def worker_device() -> str | None:
     return _DEVICE.get("device")
 
 
-def _call(point: LaunchPoint) -> Any:
-    return point()
-
-
 def run_points(
     points: Sequence[LaunchPoint],
     jobs: int = 1,
@@ -111,10 +107,10 @@ def run_points(
 
     if jobs <= 1 or len(points) <= 1:
         for i, point in enumerate(points):
-            done(i, _call(point))
+            done(i, point())
         return [results[i] for i in range(len(points))]
     with worker_pool(device, jobs, threads) as pool:
-        futures = {pool.submit(_call, p): i for i, p in enumerate(points)}
+        futures = {pool.submit(p): i for i, p in enumerate(points)}
         for fut in cf.as_completed(futures):
             done(futures[fut], fut.result())
     return [results[i] for i in range(len(points))]
@@ -154,7 +150,7 @@ def run_deferring(
     if set_aside and before_waiting is not None:
         before_waiting(set_aside)
     for point in sorted(set_aside, key=lambda p: order[id(p)]):
-        on_done(point, _call(waiting(point)))
+        on_done(point, waiting(point)())
 
 
 @contextlib.contextmanager
