@@ -9,6 +9,7 @@ Path → model is ``nfeval.engine.checkpoints.loading.identify``; the nfeval bac
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 _LAZY = {"NFEvalLM": ".lm", "TokenLogLik": ".scorer", "score": ".scorer"}
@@ -19,6 +20,5 @@ def __getattr__(name: str) -> Any:
     """Returns ``NFEvalLM``, ``TokenLogLik`` or ``score``, importing its module on first use."""
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(_LAZY[name], __name__), name)

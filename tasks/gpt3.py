@@ -31,6 +31,7 @@ from lm_eval.api.task import ConfigurableTask
 
 from ..base.jsonio import sha256_json
 from . import task_build
+from .loaders import data_fingerprint
 
 log = logging.getLogger(__name__)
 _SAID: set[str] = set()  # the tasks whose missing token counts were reported in this process
@@ -126,8 +127,6 @@ class GPT3Task(ConfigurableTask):
             return super().download(dataset_kwargs, **kwargs)
         canonical = getattr(self.config.custom_dataset, "canonical", None)  # a tasks/loaders.py hook
         if canonical is not None:  # local files: fingerprinted (and served from cache) before loading
-            from .loaders import data_fingerprint
-
             data_dir = (self.config.metadata or {}).get("data_dir")
             if self._use_cached(plan, data_fingerprint(canonical, data_dir)):
                 return

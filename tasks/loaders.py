@@ -15,6 +15,7 @@ import os
 from ..base.errors import DataError
 from ..base.errors import MissingDataError as MissingData  # a task's local files are absent
 from . import readers, registry
+from .task_build import files_fingerprint
 
 __all__ = ["DataError", "MissingData", "data_fingerprint", "data_root", "load"]
 
@@ -44,8 +45,6 @@ def data_fingerprint(canonical: str, data_dir: str | None = None) -> str:
     """Returns the sha256 over the readers (what turns files into documents) and the names and bytes of
     every file the task's reader may read (its record's folder under the data directory): what the
     request cache is keyed by."""
-    from .task_build import files_fingerprint
-
     root = data_root(data_dir)
     folder = os.path.join(root, registry.BY_NAME[canonical].folder)
     paths = [os.path.join(d, n) for d, _, names in os.walk(folder) for n in names]

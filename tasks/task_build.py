@@ -27,10 +27,12 @@ import hashlib
 import inspect
 import json
 import os
+import platform
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.errors import OutputError
 from ..base.jsonio import sha256_json
 
 # Bump when the cached layout or what goes into a key changes.
@@ -85,8 +87,6 @@ def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
 
 def _short_env_info() -> str:
     """Returns the versions and platform in one line (what stands in for torch's collect_env)."""
-    import platform
-
     import torch
 
     return (f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, Python {platform.python_version()}, "
@@ -152,7 +152,6 @@ def entry_path(key: str) -> str:
 def write_requests(key: str, split: str, original: int, docs: list[dict], instances: list) -> None:
     """Writes one task's processed eval documents and requests under ``key`` (JSON, with a digest)."""
     from ..base.artifacts import atomic_write_json
-    from ..base.errors import OutputError
 
     payload = {
         "split": split,

@@ -32,7 +32,7 @@ from .inputs import (
     token_data,
 )
 from .recorder import check_run, read_run
-from .stability import StabilitySettings
+from .stability import StabilitySettings, stability_test
 
 DATA_HELP = "text file or folder (default: the embedded corpus)"
 TOKENIZER_HELP = (
@@ -196,8 +196,6 @@ def gains(options: GainsOptions) -> dict[str, Any]:
 def stability(options: StabilityOptions) -> dict[str, Any]:
     """Returns the stability test ``options`` describe (``stability.stability_test``'s result with its data,
     model overrides and provenance)."""
-    from .stability import stability_test  # this function's own name shadows the module
-
     for name in options.presets:
         try:
             parse_preset(name)

@@ -12,8 +12,10 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 import torch
 
+from .. import __version__
 from .errors import OutputError
 from .home import nfeval_cache_root
 
@@ -149,8 +151,7 @@ def libraries() -> dict[str, str | None]:
     tokenizers, and the CPU math libraries torch was built with (MKL, oneDNN: the two CPU linear kernels
     of ``engine.fast.cpu_linear``) and the instruction set torch's own CPU kernels use. Cheap: read
     from torch's build summary once per process (None: not in this build)."""
-    import numpy
-    import tokenizers
+    import tokenizers  # the version only: base's other callers do not load it
 
     info: dict[str, str | None] = {
         "numpy": numpy.__version__,
@@ -170,8 +171,6 @@ def libraries() -> dict[str, str | None]:
 
 def provenance(**extra: Any) -> dict[str, Any]:
     """Returns nfeval version, git hash, library versions and hardware, plus ``extra`` fields."""
-    from .. import __version__
-
     return {
         "nfeval_version": __version__,
         "git_hash": git_hash(),

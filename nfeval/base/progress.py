@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +85,6 @@ def bars_lock_of_this_process() -> None:
     None. tqdm's default lock is a multiprocessing one, which a worker terminated when its command is
     stopped would leave for the resource tracker to report as leaked; a spawned worker shares it with no
     other process anyway."""
-    import threading
-
     from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())

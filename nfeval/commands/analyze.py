@@ -11,6 +11,7 @@ from ..analysis.runs import GainsOptions, GradsOptions, Options, StabilityOption
 from ..analysis.stability import StabilitySettings
 from ..base.cli_args import add_output_file
 from ..base.config_flags import add_config_flags, config_from_args
+from ..engine.training.train_config import parse_set
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,8 +67,6 @@ def options(args: argparse.Namespace) -> Options:
         return config_from_args(args, GradsOptions, runs=args.runs)
     if args.analysis == "gains":
         return config_from_args(args, GainsOptions, targets=args.targets)
-    from ..engine.training.train_config import parse_set
-
     settings = config_from_args(args, StabilitySettings)
     return config_from_args(args, StabilityOptions, model=parse_set(args.model or []), settings=settings)
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..base.cli_args import add_render_only, invoked_command
 from ..base.config_flags import add_config_flags, config_from_args
+from ..base.errors import MissingDataError
 from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
 from ..pipelines.bakeoff import run_bakeoff
 from ..pipelines.bakeoff.config import RECIPES, BakeoffConfig
+from ..pipelines.bakeoff.report import rerender
 from ..pipelines.scales import SCALES
 
 # BakeoffConfig's flags in the order of the help: what is ranked and the data, the budget (one of two),
@@ -41,11 +44,6 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval bakeoff`` (or, with ``--render-only``, rewrites its report.md); prints the report's
     path, or what to do while its Slurm jobs are not all finished."""
     if args.render_only:
-        import os
-
-        from ..base.errors import MissingDataError
-        from ..pipelines.bakeoff.report import rerender
-
         if not os.path.isfile(os.path.join(args.out, "report.json")):
             raise MissingDataError(f"--out {args.out}: no report.json to render (run nfeval bakeoff first)")
         print(rerender(args.out))

@@ -12,7 +12,9 @@ from ..base.cli_args import add_old_out_spelling
 from ..base.config_flags import add_config_flags, config_from_args, flag_field
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
+from ..base.sweep_lock import files_lock
 from ..report.compare import compare
+from ..report.compare_table import format_comparison
 
 
 @dataclass(frozen=True)
@@ -64,16 +66,12 @@ def run(args: argparse.Namespace) -> int:
     opts = config_from_args(args, CompareOptions)
     check_output_file(opts.output, "--output")  # before any work
     check_output_file(opts.plot, "--plot")
-    from ..base.sweep_lock import files_lock
-
     with files_lock(opts.output, opts.plot):
         return _compare(args.runs, opts)
 
 
 def _compare(runs: list[str], args: CompareOptions) -> int:
     """Compares ``runs`` (or ``args.group``), writes ``--output``/``--plot`` and prints the result."""
-    from ..report.compare_table import format_comparison
-
     if args.group or not runs:
         from ..report.seeds import compare_groups, format_groups, parse_groups
 

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import os
 
+import torch
+
 from .. import embedded
 from ..base.config_flags import add_config_flags, config_from_args
 from ..base.errors import ConfigError, MissingDataError
@@ -36,8 +38,6 @@ def run(args: argparse.Namespace) -> int:
         path = resolve(getattr(cfg, name))
         if path and not os.path.isdir(path):
             raise MissingDataError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: no such folder")
-    import torch
-
     if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
         # Models this small run fastest on one thread, by far on a busy machine (a GLUE point of the
         # tiny preset: 41 s on two threads, 5 s on one, on the 2-core VM with other work on it).

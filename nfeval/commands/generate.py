@@ -46,6 +46,7 @@ from ..engine.inference.generate import Sampling
 from ..engine.model.dtypes import torch_dtype
 from ..engine.text.fairseq_tokenizer import FairseqReading
 from ..engine.training.parallel import resolve_device
+from ..model_adapters.backends import open_backend
 from ..model_adapters.config import ScoringConfig
 
 
@@ -94,8 +95,6 @@ def load_backend(
         path, tokenizer=tokenizer, fairseq_dict=fairseq_dict, fairseq_head_scale_bug=fairseq_head_scale_bug
     )
     if identity.loaded is None:  # a HF directory: the engine where it reproduces it, else transformers
-        from ..model_adapters.backends import open_backend
-
         backend, kind = open_backend(identity, device, dtype, hf_forward=hf_forward), "hf"
     else:
         backend = accelerate(nfeval_backend(identity.loaded, device, dtype))

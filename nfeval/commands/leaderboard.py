@@ -7,11 +7,13 @@ import os
 import sys
 from dataclasses import dataclass
 
+from ..analysis.tables import load_analysis
 from ..base.cli_args import add_old_out_spelling
 from ..base.config_flags import add_config_flags, config_from_args, flag_field
 from ..base.errors import ConfigError
 from ..base.outputs import check_output_file
 from ..report import paired
+from ..report.compare import compare
 from ..report.leaderboard import build
 from ..report.leaderboard_page import page_format, write
 from ..report.leaderboard_read import (
@@ -109,8 +111,6 @@ def run(args: argparse.Namespace) -> int:
     check_names(results, opts.names)
     check_output_file(opts.output, "--output")  # before any work
     fmt = page_format(opts.output, opts.format)
-    from ..analysis.tables import load_analysis
-
     analyses = [load_analysis(path) for path in opts.analysis or []]  # checked before any other work
     board = build(
         results,
@@ -128,8 +128,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)
     comparison = None
     if opts.runs:
-        from ..report.compare import compare
-
         comparison = compare(opts.runs)
         for w in comparison["warnings"]:
             print(f"nfeval leaderboard: warning: {w}", file=sys.stderr)

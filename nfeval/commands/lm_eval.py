@@ -21,6 +21,18 @@ import os
 import sys
 from typing import Any
 
+import torch
+from lm_eval._cli import HarnessCLI
+from lm_eval.utils import setup_logging
+
+from .. import embedded, tasks
+from ..base import env
+from ..base.errors import ConfigError, UserError
+from ..cli import one_line
+from ..model_adapters import lm  # noqa: F401  (registers the "nfeval" model)
+from ..zeroshot import lm_eval_layout
+from ..zeroshot.lm_eval_git import quiet_git_hash
+
 LM_EVAL_UNKNOWN_TASKS = "Tasks not found"  # how lm-eval's process_tasks starts the error
 
 
@@ -42,17 +54,6 @@ def split_data_dir(argv: list[str]) -> tuple[list[str], str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs lm-eval's CLI on ``argv``; returns the exit status."""
-    from lm_eval._cli import HarnessCLI
-    from lm_eval.utils import setup_logging
-
-    from .. import tasks
-    from ..base import env
-    from ..base.errors import ConfigError, UserError
-    from ..cli import one_line
-    from ..model_adapters import lm  # noqa: F401  (registers the "nfeval" model)
-    from ..zeroshot import lm_eval_layout
-    from ..zeroshot.lm_eval_git import quiet_git_hash
-
     argv, data_dir = split_data_dir(list(sys.argv[1:] if argv is None else argv))
     old_argv = sys.argv
     sys.argv = ["nfeval lm-eval", *argv]  # lm-eval's parser reads sys.argv itself
@@ -90,16 +91,12 @@ def main(argv: list[str] | None = None) -> int:
 def default_device() -> str:
     """Returns the device ``nfeval lm-eval`` scores on when ``--device`` is not given: lm-eval's default,
     ``cuda:0``, where CUDA is available, else the CPU (lm-eval's default there only warns and falls back)."""
-    import torch
-
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
 def with_data_dir(metadata: dict[str, Any] | None, data_dir: str | None) -> dict[str, Any] | None:
     """Returns lm-eval's task ``metadata`` with ``data_dir`` (absolute; ``embedded``: the slices shipped in
     the package) when given and the metadata names none."""
-    from .. import embedded
-
     if data_dir is None:
         return metadata
     return {"data_dir": os.path.abspath(embedded.zeroshot_dir(data_dir)), **(metadata or {})}

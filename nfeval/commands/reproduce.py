@@ -7,11 +7,15 @@ import os
 
 from ..base.cli_args import add_render_only, invoked_command
 from ..base.config_flags import add_config_flags, config_from_args
+from ..base.errors import MissingDataError
+from ..base.jsonio import load_json
 from ..base.outputs import check_output_dir
 from ..launch.local import use_threads
 from ..launch.options import add_launcher_arguments, launch_options
-from ..pipelines.reproduce import run_reproduce
+from ..pipelines import verify
+from ..pipelines.reproduce import budget_report, report, run_reproduce
 from ..pipelines.reproduce.config import ReproduceConfig
+from ..pipelines.reproduce.verify import verify_committed
 from ..pipelines.scales import SCALES
 
 # ReproduceConfig's flags in the order of the help: the folder, the scale and what overrides its runs,
@@ -50,18 +54,11 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``nfeval reproduce`` (``--verify``: re-trains one committed run; ``--render-only``: rewrites
     the report); prints the report's path, the GPU commands' script, or what to do while Slurm jobs run."""
     if args.verify:
-        from ..pipelines import verify
-        from ..pipelines.reproduce.verify import verify_committed
-
         use_threads(1)  # the reproduce scales train each run on one thread
         result = verify_committed(args.out, args.train_data, args.valid_data)
         print(f"{result['key']} seed {result['seed']}: {result['text']}")
         return 0 if result["outcome"] in (verify.EXACT, verify.OTHER_PATH) else 1
     if args.render_only:
-        from ..base.errors import MissingDataError
-        from ..base.jsonio import load_json
-        from ..pipelines.reproduce import budget_report, report
-
         path = os.path.join(args.out, "report.json")
         if not os.path.isfile(path):
             raise MissingDataError(f"--out {args.out}: no report.json to render (run nfeval reproduce first)")

@@ -15,6 +15,7 @@ other room of nfeval.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -93,8 +94,6 @@ def slice_of(data_dir: str | None, folder: str) -> Slice | None:
 def read_slice(s: Slice) -> dict[str, object]:
     """Returns what the slice ``s`` holds as shipped: rows per data file (JSONL records parsed, TSV rows
     after the header), the documented rows, and whether its SOURCE.md and licence files are there."""
-    import json
-
     rows = {}
     for name in s.files:
         with open(os.path.join(s.path, name), encoding="utf-8") as f:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from ..base.errors import DataError
 from ..engine.checkpoints import checkpoint as ckpt_lib
-from ..launch import local
+from ..launch import cluster, local
 from ..launch.jobs import LaunchPoint
 from . import data as glue_data
 from .config import GlueConfig
@@ -123,8 +123,6 @@ def job_point(ckpt_path: str, glue_dir: str | None, device: str, trust_checkpoin
 def run_as_jobs(ckpt_path: str, points: list[Point], cfg: GlueConfig) -> None:
     """Runs ``points`` as one Slurm job array (``cfg.launch``), a point per job on ``cfg.device``. Each
     result lands in its point's folder, where the sweep reads it."""
-    from ..launch import cluster
-
     jobs = []
     for p in points:
         args = (ckpt_path, cfg.glue_dir, cfg.device, cfg.trust_checkpoint, p)

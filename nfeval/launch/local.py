@@ -19,7 +19,9 @@ import signal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..base.errors import ConfigError
 from ..base.interrupts import STOPS
+from ..base.progress import bars_lock_of_this_process
 from .jobs import LaunchPoint
 
 _DEVICE: dict[str, str] = {}
@@ -42,8 +44,6 @@ def gpu_jobs(runs_per_gpu: int, per_run_bytes: int) -> int:
     its cores (``--jobs``)."""
     import torch
 
-    from ..base.errors import ConfigError
-
     gpus = torch.cuda.device_count()
     if not gpus:
         raise ConfigError(
@@ -62,7 +62,6 @@ def init_worker(devices: Any, threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
-    from ..base.progress import bars_lock_of_this_process
     from ..engine.fast import denormals
 
     bars_lock_of_this_process()

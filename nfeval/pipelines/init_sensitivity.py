@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from ..analysis.token_sensitivity import CHANGE_LIMIT, COSINE_LIMIT, sensitivity_at_init, token_batch
 from ..base.artifacts import atomic_write_json
 from ..base.jsonio import load_json
@@ -29,8 +31,6 @@ def measure(out: str, configs: dict[str, TrainConfig], log: Callable[[str], None
     """Returns the token sensitivity at initialisation of each run of ``configs`` ({name: the TrainConfig
     it trains under}: its model, init and seed-0 draw), on one batch of its training corpus; stored in
     ``out/token_sensitivity.json`` and read from there on a rerun."""
-    from tokenizers import Tokenizer
-
     path = os.path.join(out, FILE)
     stored: dict[str, Any] = load_json(path) if os.path.isfile(path) else {}
     inputs: dict[tuple, tuple] = {}  # a report's models share their corpus: it is read once

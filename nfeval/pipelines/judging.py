@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
 from ..base.jsonio import load_json
 from ..engine.checkpoints import checkpoint
@@ -77,8 +78,6 @@ def validation_blocks(
     order: from the token shards the run recorded (``recorded``: config.json's ``train.data.tokens``, with
     the run's ``tokenizer``) while the cache holds them with that fingerprint, which reads no corpus text;
     else built from ``cfg``'s inputs (read and tokenized into the cache when they are not there)."""
-    from tokenizers import Tokenizer
-
     folder, data = (recorded or {}).get("path"), None
     if folder and tokenizer is not None and os.path.isfile(os.path.join(folder, "meta.json")):
         data = open_token_shards(folder, special_ids(tokenizer))

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..base.errors import ConfigError
 from ..engine.training.train_config import TrainConfig
+from ..launch import cluster, local
 from ..launch.jobs import LaunchPoint
 from ..launch.options import LaunchOptions
 from ..tune.results import lr_key
@@ -111,12 +112,8 @@ def train(
         return None
     points = [LaunchPoint(s.label, run, (s,), s.directory) for s in todo]
     if launch is not None and launch.on_cluster:
-        from ..launch import cluster
-
         cluster.run_points(points, out, launch, desc, progress)
     else:
-        from ..launch import local
-
         local.run_points(points, jobs=jobs, threads=threads, device=device)
     missing = [s.label for s in todo if runs.finished(s.directory) is None]
     if not missing:

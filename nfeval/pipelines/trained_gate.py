@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from ..engine.text.data import open_token_shards
 from ..engine.text.tokenization import special_ids
@@ -52,8 +53,6 @@ def unigram_ppl(train: np.ndarray, valid: np.ndarray, vocab_size: int) -> float:
 def corpus_unigram_ppl(cfg: TrainConfig) -> float:
     """Returns the unigram perplexity of the corpus and tokenizer of ``cfg`` (a run's TrainConfig), read
     from its token shards (built into the cache first if they are not there)."""
-    from tokenizers import Tokenizer
-
     _, tok_json, folder = build_inputs(cfg)
     tok = Tokenizer.from_str(tok_json)
     data = open_token_shards(folder, special_ids(tok))

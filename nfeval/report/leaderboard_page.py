@@ -97,7 +97,7 @@ def write(
         if fmt == "md" and "zeroshot" in board:
             images["zeroshot"] = os.path.basename(_zeroshot_plot(board["zeroshot"], f"{stem}_zeroshot.png"))
         if fmt == "md" and comparison:
-            from .compare_table import format_comparison
+            from .compare_table import format_comparison  # checkpoint readers: only with --runs
 
             curves = plot_curves(comparison, f"{stem}_curves.png", time_axis=time_axis)
             images["curves"] = os.path.basename(curves)

@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any
 
+from ..analysis.tables import markdown_section
 from ..base.escape import code_block, csv_text, markdown_row, markdown_text, text_cell
 from . import paired
 from .absent import absent_notes
@@ -274,8 +275,6 @@ def render_markdown(
         ]
     lines += paired.markdown_section(board)
     if board.get("analysis"):  # `nfeval analyze` results given with --analysis
-        from ..analysis.tables import markdown_section
-
         lines += markdown_section(board["analysis"])
     lines += ["## Sources", ""] + _sources(board, base_dir)
     return "\n".join(lines) + "\n"

@@ -31,6 +31,7 @@ from ..tasks import canonical_name
 from ..zeroshot import items as zeroshot_items
 from ..zeroshot import lm_eval_layout
 from . import significance as sig
+from .leaderboard_read import read_results
 from .verdict import holm
 
 
@@ -240,8 +241,6 @@ def compare_files(path: str, base: str, metrics: dict[str, str] | None = None, *
 
 def _task_sources(row: dict[str, Any], kind: str) -> dict[str, str]:
     """Returns {task: results file} of a leaderboard row's files of ``kind`` ("zeroshot" or "glue")."""
-    from .leaderboard_read import read_results
-
     out = {}
     for path in row["sources"]:
         file_kind, _, tasks = read_results(path, [])

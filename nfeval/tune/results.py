@@ -34,6 +34,7 @@ from ..base.errors import ConfigError, DataError, MissingDataError
 from ..base.escape import text_cell
 from ..base.jsonio import file_sha256, load_json
 from ..base.sweep_points import lr_key
+from ..engine.training import recipe
 from ..engine.training.train_config import TrainConfig
 
 OK, DIVERGED, MISSING = "ok", "diverged", "missing"
@@ -354,8 +355,6 @@ def with_tuned_lr(
     ``engine.training.recipe`` fields a caller changes on purpose, e.g. ``schedule.warmup``), or the
     tune's recipe
     cannot be told."""
-    from ..engine.training import recipe
-
     if lr_given:
         raise ConfigError("--lr and --lr-from both given: pass one")
     lr, record = tuned_lr(tune_json, cfg.preset)

@@ -54,10 +54,11 @@ from ..base.sweep_lock import claim_and_run
 from ..base.sweep_points import point_dir
 from ..engine.training import recipe
 from ..engine.training.input_fingerprints import INPUT_PATH_FIELDS, input_fingerprints
+from ..engine.training.run_inputs import build_inputs, inputs_key
 from ..engine.training.train import train
 from ..engine.training.train_config import TrainConfig
 from ..engine.training.trainer import TrainingDiverged
-from ..launch import local
+from ..launch import cluster, local
 from ..launch.jobs import LaunchPoint
 from ..launch.options import LaunchOptions
 from . import results as tune_results
@@ -136,8 +137,6 @@ def train_point(cfg: TrainConfig, directory: str, key: dict[str, Any]) -> dict[s
 def build_data_caches(configs: Sequence[TrainConfig]) -> None:
     """Builds each distinct corpus' tokenizer and token shards of ``configs`` here, once, so that
     parallel workers only read them."""
-    from ..engine.training.run_inputs import build_inputs, inputs_key
-
     built = set()
     for cfg in configs:
         if inputs_key(cfg) not in built:
@@ -185,8 +184,6 @@ def run_todo(
     finished; none with ``--no-wait``: a rerun collects them)."""
     if launch is None or not launch.on_cluster:
         return run_here(todo, dirs, keys, jobs, progress)
-    from ..launch import cluster
-
     named = [LaunchPoint(point_name(c), run_point, (c, d, k), d) for c, d, k in zip(todo, dirs, keys)]
     return cluster.run_points(named, out_dir, launch, "tune", progress) or []
 

@@ -13,6 +13,7 @@ import random
 import re
 from collections.abc import Sequence
 
+from ..base.artifacts import atomic_write_text
 from ..base.errors import ConfigError, DataError
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
@@ -67,6 +68,4 @@ def build_docs(
 
 def write_jsonl(docs: Sequence[dict], path: str) -> None:
     """Writes ``docs`` as JSONL (one object per line) to ``path``."""
-    from ..base.artifacts import atomic_write_text
-
     atomic_write_text(path, "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs))

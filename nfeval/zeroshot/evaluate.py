@@ -29,7 +29,9 @@ from ..base.sweep_lock import file_lock
 from ..engine.checkpoints import loading
 from ..engine.inference.backend import no_tokenizer_message
 from ..engine.model.dtypes import long_name, torch_dtype
+from ..model_adapters.scorer import describe, with_command
 from ..tasks import task_build
+from ..tasks.loaders import MissingData
 from . import items as zeroshot_items
 from . import lm_eval_layout, records, task_names
 from .cache import PER_TASK_KEYS, TOO_LONG, cache_keys, read_cache, write_entry
@@ -64,8 +66,6 @@ def reads_hub(name: str) -> bool:
 def load_tasks(names: list[str], manager) -> tuple[dict[str, Any], dict[str, str]]:
     """Returns ({name: Task}, {skipped name: reason}); a user-supplied task (StoryCloze) without files is
     skipped, other bad data raises."""
-    from ..tasks.loaders import MissingData
-
     loaded, skipped = {}, {}
     for name in names:
         task = nf_tasks.record(name)
@@ -115,7 +115,6 @@ def make_table(out: dict[str, Any]) -> str:
     scoring = out.get("nfeval", {}).get("scoring")  # the FLOP/s report
     if not scoring:
         return table
-    from ..model_adapters.scorer import describe
 
     return table + "\n\n" + describe(scoring)
 
@@ -180,7 +179,6 @@ def evaluate(
 def _evaluate(ckpt_path: str, cfg: ZeroShotConfig, log, started: float) -> dict[str, Any] | None:
     """``evaluate``'s work, ``cfg`` checked (and its output locked)."""
     from ..model_adapters import NFEvalLM
-    from ..model_adapters.scorer import with_command
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     scoring = cfg.scoring

@@ -246,7 +246,7 @@ def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a finished bakeoff stage ran again")
 
-    import nfeval.analysis.stability as stability
+    import nfeval.analysis.runs as analysis_runs
     import nfeval.pipelines.runs as runs
     import nfeval.tune.sweep as sweep
     import nfeval.zeroshot.evaluate as zeroshot
@@ -255,7 +255,7 @@ def test_smoke_bakeoff_reruns_as_a_no_op(smoke, monkeypatch):
     monkeypatch.setattr(runs, "measure_step_ratio", forbidden)
     monkeypatch.setattr(sweep, "run_point", forbidden)
     monkeypatch.setattr(zeroshot, "evaluate", forbidden)
-    monkeypatch.setattr(stability, "stability_test", forbidden)
+    monkeypatch.setattr(analysis_runs, "stability_test", forbidden)
     monkeypatch.setattr(trained_gate, "FACTOR", OPEN_GATE)
     again = run_bakeoff(cfg)
     assert again["ranking"] == first["ranking"] and again["ppl_tests"] == first["ppl_tests"]

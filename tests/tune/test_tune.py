@@ -147,10 +147,10 @@ def test_parallel_points_train_in_pool_workers_that_flush_denormals(corpus, tmp_
 
 
 def test_data_caches_are_built_once_per_corpus_before_the_workers(corpus, tmp_path, monkeypatch):
-    from nfeval.engine.training import run_inputs
+    from nfeval.tune import sweep
 
     built = []
-    monkeypatch.setattr(run_inputs, "build_inputs", lambda cfg: built.append((cfg.train_data, cfg.lr)))
+    monkeypatch.setattr(sweep, "build_inputs", lambda cfg: built.append((cfg.train_data, cfg.lr)))
     other = str(tmp_path / "other.txt")
     with open(other, "w", encoding="utf-8") as f:
         f.write("another corpus\n")

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 
 from ...base.artifacts import atomic_write_json, atomic_write_text
 from ...base.errors import MissingDataError
@@ -108,8 +109,6 @@ def checkpoint_problem(path: str, thorough: bool = False) -> str | None:
         except (zipfile.BadZipFile, OSError) as e:
             return f"{STATE} is truncated or corrupt ({e})"
     if thorough and recorded:
-        from safetensors.torch import load_file
-
         if fingerprint_state_dict(load_file(os.path.join(path, WEIGHTS))) != recorded:
             return f"{WEIGHTS} does not match the fingerprint recorded in {CONFIG}"
     return None if names else f"{WEIGHTS} holds no tensors"

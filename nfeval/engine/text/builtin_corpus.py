@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import sys
+import sysconfig
 
 from .data import Corpus, make_corpus, split_documents
 
@@ -15,9 +17,6 @@ def _stdlib_docstrings() -> list[str]:
     Files are read in path order (tests, idlelib, turtledemo and site-packages left out); doctest lines
     (``>>>``, ``...``) are dropped and docstrings under 8 words skipped. Empty where the sources are absent.
     """
-    import ast
-    import sysconfig
-
     root = sysconfig.get_paths()["stdlib"]
     skip = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "lib2to3"}
     docs = []

@@ -51,7 +51,7 @@ def record(model: dict[str, Any], train: dict[str, Any], resolved: dict[str, Any
 def of_train_config(cfg: TrainConfig) -> dict[str, Any]:
     """Returns the recipe a run of ``cfg`` trains under (its preset, the objective's recipe, the
     overrides), before any data is read."""
-    from .train_config import preset_model, training_recipe
+    from .train_config import preset_model, training_recipe  # and tokenizers: readers of records skip it
 
     model = preset_model(cfg)
     return record(model.to_dict(), dataclasses.asdict(cfg), training_recipe(cfg, model.max_seq_len))

@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from .budget import synchronize
 from .train_config import TrainConfig
 
 CONFIDENCE = 0.95
@@ -159,8 +160,7 @@ def measure_step_ratio(
     built here (same process, same device), their real training steps timed in interleaved bursts on
     ``clock`` (default: ``step_clock``'s for the device), while ``sharing`` neighbour processes train
     ``base`` on the same device (``busy_neighbours``). The caller's RNG state is left as it was."""
-    from .budget import synchronize
-    from .trainer import Trainer
+    from .trainer import Trainer  # the trainer and its checkpoints: readers of CONFIDENCE skip them
 
     with (
         tempfile.TemporaryDirectory(prefix="nfeval-step-ratio-") as scratch,

@@ -24,6 +24,7 @@ from ..model.config import (
 )
 from ..text.tokenization import MIN_BPE_VOCAB
 from .own_recipes import own_recipe_for, own_recipe_mismatch
+from .tensorboard import check_available
 
 DTYPES = ("fp32", "bf16")
 TRAIN_CHOICES = {"objective": ("clm", "mlm"), "dtype": DTYPES}
@@ -213,8 +214,6 @@ class TrainConfig:
         if self.grad_stats is not None:
             parse_grad_stats(self.grad_stats)
         if self.tensorboard is not None:
-            from .tensorboard import check_available
-
             check_available(sources.get("tensorboard", "tensorboard"))
 
     def _check_counts(self, bad: Callable[[str, str], ConfigError]) -> None:

@@ -31,6 +31,7 @@ from .grad_stats import GradStatsRecorder
 from .objective import Objective, evaluate
 from .parallel import Strategy, launched_rank, make_strategy
 from .run_inputs import load_data, model_config
+from .tensorboard import TensorBoardLog, log_dir
 from .train_config import TrainConfig, clip_window, parse_grad_stats, training_recipe
 
 
@@ -326,8 +327,6 @@ class Trainer:
             self.add_grad_stats()
         run_record.prepare_run_dir(self)
         if cfg.tensorboard is not None and par.main:
-            from .tensorboard import TensorBoardLog, log_dir
-
             self.tensorboard = TensorBoardLog(log_dir(cfg.tensorboard, self.out_dir), first_step=self.step)
         bar = progress_bar(
             total=self.total_steps,

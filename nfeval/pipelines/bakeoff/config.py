@@ -26,6 +26,7 @@ from ...base.config_flags import flag_field
 from ...base.errors import ConfigError, MissingDataError
 from ...engine.model.config import ARCHITECTURES, SIZES
 from ...launch.options import LaunchOptions
+from ...tune.sweep import parse_budget
 from .. import lr_band
 from ..stages import check_corpus
 
@@ -129,8 +130,6 @@ class BakeoffConfig:
                 f"--lrs {','.join(map(str, self.lrs))}: expected finite positive learning rates"
             )
         if self.tune_budget is not None:
-            from ...tune.sweep import parse_budget
-
             parse_budget(self.tune_budget)
         check_corpus(self.train_data, self.valid_data)
         if self.data_dir and not os.path.isdir(self.data_dir):

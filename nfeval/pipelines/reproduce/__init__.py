@@ -34,12 +34,13 @@ from .. import archive, context, init_sensitivity, lr_band, runs, scale_facts, t
 from ..scales import SCALES, Scale
 from ..stages import shared_tokenizer
 from . import commands, report, run_specs, sections
+from .budget_axis import run_budget_axis
 from .config import ReproduceConfig
-from .equal_time import equal_time_rows, model_key
+from .equal_time import equal_time_rows, measure_ratios, measure_ratios_as_job, model_key
 from .glue_halves import present_tasks
 from .plan import EXPERIMENTS, PRIMARY_CLAIMS, RUNS
 from .run_specs import Context, log, train_all
-from .tuning import tuning_rows
+from .tuning import run_tune, tuning_rows
 
 SETTINGS = "reproduce.json"  # the folder's settings, checked on a rerun (``context.check_settings``)
 # the records its archive leaves out: the band's runs' gradient records (Figures 3 and 7 read the runs at
@@ -80,8 +81,6 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     are not all finished)."""
     cfg.validate()
     if cfg.token_budgets:
-        from .budget_axis import run_budget_axis
-
         return run_budget_axis(cfg)
     scale = effective_scale(cfg)
     budget = {"max_seconds": cfg.minutes * 60} if cfg.minutes else dict(scale.budget)
@@ -113,8 +112,6 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     keys = list(dict.fromkeys(k for e in EXPERIMENTS if only is None or e.name in only for k in e.runs))
     ctx.sensitivity = init_sensitivity.measure(cfg.out, _distinct_models(ctx, keys), log)
     if cfg.tune_only:
-        from .tuning import run_tune
-
         files = run_tune(ctx, keys, ctx.jobs)
         archive.pack(cfg.out, archive_skip(only))
         return {"tuned": f"tuned ({', '.join(files.values())}); rerun without --tune-only to train the runs"}
@@ -159,14 +156,10 @@ def _before_sections(cfg: ReproduceConfig, ctx: Context, keys: list[str]) -> str
     finished yet (``--no-wait``, a failed job), else None."""
     on_cluster = bool(cfg.launch and cfg.launch.on_cluster)
     if cfg.tune:
-        from .tuning import run_tune
-
         ctx.tune_files = run_tune(ctx, keys, ctx.jobs)
         if on_cluster and any(load_json(f)["missing"] for f in ctx.tune_files.values()):
             return "the LR tune's jobs are not all finished: rerun the same command to collect them"
     if "max_steps" in ctx.budget:
-        from .equal_time import measure_ratios, measure_ratios_as_job
-
         if on_cluster and not measure_ratios_as_job(ctx, keys):
             return "the step-time ratio job is not finished: rerun the same command to collect it"
         ctx.step_ratios = measure_ratios(ctx, keys)

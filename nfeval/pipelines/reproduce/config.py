@@ -26,6 +26,7 @@ from ...base.cli_args import (
 )
 from ...base.config_flags import flag_field
 from ...base.errors import ConfigError, MissingDataError
+from ...glue.data import spec
 from ...launch.options import LaunchOptions
 from .. import lr_band
 from ..scales import PUBLIC_SCALES, SCALES
@@ -166,7 +167,5 @@ class ReproduceConfig:
             if path and not os.path.isdir(path):
                 raise MissingDataError(f"--{name.replace('_', '-')} {path}: no such folder")
         if self.glue_dir:
-            from ...glue.data import spec
-
             for task in self.glue_tasks or ():
                 spec(task)
