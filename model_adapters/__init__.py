@@ -20,5 +20,4 @@ def __getattr__(name: str) -> Any:
     """Returns ``NFEvalLM``, ``TokenLogLik`` or ``score``, importing its module on first use."""
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
     return getattr(importlib.import_module(_LAZY[name], __name__), name)

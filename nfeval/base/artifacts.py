@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.metadata
 import json
 import os
 import platform
@@ -151,11 +152,9 @@ def libraries() -> dict[str, str | None]:
     tokenizers, and the CPU math libraries torch was built with (MKL, oneDNN: the two CPU linear kernels
     of ``engine.fast.cpu_linear``) and the instruction set torch's own CPU kernels use. Cheap: read
     from torch's build summary once per process (None: not in this build)."""
-    import tokenizers  # the version only: base's other callers do not load it
-
     info: dict[str, str | None] = {
         "numpy": numpy.__version__,
-        "tokenizers": tokenizers.__version__,
+        "tokenizers": importlib.metadata.version("tokenizers"),
         "mkl": None,
         "onednn": None,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

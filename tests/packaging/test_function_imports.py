@@ -29,7 +29,6 @@ LIBRARIES = (
 WHERE = {
     ("nfeval/cli.py", "*"): "start-up: only the chosen command's module is imported",
     ("nfeval/base/progress.py", "tqdm"): "imported after cli.py has set tqdm's switches",
-    ("nfeval/base/artifacts.py", "tokenizers"): "its version only; base's other callers skip it",
     ("nfeval/launch/local.py", "torch"): "launch/ runs before a command decides it needs torch",
     ("nfeval/launch/local.py", "..engine.fast"): "brings torch",
     ("nfeval/launch/jobs.py", "..engine.fast"): "a Slurm job unpickles jobs.py without torch",

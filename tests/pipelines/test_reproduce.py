@@ -571,7 +571,7 @@ def test_smoke_tunes_each_architecture_once_and_trains_at_its_lr(smoke):
     if any(len(b) > 1 for b in bands):
         rows = claim["lr_sensitivity"]["rows"]
         assert len(rows) == sum(len(b) for b in bands) - 1
-        sensitive = claim["verdict"].removesuffix(OFF_PLAN) == "LR-sensitive"  # off plan on a loaded machine
+        sensitive = claim["verdict"].removesuffix(OFF_PLAN) == LR_SENSITIVE  # off plan on a loaded machine
         assert sensitive == claim["lr_sensitivity"]["sensitive"]
     else:
         assert claim["lr_sensitivity"] is None
