@@ -18,8 +18,9 @@ One call:
    and the runs' model FLOP utilisation): one archive to bring back and land.
 
 ``--tune-only`` runs the tunes alone (they do not depend on timing; the judged runs and their paired
-step-time ratio want the device to themselves). The corpus travels as its two ``.xz`` files (33 MB:
-copy ``../shared/data/wiki`` into an ignored folder of the checkout and name it in ``carry``).
+step-time ratio want the device to themselves). The corpus travels as its two ``.xz`` files (34 MB:
+copy ``../shared/data/wiki`` into an ignored folder of the checkout and name it in ``carry``); with the
+tracked tree it must fit the call's 64 MiB, which ``tests/test_tree_travels.py`` checks at every commit.
 """
 
 from __future__ import annotations

@@ -113,7 +113,12 @@ def _beyond_limits(error: ValueError | RecursionError) -> str:
 
 def append_jsonl(path: str, record: Any) -> None:
     """Appends ``record`` as one JSON line to ``path`` (created if absent) with a single ``os.write``."""
-    line = json.dumps(record) + "\n"
+    append_line(path, json.dumps(record) + "\n")
+
+
+def append_line(path: str, line: str) -> None:
+    """Appends ``line`` (one JSON value and its newline) to ``path`` (created if absent) with a single
+    ``os.write``, so a killed writer leaves at most a torn last line."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode("utf-8"))

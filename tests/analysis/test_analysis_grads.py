@@ -4,7 +4,9 @@ and the training-time recorder on a small AdamW loop."""
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -145,8 +147,8 @@ def test_recorder_in_a_training_loop(tmp_path):
         opt.zero_grad(set_to_none=True)
     rows = read_grad_stats(str(tmp_path / GRAD_STATS))
     assert [r["update"] for r in rows] == [2, 3]
-    for r in rows:
-        assert r["values"]["fc2"] == pytest.approx(expected[r["update"]], rel=1e-6)
+    for r in rows:  # the float32 statistics read back exactly, not merely close
+        assert r["values"]["fc2"] == expected[r["update"]]
         assert len(r["values"]["head_gain"]) == 2
     summary = recorder.summary()
     assert summary["window"] == [2, 3] and summary["updates"] == 2
@@ -159,6 +161,32 @@ def test_grad_stats_reader_keeps_newest_row_and_skips_a_partial_line(tmp_path):
     rows = [{"update": 1, "values": {"fc2": [1.0]}}, {"update": 1, "values": {"fc2": [2.0]}}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"update": 2, "val')
     assert read_grad_stats(str(path)) == [{"update": 1, "values": {"fc2": [2.0]}}]
+
+
+def test_float32_text_reads_back_as_the_same_float32_and_is_shorter_than_a_float64_repr():
+    from nfeval.engine.training.grad_stats import float32_text
+
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 2**32, size=100_000, dtype=np.uint64).astype(np.uint32)
+    values = bits.view(np.float32)
+    values = values[np.isfinite(values)].astype(np.float64)  # every exponent, subnormals included
+    texts = [float32_text(v) for v in values]
+    assert all(float(np.float32(json.loads(t))) == v for t, v in zip(texts, values))
+    assert sum(map(len, texts)) < 0.7 * sum(len(repr(v)) for v in values)
+    special = [float32_text(v) for v in (float("nan"), float("inf"), -float("inf"))]
+    assert special == ["NaN", "Infinity", "-Infinity"]
+
+
+def test_a_grad_stats_row_is_json_and_reads_back_as_recorded(tmp_path):
+    from nfeval.base.jsonio import append_line
+    from nfeval.engine.training.grad_stats import row_line
+
+    values = {"fc2": [float(np.float32(v)) for v in (1e-3, 2.5e-7, 3.0)], "q": [float("nan")]}
+    line = row_line(7, values)
+    assert line.endswith("\n") and json.loads(line)["update"] == 7
+    append_line(str(tmp_path / GRAD_STATS), line)
+    (row,) = read_grad_stats(str(tmp_path / GRAD_STATS))
+    assert row["values"]["fc2"] == values["fc2"] and math.isnan(row["values"]["q"][0])
 
 
 def test_grads_result_keeps_same_named_models_apart_and_checks_the_baseline():

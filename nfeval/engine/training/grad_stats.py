@@ -8,7 +8,11 @@ window it appends one line to ``grad_stats.jsonl`` in the run directory:
     {"update": 960, "values": {"fc2": [layer 0, layer 1, ...], "fc1": [...], ...}}
 
 (the per-layer mean |∂L/∂W| of ``per_layer_mean_abs``, L the mean token cross-entropy of the
-global batch, as the trainer's backward computes it). Outside the window ``record`` returns at once.
+global batch, as the trainer's backward computes it). Each statistic is a float32 and is written as
+the shortest decimal that reads back as that float32 (``row_line``), about half the digits of its
+float64 repr: a committed report keeps thousands of these rows. ``read_grad_stats`` rounds each value
+it reads to float32 again, so a row reads back as exactly the floats that were recorded. Outside the
+window ``record`` returns at once.
 ``summary()`` averages each layer over the window's updates, for config.json. A line is written with
 ``base.jsonio.append_jsonl``; readers skip a last line without its newline (a
 killed write) and keep the newest line per update (a resumed run rewrites updates after its checkpoint).
@@ -21,15 +25,17 @@ recorded), with ``clip_window(parse_grad_stats(cfg.grad_stats), total_steps)`` (
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from ...base.errors import DataError
-from ...base.jsonio import append_jsonl, read_jsonl
+from ...base.jsonio import append_line, read_jsonl
 
 WEIGHT_KINDS = ("fc1", "fc2", "q", "k", "v", "out_proj")
 GAIN_KINDS = ("attn_out_norm", "ffn_hidden_norm", "head_gain", "resid_gain")
@@ -102,7 +108,7 @@ class GradStatsRecorder:
         values = per_layer_mean_abs(self.model, lambda p: p.grad)
         if not self.write:
             return None
-        append_jsonl(self.path, {"update": update, "values": values})
+        append_line(self.path, row_line(update, values))
         return values
 
     def summary(self) -> dict[str, Any]:
@@ -117,16 +123,36 @@ class GradStatsRecorder:
         }
 
 
+def float32_text(value: float) -> str:
+    """Returns the JSON text of ``value`` (a float32's value) that reads back, through float64 and a
+    rounding to float32, as that float32: its shortest float32 decimal, or 9 significant digits (always
+    enough) where the shortest one would not survive the read; ``json.dumps``'s text when not finite."""
+    single = np.float32(value)
+    if not np.isfinite(single):
+        return json.dumps(float(value))
+    shortest = str(single)
+    return shortest if np.float32(float(shortest)) == single else f"{float(single):.9g}"
+
+
+def row_line(update: int, values: dict[str, list[float]]) -> str:
+    """Returns the grad_stats.jsonl line of ``update``'s ``values`` ({kind: per-layer float32 values}),
+    each value written by ``float32_text``."""
+    kinds = ", ".join(
+        f"{json.dumps(kind)}: [{', '.join(float32_text(v) for v in layer)}]" for kind, layer in values.items()
+    )
+    return f'{{"update": {int(update)}, "values": {{{kinds}}}}}\n'
+
+
 def read_grad_stats(path: str) -> list[dict[str, Any]]:
-    """Returns the rows of a grad_stats.jsonl, newest per update, in update order; DataError if malformed."""
+    """Returns the rows of a grad_stats.jsonl, newest per update, in update order, each value rounded to
+    float32 (what was recorded: ``row_line``); DataError if malformed."""
     records, _ = read_jsonl(path, tolerate_torn_last_line=True)  # a killed write left a partial last line
     rows: dict[int, dict[str, Any]] = {}
     for number, row in records:
         try:
             update, values = int(row["update"]), row["values"]
-            if not isinstance(values, dict):
-                raise TypeError
-        except (KeyError, TypeError, ValueError):
+            values = {kind: np.asarray(layer, dtype=np.float32).tolist() for kind, layer in values.items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise DataError(
                 f"{path}, line {number}: expected a JSON object with 'update' and 'values'"
             ) from None
