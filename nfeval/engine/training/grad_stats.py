@@ -14,7 +14,7 @@ float64 repr: a committed report keeps thousands of these rows. ``read_grad_stat
 it reads to float32 again, so a row reads back as exactly the floats that were recorded. Outside the
 window ``record`` returns at once.
 ``summary()`` averages each layer over the window's updates, for config.json. A line is written with
-``base.jsonio.append_jsonl``; readers skip a last line without its newline (a
+one ``base.jsonio.append_line``; readers skip a last line without its newline (a
 killed write) and keep the newest line per update (a resumed run rewrites updates after its checkpoint).
 
 The trainer creates the recorder after its step-time calibration (calibration steps must not be
