@@ -14,6 +14,7 @@ from test_fairseq_import import fairseq_config, to_fairseq
 
 from nfeval.analysis.grads import grad_norms, relative_to_baseline
 from nfeval.base.errors import ConfigError
+from nfeval.base.jsonio import append_line
 from nfeval.engine.checkpoints import checkpoint
 from nfeval.engine.model.config import preset
 from nfeval.engine.model.model import Transformer
@@ -22,7 +23,9 @@ from nfeval.engine.training.grad_stats import (
     GRAD_STATS,
     WEIGHT_KINDS,
     GradStatsRecorder,
+    float32_text,
     read_grad_stats,
+    row_line,
 )
 from nfeval.engine.training.train_config import clip_window, parse_grad_stats
 
@@ -164,8 +167,6 @@ def test_grad_stats_reader_keeps_newest_row_and_skips_a_partial_line(tmp_path):
 
 
 def test_float32_text_reads_back_as_the_same_float32_and_is_shorter_than_a_float64_repr():
-    from nfeval.engine.training.grad_stats import float32_text
-
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 2**32, size=100_000, dtype=np.uint64).astype(np.uint32)
     values = bits.view(np.float32)
@@ -178,9 +179,6 @@ def test_float32_text_reads_back_as_the_same_float32_and_is_shorter_than_a_float
 
 
 def test_a_grad_stats_row_is_json_and_reads_back_as_recorded(tmp_path):
-    from nfeval.base.jsonio import append_line
-    from nfeval.engine.training.grad_stats import row_line
-
     values = {"fc2": [float(np.float32(v)) for v in (1e-3, 2.5e-7, 3.0)], "q": [float("nan")]}
     line = row_line(7, values)
     assert line.endswith("\n") and json.loads(line)["update"] == 7
